@@ -1,0 +1,217 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+)
+
+// AcquireOption configures one Acquire call.
+type AcquireOption func(*acquireConfig)
+
+type acquireConfig struct {
+	wait  time.Duration
+	retry RetryStrategy
+}
+
+// WithWait lets Acquire retry, with the Client's jittered retry strategy,
+// for up to d before giving up. Default 0: one attempt.
+func WithWait(d time.Duration) AcquireOption {
+	return func(a *acquireConfig) { a.wait = d }
+}
+
+// WithRetry overrides the Client's retry strategy for this call. Retries
+// still stop when the wait budget (WithWait) or the context ends.
+func WithRetry(s RetryStrategy) AcquireOption {
+	return func(a *acquireConfig) { a.retry = s }
+}
+
+// MinTTL is the smallest TTL Acquire and Extend accept.
+const MinTTL = 10 * time.Millisecond
+
+// Acquire obtains the lock key for ttl on a quorum of masters (the Redis
+// Redlock page, "The Redlock algorithm"):
+//
+//  1. take the monotonic time and a new random token;
+//  2. send SET key token NX PX ttl to every master at once, each bounded by
+//     the per-master timeout, and decide as soon as a quorum has voted yes
+//     or can no longer do so (a master known to be down or stuck answers at
+//     once);
+//  3. validity = ttl − elapsed − drift, drift = ttl × drift factor + 2ms;
+//  4. the lock is held if votes ≥ quorum and validity > 0;
+//  5. otherwise run the compare-and-delete release on every master that may
+//     hold the token (a timed-out SET may still have landed), on a context
+//     detached from ctx, and wait for it before returning — so a cancelled
+//     caller leaves no key of its own behind; then, while the wait budget
+//     allows, retry after a jittered delay.
+//
+// Errors: every failure matches ErrNotObtained. A lock held by another owner
+// is an *OutcomeError matching ErrLockHeld (with RetryAfter); too few
+// masters answering is an *OutcomeError matching ErrQuorumUnavailable (with
+// a *MasterError per failed master); a cancelled or expired ctx is joined
+// in, so errors.Is(err, context.Canceled) works. Bad arguments match
+// ErrInvalid.
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+	if key == "" {
+		return nil, fmt.Errorf("%w: key must not be empty", ErrInvalid)
+	}
+	if ttl < MinTTL {
+		return nil, fmt.Errorf("%w: ttl %v is below the minimum %v", ErrInvalid, ttl, MinTTL)
+	}
+	if c.drift(ttl) >= ttl {
+		return nil, fmt.Errorf("%w: ttl %v leaves no validity after the drift allowance %v", ErrInvalid, ttl, c.drift(ttl))
+	}
+	cfg := acquireConfig{}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.retry == nil {
+		cfg.retry = c.opts.retry()
+	}
+	giveUp := time.Now().Add(cfg.wait)
+	for {
+		lock, err := c.acquireOnce(ctx, key, ttl)
+		if err == nil {
+			return lock, nil
+		}
+		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, errors.Join(ErrNotObtained, ctx.Err(), err)
+		}
+		backoff := cfg.retry.NextBackoff()
+		if backoff <= 0 || cfg.wait <= 0 {
+			return nil, err
+		}
+		left := time.Until(giveUp)
+		if left <= 0 {
+			return nil, err
+		}
+		t := time.NewTimer(min(backoff, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errors.Join(ErrNotObtained, ctx.Err(), err)
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	token, err := c.opts.token()
+	if err != nil {
+		return nil, fmt.Errorf("redlock: token generator: %w", err)
+	}
+	n := len(c.masters)
+	keys := []string{key}
+	start := time.Now()
+	out, _ := c.fanout(acquireScript, keys, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false, start, nil)
+
+	res := OutcomeError{Op: "acquire", Quorum: c.quorum, Masters: n}
+	maybeHeld := make([]bool, n) // masters where our SET may have landed
+	var holderPTTLs []int64
+	c.gather(ctx, out, start, func(r reply) bool {
+		if r.err != nil {
+			res.Failures = append(res.Failures, masterErr(c, r))
+			maybeHeld[r.idx] = true
+		} else if set, pttl := parsePair(r.val); set == 1 {
+			res.Votes++
+			maybeHeld[r.idx] = true
+		} else {
+			res.Refused++
+			if pttl > 0 {
+				holderPTTLs = append(holderPTTLs, pttl)
+			}
+		}
+		return res.Votes >= c.quorum || res.Refused+len(res.Failures) > n-c.quorum
+	})
+	validity := ttl - time.Since(start) - c.drift(ttl)
+	if res.Votes >= c.quorum && validity > 0 {
+		return &Lock{c: c, key: key, token: token, ttl: ttl, validUntil: start.Add(ttl - c.drift(ttl))}, nil
+	}
+
+	c.cleanup(keys, token, maybeHeld)
+	switch {
+	case res.Votes >= c.quorum:
+		// A quorum agreed but too late: the masters are too slow for this TTL.
+		res.Kind = ErrQuorumUnavailable
+		res.Failures = append(res.Failures, fmt.Errorf("validity %v ≤ 0 after %v", validity, time.Since(start)))
+	case len(res.Failures) > n-c.quorum:
+		res.Kind = ErrQuorumUnavailable
+	default:
+		res.Kind = ErrLockHeld
+		res.RetryAfter = retryAfter(holderPTTLs, c.quorum)
+	}
+	sortFailures(res.Failures)
+	return nil, &res
+}
+
+// cleanup runs the compare-and-delete release on every master where the
+// token may have been set, on a context of its own, and waits (bounded by
+// the per-master timeout) for the answers. The releases are queued behind
+// their SETs on the same lane, so none can overtake the SET it cleans up.
+func (c *Client) cleanup(keys []string, token string, maybeHeld []bool) {
+	if !slices.Contains(maybeHeld, true) {
+		return
+	}
+	out, waiting := c.fanout(releaseScript, keys, []any{token}, true, time.Now(), maybeHeld)
+	timer := time.NewTimer(c.opts.perMasterTimeout)
+	defer timer.Stop()
+	for ; waiting > 0; waiting-- {
+		select {
+		case <-out:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// retryAfter estimates when the holder's lock ends: when fewer than a
+// quorum of masters still hold it, i.e. the quorum-th longest PTTL seen.
+func retryAfter(pttls []int64, quorum int) time.Duration {
+	if len(pttls) == 0 {
+		return 0
+	}
+	slices.Sort(pttls)
+	slices.Reverse(pttls)
+	i := min(quorum, len(pttls)) - 1
+	return time.Duration(pttls[i]) * time.Millisecond
+}
+
+// parsePair decodes a {int, int} script reply.
+func parsePair(v any) (int64, int64) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 2 {
+		return -1, 0
+	}
+	x, _ := a[0].(int64)
+	y, _ := a[1].(int64)
+	return x, y
+}
+
+func masterErr(c *Client, r reply) error {
+	var me *MasterError
+	if errors.As(r.err, &me) {
+		return r.err
+	}
+	m := c.masters[r.idx]
+	return &MasterError{Index: r.idx, Addr: m.addr, Err: r.err}
+}
+
+func sortFailures(errs []error) {
+	slices.SortFunc(errs, func(a, b error) int {
+		var ma, mb *MasterError
+		ia, ib := len(errs), len(errs)
+		if errors.As(a, &ma) {
+			ia = ma.Index
+		}
+		if errors.As(b, &mb) {
+			ib = mb.Index
+		}
+		return ia - ib
+	})
+}

@@ -1,0 +1,249 @@
+package redlock
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+var (
+	//go:embed scripts/acquire.lua
+	acquireLua string
+	//go:embed scripts/release.lua
+	releaseLua string
+	//go:embed scripts/extend.lua
+	extendLua string
+	//go:embed scripts/status.lua
+	statusLua string
+
+	acquireScript = redis.NewScript(acquireLua)
+	releaseScript = redis.NewScript(releaseLua)
+	extendScript  = redis.NewScript(extendLua)
+	statusScript  = redis.NewScript(statusLua)
+
+	allScripts = []*redis.Script{acquireScript, releaseScript, extendScript, statusScript}
+)
+
+// Client runs the Redlock algorithm over N independent Redis masters.
+// It is safe for concurrent use. Create it with New and Close it when done.
+type Client struct {
+	masters []*master
+	quorum  int
+	opts    options
+	seed    maphash.Seed
+
+	closeOnce sync.Once
+	closed    chan struct{}
+	wg        sync.WaitGroup
+}
+
+// New returns a Client over the given masters: independent Redis servers,
+// not replicas of each other. len(masters) must be odd and at least 3; the
+// quorum is len(masters)/2+1 of ALL configured masters, never of the
+// healthy ones. New does not contact the masters; connections are made on
+// first use and the health loop starts at once.
+//
+// The Client owns the connections it makes from the given options: it sets
+// MaxRetries to -1 (a silent retry on a new connection could reorder a
+// release before its SET), its own timeouts and pool size, and an OnConnect
+// hook that loads the Lua scripts.
+func New(masters []*redis.Options, opts ...Option) (*Client, error) {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	n := len(masters)
+	if n < 3 || n%2 == 0 {
+		return nil, fmt.Errorf("%w: masters: %d given, need an odd number ≥ 3", ErrInvalid, n)
+	}
+	c := &Client{
+		quorum: n/2 + 1,
+		opts:   o,
+		seed:   maphash.MakeSeed(),
+		closed: make(chan struct{}),
+	}
+	for i, mo := range masters {
+		if mo == nil || mo.Addr == "" {
+			return nil, fmt.Errorf("%w: masters[%d]: missing address", ErrInvalid, i)
+		}
+		m := &master{idx: i, addr: mo.Addr, c: c}
+		lo := *mo
+		lo.MaxRetries = -1
+		lo.DialTimeout = max(o.perMasterTimeout, 100*time.Millisecond)
+		lo.ReadTimeout = o.stallTimeout
+		lo.WriteTimeout = o.stallTimeout
+		lo.ContextTimeoutEnabled = false
+		lo.PoolSize = o.lanes + 2
+		lo.PipelinePoolSize = -1
+		lo.DisableIdentity = true
+		lo.OnConnect = loadScripts
+		m.rdb = redis.NewClient(&lo)
+
+		po := *mo
+		po.MaxRetries = -1
+		po.DialTimeout = o.healthTimeout
+		po.ReadTimeout = o.healthTimeout
+		po.WriteTimeout = o.healthTimeout
+		po.PoolSize = 1
+		po.PipelinePoolSize = -1
+		po.DisableIdentity = true
+		po.OnConnect = nil
+		m.probe = redis.NewClient(&po)
+
+		m.up.Store(true) // optimistic until the first probe or dial says otherwise
+		for range o.lanes {
+			m.lanes = append(m.lanes, newLane(m))
+		}
+		c.masters = append(c.masters, m)
+	}
+	for _, m := range c.masters {
+		for _, l := range m.lanes {
+			c.wg.Go(func() { l.run(c.closed) })
+		}
+	}
+	c.wg.Go(c.healthLoop)
+	return c, nil
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.perMasterTimeout <= 0:
+		return fmt.Errorf("%w: per-master timeout must be > 0, got %v", ErrInvalid, o.perMasterTimeout)
+	case o.driftFactor < 0 || o.driftFactor >= 0.5:
+		return fmt.Errorf("%w: drift factor must be in [0, 0.5), got %v", ErrInvalid, o.driftFactor)
+	case o.retry == nil || o.token == nil:
+		return fmt.Errorf("%w: retry strategy and token generator must not be nil", ErrInvalid)
+	case o.healthInterval <= 0 || o.healthTimeout <= 0:
+		return fmt.Errorf("%w: health interval and timeout must be > 0", ErrInvalid)
+	case o.stallTimeout < o.perMasterTimeout:
+		return fmt.Errorf("%w: stall timeout %v is below the per-master timeout %v", ErrInvalid, o.stallTimeout, o.perMasterTimeout)
+	case o.lanes < 1 || o.lanes > 64:
+		return fmt.Errorf("%w: lanes must be 1..64, got %d", ErrInvalid, o.lanes)
+	case o.maxBatch < 1:
+		return fmt.Errorf("%w: max batch must be ≥ 1, got %d", ErrInvalid, o.maxBatch)
+	case o.logger == nil:
+		return fmt.Errorf("%w: logger must not be nil", ErrInvalid)
+	}
+	return nil
+}
+
+// loadScripts runs on every new connection so that EVALSHA finds every
+// script: a master that lost its script cache (restart) must not run a
+// release through the EVAL fallback before the acquire queued ahead of it.
+func loadScripts(ctx context.Context, cn *redis.Conn) error {
+	_, err := cn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, s := range allScripts {
+			s.Load(ctx, p)
+		}
+		return nil
+	})
+	return err
+}
+
+// Close stops the health loop and the lanes (queued commands fail with
+// ErrClosed) and closes every connection. It does not release held locks.
+func (c *Client) Close() error {
+	var errs []error
+	c.closeOnce.Do(func() {
+		close(c.closed)
+		c.wg.Wait()
+		for _, m := range c.masters {
+			errs = append(errs, m.rdb.Close(), m.probe.Close())
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// Quorum returns the number of masters that must agree: N/2+1.
+func (c *Client) Quorum() int { return c.quorum }
+
+// drift returns the Redlock clock drift allowance for ttl: ttl × factor + 2ms
+// (the Redis Redlock page, "Safety arguments").
+func (c *Client) drift(ttl time.Duration) time.Duration {
+	return time.Duration(float64(ttl)*c.opts.driftFactor) + 2*time.Millisecond
+}
+
+func (c *Client) laneOf(key string) int {
+	return int(maphash.String(c.seed, key) % uint64(c.opts.lanes))
+}
+
+// fanout sends one script call to every master (or, when only is not nil,
+// to the masters it marks) and returns the channel on which each of them
+// answers exactly once, and how many will answer. Every call for the same
+// key goes through the same lane of its master, which keeps their order.
+func (c *Client) fanout(script *redis.Script, keys []string, args []any, mustSend bool, start time.Time, only []bool) (chan reply, int) {
+	out := make(chan reply, len(c.masters))
+	lane := c.laneOf(keys[0])
+	deadline := start.Add(c.opts.perMasterTimeout)
+	closed := false
+	select {
+	case <-c.closed:
+		closed = true
+	default:
+	}
+	sent := 0
+	for i, m := range c.masters {
+		if only != nil && !only[i] {
+			continue
+		}
+		sent++
+		cl := &call{script: script, keys: keys, args: args, mustSend: mustSend, deadline: deadline, idx: i, out: out}
+		if closed {
+			m.fail(cl, ErrClosed)
+			continue
+		}
+		m.lanes[lane].submit(cl, start)
+	}
+	return out, sent
+}
+
+// gather reads answers from out until decide reports true, every master
+// answered, the per-master timeout since start passed, or ctx ended. Masters
+// that did not answer are reported to onReply as ErrMasterTimeout (or the
+// context's error) so that the caller sees exactly one result per master.
+func (c *Client) gather(ctx context.Context, out <-chan reply, start time.Time, onReply func(reply) (decided bool)) {
+	n := len(c.masters)
+	answered := make([]bool, n)
+	left := n
+	timer := time.NewTimer(time.Until(start.Add(c.opts.perMasterTimeout)))
+	defer timer.Stop()
+	var missing error
+loop:
+	for left > 0 {
+		select {
+		case r := <-out:
+			answered[r.idx] = true
+			left--
+			if onReply(r) {
+				return
+			}
+		case <-timer.C:
+			missing = ErrMasterTimeout
+			break loop
+		case <-ctx.Done():
+			missing = ctx.Err()
+			break loop
+		}
+	}
+	for i, ok := range answered {
+		if !ok {
+			m := c.masters[i]
+			if onReply(reply{idx: i, err: &MasterError{Index: i, Addr: m.addr, Err: missing}}) {
+				return
+			}
+		}
+	}
+}
+
+func zapMaster(m *master) zap.Field { return zap.String("master", m.addr) }
+func zapErr(err error) zap.Field    { return zap.Error(err) }

@@ -1,0 +1,96 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Every error returned by this package matches at most one
+// of ErrLockHeld, ErrQuorumUnavailable and ErrNotHeld with errors.Is; a
+// cancelled or expired context is reported by joining ctx.Err(), so
+// errors.Is(err, context.Canceled) tells a cancelled caller from a lock that
+// was taken. No call returns a "false, nil" result.
+var (
+	// ErrNotObtained matches every failed Acquire, whatever the cause.
+	ErrNotObtained = errors.New("redlock: lock not obtained")
+	// ErrLockHeld: a quorum of masters answered, and the lock belongs to
+	// another owner (or votes were split between contenders).
+	ErrLockHeld = errors.New("redlock: lock held by another owner")
+	// ErrQuorumUnavailable: fewer than a quorum of masters answered in time,
+	// so the outcome could not be decided. Retrying later may succeed.
+	ErrQuorumUnavailable = errors.New("redlock: quorum of masters unavailable")
+	// ErrNotHeld: Release or Extend found that the token does not hold the
+	// lock on a quorum (it expired, was released, or the token is wrong).
+	ErrNotHeld = errors.New("redlock: lock not held by this token")
+	// ErrInvalid: an argument is out of range (empty key, TTL too small).
+	ErrInvalid = errors.New("redlock: invalid argument")
+	// ErrClosed: the Client was closed.
+	ErrClosed = errors.New("redlock: client closed")
+)
+
+// MasterError is one master's failure within a fan-out: a timeout, a
+// connection error, a quarantined or known-down master.
+type MasterError struct {
+	Index int    // position in the masters given to New
+	Addr  string // host:port
+	Err   error
+}
+
+func (e *MasterError) Error() string {
+	return fmt.Sprintf("redlock: master %d (%s): %v", e.Index, e.Addr, e.Err)
+}
+
+// Unwrap returns the underlying cause.
+func (e *MasterError) Unwrap() error { return e.Err }
+
+// Per-master causes wrapped by MasterError.
+var (
+	// ErrMasterTimeout: the master did not answer within the per-master timeout.
+	ErrMasterTimeout = errors.New("no answer within the per-master timeout")
+	// ErrMasterDown: the master is known to be down (refused connections or
+	// failed its last health probe), so it was not waited for.
+	ErrMasterDown = errors.New("master known to be down")
+	// ErrMasterBusy: the master has not answered an earlier command for longer
+	// than the per-master timeout (paused or partitioned), so a new command
+	// queued behind it could not be answered in time and was failed at once.
+	ErrMasterBusy = errors.New("master unresponsive (earlier command outstanding)")
+)
+
+// OutcomeError describes a fan-out that did not reach its goal: how many
+// masters voted for it, how many refused, how many failed, and why each
+// failed. It matches ErrLockHeld, ErrQuorumUnavailable or ErrNotHeld (see
+// Kind), and ErrNotObtained when it came from Acquire.
+type OutcomeError struct {
+	Op      string        // "acquire", "release", "extend" or "status"
+	Kind    error         // ErrLockHeld, ErrQuorumUnavailable or ErrNotHeld
+	Votes   int           // masters that granted the operation
+	Refused int           // masters that answered no (held by another / absent)
+	Quorum  int           // votes needed
+	Masters int           // masters configured
+	// RetryAfter is the holder's remaining time when Kind is ErrLockHeld and
+	// it could be read (the quorum-th longest PTTL among refusing masters);
+	// 0 when unknown.
+	RetryAfter time.Duration
+	// Absent and Foreign count, for release and extend, the masters where the
+	// key was absent and where it held another token.
+	Absent, Foreign int
+	// Failures are the per-master errors (*MasterError), in master order.
+	Failures []error
+}
+
+func (e *OutcomeError) Error() string {
+	s := fmt.Sprintf("%v: %s got %d of %d votes (quorum %d)", e.Kind, e.Op, e.Votes, e.Masters, e.Quorum)
+	if n := len(e.Failures); n > 0 {
+		s += fmt.Sprintf(", %d master(s) failed: %v", n, errors.Join(e.Failures...))
+	}
+	return s
+}
+
+// Is reports whether target is e.Kind, or ErrNotObtained for a failed acquire.
+func (e *OutcomeError) Is(target error) bool {
+	return target == e.Kind || (target == ErrNotObtained && e.Op == "acquire")
+}
+
+// Unwrap returns the per-master failures so errors.As finds a *MasterError.
+func (e *OutcomeError) Unwrap() []error { return e.Failures }

@@ -1,0 +1,74 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Lock is a lock obtained by Acquire. Its validity is the time left before
+// the lock may be granted to someone else, computed as in the Redis Redlock
+// page: ttl − elapsed − drift, measured on the monotonic clock from before
+// the first SET was sent. Work that must not overlap with another holder
+// must finish within Validity, and should also pass Fence to the resource.
+//
+// A Lock is safe for concurrent use.
+type Lock struct {
+	c     *Client
+	key   string
+	token string
+	fence int64
+
+	mu         sync.Mutex
+	ttl        time.Duration
+	validUntil time.Time // carries a monotonic reading
+}
+
+// Key returns the Redis key of the lock.
+func (l *Lock) Key() string { return l.key }
+
+// Token returns the random token that proves ownership; pass it to Release
+// and Extend. Treat it as a secret.
+func (l *Lock) Token() string { return l.token }
+
+// Fence returns the fencing token: 0 when fencing is not enabled.
+func (l *Lock) Fence() int64 { return l.fence }
+
+// TTL returns the TTL of the last successful acquire or extend.
+func (l *Lock) TTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
+}
+
+// ValidUntil returns the end of validity (with a monotonic clock reading).
+func (l *Lock) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// Validity returns the time left before the lock may be granted to someone
+// else, or 0 once it has passed.
+func (l *Lock) Validity() time.Duration {
+	return max(time.Until(l.ValidUntil()), 0)
+}
+
+// Release releases the lock on every master. See Client.Release.
+func (l *Lock) Release(ctx context.Context) error {
+	_, err := l.c.Release(ctx, l.key, l.token)
+	return err
+}
+
+// Extend resets the lock's TTL to ttl on a quorum and updates its validity.
+// See Client.Extend.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	validUntil, err := l.c.extend(ctx, l.key, l.token, ttl)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.ttl, l.validUntil = ttl, validUntil
+	l.mu.Unlock()
+	return nil
+}

@@ -1,0 +1,259 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// maxQueue bounds the commands waiting for one lane; past it new commands
+// fail at once instead of growing memory behind a stalled master.
+const maxQueue = 1 << 16
+
+// master is one independent Redis master: its connections (lanes) and what
+// the health loop and the lanes learned about it.
+type master struct {
+	idx   int
+	addr  string
+	rdb   *redis.Client // lanes' connections; no retries, long read timeout
+	probe *redis.Client // health probes; one connection, short timeout
+	lanes []*lane
+	c     *Client
+
+	up        atomic.Bool
+	latencyNS atomic.Int64 // last probe round trip
+	checkedAt atomic.Int64 // unix nanos of the last probe
+	lastErr   atomic.Pointer[string]
+}
+
+// reply is one master's answer to one call.
+type reply struct {
+	idx int
+	val any
+	err error // *MasterError for transport problems, or a Redis error
+}
+
+// call is one script invocation bound for one master.
+type call struct {
+	script   *redis.Script
+	keys     []string // shared by the calls of one fan-out; read-only
+	args     []any    // shared by the calls of one fan-out; read-only
+	mustSend bool     // releases are sent even late, to clean up after a slow SET
+	deadline time.Time
+	idx      int
+	out      chan<- reply // buffered to the number of masters; nil = nobody waits
+	cmd      *redis.Cmd
+}
+
+func (m *master) fail(c *call, err error) {
+	if c.out != nil {
+		c.out <- reply{idx: c.idx, err: &MasterError{Index: m.idx, Addr: m.addr, Err: err}}
+		c.out = nil
+	}
+}
+
+func (m *master) setDown(err error) {
+	msg := err.Error()
+	m.lastErr.Store(&msg)
+	if m.up.Swap(false) {
+		m.c.opts.logger.Warn("master down", zapMaster(m), zapErr(err))
+	}
+}
+
+func (m *master) setUp() {
+	if !m.up.Swap(true) {
+		m.c.opts.logger.Info("master up", zapMaster(m))
+	}
+}
+
+// lane is one pipelined connection to a master. A single goroutine drains
+// the queue into one pipeline at a time and reads every answer before it
+// sends the next pipeline, so a command queued after another for the same
+// key (a release after its SET) reaches the master after it. Callers never
+// wait on a lane: they wait on their own reply channel with their own
+// per-master timeout.
+type lane struct {
+	m         *master
+	mu        sync.Mutex
+	queue     []*call
+	spare     []*call
+	wake      chan struct{}
+	busySince atomic.Int64 // unix nanos when the in-flight pipeline was sent; 0 when idle
+}
+
+func newLane(m *master) *lane {
+	return &lane{m: m, wake: make(chan struct{}, 1)}
+}
+
+// submit queues c, or answers it at once when the master cannot answer in
+// time: known down, or stuck on an earlier pipeline for longer than the
+// per-master timeout. A release that is answered at once is still queued so
+// that it follows any SET already sent.
+func (l *lane) submit(c *call, now time.Time) {
+	m := l.m
+	switch {
+	case !m.up.Load():
+		m.fail(c, ErrMasterDown)
+	default:
+		if bs := l.busySince.Load(); bs != 0 && now.UnixNano()-bs > int64(m.c.opts.perMasterTimeout) {
+			m.fail(c, ErrMasterBusy)
+		}
+	}
+	if c.out == nil && !c.mustSend {
+		return
+	}
+	l.mu.Lock()
+	if len(l.queue) >= maxQueue {
+		l.mu.Unlock()
+		m.fail(c, errors.New("queue full"))
+		return
+	}
+	l.queue = append(l.queue, c)
+	l.mu.Unlock()
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (l *lane) run(closed <-chan struct{}) {
+	for {
+		select {
+		case <-l.wake:
+		case <-closed:
+			l.mu.Lock()
+			q := l.queue
+			l.queue = nil
+			l.mu.Unlock()
+			for _, c := range q {
+				l.m.fail(c, ErrClosed)
+			}
+			return
+		}
+		for {
+			// spare is touched only by this goroutine; swapping it in keeps
+			// two backing arrays alive instead of allocating per batch.
+			l.mu.Lock()
+			batch := l.queue
+			l.queue = l.spare[:0]
+			l.mu.Unlock()
+			if len(batch) == 0 {
+				l.spare = batch
+				break
+			}
+			for start := 0; start < len(batch); start += l.m.c.opts.maxBatch {
+				l.exec(batch[start:min(start+l.m.c.opts.maxBatch, len(batch))])
+			}
+			clear(batch)
+			if cap(batch) > 4*l.m.c.opts.maxBatch {
+				batch = nil // do not keep a backlog's worth of memory
+			}
+			l.spare = batch[:0]
+		}
+	}
+}
+
+// exec sends one pipeline and delivers every answer. Calls whose caller has
+// already given up are not sent at all (an acquire that is never sent can
+// leave no key behind), except releases.
+func (l *lane) exec(batch []*call) {
+	m := l.m
+	now := time.Now()
+	send := batch[:0]
+	for _, c := range batch {
+		if !c.mustSend && now.After(c.deadline) {
+			m.fail(c, ErrMasterTimeout)
+			continue
+		}
+		send = append(send, c)
+	}
+	if len(send) == 0 {
+		return
+	}
+	ctx := context.Background()
+	l.busySince.Store(now.UnixNano())
+	pipe := m.rdb.Pipeline()
+	for _, c := range send {
+		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+	}
+	_, err := pipe.Exec(ctx)
+	if err != nil && !isConnError(err) {
+		err = l.retryNoScript(ctx, send)
+	}
+	l.busySince.Store(0)
+	if m.c.opts.observer != nil {
+		m.c.opts.observer.ObserveBatch(m.idx, len(send), time.Since(now), connErr(err))
+	}
+	if isDialError(err) {
+		m.setDown(err)
+	}
+	for _, c := range send {
+		if c.out == nil {
+			continue
+		}
+		if cerr := c.cmd.Err(); cerr != nil {
+			if isConnError(cerr) {
+				cerr = &MasterError{Index: m.idx, Addr: m.addr, Err: cerr}
+			}
+			c.out <- reply{idx: c.idx, err: cerr}
+		} else {
+			c.out <- reply{idx: c.idx, val: c.cmd.Val()}
+		}
+		c.out = nil
+	}
+}
+
+// retryNoScript re-sends, in their original order, the calls whose EVALSHA
+// failed with NOSCRIPT (the script cache was emptied), as EVAL. Scripts are
+// loaded on every new connection, so this only happens after a SCRIPT FLUSH.
+func (l *lane) retryNoScript(ctx context.Context, send []*call) error {
+	var again []*call
+	for _, c := range send {
+		if err := c.cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			again = append(again, c)
+		}
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	pipe := l.m.rdb.Pipeline()
+	for _, c := range again {
+		c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
+	}
+	_, err := pipe.Exec(ctx)
+	if err != nil && !isConnError(err) {
+		return nil
+	}
+	return err
+}
+
+// isConnError tells transport failures (the answer is unknown) from Redis
+// error replies (the master answered).
+func isConnError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		return false
+	}
+	return true
+}
+
+func connErr(err error) error {
+	if isConnError(err) {
+		return err
+	}
+	return nil
+}
+
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}

@@ -1,0 +1,117 @@
+package redlock
+
+import (
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Option configures a Client. Every With* documents its default.
+type Option func(*options)
+
+type options struct {
+	perMasterTimeout time.Duration
+	driftFactor      float64
+	retry            func() RetryStrategy
+	token            TokenGenerator
+	healthInterval   time.Duration
+	healthTimeout    time.Duration
+	stallTimeout     time.Duration
+	lanes            int
+	maxBatch         int
+	observer         Observer
+	logger           *zap.Logger
+}
+
+func defaultOptions() options {
+	return options{
+		perMasterTimeout: 50 * time.Millisecond,
+		driftFactor:      0.01,
+		retry:            func() RetryStrategy { return ExponentialBackoff(8*time.Millisecond, 256*time.Millisecond) },
+		token:            RandomToken,
+		healthInterval:   time.Second,
+		healthTimeout:    500 * time.Millisecond,
+		stallTimeout:     10 * time.Second,
+		lanes:            4,
+		maxBatch:         256,
+		logger:           zap.NewNop(),
+	}
+}
+
+// WithPerMasterTimeout bounds how long one attempt waits for each master's
+// answer (the Redis Redlock page: "small compared to the total lock
+// auto-release time"). Default 50ms. Release, extend and status use it too.
+func WithPerMasterTimeout(d time.Duration) Option {
+	return func(o *options) { o.perMasterTimeout = d }
+}
+
+// WithDriftFactor sets the clock drift allowance: drift = ttl × f + 2ms is
+// subtracted from every validity. Default 0.01.
+func WithDriftFactor(f float64) Option {
+	return func(o *options) { o.driftFactor = f }
+}
+
+// WithRetryStrategy sets the default retry strategy for Acquire; newStrategy
+// is called once per Acquire. Retries happen only within the caller's wait
+// budget (WithWait). Default ExponentialBackoff(8ms, 256ms), jittered.
+func WithRetryStrategy(newStrategy func() RetryStrategy) Option {
+	return func(o *options) { o.retry = newStrategy }
+}
+
+// WithTokenGenerator replaces RandomToken (128-bit crypto/rand, 32 hex chars).
+func WithTokenGenerator(g TokenGenerator) Option {
+	return func(o *options) { o.token = g }
+}
+
+// WithHealthInterval sets how often every master is probed. Default 1s.
+func WithHealthInterval(d time.Duration) Option {
+	return func(o *options) { o.healthInterval = d }
+}
+
+// WithHealthTimeout bounds one health probe. Default 500ms.
+func WithHealthTimeout(d time.Duration) Option {
+	return func(o *options) { o.healthTimeout = d }
+}
+
+// WithStallTimeout bounds how long a master's connection may sit on an
+// unanswered batch before it is abandoned and a new connection is made.
+// Callers never wait this long (they give up after the per-master timeout);
+// the connection waits so that a release queued behind a slow SET reaches
+// the master after that SET. Default 10s.
+func WithStallTimeout(d time.Duration) Option {
+	return func(o *options) { o.stallTimeout = d }
+}
+
+// WithLanes sets how many pipelined connections (lanes) each master gets.
+// Commands for one key always use the same lane, which keeps their order.
+// Default 4.
+func WithLanes(n int) Option {
+	return func(o *options) { o.lanes = n }
+}
+
+// WithMaxBatch caps how many queued commands one pipeline round trip
+// carries. Default 256.
+func WithMaxBatch(n int) Option {
+	return func(o *options) { o.maxBatch = n }
+}
+
+// WithObserver receives per-master timings and health results, for metrics.
+// Default none.
+func WithObserver(obs Observer) Option {
+	return func(o *options) { o.observer = obs }
+}
+
+// WithLogger sets the logger for master state changes. Default zap.NewNop().
+func WithLogger(l *zap.Logger) Option {
+	return func(o *options) { o.logger = l }
+}
+
+// Observer receives measurements from a Client. Calls come from the
+// Client's own goroutines and must not block.
+type Observer interface {
+	// ObserveBatch reports one pipelined round trip to master: how many
+	// commands it carried, how long it took, and its connection error if any.
+	ObserveBatch(master int, size int, d time.Duration, err error)
+	// ObserveProbe reports one health probe of master.
+	ObserveProbe(master int, up bool, d time.Duration)
+}
