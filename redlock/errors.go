@@ -62,12 +62,12 @@ var (
 // failed. It matches ErrLockHeld, ErrQuorumUnavailable or ErrNotHeld (see
 // Kind), and ErrNotObtained when it came from Acquire.
 type OutcomeError struct {
-	Op      string        // "acquire", "release", "extend" or "status"
-	Kind    error         // ErrLockHeld, ErrQuorumUnavailable or ErrNotHeld
-	Votes   int           // masters that granted the operation
-	Refused int           // masters that answered no (held by another / absent)
-	Quorum  int           // votes needed
-	Masters int           // masters configured
+	Op      string // "acquire", "release", "extend" or "status"
+	Kind    error  // ErrLockHeld, ErrQuorumUnavailable or ErrNotHeld
+	Votes   int    // masters that granted the operation
+	Refused int    // masters that answered no (held by another / absent)
+	Quorum  int    // votes needed
+	Masters int    // masters configured
 	// RetryAfter is the holder's remaining time when Kind is ErrLockHeld and
 	// it could be read (the quorum-th longest PTTL among refusing masters);
 	// 0 when unknown.

@@ -52,8 +52,8 @@ func ExponentialBackoff(min, max time.Duration) RetryStrategy {
 }
 
 type limitRetry struct {
-	s        RetryStrategy
-	left     int
+	s    RetryStrategy
+	left int
 }
 
 func (l *limitRetry) NextBackoff() time.Duration {
