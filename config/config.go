@@ -1,0 +1,168 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Config is everything the daemon needs to run. Field comments give the
+// YAML name, the default (see [DefaultConfig]) and the range Validate
+// enforces.
+type Config struct {
+	// Listen is the host:port the HTTP API listens on. Default
+	// "127.0.0.1:7070"; an empty host listens on every interface.
+	Listen string `yaml:"listen"`
+	// Masters are the host:port addresses of the independent Redis
+	// masters. Required: an odd number, at least 3, no duplicates. An even
+	// count tolerates no more failures than one master fewer.
+	Masters []string `yaml:"masters"`
+	// MasterPassword, if set, is sent with AUTH to every master.
+	MasterPassword string `yaml:"master_password,omitempty"`
+	// APIKeys are the accounts (tenants) allowed to call the API. At least
+	// one; names and keys unique.
+	APIKeys []APIKey `yaml:"api_keys"`
+	// KeyPrefix starts every Redis key the daemon writes. Default
+	// "redlock:"; non-empty, at most 64 bytes, no spaces or control
+	// characters.
+	KeyPrefix string `yaml:"key_prefix"`
+	// PerMasterTimeout bounds each call to one master. Default 50ms;
+	// 1ms to 5s.
+	PerMasterTimeout Duration `yaml:"per_master_timeout"`
+	// DriftFactor is the share of the TTL allowed for clock drift between
+	// the daemon and the masters (Redlock: drift = ttl × factor + 2ms).
+	// Default 0.01; 0 ≤ factor < 0.5.
+	DriftFactor float64 `yaml:"drift_factor"`
+	// DefaultTTL is the lock TTL, in seconds, when a request gives none.
+	// Default 30; 1 to 86400. Use [Config.EffectiveDefaultTTL], which
+	// lowers the built-in 30 to MaxTTL when MaxTTL is smaller.
+	DefaultTTL int `yaml:"default_ttl"`
+	// MaxTTL is the longest TTL, in seconds, a request may ask for.
+	// Default 86400; 1 to 86400.
+	MaxTTL int `yaml:"max_ttl"`
+	// MaxWait caps a request's wait_ms. Default 30s; 0 (no waiting) to 10m.
+	MaxWait Duration `yaml:"max_wait"`
+	// MaxBodyBytes is the largest request body accepted. Default 16384;
+	// 1024 to 1048576 (1 MiB).
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// HealthInterval is how often every master is probed. Default 1s;
+	// 50ms to 1m.
+	HealthInterval Duration `yaml:"health_interval"`
+	// ShutdownTimeout is how long in-flight requests may run after SIGTERM.
+	// Default 10s; must be positive.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// LogFormat is "json" (default) or "console".
+	LogFormat string `yaml:"log_format"`
+	// LogLevel is "debug", "info" (default), "warn" or "error".
+	LogLevel string `yaml:"log_level"`
+}
+
+// APIKey is one account (tenant) and its key. Exactly one of Key and
+// KeySHA256 is set; the daemon only ever compares [APIKey.Hash] values.
+type APIKey struct {
+	// Name is the account name, 1-64 characters from A-Z a-z 0-9 _ . -.
+	// Locks live in a space of their own per account.
+	Name string `yaml:"name"`
+	// Key is the key as clients send it in X-API-Key: at least 16 bytes of
+	// printable ASCII with no leading or trailing space.
+	Key string `yaml:"key,omitempty"`
+	// KeySHA256 is the lowercase hex SHA-256 of the key (64 characters),
+	// for files that should not hold the key itself:
+	//	printf %s "$KEY" | sha256sum
+	KeySHA256 string `yaml:"key_sha256,omitempty"`
+}
+
+// Built-in defaults; DefaultConfig and the flag help texts use them.
+const (
+	defaultListen           = "127.0.0.1:7070"
+	defaultKeyPrefix        = "redlock:"
+	defaultPerMasterTimeout = 50 * time.Millisecond
+	defaultDriftFactor      = 0.01
+	defaultDefaultTTL       = 30
+	defaultMaxTTL           = 86400
+	defaultMaxWait          = 30 * time.Second
+	defaultMaxBodyBytes     = 16384
+	defaultHealthInterval   = time.Second
+	defaultShutdownTimeout  = 10 * time.Second
+	defaultLogFormat        = "json"
+	defaultLogLevel         = "info"
+)
+
+// DefaultConfig returns a Config with every default set. Masters and APIKeys
+// have no default, so it does not pass Validate on its own.
+func DefaultConfig() Config {
+	return Config{
+		Listen:           defaultListen,
+		KeyPrefix:        defaultKeyPrefix,
+		PerMasterTimeout: Duration(defaultPerMasterTimeout),
+		DriftFactor:      defaultDriftFactor,
+		DefaultTTL:       defaultDefaultTTL,
+		MaxTTL:           defaultMaxTTL,
+		MaxWait:          Duration(defaultMaxWait),
+		MaxBodyBytes:     defaultMaxBodyBytes,
+		HealthInterval:   Duration(defaultHealthInterval),
+		ShutdownTimeout:  Duration(defaultShutdownTimeout),
+		LogFormat:        defaultLogFormat,
+		LogLevel:         defaultLogLevel,
+	}
+}
+
+// EffectiveDefaultTTL is the TTL, in seconds, for a request that gives
+// none: DefaultTTL, lowered to MaxTTL when that is smaller. Validate
+// rejects a DefaultTTL other than the built-in 30 that is above MaxTTL, so
+// the lowering only ever applies to the built-in default.
+func (c Config) EffectiveDefaultTTL() int {
+	return min(c.DefaultTTL, c.MaxTTL)
+}
+
+// Hash is the SHA-256 of the key: computed from Key, or decoded from
+// KeySHA256. The daemon compares keys only by this hash, in constant time.
+// For a KeySHA256 that Validate would reject, Hash returns the zero array,
+// which no key hashes to in practice.
+func (k APIKey) Hash() [32]byte {
+	if k.Key != "" {
+		return sha256.Sum256([]byte(k.Key))
+	}
+	var h [32]byte
+	if len(k.KeySHA256) != hex.EncodedLen(len(h)) {
+		return [32]byte{}
+	}
+	if _, err := hex.Decode(h[:], []byte(k.KeySHA256)); err != nil {
+		return [32]byte{}
+	}
+	return h
+}
+
+// String names the account and shows the first 4 bytes of the key's hash,
+// never the key, so an APIKey can be printed or logged.
+func (k APIKey) String() string {
+	h := k.Hash()
+	return fmt.Sprintf("%s (key sha256 %x…)", k.Name, h[:4])
+}
+
+const masked = "<secret>"
+
+// String renders c as YAML with the master password and plaintext API keys
+// replaced by "<secret>", so a Config can be printed or logged.
+func (c Config) String() string {
+	if c.MasterPassword != "" {
+		c.MasterPassword = masked
+	}
+	keys := make([]APIKey, len(c.APIKeys))
+	for i, k := range c.APIKeys {
+		keys[i] = k
+		if k.Key != "" {
+			keys[i].Key = masked
+		}
+	}
+	c.APIKeys = keys
+	b, err := yaml.Marshal(c)
+	if err != nil {
+		// Every field marshals; this cannot happen.
+		return "config: " + err.Error()
+	}
+	return string(b)
+}

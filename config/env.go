@@ -1,0 +1,40 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ApplyEnv overrides c with the REDLOCKD_* variables that lookup (normally
+// os.LookupEnv) reports as set; a variable set to "" counts as set. The
+// variables are REDLOCKD_ + the upper-cased YAML field name:
+//
+//	REDLOCKD_LISTEN, REDLOCKD_MASTERS (comma-separated),
+//	REDLOCKD_MASTER_PASSWORD, REDLOCKD_API_KEYS ("name:key,name2:key2"),
+//	REDLOCKD_KEY_PREFIX, REDLOCKD_PER_MASTER_TIMEOUT, REDLOCKD_DRIFT_FACTOR,
+//	REDLOCKD_DEFAULT_TTL, REDLOCKD_MAX_TTL, REDLOCKD_MAX_WAIT,
+//	REDLOCKD_MAX_BODY_BYTES, REDLOCKD_HEALTH_INTERVAL,
+//	REDLOCKD_SHUTDOWN_TIMEOUT, REDLOCKD_LOG_FORMAT, REDLOCKD_LOG_LEVEL
+//
+// REDLOCKD_MASTERS and REDLOCKD_API_KEYS replace the file's lists rather
+// than adding to them. Every bad value is reported, joined, each naming its
+// variable; the values of REDLOCKD_API_KEYS and REDLOCKD_MASTER_PASSWORD are
+// never repeated. ApplyEnv does not validate; see Validate.
+func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
+	var errs []error
+	for i := range settings {
+		s := &settings[i]
+		val, ok := lookup(s.envName())
+		if !ok {
+			continue
+		}
+		if err := s.set(c, val); err != nil {
+			if s.secret {
+				errs = append(errs, fmt.Errorf("%s: %w", s.envName(), err))
+			} else {
+				errs = append(errs, fmt.Errorf("%s: %q: %w", s.envName(), val, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,76 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+)
+
+// RegisterFlags adds to fs one flag per setting that may be given on the
+// command line: --listen, --masters (comma-separated), --key-prefix,
+// --per-master-timeout, --drift-factor, --default-ttl, --max-ttl,
+// --max-wait, --max-body-bytes, --health-interval, --shutdown-timeout,
+// --log-format and --log-level. API keys and the master password have no
+// flag, since any local user can read a process's arguments.
+//
+// The help texts show DefaultConfig's values as the defaults. Parsed values
+// stay in fs; c is neither read nor changed. Call [Config.ApplyFlags] after
+// fs.Parse to copy the flags that were given into a Config: a flag left out
+// does not override the file or the environment with its default.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	def := DefaultConfig()
+	for i := range settings {
+		s := &settings[i]
+		if !s.flag {
+			continue
+		}
+		fs.Var(&flagValue{s: s, value: s.get(&def)}, s.flagName(),
+			fmt.Sprintf("%s; env %s", s.usage, s.envName()))
+	}
+}
+
+// ApplyFlags copies into c the flags registered by RegisterFlags that were
+// set on the command line. fs must have been parsed. Flags that are not
+// ours are ignored, so fs may carry others.
+func (c *Config) ApplyFlags(fs *flag.FlagSet) error {
+	if !fs.Parsed() {
+		return errors.New("config: ApplyFlags called before the flag set was parsed")
+	}
+	var errs []error
+	fs.Visit(func(f *flag.Flag) {
+		v, ok := f.Value.(*flagValue)
+		if !ok || v.s == nil {
+			return
+		}
+		// Set already parsed the value once, so this fails only if the
+		// flag set was changed by hand.
+		if err := v.s.set(c, v.value); err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %q: %w", f.Name, v.value, err))
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// flagValue holds a flag's text until ApplyFlags copies it into a Config.
+type flagValue struct {
+	s     *setting
+	value string
+}
+
+func (f *flagValue) String() string {
+	if f == nil {
+		return ""
+	}
+	return f.value
+}
+
+// Set checks s by applying it to a scratch Config, so that a bad value
+// fails in fs.Parse with the flag package's usual message.
+func (f *flagValue) Set(s string) error {
+	var scratch Config
+	if err := f.s.set(&scratch, s); err != nil {
+		return err
+	}
+	f.value = s
+	return nil
+}

@@ -1,0 +1,422 @@
+package config_test
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redlockd/redlockd/config"
+)
+
+// writeFile writes content to redlockd.yaml in a fresh directory and
+// returns its path.
+func writeFile(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "redlockd.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// env returns a lookup function over a fixed map, like os.LookupEnv.
+func env(vars map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := vars[k]
+		return v, ok
+	}
+}
+
+// parsedFlags registers the config flags on a new flag set and parses args.
+func parsedFlags(t *testing.T, args ...string) *flag.FlagSet {
+	t.Helper()
+	fs := flag.NewFlagSet("redlockd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var c config.Config
+	c.RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("Parse(%q): %v", args, err)
+	}
+	return fs
+}
+
+const validYAML = `
+masters: ["127.0.0.1:6379", "127.0.0.1:6380", "127.0.0.1:6381"]
+master_password: ` + secretPassword + `
+api_keys:
+  - name: shop
+    key: ` + secretKey + `
+`
+
+func TestLoadFile(t *testing.T) {
+	tests := []struct {
+		name    string
+		yaml    string
+		want    func(c *config.Config) // changes to DefaultConfig
+		wantErr []string               // after the file name and ": "
+	}{
+		{"empty file", "", func(c *config.Config) {}, nil},
+		{"comments only", "# nothing here\n", func(c *config.Config) {}, nil},
+		{"null document", "---\n", func(c *config.Config) {}, nil},
+		{"some fields", "listen: ':8080'\nper_master_timeout: 20ms\nmax_ttl: 600\nmasters: [a:1, b:2, c:3]\n", func(c *config.Config) {
+			c.Listen = ":8080"
+			c.PerMasterTimeout = config.Duration(20 * time.Millisecond)
+			c.MaxTTL = 600
+			c.Masters = []string{"a:1", "b:2", "c:3"}
+		}, nil},
+		{"empty value keeps the default", "listen:\nmax_wait:\n", func(c *config.Config) {}, nil},
+		{"key_sha256", "api_keys:\n  - name: shop\n    key_sha256: " + secretKeySHA + "\n", func(c *config.Config) {
+			c.APIKeys = []config.APIKey{{Name: "shop", KeySHA256: secretKeySHA}}
+		}, nil},
+		{"unknown field", "listen: ':8080'\nlistn: ':9090'\n", nil, []string{
+			"line 2: field listn not found in type config.Config",
+		}},
+		{"unknown field in an API key", "api_keys:\n  - name: shop\n    kee: x\n", nil, []string{
+			"line 3: field kee not found in type config.APIKey",
+		}},
+		{"duplicate field", "max_ttl: 60\nmax_ttl: 90\n", nil, []string{
+			`line 2: mapping key "max_ttl" already defined at line 1`,
+		}},
+		{"duration without unit", "per_master_timeout: 50\n", nil, []string{
+			`line 1: "50": no unit; write it with one, e.g. "50ms" or "50s"`,
+		}},
+		{"negative duration", "max_wait: -1s\n", nil, []string{`line 1: "-1s": negative durations are not allowed`}},
+		{"every problem, one per line", "max_ttl: soon\nfoo: 1\nhealth_interval: 5\n", nil, []string{
+			"line 1: cannot unmarshal !!str `soon` into int",
+			"line 2: field foo not found in type config.Config",
+			`line 3: "5": no unit; write it with one, e.g. "5ms" or "5s"`,
+		}},
+		{"second document", "listen: ':1'\n---\nlisten: ':2'\n", nil, []string{
+			"line 2: a second YAML document; the file must hold one",
+		}},
+		{"syntax error", "listen: [\n", nil, []string{"line 1: did not find expected node content"}},
+		{"not a mapping", "- a\n", nil, []string{"line 1: cannot unmarshal !!seq into config.Config"}},
+		{"api key of the wrong shape", "api_keys:\n  - name: shop\n    key: [" + secretKey + "]\n", nil, []string{
+			"line 3: cannot unmarshal !!seq into string",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := writeFile(t, tt.yaml)
+			got, err := config.LoadFile(path)
+			assertNoSecrets(t, err)
+			if tt.wantErr != nil {
+				want := make([]string, len(tt.wantErr))
+				for i, w := range tt.wantErr {
+					want[i] = path + ": " + w
+				}
+				if lines := errorLines(err); !slices.Equal(lines, want) {
+					t.Errorf("LoadFile error =\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("LoadFile: %v", err)
+			}
+			want := config.DefaultConfig()
+			tt.want(&want)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("LoadFile =\n%+v\nwant\n%+v", got, want)
+			}
+		})
+	}
+}
+
+func TestLoadFileMissing(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nope.yaml")
+	_, err := config.LoadFile(path)
+	if err == nil || !strings.Contains(err.Error(), path) || !os.IsNotExist(err) {
+		t.Errorf("LoadFile(missing) = %v, want a not-exist error naming the file", err)
+	}
+}
+
+// TestExampleFile keeps redlockd.example.yaml honest: it loads, validates,
+// and states every default exactly.
+func TestExampleFile(t *testing.T) {
+	got, err := config.LoadFile("redlockd.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatalf("example does not validate:\n%v", err)
+	}
+	if len(got.Masters) != 5 || len(got.APIKeys) != 2 || got.APIKeys[1].KeySHA256 == "" {
+		t.Errorf("example masters = %q, api_keys = %v; want 5 masters and a key and a key_sha256", got.Masters, got.APIKeys)
+	}
+	want := config.DefaultConfig()
+	want.Masters, want.APIKeys = got.Masters, got.APIKeys // no defaults to compare with
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("example defaults differ from DefaultConfig:\n%+v\nwant\n%+v", got, want)
+	}
+
+	// Every field appears in the example, commented out or not.
+	raw, err := os.ReadFile("redlockd.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ := reflect.TypeFor[config.Config]()
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("yaml"), ",")
+		if !bytes.Contains(raw, []byte("\n"+name+":")) && !bytes.Contains(raw, []byte("\n# "+name+":")) {
+			t.Errorf("example does not show field %s", name)
+		}
+	}
+}
+
+func TestApplyEnv(t *testing.T) {
+	tests := []struct {
+		name    string
+		vars    map[string]string
+		want    func(c *config.Config)
+		wantErr []string
+	}{
+		{"nothing set", nil, func(c *config.Config) {}, nil},
+		{"every variable", map[string]string{
+			"REDLOCKD_LISTEN":             ":8080",
+			"REDLOCKD_MASTERS":            "a:1, b:2 ,c:3",
+			"REDLOCKD_MASTER_PASSWORD":    secretPassword,
+			"REDLOCKD_API_KEYS":           "shop:" + secretKey + ",ops:" + secretKey2,
+			"REDLOCKD_KEY_PREFIX":         "rl:",
+			"REDLOCKD_PER_MASTER_TIMEOUT": "20ms",
+			"REDLOCKD_DRIFT_FACTOR":       "0.02",
+			"REDLOCKD_DEFAULT_TTL":        "15",
+			"REDLOCKD_MAX_TTL":            "600",
+			"REDLOCKD_MAX_WAIT":           "0",
+			"REDLOCKD_MAX_BODY_BYTES":     "2048",
+			"REDLOCKD_HEALTH_INTERVAL":    "500ms",
+			"REDLOCKD_SHUTDOWN_TIMEOUT":   "3s",
+			"REDLOCKD_LOG_FORMAT":         "console",
+			"REDLOCKD_LOG_LEVEL":          "debug",
+		}, func(c *config.Config) {
+			*c = config.Config{
+				Listen:           ":8080",
+				Masters:          []string{"a:1", "b:2", "c:3"},
+				MasterPassword:   secretPassword,
+				APIKeys:          []config.APIKey{{Name: "shop", Key: secretKey}, {Name: "ops", Key: secretKey2}},
+				KeyPrefix:        "rl:",
+				PerMasterTimeout: config.Duration(20 * time.Millisecond),
+				DriftFactor:      0.02,
+				DefaultTTL:       15,
+				MaxTTL:           600,
+				MaxWait:          0,
+				MaxBodyBytes:     2048,
+				HealthInterval:   config.Duration(500 * time.Millisecond),
+				ShutdownTimeout:  config.Duration(3 * time.Second),
+				LogFormat:        "console",
+				LogLevel:         "debug",
+			}
+		}, nil},
+		{"a key may contain a colon", map[string]string{"REDLOCKD_API_KEYS": "shop:" + secretKey + ":x"}, func(c *config.Config) {
+			c.APIKeys = []config.APIKey{{Name: "shop", Key: secretKey + ":x"}}
+		}, nil},
+		{"empty counts as set", map[string]string{"REDLOCKD_MASTER_PASSWORD": "", "REDLOCKD_MASTERS": ""}, func(c *config.Config) {}, nil},
+		{"bad values, each named, all reported", map[string]string{
+			"REDLOCKD_MAX_TTL":            "1d",
+			"REDLOCKD_PER_MASTER_TIMEOUT": "50",
+			"REDLOCKD_DRIFT_FACTOR":       "1%",
+			"REDLOCKD_MAX_BODY_BYTES":     "16k",
+			"REDLOCKD_MASTERS":            "a:1,,c:3",
+		}, nil, []string{
+			`REDLOCKD_MASTERS: "a:1,,c:3": entry 2 is empty`,
+			`REDLOCKD_PER_MASTER_TIMEOUT: "50": no unit; write it with one, e.g. "50ms" or "50s"`,
+			`REDLOCKD_DRIFT_FACTOR: "1%": want a number such as 0.01`,
+			`REDLOCKD_MAX_TTL: "1d": want a whole number`,
+			`REDLOCKD_MAX_BODY_BYTES: "16k": want a whole number`,
+		}},
+		{"bad API keys are not echoed", map[string]string{"REDLOCKD_API_KEYS": "shop:" + secretKey + "," + secretKey2}, nil, []string{
+			"REDLOCKD_API_KEYS: entry 2: want name:key",
+		}},
+		{"API key without a name", map[string]string{"REDLOCKD_API_KEYS": ":" + secretKey}, nil, []string{
+			"REDLOCKD_API_KEYS: entry 1: want name:key",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := config.DefaultConfig()
+			err := got.ApplyEnv(env(tt.vars))
+			assertNoSecrets(t, err)
+			if tt.wantErr != nil {
+				if lines := errorLines(err); !slices.Equal(lines, tt.wantErr) {
+					t.Errorf("ApplyEnv error =\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(tt.wantErr, "\n"))
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ApplyEnv: %v", err)
+			}
+			want := config.DefaultConfig()
+			tt.want(&want)
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("ApplyEnv =\n%+v\nwant\n%+v", got, want)
+			}
+		})
+	}
+}
+
+func TestApplyFlags(t *testing.T) {
+	fs := parsedFlags(t,
+		"--listen=:8080", "--masters", "a:1,b:2,c:3", "--per-master-timeout=20ms", "--drift-factor=0.02",
+		"--default-ttl=15", "--max-ttl=600", "--max-wait=1m", "--log-format=console", "--log-level=warn",
+		"--key-prefix=rl:", "--health-interval=2s", "--shutdown-timeout=3s", "--max-body-bytes=2048")
+	got := config.DefaultConfig()
+	if err := got.ApplyFlags(fs); err != nil {
+		t.Fatal(err)
+	}
+	want := config.DefaultConfig()
+	want.Listen = ":8080"
+	want.Masters = []string{"a:1", "b:2", "c:3"}
+	want.PerMasterTimeout = config.Duration(20 * time.Millisecond)
+	want.DriftFactor = 0.02
+	want.DefaultTTL = 15
+	want.MaxTTL = 600
+	want.MaxWait = config.Duration(time.Minute)
+	want.LogFormat = "console"
+	want.LogLevel = "warn"
+	want.KeyPrefix = "rl:"
+	want.HealthInterval = config.Duration(2 * time.Second)
+	want.ShutdownTimeout = config.Duration(3 * time.Second)
+	want.MaxBodyBytes = 2048
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("ApplyFlags =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	tests := []struct{ arg, want string }{
+		{"--per-master-timeout=50", `invalid value "50" for flag -per-master-timeout: no unit; write it with one, e.g. "50ms" or "50s"`},
+		{"--max-wait=-1s", `invalid value "-1s" for flag -max-wait: negative durations are not allowed`},
+		{"--max-ttl=1h", `invalid value "1h" for flag -max-ttl: want a whole number`},
+		{"--drift-factor=x", `invalid value "x" for flag -drift-factor: want a number such as 0.01`},
+		{"--api-keys=shop:" + secretKey, "flag provided but not defined: -api-keys"},
+	}
+	for _, tt := range tests {
+		fs := flag.NewFlagSet("redlockd", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		new(config.Config).RegisterFlags(fs)
+		err := fs.Parse([]string{tt.arg})
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("Parse(%q) = %v, want %q", tt.arg, err, tt.want)
+		}
+	}
+
+	var c config.Config
+	if err := c.ApplyFlags(flag.NewFlagSet("x", flag.ContinueOnError)); err == nil {
+		t.Error("ApplyFlags accepted a flag set that was never parsed")
+	}
+}
+
+func TestFlagHelpStatesDefaults(t *testing.T) {
+	fs := flag.NewFlagSet("redlockd", flag.ContinueOnError)
+	var c config.Config // a zero receiver: the help still shows DefaultConfig
+	c.RegisterFlags(fs)
+	var help bytes.Buffer
+	fs.SetOutput(&help)
+	fs.PrintDefaults()
+	for _, want := range []string{
+		"-listen host:port", "(default 127.0.0.1:7070)",
+		"-masters list", "(no default)",
+		"-per-master-timeout duration", "(default 50ms)",
+		"-drift-factor factor", "(default 0.01)",
+		"-default-ttl seconds", "(default 30)",
+		"-max-ttl seconds", "(default 86400)",
+		"-max-wait duration", "(default 30s)",
+		"-max-body-bytes bytes", "(default 16384)",
+		"-health-interval duration", "(default 1s)",
+		"-shutdown-timeout duration", "(default 10s)",
+		"-log-format format", "(default json)",
+		"-log-level level", "(default info)",
+		"-key-prefix prefix", "(default redlock:)",
+		"env REDLOCKD_PER_MASTER_TIMEOUT",
+	} {
+		if !strings.Contains(help.String(), want) {
+			t.Errorf("flag help lacks %q:\n%s", want, help.String())
+		}
+	}
+	for _, secret := range []string{"api-keys", "master-password"} {
+		if fs.Lookup(secret) != nil {
+			t.Errorf("secret %s is a flag; argv is visible to every local user", secret)
+		}
+	}
+}
+
+// TestLoadPrecedence checks defaults < file < env < flags, and that a flag
+// or variable left out never overrides with its default.
+func TestLoadPrecedence(t *testing.T) {
+	path := writeFile(t, validYAML+`
+listen: "127.0.0.1:1111"
+max_ttl: 100
+log_level: debug
+max_wait: 5s
+`)
+	lookup := env(map[string]string{
+		"REDLOCKD_LISTEN":  "127.0.0.1:2222",
+		"REDLOCKD_MAX_TTL": "200",
+	})
+	fs := parsedFlags(t, "--listen", "127.0.0.1:3333")
+
+	got, err := config.Load(path, lookup, fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		field     string
+		got, want any
+	}{
+		{"listen (flag over env over file)", got.Listen, "127.0.0.1:3333"},
+		{"max_ttl (env over file)", got.MaxTTL, 200},
+		{"log_level (file over default)", got.LogLevel, "debug"},
+		{"max_wait (file; flag not given)", got.MaxWait, config.Duration(5 * time.Second)},
+		{"drift_factor (default)", got.DriftFactor, 0.01},
+		{"master_password (file)", got.MasterPassword, secretPassword},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.field, c.got, c.want)
+		}
+	}
+}
+
+func TestLoad(t *testing.T) {
+	t.Run("no file: env and flags alone", func(t *testing.T) {
+		lookup := env(map[string]string{
+			"REDLOCKD_MASTERS":  "a:1,b:2,c:3",
+			"REDLOCKD_API_KEYS": "shop:" + secretKey,
+		})
+		got, err := config.Load("", lookup, parsedFlags(t))
+		if err != nil || len(got.Masters) != 3 || len(got.APIKeys) != 1 {
+			t.Errorf("Load = %+v, %v", got, err)
+		}
+	})
+	t.Run("nil lookup and flag set", func(t *testing.T) {
+		if _, err := config.Load(writeFile(t, validYAML), nil, nil); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("validates the result", func(t *testing.T) {
+		path := writeFile(t, validYAML+"max_ttl: 100000\n")
+		_, err := config.Load(path, env(map[string]string{"REDLOCKD_MASTERS": "a:1,b:2"}), parsedFlags(t))
+		want := []string{"masters: 2 given, need an odd number ≥ 3", "max_ttl: 100000 is above the limit of 86400"}
+		if lines := errorLines(err); !slices.Equal(lines, want) {
+			t.Errorf("Load error = %q, want %q", lines, want)
+		}
+	})
+	t.Run("file errors stop the chain", func(t *testing.T) {
+		path := writeFile(t, "bogus: 1\n")
+		_, err := config.Load(path, nil, nil)
+		if want := path + ": line 1: field bogus not found in type config.Config"; err == nil || err.Error() != want {
+			t.Errorf("Load error = %v, want %q", err, want)
+		}
+	})
+	t.Run("env errors stop the chain", func(t *testing.T) {
+		_, err := config.Load(writeFile(t, validYAML), env(map[string]string{"REDLOCKD_MAX_TTL": "x"}), nil)
+		if want := `REDLOCKD_MAX_TTL: "x": want a whole number`; err == nil || err.Error() != want {
+			t.Errorf("Load error = %v, want %q", err, want)
+		}
+	})
+}

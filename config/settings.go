@@ -1,0 +1,174 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// setting is one field that environment variables, and most of them flags
+// too, can set. Its environment variable is REDLOCKD_ + the upper-cased
+// YAML name; its flag is the YAML name with dashes.
+type setting struct {
+	name   string // YAML field name
+	flag   bool   // also a flag; secrets are not, as argv is visible to every local user
+	secret bool   // the value never appears in an error
+	usage  string // flag help; a `quoted` word names the value's type
+	set    func(c *Config, s string) error
+	get    func(c *Config) string // the flag help's default
+}
+
+func (s *setting) envName() string  { return "REDLOCKD_" + strings.ToUpper(s.name) }
+func (s *setting) flagName() string { return strings.ReplaceAll(s.name, "_", "-") }
+
+// settings is in Config's field order.
+var settings = []setting{
+	stringSetting("listen", "`host:port` the HTTP API listens on", func(c *Config) *string { return &c.Listen }),
+	{
+		name:  "masters",
+		flag:  true,
+		usage: "comma-separated `list` of the Redis masters as host:port; an odd number, at least 3 (no default)",
+		set: func(c *Config, s string) error {
+			l, err := splitList(s)
+			if err != nil {
+				return err
+			}
+			c.Masters = l
+			return nil
+		},
+		get: func(c *Config) string { return strings.Join(c.Masters, ",") },
+	},
+	{
+		name:   "master_password",
+		secret: true,
+		set:    func(c *Config, s string) error { c.MasterPassword = s; return nil },
+	},
+	{
+		name:   "api_keys",
+		secret: true,
+		set: func(c *Config, s string) error {
+			keys, err := parseAPIKeys(s)
+			if err != nil {
+				return err
+			}
+			c.APIKeys = keys
+			return nil
+		},
+	},
+	stringSetting("key_prefix", "`prefix` of every Redis key the daemon writes", func(c *Config) *string { return &c.KeyPrefix }),
+	durationSetting("per_master_timeout", "bound on each call to one master, a `duration` from 1ms to 5s", func(c *Config) *Duration { return &c.PerMasterTimeout }),
+	{
+		name:  "drift_factor",
+		flag:  true,
+		usage: "share of the TTL allowed for clock drift, 0 ≤ `factor` < 0.5",
+		set: func(c *Config, s string) error {
+			f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+			if err != nil {
+				return errors.New("want a number such as 0.01")
+			}
+			c.DriftFactor = f
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatFloat(c.DriftFactor, 'g', -1, 64) },
+	},
+	intSetting("default_ttl", "lock TTL in `seconds` when a request gives none, 1 to 86400 (lowered to max-ttl if that is smaller)", func(c *Config) *int { return &c.DefaultTTL }),
+	intSetting("max_ttl", "longest lock TTL in `seconds` a request may ask for, 1 to 86400", func(c *Config) *int { return &c.MaxTTL }),
+	durationSetting("max_wait", "cap on a request's wait_ms, a `duration` from 0 to 10m", func(c *Config) *Duration { return &c.MaxWait }),
+	{
+		name:  "max_body_bytes",
+		flag:  true,
+		usage: "largest request body in `bytes`, 1024 to 1048576",
+		set: func(c *Config, s string) error {
+			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+			if err != nil {
+				return errors.New("want a whole number")
+			}
+			c.MaxBodyBytes = n
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatInt(c.MaxBodyBytes, 10) },
+	},
+	durationSetting("health_interval", "how often every master is probed, a `duration` from 50ms to 1m", func(c *Config) *Duration { return &c.HealthInterval }),
+	durationSetting("shutdown_timeout", "how long in-flight requests may run after SIGTERM, a `duration` above 0", func(c *Config) *Duration { return &c.ShutdownTimeout }),
+	stringSetting("log_format", "log `format`: json or console", func(c *Config) *string { return &c.LogFormat }),
+	stringSetting("log_level", "log `level`: debug, info, warn or error", func(c *Config) *string { return &c.LogLevel }),
+}
+
+func stringSetting(name, usage string, field func(*Config) *string) setting {
+	return setting{
+		name:  name,
+		flag:  true,
+		usage: usage,
+		set:   func(c *Config, s string) error { *field(c) = s; return nil },
+		get:   func(c *Config) string { return *field(c) },
+	}
+}
+
+func intSetting(name, usage string, field func(*Config) *int) setting {
+	return setting{
+		name:  name,
+		flag:  true,
+		usage: usage,
+		set: func(c *Config, s string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil {
+				return errors.New("want a whole number")
+			}
+			*field(c) = n
+			return nil
+		},
+		get: func(c *Config) string { return strconv.Itoa(*field(c)) },
+	}
+}
+
+func durationSetting(name, usage string, field func(*Config) *Duration) setting {
+	return setting{
+		name:  name,
+		flag:  true,
+		usage: usage + ` (with a unit: "50ms", "1s")`,
+		set: func(c *Config, s string) error {
+			d, err := parseDuration(s)
+			if err != nil {
+				return err
+			}
+			*field(c) = d
+			return nil
+		},
+		get: func(c *Config) string { return field(c).String() },
+	}
+}
+
+// splitList splits a comma-separated list, trimming spaces around entries.
+// An empty string is an empty list; an empty entry is an error.
+func splitList(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		parts[i] = strings.TrimSpace(p)
+		if parts[i] == "" {
+			return nil, fmt.Errorf("entry %d is empty", i+1)
+		}
+	}
+	return parts, nil
+}
+
+// parseAPIKeys reads "name:key,name2:key2". Errors name the entry by its
+// position and never quote it.
+func parseAPIKeys(s string) ([]APIKey, error) {
+	entries, err := splitList(s)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]APIKey, 0, len(entries))
+	for i, e := range entries {
+		name, key, ok := strings.Cut(e, ":")
+		if !ok || name == "" || key == "" {
+			return nil, fmt.Errorf("entry %d: want name:key", i+1)
+		}
+		keys = append(keys, APIKey{Name: name, Key: key})
+	}
+	return keys, nil
+}

@@ -1,0 +1,289 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
+
+// FieldError is one problem found by Validate. Field is the path in the
+// YAML file's terms ("masters[2]", "api_keys[0].key"); Problem says what is
+// wrong without repeating any secret.
+type FieldError struct {
+	Field   string
+	Problem string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Problem }
+
+// Limits Validate enforces.
+const (
+	minMasters          = 3
+	maxNameLen          = 64
+	minKeyLen           = 16
+	maxKeyPrefixLen     = 64
+	maxTTLLimit         = 86400
+	minMaxBodyBytes     = 1024
+	maxMaxBodyBytes     = 1 << 20
+	minPerMasterTimeout = time.Millisecond
+	maxPerMasterTimeout = 5 * time.Second
+	maxMaxWait          = 10 * time.Minute
+	minHealthInterval   = 50 * time.Millisecond
+	maxHealthInterval   = time.Minute
+	maxDriftFactor      = 0.5
+)
+
+var (
+	logFormats = []string{"json", "console"}
+	logLevels  = []string{"debug", "info", "warn", "error"}
+)
+
+// Validate checks every field and returns all problems joined with
+// errors.Join, each a *FieldError, or nil. It does not change c.
+func (c *Config) Validate() error {
+	var v validator
+
+	if c.Listen == "" {
+		v.add("listen", "required")
+	} else if p := addrProblem(c.Listen, true); p != "" {
+		v.add("listen", "%s", p)
+	}
+
+	c.validateMasters(&v)
+	c.validateAPIKeys(&v)
+
+	switch {
+	case c.KeyPrefix == "":
+		v.add("key_prefix", "required")
+	case len(c.KeyPrefix) > maxKeyPrefixLen:
+		v.add("key_prefix", "%d bytes, the limit is %d", len(c.KeyPrefix), maxKeyPrefixLen)
+	case !utf8.ValidString(c.KeyPrefix):
+		v.add("key_prefix", "not valid UTF-8")
+	case strings.IndexFunc(c.KeyPrefix, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0:
+		v.add("key_prefix", "%q: must not contain spaces or control characters", c.KeyPrefix)
+	}
+
+	v.duration("per_master_timeout", c.PerMasterTimeout, minPerMasterTimeout, maxPerMasterTimeout)
+
+	if math.IsNaN(c.DriftFactor) || c.DriftFactor < 0 || c.DriftFactor >= maxDriftFactor {
+		v.add("drift_factor", "%g is out of range, need 0 ≤ x < %g", c.DriftFactor, maxDriftFactor)
+	}
+
+	maxTTLOK := v.integer("max_ttl", int64(c.MaxTTL), 1, maxTTLLimit)
+	if v.integer("default_ttl", int64(c.DefaultTTL), 1, maxTTLLimit) && maxTTLOK &&
+		c.DefaultTTL > c.MaxTTL && c.DefaultTTL != defaultDefaultTTL {
+		// The built-in 30 follows a smaller max_ttl down (EffectiveDefaultTTL);
+		// a default_ttl someone chose is not silently lowered.
+		v.add("default_ttl", "%d is above max_ttl (%d)", c.DefaultTTL, c.MaxTTL)
+	}
+
+	v.duration("max_wait", c.MaxWait, 0, maxMaxWait)
+	v.integer("max_body_bytes", c.MaxBodyBytes, minMaxBodyBytes, maxMaxBodyBytes)
+	v.duration("health_interval", c.HealthInterval, minHealthInterval, maxHealthInterval)
+	if c.ShutdownTimeout <= 0 {
+		v.add("shutdown_timeout", "%v must be more than 0", c.ShutdownTimeout)
+	}
+	v.oneOf("log_format", c.LogFormat, logFormats)
+	v.oneOf("log_level", c.LogLevel, logLevels)
+
+	return errors.Join(v.errs...)
+}
+
+func (c *Config) validateMasters(v *validator) {
+	if n := len(c.Masters); n < minMasters || n%2 == 0 {
+		v.add("masters", "%d given, need an odd number ≥ %d", n, minMasters)
+	}
+	seen := make(map[string]int, len(c.Masters))
+	for i, m := range c.Masters {
+		field := fmt.Sprintf("masters[%d]", i)
+		if m == "" {
+			v.add(field, "empty")
+			continue
+		}
+		if p := addrProblem(m, false); p != "" {
+			v.add(field, "%s", p)
+			continue
+		}
+		id := canonicalAddr(m)
+		if j, dup := seen[id]; dup {
+			v.add(field, "%q duplicates masters[%d]", m, j)
+			continue
+		}
+		seen[id] = i
+	}
+}
+
+func (c *Config) validateAPIKeys(v *validator) {
+	if len(c.APIKeys) == 0 {
+		v.add("api_keys", "none given, need at least one")
+	}
+	names := make(map[string]int, len(c.APIKeys))
+	hashes := make(map[[32]byte]int, len(c.APIKeys))
+	for i, k := range c.APIKeys {
+		field := fmt.Sprintf("api_keys[%d]", i)
+
+		// Names are never echoed: a key pasted into the name field would
+		// otherwise end up in the message.
+		switch {
+		case k.Name == "":
+			v.add(field+".name", "required")
+		case len(k.Name) > maxNameLen:
+			v.add(field+".name", "%d characters, the limit is %d", len(k.Name), maxNameLen)
+		case strings.IndexFunc(k.Name, func(r rune) bool { return !isNameRune(r) }) >= 0:
+			v.add(field+".name", "only A-Z a-z 0-9 _ . - are allowed")
+		default:
+			if j, dup := names[k.Name]; dup {
+				v.add(field+".name", "same name as api_keys[%d]", j)
+			} else {
+				names[k.Name] = i
+			}
+		}
+
+		keyOK := false
+		switch {
+		case k.Key != "" && k.KeySHA256 != "":
+			v.add(field, "set key or key_sha256, not both")
+		case k.Key == "" && k.KeySHA256 == "":
+			v.add(field, "set one of key or key_sha256")
+		case k.Key != "":
+			keyOK = v.plainKey(field+".key", k.Key)
+		default:
+			keyOK = v.keySHA256(field+".key_sha256", k.KeySHA256)
+		}
+		if !keyOK {
+			continue
+		}
+		h := k.Hash()
+		if j, dup := hashes[h]; dup {
+			v.add(field, "same key as api_keys[%d]", j)
+			continue
+		}
+		hashes[h] = i
+	}
+}
+
+// validator collects problems.
+type validator struct{ errs []error }
+
+func (v *validator) add(field, format string, args ...any) {
+	v.errs = append(v.errs, &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) integer(field string, n, lo, hi int64) bool {
+	switch {
+	case n < lo:
+		v.add(field, "%d is below the minimum of %d", n, lo)
+	case n > hi:
+		v.add(field, "%d is above the limit of %d", n, hi)
+	default:
+		return true
+	}
+	return false
+}
+
+func (v *validator) duration(field string, d Duration, lo, hi time.Duration) {
+	switch {
+	case time.Duration(d) < lo:
+		v.add(field, "%v is below the minimum of %v", d, lo)
+	case time.Duration(d) > hi:
+		v.add(field, "%v is above the limit of %v", d, hi)
+	}
+}
+
+func (v *validator) oneOf(field, s string, allowed []string) {
+	for _, a := range allowed {
+		if s == a {
+			return
+		}
+	}
+	v.add(field, "%q is not one of: %s", s, strings.Join(allowed, ", "))
+}
+
+// plainKey checks a plaintext API key without ever quoting it.
+func (v *validator) plainKey(field, key string) bool {
+	switch {
+	case len(key) < minKeyLen:
+		v.add(field, "too short (%d bytes, need ≥ %d)", len(key), minKeyLen)
+	case strings.IndexFunc(key, func(r rune) bool { return r < ' ' || r > '~' }) >= 0:
+		v.add(field, "only printable ASCII is allowed (the key travels in an HTTP header)")
+	case key[0] == ' ' || key[len(key)-1] == ' ':
+		v.add(field, "starts or ends with a space, which HTTP drops from header values")
+	default:
+		return true
+	}
+	return false
+}
+
+func (v *validator) keySHA256(field, sum string) bool {
+	if len(sum) != 64 || strings.IndexFunc(sum, func(r rune) bool { return !isHexRune(r) }) >= 0 {
+		v.add(field, "want 64 hex characters")
+		return false
+	}
+	if strings.ToLower(sum) != sum {
+		v.add(field, "want lowercase hex")
+		return false
+	}
+	return true
+}
+
+// addrProblem says what is wrong with a host:port, or returns "". A
+// listen address may leave the host empty (every interface) and use port 0
+// (any free port); a master address may not.
+func addrProblem(addr string, listen bool) string {
+	if strings.Contains(addr, "://") || strings.Contains(addr, "@") {
+		// Not quoted: a URL may carry a password.
+		return "want host:port, not a URL"
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			msg := strings.TrimSuffix(ae.Err, " in address")
+			if msg == "too many colons" {
+				msg += ` (write an IPv6 address as "[::1]:6379")`
+			}
+			return fmt.Sprintf("%q: %s", addr, msg)
+		}
+		return fmt.Sprintf("%q: %v", addr, err)
+	}
+	if host == "" && !listen {
+		return fmt.Sprintf("%q: missing host", addr)
+	}
+	lo := 1
+	if listen {
+		lo = 0
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < lo || n > 65535 {
+		return fmt.Sprintf("%q: port must be a number from %d to 65535", addr, lo)
+	}
+	return ""
+}
+
+// canonicalAddr turns a valid host:port into a form in which spellings of
+// the same address compare equal ("LOCALHOST:06379", "::1" vs
+// "0:0:0:0:0:0:0:1").
+func canonicalAddr(addr string) string {
+	host, port, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); ip != nil {
+		host = ip.String()
+	} else {
+		host = strings.ToLower(host)
+	}
+	n, _ := strconv.Atoi(port)
+	return net.JoinHostPort(host, strconv.Itoa(n))
+}
+
+func isNameRune(r rune) bool {
+	return 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' ||
+		r == '_' || r == '.' || r == '-'
+}
+
+func isHexRune(r rune) bool {
+	return '0' <= r && r <= '9' || 'a' <= r && r <= 'f' || 'A' <= r && r <= 'F'
+}
