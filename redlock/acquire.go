@@ -112,16 +112,20 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	out, _ := c.fanout(acquireScript, keys, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false, start, nil)
 
 	res := OutcomeError{Op: "acquire", Quorum: c.quorum, Masters: n}
-	maybeHeld := make([]bool, n) // masters where our SET may have landed
+	// Masters where our SET may have landed: all but those that refused,
+	// including those that have not answered when the outcome is decided.
+	maybeHeld := make([]bool, n)
+	for i := range maybeHeld {
+		maybeHeld[i] = true
+	}
 	var holderPTTLs []int64
 	c.gather(ctx, out, start, func(r reply) bool {
 		if r.err != nil {
 			res.Failures = append(res.Failures, masterErr(c, r))
-			maybeHeld[r.idx] = true
 		} else if set, pttl := parsePair(r.val); set == 1 {
 			res.Votes++
-			maybeHeld[r.idx] = true
 		} else {
+			maybeHeld[r.idx] = false
 			res.Refused++
 			if pttl > 0 {
 				holderPTTLs = append(holderPTTLs, pttl)

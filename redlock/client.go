@@ -80,6 +80,7 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 		lo := *mo
 		lo.MaxRetries = -1
 		lo.DialTimeout = max(o.perMasterTimeout, 100*time.Millisecond)
+		lo.DialerRetries = 1 // a refused dial is an answer: the master is down
 		lo.ReadTimeout = o.stallTimeout
 		lo.WriteTimeout = o.stallTimeout
 		lo.ContextTimeoutEnabled = false
@@ -92,6 +93,7 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 		po := *mo
 		po.MaxRetries = -1
 		po.DialTimeout = o.healthTimeout
+		po.DialerRetries = 1
 		po.ReadTimeout = o.healthTimeout
 		po.WriteTimeout = o.healthTimeout
 		po.PoolSize = 1
@@ -156,10 +158,12 @@ func (c *Client) Close() error {
 	var errs []error
 	c.closeOnce.Do(func() {
 		close(c.closed)
-		c.wg.Wait()
+		// Closing the connections first unblocks a lane stuck on a paused
+		// master, so Close does not wait for the stall timeout.
 		for _, m := range c.masters {
 			errs = append(errs, m.rdb.Close(), m.probe.Close())
 		}
+		c.wg.Wait()
 	})
 	return errors.Join(errs...)
 }

@@ -1,0 +1,151 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/redlockd/redlockd/internal/redisproc"
+)
+
+// servers are the five real redis-server masters shared by this package's
+// tests. Tests that kill, pause or restart masters restore them before
+// they end (see withMasters), and every test uses keys of its own.
+var servers []*redisproc.Server
+
+func TestMain(m *testing.M) {
+	redis.SetLogger(quietLogger{}) // dial failures to killed masters are expected here
+	var err error
+	servers, err = redisproc.StartN(5, redisproc.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "redlock tests need redis-server:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := redisproc.StopAll(servers); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var keySeq atomic.Int64
+
+// newKey returns a key no other test uses.
+func newKey(t *testing.T) string {
+	t.Helper()
+	return fmt.Sprintf("test:%s:%d", t.Name(), keySeq.Add(1))
+}
+
+func masterOptions() []*redis.Options {
+	out := make([]*redis.Options, len(servers))
+	for i, s := range servers {
+		out[i] = &redis.Options{Addr: s.Addr()}
+	}
+	return out
+}
+
+// newClient returns a Client over the five test masters, closed at cleanup.
+func newClient(t *testing.T, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(masterOptions(), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c
+}
+
+// direct returns plain go-redis clients to each master, for inspecting and
+// planting keys behind the Client's back.
+func direct(t *testing.T) []*redis.Client {
+	t.Helper()
+	out := make([]*redis.Client, len(servers))
+	for i, s := range servers {
+		out[i] = redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+	}
+	t.Cleanup(func() {
+		for _, c := range out {
+			c.Close()
+		}
+	})
+	return out
+}
+
+// holders returns the indexes of masters on which key holds value.
+func holders(t *testing.T, rdbs []*redis.Client, key, value string) []int {
+	t.Helper()
+	var out []int
+	for i, r := range rdbs {
+		if !servers[i].Running() {
+			continue
+		}
+		v, err := r.Get(context.Background(), key).Result()
+		if err == redis.Nil {
+			continue
+		}
+		require.NoError(t, err, "master %d", i)
+		if v == value {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// withMasters applies fault to the masters in idx and undoes it at cleanup.
+// fault is "kill" (SIGKILL; undo restarts empty) or "pause" (SIGSTOP; undo
+// SIGCONT).
+func withMasters(t *testing.T, fault string, idx ...int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, i := range idx {
+		wg.Go(func() {
+			switch fault {
+			case "kill":
+				require.NoError(t, servers[i].Kill())
+			case "pause":
+				require.NoError(t, servers[i].Pause())
+			}
+		})
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, i := range idx {
+			wg.Go(func() {
+				switch fault {
+				case "kill":
+					require.NoError(t, servers[i].Restart())
+				case "pause":
+					require.NoError(t, servers[i].Resume())
+				}
+			})
+		}
+		wg.Wait()
+	})
+}
+
+func bits(mask int) []int {
+	var out []int
+	for i := range 5 {
+		if mask&(1<<i) != 0 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}

@@ -1,0 +1,331 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestAcquireReleaseExtendStatus(t *testing.T) {
+	c := newClient(t)
+	rdbs := direct(t)
+	ctx := context.Background()
+	key := newKey(t)
+
+	lock, err := c.Acquire(ctx, key, 10*time.Second)
+	require.NoError(t, err)
+	require.Len(t, lock.Token(), 32)
+	require.Eventually(t, func() bool { return len(holders(t, rdbs, key, lock.Token())) == 5 }, time.Second, 5*time.Millisecond)
+	assert.Greater(t, lock.Validity(), 9*time.Second)
+	assert.LessOrEqual(t, lock.Validity(), 10*time.Second-c.drift(10*time.Second))
+
+	// A second acquire sees the lock held, with the holder's remaining time.
+	_, err = c.Acquire(ctx, key, 10*time.Second)
+	require.ErrorIs(t, err, ErrLockHeld)
+	require.ErrorIs(t, err, ErrNotObtained)
+	var oe *OutcomeError
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, 0, oe.Votes)
+	assert.Greater(t, oe.RetryAfter, 9*time.Second)
+
+	st, err := c.Status(ctx, key)
+	require.NoError(t, err)
+	assert.True(t, st.Held)
+	assert.GreaterOrEqual(t, st.Holders, c.Quorum(), "decided at quorum")
+	assert.Greater(t, st.Validity, 9*time.Second)
+
+	require.NoError(t, lock.Extend(ctx, 60*time.Second))
+	assert.Greater(t, lock.Validity(), 50*time.Second)
+	pttl, err := rdbs[2].PTTL(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Greater(t, pttl, 50*time.Second)
+
+	// Extend and release with a wrong token touch nothing.
+	_, err = c.Extend(ctx, key, "ffffffffffffffffffffffffffffffff", time.Second)
+	require.ErrorIs(t, err, ErrNotHeld)
+	require.ErrorAs(t, err, &oe)
+	assert.GreaterOrEqual(t, oe.Foreign, c.Quorum(), "decided once no quorum could hold the token")
+	_, err = c.Release(ctx, key, "ffffffffffffffffffffffffffffffff")
+	require.ErrorIs(t, err, ErrNotHeld)
+	assert.Len(t, holders(t, rdbs, key, lock.Token()), 5)
+
+	n, err := c.Release(ctx, key, lock.Token())
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, n, c.Quorum())
+	// Release answers at quorum; the remaining masters get it just after.
+	require.Eventually(t, func() bool { return len(holders(t, rdbs, key, lock.Token())) == 0 }, time.Second, 5*time.Millisecond)
+
+	// Releasing twice is an answer, not a hang: not held, and absent everywhere.
+	_, err = c.Release(ctx, key, lock.Token())
+	require.ErrorIs(t, err, ErrNotHeld)
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, 0, oe.Foreign)
+
+	st, err = c.Status(ctx, key)
+	require.NoError(t, err)
+	assert.False(t, st.Held)
+	assert.Equal(t, 0, st.Holders)
+}
+
+func TestInvalidArguments(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	_, err := c.Acquire(ctx, "", time.Second)
+	assert.ErrorIs(t, err, ErrInvalid)
+	_, err = c.Acquire(ctx, "k", time.Millisecond)
+	assert.ErrorIs(t, err, ErrInvalid)
+	_, err = c.Release(ctx, "k", "")
+	assert.ErrorIs(t, err, ErrInvalid)
+	_, err = c.Extend(ctx, "k", "t", 0)
+	assert.ErrorIs(t, err, ErrInvalid)
+	_, err = c.Status(ctx, "")
+	assert.ErrorIs(t, err, ErrInvalid)
+
+	_, err = New(masterOptions()[:4])
+	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorContains(t, err, "masters: 4 given, need an odd number ≥ 3")
+	_, err = New(masterOptions()[:1])
+	assert.ErrorIs(t, err, ErrInvalid)
+	_, err = New(masterOptions(), WithDriftFactor(0.7))
+	assert.ErrorIs(t, err, ErrInvalid)
+}
+
+// TestHeldSubsets plants a foreign lock on every subset of the masters: the
+// acquire must succeed exactly when the free masters form a quorum, leave no
+// key of its own when it fails, and never touch the foreign keys.
+func TestHeldSubsets(t *testing.T) {
+	c := newClient(t)
+	rdbs := direct(t)
+	ctx := context.Background()
+	for mask := range 32 {
+		held := bits(mask)
+		t.Run(fmt.Sprintf("held=%v", held), func(t *testing.T) {
+			key := newKey(t)
+			for _, i := range held {
+				require.NoError(t, rdbs[i].Set(ctx, key, "other", time.Minute).Err())
+			}
+			lock, err := c.Acquire(ctx, key, 10*time.Second, WithRetry(NoRetry()))
+			if 5-len(held) >= 3 {
+				require.NoError(t, err)
+				require.Eventually(t, func() bool { return len(holders(t, rdbs, key, lock.Token())) == 5-len(held) }, time.Second, 5*time.Millisecond)
+				_, err := c.Release(ctx, key, lock.Token())
+				require.NoError(t, err)
+			} else {
+				require.ErrorIs(t, err, ErrLockHeld)
+				var oe *OutcomeError
+				require.ErrorAs(t, err, &oe)
+				assert.Greater(t, oe.RetryAfter, 50*time.Second)
+				for i := range 5 {
+					v, _ := rdbs[i].Get(ctx, key).Result()
+					if mask&(1<<i) != 0 {
+						assert.Equal(t, "other", v, "foreign key on master %d", i)
+					} else {
+						assert.Empty(t, v, "master %d kept a key of the failed acquire", i)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestDownSubsets kills every subset of the masters in turn: acquire,
+// extend, release and status work while at most two are down, and fail with
+// ErrQuorumUnavailable — decided by the known-down masters' immediate
+// answers, not by waiting out a timeout — when three or more are down.
+func TestDownSubsets(t *testing.T) {
+	rdbs := direct(t)
+	ctx := context.Background()
+	for mask := range 32 {
+		down := bits(mask)
+		t.Run(fmt.Sprintf("down=%v", down), func(t *testing.T) {
+			key := newKey(t)
+			withMasters(t, "kill", down...)
+			// A long per-master timeout: any wait on a dead master would be seen.
+			c := newClient(t, WithPerMasterTimeout(5*time.Second))
+			lock, err := c.Acquire(ctx, key, 10*time.Second, WithRetry(NoRetry()))
+			if len(down) <= 2 {
+				require.NoError(t, err)
+				// Acquire answers at quorum; the other live masters get the SET just after.
+				require.Eventually(t, func() bool { return len(holders(t, rdbs, key, lock.Token())) == 5-len(down) }, time.Second, 5*time.Millisecond)
+				require.NoError(t, lock.Extend(ctx, 20*time.Second))
+				st, err := c.Status(ctx, key)
+				require.NoError(t, err)
+				assert.True(t, st.Held)
+				_, err = c.Release(ctx, key, lock.Token())
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrQuorumUnavailable)
+			require.ErrorIs(t, err, ErrNotObtained)
+			require.NotErrorIs(t, err, ErrMasterTimeout, "must not wait for dead masters")
+			var me *MasterError
+			require.ErrorAs(t, err, &me)
+			assert.Contains(t, down, me.Index)
+			assert.Empty(t, holders(t, rdbs, key, ""), "no key may stay behind")
+			for i := range 5 {
+				if servers[i].Running() {
+					n, err := rdbs[i].Exists(ctx, key).Result()
+					require.NoError(t, err)
+					assert.Zero(t, n, "master %d kept a key of the failed acquire", i)
+				}
+			}
+			_, err = c.Status(ctx, key)
+			require.ErrorIs(t, err, ErrQuorumUnavailable)
+		})
+	}
+}
+
+// TestKnownDownAnswersAtOnce: once the health loop has seen three masters
+// down, an acquire is answered without contacting them at all.
+func TestKnownDownAnswersAtOnce(t *testing.T) {
+	withMasters(t, "kill", 0, 1, 2)
+	c := newClient(t, WithPerMasterTimeout(5*time.Second), WithHealthInterval(10*time.Millisecond))
+	require.Eventually(t, func() bool { return !c.QuorumAvailable() }, 5*time.Second, 5*time.Millisecond)
+	_, err := c.Acquire(context.Background(), newKey(t), time.Second, WithRetry(NoRetry()))
+	require.ErrorIs(t, err, ErrQuorumUnavailable)
+	require.ErrorIs(t, err, ErrMasterDown)
+	require.NotErrorIs(t, err, ErrMasterTimeout)
+}
+
+// TestPausedMasterNotWaitedFor pauses one master with SIGSTOP: acquires
+// still succeed, and they are decided while the paused master's call is
+// still outstanding — shown by ordering, not by a clock: the acquire
+// returned although the paused master had not answered yet.
+func TestPausedMasterNotWaitedFor(t *testing.T) {
+	c := newClient(t, WithPerMasterTimeout(2*time.Second))
+	rdbs := direct(t)
+	ctx := context.Background()
+	withMasters(t, "pause", 4)
+	key := newKey(t)
+	lock, err := c.Acquire(ctx, key, 30*time.Second)
+	require.NoError(t, err)
+	lane := c.masters[4].lanes[c.laneOf(key)]
+	assert.NotZero(t, lane.busySince.Load(), "the paused master's SET is still outstanding after Acquire returned")
+	assert.Len(t, holders(t, rdbs[:4], key, lock.Token()), 4)
+
+	// Later acquires are not queued behind it once it has been stuck longer
+	// than the per-master timeout: they are answered ErrMasterBusy at once.
+	require.Eventually(t, func() bool {
+		_, err := c.Acquire(ctx, key, 30*time.Second, WithRetry(NoRetry()))
+		return errors.Is(err, ErrMasterBusy) || errors.Is(err, ErrMasterDown)
+	}, 10*time.Second, 50*time.Millisecond)
+	_, err = c.Release(ctx, key, lock.Token())
+	require.NoError(t, err)
+}
+
+// TestCancelledAcquireLeavesNoKey cancels an acquire that cannot decide
+// (three masters paused, long per-master timeout): once Acquire returns,
+// no reachable master holds its key, and once the paused masters resume,
+// the release queued behind their SETs removes the key there too.
+func TestCancelledAcquireLeavesNoKey(t *testing.T) {
+	c := newClient(t, WithPerMasterTimeout(5*time.Second))
+	rdbs := direct(t)
+	key := newKey(t)
+	require.NoError(t, servers[2].Pause())
+	require.NoError(t, servers[3].Pause())
+	require.NoError(t, servers[4].Pause())
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			for _, i := range []int{2, 3, 4} {
+				require.NoError(t, servers[i].Resume())
+			}
+		}
+	}
+	t.Cleanup(resume)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := c.Acquire(ctx, key, time.Minute)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.ErrorIs(t, err, ErrNotObtained)
+	for _, i := range []int{0, 1} {
+		n, err := rdbs[i].Exists(context.Background(), key).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "reachable master %d kept the cancelled acquire's key", i)
+	}
+	resume()
+	require.Eventually(t, func() bool {
+		for _, r := range rdbs {
+			if n, err := r.Exists(context.Background(), key).Result(); err != nil || n != 0 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 10*time.Millisecond, "the release must follow the late SET on resumed masters")
+}
+
+func TestExpiredLockCannotBeExtendedOrReleased(t *testing.T) {
+	c := newClient(t)
+	rdbs := direct(t)
+	ctx := context.Background()
+	key := newKey(t)
+	lock, err := c.Acquire(ctx, key, 100*time.Millisecond)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(holders(t, rdbs, key, lock.Token())) == 0 }, 2*time.Second, 10*time.Millisecond)
+
+	err = lock.Extend(ctx, time.Minute)
+	require.ErrorIs(t, err, ErrNotHeld)
+	for _, r := range rdbs {
+		n, err := r.Exists(ctx, key).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "extend revived an expired lock")
+	}
+	err = lock.Release(ctx)
+	require.ErrorIs(t, err, ErrNotHeld)
+	var oe *OutcomeError
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, 5, oe.Absent)
+}
+
+func TestConcurrentAcquireOneWinner(t *testing.T) {
+	c := newClient(t, WithPerMasterTimeout(time.Second))
+	key := newKey(t)
+	var wg sync.WaitGroup
+	var winners atomic.Int32
+	start := make(chan struct{})
+	for range 64 {
+		wg.Go(func() {
+			<-start
+			_, err := c.Acquire(context.Background(), key, time.Minute, WithRetry(NoRetry()))
+			if err == nil {
+				winners.Add(1)
+				return
+			}
+			assert.ErrorIs(t, err, ErrLockHeld)
+		})
+	}
+	close(start)
+	wg.Wait()
+	assert.Equal(t, int32(1), winners.Load())
+}
+
+func TestWaitRetriesUntilReleased(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	key := newKey(t)
+	lock, err := c.Acquire(ctx, key, time.Minute)
+	require.NoError(t, err)
+	released := make(chan struct{})
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		assert.NoError(t, lock.Release(ctx))
+		close(released)
+	}()
+	second, err := c.Acquire(ctx, key, time.Minute, WithWait(10*time.Second))
+	require.NoError(t, err)
+	select {
+	case <-released:
+	default:
+		t.Fatal("second acquire succeeded before the first lock was released")
+	}
+	require.NoError(t, second.Release(ctx))
+}
