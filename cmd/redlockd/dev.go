@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/redlockd/redlockd/config"
+	"github.com/redlockd/redlockd/internal/redisproc"
+)
+
+// DevAPIKey is the API key of the "dev" account in `redlockd dev`. It is
+// public on purpose (the README's curl lines use it): dev listens on
+// loopback only and its masters keep nothing.
+const DevAPIKey = "dev-key-0123456789abcdef"
+
+func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	listen := fs.String("listen", "127.0.0.1:7070", "address of the HTTP API (loopback recommended: the dev API key is public)")
+	n := fs.Int("masters", 5, "number of local redis-server masters to start (odd, ≥ 3)")
+	apiKey := fs.String("api-key", DevAPIKey, "API key of the dev account")
+	binary := fs.String("redis-server", "redis-server", "redis-server binary")
+	logFormat := fs.String("log-format", "console", "log format: console or json")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: redlockd dev [flags]\n\nStarts local redis-server masters on free loopback ports (no persistence, in a\ntemp dir) and the daemon, prints the URL, the dev API key and a curl line.\nCtrl-C stops everything it started.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("dev: unexpected argument %q", fs.Arg(0))
+	}
+	cfg := config.DefaultConfig()
+	cfg.Listen = *listen
+	cfg.APIKeys = []config.APIKey{{Name: "dev", Key: *apiKey}}
+	cfg.LogFormat = *logFormat
+	// A placeholder list of the right size validates the count before any
+	// process is started; the real addresses replace it below.
+	cfg.Masters = make([]string, *n)
+	for i := range cfg.Masters {
+		cfg.Masters[i] = fmt.Sprintf("127.0.0.1:%d", 1+i)
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+
+	servers, err := redisproc.StartN(*n, redisproc.Options{Binary: *binary})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := redisproc.StopAll(servers); err != nil {
+			fmt.Fprintln(stderr, "redlockd dev: stopping masters:", err)
+		}
+	}()
+	for i, s := range servers {
+		cfg.Masters[i] = s.Addr()
+	}
+	log, err := newLogger(cfg)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	url := "http://" + ln.Addr().String()
+	fmt.Fprintf(stdout, `redlockd dev is running.
+
+  URL       %s
+  API key   %s   (account "dev")
+  masters   %v
+
+Try:
+  curl -s -X POST %s/v1/lock -H 'X-API-Key: %s' -H 'Content-Type: application/json' -d '{"action":"acquire","key":"order:pay:10086","ttl":30}'
+
+Dashboard %s/   Ready %s/readyz   Metrics %s/metrics
+Ctrl-C stops the daemon and the masters.
+
+`, url, *apiKey, cfg.Masters, url, *apiKey, url, url, url)
+
+	// A second Ctrl-C while shutting down is ignored here; the deferred
+	// StopAll still runs, so no redis-server is left behind.
+	signal.Ignore(syscall.SIGHUP)
+	err = runDaemon(ctx, cfg, log, ln)
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	_ = os.Stdout.Sync()
+	return err
+}

@@ -1,0 +1,62 @@
+// Command redlockd is the Redlock quorum lock daemon.
+//
+//	redlockd serve --config redlockd.yaml   run against your masters
+//	redlockd dev                            five local masters + the daemon
+//
+// main only wires: the algorithm is in package redlock, the HTTP API in
+// package daemon, settings in package config.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `redlockd — a Redlock quorum lock daemon over independent Redis masters.
+
+Usage:
+  redlockd serve --config FILE [flags]   serve the HTTP lock API (see "redlockd serve --help")
+  redlockd dev [flags]                   start five local redis-server masters and the daemon
+  redlockd help                          show this help
+
+Settings come from the YAML file, then REDLOCKD_* environment variables, then
+flags (each overrides the one before). Docs: README.md.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+	default:
+		fmt.Fprintln(os.Stderr, "redlockd:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("missing command (serve or dev)")
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:], stderr)
+	case "dev":
+		return dev(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprint(stderr, usage)
+		return fmt.Errorf("unknown command %q", args[0])
+	}
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/redlockd/redlockd/config"
+	"github.com/redlockd/redlockd/daemon"
+	"github.com/redlockd/redlockd/redlock"
+)
+
+func serve(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "YAML config file (optional when REDLOCKD_* or flags give masters and api keys)")
+	var cfg config.Config
+	cfg.RegisterFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "Usage: redlockd serve --config FILE [flags]\n\nServes the HTTP lock API over the configured masters until SIGINT/SIGTERM.\nFlags override REDLOCKD_* environment variables, which override the file.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
+	}
+	cfg, err := config.Load(*path, os.LookupEnv, fs)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg)
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck // nothing useful to do at exit
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	log.Info("redlockd serving", zap.String("addr", ln.Addr().String()), zap.Strings("masters", cfg.Masters))
+	return runDaemon(ctx, cfg, log, ln)
+}
+
+// runDaemon wires a redlock.Client and a daemon.Server from cfg and serves
+// on ln until ctx ends, then shuts down gracefully.
+func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.Listener) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := daemon.NewMetrics(reg)
+
+	redis.SetLogger(zapRedisLogger{log.Named("go-redis")})
+	masters := make([]*redis.Options, len(cfg.Masters))
+	for i, addr := range cfg.Masters {
+		masters[i] = &redis.Options{Addr: addr, Password: cfg.MasterPassword}
+	}
+	locker, err := redlock.New(masters,
+		redlock.WithPerMasterTimeout(time.Duration(cfg.PerMasterTimeout)),
+		redlock.WithDriftFactor(cfg.DriftFactor),
+		redlock.WithHealthInterval(time.Duration(cfg.HealthInterval)),
+		redlock.WithObserver(metrics),
+		redlock.WithLogger(log.Named("redlock")),
+	)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer locker.Close()
+
+	keys := make([]daemon.APIKey, len(cfg.APIKeys))
+	for i, k := range cfg.APIKeys {
+		keys[i] = daemon.APIKey{Account: k.Name, Hash: k.Hash()}
+	}
+	srv, err := daemon.New(log.Named("http"), &daemon.Options{
+		APIKeys:         keys,
+		KeyPrefix:       cfg.KeyPrefix,
+		DefaultTTL:      cfg.EffectiveDefaultTTL(),
+		MaxTTL:          cfg.MaxTTL,
+		MaxWait:         time.Duration(cfg.MaxWait),
+		MaxBodyBytes:    cfg.MaxBodyBytes,
+		ShutdownTimeout: time.Duration(cfg.ShutdownTimeout),
+		Locker:          daemon.NewRedlockLocker(locker),
+		Metrics:         metrics,
+		Gatherer:        reg,
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	return srv.Serve(ctx, ln)
+}
+
+func newLogger(cfg config.Config) (*zap.Logger, error) {
+	var zc zap.Config
+	if cfg.LogFormat == "console" {
+		zc = zap.NewDevelopmentConfig()
+		zc.DisableStacktrace = true
+	} else {
+		zc = zap.NewProductionConfig()
+		zc.EncoderConfig.TimeKey = "time"
+		zc.EncoderConfig.EncodeTime = zapcore.ISO8601TimeEncoder
+	}
+	lvl, err := zapcore.ParseLevel(cfg.LogLevel)
+	if err != nil {
+		return nil, fmt.Errorf("log_level: %w", err)
+	}
+	zc.Level = zap.NewAtomicLevelAt(lvl)
+	return zc.Build()
+}
+
+// zapRedisLogger sends go-redis's internal messages (dial failures to a
+// down master, pool events) to zap at debug: the health loop already logs
+// master state changes once, at warn.
+type zapRedisLogger struct{ log *zap.Logger }
+
+func (l zapRedisLogger) Printf(_ context.Context, format string, args ...any) {
+	l.log.Debug(fmt.Sprintf(format, args...))
+}
