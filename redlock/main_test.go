@@ -34,7 +34,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 	}
 	if code == 0 {
-		if err := goleak.Find(); err != nil {
+		// go-redis re-dials a down master from a goroutine that sleeps 1s
+		// between tries and notices a closed pool only when it wakes.
+		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}

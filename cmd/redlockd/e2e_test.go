@@ -1,0 +1,480 @@
+package main
+
+// End-to-end tests: the real binary's wiring (config → redlock → daemon)
+// serving real HTTP on loopback over five real redis-server masters.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/redlockd/redlockd/config"
+	"github.com/redlockd/redlockd/internal/redisproc"
+)
+
+var servers []*redisproc.Server
+
+const (
+	keyA = "tenant-a-key-0123456789abcdef"
+	keyB = "tenant-b-key-0123456789abcdef"
+)
+
+func TestMain(m *testing.M) {
+	var err error
+	servers, err = redisproc.StartN(5, redisproc.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e tests need redis-server:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := redisproc.StopAll(servers); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	if code == 0 {
+		// go-redis re-dials a down master from a goroutine that sleeps 1s
+		// between tries and notices a closed pool only when it wakes.
+		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// daemonURL starts the daemon as `redlockd serve` wires it, on a free
+// loopback port, and stops it at cleanup.
+func daemonURL(t *testing.T, edit ...func(*config.Config)) string {
+	t.Helper()
+	cfg := config.DefaultConfig()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.APIKeys = []config.APIKey{{Name: "acme", Key: keyA}, {Name: "globex", Key: keyB}}
+	for _, s := range servers {
+		cfg.Masters = append(cfg.Masters, s.Addr())
+	}
+	cfg.HealthInterval = config.Duration(50 * time.Millisecond)
+	for _, e := range edit {
+		e(&cfg)
+	}
+	require.NoError(t, cfg.Validate())
+	ln, err := net.Listen("tcp", cfg.Listen)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runDaemon(ctx, cfg, zap.NewNop(), ln) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err)
+		case <-time.After(30 * time.Second):
+			t.Error("daemon did not stop")
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+type envelope struct {
+	Ret         string         `json:"ret"`
+	Data        map[string]any `json:"data"`
+	Msg         string         `json:"msg"`
+	Code        string         `json:"code"`
+	RemainQuota *int           `json:"remain_quota"`
+}
+
+var httpClient = &http.Client{Timeout: 30 * time.Second}
+
+func post(t *testing.T, url, apiKey, body string) (int, envelope, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	if apiKey != "" {
+		req.Header.Set("X-API-Key", apiKey)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := httpClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, "application/json", strings.Split(resp.Header.Get("Content-Type"), ";")[0], "body %s", raw)
+	var env envelope
+	require.NoError(t, json.Unmarshal(raw, &env), "body %s", raw)
+	require.NotNil(t, env.RemainQuota, "remain_quota is always present")
+	return resp.StatusCode, env, resp.Header
+}
+
+func lockURL(base string) string { return base + "/v1/lock" }
+
+// rawKeys lists every key on every running master.
+func rawKeys(t *testing.T) map[int][]string {
+	t.Helper()
+	out := map[int][]string{}
+	for i, s := range servers {
+		if !s.Running() {
+			continue
+		}
+		r := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+		keys, err := r.Keys(context.Background(), "*").Result()
+		r.Close()
+		require.NoError(t, err)
+		out[i] = keys
+	}
+	return out
+}
+
+func keysContaining(t *testing.T, part string) int {
+	n := 0
+	for _, keys := range rawKeys(t) {
+		for _, k := range keys {
+			if strings.Contains(k, part) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// TestREADMEExamples runs the curl examples of the README and the issue verbatim.
+func TestREADMEExamples(t *testing.T) {
+	base := daemonURL(t)
+	for _, path := range []string{"/v1/lock", "/gateway/distlock"} {
+		t.Run(path, func(t *testing.T) {
+			url := base + path
+			key := "order:pay:10086" + path
+			st, env, _ := post(t, url, keyA, `{"action":"acquire","key":"`+key+`","ttl":30}`)
+			require.Equal(t, 200, st)
+			require.Equal(t, "ok", env.Ret)
+			require.Equal(t, true, env.Data["acquired"])
+			token, _ := env.Data["token"].(string)
+			require.Len(t, token, 32)
+			assert.EqualValues(t, 30, env.Data["ttl"])
+			assert.Equal(t, key, env.Data["key"])
+			assert.Greater(t, env.Data["validity_ms"], 29000.0)
+			assert.LessOrEqual(t, env.Data["expire_at"], float64(time.Now().Add(30*time.Second).Unix()))
+			assert.NotContains(t, env.Data, "fence", "no fake fencing token")
+
+			st, env, _ = post(t, url, keyA, `{"action":"acquire","key":"`+key+`","ttl":30}`)
+			require.Equal(t, 200, st)
+			assert.Equal(t, false, env.Data["acquired"])
+			assert.InDelta(t, 30, env.Data["retry_after"], 1)
+			assert.NotContains(t, env.Data, "token")
+
+			st, env, _ = post(t, url, keyA, `{"action":"status","key":"`+key+`"}`)
+			require.Equal(t, 200, st)
+			assert.Equal(t, true, env.Data["held"])
+			assert.InDelta(t, 29, env.Data["ttl"], 1)
+			assert.Contains(t, env.Data, "expire_at")
+			assert.NotContains(t, env.Data, "token")
+
+			st, env, _ = post(t, url, keyA, `{"action":"extend","key":"`+key+`","token":"`+token+`","ttl":120}`)
+			require.Equal(t, 200, st)
+			assert.Equal(t, true, env.Data["extended"])
+			assert.EqualValues(t, 120, env.Data["ttl"])
+
+			st, env, _ = post(t, url, keyA, `{"action":"release","key":"`+key+`","token":"`+token+`"}`)
+			require.Equal(t, 200, st)
+			assert.Equal(t, true, env.Data["released"])
+			st, env, _ = post(t, url, keyA, `{"action":"release","key":"`+key+`","token":"`+token+`"}`)
+			require.Equal(t, 200, st)
+			assert.Equal(t, false, env.Data["released"])
+			assert.Contains(t, env.Msg, "expired or was already released")
+		})
+	}
+}
+
+// TestTenantsAreIsolated: the same key under two API keys, or two
+// namespaces, is a different lock, and one account can never release,
+// extend or see another's lock. Keys and namespaces contain the separator.
+func TestTenantsAreIsolated(t *testing.T) {
+	url := lockURL(daemonURL(t))
+	acquire := func(apiKey, body string) string {
+		t.Helper()
+		st, env, _ := post(t, url, apiKey, body)
+		require.Equal(t, 200, st)
+		require.Equal(t, true, env.Data["acquired"], "%s %s: %v", apiKey[:8], body, env)
+		return env.Data["token"].(string)
+	}
+	ta := acquire(keyA, `{"key":"job:daily_report","ttl":60}`)
+	tb := acquire(keyB, `{"key":"job:daily_report","ttl":60}`)
+	acquire(keyA, `{"key":"b:c","namespace":"a","ttl":60}`)
+	acquire(keyA, `{"key":"c","namespace":"a:b","ttl":60}`)
+	acquire(keyA, `{"key":"a:b:c","ttl":60}`)
+
+	// B cannot release, extend or see A's lock.
+	_, env, _ := post(t, url, keyB, `{"action":"release","key":"job:daily_report","token":"`+ta+`"}`)
+	assert.Equal(t, false, env.Data["released"])
+	_, env, _ = post(t, url, keyB, `{"action":"extend","key":"job:daily_report","token":"`+ta+`","ttl":5}`)
+	assert.Equal(t, false, env.Data["extended"])
+	_, env, _ = post(t, url, keyA, `{"action":"status","key":"job:daily_report"}`)
+	assert.Equal(t, true, env.Data["held"])
+	_, env, _ = post(t, url, keyA, `{"action":"release","key":"job:daily_report","token":"`+ta+`"}`)
+	assert.Equal(t, true, env.Data["released"])
+	_, env, _ = post(t, url, keyB, `{"action":"status","key":"job:daily_report"}`)
+	assert.Equal(t, true, env.Data["held"], "B's lock survives A's release")
+	_, env, _ = post(t, url, keyB, `{"action":"release","key":"job:daily_report","token":"`+tb+`"}`)
+	assert.Equal(t, true, env.Data["released"])
+}
+
+// TestBadInput sends every bad input of the issue through real HTTP. Each
+// gets the envelope with ret "err", a message naming the field and limit,
+// a stable code and the right status — and leaves no key behind.
+func TestBadInput(t *testing.T) {
+	base := daemonURL(t, func(c *config.Config) { c.MaxTTL = 3600 })
+	url := lockURL(base)
+	before := keysContaining(t, "lock:")
+	long := strings.Repeat("k", 513)
+	cases := []struct {
+		name, apiKey, body string
+		status             int
+		code, msg          string
+	}{
+		{"missing key", keyA, `{"action":"acquire"}`, 400, "bad_request", "key"},
+		{"empty key", keyA, `{"key":""}`, 400, "bad_request", "key"},
+		{"oversized key", keyA, `{"key":"` + long + `"}`, 400, "bad_request", "512"},
+		{"control char key", keyA, `{"key":"a\u0007b"}`, 400, "bad_request", "control"},
+		{"unknown action", keyA, `{"key":"k","action":"steal"}`, 400, "bad_request", "action"},
+		{"ttl string", keyA, `{"key":"k","ttl":"30"}`, 400, "bad_request", "ttl"},
+		{"ttl float", keyA, `{"key":"k","ttl":30.5}`, 400, "bad_request", "ttl"},
+		{"ttl zero", keyA, `{"key":"k","ttl":0}`, 400, "bad_request", "ttl"},
+		{"ttl negative", keyA, `{"key":"k","ttl":-5}`, 400, "bad_request", "ttl"},
+		{"ttl above max", keyA, `{"key":"k","ttl":3601}`, 400, "bad_request", "3600"},
+		{"release without token", keyA, `{"key":"k","action":"release"}`, 400, "bad_request", "token"},
+		{"extend without token", keyA, `{"key":"k","action":"extend","ttl":5}`, 400, "bad_request", "token"},
+		{"malformed json", keyA, `{"key":`, 400, "bad_request", "JSON"},
+		{"array body", keyA, `["key"]`, 400, "bad_request", "object"},
+		{"string body", keyA, `"key"`, 400, "bad_request", "object"},
+		{"unknown field", keyA, `{"key":"k","tll":30}`, 400, "bad_request", "tll"},
+		{"missing api key", "", `{"key":"k"}`, 401, "unauthorized", "X-API-Key"},
+		{"unknown api key", "not-a-real-key-0000000000", `{"key":"k"}`, 401, "unauthorized", "X-API-Key"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			st, env, _ := post(t, url, tc.apiKey, tc.body)
+			assert.Equal(t, tc.status, st)
+			assert.Equal(t, "err", env.Ret)
+			assert.Equal(t, tc.code, env.Code)
+			assert.Contains(t, strings.ToLower(env.Msg), strings.ToLower(tc.msg))
+		})
+	}
+
+	t.Run("body too large", func(t *testing.T) {
+		st, env, _ := post(t, url, keyA, `{"key":"`+strings.Repeat("x", 20000)+`"}`)
+		assert.Equal(t, 413, st)
+		assert.Equal(t, "too_large", env.Code)
+	})
+	t.Run("api key in query", func(t *testing.T) {
+		st, env, _ := post(t, url+"?api_key="+keyA, "", `{"key":"k"}`)
+		assert.Equal(t, 400, st)
+		assert.Contains(t, env.Msg, "X-API-Key header")
+		assert.NotContains(t, env.Msg, keyA)
+	})
+	t.Run("wrong method", func(t *testing.T) {
+		resp, err := httpClient.Get(url)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, 405, resp.StatusCode)
+		assert.Equal(t, "POST", resp.Header.Get("Allow"))
+	})
+	t.Run("not json", func(t *testing.T) {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader("key=k"))
+		req.Header.Set("X-API-Key", keyA)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := httpClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, 415, resp.StatusCode)
+	})
+	assert.Equal(t, before, keysContaining(t, "lock:"), "bad input left a key behind")
+}
+
+// TestQuorumUnavailable: with three masters killed the daemon answers 503
+// quorum_unavailable with Retry-After, /readyz turns 503, and both recover.
+func TestQuorumUnavailable(t *testing.T) {
+	base := daemonURL(t)
+	url := lockURL(base)
+	for _, i := range []int{0, 1, 2} {
+		require.NoError(t, servers[i].Kill())
+	}
+	restarted := false
+	restart := func() {
+		if restarted {
+			return
+		}
+		restarted = true
+		for _, i := range []int{0, 1, 2} {
+			require.NoError(t, servers[i].Restart())
+		}
+	}
+	t.Cleanup(restart)
+
+	st, env, hdr := post(t, url, keyA, `{"key":"stock:sku_1001","ttl":10}`)
+	assert.Equal(t, 503, st)
+	assert.Equal(t, "quorum_unavailable", env.Code)
+	assert.NotEmpty(t, hdr.Get("Retry-After"))
+	assert.Zero(t, keysContaining(t, "stock:sku_1001"), "failed acquire left a key on a live master")
+
+	require.Eventually(t, func() bool {
+		resp, err := httpClient.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 503
+	}, 5*time.Second, 20*time.Millisecond)
+
+	restart()
+	require.Eventually(t, func() bool {
+		st, env, _ := post(t, url, keyA, `{"key":"stock:sku_1001","ttl":10}`)
+		return st == 200 && env.Data["acquired"] == true
+	}, 10*time.Second, 50*time.Millisecond)
+}
+
+// TestTwoMastersKilled: acquire, extend, status and release all work with
+// two of five masters dead.
+func TestTwoMastersKilled(t *testing.T) {
+	url := lockURL(daemonURL(t))
+	for _, i := range []int{1, 3} {
+		require.NoError(t, servers[i].Kill())
+	}
+	t.Cleanup(func() {
+		for _, i := range []int{1, 3} {
+			require.NoError(t, servers[i].Restart())
+		}
+	})
+	_, env, _ := post(t, url, keyA, `{"key":"msg:notify:u42","ttl":30}`)
+	require.Equal(t, true, env.Data["acquired"], "%v", env)
+	token := env.Data["token"].(string)
+	_, env, _ = post(t, url, keyA, `{"action":"extend","key":"msg:notify:u42","token":"`+token+`","ttl":60}`)
+	assert.Equal(t, true, env.Data["extended"])
+	_, env, _ = post(t, url, keyA, `{"action":"status","key":"msg:notify:u42"}`)
+	assert.Equal(t, true, env.Data["held"])
+	_, env, _ = post(t, url, keyA, `{"action":"release","key":"msg:notify:u42","token":"`+token+`"}`)
+	assert.Equal(t, true, env.Data["released"])
+}
+
+// TestConcurrentHTTPAcquireOneWinner: 64 concurrent acquires of one key
+// through the API, exactly one winner.
+func TestConcurrentHTTPAcquireOneWinner(t *testing.T) {
+	url := lockURL(daemonURL(t, func(c *config.Config) { c.PerMasterTimeout = config.Duration(time.Second) }))
+	var wg sync.WaitGroup
+	var winners, losers atomic.Int32
+	start := make(chan struct{})
+	for range 64 {
+		wg.Go(func() {
+			<-start
+			req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"key":"export:merchant_5","ttl":60}`))
+			req.Header.Set("X-API-Key", keyA)
+			resp, err := httpClient.Do(req)
+			if !assert.NoError(t, err) {
+				return
+			}
+			defer resp.Body.Close()
+			var env envelope
+			assert.NoError(t, json.NewDecoder(resp.Body).Decode(&env))
+			switch env.Data["acquired"] {
+			case true:
+				winners.Add(1)
+			case false:
+				losers.Add(1)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	assert.Equal(t, int32(1), winners.Load())
+	assert.Equal(t, int32(63), losers.Load())
+}
+
+// TestClientDisconnectLeavesNoKey: an HTTP client that gives up during an
+// acquire that cannot be decided (three masters paused) leaves no key of
+// that acquire on the reachable masters.
+func TestClientDisconnectLeavesNoKey(t *testing.T) {
+	url := lockURL(daemonURL(t, func(c *config.Config) { c.PerMasterTimeout = config.Duration(3 * time.Second) }))
+	for _, i := range []int{2, 3, 4} {
+		require.NoError(t, servers[i].Pause())
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			for _, i := range []int{2, 3, 4} {
+				require.NoError(t, servers[i].Resume())
+			}
+		}
+	}
+	t.Cleanup(resume)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewBufferString(`{"key":"order:pay:disconnect","ttl":60}`))
+	req.Header.Set("X-API-Key", keyA)
+	_, err := httpClient.Do(req)
+	require.Error(t, err, "the client gave up")
+
+	// The daemon sees the disconnect, cancels the acquire, and its cleanup
+	// removes the key from the reachable masters.
+	require.Eventually(t, func() bool {
+		n := 0
+		for _, i := range []int{0, 1} {
+			r := redis.NewClient(&redis.Options{Addr: servers[i].Addr()})
+			keys, _ := r.Keys(context.Background(), "*order:pay:disconnect*").Result()
+			r.Close()
+			n += len(keys)
+		}
+		return n == 0
+	}, 5*time.Second, 20*time.Millisecond)
+	resume()
+	require.Eventually(t, func() bool { return keysContaining(t, "order:pay:disconnect") == 0 }, 5*time.Second, 20*time.Millisecond)
+}
+
+func TestHealthAndMetrics(t *testing.T) {
+	base := daemonURL(t)
+	resp, err := httpClient.Get(base + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, 200, resp.StatusCode)
+
+	require.Eventually(t, func() bool {
+		resp, err := httpClient.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Masters []struct{ State string } `json:"masters"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		return resp.StatusCode == 200 && len(body.Masters) == 5
+	}, 5*time.Second, 20*time.Millisecond)
+
+	post(t, lockURL(base), keyA, `{"key":"metrics:probe","ttl":5}`)
+	resp, err = httpClient.Get(base + "/metrics")
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, name := range []string{"redlockd_requests_total", "redlockd_request_duration_seconds", "redlock_master_up", "redlock_master_rtt_seconds", "redlock_quorum_available"} {
+		assert.Contains(t, string(raw), name)
+	}
+	resp, err = httpClient.Get(base + "/")
+	require.NoError(t, err)
+	raw, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, 200, resp.StatusCode)
+	assert.Contains(t, string(raw), "<html")
+}
