@@ -33,7 +33,26 @@ UP_TIMEOUT     = 60
 
 .DEFAULT_GOAL := help
 
-.PHONY: help images image-redis image-redlockd redlockd-linux up down
+.PHONY: help deps dev test build images image-redis image-redlockd redlockd-linux up down
+
+deps: ## Install redis-server (Debian/Ubuntu, as root) if it is missing
+	@command -v redis-server >/dev/null 2>&1 || { \
+		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+			echo "installing redis-server from Debian's packages"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+		else \
+			echo "redis-server is not installed: apt-get install redis-server (Debian/Ubuntu) or brew install redis (macOS)" >&2; exit 1; \
+		fi; }
+
+dev: deps ## Run five local redis-server masters and the daemon on 127.0.0.1:7070
+	$(GO) run ./cmd/redlockd dev
+
+test: deps ## Run the whole test suite (real redis-server masters, -race)
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+build: ## Build bin/redlockd for this machine
+	$(GO) build -o bin/redlockd ./cmd/redlockd
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
