@@ -1,0 +1,80 @@
+// Package daemon is redlockd's HTTP server: the action API over a Locker
+// (a quorum of Redis masters, see package redlock), API-key tenants and
+// namespaces, health, Prometheus metrics and a dashboard page.
+//
+// # Endpoints
+//
+//   - POST /v1/lock, and the alias POST /gateway/distlock: the action API.
+//   - GET /healthz: 200 {"status":"ok"} while the process runs.
+//   - GET /readyz: 200 when a quorum of masters is up and the server is not
+//     shutting down, else 503; the body lists every master either way.
+//   - GET /metrics: Prometheus; see Metrics for the names.
+//   - GET /v1/stats: request counts and latency sums as JSON, for the
+//     dashboard.
+//   - GET /: the dashboard (masters, quorum, outcome rates, latency).
+//
+// Only the action API needs an API key. The others disclose master
+// addresses and aggregate counts, never a lock key or a token; expose them
+// only where that is acceptable.
+//
+// # The action API
+//
+// The request is a JSON object {action, key, ttl, token, namespace,
+// wait_ms}; the X-API-Key header names the account. Every response is the
+// envelope
+//
+//	{"ret":"ok","data":{...},"msg":"","remain_quota":-1}
+//	{"ret":"err","data":null,"msg":"ttl: 0 is below the minimum of 1","code":"bad_request","remain_quota":-1}
+//
+// An answered action is 200, including acquired:false, released:false,
+// extended:false and held:false, with a msg that says why. Failures are 400
+// bad_request (msg names the field and the limit), 401 unauthorized, 405
+// (code bad_request, header Allow: POST), 413 too_large, 415 (code
+// bad_request), 503 quorum_unavailable (header Retry-After: 1) and 500
+// internal, which is always a bug and is logged with the cause.
+//
+// remain_quota: see RemainQuota. There are no quotas yet; it is always -1,
+// meaning "not limited, not counted".
+//
+// data carries: action; key (the caller's key, not the Redis key);
+// acquired / released / extended / held; token (a successful acquire only);
+// ttl (acquire and extend: the granted TTL in seconds; status: remaining
+// whole seconds, rounded down); expire_at (Unix seconds, floor of now +
+// validity, never later than the truth); validity_ms; retry_after (a failed
+// acquire: seconds until the holder's lock ends, rounded up, at least 1).
+// data.fence is absent until fencing is enabled; it is never made up.
+//
+// # Decisions where the design left room
+//
+//   - Checks run in this order, the first failure answering: an API key or
+//     token in the query string (any parameter whose name contains "key" or
+//     "token", any case; 400, the value is never echoed), method (405),
+//     X-API-Key (401), Content-Type (415), body size (413), body (400).
+//   - Content-Type may be absent (the body must still be JSON); if present
+//     it must be application/json, optionally with charset=utf-8. Anything
+//     else, including curl -d's default form type, is 415.
+//   - The body is decoded strictly: one object, exact case-sensitive field
+//     names, each at most once, nothing after the object. A null field
+//     counts as absent. ttl and wait_ms must be written as integers: "30",
+//     30.5, 30.0, 1e3 and true are refused.
+//   - An empty action means acquire. token is required (32 lowercase hex)
+//     for release and extend and ignored by acquire and status; ttl and
+//     wait_ms, when present, are checked whatever the action.
+//   - wait_ms above the configured maximum is refused, not lowered.
+//   - A request whose client disconnects is cancelled (an acquire then
+//     cleans up its keys), counted and logged as "cancelled", and answered
+//     499, which nobody reads.
+//
+// # Tenants and keys
+//
+// A lock's Redis key is KeyPrefix + "lock:" + a length-prefixed encoding of
+// (account, namespace, key); see keys.go for why it is injective. The same
+// key under two accounts, or two namespaces, is two different locks, and an
+// account can never release, extend or see another account's lock.
+//
+// # Logging
+//
+// One line per action API request at debug; 503 at warn and 500 at error,
+// with the cause. Lines carry the account and at most the first 8 hex
+// characters of a token's SHA-256, never an API key or a token.
+package daemon

@@ -1,0 +1,386 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/redlockd/redlockd/redlock"
+)
+
+// Messages of answered-but-negative outcomes.
+const (
+	msgHeld        = "lock is held by another owner"
+	msgNotHeld     = "lock not held: it expired or was already released"
+	msgWrongToken  = "token does not match the current holder"
+	msgQuerySecret = "API keys and tokens must not be sent in the URL query string: send the API key in the X-API-Key header and the token in the JSON body"
+)
+
+// call is what the log line and the metrics of one action API request need.
+type call struct {
+	action  action
+	result  result
+	status  int
+	account string
+	token8  string // first 8 hex characters of the token's SHA-256
+	err     error  // for warn and error lines
+}
+
+// serveLock answers POST /v1/lock and POST /gateway/distlock. Checks run in
+// this order, the first failure answering: credentials in the query (400),
+// method (405), X-API-Key (401), Content-Type (415), body size (413), body
+// (400); then the action, whose answer is 200 when the masters answered,
+// 503 when no quorum did.
+func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	c := call{result: resInternal, status: http.StatusInternalServerError}
+	defer func() { s.finish(r, &c, time.Since(start)) }()
+
+	if r.URL.RawQuery != "" && secretInQuery(r.URL.RawQuery) {
+		s.fail(w, &c, http.StatusBadRequest, resBadRequest, codeBadRequest, msgQuerySecret)
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		s.fail(w, &c, http.StatusMethodNotAllowed, resMethodNotAllowed, codeBadRequest,
+			"method not allowed: use POST with a JSON body")
+		return
+	}
+	apiKey := r.Header.Get("X-API-Key")
+	if apiKey == "" {
+		s.fail(w, &c, http.StatusUnauthorized, resUnauthorized, codeUnauthorized,
+			"missing API key: send it in the X-API-Key header")
+		return
+	}
+	account, ok := s.account(apiKey)
+	if !ok {
+		s.fail(w, &c, http.StatusUnauthorized, resUnauthorized, codeUnauthorized,
+			"unknown API key: send a valid key in the X-API-Key header")
+		return
+	}
+	c.account = account
+	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSONContentType(ct) {
+		s.fail(w, &c, http.StatusUnsupportedMediaType, resUnsupportedMediaType, codeBadRequest,
+			`Content-Type must be application/json (with curl: -H "Content-Type: application/json")`)
+		return
+	}
+	body, release, status, msg := s.readBody(w, r)
+	defer release()
+	if status != 0 {
+		res, code := resBadRequest, codeBadRequest
+		if status == http.StatusRequestEntityTooLarge {
+			res, code = resTooLarge, codeTooLarge
+		}
+		s.fail(w, &c, status, res, code, msg)
+		return
+	}
+	req, a, berr := parseLockRequest(body, &s.lim)
+	c.action = a
+	if berr != nil {
+		s.fail(w, &c, http.StatusBadRequest, resBadRequest, codeBadRequest, berr.msg)
+		return
+	}
+	if req.token != "" {
+		c.token8 = tokenHashPrefix(req.token)
+	}
+	rk := redisKey(s.prefix, account, req.namespace, req.key)
+	ctx := r.Context()
+	switch req.action {
+	case actAcquire:
+		s.acquire(ctx, w, &c, &req, rk)
+	case actRelease:
+		s.release(ctx, w, &c, &req, rk)
+	case actExtend:
+		s.extend(ctx, w, &c, &req, rk)
+	case actStatus:
+		s.status(ctx, w, &c, &req, rk)
+	}
+}
+
+func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
+	lease, err := s.locker.Acquire(ctx, rk, time.Duration(req.ttl)*time.Second, time.Duration(req.waitMS)*time.Millisecond)
+	d := lockData{action: actAcquire, key: req.key, outcome: outAcquired}
+	if err == nil {
+		c.token8 = tokenHashPrefix(lease.Token)
+		d.ok, d.token, d.fence = true, lease.Token, lease.Fence
+		d.ttl, d.hasTTL = req.ttl, true
+		setValidity(&d, time.Now(), lease.ValidUntil)
+		s.ok(w, c, resAcquired, &d, "")
+		return
+	}
+	if s.lockerFailed(ctx, w, c, err) {
+		return
+	}
+	if errors.Is(err, redlock.ErrLockHeld) {
+		var oe *redlock.OutcomeError
+		ra := time.Duration(0)
+		if errors.As(err, &oe) {
+			ra = oe.RetryAfter
+		}
+		d.retryAfter = max(int64((ra+time.Second-1)/time.Second), 1)
+		s.ok(w, c, resNotAcquired, &d, msgHeld)
+		return
+	}
+	s.internal(w, c, err)
+}
+
+func (s *Server) release(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
+	_, err := s.locker.Release(ctx, rk, req.token)
+	d := lockData{action: actRelease, key: req.key, outcome: outReleased}
+	if err == nil {
+		d.ok = true
+		s.ok(w, c, resReleased, &d, "")
+		return
+	}
+	if s.lockerFailed(ctx, w, c, err) {
+		return
+	}
+	if errors.Is(err, redlock.ErrNotHeld) {
+		s.ok(w, c, resNotReleased, &d, notHeldMsg(err))
+		return
+	}
+	s.internal(w, c, err)
+}
+
+func (s *Server) extend(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
+	lease, err := s.locker.Extend(ctx, rk, req.token, time.Duration(req.ttl)*time.Second)
+	d := lockData{action: actExtend, key: req.key, outcome: outExtended}
+	if err == nil {
+		d.ok, d.fence = true, lease.Fence
+		d.ttl, d.hasTTL = req.ttl, true
+		setValidity(&d, time.Now(), lease.ValidUntil)
+		s.ok(w, c, resExtended, &d, "")
+		return
+	}
+	if s.lockerFailed(ctx, w, c, err) {
+		return
+	}
+	if errors.Is(err, redlock.ErrNotHeld) {
+		s.ok(w, c, resNotExtended, &d, notHeldMsg(err))
+		return
+	}
+	s.internal(w, c, err)
+}
+
+func (s *Server) status(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
+	// Validity counts from the end of the read and the read started after
+	// before, so before+Validity is never later than the truth.
+	before := time.Now()
+	st, err := s.locker.Status(ctx, rk)
+	if err != nil {
+		if !s.lockerFailed(ctx, w, c, err) {
+			s.internal(w, c, err)
+		}
+		return
+	}
+	d := lockData{action: actStatus, key: req.key, outcome: outHeld, ok: st.Held}
+	if !st.Held {
+		s.ok(w, c, resNotHeld, &d, "")
+		return
+	}
+	setValidity(&d, time.Now(), before.Add(st.Validity))
+	d.ttl, d.hasTTL = d.validityMS/1000, true
+	s.ok(w, c, resHeld, &d, "")
+}
+
+// setValidity fills validity_ms and expire_at (floor of now + validity, in
+// Unix seconds: never later than the truth) from the end of validity.
+func setValidity(d *lockData, now, validUntil time.Time) {
+	v := max(validUntil.Sub(now), 0)
+	d.validityMS, d.hasVal = v.Milliseconds(), true
+	d.expireAt, d.hasExpire = now.Add(v).Unix(), true
+}
+
+// notHeldMsg says why release or extend found the token not holding the
+// lock: another token holds it on some master, or it is gone everywhere.
+func notHeldMsg(err error) string {
+	var oe *redlock.OutcomeError
+	if errors.As(err, &oe) && oe.Foreign > 0 {
+		return msgWrongToken
+	}
+	return msgNotHeld
+}
+
+// lockerFailed answers the Locker errors common to every action: the
+// client went away, or no quorum of masters answered. It reports whether
+// it answered.
+func (s *Server) lockerFailed(ctx context.Context, w http.ResponseWriter, c *call, err error) bool {
+	switch {
+	case ctx.Err() != nil:
+		c.err = err
+		s.fail(w, c, statusClientClosed, resCancelled, codeCancelled, "request cancelled")
+		return true
+	case errors.Is(err, redlock.ErrQuorumUnavailable):
+		c.err = err
+		w.Header().Set("Retry-After", "1")
+		msg := "no quorum of Redis masters answered in time; retry later"
+		var oe *redlock.OutcomeError
+		if errors.As(err, &oe) && oe.Masters > 0 {
+			msg = "no quorum of Redis masters answered in time (" + strconv.Itoa(oe.Quorum) + " of " + strconv.Itoa(oe.Masters) + " needed); retry later"
+		}
+		s.fail(w, c, http.StatusServiceUnavailable, resQuorumUnavailable, codeQuorum, msg)
+		return true
+	}
+	return false
+}
+
+func (s *Server) internal(w http.ResponseWriter, c *call, err error) {
+	c.err = err
+	s.fail(w, c, http.StatusInternalServerError, resInternal, codeInternal, "internal error; it has been logged")
+}
+
+func (s *Server) ok(w http.ResponseWriter, c *call, res result, d *lockData, msg string) {
+	c.result, c.status = res, http.StatusOK
+	writeData(w, d, msg)
+}
+
+func (s *Server) fail(w http.ResponseWriter, c *call, status int, res result, code, msg string) {
+	c.result, c.status = res, status
+	writeError(w, status, code, msg)
+}
+
+// finish records the request's metrics and logs it: every request at
+// debug, 503 and cancelled ones at warn with the cause, 500 at error. A log
+// line carries the account and at most an 8-character hash prefix of the
+// token, never a key or a token.
+func (s *Server) finish(r *http.Request, c *call, d time.Duration) {
+	s.metrics.request(c.action, c.result, d)
+	lvl := zapcore.DebugLevel
+	switch c.result {
+	case resInternal:
+		lvl = zapcore.ErrorLevel
+	case resQuorumUnavailable:
+		lvl = zapcore.WarnLevel
+	}
+	ce := s.log.Check(lvl, "request")
+	if ce == nil {
+		return
+	}
+	fields := make([]zap.Field, 0, 9)
+	fields = append(fields,
+		zap.String("path", r.URL.Path),
+		zap.String("action", c.action.String()),
+		zap.String("result", c.result.String()),
+		zap.Int("status", c.status),
+		zap.Duration("duration", d),
+		zap.String("remote", r.RemoteAddr),
+	)
+	if c.account != "" {
+		fields = append(fields, zap.String("account", c.account))
+	}
+	if c.token8 != "" {
+		fields = append(fields, zap.String("token_sha256", c.token8))
+	}
+	if c.err != nil {
+		fields = append(fields, zap.Error(c.err))
+	}
+	ce.Write(fields...)
+}
+
+// account returns the account whose key hashes like key. Every configured
+// hash is compared, in constant time, whatever matches.
+func (s *Server) account(key string) (string, bool) {
+	h := sha256.Sum256([]byte(key))
+	found := -1
+	for i := range s.keys {
+		if subtle.ConstantTimeCompare(h[:], s.keys[i].Hash[:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return "", false
+	}
+	return s.keys[found].Account, true
+}
+
+// secretInQuery reports whether a query parameter name looks like a
+// credential: it contains "key" or "token", in any case (api_key, apikey,
+// key, X-API-Key, access_token, …). Values are never looked at.
+func secretInQuery(raw string) bool {
+	for raw != "" {
+		var part string
+		part, raw, _ = cutAny(raw, "&;")
+		name, _, _ := strings.Cut(part, "=")
+		if n, err := url.QueryUnescape(name); err == nil {
+			name = n
+		}
+		name = strings.ToLower(name)
+		if strings.Contains(name, "key") || strings.Contains(name, "token") {
+			return true
+		}
+	}
+	return false
+}
+
+func cutAny(s, seps string) (before, after string, found bool) {
+	if i := strings.IndexAny(s, seps); i >= 0 {
+		return s[:i], s[i+1:], true
+	}
+	return s, "", false
+}
+
+// isJSONContentType accepts application/json, with an optional charset
+// that must be UTF-8 (JSON is UTF-8, RFC 8259 §8.1).
+func isJSONContentType(ct string) bool {
+	if strings.EqualFold(ct, "application/json") {
+		return true
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		return false
+	}
+	for k, v := range params {
+		if k != "charset" || !strings.EqualFold(v, "utf-8") {
+			return false
+		}
+	}
+	return true
+}
+
+var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// readBody reads at most maxBody bytes. status is 0 on success, else the
+// HTTP status (413 or 400) with msg. release returns the buffer to the pool.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), status int, msg string) {
+	noop := func() {}
+	tooLarge := "body: larger than the limit of " + strconv.FormatInt(s.maxBody, 10) + " bytes"
+	if r.ContentLength > s.maxBody {
+		return nil, noop, http.StatusRequestEntityTooLarge, tooLarge
+	}
+	buf := bodyPool.Get().(*bytes.Buffer)
+	buf.Reset()
+	release = func() {
+		if buf.Cap() <= 64<<10 {
+			bodyPool.Put(buf)
+		}
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, release, http.StatusRequestEntityTooLarge, tooLarge
+		}
+		return nil, release, http.StatusBadRequest, "body: could not be read"
+	}
+	return buf.Bytes(), release, 0, ""
+}
+
+// tokenHashPrefix is what a log line may carry of a token: the first 8 hex
+// characters of its SHA-256.
+func tokenHashPrefix(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(h[:4])
+}

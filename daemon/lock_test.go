@@ -1,0 +1,315 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap/zapcore"
+)
+
+// okData checks a 200 {"ret":"ok"} answer and returns its data.
+func okData(t *testing.T, r *response) map[string]any {
+	t.Helper()
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	require.Equal(t, "ok", r.Env.Ret, r.Raw)
+	require.Nil(t, r.Env.Code, "no code on ok: %s", r.Raw)
+	require.NotNil(t, r.Env.RemainQuota)
+	assert.Equal(t, RemainQuota, *r.Env.RemainQuota)
+	return r.data(t)
+}
+
+func num(t *testing.T, d map[string]any, field string) int64 {
+	t.Helper()
+	v, ok := d[field].(float64)
+	require.True(t, ok, "data.%s missing or not a number in %v", field, d)
+	return int64(v)
+}
+
+// The issue's curl examples, verbatim bodies, in order.
+func TestActionsFlow(t *testing.T) {
+	ts := newTestServer(t, newFakeLocker())
+
+	// acquire → acquired:true and a token
+	before := time.Now()
+	r := ts.lock(t, testKeyAcme, `{"action":"acquire","key":"order:pay:10086","ttl":30}`)
+	d := okData(t, r)
+	assert.Equal(t, "acquire", d["action"])
+	assert.Equal(t, "order:pay:10086", d["key"], "data.key is the caller's key, not the Redis key")
+	assert.Equal(t, true, d["acquired"])
+	token, _ := d["token"].(string)
+	assert.True(t, isToken(token), "token %q", token)
+	assert.EqualValues(t, 30, num(t, d, "ttl"))
+	validity := num(t, d, "validity_ms")
+	assert.InDelta(t, 29700, validity, 300)
+	assert.LessOrEqual(t, num(t, d, "expire_at"), before.Add(30*time.Second).Unix())
+	assert.GreaterOrEqual(t, num(t, d, "expire_at"), before.Unix()+28)
+	assert.NotContains(t, d, "fence", "no fencing yet: the field is absent, not faked")
+	assert.NotContains(t, d, "retry_after")
+	assert.Equal(t, "", r.Env.Msg)
+
+	// the same again → acquired:false, retry_after = the holder's remaining seconds
+	r = ts.lock(t, testKeyAcme, `{"action":"acquire","key":"order:pay:10086","ttl":30}`)
+	d = okData(t, r)
+	assert.Equal(t, false, d["acquired"])
+	assert.Equal(t, msgHeld, r.Env.Msg)
+	ra := num(t, d, "retry_after")
+	assert.True(t, ra >= 29 && ra <= 30, "retry_after %d", ra)
+	assert.NotContains(t, d, "token")
+
+	// status → held, ttl, expire_at, never the token
+	r = ts.lock(t, testKeyAcme, `{"action":"status","key":"order:pay:10086"}`)
+	d = okData(t, r)
+	assert.Equal(t, true, d["held"])
+	assert.True(t, num(t, d, "ttl") >= 28 && num(t, d, "ttl") <= 29, "ttl %v", d["ttl"])
+	assert.LessOrEqual(t, num(t, d, "expire_at"), before.Add(30*time.Second).Unix())
+	assert.NotContains(t, d, "token")
+	assert.NotContains(t, r.Raw, token)
+
+	// extend with a wrong token, then the right one
+	r = ts.lock(t, testKeyAcme, `{"action":"extend","key":"order:pay:10086","token":"`+goodToken+`","ttl":120}`)
+	d = okData(t, r)
+	assert.Equal(t, false, d["extended"])
+	assert.Equal(t, msgWrongToken, r.Env.Msg)
+	r = ts.lock(t, testKeyAcme, `{"action":"extend","key":"order:pay:10086","token":"`+token+`","ttl":120}`)
+	d = okData(t, r)
+	assert.Equal(t, true, d["extended"])
+	assert.EqualValues(t, 120, num(t, d, "ttl"))
+	assert.InDelta(t, 118800, num(t, d, "validity_ms"), 500)
+	assert.InDelta(t, time.Now().Unix()+118, num(t, d, "expire_at"), 2)
+	assert.NotContains(t, d, "token", "extend does not repeat the token")
+
+	// release with a wrong token, then the right one, then again
+	r = ts.lock(t, testKeyAcme, `{"action":"release","key":"order:pay:10086","token":"`+goodToken+`"}`)
+	d = okData(t, r)
+	assert.Equal(t, false, d["released"])
+	assert.Equal(t, msgWrongToken, r.Env.Msg)
+	r = ts.lock(t, testKeyAcme, `{"action":"release","key":"order:pay:10086","token":"`+token+`"}`)
+	d = okData(t, r)
+	assert.Equal(t, true, d["released"])
+	assert.Equal(t, "", r.Env.Msg)
+	r = ts.lock(t, testKeyAcme, `{"action":"release","key":"order:pay:10086","token":"`+token+`"}`)
+	d = okData(t, r)
+	assert.Equal(t, false, d["released"])
+	assert.Equal(t, msgNotHeld, r.Env.Msg)
+
+	// extend after release: not held
+	r = ts.lock(t, testKeyAcme, `{"action":"extend","key":"order:pay:10086","token":"`+token+`","ttl":120}`)
+	d = okData(t, r)
+	assert.Equal(t, false, d["extended"])
+	assert.Equal(t, msgNotHeld, r.Env.Msg)
+
+	// status → not held, nothing else
+	r = ts.lock(t, testKeyAcme, `{"action":"status","key":"order:pay:10086"}`)
+	d = okData(t, r)
+	assert.Equal(t, map[string]any{"action": "status", "key": "order:pay:10086", "held": false}, d)
+}
+
+func TestDefaultTTLAndAlias(t *testing.T) {
+	ts := newTestServer(t, newFakeLocker(), func(o *Options) { o.DefaultTTL = 45 })
+	r := ts.do(t, http.MethodPost, "/gateway/distlock", `{"key":"job:daily_report"}`, map[string]string{"X-API-Key": testKeyAcme})
+	d := okData(t, r)
+	assert.Equal(t, true, d["acquired"])
+	assert.EqualValues(t, 45, num(t, d, "ttl"))
+}
+
+// Tenants: the same key under two accounts, or two namespaces, is two
+// locks; one account can never release, extend or see another's lock.
+func TestTenantIsolation(t *testing.T) {
+	f := newFakeLocker()
+	ts := newTestServer(t, f)
+
+	a := okData(t, ts.lock(t, testKeyAcme, `{"key":"stock:sku_1001"}`))
+	require.Equal(t, true, a["acquired"])
+	tokenA := a["token"].(string)
+	b := okData(t, ts.lock(t, testKeyGlobex, `{"key":"stock:sku_1001"}`))
+	require.Equal(t, true, b["acquired"], "globex's stock:sku_1001 is not acme's")
+	tokenB := b["token"].(string)
+
+	// globex cannot see, extend or release acme's lock, even with its token
+	d := okData(t, ts.lock(t, testKeyGlobex, `{"action":"release","key":"stock:sku_1001","token":"`+tokenA+`"}`))
+	assert.Equal(t, false, d["released"])
+	d = okData(t, ts.lock(t, testKeyGlobex, `{"action":"extend","key":"stock:sku_1001","token":"`+tokenA+`"}`))
+	assert.Equal(t, false, d["extended"])
+	d = okData(t, ts.lock(t, testKeyGlobex, `{"key":"only:acme"}`))
+	require.Equal(t, true, d["acquired"])
+	okData(t, ts.lock(t, testKeyGlobex, `{"action":"release","key":"only:acme","token":"`+d["token"].(string)+`"}`))
+	d = okData(t, ts.lock(t, testKeyAcme, `{"key":"acme:private"}`))
+	require.Equal(t, true, d["acquired"])
+	d = okData(t, ts.lock(t, testKeyGlobex, `{"action":"status","key":"acme:private"}`))
+	assert.Equal(t, false, d["held"], "globex does not see acme's lock")
+	d = okData(t, ts.lock(t, testKeyAcme, `{"action":"status","key":"acme:private"}`))
+	assert.Equal(t, true, d["held"])
+
+	// both original locks still held by their owners
+	d = okData(t, ts.lock(t, testKeyAcme, `{"action":"release","key":"stock:sku_1001","token":"`+tokenA+`"}`))
+	assert.Equal(t, true, d["released"])
+	d = okData(t, ts.lock(t, testKeyGlobex, `{"action":"release","key":"stock:sku_1001","token":"`+tokenB+`"}`))
+	assert.Equal(t, true, d["released"])
+
+	// namespaces: "a" + "b:c" and "a:b" + "c" are different locks
+	d = okData(t, ts.lock(t, testKeyAcme, `{"namespace":"a","key":"b:c"}`))
+	assert.Equal(t, true, d["acquired"])
+	d = okData(t, ts.lock(t, testKeyAcme, `{"namespace":"a:b","key":"c"}`))
+	assert.Equal(t, true, d["acquired"])
+	d = okData(t, ts.lock(t, testKeyAcme, `{"key":"b:c"}`))
+	assert.Equal(t, true, d["acquired"], "no namespace is not namespace a")
+
+	keys := f.seenKeys()
+	assert.Equal(t, redisKey(testPrefix, "acme", "", "stock:sku_1001"), keys[0])
+	assert.Equal(t, redisKey(testPrefix, "globex", "", "stock:sku_1001"), keys[1])
+	assert.Equal(t, redisKey(testPrefix, "globex", "", "stock:sku_1001"), keys[2], "globex's release went to globex's key")
+	assert.Contains(t, keys, redisKey(testPrefix, "acme", "a", "b:c"))
+	assert.Contains(t, keys, redisKey(testPrefix, "acme", "a:b", "c"))
+	for _, k := range keys {
+		assert.True(t, strings.HasPrefix(k, testPrefix+"lock:"), k)
+	}
+}
+
+// wait_ms is passed to the Locker, which retries until the holder lets go.
+func TestAcquireWait(t *testing.T) {
+	f := newFakeLocker()
+	ts := newTestServer(t, f)
+	d := okData(t, ts.lock(t, testKeyAcme, `{"key":"msg:notify:u42","ttl":1}`))
+	require.Equal(t, true, d["acquired"])
+	start := time.Now()
+	d = okData(t, ts.lock(t, testKeyAcme, `{"key":"msg:notify:u42","wait_ms":2000}`))
+	assert.Equal(t, true, d["acquired"], "acquired once the 1s lock expired")
+	assert.Less(t, time.Since(start), 2*time.Second)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	assert.Equal(t, []time.Duration{0, 2 * time.Second}, f.waits)
+}
+
+// No quorum: 503 quorum_unavailable with Retry-After, for every action.
+func TestQuorumUnavailable(t *testing.T) {
+	f := newFakeLocker()
+	f.down.Store(true)
+	ts := newTestServer(t, f)
+	for _, body := range []string{
+		`{"key":"k"}`,
+		`{"action":"release","key":"k","token":"` + goodToken + `"}`,
+		`{"action":"extend","key":"k","token":"` + goodToken + `"}`,
+		`{"action":"status","key":"k"}`,
+	} {
+		r := ts.lock(t, testKeyAcme, body)
+		assert.Equal(t, http.StatusServiceUnavailable, r.Status, body)
+		assert.Equal(t, codeQuorum, r.code())
+		assert.Equal(t, "1", r.Header.Get("Retry-After"))
+		assert.Equal(t, "no quorum of Redis masters answered in time (3 of 5 needed); retry later", r.Env.Msg)
+		assert.Equal(t, "null", string(r.Env.Data))
+	}
+	warns := ts.Logs.FilterLevelExact(zapcore.WarnLevel).FilterMessage("request").All()
+	assert.Len(t, warns, 4)
+}
+
+// A client that goes away cancels its acquire (the Locker sees ctx end).
+func TestClientDisconnectCancelsAcquire(t *testing.T) {
+	f := newFakeLocker()
+	f.block = make(chan struct{}) // never closed
+	f.blocked = make(chan struct{}, 1)
+	ts := newTestServer(t, f)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-f.blocked
+		cancel()
+	}()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/lock", strings.NewReader(`{"key":"export:merchant_5"}`))
+	require.NoError(t, err)
+	req.Header.Set("X-API-Key", testKeyAcme)
+	_, err = ts.client.Do(req)
+	require.Error(t, err)
+	require.Eventually(t, func() bool { return f.cancelled.Load() == 1 }, 5*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return ts.Server.metrics.counts[actAcquire][resCancelled].Load() == 1
+	}, 5*time.Second, 5*time.Millisecond)
+}
+
+// A panic in a handler is a logged 500 internal; the server keeps serving.
+// An unexpected Locker error is a 500 too.
+func TestPanicAndInternal(t *testing.T) {
+	f := newFakeLocker()
+	f.panicKey = "boom"
+	f.failKey = "weird"
+	ts := newTestServer(t, f)
+	r := ts.lock(t, testKeyAcme, `{"key":"boom"}`)
+	assert.Equal(t, http.StatusInternalServerError, r.Status)
+	assert.Equal(t, codeInternal, r.code())
+	assert.Equal(t, "err", r.Env.Ret)
+	panics := ts.Logs.FilterMessage("panic in handler").All()
+	require.Len(t, panics, 1)
+	assert.Contains(t, panics[0].ContextMap()["stack"], "fakeLocker")
+
+	r = ts.lock(t, testKeyAcme, `{"key":"weird"}`)
+	assert.Equal(t, http.StatusInternalServerError, r.Status)
+	assert.Equal(t, codeInternal, r.code())
+	errs := ts.Logs.FilterLevelExact(zapcore.ErrorLevel).FilterMessage("request").All()
+	require.Len(t, errs, 2)
+	assert.Equal(t, "something unexpected", errs[1].ContextMap()["error"])
+
+	d := okData(t, ts.lock(t, testKeyAcme, `{"key":"fine"}`))
+	assert.Equal(t, true, d["acquired"])
+}
+
+// Log lines carry the account and an 8-character token hash prefix, never
+// an API key or a token.
+func TestLogsNeverHoldSecrets(t *testing.T) {
+	ts := newTestServer(t, newFakeLocker())
+	d := okData(t, ts.lock(t, testKeyAcme, `{"key":"job:daily_report"}`))
+	token := d["token"].(string)
+	okData(t, ts.lock(t, testKeyAcme, `{"action":"extend","key":"job:daily_report","token":"`+token+`"}`))
+	okData(t, ts.lock(t, testKeyAcme, `{"action":"release","key":"job:daily_report","token":"`+token+`"}`))
+	ts.lock(t, "wrong-key-"+testKeyAcme, `{"key":"job:daily_report"}`)
+
+	entries := ts.Logs.FilterMessage("request").All()
+	require.Len(t, entries, 4)
+	for i, e := range entries {
+		line := fmt.Sprint(e.ContextMap())
+		assert.NotContains(t, line, token)
+		assert.NotContains(t, line, testKeyAcme)
+		if i < 3 {
+			assert.Equal(t, "acme", e.ContextMap()["account"])
+			assert.Equal(t, tokenHashPrefix(token), e.ContextMap()["token_sha256"])
+			assert.Len(t, e.ContextMap()["token_sha256"], 8)
+		}
+	}
+	assert.Equal(t, "unauthorized", entries[3].ContextMap()["result"])
+	assert.NotContains(t, entries[3].ContextMap(), "account")
+}
+
+func TestSecretInQuery(t *testing.T) {
+	for q, want := range map[string]bool{
+		"":                  false,
+		"a=1&b=2":           false,
+		"monkey=1":          true, // contains "key": refused, harmless
+		"KEY=1":             true,
+		"x;api_key=1":       true,
+		"Token":             true,
+		"id_token=1":        true,
+		"a=api_key":         false, // values are not looked at
+		"%zz=1&apikey=2":    true,
+		"%zzkey=1":          true, // undecodable names are checked raw
+		"namespace=a&ttl=3": false,
+	} {
+		assert.Equal(t, want, secretInQuery(q), q)
+	}
+}
+
+func TestAppendJSONString(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain":          `"plain"`,
+		"q\"b\\s":        `"q\"b\\s"`,
+		"\n\r\t\x00\x1f": `"\n\r\t\u0000\u001f"`,
+		"é🔒":             `"é🔒"`,
+		"bad\xffbyte":    `"bad\ufffdbyte"`,
+		"\u2028\u2029":   `"\u2028\u2029"`,
+		"<&>":            `"<&>"`,
+	} {
+		assert.Equal(t, want, string(appendJSONString(nil, in)), "%q", in)
+	}
+}

@@ -1,0 +1,86 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"github.com/redlockd/redlockd/redlock"
+)
+
+// Locker is the lock service the daemon serves: a quorum of Redis masters
+// in production (NewRedlockLocker), or anything with the same behaviour in
+// tests. Keys given to it are full Redis keys; errors follow the redlock
+// package (*redlock.OutcomeError matching redlock.ErrLockHeld,
+// ErrQuorumUnavailable or ErrNotHeld).
+//
+// It is not *redlock.Client itself because a *redlock.Lock can only be made
+// by a Client and redlock.AcquireOption is opaque, so nothing but a real
+// Client could implement the Client's own method set. The adapter is a few
+// lines; see NewRedlockLocker.
+type Locker interface {
+	// Acquire obtains key for ttl, retrying for up to wait (0: one attempt).
+	Acquire(ctx context.Context, key string, ttl, wait time.Duration) (Lease, error)
+	// Release deletes key on every master where token holds it.
+	Release(ctx context.Context, key, token string) (int, error)
+	// Extend resets the TTL of key, held by token, to ttl.
+	Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error)
+	// Status is a majority read of key; it never reveals the token.
+	Status(ctx context.Context, key string) (redlock.Status, error)
+	// Masters is a health snapshot of every master, in configuration order.
+	Masters() []redlock.MasterStatus
+	// QuorumAvailable reports whether at least Quorum masters are up.
+	QuorumAvailable() bool
+	// Quorum is the number of masters that must agree: N/2+1.
+	Quorum() int
+}
+
+// Lease is a lock granted by Acquire or renewed by Extend.
+type Lease struct {
+	// Token proves ownership: 32 lowercase hex characters. A secret.
+	Token string
+	// Fence is the fencing token, 0 while fencing is not enabled; the API
+	// omits data.fence when it is 0.
+	Fence int64
+	// ValidUntil is the end of validity, with a monotonic clock reading.
+	ValidUntil time.Time
+}
+
+// NewRedlockLocker adapts a *redlock.Client to Locker. The Client stays the
+// caller's to Close, after Server.Run has returned.
+func NewRedlockLocker(c *redlock.Client) Locker { return redlockLocker{c} }
+
+type redlockLocker struct{ c *redlock.Client }
+
+func (l redlockLocker) Acquire(ctx context.Context, key string, ttl, wait time.Duration) (Lease, error) {
+	var lk *redlock.Lock
+	var err error
+	if wait > 0 {
+		lk, err = l.c.Acquire(ctx, key, ttl, redlock.WithWait(wait))
+	} else {
+		lk, err = l.c.Acquire(ctx, key, ttl)
+	}
+	if err != nil {
+		return Lease{}, err
+	}
+	return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
+}
+
+func (l redlockLocker) Release(ctx context.Context, key, token string) (int, error) {
+	return l.c.Release(ctx, key, token)
+}
+
+func (l redlockLocker) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
+	lk, err := l.c.Extend(ctx, key, token, ttl)
+	if err != nil {
+		return Lease{}, err
+	}
+	return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
+}
+
+func (l redlockLocker) Status(ctx context.Context, key string) (redlock.Status, error) {
+	return l.c.Status(ctx, key)
+}
+
+func (l redlockLocker) Masters() []redlock.MasterStatus { return l.c.Masters() }
+func (l redlockLocker) QuorumAvailable() bool           { return l.c.QuorumAvailable() }
+func (l redlockLocker) Quorum() int                     { return l.c.Quorum() }

@@ -1,0 +1,354 @@
+package daemon
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redlockd/redlockd/redlock"
+)
+
+// result is the outcome label of redlockd_requests_total.
+type result uint8
+
+const (
+	resAcquired result = iota
+	resNotAcquired
+	resReleased
+	resNotReleased
+	resExtended
+	resNotExtended
+	resHeld
+	resNotHeld
+	resBadRequest
+	resUnauthorized
+	resMethodNotAllowed
+	resUnsupportedMediaType
+	resTooLarge
+	resQuorumUnavailable
+	resCancelled
+	resInternal
+	numResults
+)
+
+var resultNames = [numResults]string{
+	"acquired", "not_acquired", "released", "not_released", "extended", "not_extended",
+	"held", "not_held", "bad_request", "unauthorized", "method_not_allowed",
+	"unsupported_media_type", "too_large", "quorum_unavailable", "cancelled", "internal",
+}
+
+func (r result) String() string { return resultNames[r] }
+
+// plausible reports whether a request can end with (a, r); only these
+// series are created up front, so dashboards see zeros rather than gaps.
+func plausible(a action, r result) bool {
+	switch r {
+	case resAcquired, resNotAcquired:
+		return a == actAcquire
+	case resReleased, resNotReleased:
+		return a == actRelease
+	case resExtended, resNotExtended:
+		return a == actExtend
+	case resHeld, resNotHeld:
+		return a == actStatus
+	case resUnauthorized, resMethodNotAllowed, resUnsupportedMediaType, resTooLarge:
+		return a == actUnknown
+	case resQuorumUnavailable, resCancelled:
+		return a != actUnknown
+	}
+	return true // bad_request, internal
+}
+
+// Metrics holds the daemon's Prometheus metrics and is the redlock.Observer
+// of the Client the daemon serves (pass it with redlock.WithObserver).
+// Create it with NewMetrics. The metrics are:
+//
+// Requests of the action API (POST /v1/lock and /gateway/distlock):
+//
+//   - redlockd_requests_total{action,result} counter. action is acquire,
+//     release, extend, status, or unknown (refused before the action was
+//     known). result is acquired, not_acquired, released, not_released,
+//     extended, not_extended, held, not_held (answered, HTTP 200);
+//     bad_request (400), unauthorized (401), method_not_allowed (405),
+//     unsupported_media_type (415), too_large (413), quorum_unavailable
+//     (503), cancelled (the client went away), internal (500).
+//   - redlockd_request_duration_seconds{action} histogram, from the first
+//     byte of handling to the response (acquire includes wait_ms).
+//   - redlockd_requests_in_flight gauge.
+//
+// Masters and quorum, read from the served Locker at scrape time (the same
+// snapshot GET /readyz shows):
+//
+//   - redlock_master_up{master} gauge, 1 when the master is up.
+//   - redlock_quorum_available gauge, 1 when at least a quorum is up.
+//   - redlock_quorum_needed gauge, the quorum (N/2+1).
+//
+// From the redlock.Observer calls, per master (the label is host:port):
+//
+//   - redlock_master_rtt_seconds{master} histogram: one pipelined batch
+//     round trip to the master.
+//   - redlock_master_commands_total{master} counter: commands sent.
+//   - redlock_master_batch_errors_total{master} counter: batches that
+//     failed with a connection error.
+//   - redlock_master_probe_seconds{master} histogram: health probe round
+//     trips.
+//   - redlock_master_probes_total{master,result} counter: result up or down.
+//
+// Observer calls that arrive before the masters' addresses are known (see
+// SetMasters) are not recorded.
+type Metrics struct {
+	requests   *prometheus.CounterVec
+	byPair     [numActions][numResults]prometheus.Counter
+	counts     [numActions][numResults]atomic.Uint64
+	duration   [numActions]prometheus.Observer
+	durCount   [numActions]atomic.Uint64
+	durSumNS   [numActions]atomic.Int64
+	inFlight   prometheus.Gauge
+	rtt        *prometheus.HistogramVec
+	commands   *prometheus.CounterVec
+	batchErrs  *prometheus.CounterVec
+	probeRTT   *prometheus.HistogramVec
+	probes     *prometheus.CounterVec
+	gatherer   prometheus.Gatherer // the registerer, when it is also a Gatherer
+	started    time.Time
+	mastersMu  sync.Mutex // serializes SetMasters
+	perMaster  atomic.Pointer[[]masterMetrics]
+	locker     atomic.Pointer[lockerBox]
+	lockerDesc struct{ up, quorumAvailable, quorumNeeded *prometheus.Desc }
+}
+
+type masterMetrics struct {
+	addr               string
+	rtt, probeRTT      prometheus.Observer
+	commands, batchErr prometheus.Counter
+	probeUp, probeDown prometheus.Counter
+}
+
+type lockerBox struct{ l Locker }
+
+var _ redlock.Observer = (*Metrics)(nil)
+
+// Histogram buckets: Redis round trips on a LAN are sub-millisecond; a
+// request may wait up to MaxWait.
+var (
+	rttBuckets     = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1}
+	requestBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+)
+
+// NewMetrics creates the metrics and registers them with reg. It panics if
+// they are already registered there (a programming error, as with
+// prometheus.MustRegister). If reg is also a prometheus.Gatherer (a
+// *prometheus.Registry is), GET /metrics serves it unless Options.Gatherer
+// says otherwise.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlockd_requests_total",
+			Help: "Action API requests by action and result.",
+		}, []string{"action", "result"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlockd_requests_in_flight",
+			Help: "Requests being handled.",
+		}),
+		rtt: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "redlock_master_rtt_seconds",
+			Help:    "Round trip of one pipelined batch of commands to a master.",
+			Buckets: rttBuckets,
+		}, []string{"master"}),
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlock_master_commands_total",
+			Help: "Commands sent to a master.",
+		}, []string{"master"}),
+		batchErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlock_master_batch_errors_total",
+			Help: "Batches to a master that failed with a connection error.",
+		}, []string{"master"}),
+		probeRTT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "redlock_master_probe_seconds",
+			Help:    "Round trip of one health probe of a master.",
+			Buckets: rttBuckets,
+		}, []string{"master"}),
+		probes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlock_master_probes_total",
+			Help: "Health probes of a master by result (up or down).",
+		}, []string{"master", "result"}),
+		started: time.Now(),
+	}
+	m.lockerDesc.up = prometheus.NewDesc("redlock_master_up", "1 when the master is up (answers probes and accepts connections).", []string{"master"}, nil)
+	m.lockerDesc.quorumAvailable = prometheus.NewDesc("redlock_quorum_available", "1 when at least a quorum of masters is up.", nil, nil)
+	m.lockerDesc.quorumNeeded = prometheus.NewDesc("redlock_quorum_needed", "Masters that must agree: N/2+1.", nil, nil)
+	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "redlockd_request_duration_seconds",
+		Help:    "Time to answer an action API request, by action.",
+		Buckets: requestBuckets,
+	}, []string{"action"})
+	for a := range numActions {
+		m.duration[a] = duration.WithLabelValues(a.String())
+		for r := range numResults {
+			if plausible(a, r) {
+				m.byPair[a][r] = m.requests.WithLabelValues(a.String(), r.String())
+			}
+		}
+	}
+	reg.MustRegister(m.requests, duration, m.inFlight, m.rtt, m.commands, m.batchErrs, m.probeRTT, m.probes, lockerCollector{m})
+	if g, ok := reg.(prometheus.Gatherer); ok {
+		m.gatherer = g
+	}
+	return m
+}
+
+// SetMasters names the masters, in the order given to redlock.New, for the
+// per-master metrics. New calls it with the Locker's masters; call it
+// before redlock.New to record the Client's first probes too.
+func (m *Metrics) SetMasters(addrs []string) {
+	m.mastersMu.Lock()
+	defer m.mastersMu.Unlock()
+	if cur := m.perMaster.Load(); cur != nil && len(*cur) == len(addrs) {
+		same := true
+		for i, pm := range *cur {
+			same = same && pm.addr == addrs[i]
+		}
+		if same {
+			return
+		}
+	}
+	pms := make([]masterMetrics, len(addrs))
+	for i, a := range addrs {
+		pms[i] = masterMetrics{
+			addr:      a,
+			rtt:       m.rtt.WithLabelValues(a),
+			probeRTT:  m.probeRTT.WithLabelValues(a),
+			commands:  m.commands.WithLabelValues(a),
+			batchErr:  m.batchErrs.WithLabelValues(a),
+			probeUp:   m.probes.WithLabelValues(a, "up"),
+			probeDown: m.probes.WithLabelValues(a, "down"),
+		}
+	}
+	m.perMaster.Store(&pms)
+}
+
+func (m *Metrics) master(i int) *masterMetrics {
+	pms := m.perMaster.Load()
+	if pms == nil || i < 0 || i >= len(*pms) {
+		return nil
+	}
+	return &(*pms)[i]
+}
+
+// ObserveBatch implements redlock.Observer.
+func (m *Metrics) ObserveBatch(master int, size int, d time.Duration, err error) {
+	pm := m.master(master)
+	if pm == nil {
+		return
+	}
+	pm.rtt.Observe(d.Seconds())
+	pm.commands.Add(float64(size))
+	if err != nil {
+		pm.batchErr.Inc()
+	}
+}
+
+// ObserveProbe implements redlock.Observer.
+func (m *Metrics) ObserveProbe(master int, up bool, d time.Duration) {
+	pm := m.master(master)
+	if pm == nil {
+		return
+	}
+	pm.probeRTT.Observe(d.Seconds())
+	if up {
+		pm.probeUp.Inc()
+	} else {
+		pm.probeDown.Inc()
+	}
+}
+
+// bind makes the scrape-time master and quorum metrics read l.
+func (m *Metrics) bind(l Locker) {
+	ms := l.Masters()
+	addrs := make([]string, len(ms))
+	for i, st := range ms {
+		addrs[i] = st.Addr
+	}
+	m.SetMasters(addrs)
+	m.locker.Store(&lockerBox{l})
+}
+
+// request records one finished action API request.
+func (m *Metrics) request(a action, r result, d time.Duration) {
+	c := m.byPair[a][r]
+	if c == nil {
+		c = m.requests.WithLabelValues(a.String(), r.String())
+	}
+	c.Inc()
+	m.counts[a][r].Add(1)
+	m.duration[a].Observe(d.Seconds())
+	m.durCount[a].Add(1)
+	m.durSumNS[a].Add(int64(d))
+}
+
+// lockerCollector reads the bound Locker's health snapshot at scrape time.
+type lockerCollector struct{ m *Metrics }
+
+func (c lockerCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.m.lockerDesc.up
+	ch <- c.m.lockerDesc.quorumAvailable
+	ch <- c.m.lockerDesc.quorumNeeded
+}
+
+func (c lockerCollector) Collect(ch chan<- prometheus.Metric) {
+	box := c.m.locker.Load()
+	if box == nil {
+		return
+	}
+	d := &c.m.lockerDesc
+	for _, st := range box.l.Masters() {
+		ch <- prometheus.MustNewConstMetric(d.up, prometheus.GaugeValue, b2f(st.Up), st.Addr)
+	}
+	ch <- prometheus.MustNewConstMetric(d.quorumAvailable, prometheus.GaugeValue, b2f(box.l.QuorumAvailable()))
+	ch <- prometheus.MustNewConstMetric(d.quorumNeeded, prometheus.GaugeValue, float64(box.l.Quorum()))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// statsBody is GET /v1/stats: the request counters and latency sums since
+// the process started, for the dashboard (which computes rates from two
+// readings). Counters of series that stayed at zero are left out.
+type statsBody struct {
+	UptimeSeconds float64                       `json:"uptime_seconds"`
+	Requests      map[string]map[string]uint64  `json:"requests"`
+	Duration      map[string]statsDurationEntry `json:"duration"`
+}
+
+type statsDurationEntry struct {
+	Count      uint64  `json:"count"`
+	SumSeconds float64 `json:"sum_seconds"`
+}
+
+func (m *Metrics) stats() statsBody {
+	s := statsBody{
+		UptimeSeconds: time.Since(m.started).Seconds(),
+		Requests:      map[string]map[string]uint64{},
+		Duration:      map[string]statsDurationEntry{},
+	}
+	for a := range numActions {
+		for r := range numResults {
+			if n := m.counts[a][r].Load(); n > 0 {
+				if s.Requests[a.String()] == nil {
+					s.Requests[a.String()] = map[string]uint64{}
+				}
+				s.Requests[a.String()][r.String()] = n
+			}
+		}
+		if n := m.durCount[a].Load(); n > 0 {
+			s.Duration[a.String()] = statsDurationEntry{Count: n, SumSeconds: float64(m.durSumNS[a].Load()) / 1e9}
+		}
+	}
+	return s
+}

@@ -1,0 +1,316 @@
+package daemon
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const goodToken = "0123456789abcdef0123456789abcdef"
+
+// badInput is one refused request: what is sent and what must come back.
+type badInput struct {
+	name   string
+	method string            // default POST
+	path   string            // default /v1/lock
+	header map[string]string // replaces the default X-API-Key and Content-Type
+	body   string
+	status int
+	code   string
+	msg    string // a substring of msg
+}
+
+func badInputs() []badInput {
+	long := strings.Repeat("k", maxKeyBytes+1)
+	return []badInput{
+		// key
+		{name: "key missing", body: `{"action":"acquire"}`, msg: "key: required, a string of 1 to 512 bytes"},
+		{name: "key null", body: `{"key":null}`, msg: "key: required"},
+		{name: "key empty", body: `{"key":""}`, msg: "key: must not be empty; send 1 to 512 bytes"},
+		{name: "key oversized", body: `{"key":"` + long + `"}`, msg: "key: 513 bytes is above the maximum of 512 bytes"},
+		{name: "key oversized by escapes", body: `{"key":"` + strings.Repeat(`\u00e9`, 257) + `"}`, msg: "key: 514 bytes is above the maximum of 512 bytes"},
+		{name: "key newline", body: `{"key":"a\nb"}`, msg: "key: control character U+000A at byte 1 is not allowed"},
+		{name: "key NUL", body: `{"key":"a\u0000"}`, msg: "key: control character U+0000 at byte 1"},
+		{name: "key DEL", body: "{\"key\":\"a\x7f\"}", msg: "key: control character U+007F"},
+		{name: "key C1", body: `{"key":"x\u0085"}`, msg: "key: control character U+0085 at byte 1"},
+		{name: "key raw tab", body: "{\"key\":\"a\tb\"}", msg: "body: malformed JSON at byte 9: control character in a string"},
+		{name: "key invalid UTF-8", body: "{\"key\":\"a\xffb\"}", msg: "key: must be valid UTF-8"},
+		{name: "key lone surrogate", body: `{"key":"a\ud800"}`, msg: "key: must be valid UTF-8"},
+		{name: "key number", body: `{"key":42}`, msg: "key: must be a string, got a number"},
+		{name: "key object", body: `{"key":{"a":1}}`, msg: "key: must be a string, got an object"},
+		{name: "key array", body: `{"key":["a"]}`, msg: "key: must be a string, got an array"},
+		// namespace
+		{name: "namespace oversized", body: `{"key":"a","namespace":"` + strings.Repeat("n", 129) + `"}`, msg: "namespace: 129 bytes is above the maximum of 128 bytes"},
+		{name: "namespace control", body: `{"key":"a","namespace":"n\r"}`, msg: "namespace: control character U+000D at byte 1"},
+		{name: "namespace bool", body: `{"key":"a","namespace":true}`, msg: "namespace: must be a string, got true"},
+		// action
+		{name: "action unknown", body: `{"key":"a","action":"foo"}`, msg: `action: "foo" is not one of acquire, release, extend, status`},
+		{name: "action wrong case", body: `{"key":"a","action":"ACQUIRE"}`, msg: `action: "ACQUIRE" is not one of`},
+		{name: "action long is cut", body: `{"key":"a","action":"` + strings.Repeat("z", 100) + `"}`, msg: `action: "` + strings.Repeat("z", 32) + `"… is not one of`},
+		{name: "action number", body: `{"key":"a","action":1}`, msg: "action: must be a string, got a number"},
+		// ttl
+		{name: "ttl string", body: `{"key":"a","ttl":"30"}`, msg: "ttl: must be an integer number of seconds, got a string"},
+		{name: "ttl fraction", body: `{"key":"a","ttl":30.5}`, msg: "ttl: must be an integer number of seconds, got 30.5"},
+		{name: "ttl point zero", body: `{"key":"a","ttl":30.0}`, msg: "ttl: must be an integer number of seconds, got 30.0"},
+		{name: "ttl exponent", body: `{"key":"a","ttl":1e3}`, msg: "ttl: must be an integer number of seconds, got 1e3"},
+		{name: "ttl bool", body: `{"key":"a","ttl":true}`, msg: "ttl: must be an integer number of seconds, got true"},
+		{name: "ttl array", body: `{"key":"a","ttl":[30]}`, msg: "ttl: must be an integer number of seconds, got an array"},
+		{name: "ttl zero", body: `{"key":"a","ttl":0}`, msg: "ttl: 0 is below the minimum of 1"},
+		{name: "ttl minus zero", body: `{"key":"a","ttl":-0}`, msg: "ttl: -0 is below the minimum of 1"},
+		{name: "ttl negative", body: `{"key":"a","ttl":-5}`, msg: "ttl: -5 is below the minimum of 1"},
+		{name: "ttl above max", body: `{"key":"a","ttl":90000}`, msg: "ttl: 90000 is above the maximum of 86400"},
+		{name: "ttl overflow", body: `{"key":"a","ttl":99999999999999999999999}`, msg: "ttl: 99999999999999999999999 is above the maximum of 86400"},
+		{name: "ttl negative overflow", body: `{"key":"a","ttl":-99999999999999999999}`, msg: "ttl: -99999999999999999999 is below the minimum of 1"},
+		{name: "ttl on release is checked", body: `{"key":"a","action":"release","token":"` + goodToken + `","ttl":0}`, msg: "ttl: 0 is below the minimum of 1"},
+		// wait_ms
+		{name: "wait above max", body: `{"key":"a","wait_ms":2001}`, msg: "wait_ms: 2001 is above the maximum of 2000"},
+		{name: "wait negative", body: `{"key":"a","wait_ms":-1}`, msg: "wait_ms: -1 is below the minimum of 0"},
+		{name: "wait fraction", body: `{"key":"a","wait_ms":1.5}`, msg: "wait_ms: must be an integer number of milliseconds, got 1.5"},
+		// token
+		{name: "release without token", body: `{"key":"a","action":"release"}`, msg: "token: required for release; send the token that acquire returned"},
+		{name: "extend without token", body: `{"key":"a","action":"extend"}`, msg: "token: required for extend"},
+		{name: "release empty token", body: `{"key":"a","action":"release","token":""}`, msg: "token: required for release"},
+		{name: "release null token", body: `{"key":"a","action":"release","token":null}`, msg: "token: required for release"},
+		{name: "token short", body: `{"key":"a","action":"release","token":"0123456789abcdef0123456789abcde"}`, msg: "token: must be the 32 lowercase hex characters that acquire returned"},
+		{name: "token upper", body: `{"key":"a","action":"extend","token":"0123456789ABCDEF0123456789ABCDEF"}`, msg: "token: must be the 32 lowercase hex characters"},
+		{name: "token long", body: `{"key":"a","action":"release","token":"0123456789abcdef0123456789abcdef0"}`, msg: "token: must be the 32 lowercase hex characters"},
+		{name: "token number", body: `{"key":"a","action":"release","token":12}`, msg: "token: must be a string, got a number"},
+		// body shape
+		{name: "body empty", body: ``, msg: "body: empty; send a JSON object"},
+		{name: "body spaces", body: "  \n ", msg: "body: empty"},
+		{name: "body array", body: `[{"key":"a"}]`, msg: "body: must be a JSON object, got an array"},
+		{name: "body string", body: `"key"`, msg: "body: must be a JSON object, got a string"},
+		{name: "body number", body: `42`, msg: "body: must be a JSON object, got a number"},
+		{name: "body null", body: `null`, msg: "body: must be a JSON object, got null"},
+		{name: "body bool", body: `true`, msg: "body: must be a JSON object, got a boolean"},
+		{name: "body not JSON", body: `key=a`, msg: "body: must be a JSON object, got something that is not JSON"},
+		{name: "unterminated object", body: `{"key":"a"`, msg: "body: malformed JSON at byte 10: expected ',' or '}'"},
+		{name: "missing value", body: `{"key":}`, msg: "body: malformed JSON at byte 7: expected a value"},
+		{name: "trailing comma", body: `{"key":"a",}`, msg: "body: malformed JSON at byte 11: expected a field name"},
+		{name: "single quotes", body: `{'key':'a'}`, msg: "body: malformed JSON at byte 1: expected a field name"},
+		{name: "unterminated string", body: `{"key":"a`, msg: "body: malformed JSON at byte 9: unterminated string"},
+		{name: "bad escape", body: `{"key":"a\x"}`, msg: "body: malformed JSON at byte 9: invalid escape"},
+		{name: "bad unicode escape", body: `{"key":"\u12g4"}`, msg: `invalid \u escape`},
+		{name: "bad literal", body: `{"key":nul}`, msg: "body: malformed JSON at byte 7: invalid literal"},
+		{name: "leading zero", body: `{"key":"a","ttl":030}`, msg: "expected ',' or '}'"},
+		{name: "trailing data", body: `{"key":"a"} x`, msg: "body: unexpected data after the JSON object at byte 12"},
+		{name: "two objects", body: `{"key":"a"}{"key":"b"}`, msg: "body: unexpected data after the JSON object at byte 11"},
+		{name: "unknown field", body: `{"key":"a","foo":1}`, msg: `body: unknown field "foo"; the fields are action, key, ttl, token, namespace, wait_ms`},
+		{name: "field wrong case", body: `{"Key":"a"}`, msg: `body: unknown field "Key"`},
+		{name: "duplicate field", body: `{"key":"a","key":"b"}`, msg: `body: field "key" appears more than once`},
+		{name: "duplicate null field", body: `{"ttl":null,"key":"a","ttl":5}`, msg: `body: field "ttl" appears more than once`},
+		// size
+		{name: "body too large", body: `{"key":"` + strings.Repeat("a", 5000) + `"}`, status: http.StatusRequestEntityTooLarge, code: codeTooLarge, msg: "body: larger than the limit of 4096 bytes"},
+		// API key
+		{name: "API key missing", header: map[string]string{"Content-Type": "application/json"}, body: `{"key":"a"}`,
+			status: http.StatusUnauthorized, code: codeUnauthorized, msg: "missing API key: send it in the X-API-Key header"},
+		{name: "API key unknown", header: map[string]string{"X-API-Key": "not-a-key-of-anyone"}, body: `{"key":"a"}`,
+			status: http.StatusUnauthorized, code: codeUnauthorized, msg: "unknown API key: send a valid key in the X-API-Key header"},
+		{name: "API key in Authorization only", header: map[string]string{"Authorization": "Bearer " + testKeyAcme}, body: `{"key":"a"}`,
+			status: http.StatusUnauthorized, code: codeUnauthorized, msg: "X-API-Key header"},
+		// credentials in the query string, refused before authentication
+		{name: "query api_key", path: "/v1/lock?api_key=" + testKeyAcme, header: map[string]string{}, body: `{"key":"a"}`, msg: msgQuerySecret},
+		{name: "query apikey", path: "/v1/lock?apikey=secret-value-1", body: `{"key":"a"}`, msg: msgQuerySecret},
+		{name: "query key", path: "/v1/lock?key=secret-value-1", body: `{"key":"a"}`, msg: msgQuerySecret},
+		{name: "query X-API-KEY", path: "/v1/lock?x=1&X-API-KEY=secret-value-1", body: `{"key":"a"}`, msg: msgQuerySecret},
+		{name: "query escaped name", path: "/v1/lock?api%5Fkey=secret-value-1", body: `{"key":"a"}`, msg: msgQuerySecret},
+		{name: "query token", path: "/v1/lock?token=" + goodToken, body: `{"key":"a"}`, msg: msgQuerySecret},
+		{name: "query access_token", path: "/v1/lock?Access_Token=secret-value-1", body: `{"key":"a"}`, msg: msgQuerySecret},
+		{name: "query no value", path: "/v1/lock?apiKey", body: `{"key":"a"}`, msg: msgQuerySecret},
+		{name: "query on alias", path: "/gateway/distlock?api_key=secret-value-1", body: `{"key":"a"}`, msg: msgQuerySecret},
+		{name: "query before method", method: http.MethodGet, path: "/v1/lock?api_key=secret-value-1", msg: msgQuerySecret},
+		// method
+		{name: "GET", method: http.MethodGet, status: http.StatusMethodNotAllowed, msg: "method not allowed: use POST"},
+		{name: "PUT", method: http.MethodPut, body: `{"key":"a"}`, status: http.StatusMethodNotAllowed, msg: "use POST"},
+		{name: "DELETE on alias", method: http.MethodDelete, path: "/gateway/distlock", status: http.StatusMethodNotAllowed, msg: "use POST"},
+		// content type
+		{name: "form content type", header: map[string]string{"X-API-Key": testKeyAcme, "Content-Type": "application/x-www-form-urlencoded"}, body: `{"key":"a"}`,
+			status: http.StatusUnsupportedMediaType, msg: "Content-Type must be application/json"},
+		{name: "text content type", header: map[string]string{"X-API-Key": testKeyAcme, "Content-Type": "text/plain"}, body: `{"key":"a"}`,
+			status: http.StatusUnsupportedMediaType, msg: "Content-Type must be application/json"},
+		{name: "latin1 charset", header: map[string]string{"X-API-Key": testKeyAcme, "Content-Type": "application/json; charset=iso-8859-1"}, body: `{"key":"a"}`,
+			status: http.StatusUnsupportedMediaType, msg: "Content-Type must be application/json"},
+	}
+}
+
+// Every bad input of the issue, through real HTTP: the right status, code
+// and message, the envelope, no Locker call (so no key written), and never
+// the token or API key echoed.
+func TestBadInputs(t *testing.T) {
+	f := newFakeLocker()
+	ts := newTestServer(t, f)
+	for _, tc := range badInputs() {
+		t.Run(tc.name, func(t *testing.T) {
+			method, path, header := tc.method, tc.path, tc.header
+			if method == "" {
+				method = http.MethodPost
+			}
+			if path == "" {
+				path = "/v1/lock"
+			}
+			if header == nil {
+				header = map[string]string{"X-API-Key": testKeyAcme, "Content-Type": "application/json"}
+			}
+			status, code := tc.status, tc.code
+			if status == 0 {
+				status = http.StatusBadRequest
+			}
+			if code == "" {
+				code = codeBadRequest
+			}
+			before := f.calls.Load()
+			r := ts.do(t, method, path, tc.body, header)
+			assert.Equal(t, status, r.Status, r.Raw)
+			assert.Equal(t, "application/json", r.Header.Get("Content-Type"))
+			assert.Equal(t, "err", r.Env.Ret, r.Raw)
+			assert.Equal(t, code, r.code(), r.Raw)
+			assert.Contains(t, r.Env.Msg, tc.msg)
+			assert.Equal(t, "null", string(r.Env.Data))
+			require.NotNil(t, r.Env.RemainQuota)
+			assert.Equal(t, RemainQuota, *r.Env.RemainQuota)
+			assert.Equal(t, before, f.calls.Load(), "no Locker call for a refused request")
+			for _, secret := range []string{testKeyAcme, "secret-value-1", goodToken, "0123456789ABCDEF", "0123456789abcdef0123456789abcde"} {
+				assert.NotContains(t, r.Raw, secret, "the answer never echoes a credential")
+			}
+			if status == http.StatusMethodNotAllowed {
+				assert.Equal(t, "POST", r.Header.Get("Allow"))
+			}
+		})
+	}
+	for _, e := range ts.Logs.All() {
+		line := fmt.Sprint(e.Message, e.ContextMap())
+		assert.NotContains(t, line, testKeyAcme)
+		assert.NotContains(t, line, "secret-value-1")
+		assert.NotContains(t, line, goodToken)
+	}
+}
+
+// A body too large without a Content-Length (chunked) is cut at the limit.
+func TestBodyTooLargeChunked(t *testing.T) {
+	ts := newTestServer(t, newFakeLocker())
+	body := io.MultiReader(strings.NewReader(`{"key":"`), strings.NewReader(strings.Repeat("a", 10000)), strings.NewReader(`"}`))
+	r := ts.doCtx(t, t.Context(), http.MethodPost, "/v1/lock", io.NopCloser(body), map[string]string{"X-API-Key": testKeyAcme})
+	assert.Equal(t, http.StatusRequestEntityTooLarge, r.Status)
+	assert.Equal(t, codeTooLarge, r.code())
+}
+
+func TestContentTypesAccepted(t *testing.T) {
+	ts := newTestServer(t, newFakeLocker())
+	for i, ct := range []string{"", "application/json", "Application/JSON", "application/json; charset=utf-8", "application/json;charset=UTF-8"} {
+		r := ts.do(t, http.MethodPost, "/v1/lock", fmt.Sprintf(`{"key":"ct%d"}`, i), map[string]string{"X-API-Key": testKeyAcme, "Content-Type": ct})
+		assert.Equal(t, http.StatusOK, r.Status, "Content-Type %q: %s", ct, r.Raw)
+	}
+}
+
+// Accepted shapes: null fields are absent, whitespace anywhere, escapes.
+func TestParseAccepts(t *testing.T) {
+	lim := &limits{defaultTTL: 30, maxTTL: 86400, maxWaitMS: 1000}
+	cases := []struct {
+		body string
+		want lockRequest
+	}{
+		{`{"key":"order:pay:10086"}`, lockRequest{action: actAcquire, key: "order:pay:10086", ttl: 30}},
+		{` { "action" : "" , "key" : "k" , "ttl" : 86400 } `, lockRequest{action: actAcquire, key: "k", ttl: 86400}},
+		{`{"action":null,"key":"k","ttl":null,"namespace":null,"wait_ms":null,"token":null}`, lockRequest{action: actAcquire, key: "k", ttl: 30}},
+		{`{"action":"acquire","key":"k","wait_ms":1000,"token":"ignored for acquire"}`, lockRequest{action: actAcquire, key: "k", ttl: 30, waitMS: 1000}},
+		{`{"action":"release","key":"k","token":"` + goodToken + `"}`, lockRequest{action: actRelease, key: "k", token: goodToken, ttl: 30}},
+		{`{"action":"extend","key":"k","token":"` + goodToken + `","ttl":120}`, lockRequest{action: actExtend, key: "k", token: goodToken, ttl: 120}},
+		{`{"action":"status","key":"k","namespace":"jobs"}`, lockRequest{action: actStatus, key: "k", namespace: "jobs", ttl: 30}},
+		{`{"key":"a\"b\\c\/d\u00e9\ud83d\udd12"}`, lockRequest{action: actAcquire, key: "a\"b\\c/dé🔒", ttl: 30}},
+		{`{"key":"` + strings.Repeat("é", 256) + `"}`, lockRequest{action: actAcquire, key: strings.Repeat("é", 256), ttl: 30}},
+	}
+	for _, tc := range cases {
+		got, a, err := parseLockRequest([]byte(tc.body), lim)
+		require.Nil(t, err, tc.body)
+		assert.Equal(t, tc.want, got, tc.body)
+		assert.Equal(t, tc.want.action, a)
+	}
+}
+
+// FuzzParseLockRequest: the parser never panics, and whatever it accepts
+// is valid JSON that encoding/json decodes to the same values.
+func FuzzParseLockRequest(f *testing.F) {
+	for _, tc := range badInputs() {
+		f.Add([]byte(tc.body))
+	}
+	f.Add([]byte(`{"action":"release","key":"k","token":"` + goodToken + `","ttl":5,"wait_ms":0,"namespace":"n"}`))
+	f.Add([]byte(`{"key":"\ud83d\udd12\u00e9\n"}`))
+	lim := &limits{defaultTTL: 30, maxTTL: 86400, maxWaitMS: 5000}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req, _, err := parseLockRequest(body, lim)
+		if err != nil {
+			if err.msg == "" || !utf8.ValidString(err.msg) {
+				t.Fatalf("bad message %q", err.msg)
+			}
+			return
+		}
+		if !json.Valid(body) {
+			t.Fatalf("accepted invalid JSON %q", body)
+		}
+		var std struct {
+			Action    *string `json:"action"`
+			Key       string  `json:"key"`
+			Namespace string  `json:"namespace"`
+			TTL       *int64  `json:"ttl"`
+		}
+		if err := json.Unmarshal(body, &std); err != nil {
+			t.Fatalf("encoding/json refuses accepted %q: %v", body, err)
+		}
+		if std.Key != req.key || std.Namespace != req.namespace {
+			t.Fatalf("%q: key/namespace %q/%q, encoding/json says %q/%q", body, req.key, req.namespace, std.Key, std.Namespace)
+		}
+		if std.TTL != nil && *std.TTL != req.ttl {
+			t.Fatalf("%q: ttl %d, encoding/json says %d", body, req.ttl, *std.TTL)
+		}
+	})
+}
+
+// Random mutations of valid and invalid bodies, through real HTTP: no
+// input gets a 500 or kills the server.
+func TestNoBodyPanics(t *testing.T) {
+	f := newFakeLocker()
+	ts := newTestServer(t, f)
+	seeds := [][]byte{
+		[]byte(`{"action":"release","key":"k","token":"` + goodToken + `","ttl":5,"wait_ms":0,"namespace":"n"}`),
+		[]byte(`{"action":"status","key":"\ud83d\udd12"}`),
+	}
+	for _, tc := range badInputs() {
+		seeds = append(seeds, []byte(tc.body))
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	alphabet := []byte("{}[]\":,\\u0123456789abcdefe.-+ \n\x00\x7f\xff\xc3tnl")
+	for i := range 400 {
+		b := bytes.Clone(seeds[i%len(seeds)])
+		for range 1 + rng.IntN(4) {
+			if len(b) == 0 {
+				b = append(b, alphabet[rng.IntN(len(alphabet))])
+				continue
+			}
+			p := rng.IntN(len(b))
+			switch rng.IntN(3) {
+			case 0:
+				b[p] = alphabet[rng.IntN(len(alphabet))]
+			case 1:
+				b = append(b[:p], b[p+1:]...)
+			default:
+				b = append(b[:p], append([]byte{alphabet[rng.IntN(len(alphabet))]}, b[p:]...)...)
+			}
+		}
+		r := ts.lock(t, testKeyAcme, string(b))
+		if !slices.Contains([]int{http.StatusOK, http.StatusBadRequest, http.StatusRequestEntityTooLarge}, r.Status) {
+			t.Fatalf("body %.200q → %s", b, r.Raw)
+		}
+	}
+	r := ts.do(t, http.MethodGet, "/healthz", "", nil)
+	assert.Equal(t, http.StatusOK, r.Status)
+}

@@ -1,0 +1,193 @@
+package daemon
+
+import (
+	"net/http"
+	"strconv"
+	"sync"
+	"unicode/utf8"
+)
+
+// RemainQuota is the value of remain_quota in every response of this
+// version. There is no quota or rate limit yet, so nothing is counted and
+// nothing can run out: -1 means "unlimited, not counted". When quotas land,
+// remain_quota will be the number of requests the API key may still make
+// in its current window (0 = the next one is refused with 429), and -1 will
+// keep meaning that the key has no quota.
+const RemainQuota = -1
+
+// Stable error codes (the envelope's "code").
+const (
+	codeBadRequest   = "bad_request"        // 400, and 405 and 415
+	codeUnauthorized = "unauthorized"       // 401
+	codeTooLarge     = "too_large"          // 413
+	codeQuorum       = "quorum_unavailable" // 503
+	codeInternal     = "internal"           // 500
+	// codeCancelled answers a request whose client went away (HTTP 499, as
+	// nginx logs it); nobody reads it, but the log and metrics do.
+	codeCancelled = "cancelled"
+)
+
+// statusClientClosed is nginx's "client closed request".
+const statusClientClosed = 499
+
+// outcome is the boolean field a lock response carries.
+type outcome uint8
+
+const (
+	outNone outcome = iota
+	outAcquired
+	outReleased
+	outExtended
+	outHeld
+)
+
+var outcomeNames = [...]string{"", "acquired", "released", "extended", "held"}
+
+// lockData is the envelope's data for an answered action. Fields that do
+// not apply are left out of the JSON, in particular fence while fencing is
+// not enabled (fence == 0) and token everywhere but a successful acquire.
+type lockData struct {
+	action  action
+	key     string // the caller's key, not the Redis key
+	outcome outcome
+	ok      bool // the outcome's value
+
+	token      string
+	ttl        int64 // seconds
+	hasTTL     bool
+	expireAt   int64 // Unix seconds
+	hasExpire  bool
+	retryAfter int64 // seconds; 0 = absent
+	fence      int64 // 0 = absent
+	validityMS int64
+	hasVal     bool
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// writeData writes a 200 {"ret":"ok"} envelope. The JSON is built by hand
+// (the shapes are fixed and small) to keep reflection off the request path.
+func writeData(w http.ResponseWriter, d *lockData, msg string) {
+	bp := bufPool.Get().(*[]byte)
+	b := (*bp)[:0]
+	b = append(b, `{"ret":"ok","data":{"action":"`...)
+	b = append(b, d.action.String()...)
+	b = append(b, `","key":`...)
+	b = appendJSONString(b, d.key)
+	if d.outcome != outNone {
+		b = append(b, ',', '"')
+		b = append(b, outcomeNames[d.outcome]...)
+		b = append(b, `":`...)
+		b = strconv.AppendBool(b, d.ok)
+	}
+	if d.token != "" {
+		b = append(b, `,"token":`...)
+		b = appendJSONString(b, d.token)
+	}
+	if d.hasTTL {
+		b = append(b, `,"ttl":`...)
+		b = strconv.AppendInt(b, d.ttl, 10)
+	}
+	if d.hasExpire {
+		b = append(b, `,"expire_at":`...)
+		b = strconv.AppendInt(b, d.expireAt, 10)
+	}
+	if d.retryAfter > 0 {
+		b = append(b, `,"retry_after":`...)
+		b = strconv.AppendInt(b, d.retryAfter, 10)
+	}
+	if d.fence != 0 {
+		b = append(b, `,"fence":`...)
+		b = strconv.AppendInt(b, d.fence, 10)
+	}
+	if d.hasVal {
+		b = append(b, `,"validity_ms":`...)
+		b = strconv.AppendInt(b, d.validityMS, 10)
+	}
+	b = append(b, `},"msg":`...)
+	b = appendJSONString(b, msg)
+	b = append(b, `,"remain_quota":`...)
+	b = strconv.AppendInt(b, RemainQuota, 10)
+	b = append(b, "}\n"...)
+	writeJSON(w, http.StatusOK, b)
+	*bp = b
+	bufPool.Put(bp)
+}
+
+// writeError writes a {"ret":"err"} envelope with data null.
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	bp := bufPool.Get().(*[]byte)
+	b := (*bp)[:0]
+	b = append(b, `{"ret":"err","data":null,"msg":`...)
+	b = appendJSONString(b, msg)
+	b = append(b, `,"code":`...)
+	b = appendJSONString(b, code)
+	b = append(b, `,"remain_quota":`...)
+	b = strconv.AppendInt(b, RemainQuota, 10)
+	b = append(b, "}\n"...)
+	writeJSON(w, status, b)
+	*bp = b
+	bufPool.Put(bp)
+}
+
+func writeJSON(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// appendJSONString appends s as a JSON string. Invalid UTF-8 becomes
+// U+FFFD; control characters, '"' and '\' are escaped, and so are U+2028
+// and U+2029 so the output is also safe inside a JavaScript string.
+func appendJSONString(b []byte, s string) []byte {
+	const hexDigits = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if (r == utf8.RuneError && size == 1) || r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			switch r {
+			case '\u2028':
+				b = append(b, `\u2028`...)
+			case '\u2029':
+				b = append(b, `\u2029`...)
+			default:
+				b = append(b, `\ufffd`...)
+			}
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

@@ -1,0 +1,363 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+)
+
+// APIKey is one account (tenant) allowed to call the action API.
+type APIKey struct {
+	// Account names the tenant; its locks live in a space of their own.
+	// Non-empty valid UTF-8. Accounts must be unique.
+	Account string
+	// Hash is the SHA-256 of the key clients send in X-API-Key. The daemon
+	// never holds the key itself and compares hashes in constant time.
+	Hash [32]byte
+}
+
+// Defaults for Options fields left at their zero value.
+const (
+	DefaultTTL             = 30
+	DefaultMaxTTL          = 86400
+	DefaultMaxBodyBytes    = 16 << 10
+	DefaultShutdownTimeout = 10 * time.Second
+)
+
+// Options configures a Server. New copies it; later changes have no effect.
+type Options struct {
+	// Listen is the host:port Run listens on. Required by Run, not by Serve.
+	Listen string
+	// APIKeys are the accounts. At least one.
+	APIKeys []APIKey
+	// KeyPrefix starts every Redis key the daemon uses; see redisKey in
+	// keys.go for the layout. May be empty.
+	KeyPrefix string
+	// DefaultTTL is the TTL, in seconds, of a request without ttl.
+	// Default 30 (DefaultTTL), lowered to MaxTTL if that is smaller;
+	// 1 to MaxTTL.
+	DefaultTTL int
+	// MaxTTL is the largest ttl, in seconds, a request may ask for.
+	// Default 86400 (DefaultMaxTTL); 1 to 86400.
+	MaxTTL int
+	// MaxWait is the largest wait_ms a request may ask for, rounded down to
+	// whole milliseconds. 0 (the zero value) allows no waiting: wait_ms
+	// must then be 0 or absent. Not negative.
+	MaxWait time.Duration
+	// MaxBodyBytes limits a request body; a larger one is answered 413.
+	// Default 16384 (DefaultMaxBodyBytes); at least 64.
+	MaxBodyBytes int64
+	// ShutdownTimeout bounds how long in-flight requests may run once the
+	// context given to Run or Serve is cancelled; after it, their contexts
+	// are cancelled (an acquire then cleans up after itself) and the
+	// connections are closed. Default 10s (DefaultShutdownTimeout).
+	ShutdownTimeout time.Duration
+	// DrainDelay is how long, after the context is cancelled, the server
+	// keeps serving with /readyz answering 503 before it stops accepting
+	// connections, so that load balancers stop sending traffic first.
+	// Default 0.
+	DrainDelay time.Duration
+	// Locker serves the locks. Required; NewRedlockLocker adapts a
+	// *redlock.Client.
+	Locker Locker
+	// Metrics receives the daemon's metrics. Default: a new Metrics on a
+	// new registry of its own.
+	Metrics *Metrics
+	// Gatherer is what GET /metrics serves. Default: the registerer given
+	// to NewMetrics, which must then be a prometheus.Gatherer.
+	Gatherer prometheus.Gatherer
+}
+
+// Server is the HTTP daemon: the action API, health, metrics and the
+// dashboard. Create it with New; serve with Run or Serve, once.
+type Server struct {
+	log             *zap.Logger
+	locker          Locker
+	metrics         *Metrics
+	keys            []APIKey
+	prefix          string
+	lim             limits
+	maxBody         int64
+	listen          string
+	shutdownTimeout time.Duration
+	drainDelay      time.Duration
+	handler         http.Handler
+
+	serving      atomic.Bool
+	shuttingDown atomic.Bool
+	addr         atomic.Pointer[string]
+	inFlight     atomic.Int64
+}
+
+// New validates o and returns a Server; it does not listen yet. A nil
+// logger logs nothing. Errors name the Options field.
+func New(logger *zap.Logger, o *Options) (*Server, error) {
+	if o == nil {
+		return nil, errors.New("daemon: nil Options")
+	}
+	if logger == nil {
+		logger = zap.NewNop()
+	}
+	s := &Server{
+		log:             logger,
+		locker:          o.Locker,
+		metrics:         o.Metrics,
+		keys:            append([]APIKey(nil), o.APIKeys...),
+		prefix:          o.KeyPrefix,
+		maxBody:         o.MaxBodyBytes,
+		listen:          o.Listen,
+		shutdownTimeout: o.ShutdownTimeout,
+		drainDelay:      o.DrainDelay,
+	}
+	if s.locker == nil {
+		return nil, errors.New("daemon: Options.Locker: required")
+	}
+	if err := checkAPIKeys(s.keys); err != nil {
+		return nil, err
+	}
+	maxTTL := o.MaxTTL
+	if maxTTL == 0 {
+		maxTTL = DefaultMaxTTL
+	}
+	if maxTTL < 1 || maxTTL > DefaultMaxTTL {
+		return nil, fmt.Errorf("daemon: Options.MaxTTL: %d is outside 1 to %d seconds", maxTTL, DefaultMaxTTL)
+	}
+	defTTL := o.DefaultTTL
+	if defTTL == 0 {
+		defTTL = min(DefaultTTL, maxTTL)
+	}
+	if defTTL < 1 || defTTL > maxTTL {
+		return nil, fmt.Errorf("daemon: Options.DefaultTTL: %d is outside 1 to MaxTTL (%d) seconds", defTTL, maxTTL)
+	}
+	if o.MaxWait < 0 {
+		return nil, fmt.Errorf("daemon: Options.MaxWait: %v is negative", o.MaxWait)
+	}
+	s.lim = limits{defaultTTL: int64(defTTL), maxTTL: int64(maxTTL), maxWaitMS: o.MaxWait.Milliseconds()}
+	if s.maxBody == 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.maxBody < 64 {
+		return nil, fmt.Errorf("daemon: Options.MaxBodyBytes: %d is below the minimum of 64", s.maxBody)
+	}
+	if s.shutdownTimeout == 0 {
+		s.shutdownTimeout = DefaultShutdownTimeout
+	}
+	if s.shutdownTimeout < 0 {
+		return nil, fmt.Errorf("daemon: Options.ShutdownTimeout: %v is negative", s.shutdownTimeout)
+	}
+	if s.drainDelay < 0 {
+		return nil, fmt.Errorf("daemon: Options.DrainDelay: %v is negative", s.drainDelay)
+	}
+	gatherer := o.Gatherer
+	if s.metrics == nil {
+		reg := prometheus.NewRegistry()
+		s.metrics = NewMetrics(reg)
+		if gatherer == nil {
+			gatherer = reg
+		}
+	}
+	if gatherer == nil {
+		gatherer = s.metrics.gatherer
+	}
+	if gatherer == nil {
+		return nil, errors.New("daemon: Options.Gatherer: required when the registerer given to NewMetrics is not a prometheus.Gatherer")
+	}
+	s.metrics.bind(s.locker)
+	s.handler = s.routes(gatherer)
+	return s, nil
+}
+
+func checkAPIKeys(keys []APIKey) error {
+	if len(keys) == 0 {
+		return errors.New("daemon: Options.APIKeys: at least one is required")
+	}
+	accounts := make(map[string]int, len(keys))
+	hashes := make(map[[32]byte]int, len(keys))
+	for i, k := range keys {
+		switch {
+		case k.Account == "" || !utf8.ValidString(k.Account):
+			return fmt.Errorf("daemon: Options.APIKeys[%d].Account: must be non-empty valid UTF-8", i)
+		case k.Hash == [32]byte{}:
+			return fmt.Errorf("daemon: Options.APIKeys[%d] (%s).Hash: missing", i, k.Account)
+		}
+		if j, dup := accounts[k.Account]; dup {
+			return fmt.Errorf("daemon: Options.APIKeys[%d].Account: %q is also APIKeys[%d]", i, k.Account, j)
+		}
+		if j, dup := hashes[k.Hash]; dup {
+			return fmt.Errorf("daemon: Options.APIKeys[%d] (%s).Hash: the same key as APIKeys[%d]", i, k.Account, j)
+		}
+		accounts[k.Account], hashes[k.Hash] = i, i
+	}
+	return nil
+}
+
+func (s *Server) routes(gatherer prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/lock", s.serveLock)
+	mux.HandleFunc("/gateway/distlock", s.serveLock)
+	mux.HandleFunc("GET /healthz", s.serveHealthz)
+	mux.HandleFunc("GET /readyz", s.serveReadyz)
+	mux.HandleFunc("GET /v1/stats", s.serveStats)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
+		ErrorLog: zap.NewStdLog(s.log.Named("metrics")),
+	}))
+	mux.HandleFunc("GET /{$}", serveDashboard)
+	mux.HandleFunc("GET /dashboard.js", serveDashboardJS)
+	return s.guard(mux)
+}
+
+// Handler returns the daemon's HTTP handler, for tests (httptest) and for
+// embedding. It never reports shutting down; only Run and Serve do.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Addr returns the address Run or Serve listens on, or "" before it does.
+func (s *Server) Addr() string {
+	if a := s.addr.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
+
+// Run listens on Options.Listen and serves until ctx is cancelled; see
+// Serve.
+func (s *Server) Run(ctx context.Context) error {
+	if s.listen == "" {
+		return errors.New("daemon: Options.Listen: required by Run")
+	}
+	ln, err := net.Listen("tcp", s.listen)
+	if err != nil {
+		return fmt.Errorf("daemon: listen on %s: %w", s.listen, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx is cancelled, then shuts down gracefully:
+// /readyz answers 503 at once, for DrainDelay new requests are still
+// served, then the listener closes and in-flight requests get
+// ShutdownTimeout to finish — on a fresh context, not the cancelled one.
+// Requests still running after that have their contexts cancelled and
+// their connections closed. Serve returns nil after a clean shutdown, an
+// error if requests had to be cut off or if serving failed. It closes ln.
+// A Server serves once.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	if !s.serving.CompareAndSwap(false, true) {
+		_ = ln.Close()
+		return errors.New("daemon: Serve or Run called twice")
+	}
+	addr := ln.Addr().String()
+	s.addr.Store(&addr)
+	base, cancelBase := context.WithCancel(context.Background())
+	defer cancelBase()
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
+		BaseContext:       func(net.Listener) context.Context { return base },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	s.log.Info("listening", zap.String("addr", addr))
+
+	select {
+	case err := <-errc:
+		_ = srv.Close()
+		return fmt.Errorf("daemon: serve on %s: %w", addr, err)
+	case <-ctx.Done():
+	}
+	s.shuttingDown.Store(true)
+	s.log.Info("shutting down", zap.Duration("drain_delay", s.drainDelay), zap.Duration("timeout", s.shutdownTimeout))
+	if s.drainDelay > 0 {
+		t := time.NewTimer(s.drainDelay)
+		select {
+		case <-t.C:
+		case err := <-errc:
+			t.Stop()
+			_ = srv.Close()
+			return fmt.Errorf("daemon: serve on %s: %w", addr, err)
+		}
+	}
+	// A fresh context: the one we were given is already cancelled.
+	sctx, cancel := context.WithTimeout(context.Background(), s.shutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if err != nil {
+		n := s.inFlight.Load()
+		cancelBase()
+		_ = srv.Close()
+		s.waitIdle(5 * time.Second)
+		err = fmt.Errorf("daemon: shutdown: %d request(s) still running after %v were cut off: %w", n, s.shutdownTimeout, err)
+		s.log.Warn("shutdown timed out", zap.Error(err))
+	}
+	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = fmt.Errorf("daemon: serve on %s: %w", addr, serr)
+	}
+	s.log.Info("stopped")
+	return err
+}
+
+// waitIdle waits, up to limit, for handlers to return after their contexts
+// were cancelled: an acquire's own cleanup is bounded by the per-master
+// timeout, so this is short.
+func (s *Server) waitIdle(limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	for s.inFlight.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// guard counts in-flight requests and turns a panic into a logged 500.
+func (s *Server) guard(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.inFlight.Add(1)
+		s.metrics.inFlight.Inc()
+		gw := &guardWriter{ResponseWriter: w}
+		defer func() {
+			s.inFlight.Add(-1)
+			s.metrics.inFlight.Dec()
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error("panic in handler", zap.String("path", r.URL.Path), zap.Any("panic", v), zap.StackSkip("stack", 1))
+			if !gw.wrote {
+				writeError(gw, http.StatusInternalServerError, codeInternal, "internal error; it has been logged")
+			}
+		}()
+		next.ServeHTTP(gw, r)
+	})
+}
+
+// guardWriter remembers whether the response was started, so a panic
+// after it does not write a second header.
+type guardWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (g *guardWriter) WriteHeader(code int) {
+	g.wrote = true
+	g.ResponseWriter.WriteHeader(code)
+}
+
+func (g *guardWriter) Write(b []byte) (int, error) {
+	g.wrote = true
+	return g.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (g *guardWriter) Unwrap() http.ResponseWriter { return g.ResponseWriter }

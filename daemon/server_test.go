@@ -1,0 +1,584 @@
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/redlockd/redlockd/redlock"
+)
+
+// API keys of the two test accounts.
+const (
+	testKeyAcme   = "acme-key-0123456789abcdef"
+	testKeyGlobex = "globex-key-0123456789abcdef"
+	testPrefix    = "test:"
+)
+
+// testServer is a Server listening on a real loopback port.
+type testServer struct {
+	URL     string // http://127.0.0.1:port
+	Server  *Server
+	Options *Options
+	Reg     *prometheus.Registry
+	Logs    *observer.ObservedLogs
+	client  *http.Client
+}
+
+// newTestServer starts a Server over locker on 127.0.0.1:0 with two
+// accounts (testKeyAcme → "acme", testKeyGlobex → "globex"), KeyPrefix
+// testPrefix, MaxWait 2s and MaxBodyBytes 4096, every log line captured.
+// opts may change the Options before New. The server is shut down, and its
+// Serve error checked, when the test ends. locker may be a real
+// NewRedlockLocker(client).
+func newTestServer(t *testing.T, locker Locker, opts ...func(*Options)) *testServer {
+	t.Helper()
+	core, logs := observer.New(zapcore.DebugLevel)
+	reg := prometheus.NewRegistry()
+	o := &Options{
+		APIKeys: []APIKey{
+			{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme))},
+			{Account: "globex", Hash: sha256.Sum256([]byte(testKeyGlobex))},
+		},
+		KeyPrefix:       testPrefix,
+		MaxWait:         2 * time.Second,
+		MaxBodyBytes:    4096,
+		ShutdownTimeout: 5 * time.Second,
+		Locker:          locker,
+		Metrics:         NewMetrics(reg),
+	}
+	for _, f := range opts {
+		f(o)
+	}
+	s, err := New(zap.New(core), o)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	tr := &http.Transport{}
+	ts := &testServer{
+		URL:     "http://" + ln.Addr().String(),
+		Server:  s,
+		Options: o,
+		Reg:     reg,
+		Logs:    logs,
+		client:  &http.Client{Transport: tr, Timeout: 30 * time.Second},
+	}
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err, "Serve")
+		case <-time.After(10 * time.Second):
+			t.Error("Serve did not return after its context was cancelled")
+		}
+		tr.CloseIdleConnections()
+	})
+	return ts
+}
+
+// response is one HTTP answer with its envelope decoded.
+type response struct {
+	Status int
+	Header http.Header
+	Raw    string
+	Env    envelope
+}
+
+type envelope struct {
+	Ret         string          `json:"ret"`
+	Data        json.RawMessage `json:"data"`
+	Msg         string          `json:"msg"`
+	Code        *string         `json:"code"`
+	RemainQuota *int            `json:"remain_quota"`
+}
+
+// data decodes the envelope's data into a map, so tests can tell an absent
+// field from a zero one.
+func (r *response) data(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(r.Env.Data, &m), "data in %s", r.Raw)
+	return m
+}
+
+func (r *response) code() string {
+	if r.Env.Code == nil {
+		return ""
+	}
+	return *r.Env.Code
+}
+
+// lock POSTs body to /v1/lock with apiKey as JSON.
+func (ts *testServer) lock(t *testing.T, apiKey, body string) *response {
+	t.Helper()
+	return ts.do(t, http.MethodPost, "/v1/lock", body, map[string]string{"X-API-Key": apiKey, "Content-Type": "application/json"})
+}
+
+// do sends one request; a header with an empty value is not sent.
+func (ts *testServer) do(t *testing.T, method, path, body string, header map[string]string) *response {
+	t.Helper()
+	return ts.doCtx(t, context.Background(), method, path, strings.NewReader(body), header)
+}
+
+func (ts *testServer) doCtx(t *testing.T, ctx context.Context, method, path string, body io.Reader, header map[string]string) *response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, ts.URL+path, body)
+	require.NoError(t, err)
+	for k, v := range header {
+		if v != "" {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := ts.client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	r := &response{Status: resp.StatusCode, Header: resp.Header, Raw: string(raw)}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") {
+		require.NoError(t, json.Unmarshal(raw, &r.Env), "body %q", raw)
+	}
+	return r
+}
+
+// fakeLocker is an in-memory Locker with the semantics of redlock on five
+// healthy masters: the daemon's own seam, not a Redis mock. Every key it
+// is given is recorded.
+type fakeLocker struct {
+	mu    sync.Mutex
+	locks map[string]fakeLock
+	keys  []string // every key of every call, in order
+	waits []time.Duration
+	up    [5]bool
+
+	down      atomic.Bool   // every call fails with ErrQuorumUnavailable
+	block     chan struct{} // when set, Acquire waits for it or ctx
+	blocked   chan struct{} // when set, receives once Acquire blocks
+	cancelled atomic.Int32  // calls that returned because ctx ended
+	panicKey  string        // Acquire of a key ending in this panics
+	failKey   string        // Acquire of a key ending in this returns an unexpected error
+	calls     atomic.Int32
+}
+
+type fakeLock struct {
+	token string
+	until time.Time
+}
+
+func newFakeLocker() *fakeLocker {
+	f := &fakeLocker{locks: map[string]fakeLock{}}
+	for i := range f.up {
+		f.up[i] = true
+	}
+	return f
+}
+
+func (f *fakeLocker) record(key string) {
+	f.calls.Add(1)
+	f.mu.Lock()
+	f.keys = append(f.keys, key)
+	f.mu.Unlock()
+}
+
+func (f *fakeLocker) seenKeys() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.keys...)
+}
+
+func (f *fakeLocker) outcome(op string, kind error) *redlock.OutcomeError {
+	return &redlock.OutcomeError{Op: op, Kind: kind, Quorum: 3, Masters: 5}
+}
+
+var fakeTokens atomic.Uint64
+
+func (f *fakeLocker) Acquire(ctx context.Context, key string, ttl, wait time.Duration) (Lease, error) {
+	f.record(key)
+	f.mu.Lock()
+	f.waits = append(f.waits, wait)
+	f.mu.Unlock()
+	if f.panicKey != "" && strings.HasSuffix(key, f.panicKey) {
+		panic("fake panic for " + key)
+	}
+	if f.failKey != "" && strings.HasSuffix(key, f.failKey) {
+		return Lease{}, errors.New("something unexpected")
+	}
+	if f.down.Load() {
+		return Lease{}, f.outcome("acquire", redlock.ErrQuorumUnavailable)
+	}
+	if f.block != nil {
+		if f.blocked != nil {
+			f.blocked <- struct{}{}
+		}
+		select {
+		case <-f.block:
+		case <-ctx.Done():
+			f.cancelled.Add(1)
+			return Lease{}, errors.Join(redlock.ErrNotObtained, ctx.Err())
+		}
+	}
+	giveUp := time.Now().Add(wait)
+	for {
+		f.mu.Lock()
+		now := time.Now()
+		l, held := f.locks[key]
+		if !held || now.After(l.until) {
+			tok := fmt.Sprintf("%032x", fakeTokens.Add(1)<<40|uint64(now.UnixNano()&0xffffffffff))
+			nl := fakeLock{token: tok, until: now.Add(ttl - ttl/100 - 2*time.Millisecond)}
+			f.locks[key] = nl
+			f.mu.Unlock()
+			return Lease{Token: tok, ValidUntil: nl.until}, nil
+		}
+		f.mu.Unlock()
+		if time.Now().After(giveUp) {
+			e := f.outcome("acquire", redlock.ErrLockHeld)
+			e.Refused, e.RetryAfter = 5, time.Until(l.until)
+			return Lease{}, e
+		}
+		select {
+		case <-ctx.Done():
+			f.cancelled.Add(1)
+			return Lease{}, errors.Join(redlock.ErrNotObtained, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// holder returns the live lock on key, if any; the caller holds f.mu.
+func (f *fakeLocker) holder(key string) (fakeLock, bool) {
+	l, ok := f.locks[key]
+	if !ok || time.Now().After(l.until) {
+		delete(f.locks, key)
+		return fakeLock{}, false
+	}
+	return l, true
+}
+
+func (f *fakeLocker) Release(ctx context.Context, key, token string) (int, error) {
+	f.record(key)
+	if f.down.Load() {
+		return 0, f.outcome("release", redlock.ErrQuorumUnavailable)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.holder(key)
+	switch {
+	case !ok:
+		e := f.outcome("release", redlock.ErrNotHeld)
+		e.Refused, e.Absent = 5, 5
+		return 0, e
+	case l.token != token:
+		e := f.outcome("release", redlock.ErrNotHeld)
+		e.Refused, e.Foreign = 5, 5
+		return 0, e
+	}
+	delete(f.locks, key)
+	return 5, nil
+}
+
+func (f *fakeLocker) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
+	f.record(key)
+	if f.down.Load() {
+		return Lease{}, f.outcome("extend", redlock.ErrQuorumUnavailable)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.holder(key)
+	switch {
+	case !ok:
+		e := f.outcome("extend", redlock.ErrNotHeld)
+		e.Refused, e.Absent = 5, 5
+		return Lease{}, e
+	case l.token != token:
+		e := f.outcome("extend", redlock.ErrNotHeld)
+		e.Refused, e.Foreign = 5, 5
+		return Lease{}, e
+	}
+	l.until = time.Now().Add(ttl - ttl/100 - 2*time.Millisecond)
+	f.locks[key] = l
+	return Lease{Token: token, ValidUntil: l.until}, nil
+}
+
+func (f *fakeLocker) Status(ctx context.Context, key string) (redlock.Status, error) {
+	f.record(key)
+	if f.down.Load() {
+		return redlock.Status{}, f.outcome("status", redlock.ErrQuorumUnavailable)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.holder(key)
+	if !ok {
+		return redlock.Status{Answered: 5}, nil
+	}
+	return redlock.Status{Held: true, Holders: 5, Answered: 5, Validity: time.Until(l.until)}, nil
+}
+
+func (f *fakeLocker) Masters() []redlock.MasterStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]redlock.MasterStatus, len(f.up))
+	for i, up := range f.up {
+		out[i] = redlock.MasterStatus{Index: i, Addr: "127.0.0.1:" + string(rune('1'+i)) + "379", Up: up, Latency: 213 * time.Microsecond, CheckedAt: time.Now()}
+		if !up {
+			out[i].LastError = "dial tcp: connection refused"
+		}
+	}
+	return out
+}
+
+func (f *fakeLocker) QuorumAvailable() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, up := range f.up {
+		if up {
+			n++
+		}
+	}
+	return n >= 3
+}
+
+func (f *fakeLocker) Quorum() int { return 3 }
+
+func (f *fakeLocker) setUp(i int, up bool) {
+	f.mu.Lock()
+	f.up[i] = up
+	f.mu.Unlock()
+}
+
+func validOptions(l Locker) *Options {
+	return &Options{
+		APIKeys: []APIKey{{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme))}},
+		Locker:  l,
+		Metrics: NewMetrics(prometheus.NewRegistry()),
+	}
+}
+
+func TestNewValidates(t *testing.T) {
+	h := sha256.Sum256([]byte("k"))
+	cases := []struct {
+		name string
+		mod  func(*Options)
+		want string
+	}{
+		{"no locker", func(o *Options) { o.Locker = nil }, "Options.Locker: required"},
+		{"no keys", func(o *Options) { o.APIKeys = nil }, "Options.APIKeys: at least one"},
+		{"empty account", func(o *Options) { o.APIKeys = []APIKey{{Hash: h}} }, "APIKeys[0].Account"},
+		{"zero hash", func(o *Options) { o.APIKeys = []APIKey{{Account: "a"}} }, "APIKeys[0] (a).Hash: missing"},
+		{"duplicate account", func(o *Options) {
+			o.APIKeys = append(o.APIKeys, APIKey{Account: "acme", Hash: h})
+		}, `APIKeys[1].Account: "acme" is also APIKeys[0]`},
+		{"duplicate key", func(o *Options) {
+			o.APIKeys = append(o.APIKeys, APIKey{Account: "b", Hash: o.APIKeys[0].Hash})
+		}, "APIKeys[1] (b).Hash: the same key as APIKeys[0]"},
+		{"max ttl too big", func(o *Options) { o.MaxTTL = 86401 }, "Options.MaxTTL: 86401"},
+		{"max ttl negative", func(o *Options) { o.MaxTTL = -1 }, "Options.MaxTTL: -1"},
+		{"default above max", func(o *Options) { o.MaxTTL, o.DefaultTTL = 10, 20 }, "Options.DefaultTTL: 20"},
+		{"negative wait", func(o *Options) { o.MaxWait = -time.Second }, "Options.MaxWait"},
+		{"tiny body", func(o *Options) { o.MaxBodyBytes = 10 }, "Options.MaxBodyBytes: 10"},
+		{"negative shutdown", func(o *Options) { o.ShutdownTimeout = -1 }, "Options.ShutdownTimeout"},
+		{"negative drain", func(o *Options) { o.DrainDelay = -1 }, "Options.DrainDelay"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := validOptions(newFakeLocker())
+			tc.mod(o)
+			_, err := New(nil, o)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	_, err := New(nil, nil)
+	assert.Error(t, err)
+}
+
+func TestNewDefaults(t *testing.T) {
+	s, err := New(nil, validOptions(newFakeLocker()))
+	require.NoError(t, err)
+	assert.Equal(t, limits{defaultTTL: 30, maxTTL: 86400, maxWaitMS: 0}, s.lim)
+	assert.EqualValues(t, DefaultMaxBodyBytes, s.maxBody)
+	assert.Equal(t, DefaultShutdownTimeout, s.shutdownTimeout)
+
+	o := validOptions(newFakeLocker())
+	o.MaxTTL = 10
+	s, err = New(nil, o)
+	require.NoError(t, err)
+	assert.EqualValues(t, 10, s.lim.defaultTTL, "the built-in default is lowered to MaxTTL")
+
+	o = validOptions(newFakeLocker())
+	o.Metrics = nil
+	s, err = New(nil, o)
+	require.NoError(t, err, "a nil Metrics gets a registry of its own")
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Contains(t, rec.Body.String(), "redlockd_requests_total")
+}
+
+// A Registerer that is not a Gatherer needs Options.Gatherer.
+type registererOnly struct{ prometheus.Registerer }
+
+func TestNewNeedsGatherer(t *testing.T) {
+	o := validOptions(newFakeLocker())
+	o.Metrics = NewMetrics(registererOnly{prometheus.NewRegistry()})
+	_, err := New(nil, o)
+	require.ErrorContains(t, err, "Options.Gatherer")
+	o.Gatherer = prometheus.NewRegistry()
+	_, err = New(nil, o)
+	require.NoError(t, err)
+}
+
+func TestRunListensAndStops(t *testing.T) {
+	o := validOptions(newFakeLocker())
+	o.Listen = "127.0.0.1:0"
+	s, err := New(nil, o)
+	require.NoError(t, err)
+	assert.Empty(t, s.Addr())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	require.Eventually(t, func() bool { return s.Addr() != "" }, 5*time.Second, 5*time.Millisecond)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Get("http://" + s.Addr() + "/healthz")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	cancel()
+	require.NoError(t, <-done)
+	assert.ErrorContains(t, s.Run(context.Background()), "called twice")
+
+	o = validOptions(newFakeLocker())
+	s, err = New(nil, o)
+	require.NoError(t, err)
+	assert.ErrorContains(t, s.Run(context.Background()), "Options.Listen")
+}
+
+func TestHandlerWithHTTPTest(t *testing.T) {
+	f := newFakeLocker()
+	s, err := New(nil, validOptions(f))
+	require.NoError(t, err)
+	hs := httptest.NewServer(s.Handler())
+	defer hs.Close()
+	req, _ := http.NewRequest(http.MethodPost, hs.URL+"/v1/lock", strings.NewReader(`{"key":"a"}`))
+	req.Header.Set("X-API-Key", testKeyAcme)
+	resp, err := hs.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, []string{redisKey("", "acme", "", "a")}, f.seenKeys())
+}
+
+// Shutting down: /readyz turns 503 at once, in-flight requests finish on a
+// fresh context (the server's own is already cancelled), Serve returns nil.
+func TestShutdownDrainsInFlight(t *testing.T) {
+	f := newFakeLocker()
+	f.block = make(chan struct{})
+	f.blocked = make(chan struct{}, 1)
+	o := validOptions(f)
+	o.DrainDelay = 200 * time.Millisecond
+	o.ShutdownTimeout = 5 * time.Second
+	s, err := New(nil, o)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	base := "http://" + ln.Addr().String()
+
+	type result struct {
+		status int
+		body   string
+	}
+	inflight := make(chan result, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/lock", strings.NewReader(`{"key":"slow"}`))
+		req.Header.Set("X-API-Key", testKeyAcme)
+		resp, err := client.Do(req)
+		if err != nil {
+			inflight <- result{body: err.Error()}
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		inflight <- result{resp.StatusCode, string(b)}
+	}()
+	<-f.blocked
+	cancel()
+	require.Eventually(t, func() bool { return s.shuttingDown.Load() }, 5*time.Second, time.Millisecond)
+	resp, err := client.Get(base + "/readyz")
+	require.NoError(t, err, "the drain delay keeps serving")
+	var rb readyBody
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&rb))
+	resp.Body.Close()
+	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	assert.Equal(t, "shutting_down", rb.Status)
+
+	time.Sleep(300 * time.Millisecond) // past the drain delay: Shutdown is waiting for the request
+	close(f.block)
+	r := <-inflight
+	assert.Equal(t, http.StatusOK, r.status, r.body)
+	assert.Contains(t, r.body, `"acquired":true`)
+	require.NoError(t, <-done)
+	assert.Zero(t, f.cancelled.Load(), "the in-flight request was not cancelled")
+}
+
+// A request that outlives ShutdownTimeout has its context cancelled, and
+// Serve says so.
+func TestShutdownTimeoutCutsOff(t *testing.T) {
+	f := newFakeLocker()
+	f.block = make(chan struct{}) // never closed
+	f.blocked = make(chan struct{}, 1)
+	o := validOptions(f)
+	o.ShutdownTimeout = 100 * time.Millisecond
+	s, err := New(nil, o)
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, ln) }()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	clientDone := make(chan struct{})
+	go func() {
+		defer close(clientDone)
+		req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/v1/lock", strings.NewReader(`{"key":"stuck"}`))
+		req.Header.Set("X-API-Key", testKeyAcme)
+		if resp, err := (&http.Client{Transport: tr}).Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-f.blocked
+	cancel()
+	err = <-done
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "cut off")
+	assert.EqualValues(t, 1, f.cancelled.Load(), "the stuck acquire saw its context cancelled")
+	<-clientDone
+}
