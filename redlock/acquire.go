@@ -61,6 +61,9 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if ttl < MinTTL {
 		return nil, fmt.Errorf("%w: ttl %v is below the minimum %v", ErrInvalid, ttl, MinTTL)
 	}
+	if ttl > c.opts.maxTTL {
+		return nil, fmt.Errorf("%w: ttl %v is above the max TTL %v", ErrInvalid, ttl, c.opts.maxTTL)
+	}
 	if c.drift(ttl) >= ttl {
 		return nil, fmt.Errorf("%w: ttl %v leaves no validity after the drift allowance %v", ErrInvalid, ttl, c.drift(ttl))
 	}
@@ -108,6 +111,9 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	}
 	n := len(c.masters)
 	keys := []string{key}
+	if c.opts.fenceKey != "" {
+		keys = append(keys, c.opts.fenceKey)
+	}
 	start := time.Now()
 	out, _ := c.fanout(acquireScript, keys, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false, start, nil)
 
@@ -119,23 +125,41 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 		maybeHeld[i] = true
 	}
 	var holderPTTLs []int64
+	var counter int64 // highest fencing counter among the yes votes
 	c.gather(ctx, out, start, func(r reply) bool {
+		m := c.masters[r.idx]
 		if r.err != nil {
 			res.Failures = append(res.Failures, masterErr(c, r))
-		} else if set, pttl := parsePair(r.val); set == 1 {
-			res.Votes++
+		} else if set, v := parsePair(r.val); set == 1 {
+			counter = max(counter, v)
+			if m.counts() {
+				res.Votes++
+			} else {
+				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
+			}
 		} else {
 			maybeHeld[r.idx] = false
-			res.Refused++
-			if pttl > 0 {
-				holderPTTLs = append(holderPTTLs, pttl)
+			if m.counts() {
+				res.Refused++
+				if v > 0 {
+					holderPTTLs = append(holderPTTLs, v)
+				}
+			} else {
+				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
 			}
 		}
 		return res.Votes >= c.quorum || res.Refused+len(res.Failures) > n-c.quorum
 	})
+	var fence int64
+	if res.Votes >= c.quorum && c.opts.fenceKey != "" {
+		fence = counter + 1
+		if !c.writeFence(ctx, keys, token, fence, maybeHeld, &res) {
+			res.Votes = 0 // the lock is not ours without its fence on a quorum
+		}
+	}
 	validity := ttl - time.Since(start) - c.drift(ttl)
 	if res.Votes >= c.quorum && validity > 0 {
-		return &Lock{c: c, key: key, token: token, ttl: ttl, validUntil: start.Add(ttl - c.drift(ttl))}, nil
+		return &Lock{c: c, key: key, token: token, fence: fence, ttl: ttl, validUntil: start.Add(ttl - c.drift(ttl))}, nil
 	}
 
 	c.cleanup(keys, token, maybeHeld)
@@ -162,7 +186,7 @@ func (c *Client) cleanup(keys []string, token string, maybeHeld []bool) {
 	if !slices.Contains(maybeHeld, true) {
 		return
 	}
-	out, waiting := c.fanout(releaseScript, keys, []any{token}, true, time.Now(), maybeHeld)
+	out, waiting := c.fanout(releaseScript, keys[:1], []any{token}, true, time.Now(), maybeHeld)
 	timer := time.NewTimer(c.opts.perMasterTimeout)
 	defer timer.Stop()
 	for ; waiting > 0; waiting-- {

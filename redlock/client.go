@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -22,13 +23,20 @@ var (
 	extendLua string
 	//go:embed scripts/status.lua
 	statusLua string
+	//go:embed scripts/fence.lua
+	fenceLua string
+	//go:embed scripts/fence_repair.lua
+	fenceRepairLua string
 
 	acquireScript = redis.NewScript(acquireLua)
 	releaseScript = redis.NewScript(releaseLua)
 	extendScript  = redis.NewScript(extendLua)
 	statusScript  = redis.NewScript(statusLua)
+	fenceScript   = redis.NewScript(fenceLua)
 
-	allScripts = []*redis.Script{acquireScript, releaseScript, extendScript, statusScript}
+	fenceRepairScript = redis.NewScript(fenceRepairLua)
+
+	allScripts = []*redis.Script{acquireScript, releaseScript, extendScript, statusScript, fenceScript}
 )
 
 // Client runs the Redlock algorithm over N independent Redis masters.
@@ -38,6 +46,12 @@ type Client struct {
 	quorum  int
 	opts    options
 	seed    maphash.Seed
+
+	epoch       time.Time // monotonic origin of quarantine deadlines
+	kick        chan struct{}
+	probeMu     sync.Mutex // one probe round at a time
+	repairs     atomic.Int64
+	quarantines atomic.Int64
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -70,6 +84,8 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 		quorum: n/2 + 1,
 		opts:   o,
 		seed:   maphash.MakeSeed(),
+		epoch:  time.Now(),
+		kick:   make(chan struct{}, 1),
 		closed: make(chan struct{}),
 	}
 	for i, mo := range masters {
@@ -77,6 +93,7 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 			return nil, fmt.Errorf("%w: masters[%d]: missing address", ErrInvalid, i)
 		}
 		m := &master{idx: i, addr: mo.Addr, c: c}
+		m.st.clock = clockGuard{perMasterTimeout: o.perMasterTimeout, driftFactor: o.driftFactor}
 		lo := *mo
 		lo.MaxRetries = -1
 		lo.DialTimeout = max(o.perMasterTimeout, 100*time.Millisecond)
@@ -85,10 +102,15 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 		lo.WriteTimeout = o.stallTimeout
 		lo.ContextTimeoutEnabled = false
 		lo.PoolSize = o.lanes + 2
+		// Dial (and run onConnect on) the lanes' connections up front, so
+		// the first acquire does not pay for dial, script load and INFO
+		// within its per-master timeout.
+		lo.MinIdleConns = o.lanes
 		lo.PipelinePoolSize = -1
 		lo.DisableIdentity = true
-		lo.OnConnect = loadScripts
-		m.rdb = redis.NewClient(&lo)
+		lo.OnConnect = m.onConnect
+		m.laneOpts = lo
+		m.rdb.Store(redis.NewClient(&lo))
 
 		po := *mo
 		po.MaxRetries = -1
@@ -100,6 +122,7 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 		po.PipelinePoolSize = -1
 		po.DisableIdentity = true
 		po.OnConnect = nil
+		m.probeOpts = po
 		m.probe = redis.NewClient(&po)
 
 		m.up.Store(true) // optimistic until the first probe or dial says otherwise
@@ -135,21 +158,12 @@ func (o *options) validate() error {
 		return fmt.Errorf("%w: max batch must be ≥ 1, got %d", ErrInvalid, o.maxBatch)
 	case o.logger == nil:
 		return fmt.Errorf("%w: logger must not be nil", ErrInvalid)
+	case o.maxTTL < MinTTL:
+		return fmt.Errorf("%w: max TTL %v is below the minimum %v", ErrInvalid, o.maxTTL, MinTTL)
+	case o.markerKey == "":
+		return fmt.Errorf("%w: marker key must not be empty", ErrInvalid)
 	}
 	return nil
-}
-
-// loadScripts runs on every new connection so that EVALSHA finds every
-// script: a master that lost its script cache (restart) must not run a
-// release through the EVAL fallback before the acquire queued ahead of it.
-func loadScripts(ctx context.Context, cn *redis.Conn) error {
-	_, err := cn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, s := range allScripts {
-			s.Load(ctx, p)
-		}
-		return nil
-	})
-	return err
 }
 
 // Close stops the health loop and the lanes (queued commands fail with
@@ -161,9 +175,14 @@ func (c *Client) Close() error {
 		// Closing the connections first unblocks a lane stuck on a paused
 		// master, so Close does not wait for the stall timeout.
 		for _, m := range c.masters {
-			errs = append(errs, m.rdb.Close(), m.probe.Close())
+			m.connMu.Lock()
+			errs = append(errs, m.rdb.Load().Close())
+			m.connMu.Unlock()
 		}
 		c.wg.Wait()
+		for _, m := range c.masters {
+			errs = append(errs, m.probe.Close())
+		}
 	})
 	return errors.Join(errs...)
 }
@@ -216,9 +235,21 @@ func (c *Client) fanout(script *redis.Script, keys []string, args []any, mustSen
 // that did not answer are reported to onReply as ErrMasterTimeout (or the
 // context's error) so that the caller sees exactly one result per master.
 func (c *Client) gather(ctx context.Context, out <-chan reply, start time.Time, onReply func(reply) (decided bool)) {
-	n := len(c.masters)
-	answered := make([]bool, n)
-	left := n
+	c.gatherSome(ctx, out, start, nil, onReply)
+}
+
+// gatherSome is gather for a fan-out sent only to the masters marked in only
+// (nil: all).
+func (c *Client) gatherSome(ctx context.Context, out <-chan reply, start time.Time, only []bool, onReply func(reply) (decided bool)) {
+	answered := make([]bool, len(c.masters))
+	left := 0
+	for i := range answered {
+		if only == nil || only[i] {
+			left++
+		} else {
+			answered[i] = true
+		}
+	}
 	timer := time.NewTimer(time.Until(start.Add(c.opts.perMasterTimeout)))
 	defer timer.Stop()
 	var missing error

@@ -55,6 +55,10 @@ var (
 	// than the per-master timeout (paused or partitioned), so a new command
 	// queued behind it could not be answered in time and was failed at once.
 	ErrMasterBusy = errors.New("master unresponsive (earlier command outstanding)")
+	// ErrMasterQuarantined: the master answered, but its vote does not count:
+	// it is quarantined (restart without data, clock jump or drift) or its
+	// fencing counter awaits repair.
+	ErrMasterQuarantined = errors.New("master quarantined: vote not counted")
 )
 
 // OutcomeError describes a fan-out that did not reach its goal: how many

@@ -29,17 +29,20 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 	if key == "" || token == "" {
 		return time.Time{}, fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
 	}
-	if ttl < MinTTL || c.drift(ttl) >= ttl {
-		return time.Time{}, fmt.Errorf("%w: ttl %v is below the minimum %v or leaves no validity", ErrInvalid, ttl, MinTTL)
+	if ttl < MinTTL || c.drift(ttl) >= ttl || ttl > c.opts.maxTTL {
+		return time.Time{}, fmt.Errorf("%w: ttl %v is outside %v to %v or leaves no validity", ErrInvalid, ttl, MinTTL, c.opts.maxTTL)
 	}
 	n := len(c.masters)
 	start := time.Now()
 	out, _ := c.fanout(extendScript, []string{key}, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false, start, nil)
 	res := OutcomeError{Op: "extend", Quorum: c.quorum, Masters: n}
 	c.gather(ctx, out, start, func(r reply) bool {
-		if r.err != nil {
+		switch m := c.masters[r.idx]; {
+		case r.err != nil:
 			res.Failures = append(res.Failures, masterErr(c, r))
-		} else {
+		case !m.counts():
+			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
+		default:
 			countScriptResult(&res, r.val)
 		}
 		return res.Votes >= c.quorum || res.Refused+len(res.Failures) > n-c.quorum

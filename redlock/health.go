@@ -2,64 +2,161 @@ package redlock
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 )
 
 // MasterStatus is a snapshot of what the Client knows about one master.
 type MasterStatus struct {
-	Index     int
-	Addr      string
-	Up        bool          // answered its last probe and accepts connections
+	Index int
+	Addr  string
+	// State is "up", "down", "quarantined" (votes excluded for a while:
+	// restart without data, clock jump, drift) or "repairing" (lost data;
+	// votes excluded until its fencing counter is repaired from a quorum).
+	State string
+	Up    bool // answered its last probe and accepts connections
+	// Counts is whether its votes count towards a quorum right now.
+	Counts bool
+	// QuarantineReason and QuarantineLeft explain State "quarantined".
+	QuarantineReason string
+	QuarantineLeft   time.Duration
+	// Drifting: its clock ran at a rate differing from ours by more than
+	// the drift factor over the last window.
+	Drifting bool
+	// ClockOffset is its wall clock minus ours at the last probe; DriftRatio
+	// the rate at which that offset changes (0.01 = 10ms per second).
+	ClockOffset time.Duration
+	DriftRatio  float64
+	RunID       string
+	Uptime      time.Duration
+	// Durable: appendonly yes with appendfsync always, so a restart keeps
+	// its keys and is not quarantined.
+	Durable bool
+	// Warnings are configuration problems: an evicting maxmemory-policy, a
+	// replica, cluster mode, an address that is the same server as another.
+	Warnings  []string
 	Latency   time.Duration // round trip of the last probe
 	CheckedAt time.Time     // when the last probe finished; zero before the first
-	LastError string        // the last probe or connection error, "" if none yet
+	LastError string        // the last probe or connection error, "" if none
 }
 
 // Masters returns a snapshot of every master's health, in configuration order.
 func (c *Client) Masters() []MasterStatus {
 	out := make([]MasterStatus, len(c.masters))
 	for i, m := range c.masters {
-		st := MasterStatus{Index: i, Addr: m.addr, Up: m.up.Load(), Latency: time.Duration(m.latencyNS.Load())}
+		st := MasterStatus{Index: i, Addr: m.addr, Up: m.up.Load(), Counts: m.counts(), Latency: time.Duration(m.latencyNS.Load())}
 		if t := m.checkedAt.Load(); t != 0 {
 			st.CheckedAt = time.Unix(0, t)
 		}
 		if e := m.lastErr.Load(); e != nil {
 			st.LastError = *e
 		}
+		st.QuarantineLeft = m.quarantineLeft()
+		m.st.mu.Lock()
+		st.RunID, st.Uptime, st.Durable = m.st.runID, m.st.uptime, m.st.durable
+		st.Drifting = m.st.drifting
+		st.ClockOffset, st.DriftRatio = m.st.clock.offset, m.st.clock.rate
+		st.Warnings = append([]string(nil), m.st.warnings...)
+		if st.QuarantineLeft > 0 {
+			st.QuarantineReason = m.st.quarantineReason
+		}
+		m.st.mu.Unlock()
+		switch {
+		case !st.Up:
+			st.State = "down"
+		case m.st.repairPending.Load():
+			st.State = "repairing"
+		case st.QuarantineLeft > 0:
+			st.State = "quarantined"
+		default:
+			st.State = "up"
+		}
 		out[i] = st
 	}
 	return out
 }
 
-// QuorumAvailable reports whether at least a quorum of masters is up.
+// QuorumAvailable reports whether at least a quorum of masters is up and
+// counts (not quarantined, not awaiting repair).
 func (c *Client) QuorumAvailable() bool {
-	up := 0
+	n := 0
 	for _, m := range c.masters {
-		if m.up.Load() {
-			up++
+		if m.counts() {
+			n++
 		}
 	}
-	return up >= c.quorum
+	return n >= c.quorum
 }
 
-// healthLoop probes every master at once, every health interval, until Close.
-// A master that fails its probe is marked down: the lanes then answer for it
-// at once instead of waiting, so a lost quorum fails fast.
+// FenceRepairs returns how many fencing counters were repaired so far.
+func (c *Client) FenceRepairs() int64 { return c.repairs.Load() }
+
+// Quarantines returns how many times a master was quarantined so far.
+func (c *Client) Quarantines() int64 { return c.quarantines.Load() }
+
+// ErrSameServer: two configured addresses reach the same Redis server
+// (same run_id): five addresses that are really fewer servers is not
+// Redlock.
+var ErrSameServer = errors.New("redlock: two masters are the same server")
+
+// CheckMasters probes every master once and returns an error if two
+// addresses are the same server (ErrSameServer). Masters that do not answer
+// are not an error: the daemon starts and serves once a quorum is up. Call
+// it at startup to fail fast on a misconfigured deployment.
+func (c *Client) CheckMasters(ctx context.Context) error {
+	c.probeAll()
+	ids := map[string]int{}
+	var errs []error
+	for i, m := range c.masters {
+		m.st.mu.Lock()
+		id := m.st.runID
+		m.st.mu.Unlock()
+		if id == "" {
+			continue
+		}
+		if j, dup := ids[id]; dup {
+			errs = append(errs, fmt.Errorf("%w: masters[%d] (%s) and masters[%d] (%s) have run_id %s", ErrSameServer, j, c.masters[j].addr, i, m.addr, id[:8]))
+			continue
+		}
+		ids[id] = i
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Client) kickHealth() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// healthLoop probes every master at once, every health interval (or at
+// once when kicked), until Close.
 func (c *Client) healthLoop() {
 	t := time.NewTicker(c.opts.healthInterval)
 	defer t.Stop()
 	for {
 		c.probeAll()
+		c.afterProbes()
 		select {
 		case <-c.closed:
 			return
 		case <-t.C:
+		case <-c.kick:
 		}
 	}
 }
 
 func (c *Client) probeAll() {
+	c.probeMu.Lock()
+	defer c.probeMu.Unlock()
 	var wg sync.WaitGroup
 	for _, m := range c.masters {
 		wg.Go(func() { m.probeOnce() })
@@ -67,20 +164,224 @@ func (c *Client) probeAll() {
 	wg.Wait()
 }
 
+// probeOnce runs PING, INFO server, TIME, ROLE, CONFIG GET (where allowed)
+// and EXISTS marker in one pipeline.
 func (m *master) probeOnce() {
-	ctx, cancel := context.WithTimeout(context.Background(), m.c.opts.healthTimeout)
+	o := &m.c.opts
+	ctx, cancel := context.WithTimeout(context.Background(), o.healthTimeout)
 	defer cancel()
 	start := time.Now()
-	err := m.probe.Ping(ctx).Err()
-	d := time.Since(start)
+	pipe := m.probe.Pipeline()
+	ping := pipe.Ping(ctx)
+	info := pipe.Info(ctx, "server")
+	sent := time.Now()
+	tm := pipe.Time(ctx)
+	role := pipe.Do(ctx, "ROLE")
+	cfg := pipe.ConfigGet(ctx, "*") // filtered below; one call instead of five
+	marker := pipe.Exists(ctx, o.markerKey)
+	_, _ = pipe.Exec(ctx)
+	received := time.Now()
+	d := received.Sub(start)
 	m.checkedAt.Store(time.Now().UnixNano())
-	if m.c.opts.observer != nil {
-		m.c.opts.observer.ObserveProbe(m.idx, err == nil, d)
+	err := ping.Err()
+	if o.observer != nil {
+		o.observer.ObserveProbe(m.idx, err == nil, d)
 	}
 	if err != nil {
+		if isDialError(err) {
+			m.dialFailed.Store(true)
+			m.renewProbe()
+		}
 		m.setDown(err)
 		return
 	}
 	m.latencyNS.Store(int64(d))
+
+	if id, uptime, mode, ok := parseInfoServer(info.Val()); ok {
+		m.observeRunID(id, "health probe")
+		m.st.mu.Lock()
+		m.st.uptime = uptime
+		m.st.mu.Unlock()
+		m.setWarning("cluster", mode == "cluster", "runs in cluster mode: Redlock needs independent standalone masters")
+	}
+	if r, err := role.Slice(); err == nil && len(r) > 0 {
+		name, _ := r[0].(string)
+		m.setWarning("replica", name != "master", fmt.Sprintf("is a %s, not a master: its keys come from another server", name))
+	}
+	if conf, err := cfg.Result(); err == nil {
+		evicting := conf["maxmemory"] != "0" && conf["maxmemory"] != "" && conf["maxmemory-policy"] != "noeviction"
+		m.setWarning("eviction", evicting, fmt.Sprintf("maxmemory-policy %s can evict lock keys (they all have a TTL): use noeviction", conf["maxmemory-policy"]))
+		m.st.mu.Lock()
+		m.st.durable = conf["appendonly"] == "yes" && conf["appendfsync"] == "always"
+		m.st.mu.Unlock()
+	}
+	if n, err := marker.Result(); err == nil {
+		m.st.mu.Lock()
+		m.st.hasMarker = n == 1
+		m.st.mu.Unlock()
+	}
+	if remote, err := tm.Result(); err == nil && o.clockGuard {
+		m.observeClock(sent, received, remote)
+	}
 	m.setUp()
+}
+
+func (m *master) observeClock(sent, received, remote time.Time) {
+	m.st.mu.Lock()
+	ev, delta := m.st.clock.observe(sent, received, remote)
+	wasDrifting := m.st.drifting
+	switch ev {
+	case clockDrifting:
+		m.st.drifting = true
+	case clockOK:
+		if m.st.clock.rate < m.c.opts.driftFactor/2 && m.st.clock.rate > -m.c.opts.driftFactor/2 {
+			m.st.drifting = false
+		}
+	}
+	m.st.mu.Unlock()
+	switch {
+	case ev == clockJumpForward:
+		// Its keys may have expired early: treat it like a restart
+		// without data, minus the fencing repair (the counter is intact).
+		m.quarantine(fmt.Sprintf("wall clock jumped forward by %v", delta.Round(time.Millisecond)), m.c.opts.maxTTL)
+	case ev == clockJumpBackward:
+		m.c.opts.logger.Warn("master wall clock jumped backward (its locks will last longer)", zapMaster(m), zap.Duration("by", -delta))
+	case ev == clockDrifting && !wasDrifting:
+		// Keys set while it ran fast may expire early, for up to max TTL.
+		m.quarantine(fmt.Sprintf("wall clock drifts at rate %.4f, above the drift factor %.4f", m.st.clock.rate, m.c.opts.driftFactor), m.c.opts.maxTTL)
+	}
+}
+
+func (m *master) setWarning(kind string, on bool, text string) {
+	m.st.mu.Lock()
+	defer m.st.mu.Unlock()
+	prefix := kind + ": "
+	i := slicesIndexPrefix(m.st.warnings, prefix)
+	switch {
+	case on && i < 0:
+		m.st.warnings = append(m.st.warnings, prefix+text)
+		m.c.opts.logger.Warn("master misconfigured", zapMaster(m), zap.String("problem", text))
+	case !on && i >= 0:
+		m.st.warnings = append(m.st.warnings[:i], m.st.warnings[i+1:]...)
+	}
+}
+
+func slicesIndexPrefix(s []string, prefix string) int {
+	for i, v := range s {
+		if strings.HasPrefix(v, prefix) {
+			return i
+		}
+	}
+	return -1
+}
+
+// observeRunID notes the master's run_id, seen by a probe or on a new
+// connection. A changed run_id means the master restarted; unless it
+// persists every write (appendfsync always), it lost its keys.
+func (m *master) observeRunID(id, via string) {
+	m.st.mu.Lock()
+	prev, durable := m.st.runID, m.st.durable
+	m.st.runID = id
+	m.st.mu.Unlock()
+	if prev == "" || prev == id {
+		return
+	}
+	m.c.opts.logger.Warn("master restarted", zapMaster(m), zap.String("seen_by", via))
+	if durable {
+		return
+	}
+	m.lostData(fmt.Sprintf("restarted without durable persistence (run_id changed, seen by %s)", via))
+}
+
+// onConnect runs on every new lane connection before any command: it loads
+// the scripts and checks the run_id, so a master that restarted is
+// quarantined before its first vote on the new connection is counted —
+// long before the next health probe.
+func (m *master) onConnect(ctx context.Context, cn *redis.Conn) error {
+	var info *redis.StringCmd
+	_, err := cn.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, s := range allScripts {
+			s.Load(ctx, p)
+		}
+		info = p.Info(ctx, "server")
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if id, _, _, ok := parseInfoServer(info.Val()); ok {
+		m.observeRunID(id, "new connection")
+	}
+	return nil
+}
+
+func parseInfoServer(s string) (runID string, uptime time.Duration, mode string, ok bool) {
+	for line := range strings.Lines(s) {
+		k, v, found := strings.Cut(strings.TrimSpace(line), ":")
+		if !found {
+			continue
+		}
+		switch k {
+		case "run_id":
+			runID = v
+		case "uptime_in_seconds":
+			n, _ := strconv.ParseInt(v, 10, 64)
+			uptime = time.Duration(n) * time.Second
+		case "redis_mode":
+			mode = v
+		}
+	}
+	return runID, uptime, mode, runID != ""
+}
+
+// afterProbes runs after every probe round: it applies the marker rule to
+// masters seen for the first time, writes missing markers, and repairs
+// fencing counters.
+func (c *Client) afterProbes() {
+	c.probeMu.Lock()
+	defer c.probeMu.Unlock()
+	withMarker := 0
+	for _, m := range c.masters {
+		m.st.mu.Lock()
+		if m.up.Load() && m.st.hasMarker {
+			withMarker++
+		}
+		m.st.mu.Unlock()
+	}
+	for _, m := range c.masters {
+		if !m.up.Load() {
+			continue
+		}
+		m.st.mu.Lock()
+		first := !m.st.seen
+		m.st.seen = true
+		has := m.st.hasMarker
+		m.st.mu.Unlock()
+		// The marker rule: a master without our marker while a quorum of
+		// the others have theirs restarted without its data while no
+		// redlockd was watching. A brand-new deployment has no marker
+		// anywhere and starts serving at once.
+		if first && !has && withMarker >= c.quorum {
+			m.lostData("marker key missing while a quorum of the other masters have theirs (restarted without data while unwatched)")
+		}
+	}
+	for _, m := range c.masters {
+		if m.up.Load() && m.st.repairPending.Load() {
+			c.repairFence(m)
+		}
+	}
+	for _, m := range c.masters {
+		m.st.mu.Lock()
+		need := m.up.Load() && !m.st.hasMarker
+		m.st.mu.Unlock()
+		if need && m.counts() {
+			ctx, cancel := context.WithTimeout(context.Background(), c.opts.healthTimeout)
+			if err := m.probe.Set(ctx, c.opts.markerKey, "redlockd", 0).Err(); err == nil {
+				m.st.mu.Lock()
+				m.st.hasMarker = true
+				m.st.mu.Unlock()
+			}
+			cancel()
+		}
+	}
 }

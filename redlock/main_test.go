@@ -61,8 +61,13 @@ func masterOptions() []*redis.Options {
 }
 
 // newClient returns a Client over the five test masters, closed at cleanup.
+// Its per-master timeout is 500ms unless opts say otherwise: the suite runs
+// under -race next to other packages on two cores, and a test about quorum
+// logic must not fail because a healthy master took 60ms to be scheduled.
+// Tests about timeouts set their own.
 func newClient(t *testing.T, opts ...Option) *Client {
 	t.Helper()
+	opts = append([]Option{WithPerMasterTimeout(500 * time.Millisecond)}, opts...)
 	c, err := New(masterOptions(), opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })

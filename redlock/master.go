@@ -21,10 +21,22 @@ const maxQueue = 1 << 16
 type master struct {
 	idx   int
 	addr  string
-	rdb   *redis.Client // lanes' connections; no retries, long read timeout
-	probe *redis.Client // health probes; one connection, short timeout
 	lanes []*lane
 	c     *Client
+
+	// rdb holds the lanes' connections: no retries, long read timeout. It
+	// is replaced when a master that refused connections comes back,
+	// because go-redis then keeps refusing to dial for up to a second
+	// (its dial circuit breaker).
+	rdb        atomic.Pointer[redis.Client]
+	laneOpts   redis.Options
+	connMu     sync.Mutex // serializes replacing rdb with Close
+	dialFailed atomic.Bool
+	// probe is the health connection, used only under Client.probeMu.
+	probe     *redis.Client
+	probeOpts redis.Options
+
+	st        masterState
 
 	up        atomic.Bool
 	latencyNS atomic.Int64 // last probe round trip
@@ -67,9 +79,36 @@ func (m *master) setDown(err error) {
 }
 
 func (m *master) setUp() {
+	if m.dialFailed.Swap(false) {
+		m.renewLanes()
+	}
 	if !m.up.Swap(true) {
 		m.c.opts.logger.Info("master up", zapMaster(m))
 	}
+}
+
+// renewLanes gives the lanes a fresh connection pool. Only called after a
+// refused dial: the master's process was gone, so no command can still be
+// in flight on the old connections and ordering is unaffected.
+func (m *master) renewLanes() {
+	m.connMu.Lock()
+	defer m.connMu.Unlock()
+	select {
+	case <-m.c.closed:
+		return
+	default:
+	}
+	o := m.laneOpts
+	old := m.rdb.Swap(redis.NewClient(&o))
+	_ = old.Close()
+}
+
+// renewProbe replaces the health connection after a refused dial, for the
+// same reason as renewLanes. Called under Client.probeMu.
+func (m *master) renewProbe() {
+	_ = m.probe.Close()
+	o := m.probeOpts
+	m.probe = redis.NewClient(&o)
 }
 
 // lane is one pipelined connection to a master. A single goroutine drains
@@ -178,7 +217,7 @@ func (l *lane) exec(batch []*call) {
 	}
 	ctx := context.Background()
 	l.busySince.Store(now.UnixNano())
-	pipe := m.rdb.Pipeline()
+	pipe := m.rdb.Load().Pipeline()
 	for _, c := range send {
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 	}
@@ -191,6 +230,7 @@ func (l *lane) exec(batch []*call) {
 		m.c.opts.observer.ObserveBatch(m.idx, len(send), time.Since(now), connErr(err))
 	}
 	if isDialError(err) {
+		m.dialFailed.Store(true)
 		m.setDown(err)
 	}
 	for _, c := range send {
@@ -222,7 +262,7 @@ func (l *lane) retryNoScript(ctx context.Context, send []*call) error {
 	if len(again) == 0 {
 		return nil
 	}
-	pipe := l.m.rdb.Pipeline()
+	pipe := l.m.rdb.Load().Pipeline()
 	for _, c := range again {
 		c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
 	}

@@ -21,6 +21,11 @@ type options struct {
 	maxBatch         int
 	observer         Observer
 	logger           *zap.Logger
+	fenceKey         string
+	markerKey        string
+	maxTTL           time.Duration
+	quarantine       bool
+	clockGuard       bool
 }
 
 func defaultOptions() options {
@@ -35,6 +40,11 @@ func defaultOptions() options {
 		lanes:            4,
 		maxBatch:         256,
 		logger:           zap.NewNop(),
+		fenceKey:         "redlock:fence",
+		markerKey:        "redlock:marker",
+		maxTTL:           24 * time.Hour,
+		quarantine:       true,
+		clockGuard:       true,
 	}
 }
 
@@ -104,6 +114,44 @@ func WithObserver(obs Observer) Option {
 // WithLogger sets the logger for master state changes. Default zap.NewNop().
 func WithLogger(l *zap.Logger) Option {
 	return func(o *options) { o.logger = l }
+}
+
+// WithFenceKey sets the key of the fencing counter on every master (one
+// global sequence for all locks of this Client; see fence.go for the proof).
+// "" disables fencing: Lock.Fence returns 0 and acquire saves one round
+// trip. Default "redlock:fence".
+func WithFenceKey(key string) Option {
+	return func(o *options) { o.fenceKey = key }
+}
+
+// WithMarkerKey sets the key the Client writes on every master to notice,
+// at startup, a master that lost its data while no Client watched. Default
+// "redlock:marker".
+func WithMarkerKey(key string) Option {
+	return func(o *options) { o.markerKey = key }
+}
+
+// WithMaxTTL caps the TTL Acquire and Extend accept, and is how long a
+// master that lost its data (or whose clock jumped) is quarantined: the
+// longest a lock it held could still be valid. Default 24h. Set it to the
+// longest TTL your callers really use: a lower value shortens quarantines.
+func WithMaxTTL(d time.Duration) Option {
+	return func(o *options) { o.maxTTL = d }
+}
+
+// WithQuarantine turns the delayed-restart protection on or off: the
+// quarantine of a master that lost its data or whose clock jumped, and the
+// repair of its fencing counter. Off is unsafe and exists for
+// negative-control tests and drills: a master that restarted empty then
+// votes at once, with a counter back at zero. Default on.
+func WithQuarantine(on bool) Option {
+	return func(o *options) { o.quarantine = on }
+}
+
+// WithClockGuard turns the clock-jump and drift guard on or off. Off exists
+// for negative-control tests and drills. Default on.
+func WithClockGuard(on bool) Option {
+	return func(o *options) { o.clockGuard = on }
 }
 
 // Observer receives measurements from a Client. Calls come from the

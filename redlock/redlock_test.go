@@ -268,9 +268,9 @@ func TestExpiredLockCannotBeExtendedOrReleased(t *testing.T) {
 	rdbs := direct(t)
 	ctx := context.Background()
 	key := newKey(t)
-	lock, err := c.Acquire(ctx, key, 100*time.Millisecond)
+	lock, err := c.Acquire(ctx, key, 500*time.Millisecond)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(holders(t, rdbs, key, lock.Token())) == 0 }, 2*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return len(holders(t, rdbs, key, lock.Token())) == 0 }, 5*time.Second, 10*time.Millisecond)
 
 	err = lock.Extend(ctx, time.Minute)
 	require.ErrorIs(t, err, ErrNotHeld)

@@ -46,6 +46,10 @@ func (c *Client) Status(ctx context.Context, key string) (Status, error) {
 			res.Failures = append(res.Failures, masterErr(c, r))
 			return false
 		}
+		if m := c.masters[r.idx]; !m.counts() {
+			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
+			return false
+		}
 		st.Answered++
 		a, _ := r.val.([]any)
 		if len(a) != 2 {

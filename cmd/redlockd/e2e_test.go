@@ -167,7 +167,9 @@ func TestREADMEExamples(t *testing.T) {
 			assert.Equal(t, key, env.Data["key"])
 			assert.Greater(t, env.Data["validity_ms"], 29000.0)
 			assert.LessOrEqual(t, env.Data["expire_at"], float64(time.Now().Add(30*time.Second).Unix()))
-			assert.NotContains(t, env.Data, "fence", "no fake fencing token")
+			fence, ok := env.Data["fence"].(float64)
+			require.True(t, ok, "acquire returns a fencing token")
+			assert.Positive(t, fence)
 
 			st, env, _ = post(t, url, keyA, `{"action":"acquire","key":"`+key+`","ttl":30}`)
 			require.Equal(t, 200, st)
@@ -194,6 +196,11 @@ func TestREADMEExamples(t *testing.T) {
 			require.Equal(t, 200, st)
 			assert.Equal(t, false, env.Data["released"])
 			assert.Contains(t, env.Msg, "expired or was already released")
+
+			// The next holder gets a greater fencing token.
+			_, env, _ = post(t, url, keyA, `{"action":"acquire","key":"`+key+`","ttl":5}`)
+			require.Equal(t, true, env.Data["acquired"])
+			assert.Greater(t, env.Data["fence"], fence)
 		})
 	}
 }

@@ -59,6 +59,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := daemon.NewMetrics(reg)
+	metrics.SetMasters(cfg.Masters)
 
 	redis.SetLogger(zapRedisLogger{log.Named("go-redis")})
 	masters := make([]*redis.Options, len(cfg.Masters))
@@ -71,12 +72,23 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		redlock.WithHealthInterval(time.Duration(cfg.HealthInterval)),
 		redlock.WithObserver(metrics),
 		redlock.WithLogger(log.Named("redlock")),
+		redlock.WithMaxTTL(time.Duration(cfg.MaxTTL)*time.Second),
+		// Bookkeeping keys share the prefix but never the "lock:" word of
+		// lock keys (daemon/keys.go), so they cannot collide with a lock.
+		redlock.WithFenceKey(cfg.KeyPrefix+"fence"),
+		redlock.WithMarkerKey(cfg.KeyPrefix+"marker"),
 	)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	defer locker.Close()
+	// Five addresses that are really fewer servers is not Redlock: refuse
+	// to start. Masters that do not answer yet are not an error.
+	if err := locker.CheckMasters(ctx); err != nil {
+		ln.Close()
+		return err
+	}
 
 	keys := make([]daemon.APIKey, len(cfg.APIKeys))
 	for i, k := range cfg.APIKeys {

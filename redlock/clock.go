@@ -1,0 +1,91 @@
+package redlock
+
+import (
+	"time"
+)
+
+// clockGuard tracks one master's wall clock against ours from TIME samples.
+// Redis expires keys by its wall clock, so a master whose clock jumps
+// forward drops locks early, and one that runs fast shortens every TTL: both
+// break Redlock's drift assumption (Kleppmann, "How to do distributed
+// locking", timing assumptions). The guard reports:
+//
+//   - a forward jump: the offset grew by more than the per-master timeout
+//     plus the drift allowance since the previous sample;
+//   - drift: over a window of at least minDriftSpan, the offset changed at a
+//     rate above the drift factor.
+//
+// Samples whose round trip exceeds the per-master timeout are ignored: the
+// offset of a slow answer is uncertain by half its round trip.
+type clockGuard struct {
+	perMasterTimeout time.Duration
+	driftFactor      float64
+
+	samples []clockSample // oldest first, at most maxClockSamples
+	offset  time.Duration // last accepted offset
+	rate    float64       // last computed rate over the window
+}
+
+type clockSample struct {
+	local  time.Time // our monotonic midpoint of the probe
+	offset time.Duration
+}
+
+const (
+	maxClockSamples = 30
+	minDriftSpan    = 3 * time.Second
+)
+
+type clockEvent int
+
+const (
+	clockOK clockEvent = iota
+	clockJumpForward
+	clockJumpBackward
+	clockDrifting
+)
+
+// observe records one TIME sample: sent and received are our clock around
+// the TIME call (with monotonic readings), remote the master's answer.
+func (g *clockGuard) observe(sent, received, remote time.Time) (clockEvent, time.Duration) {
+	rtt := received.Sub(sent)
+	if rtt > g.perMasterTimeout || rtt < 0 {
+		return clockOK, 0
+	}
+	mid := sent.Add(rtt / 2)
+	// Wall-clock difference at the midpoint; Round(0) strips the monotonic
+	// reading so that Sub compares wall clocks.
+	offset := remote.Sub(mid.Round(0))
+	s := clockSample{local: mid, offset: offset}
+	if n := len(g.samples); n > 0 {
+		prev := g.samples[n-1]
+		elapsed := mid.Sub(prev.local)
+		allow := g.perMasterTimeout + time.Duration(float64(elapsed)*g.driftFactor) + 2*time.Millisecond
+		delta := offset - prev.offset
+		if delta > allow || delta < -allow {
+			// A jump resets the window: the rate before and after it are
+			// separate questions.
+			g.samples = append(g.samples[:0], s)
+			g.offset, g.rate = offset, 0
+			if delta > 0 {
+				return clockJumpForward, delta
+			}
+			return clockJumpBackward, delta
+		}
+	}
+	if len(g.samples) == maxClockSamples {
+		g.samples = append(g.samples[:0], g.samples[1:]...)
+	}
+	g.samples = append(g.samples, s)
+	g.offset = offset
+	first := g.samples[0]
+	span := mid.Sub(first.local)
+	if span < minDriftSpan {
+		return clockOK, 0
+	}
+	g.rate = float64(offset-first.offset) / float64(span)
+	if g.rate > g.driftFactor || g.rate < -g.driftFactor {
+		return clockDrifting, offset - first.offset
+	}
+	return clockOK, 0
+}

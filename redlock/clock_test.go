@@ -1,0 +1,104 @@
+package redlock
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// feed simulates probes every interval against a master whose clock is
+// skew(t) ahead of ours, and returns the events seen.
+func feed(g *clockGuard, n int, interval, rtt time.Duration, skew func(time.Duration) time.Duration) []clockEvent {
+	base := time.Now()
+	var out []clockEvent
+	for i := range n {
+		sent := base.Add(time.Duration(i) * interval)
+		received := sent.Add(rtt)
+		elapsed := time.Duration(i) * interval
+		remote := sent.Add(rtt / 2).Round(0).Add(skew(elapsed))
+		ev, _ := g.observe(sent, received, remote)
+		out = append(out, ev)
+	}
+	return out
+}
+
+func newGuard() *clockGuard {
+	return &clockGuard{perMasterTimeout: 50 * time.Millisecond, driftFactor: 0.01}
+}
+
+func TestClockGuardSteadyOffsetIsFine(t *testing.T) {
+	g := newGuard()
+	evs := feed(g, 20, time.Second, time.Millisecond, func(time.Duration) time.Duration { return 3 * time.Second })
+	for _, ev := range evs {
+		assert.Equal(t, clockOK, ev)
+	}
+	assert.InDelta(t, 0, g.rate, 1e-9)
+}
+
+func TestClockGuardForwardJump(t *testing.T) {
+	g := newGuard()
+	evs := feed(g, 10, time.Second, time.Millisecond, func(e time.Duration) time.Duration {
+		if e >= 5*time.Second {
+			return 2 * time.Second
+		}
+		return 0
+	})
+	assert.Equal(t, clockJumpForward, evs[5])
+	for i, ev := range evs {
+		if i != 5 {
+			assert.Equal(t, clockOK, ev, "sample %d", i)
+		}
+	}
+}
+
+func TestClockGuardBackwardJump(t *testing.T) {
+	g := newGuard()
+	evs := feed(g, 4, time.Second, time.Millisecond, func(e time.Duration) time.Duration {
+		if e >= 2*time.Second {
+			return -time.Second
+		}
+		return 0
+	})
+	assert.Equal(t, []clockEvent{clockOK, clockOK, clockJumpBackward, clockOK}, evs)
+}
+
+func TestClockGuardFastClockIsDrifting(t *testing.T) {
+	g := newGuard()
+	// 2% fast: 20ms per 1s probe, below the jump threshold each time,
+	// above the 1% drift factor over the window.
+	evs := feed(g, 10, time.Second, time.Millisecond, func(e time.Duration) time.Duration {
+		return time.Duration(float64(e) * 0.02)
+	})
+	assert.Equal(t, clockOK, evs[0])
+	assert.Equal(t, clockOK, evs[2], "no verdict before the window spans minDriftSpan")
+	assert.Contains(t, evs, clockDrifting)
+	assert.NotContains(t, evs, clockJumpForward)
+	assert.InDelta(t, 0.02, g.rate, 0.001)
+}
+
+func TestClockGuardRateWithinDriftFactorIsFine(t *testing.T) {
+	g := newGuard()
+	evs := feed(g, 20, time.Second, time.Millisecond, func(e time.Duration) time.Duration {
+		return time.Duration(float64(e) * 0.005)
+	})
+	assert.NotContains(t, evs, clockDrifting)
+}
+
+func TestClockGuardIgnoresSlowSamples(t *testing.T) {
+	g := newGuard()
+	// A 2s round trip (a paused master) says nothing precise about its clock.
+	ev, _ := g.observe(time.Now(), time.Now().Add(2*time.Second), time.Now().Add(time.Hour))
+	assert.Equal(t, clockOK, ev)
+	assert.Empty(t, g.samples)
+}
+
+func TestClockGuardFastRateOnePointOneJumps(t *testing.T) {
+	g := newGuard()
+	// Rate 1.1 (the drill's fast clock): 100ms per 1s probe exceeds the
+	// jump threshold at once.
+	evs := feed(g, 3, time.Second, time.Millisecond, func(e time.Duration) time.Duration {
+		return time.Duration(float64(e) * 0.1)
+	})
+	assert.Equal(t, clockJumpForward, evs[1])
+}

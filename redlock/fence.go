@@ -1,0 +1,113 @@
+package redlock
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// Fencing tokens (Kleppmann, "How to do distributed locking": "fencing").
+//
+// Every master keeps a counter (one key, Option WithFenceKey). The acquire
+// script returns the master's counter with its vote; once a quorum Q2 has
+// voted, the acquirer takes f = max(counters of Q2) + 1 and writes f back
+// with a max-assign, only where its token still holds the lock, to a quorum
+// Q3, before it reports success. Validity is computed after the write-back.
+//
+// Claim: if lock L1 on a key ended before L2 on the same key was acquired,
+// fence(L2) > fence(L1).
+//
+// Proof: L1 reported success only after its write-back quorum Q1 held
+// counters ≥ f1. Counters never decrease: writes are max-assign and the key
+// has no TTL. L2's votes were cast after L1 ended, hence after Q1's writes.
+// Q1 and L2's voting quorum Q2 are both majorities of the same N masters, so
+// they share a master; its counter, read atomically with its vote, is ≥ f1,
+// hence f2 = max + 1 > f1.
+//
+// The one way a counter decreases is data loss: a master restarted without
+// durable persistence. Such a master does not count (its votes are ignored)
+// until its counter has been repaired: raised to the maximum read from a
+// quorum of the counting masters. Q1 minus the lost master still holds
+// quorum−1 masters among the other N−1, and a quorum read among those N−1
+// meets it (quorum + quorum−1 = N > N−1), so the repaired counter is ≥ f1.
+//
+// Assumptions: at most N − quorum masters lose their data between L1's
+// write-back and L2's vote and each is repaired before it counts; a lost
+// master is detected (run_id change seen by a probe or a new connection, or
+// the startup marker rule) before it next votes. One counter serves every
+// key of a Client: fences form one global sequence, so state does not grow
+// with the number of keys and never resets when a lock expires; two
+// different keys may receive the same fence, which is harmless because
+// fences are compared per resource.
+
+// repairFence raises m's counter to the maximum read from a quorum of the
+// counting masters. Until it succeeds, m's votes do not count; the health
+// loop retries every round.
+func (c *Client) repairFence(m *master) {
+	key := c.opts.fenceKey
+	if key == "" {
+		m.st.repairPending.Store(false)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.healthTimeout)
+	defer cancel()
+	var highest int64
+	answers := 0
+	for _, o := range c.masters {
+		if o == m || !o.counts() {
+			continue
+		}
+		v, err := o.probe.Get(ctx, key).Int64()
+		if err == redis.Nil {
+			v, err = 0, nil
+		}
+		if err != nil {
+			continue
+		}
+		answers++
+		highest = max(highest, v)
+	}
+	if answers < c.quorum {
+		c.opts.logger.Warn("fencing counter repair postponed: no quorum to read from", zapMaster(m), zap.Int("answers", answers))
+		return
+	}
+	if err := fenceRepairScript.Run(ctx, m.probe, []string{key}, strconv.FormatInt(highest, 10)).Err(); err != nil {
+		c.opts.logger.Warn("fencing counter repair failed", zapMaster(m), zapErr(err))
+		return
+	}
+	m.st.repairPending.Store(false)
+	c.repairs.Add(1)
+	c.opts.logger.Info("fencing counter repaired", zapMaster(m), zap.Int64("counter", highest))
+}
+
+// writeFence writes fence back to every master in maybeHeld and reports
+// whether a quorum of counting masters stored it while the token held the
+// lock there.
+func (c *Client) writeFence(ctx context.Context, keys []string, token string, fence int64, maybeHeld []bool, res *OutcomeError) bool {
+	start := time.Now()
+	out, _ := c.fanout(fenceScript, keys, []any{token, strconv.FormatInt(fence, 10)}, false, start, maybeHeld)
+	n := len(c.masters)
+	written, failed := 0, 0
+	c.gatherSome(ctx, out, start, maybeHeld, func(r reply) bool {
+		m := c.masters[r.idx]
+		switch {
+		case r.err != nil:
+			failed++
+			res.Failures = append(res.Failures, masterErr(c, r))
+		case !m.counts():
+			failed++
+			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
+		default:
+			if v, _ := r.val.(int64); v == 1 {
+				written++
+			} else {
+				failed++
+			}
+		}
+		return written >= c.quorum || failed > n-c.quorum
+	})
+	return written >= c.quorum
+}

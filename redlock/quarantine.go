@@ -1,0 +1,95 @@
+package redlock
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// masterState is what the health loop and the connection hook learned about
+// one master. The hot path reads only the atomics (votes); the rest is
+// under mu.
+type masterState struct {
+	// excludedUntil is when the master's votes count again, in nanoseconds
+	// since the Client's epoch (monotonic); 0 when not quarantined. A value
+	// of math.MaxInt64 means until repaired.
+	excludedUntil atomic.Int64
+	// repairPending: the master lost its data and its fencing counter has
+	// not been repaired from a quorum yet; its votes do not count.
+	repairPending atomic.Bool
+
+	mu               sync.Mutex
+	runID            string
+	uptime           time.Duration
+	durable          bool // appendonly yes + appendfsync always: a restart keeps data
+	hasMarker        bool
+	seen             bool // answered at least one probe
+	quarantineReason string
+	drifting         bool
+	clock            clockGuard
+	warnings         []string
+}
+
+// counts reports whether the master's answers count towards a quorum now.
+// A quarantined master keeps receiving writes; only its votes are ignored.
+func (m *master) counts() bool {
+	if !m.up.Load() || m.st.repairPending.Load() {
+		return false
+	}
+	until := m.st.excludedUntil.Load()
+	return until == 0 || m.c.sinceEpoch() >= until
+}
+
+func (c *Client) sinceEpoch() int64 { return int64(time.Since(c.epoch)) }
+
+// quarantine excludes the master's votes for d (the Redis Redlock page's
+// "delayed restarts": a master that may have lost keys must not vote until
+// every lock it could have held has expired). A longer quarantine already
+// in force is kept.
+func (m *master) quarantine(reason string, d time.Duration) {
+	if !m.c.opts.quarantine {
+		m.c.opts.logger.Warn("master would be quarantined (quarantine disabled)", zapMaster(m), zap.String("reason", reason))
+		return
+	}
+	until := m.c.sinceEpoch() + int64(d)
+	for {
+		cur := m.st.excludedUntil.Load()
+		if cur != 0 && cur >= until {
+			return
+		}
+		if m.st.excludedUntil.CompareAndSwap(cur, until) {
+			break
+		}
+	}
+	m.st.mu.Lock()
+	m.st.quarantineReason = reason
+	m.st.mu.Unlock()
+	m.c.quarantines.Add(1)
+	m.c.opts.logger.Warn("master quarantined", zapMaster(m), zap.String("reason", reason), zap.Duration("for", d))
+}
+
+// quarantineLeft returns how long the quarantine still lasts, 0 when none.
+func (m *master) quarantineLeft() time.Duration {
+	until := m.st.excludedUntil.Load()
+	if until == 0 {
+		return 0
+	}
+	return max(time.Duration(until-m.c.sinceEpoch()), 0)
+}
+
+// lostData handles a master that restarted without durable persistence: its
+// fencing counter must be repaired before it counts, and it is quarantined
+// for the longest TTL that may still be outstanding.
+func (m *master) lostData(reason string) {
+	if !m.c.opts.quarantine {
+		m.c.opts.logger.Warn("master lost its data; not quarantined or repaired (quarantine disabled)", zapMaster(m), zap.String("reason", reason))
+		return
+	}
+	if m.c.opts.fenceKey != "" {
+		m.st.repairPending.Store(true)
+	}
+	m.quarantine(reason, m.c.opts.maxTTL)
+	m.c.kickHealth()
+}
