@@ -36,7 +36,7 @@ type master struct {
 	probe     *redis.Client
 	probeOpts redis.Options
 
-	st        masterState
+	st masterState
 
 	up        atomic.Bool
 	latencyNS atomic.Int64 // last probe round trip
