@@ -33,16 +33,22 @@ UP_TIMEOUT     = 60
 
 .DEFAULT_GOAL := help
 
-.PHONY: help deps dev test build images image-redis image-redlockd redlockd-linux up down
+.PHONY: help deps dev test build images image-redis image-redlockd redlockd-linux up down bench
 
-deps: ## Install redis-server (Debian/Ubuntu, as root) if it is missing
-	@command -v redis-server >/dev/null 2>&1 || { \
+# redis-server runs the masters; gcc builds the gettimeofday shim that the
+# clock tests and drills preload into redis-server.
+deps: ## Install redis-server and gcc (Debian/Ubuntu, as root) if missing
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v gcc >/dev/null 2>&1 || missing="$$missing gcc libc6-dev"; \
+	if [ -n "$$missing" ]; then \
 		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
-			echo "installing redis-server from Debian's packages"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+			echo "installing$$missing from Debian's packages"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 		else \
-			echo "redis-server is not installed: apt-get install redis-server (Debian/Ubuntu) or brew install redis (macOS)" >&2; exit 1; \
-		fi; }
+			echo "missing:$$missing — apt-get install$$missing (Debian/Ubuntu) or brew install redis (macOS)" >&2; exit 1; \
+		fi; \
+	fi
 
 dev: deps ## Run five local redis-server masters and the daemon on 127.0.0.1:7070
 	$(GO) run ./cmd/redlockd dev
@@ -50,6 +56,9 @@ dev: deps ## Run five local redis-server masters and the daemon on 127.0.0.1:707
 test: deps ## Run the whole test suite (real redis-server masters, -race)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+bench: deps ## Benchmark lib, daemon, go-redsync and one-Redis floor side by side (BENCH_ARGS="-quick")
+	cd bench && $(GO) run . $(BENCH_ARGS)
 
 build: ## Build bin/redlockd for this machine
 	$(GO) build -o bin/redlockd ./cmd/redlockd

@@ -1,0 +1,19 @@
+module github.com/redlockd/redlockd/bench
+
+go 1.26.8
+
+replace github.com/redlockd/redlockd => ../
+
+require (
+	github.com/go-redsync/redsync/v4 v4.18.1
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/redlockd/redlockd v0.0.0-00010101000000-000000000000
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.uber.org/multierr v1.10.0 // indirect
+	go.uber.org/zap v1.28.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)

@@ -1,0 +1,390 @@
+// Command bench runs redlockd side by side with go-redsync on five local
+// redis-server masters (issue 5, "Benchmark"): redlockd's library
+// in-process, the daemon over keep-alive HTTP, go-redsync v4, and the
+// one-master SET NX floor, for several concurrencies, with zero, one and two
+// masters paused (SIGSTOP). It prints a markdown table and writes JSON.
+//
+//	cd bench && go run . [-quick] [-duration 3s] [-conc 1,16,64,256]
+//	    [-scenarios healthy,pause1,pause2] [-targets lib,http,redsync,floor]
+//	    [-down3 pause,kill] [-json results/latest.json] [-cpuprofile FILE]
+//
+// It is a separate module so that go-redsync never enters the product's
+// go.mod; the replace directive builds redlockd from the working tree.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockd/redlockd/redlock"
+)
+
+const numMasters = 5
+
+// lockTTL is the TTL of every lock taken (redsync: its expiry).
+const lockTTL = 10 * time.Second
+
+type config struct {
+	dur        time.Duration
+	conc       []int
+	scenarios  []string
+	targets    []string
+	down3      []string
+	jsonPath   string
+	cpuProfile string
+	root       string
+}
+
+var scenarioPaused = map[string][]int{ // master indexes paused in each scenario
+	"healthy": nil,
+	"pause1":  {0},
+	"pause2":  {0, 1},
+}
+
+func main() {
+	var cfg config
+	var conc, scen, targets, down3 string
+	quick := flag.Bool("quick", false, "1s cells (same as -duration 1s)")
+	flag.DurationVar(&cfg.dur, "duration", 3*time.Second, "how long each cell runs")
+	flag.StringVar(&conc, "conc", "1,16,64,256", "comma-separated concurrencies (workers per cell)")
+	flag.StringVar(&scen, "scenarios", "healthy,pause1,pause2", "comma-separated scenarios: healthy, pause1 (master 0 paused), pause2 (masters 0 and 1 paused)")
+	flag.StringVar(&targets, "targets", "lib,http,redsync,floor", "comma-separated targets: lib, http, redsync, floor")
+	flag.StringVar(&down3, "down3", "pause,kill", `three-masters-down drill: "pause" (SIGSTOP 0,1,2), "kill" (SIGKILL, run last), both, or "" to skip`)
+	flag.StringVar(&cfg.jsonPath, "json", filepath.Join("results", "latest.json"), "where to write the JSON results")
+	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of this process; samples carry the label target=lib|http|redsync|floor (go tool pprof -tagfocus=target=lib -top FILE); worker goroutines also carry cell=<scenario>/c<N> (the library's own lanes carry target=lib only)")
+	flag.StringVar(&cfg.root, "root", "..", "the redlockd repository whose ./cmd/redlockd is built for the http target")
+	flag.Parse()
+	if *quick {
+		cfg.dur = time.Second
+	}
+	var err error
+	if cfg.conc, err = parseInts(conc); err == nil {
+		cfg.scenarios, err = parseList(scen, "healthy", "pause1", "pause2")
+	}
+	if err == nil {
+		cfg.targets, err = parseList(targets, "lib", "http", "redsync", "floor")
+	}
+	if err == nil {
+		cfg.down3, err = parseList(down3, "pause", "kill")
+	}
+	if err == nil && cfg.dur <= 0 {
+		err = errors.New("-duration must be > 0")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, cfg config) error {
+	tmp, err := os.MkdirTemp("", "redlockd-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+
+	if cfg.cpuProfile != "" {
+		if err := os.MkdirAll(filepath.Dir(cfg.cpuProfile), 0o755); err != nil {
+			return err
+		}
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	// go-redis logs every failed dial to stderr; the cells count errors.
+	redis.SetLogger(quietLogger{})
+	progress("starting %d redis-server masters", numMasters)
+	masters, err := startMasters(numMasters, tmp)
+	if err != nil {
+		return err
+	}
+	defer stopAll(masters)
+	addrs := make([]string, len(masters))
+	for i, m := range masters {
+		addrs[i] = m.addr
+	}
+
+	env := newEnv(cfg, masters)
+	defer env.close()
+	tgs := map[string]target{}
+	for _, name := range cfg.targets {
+		switch name {
+		case "lib":
+			opts := make([]*redis.Options, len(addrs))
+			for i, a := range addrs {
+				opts[i] = &redis.Options{Addr: a}
+			}
+			// Created under the label so its lanes and health loop carry it.
+			pprof.Do(ctx, pprof.Labels("target", "lib"), func(context.Context) {
+				env.lib, err = redlock.New(opts)
+			})
+			if err != nil {
+				return err
+			}
+			tgs[name] = libTarget(env.lib, lockTTL)
+		case "http":
+			progress("building and starting the daemon from %s", cfg.root)
+			bin, err := buildDaemon(cfg.root, tmp)
+			if err != nil {
+				return err
+			}
+			if env.daemon, err = startDaemon(bin, tmp, addrs); err != nil {
+				return err
+			}
+			env.httpc = newHTTPClient(slices.Max(cfg.conc))
+			tgs[name] = httpTarget(env.daemon, env.httpc, lockTTL)
+		case "redsync":
+			for _, a := range addrs {
+				env.rdbs = append(env.rdbs, redis.NewClient(&redis.Options{Addr: a}))
+			}
+			tgs[name] = redsyncTarget(env.rdbs, lockTTL)
+		case "floor":
+			env.floor = redis.NewClient(&redis.Options{Addr: addrs[numMasters-1]})
+			tgs[name] = floorTarget(env.floor, lockTTL)
+		}
+	}
+
+	rep := &report{
+		Started:     time.Now().UTC().Format(time.RFC3339),
+		GoVersion:   runtime.Version(),
+		NumCPU:      runtime.NumCPU(),
+		GOMAXPROCS:  runtime.GOMAXPROCS(0),
+		DurationS:   cfg.dur.Seconds(),
+		TTLS:        lockTTL.Seconds(),
+		Masters:     addrs,
+		Commit:      gitDescribe(cfg.root),
+		Versions:    moduleVersions(),
+		RedsyncNote: redsyncNote(),
+		Notes:       benchNotes(),
+	}
+	if v, err := redisVersion(); err == nil {
+		rep.RedisVersion = v
+	}
+
+	// Warm up: open every connection pool (and the HTTP keep-alive pool) at
+	// the largest concurrency, so the first cell does not pay for dialling.
+	warm := min(cfg.dur/3, 500*time.Millisecond)
+	for _, name := range cfg.targets {
+		runCell(ctx, tgs[name], "warmup", slices.Max(cfg.conc), warm)
+	}
+	waitStrays(5 * time.Second)
+
+	for _, sc := range cfg.scenarios {
+		for _, c := range cfg.conc {
+			for _, name := range cfg.targets {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				r, err := env.cell(ctx, tgs[name], sc, c, scenarioPaused[sc])
+				if err != nil {
+					return err
+				}
+				if name == "http" && c == 256 {
+					r.DaemonVmHWMKiB, r.DaemonVmRSSKiB = env.daemon.memory()
+				}
+				progress("%-8s c=%-3d %-8s %9.0f ops/s  acq p50 %s p99 %s  rel p50 %s p99 %s  errors %d/%d  stuck %d",
+					sc, c, name, r.OpsPerS, fmtMS(r.AcquireP50MS), fmtMS(r.AcquireP99MS), fmtMS(r.ReleaseP50MS), fmtMS(r.ReleaseP99MS),
+					r.AcquireErrors, r.ReleaseErrors, r.StuckWorkers)
+				rep.Cells = append(rep.Cells, r)
+			}
+		}
+	}
+
+	// Three masters down: no quorum is possible; how fast is "no" answered?
+	var down3Targets []string
+	for _, name := range cfg.targets {
+		if name != "floor" { // the floor uses master 4 alone; it has no quorum to lose
+			down3Targets = append(down3Targets, name)
+		}
+	}
+	orderedDown3 := slices.DeleteFunc(slices.Clone(cfg.down3), func(m string) bool { return m == "kill" })
+	if slices.Contains(cfg.down3, "kill") {
+		orderedDown3 = append(orderedDown3, "kill") // last: the killed masters stay dead
+	}
+	for _, mode := range orderedDown3 {
+		if mode == "kill" {
+			for _, i := range []int{0, 1, 2} {
+				masters[i].kill()
+			}
+			progress("down3: SIGKILLed masters 0, 1, 2")
+		}
+		for _, name := range down3Targets {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			var r cellResult
+			if mode == "pause" {
+				r, err = env.cell(ctx, tgs[name], "down3-pause", 1, []int{0, 1, 2})
+				if err != nil {
+					return err
+				}
+			} else {
+				r = runCell(ctx, tgs[name], "down3-kill", 1, cfg.dur)
+				waitStrays(cfg.dur + 5*time.Second)
+			}
+			progress("down3-%s %-8s failed acquires %d, median answer %s, p99 %s, acquired %d",
+				mode, name, r.AcquireErrors, fmtMS(r.FailedAcqP50MS), fmtMS(r.FailedAcqP99MS), r.AcquireAttempts-r.AcquireErrors)
+			rep.Down3 = append(rep.Down3, r)
+		}
+	}
+	if env.daemon != nil {
+		rep.DaemonVmHWMKiB, _ = env.daemon.memory()
+	}
+
+	rep.finish()
+	fmt.Print(rep.markdown(cfg))
+	if err := rep.writeJSON(cfg.jsonPath); err != nil {
+		return err
+	}
+	progress("wrote %s", cfg.jsonPath)
+	if cfg.cpuProfile != "" {
+		progress("CPU profile in %s: go tool pprof -tagfocus=target=lib -top %s", cfg.cpuProfile, cfg.cpuProfile)
+	}
+	return nil
+}
+
+// env is what the cells share: the masters and every client.
+type env struct {
+	cfg     config
+	masters []*master
+	lib     *redlock.Client
+	daemon  *daemonProc
+	httpc   *http.Client
+	rdbs    []*redis.Client
+	floor   *redis.Client
+}
+
+func newEnv(cfg config, masters []*master) *env { return &env{cfg: cfg, masters: masters} }
+
+func (e *env) close() {
+	if e.lib != nil {
+		e.lib.Close()
+	}
+	if e.httpc != nil {
+		e.httpc.CloseIdleConnections()
+	}
+	if e.daemon != nil {
+		e.daemon.stop()
+	}
+	for _, r := range e.rdbs {
+		r.Close()
+	}
+	if e.floor != nil {
+		e.floor.Close()
+	}
+}
+
+// cell runs one cell with the given masters paused for its whole length,
+// then resumes them and lets every client recover before returning.
+func (e *env) cell(ctx context.Context, tg target, scenario string, conc int, paused []int) (cellResult, error) {
+	for _, i := range paused {
+		if err := e.masters[i].pause(); err != nil {
+			return cellResult{}, err
+		}
+	}
+	r := runCell(ctx, tg, scenario, conc, e.cfg.dur)
+	for _, i := range paused {
+		if err := e.masters[i].resume(); err != nil {
+			return r, err
+		}
+	}
+	if !waitStrays(e.cfg.dur + 10*time.Second) {
+		progress("warning: workers of %s c=%d %s still stuck %v after the cell", scenario, conc, tg.name, e.cfg.dur+10*time.Second)
+	}
+	if len(paused) > 0 {
+		e.recover(ctx)
+	}
+	time.Sleep(100 * time.Millisecond)
+	return r, nil
+}
+
+// recover waits until the library and the daemon see every master up again.
+func (e *env) recover(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if e.lib != nil {
+		for ctx.Err() == nil && !allUp(e.lib) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if e.daemon != nil {
+		e.daemon.waitAllUp(ctx, numMasters)
+	}
+	if ctx.Err() != nil {
+		progress("warning: not every master reported up 5s after resume")
+	}
+}
+
+func allUp(c *redlock.Client) bool {
+	for _, m := range c.Masters() {
+		if !m.Up {
+			return false
+		}
+	}
+	return true
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+func progress(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "# "+format+"\n", args...)
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad concurrency %q", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func parseList(s string, allowed ...string) ([]string, error) {
+	var out []string
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		if !slices.Contains(allowed, f) {
+			return nil, fmt.Errorf("unknown %q (want one of %s)", f, strings.Join(allowed, ", "))
+		}
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}

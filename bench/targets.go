@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-redsync/redsync/v4"
+	rsredis "github.com/go-redsync/redsync/v4/redis"
+	"github.com/go-redsync/redsync/v4/redis/goredis/v9"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockd/redlockd/redlock"
+)
+
+// target is one way of taking and giving back a lock. acquire returns the
+// function that releases what it took.
+type target struct {
+	name    string
+	acquire func(ctx context.Context, key string) (release func(context.Context) error, err error)
+}
+
+// libTarget: redlockd's library in-process.
+func libTarget(c *redlock.Client, ttl time.Duration) target {
+	return target{name: "lib", acquire: func(ctx context.Context, key string) (func(context.Context) error, error) {
+		l, err := c.Acquire(ctx, key, ttl)
+		if err != nil {
+			return nil, err
+		}
+		return l.Release, nil
+	}}
+}
+
+// httpTarget: the daemon over keep-alive HTTP, POST /v1/lock.
+func httpTarget(d *daemonProc, client *http.Client, ttl time.Duration) target {
+	url := d.url + "/v1/lock"
+	ttlS := strconv.FormatInt(int64(ttl/time.Second), 10)
+	call := func(ctx context.Context, body string) (*lockResponse, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-API-Key", d.apiKey)
+		resp, err := client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return nil, err
+		}
+		var lr lockResponse
+		if err := json.Unmarshal(b, &lr); err != nil {
+			return nil, fmt.Errorf("http %d: bad JSON: %w", resp.StatusCode, err)
+		}
+		if resp.StatusCode != http.StatusOK || lr.Ret != "ok" {
+			return nil, fmt.Errorf("http %d %s", resp.StatusCode, lr.Code)
+		}
+		return &lr, nil
+	}
+	return target{name: "http", acquire: func(ctx context.Context, key string) (func(context.Context) error, error) {
+		lr, err := call(ctx, `{"key":"`+key+`","action":"acquire","ttl":`+ttlS+`}`)
+		if err != nil {
+			return nil, err
+		}
+		if !lr.Data.Acquired {
+			return nil, errors.New("http 200 acquired:false")
+		}
+		body := `{"key":"` + key + `","action":"release","token":"` + lr.Data.Token + `"}`
+		return func(ctx context.Context) error {
+			lr, err := call(ctx, body)
+			if err != nil {
+				return err
+			}
+			if !lr.Data.Released {
+				return errors.New("http 200 released:false")
+			}
+			return nil
+		}, nil
+	}}
+}
+
+type lockResponse struct {
+	Ret  string `json:"ret"`
+	Code string `json:"code"`
+	Data struct {
+		Acquired bool   `json:"acquired"`
+		Released bool   `json:"released"`
+		Token    string `json:"token"`
+	} `json:"data"`
+}
+
+// redsyncTarget: go-redsync v4, one Mutex per acquire, Tries 1, otherwise
+// its defaults, over go-redis clients with their defaults.
+func redsyncTarget(rdbs []*redis.Client, ttl time.Duration) target {
+	pools := make([]rsredis.Pool, len(rdbs))
+	for i, r := range rdbs {
+		pools[i] = goredis.NewPool(r)
+	}
+	rs := redsync.New(pools...)
+	return target{name: "redsync", acquire: func(ctx context.Context, key string) (func(context.Context) error, error) {
+		m := rs.NewMutex(key, redsync.WithExpiry(ttl), redsync.WithTries(1))
+		if err := m.LockContext(ctx); err != nil {
+			return nil, err
+		}
+		return func(ctx context.Context) error {
+			ok, err := m.UnlockContext(ctx)
+			if !ok && err == nil {
+				err = errors.New("redsync: unlock reported not released")
+			}
+			return err
+		}, nil
+	}}
+}
+
+// floorTarget: one master, SET key token NX PX ttl and a Lua
+// compare-and-delete; the cost of a single-Redis lock, the floor under any
+// quorum lock.
+func floorTarget(rdb *redis.Client, ttl time.Duration) target {
+	del := redis.NewScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) else return 0 end`)
+	px := ttl.Milliseconds()
+	return target{name: "floor", acquire: func(ctx context.Context, key string) (func(context.Context) error, error) {
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		token := hex.EncodeToString(b[:])
+		if err := rdb.Do(ctx, "SET", key, token, "NX", "PX", px).Err(); err != nil {
+			if errors.Is(err, redis.Nil) {
+				return nil, errors.New("floor: key held")
+			}
+			return nil, err
+		}
+		return func(ctx context.Context) error {
+			n, err := del.Run(ctx, rdb, []string{key}, token).Int64()
+			if err == nil && n != 1 {
+				err = errors.New("floor: token no longer held")
+			}
+			return err
+		}, nil
+	}}
+}
+
+var addrRE = regexp.MustCompile(`127\.0\.0\.1:[0-9]+|node [0-9]+`)
+
+// errClass turns an error into a short label for counting.
+func errClass(err error) string {
+	var taken *redsync.ErrTaken
+	switch {
+	case errors.Is(err, redlock.ErrLockHeld):
+		return "lock held"
+	case errors.Is(err, redlock.ErrQuorumUnavailable):
+		return "quorum unavailable"
+	case errors.Is(err, redlock.ErrNotHeld):
+		return "not held"
+	case errors.As(err, &taken):
+		return "redsync: taken"
+	}
+	msg := err.Error()
+	for _, s := range []string{"i/o timeout", "context deadline exceeded", "context canceled", "connection refused", "connection reset", "pool timeout", "EOF"} {
+		if strings.Contains(msg, s) {
+			return s
+		}
+	}
+	if i := strings.IndexByte(msg, '\n'); i >= 0 {
+		msg = msg[:i]
+	}
+	msg = addrRE.ReplaceAllString(msg, "<master>") // one class for every master
+	if len(msg) > 80 {
+		msg = msg[:80]
+	}
+	return msg
+}
