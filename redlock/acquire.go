@@ -125,7 +125,8 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 		maybeHeld[i] = true
 	}
 	var holderPTTLs []int64
-	var counter int64 // highest fencing counter among the yes votes
+	var counter int64       // highest fencing counter among the yes votes
+	voted := make([]bool, n) // counted yes votes: where the fence is written back
 	c.gather(ctx, out, start, func(r reply) bool {
 		m := c.masters[r.idx]
 		if r.err != nil {
@@ -134,6 +135,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 			counter = max(counter, v)
 			if m.counts() {
 				res.Votes++
+				voted[r.idx] = true
 			} else {
 				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
 			}
@@ -151,19 +153,25 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 		return res.Votes >= c.quorum || res.Refused+len(res.Failures) > n-c.quorum
 	})
 	var fence int64
+	fenceFailed := false
 	if res.Votes >= c.quorum && c.opts.fenceKey != "" {
 		fence = counter + 1
-		if !c.writeFence(ctx, keys, token, fence, maybeHeld, &res) {
-			res.Votes = 0 // the lock is not ours without its fence on a quorum
+		// Written back to the masters that voted, a quorum: the proof needs
+		// no more, and the late voters save a script call each.
+		if !c.writeFence(ctx, keys, token, fence, voted, &res) {
+			fenceFailed = true // the lock is not ours without its fence on a quorum
 		}
 	}
 	validity := ttl - time.Since(start) - c.drift(ttl)
-	if res.Votes >= c.quorum && validity > 0 {
+	if res.Votes >= c.quorum && validity > 0 && !fenceFailed {
 		return &Lock{c: c, key: key, token: token, fence: fence, ttl: ttl, validUntil: start.Add(ttl - c.drift(ttl))}, nil
 	}
 
 	c.cleanup(keys, token, maybeHeld)
 	switch {
+	case fenceFailed:
+		// A quorum voted but too few stored the fencing token in time.
+		res.Kind = ErrQuorumUnavailable
 	case res.Votes >= c.quorum:
 		// A quorum agreed but too late: the masters are too slow for this TTL.
 		res.Kind = ErrQuorumUnavailable

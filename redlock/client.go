@@ -36,7 +36,8 @@ var (
 
 	fenceRepairScript = redis.NewScript(fenceRepairLua)
 
-	allScripts = []*redis.Script{acquireScript, releaseScript, extendScript, statusScript, fenceScript}
+	// laneScripts are loaded on every new lane connection.
+	laneScripts = []string{acquireLua, releaseLua, extendLua, statusLua, fenceLua}
 )
 
 // Client runs the Redlock algorithm over N independent Redis masters.

@@ -83,15 +83,14 @@ func (c *Client) repairFence(m *master) {
 	c.opts.logger.Info("fencing counter repaired", zapMaster(m), zap.Int64("counter", highest))
 }
 
-// writeFence writes fence back to every master in maybeHeld and reports
+// writeFence writes fence back to every master in only and reports
 // whether a quorum of counting masters stored it while the token held the
 // lock there.
-func (c *Client) writeFence(ctx context.Context, keys []string, token string, fence int64, maybeHeld []bool, res *OutcomeError) bool {
+func (c *Client) writeFence(ctx context.Context, keys []string, token string, fence int64, only []bool, res *OutcomeError) bool {
 	start := time.Now()
-	out, _ := c.fanout(fenceScript, keys, []any{token, strconv.FormatInt(fence, 10)}, false, start, maybeHeld)
-	n := len(c.masters)
+	out, sent := c.fanout(fenceScript, keys, []any{token, strconv.FormatInt(fence, 10)}, false, start, only)
 	written, failed := 0, 0
-	c.gatherSome(ctx, out, start, maybeHeld, func(r reply) bool {
+	c.gatherSome(ctx, out, start, only, func(r reply) bool {
 		m := c.masters[r.idx]
 		switch {
 		case r.err != nil:
@@ -107,7 +106,7 @@ func (c *Client) writeFence(ctx context.Context, keys []string, token string, fe
 				failed++
 			}
 		}
-		return written >= c.quorum || failed > n-c.quorum
+		return written >= c.quorum || failed > sent-c.quorum
 	})
 	return written >= c.quorum
 }

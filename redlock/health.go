@@ -300,8 +300,11 @@ func (m *master) observeRunID(id, via string) {
 func (m *master) onConnect(ctx context.Context, cn *redis.Conn) error {
 	var info *redis.StringCmd
 	_, err := cn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, s := range allScripts {
-			s.Load(ctx, p)
+		// ScriptLoad, not Script.Load: go-redis's Script.Load stores the
+		// reply as the script's hash, which inside an unexecuted pipeline
+		// is "" and would turn every later EVALSHA into a NOSCRIPT.
+		for _, src := range laneScripts {
+			p.ScriptLoad(ctx, src)
 		}
 		info = p.Info(ctx, "server")
 		return nil

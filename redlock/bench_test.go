@@ -1,0 +1,62 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// BenchmarkAcquireRelease measures acquire+release cycles in-process
+// against the five test masters at concurrency 1, 16 and 64, on random keys,
+// with the default per-master timeout. It reports cycles/s and the p50/p99
+// acquire latency:
+//
+//	go test -run '^$' -bench AcquireRelease -benchtime 3s ./redlock
+func BenchmarkAcquireRelease(b *testing.B) {
+	for _, conc := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) {
+			c, err := New(masterOptions())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			var seq atomic.Int64
+			lat := make([][]time.Duration, conc)
+			var failed atomic.Int64
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for w := range conc {
+				wg.Go(func() {
+					for seq.Add(1) <= int64(b.N) {
+						key := fmt.Sprintf("bench:%d:%d", w, seq.Load())
+						t0 := time.Now()
+						lock, err := c.Acquire(ctx, key, 10*time.Second, WithRetry(NoRetry()))
+						lat[w] = append(lat[w], time.Since(t0))
+						if err != nil {
+							failed.Add(1)
+							continue
+						}
+						_ = lock.Release(ctx)
+					}
+				})
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			b.StopTimer()
+			all := slices.Concat(lat...)
+			slices.Sort(all)
+			if len(all) > 0 {
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
+				b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-acquire-µs")
+				b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-acquire-µs")
+				b.ReportMetric(float64(failed.Load()), "failed")
+			}
+		})
+	}
+}
