@@ -6,12 +6,16 @@
 //
 //   - POST /v1/lock, and the alias POST /gateway/distlock: the action API.
 //   - GET /healthz: 200 {"status":"ok"} while the process runs.
-//   - GET /readyz: 200 when a quorum of masters is up and the server is not
-//     shutting down, else 503; the body lists every master either way.
+//   - GET /readyz: 200 when a quorum of masters counts (up, not quarantined,
+//     not awaiting a fencing repair) and the server is not shutting down,
+//     else 503; the body gives the quorum status and every master's state,
+//     quarantine reason and remaining time, clock offset and drift and
+//     configuration warnings either way (see readyBody in health.go).
 //   - GET /metrics: Prometheus; see Metrics for the names.
 //   - GET /v1/stats: request counts and latency sums as JSON, for the
 //     dashboard.
-//   - GET /: the dashboard (masters, quorum, outcome rates, latency).
+//   - GET /: the dashboard (masters with state, quarantine, clock offset
+//     and drift, warnings; quorum; outcome rates; latency).
 //
 // Only the action API needs an API key. The others disclose master
 // addresses and aggregate counts, never a lock key or a token; expose them
@@ -42,7 +46,9 @@
 // whole seconds, rounded down); expire_at (Unix seconds, floor of now +
 // validity, never later than the truth); validity_ms; retry_after (a failed
 // acquire: seconds until the holder's lock ends, rounded up, at least 1).
-// data.fence is absent until fencing is enabled; it is never made up.
+// data.fence is the fencing token of a successful acquire or extend
+// (redlock's Lock.Fence); it is absent when the Locker gives none (0,
+// fencing disabled) and is never made up.
 //
 // # Decisions where the design left room
 //

@@ -4,19 +4,50 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"time"
+
+	"github.com/redlockd/redlockd/redlock"
 )
 
 // readyBody is GET /readyz:
 //
 //	{"ready":true,"status":"ready",
-//	 "quorum":{"needed":3,"up":5,"masters":5},
-//	 "masters":[{"index":0,"addr":"127.0.0.1:6379","state":"up",
+//	 "quorum":{"needed":3,"counting":4,"up":5,"masters":5,"available":true},
+//	 "masters":[{"index":0,"addr":"127.0.0.1:6379","state":"up","drifting":false,
+//	             "counts":true,"quarantine_reason":"","quarantine_left_s":0,
+//	             "clock_offset_ms":0.412,"drift_ratio":0.000013,"warnings":[],
+//	             "run_id":"5b6c4f1e","uptime_s":3600,"durable":false,
 //	             "latency_ms":0.213,"last_error":"","checked_at_ms":1735689600123}, …]}
 //
-// status is "ready", "no_quorum" or "shutting_down". latency_ms is the
-// round trip of the master's last health probe; checked_at_ms (Unix
-// milliseconds) is absent before the first probe; last_error is the last
-// probe or connection error, kept after the master recovers.
+// status is "ready", "no_quorum" or "shutting_down"; ready is true only for
+// "ready" (HTTP 200; otherwise 503, with the same body).
+//
+// quorum: needed is N/2+1 of ALL configured masters; counting is how many
+// masters' votes count right now (up, not quarantined, not awaiting a
+// fencing repair); up is how many answer at all; available is counting >=
+// needed, and /readyz is 503 when it is false.
+//
+// Per master:
+//   - state is "up", "down", "quarantined" (it receives writes but its votes
+//     do not count, for quarantine_left_s more seconds, because of
+//     quarantine_reason: a restart without its data, a clock jump, drift) or
+//     "repairing" (it lost its data; its votes count again once its fencing
+//     counter is repaired from a quorum). A down master may be quarantined
+//     too: quarantine_reason and quarantine_left_s say so whatever the state.
+//   - drifting: its clock rate differs from ours by more than the drift
+//     factor (it is quarantined for that as well).
+//   - counts: its votes count towards the quorum now.
+//   - clock_offset_ms: its wall clock minus ours at the last probe;
+//     drift_ratio: how fast that offset changes (0.01 = 10 ms per second).
+//   - warnings: configuration problems (evicting maxmemory-policy, a
+//     replica, cluster mode, the same server as another address); always an
+//     array.
+//   - run_id: the first 8 characters of the server's run_id, "" before the
+//     first probe; uptime_s its uptime; durable: appendonly with appendfsync
+//     always (a restart keeps its keys and is not quarantined).
+//   - latency_ms is the round trip of its last health probe; checked_at_ms
+//     (Unix milliseconds) is absent before the first probe; last_error is
+//     the last probe or connection error, kept after the master recovers.
 type readyBody struct {
 	Ready   bool          `json:"ready"`
 	Status  string        `json:"status"`
@@ -25,18 +56,88 @@ type readyBody struct {
 }
 
 type readyQuorum struct {
-	Needed  int `json:"needed"`
-	Up      int `json:"up"`
-	Masters int `json:"masters"`
+	Needed    int  `json:"needed"`
+	Counting  int  `json:"counting"`
+	Up        int  `json:"up"`
+	Masters   int  `json:"masters"`
+	Available bool `json:"available"`
 }
 
 type readyMaster struct {
-	Index       int     `json:"index"`
-	Addr        string  `json:"addr"`
-	State       string  `json:"state"` // "up" or "down"
-	LatencyMS   float64 `json:"latency_ms"`
-	LastError   string  `json:"last_error"`
-	CheckedAtMS int64   `json:"checked_at_ms,omitempty"`
+	Index            int      `json:"index"`
+	Addr             string   `json:"addr"`
+	State            string   `json:"state"`
+	Drifting         bool     `json:"drifting"`
+	Counts           bool     `json:"counts"`
+	QuarantineReason string   `json:"quarantine_reason"`
+	QuarantineLeftS  int64    `json:"quarantine_left_s"`
+	ClockOffsetMS    float64  `json:"clock_offset_ms"`
+	DriftRatio       float64  `json:"drift_ratio"`
+	Warnings         []string `json:"warnings"`
+	RunID            string   `json:"run_id"`
+	UptimeS          int64    `json:"uptime_s"`
+	Durable          bool     `json:"durable"`
+	LatencyMS        float64  `json:"latency_ms"`
+	LastError        string   `json:"last_error"`
+	CheckedAtMS      int64    `json:"checked_at_ms,omitempty"`
+}
+
+// masterState is st.State, or up/down from st.Up for a Locker that does not
+// set it.
+func masterState(st *redlock.MasterStatus) string {
+	switch {
+	case st.State != "":
+		return st.State
+	case st.Up:
+		return "up"
+	}
+	return "down"
+}
+
+// quarantineSeconds is d in whole seconds, rounded up, so that a
+// quarantine still in force never shows as 0.
+func quarantineSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
+}
+
+// millis is d in milliseconds, rounded to the microsecond.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// finite is f, or 0 when f is NaN or infinite (which JSON cannot carry).
+func finite(f float64) float64 {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0
+	}
+	return f
+}
+
+func readyMasterOf(st *redlock.MasterStatus) readyMaster {
+	rm := readyMaster{
+		Index:         st.Index,
+		Addr:          st.Addr,
+		State:         masterState(st),
+		Drifting:      st.Drifting,
+		Counts:        st.Counts,
+		ClockOffsetMS: millis(st.ClockOffset),
+		DriftRatio:    finite(math.Round(st.DriftRatio*1e9) / 1e9),
+		Warnings:      append([]string{}, st.Warnings...),
+		RunID:         st.RunID[:min(8, len(st.RunID))],
+		UptimeS:       int64(st.Uptime / time.Second),
+		Durable:       st.Durable,
+		LatencyMS:     millis(st.Latency),
+		LastError:     st.LastError,
+	}
+	if st.QuarantineLeft > 0 {
+		rm.QuarantineReason = st.QuarantineReason
+		rm.QuarantineLeftS = quarantineSeconds(st.QuarantineLeft)
+	}
+	if !st.CheckedAt.IsZero() {
+		rm.CheckedAtMS = st.CheckedAt.UnixMilli()
+	}
+	return rm
 }
 
 // serveHealthz answers 200 while the process runs, shutting down included.
@@ -44,9 +145,10 @@ func (s *Server) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, []byte(`{"status":"ok"}`+"\n"))
 }
 
-// serveReadyz answers 200 when the Locker reports a quorum of masters up
-// and the server is not shutting down, else 503; the body lists every
-// master either way.
+// serveReadyz answers 200 when a quorum of masters counts (up, not
+// quarantined, not awaiting repair) and the server is not shutting down,
+// else 503; the body lists every master either way. Readiness is decided
+// from the same snapshot the body shows, so the two never disagree.
 func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	ms := s.locker.Masters()
 	body := readyBody{
@@ -54,28 +156,22 @@ func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 		Quorum:  readyQuorum{Needed: s.locker.Quorum(), Masters: len(ms)},
 		Masters: make([]readyMaster, len(ms)),
 	}
-	for i, m := range ms {
-		rm := readyMaster{
-			Index:     m.Index,
-			Addr:      m.Addr,
-			State:     "down",
-			LatencyMS: math.Round(float64(m.Latency.Microseconds())) / 1000,
-			LastError: m.LastError,
-		}
-		if m.Up {
-			rm.State = "up"
+	for i := range ms {
+		st := &ms[i]
+		body.Masters[i] = readyMasterOf(st)
+		if st.Up {
 			body.Quorum.Up++
 		}
-		if !m.CheckedAt.IsZero() {
-			rm.CheckedAtMS = m.CheckedAt.UnixMilli()
+		if st.Counts {
+			body.Quorum.Counting++
 		}
-		body.Masters[i] = rm
 	}
+	body.Quorum.Available = body.Quorum.Counting >= body.Quorum.Needed
 	status := http.StatusOK
 	switch {
 	case s.shuttingDown.Load():
 		body.Status, status = "shutting_down", http.StatusServiceUnavailable
-	case !s.locker.QuorumAvailable():
+	case !body.Quorum.Available:
 		body.Status, status = "no_quorum", http.StatusServiceUnavailable
 	}
 	body.Ready = status == http.StatusOK

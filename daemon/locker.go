@@ -26,12 +26,19 @@ type Locker interface {
 	Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error)
 	// Status is a majority read of key; it never reveals the token.
 	Status(ctx context.Context, key string) (redlock.Status, error)
-	// Masters is a health snapshot of every master, in configuration order.
+	// Masters is a health snapshot of every master, in configuration order:
+	// State, Counts, quarantine, clock and warnings as redlock.MasterStatus
+	// documents them. The daemon derives quorum availability from it (at
+	// least Quorum masters with Counts), so that /readyz and /metrics show
+	// one consistent picture.
 	Masters() []redlock.MasterStatus
-	// QuorumAvailable reports whether at least Quorum masters are up.
-	QuorumAvailable() bool
 	// Quorum is the number of masters that must agree: N/2+1.
 	Quorum() int
+	// FenceRepairs is how many fencing counters of masters that lost their
+	// data were repaired from a quorum since start.
+	FenceRepairs() int64
+	// Quarantines is how many times a master was quarantined since start.
+	Quarantines() int64
 }
 
 // Lease is a lock granted by Acquire or renewed by Extend.
@@ -82,5 +89,6 @@ func (l redlockLocker) Status(ctx context.Context, key string) (redlock.Status, 
 }
 
 func (l redlockLocker) Masters() []redlock.MasterStatus { return l.c.Masters() }
-func (l redlockLocker) QuorumAvailable() bool           { return l.c.QuorumAvailable() }
 func (l redlockLocker) Quorum() int                     { return l.c.Quorum() }
+func (l redlockLocker) FenceRepairs() int64             { return l.c.FenceRepairs() }
+func (l redlockLocker) Quarantines() int64              { return l.c.Quarantines() }

@@ -79,11 +79,33 @@ func plausible(a action, r result) bool {
 //   - redlockd_requests_in_flight gauge.
 //
 // Masters and quorum, read from the served Locker at scrape time (the same
-// snapshot GET /readyz shows):
+// snapshot GET /readyz shows; the label is host:port):
 //
-//   - redlock_master_up{master} gauge, 1 when the master is up.
-//   - redlock_quorum_available gauge, 1 when at least a quorum is up.
-//   - redlock_quorum_needed gauge, the quorum (N/2+1).
+//   - redlock_master_up{master} gauge, 1 when the master answers probes and
+//     accepts connections.
+//   - redlock_master_counts{master} gauge, 1 when its votes count towards
+//     the quorum now (up, not quarantined, not awaiting a fencing repair).
+//   - redlock_master_quarantined{master} gauge, 1 while it is quarantined
+//     (restart without its data, clock jump, drift): it receives writes but
+//     its votes do not count. Also 1 while it awaits a fencing repair.
+//   - redlock_master_quarantine_remaining_seconds{master} gauge, how long
+//     the quarantine still lasts, 0 when none.
+//   - redlock_master_drifting{master} gauge, 1 when its clock rate differs
+//     from ours by more than the drift factor.
+//   - redlock_master_clock_offset_seconds{master} gauge, its wall clock
+//     minus ours at the last probe.
+//   - redlock_master_clock_drift_ratio{master} gauge, the rate at which that
+//     offset changes (0.01 = 10 ms per second).
+//   - redlock_master_warnings{master} gauge, the number of configuration
+//     warnings (evicting maxmemory-policy, replica, cluster mode, same
+//     server as another address); GET /readyz has their text.
+//   - redlock_quorum_available gauge, 1 when at least a quorum of masters
+//     counts (GET /readyz is 503 otherwise).
+//   - redlock_quorum_counting gauge, how many masters' votes count.
+//   - redlock_quorum_needed gauge, the quorum (N/2+1 of all masters).
+//   - redlock_fence_repairs_total counter, fencing counters of masters that
+//     lost their data repaired from a quorum.
+//   - redlock_quarantines_total counter, times a master was quarantined.
 //
 // From the redlock.Observer calls, per master (the label is host:port):
 //
@@ -116,7 +138,34 @@ type Metrics struct {
 	mastersMu  sync.Mutex // serializes SetMasters
 	perMaster  atomic.Pointer[[]masterMetrics]
 	locker     atomic.Pointer[lockerBox]
-	lockerDesc struct{ up, quorumAvailable, quorumNeeded *prometheus.Desc }
+	lockerDesc lockerDescs
+}
+
+// lockerDescs describe the scrape-time metrics read from the Locker.
+type lockerDescs struct {
+	up, counts, quarantined, quarantineLeft, drifting *prometheus.Desc
+	clockOffset, driftRatio, warnings                 *prometheus.Desc
+	quorumAvailable, quorumCounting, quorumNeeded     *prometheus.Desc
+	fenceRepairs, quarantines                         *prometheus.Desc
+}
+
+func newLockerDescs() lockerDescs {
+	master := []string{"master"}
+	return lockerDescs{
+		up:              prometheus.NewDesc("redlock_master_up", "1 when the master is up (answers probes and accepts connections).", master, nil),
+		counts:          prometheus.NewDesc("redlock_master_counts", "1 when the master's votes count towards the quorum now.", master, nil),
+		quarantined:     prometheus.NewDesc("redlock_master_quarantined", "1 while the master is quarantined or awaits a fencing repair: its votes do not count.", master, nil),
+		quarantineLeft:  prometheus.NewDesc("redlock_master_quarantine_remaining_seconds", "How long the master's quarantine still lasts; 0 when none.", master, nil),
+		drifting:        prometheus.NewDesc("redlock_master_drifting", "1 when the master's clock rate differs from ours by more than the drift factor.", master, nil),
+		clockOffset:     prometheus.NewDesc("redlock_master_clock_offset_seconds", "The master's wall clock minus ours at the last probe.", master, nil),
+		driftRatio:      prometheus.NewDesc("redlock_master_clock_drift_ratio", "Rate of change of the master's clock offset (0.01 = 10ms per second).", master, nil),
+		warnings:        prometheus.NewDesc("redlock_master_warnings", "Configuration warnings about the master (see GET /readyz for the text).", master, nil),
+		quorumAvailable: prometheus.NewDesc("redlock_quorum_available", "1 when at least a quorum of masters counts (up, not quarantined).", nil, nil),
+		quorumCounting:  prometheus.NewDesc("redlock_quorum_counting", "Masters whose votes count now.", nil, nil),
+		quorumNeeded:    prometheus.NewDesc("redlock_quorum_needed", "Masters that must agree: N/2+1.", nil, nil),
+		fenceRepairs:    prometheus.NewDesc("redlock_fence_repairs_total", "Fencing counters of masters that lost their data, repaired from a quorum.", nil, nil),
+		quarantines:     prometheus.NewDesc("redlock_quarantines_total", "Times a master was quarantined.", nil, nil),
+	}
 }
 
 type masterMetrics struct {
@@ -176,9 +225,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"master", "result"}),
 		started: time.Now(),
 	}
-	m.lockerDesc.up = prometheus.NewDesc("redlock_master_up", "1 when the master is up (answers probes and accepts connections).", []string{"master"}, nil)
-	m.lockerDesc.quorumAvailable = prometheus.NewDesc("redlock_quorum_available", "1 when at least a quorum of masters is up.", nil, nil)
-	m.lockerDesc.quorumNeeded = prometheus.NewDesc("redlock_quorum_needed", "Masters that must agree: N/2+1.", nil, nil)
+	m.lockerDesc = newLockerDescs()
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "redlockd_request_duration_seconds",
 		Help:    "Time to answer an action API request, by action.",
@@ -292,9 +339,15 @@ func (m *Metrics) request(a action, r result, d time.Duration) {
 type lockerCollector struct{ m *Metrics }
 
 func (c lockerCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.m.lockerDesc.up
-	ch <- c.m.lockerDesc.quorumAvailable
-	ch <- c.m.lockerDesc.quorumNeeded
+	d := &c.m.lockerDesc
+	for _, desc := range []*prometheus.Desc{
+		d.up, d.counts, d.quarantined, d.quarantineLeft, d.drifting,
+		d.clockOffset, d.driftRatio, d.warnings,
+		d.quorumAvailable, d.quorumCounting, d.quorumNeeded,
+		d.fenceRepairs, d.quarantines,
+	} {
+		ch <- desc
+	}
 }
 
 func (c lockerCollector) Collect(ch chan<- prometheus.Metric) {
@@ -303,11 +356,33 @@ func (c lockerCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	d := &c.m.lockerDesc
-	for _, st := range box.l.Masters() {
-		ch <- prometheus.MustNewConstMetric(d.up, prometheus.GaugeValue, b2f(st.Up), st.Addr)
+	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
 	}
-	ch <- prometheus.MustNewConstMetric(d.quorumAvailable, prometheus.GaugeValue, b2f(box.l.QuorumAvailable()))
-	ch <- prometheus.MustNewConstMetric(d.quorumNeeded, prometheus.GaugeValue, float64(box.l.Quorum()))
+	counting := 0
+	for _, st := range box.l.Masters() {
+		a := st.Addr
+		if st.Counts {
+			counting++
+		}
+		state := masterState(&st)
+		gauge(d.up, b2f(st.Up), a)
+		gauge(d.counts, b2f(st.Counts), a)
+		gauge(d.quarantined, b2f(st.QuarantineLeft > 0 || state == "quarantined" || state == "repairing"), a)
+		gauge(d.quarantineLeft, max(st.QuarantineLeft, 0).Seconds(), a)
+		gauge(d.drifting, b2f(st.Drifting), a)
+		gauge(d.clockOffset, st.ClockOffset.Seconds(), a)
+		gauge(d.driftRatio, st.DriftRatio, a)
+		gauge(d.warnings, float64(len(st.Warnings)), a)
+	}
+	// Available is decided from the same snapshot, as in GET /readyz, so
+	// that the two and redlock_quorum_counting never disagree.
+	needed := box.l.Quorum()
+	gauge(d.quorumAvailable, b2f(counting >= needed))
+	gauge(d.quorumCounting, float64(counting))
+	gauge(d.quorumNeeded, float64(needed))
+	ch <- prometheus.MustNewConstMetric(d.fenceRepairs, prometheus.CounterValue, float64(box.l.FenceRepairs()))
+	ch <- prometheus.MustNewConstMetric(d.quarantines, prometheus.CounterValue, float64(box.l.Quarantines()))
 }
 
 func b2f(b bool) float64 {

@@ -171,6 +171,9 @@ type fakeLocker struct {
 	keys  []string // every key of every call, in order
 	waits []time.Duration
 	up    [5]bool
+	extra [5]redlock.MasterStatus // quarantine, clock, warnings… per master
+
+	repairs, quarantines atomic.Int64
 
 	down      atomic.Bool   // every call fails with ErrQuorumUnavailable
 	block     chan struct{} // when set, Acquire waits for it or ctx
@@ -334,36 +337,47 @@ func (f *fakeLocker) Status(ctx context.Context, key string) (redlock.Status, er
 	return redlock.Status{Held: true, Holders: 5, Answered: 5, Validity: time.Until(l.until)}, nil
 }
 
+// Masters reports each master's extra status with the state and vote
+// derived as redlock does: down, else quarantined while QuarantineLeft > 0
+// (votes do not count), else up.
 func (f *fakeLocker) Masters() []redlock.MasterStatus {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]redlock.MasterStatus, len(f.up))
 	for i, up := range f.up {
-		out[i] = redlock.MasterStatus{Index: i, Addr: "127.0.0.1:" + string(rune('1'+i)) + "379", Up: up, Latency: 213 * time.Microsecond, CheckedAt: time.Now()}
-		if !up {
-			out[i].LastError = "dial tcp: connection refused"
+		st := f.extra[i]
+		st.Warnings = append([]string(nil), st.Warnings...)
+		st.Index, st.Addr, st.Up = i, "127.0.0.1:"+string(rune('1'+i))+"379", up
+		st.Latency, st.CheckedAt = 213*time.Microsecond, time.Now()
+		switch {
+		case !up:
+			st.State, st.LastError = "down", "dial tcp: connection refused"
+		case st.QuarantineLeft > 0:
+			st.State = "quarantined"
+		default:
+			st.State = "up"
 		}
+		st.Counts = st.State == "up"
+		out[i] = st
 	}
 	return out
 }
 
-func (f *fakeLocker) QuorumAvailable() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	n := 0
-	for _, up := range f.up {
-		if up {
-			n++
-		}
-	}
-	return n >= 3
-}
-
-func (f *fakeLocker) Quorum() int { return 3 }
+func (f *fakeLocker) Quorum() int         { return 3 }
+func (f *fakeLocker) FenceRepairs() int64 { return f.repairs.Load() }
+func (f *fakeLocker) Quarantines() int64  { return f.quarantines.Load() }
 
 func (f *fakeLocker) setUp(i int, up bool) {
 	f.mu.Lock()
 	f.up[i] = up
+	f.mu.Unlock()
+}
+
+// setStatus edits master i's extra status (everything but the address,
+// up/down, state, vote and probe fields, which Masters derives).
+func (f *fakeLocker) setStatus(i int, edit func(*redlock.MasterStatus)) {
+	f.mu.Lock()
+	edit(&f.extra[i])
 	f.mu.Unlock()
 }
 

@@ -18,22 +18,66 @@
     body.replaceChildren(...rows);
   }
 
+  // duration formats whole seconds as "1d 2h", "3h 4m", "5m 6s" or "7s".
+  function duration(s) {
+    const d = Math.floor(s / 86400), h = Math.floor(s % 86400 / 3600),
+      m = Math.floor(s % 3600 / 60), sec = s % 60;
+    if (d) return d + "d " + h + "h";
+    if (h) return h + "h " + m + "m";
+    if (m) return m + "m " + sec + "s";
+    return sec + "s";
+  }
+
+  function badge(parent, text, cls) {
+    const b = document.createElement("span");
+    b.className = "badge " + cls;
+    b.textContent = text;
+    parent.appendChild(b);
+    parent.appendChild(document.createTextNode(" "));
+  }
+
+  const stateClass = { up: "ok", down: "bad", quarantined: "warn", repairing: "warn" };
+
   function showReady(r) {
-    const badge = document.getElementById("ready");
+    const badgeEl = document.getElementById("ready");
     const names = { ready: "ready", no_quorum: "no quorum", shutting_down: "shutting down" };
-    badge.textContent = names[r.status] || r.status;
-    badge.className = "badge " + (r.ready ? "ok" : r.status === "shutting_down" ? "warn" : "bad");
+    badgeEl.textContent = names[r.status] || r.status;
+    badgeEl.className = "badge " + (r.ready ? "ok" : r.status === "shutting_down" ? "warn" : "bad");
+    const q = r.quorum;
     document.getElementById("quorum").textContent =
-      r.quorum.up + " of " + r.quorum.masters + " masters up, " + r.quorum.needed + " needed";
+      q.counting + " of " + q.masters + " masters counting, " + q.needed + " needed (" +
+      q.up + " up)" + (q.available ? "" : " — no quorum: locks cannot be granted");
     fill("masters", r.masters.map(function (m) {
       const tr = document.createElement("tr");
       cell(tr, String(m.index), "num");
       cell(tr, m.addr);
       const st = cell(tr, "");
-      const b = document.createElement("span");
-      b.className = "badge " + (m.state === "up" ? "ok" : "bad");
-      b.textContent = m.state;
-      st.appendChild(b);
+      badge(st, m.state, stateClass[m.state] || "bad");
+      if (m.drifting) badge(st, "drifting", "warn");
+      if (m.quarantine_left_s > 0) {
+        const why = document.createElement("div");
+        why.className = "why";
+        why.textContent = "quarantined " + duration(m.quarantine_left_s) + " more: " + m.quarantine_reason;
+        st.appendChild(why);
+      }
+      cell(tr, m.counts ? "counts" : "excluded", m.counts ? "" : "muted");
+      cell(tr, m.checked_at_ms ? m.clock_offset_ms.toFixed(3) : "–", "num");
+      cell(tr, m.checked_at_ms ? (1000 * m.drift_ratio).toFixed(3) : "–", "num");
+      cell(tr, m.run_id || "–");
+      const w = cell(tr, "");
+      if (m.warnings && m.warnings.length) {
+        const ul = document.createElement("ul");
+        ul.className = "warnlist";
+        m.warnings.forEach(function (text) {
+          const li = document.createElement("li");
+          li.textContent = text;
+          ul.appendChild(li);
+        });
+        w.appendChild(ul);
+      } else {
+        w.textContent = "none";
+        w.className = "muted";
+      }
       cell(tr, m.latency_ms.toFixed(3), "num");
       cell(tr, m.checked_at_ms ? new Date(m.checked_at_ms).toLocaleTimeString() : "not yet");
       cell(tr, m.last_error || "");
