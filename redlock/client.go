@@ -62,8 +62,9 @@ type Client struct {
 // New returns a Client over the given masters: independent Redis servers,
 // not replicas of each other. len(masters) must be odd and at least 3; the
 // quorum is len(masters)/2+1 of ALL configured masters, never of the
-// healthy ones. New does not contact the masters; connections are made on
-// first use and the health loop starts at once.
+// healthy ones. New runs one health probe round (bounded by the health
+// timeout) before it returns, so that no master votes before its run_id
+// and marker were checked; masters that do not answer are not an error.
 //
 // The Client owns the connections it makes from the given options: it sets
 // MaxRetries to -1 (a silent retry on a new connection could reorder a
@@ -137,6 +138,11 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 			c.wg.Go(func() { l.run(c.closed) })
 		}
 	}
+	// One probe round before returning: a master must not vote before we
+	// know its run_id and whether it lost its data while unwatched (the
+	// marker rule). Bounded by the health timeout.
+	c.probeAll()
+	c.afterProbes()
 	c.wg.Go(c.healthLoop)
 	return c, nil
 }

@@ -143,14 +143,14 @@ func (c *Client) healthLoop() {
 	t := time.NewTicker(c.opts.healthInterval)
 	defer t.Stop()
 	for {
-		c.probeAll()
-		c.afterProbes()
 		select {
 		case <-c.closed:
 			return
 		case <-t.C:
 		case <-c.kick:
 		}
+		c.probeAll()
+		c.afterProbes()
 	}
 }
 
@@ -360,6 +360,9 @@ func (c *Client) afterProbes() {
 		m.st.seen = true
 		has := m.st.hasMarker
 		m.st.mu.Unlock()
+		if first {
+			defer m.st.probed.Store(true) // after the marker rule below
+		}
 		// The marker rule: a master without our marker while a quorum of
 		// the others have theirs restarted without its data while no
 		// redlockd was watching. A brand-new deployment has no marker

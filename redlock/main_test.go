@@ -67,7 +67,10 @@ func masterOptions() []*redis.Options {
 // Tests about timeouts set their own.
 func newClient(t *testing.T, opts ...Option) *Client {
 	t.Helper()
-	opts = append([]Option{WithPerMasterTimeout(500 * time.Millisecond)}, opts...)
+	// A marker key of its own: tests restart masters empty, and a shared
+	// marker would (rightly) get those quarantined by every later Client.
+	marker := fmt.Sprintf("marker:%s:%d", t.Name(), keySeq.Add(1))
+	opts = append([]Option{WithPerMasterTimeout(500 * time.Millisecond), WithMarkerKey(marker)}, opts...)
 	c, err := New(masterOptions(), opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })

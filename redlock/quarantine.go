@@ -19,6 +19,9 @@ type masterState struct {
 	// repairPending: the master lost its data and its fencing counter has
 	// not been repaired from a quorum yet; its votes do not count.
 	repairPending atomic.Bool
+	// probed: answered a probe and passed the marker rule. Until then its
+	// votes do not count: it may have lost its data while unwatched.
+	probed atomic.Bool
 
 	mu               sync.Mutex
 	runID            string
@@ -35,7 +38,7 @@ type masterState struct {
 // counts reports whether the master's answers count towards a quorum now.
 // A quarantined master keeps receiving writes; only its votes are ignored.
 func (m *master) counts() bool {
-	if !m.up.Load() || m.st.repairPending.Load() {
+	if !m.up.Load() || !m.st.probed.Load() || m.st.repairPending.Load() {
 		return false
 	}
 	until := m.st.excludedUntil.Load()

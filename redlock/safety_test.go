@@ -208,14 +208,12 @@ func TestRestartDetectedOnReconnect(t *testing.T) {
 func TestMarkerRule(t *testing.T) {
 	ctx := context.Background()
 	rdbs := direct(t)
-	for _, r := range rdbs {
-		require.NoError(t, r.Del(ctx, "redlock:marker").Err())
-	}
-	first, err := New(masterOptions(), WithHealthInterval(10*time.Millisecond))
+	marker := "marker:" + newKey(t)
+	first, err := New(masterOptions(), WithHealthInterval(10*time.Millisecond), WithMarkerKey(marker))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		for _, r := range rdbs {
-			if r.Exists(ctx, "redlock:marker").Val() != 1 {
+			if r.Exists(ctx, marker).Val() != 1 {
 				return false
 			}
 		}
@@ -227,7 +225,7 @@ func TestMarkerRule(t *testing.T) {
 	require.NoError(t, first.Close())
 
 	require.NoError(t, servers[2].Restart()) // lost data while unwatched
-	second := newClient(t, WithHealthInterval(10*time.Millisecond))
+	second := newClient(t, WithHealthInterval(10*time.Millisecond), WithMarkerKey(marker))
 	require.Eventually(t, func() bool { return second.Masters()[2].State != "up" && second.Masters()[2].QuarantineLeft > 0 }, 5*time.Second, 10*time.Millisecond)
 	assert.Contains(t, second.Masters()[2].QuarantineReason, "marker")
 	for i, st := range second.Masters() {

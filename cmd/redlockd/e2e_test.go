@@ -28,7 +28,10 @@ import (
 	"github.com/redlockd/redlockd/internal/redisproc"
 )
 
-var servers []*redisproc.Server
+var (
+	servers   []*redisproc.Server
+	prefixSeq atomic.Int64
+)
 
 const (
 	keyA = "tenant-a-key-0123456789abcdef"
@@ -68,6 +71,10 @@ func daemonURL(t *testing.T, edit ...func(*config.Config)) string {
 		cfg.Masters = append(cfg.Masters, s.Addr())
 	}
 	cfg.HealthInterval = config.Duration(50 * time.Millisecond)
+	// A prefix of its own per daemon: tests restart masters empty, and a
+	// shared marker key would (rightly) get those quarantined by every
+	// later daemon.
+	cfg.KeyPrefix = fmt.Sprintf("e2e%d:", prefixSeq.Add(1))
 	for _, e := range edit {
 		e(&cfg)
 	}
