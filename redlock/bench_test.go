@@ -19,7 +19,7 @@ import (
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, conc := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) {
-			c, err := New(masterOptions())
+			c, err := New(masterOptions(), benchOpts...)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -60,3 +60,5 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		})
 	}
 }
+
+var benchOpts []Option

