@@ -156,11 +156,24 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	fenceFailed := false
 	if res.Votes >= c.quorum && c.opts.fenceKey != "" {
 		fence = counter + 1
-		// Written back to the masters that voted, a quorum: the proof needs
-		// no more, and the late voters save a script call each.
-		if !c.writeFence(ctx, keys, token, fence, voted, &res) {
-			fenceFailed = true // the lock is not ours without its fence on a quorum
+		// Written back first to the masters that voted (a quorum: the proof
+		// needs no more, and the late voters save a script call each), then,
+		// if a voter stopped answering in between, to the other masters
+		// that may hold the lock: their SETs are ahead of the write-back on
+		// the same lane.
+		written := c.writeFence(ctx, keys, token, fence, voted, c.quorum, false, &res)
+		if written < c.quorum {
+			rest := make([]bool, n)
+			more := false
+			for i := range rest {
+				rest[i] = maybeHeld[i] && !voted[i]
+				more = more || rest[i]
+			}
+			if more {
+				written += c.writeFence(ctx, keys, token, fence, rest, c.quorum-written, true, &res)
+			}
 		}
+		fenceFailed = written < c.quorum // the lock is not ours without its fence on a quorum
 	}
 	validity := ttl - time.Since(start) - c.drift(ttl)
 	if res.Votes >= c.quorum && validity > 0 && !fenceFailed {

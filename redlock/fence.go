@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -83,10 +84,16 @@ func (c *Client) repairFence(m *master) {
 	c.opts.logger.Info("fencing counter repaired", zapMaster(m), zap.Int64("counter", highest))
 }
 
-// writeFence writes fence back to every master in only and reports
-// whether a quorum of counting masters stored it while the token held the
-// lock there.
-func (c *Client) writeFence(ctx context.Context, keys []string, token string, fence int64, only []bool, res *OutcomeError) bool {
+// errFenceLockGone: the fence write-back found the lock no longer held by
+// its token on that master (it expired or was evicted in between).
+var errFenceLockGone = errors.New("fence write-back: lock no longer held there")
+
+// writeFence writes fence back to every master in only, and returns how
+// many counting masters stored it while the token held the lock there,
+// deciding as soon as need of them have — or, with failFast, as soon as
+// need can no longer be reached (otherwise it waits for every answer, so
+// that a second round knows how many it still needs).
+func (c *Client) writeFence(ctx context.Context, keys []string, token string, fence int64, only []bool, need int, failFast bool, res *OutcomeError) int {
 	start := time.Now()
 	out, sent := c.fanout(fenceScript, keys, []any{token, strconv.FormatInt(fence, 10)}, false, start, only)
 	written, failed := 0, 0
@@ -104,9 +111,10 @@ func (c *Client) writeFence(ctx context.Context, keys []string, token string, fe
 				written++
 			} else {
 				failed++
+				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errFenceLockGone})
 			}
 		}
-		return written >= c.quorum || failed > sent-c.quorum
+		return written >= need || failFast && failed > sent-need
 	})
-	return written >= c.quorum
+	return written
 }

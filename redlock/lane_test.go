@@ -1,0 +1,150 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// batchObserver records the largest pipeline each master carried.
+type batchObserver struct {
+	largest [5]atomic.Int64
+	batches atomic.Int64
+}
+
+func (o *batchObserver) ObserveBatch(master, size int, _ time.Duration, _ error) {
+	o.batches.Add(1)
+	for {
+		cur := o.largest[master].Load()
+		if int64(size) <= cur || o.largest[master].CompareAndSwap(cur, int64(size)) {
+			return
+		}
+	}
+}
+
+func (o *batchObserver) ObserveProbe(int, bool, time.Duration) {}
+
+// churn runs workers acquire/release cycles on keys of their own until stop
+// closes, and returns how many cycles ran and the errors seen. Every call
+// must return: a hang fails the test through the bounded wait.
+func churn(t *testing.T, c *Client, prefix string, workers int, stop <-chan struct{}) (cycles int64, errs []error) {
+	t.Helper()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var n atomic.Int64
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("%s:%d:%d", prefix, w, i)
+				lock, err := c.Acquire(context.Background(), key, 30*time.Second, WithRetry(NoRetry()))
+				if err == nil {
+					_, err = c.Release(context.Background(), key, lock.Token())
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+				n.Add(1)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("a lock call never returned")
+	}
+	return n.Load(), errs
+}
+
+func keysWithPrefix(t *testing.T, prefix string) int {
+	t.Helper()
+	n := 0
+	for i, r := range direct(t) {
+		if !servers[i].Running() {
+			continue
+		}
+		keys, err := r.Keys(context.Background(), prefix+":*").Result()
+		require.NoError(t, err)
+		n += len(keys)
+	}
+	return n
+}
+
+// TestLanesBatch: under concurrency, commands for one master share
+// pipelines (the batching the lanes exist for).
+func TestLanesBatch(t *testing.T) {
+	obs := &batchObserver{}
+	c := newClient(t, WithObserver(obs))
+	prefix := newKey(t)
+	stop := make(chan struct{})
+	time.AfterFunc(500*time.Millisecond, func() { close(stop) })
+	cycles, errs := churn(t, c, prefix, 64, stop)
+	require.Empty(t, errs)
+	assert.Positive(t, cycles)
+	for i := range 5 {
+		assert.Greater(t, obs.largest[i].Load(), int64(1), "master %d never carried more than one command per round trip", i)
+	}
+	t.Logf("%d cycles in %d pipelines", cycles, obs.batches.Load())
+}
+
+// TestLanesMastersKilledMidBatch kills two masters while 64 workers run
+// cycles through full pipelines, then restarts them: every call returns,
+// every acquire succeeds (three masters are enough), and no key is left.
+func TestLanesMastersKilledMidBatch(t *testing.T) {
+	c := newClient(t)
+	prefix := newKey(t)
+	stop := make(chan struct{})
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		assert.NoError(t, servers[1].Kill())
+		assert.NoError(t, servers[3].Kill())
+		time.Sleep(300 * time.Millisecond)
+		assert.NoError(t, servers[1].Restart())
+		assert.NoError(t, servers[3].Restart())
+		time.Sleep(200 * time.Millisecond)
+		close(stop)
+	}()
+	cycles, errs := churn(t, c, prefix, 64, stop)
+	assert.Empty(t, errs, "with two masters down, three still decide")
+	assert.Positive(t, cycles)
+	require.Eventually(t, func() bool { return keysWithPrefix(t, prefix) == 0 }, 5*time.Second, 20*time.Millisecond)
+}
+
+// TestLanesMastersPausedMidBatch pauses two masters (SIGSTOP) mid-batch for
+// longer than the per-master timeout: calls keep returning, acquires keep
+// succeeding, and once the masters resume the releases queued behind their
+// SETs clean up every key.
+func TestLanesMastersPausedMidBatch(t *testing.T) {
+	c := newClient(t, WithPerMasterTimeout(200*time.Millisecond))
+	prefix := newKey(t)
+	stop := make(chan struct{})
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		assert.NoError(t, servers[0].Pause())
+		assert.NoError(t, servers[4].Pause())
+		time.Sleep(700 * time.Millisecond)
+		assert.NoError(t, servers[0].Resume())
+		assert.NoError(t, servers[4].Resume())
+		time.Sleep(200 * time.Millisecond)
+		close(stop)
+	}()
+	cycles, errs := churn(t, c, prefix, 64, stop)
+	assert.Empty(t, errs, "with two masters paused, three still decide")
+	assert.Positive(t, cycles)
+	require.Eventually(t, func() bool { return keysWithPrefix(t, prefix) == 0 }, 15*time.Second, 20*time.Millisecond,
+		"the releases queued behind the paused masters' SETs must remove every key")
+}
