@@ -51,7 +51,8 @@ deps: ## Install redis-server and gcc (Debian/Ubuntu, as root) if missing
 	fi
 
 dev: deps ## Run five local redis-server masters and the daemon on 127.0.0.1:7070
-	$(GO) run ./cmd/redlockd dev
+	$(GO) build -o bin/redlockd ./cmd/redlockd
+	exec bin/redlockd dev $(DEV_ARGS)
 
 test: deps ## Run the whole test suite (real redis-server masters, -race)
 	$(GO) vet ./...

@@ -83,6 +83,7 @@ func (m *master) setUp() {
 		m.renewLanes()
 	}
 	if !m.up.Swap(true) {
+		m.lastErr.Store(nil) // the error described the outage that just ended
 		m.c.opts.logger.Info("master up", zapMaster(m))
 	}
 }

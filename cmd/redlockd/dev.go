@@ -28,6 +28,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	apiKey := fs.String("api-key", DevAPIKey, "API key of the dev account")
 	binary := fs.String("redis-server", "redis-server", "redis-server binary")
 	logFormat := fs.String("log-format", "console", "log format: console or json")
+	maxTTL := fs.Int("max-ttl", 600, "largest ttl in seconds, and how long a master restarted empty is quarantined (serve's default is 86400)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: redlockd dev [flags]\n\nStarts local redis-server masters on free loopback ports (no persistence, in a\ntemp dir) and the daemon, prints the URL, the dev API key and a curl line.\nCtrl-C stops everything it started.\n\nFlags:")
 		fs.PrintDefaults()
@@ -42,6 +43,9 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.Listen = *listen
 	cfg.APIKeys = []config.APIKey{{Name: "dev", Key: *apiKey}}
 	cfg.LogFormat = *logFormat
+	// A master restarted empty is quarantined for max_ttl: 10 minutes
+	// instead of a day keeps dev usable when you kill and restart masters.
+	cfg.MaxTTL = *maxTTL
 	// A placeholder list of the right size validates the count before any
 	// process is started; the real addresses replace it below.
 	cfg.Masters = make([]string, *n)
@@ -72,6 +76,9 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
+	}
+	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+		fmt.Fprintf(stderr, "redlockd dev: WARNING: listening on %s, not loopback, with a public dev API key\n", ln.Addr())
 	}
 	url := "http://" + ln.Addr().String()
 	fmt.Fprintf(stdout, `redlockd dev is running.

@@ -71,6 +71,10 @@ func daemonURL(t *testing.T, edit ...func(*config.Config)) string {
 		cfg.Masters = append(cfg.Masters, s.Addr())
 	}
 	cfg.HealthInterval = config.Duration(50 * time.Millisecond)
+	// The suite runs under -race beside other packages on two cores; a
+	// healthy master must not miss a 50ms deadline and turn an example
+	// into a 503. Tests about timeouts set their own.
+	cfg.PerMasterTimeout = config.Duration(500 * time.Millisecond)
 	// A prefix of its own per daemon: tests restart masters empty, and a
 	// shared marker key would (rightly) get those quarantined by every
 	// later daemon.
