@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"strconv"
+	"strings"
 )
 
 // lockSpace is the part of every lock's Redis key that follows the
@@ -38,22 +39,33 @@ const lockSpace = "lock:"
 // The prefix is constant per daemon, so it takes no part in the argument;
 // FuzzKeyInjective checks the property and the round trip.
 func redisKey(prefix, account, namespace, key string) string {
-	n := len(prefix) + len(lockSpace) + len(account) + len(namespace) + len(key) + 3*(20+1) + 2
-	b := make([]byte, 0, n)
-	b = append(b, prefix...)
-	b = append(b, lockSpace...)
-	b = appendPart(b, account)
-	b = append(b, ':')
-	b = appendPart(b, namespace)
-	b = append(b, ':')
-	b = appendPart(b, key)
-	return string(b)
+	// Built in place at its exact length: one allocation.
+	var b strings.Builder
+	b.Grow(len(prefix) + len(lockSpace) + partLen(account) + 1 + partLen(namespace) + 1 + partLen(key))
+	b.WriteString(prefix)
+	b.WriteString(lockSpace)
+	writePart(&b, account)
+	b.WriteByte(':')
+	writePart(&b, namespace)
+	b.WriteByte(':')
+	writePart(&b, key)
+	return b.String()
 }
 
-func appendPart(b []byte, s string) []byte {
-	b = strconv.AppendInt(b, int64(len(s)), 10)
-	b = append(b, ':')
-	return append(b, s...)
+func writePart(b *strings.Builder, s string) {
+	var digits [20]byte
+	b.Write(strconv.AppendInt(digits[:0], int64(len(s)), 10))
+	b.WriteByte(':')
+	b.WriteString(s)
+}
+
+// partLen is the length of writePart's output for s.
+func partLen(s string) int {
+	n := 1 // the first digit
+	for l := len(s); l >= 10; l /= 10 {
+		n++
+	}
+	return n + 1 + len(s)
 }
 
 var errNotLockKey = errors.New("not a lock key of this prefix")

@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -35,8 +36,11 @@ type call struct {
 	result  result
 	status  int
 	account string
-	token8  string // first 8 hex characters of the token's SHA-256
-	err     error  // for warn and error lines
+	// token is the request's or the granted lease's token. Only the first
+	// 8 hex characters of its SHA-256 are logged, and only computed when a
+	// line is written.
+	token string
+	err   error // for warn and error lines
 }
 
 // serveLock answers POST /v1/lock and POST /gateway/distlock. Checks run in
@@ -59,7 +63,7 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 			"method not allowed: use POST with a JSON body")
 		return
 	}
-	apiKey := r.Header.Get("X-API-Key")
+	apiKey := headerValue(r.Header, hdrAPIKey)
 	if apiKey == "" {
 		s.fail(w, &c, http.StatusUnauthorized, resUnauthorized, codeUnauthorized,
 			"missing API key: send it in the X-API-Key header")
@@ -72,13 +76,13 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.account = account
-	if ct := r.Header.Get("Content-Type"); ct != "" && !isJSONContentType(ct) {
+	if ct := headerValue(r.Header, hdrContentType); ct != "" && !isJSONContentType(ct) {
 		s.fail(w, &c, http.StatusUnsupportedMediaType, resUnsupportedMediaType, codeBadRequest,
 			`Content-Type must be application/json (with curl: -H "Content-Type: application/json")`)
 		return
 	}
-	body, release, status, msg := s.readBody(w, r)
-	defer release()
+	bb, status, msg := s.readBody(r)
+	defer putBody(bb)
 	if status != 0 {
 		res, code := resBadRequest, codeBadRequest
 		if status == http.StatusRequestEntityTooLarge {
@@ -87,15 +91,13 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, &c, status, res, code, msg)
 		return
 	}
-	req, a, berr := parseLockRequest(body, &s.lim)
+	req, a, berr := parseLockRequest(bb.Bytes(), &s.lim)
 	c.action = a
 	if berr != nil {
 		s.fail(w, &c, http.StatusBadRequest, resBadRequest, codeBadRequest, berr.msg)
 		return
 	}
-	if req.token != "" {
-		c.token8 = tokenHashPrefix(req.token)
-	}
+	c.token = req.token
 	rk := redisKey(s.prefix, account, req.namespace, req.key)
 	ctx := r.Context()
 	switch req.action {
@@ -114,7 +116,7 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 	lease, err := s.locker.Acquire(ctx, rk, time.Duration(req.ttl)*time.Second, time.Duration(req.waitMS)*time.Millisecond)
 	d := lockData{action: actAcquire, key: req.key, outcome: outAcquired}
 	if err == nil {
-		c.token8 = tokenHashPrefix(lease.Token)
+		c.token = lease.Token
 		d.ok, d.token, d.fence = true, lease.Token, lease.Fence
 		d.ttl, d.hasTTL = req.ttl, true
 		setValidity(&d, time.Now(), lease.ValidUntil)
@@ -281,8 +283,8 @@ func (s *Server) finish(r *http.Request, c *call, d time.Duration) {
 	if c.account != "" {
 		fields = append(fields, zap.String("account", c.account))
 	}
-	if c.token8 != "" {
-		fields = append(fields, zap.String("token_sha256", c.token8))
+	if c.token != "" {
+		fields = append(fields, zap.String("token_sha256", tokenHashPrefix(c.token)))
 	}
 	if c.err != nil {
 		fields = append(fields, zap.Error(c.err))
@@ -350,32 +352,61 @@ func isJSONContentType(ct string) bool {
 	return true
 }
 
-var bodyPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// Canonical header names, looked up in the map directly: Header.Get would
+// canonicalize them on every call (and "X-API-Key" is not canonical, so
+// that would also allocate).
+const (
+	hdrAPIKey      = "X-Api-Key"
+	hdrContentType = "Content-Type"
+)
 
-// readBody reads at most maxBody bytes. status is 0 on success, else the
-// HTTP status (413 or 400) with msg. release returns the buffer to the pool.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), status int, msg string) {
-	noop := func() {}
-	tooLarge := "body: larger than the limit of " + strconv.FormatInt(s.maxBody, 10) + " bytes"
+// headerValue is h.Get(key) for a key already in canonical form.
+func headerValue(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// bodyBuf is a pooled request body buffer with the reader that limits it.
+type bodyBuf struct {
+	bytes.Buffer
+	lim io.LimitedReader
+}
+
+var bodyPool = sync.Pool{New: func() any { return new(bodyBuf) }}
+
+// putBody returns bb to the pool; nil is allowed.
+func putBody(bb *bodyBuf) {
+	if bb == nil || bb.Cap() > 64<<10 {
+		return
+	}
+	bb.Reset()
+	bb.lim = io.LimitedReader{}
+	bodyPool.Put(bb)
+}
+
+// readBody reads at most maxBody bytes into a pooled buffer, which the
+// caller returns with putBody. status is 0 on success, else the HTTP status
+// (413 or 400) with msg; bb is nil when nothing was read.
+func (s *Server) readBody(r *http.Request) (bb *bodyBuf, status int, msg string) {
 	if r.ContentLength > s.maxBody {
-		return nil, noop, http.StatusRequestEntityTooLarge, tooLarge
+		return nil, http.StatusRequestEntityTooLarge, s.msgTooLarge
 	}
-	buf := bodyPool.Get().(*bytes.Buffer)
-	buf.Reset()
-	release = func() {
-		if buf.Cap() <= 64<<10 {
-			bodyPool.Put(buf)
-		}
+	bb = bodyPool.Get().(*bodyBuf)
+	bb.Reset()
+	// One byte more than allowed tells a body at the limit from a larger
+	// one (as http.MaxBytesReader does, without its allocation).
+	bb.lim = io.LimitedReader{R: r.Body, N: s.maxBody + 1}
+	_, err := bb.ReadFrom(&bb.lim)
+	bb.lim.R = nil
+	switch {
+	case err != nil:
+		return bb, http.StatusBadRequest, "body: could not be read"
+	case int64(bb.Len()) > s.maxBody:
+		return bb, http.StatusRequestEntityTooLarge, s.msgTooLarge
 	}
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.maxBody))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, release, http.StatusRequestEntityTooLarge, tooLarge
-		}
-		return nil, release, http.StatusBadRequest, "body: could not be read"
-	}
-	return buf.Bytes(), release, 0, ""
+	return bb, 0, ""
 }
 
 // tokenHashPrefix is what a log line may carry of a token: the first 8 hex

@@ -77,7 +77,7 @@ type jsonValue struct {
 	kind    jsonKind
 	str     string // kString, unescaped
 	notText bool   // kString: invalid UTF-8 or a lone surrogate escape
-	num     []byte // kNumber, as written
+	num     string // kNumber, as written
 	isInt   bool   // kNumber: no fraction and no exponent
 }
 
@@ -95,9 +95,13 @@ func (v *jsonValue) absent() bool { return v.kind == kNone || v.kind == kNull }
 // encoding/json matches field names case-insensitively, lets a repeated
 // field silently win, accepts "30" into a json.Number, and uses reflection
 // on every request.
+//
+// The body is copied into one string up front (body is usually a pooled
+// buffer); names and values without escapes are substrings of it, so a
+// request costs one allocation here rather than one per name and value.
 func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badRequest) {
 	var f struct{ action, key, ttl, token, namespace, waitMS jsonValue }
-	if err := scanObject(body, func(name string, v jsonValue) *badRequest {
+	if err := scanObject(string(body), func(name string, v jsonValue) *badRequest {
 		var dst *jsonValue
 		var err *badRequest
 		switch name {
@@ -234,7 +238,7 @@ func wantInt(field, unit string, v *jsonValue) *badRequest {
 
 // intInRange reads an integer field (already checked by wantInt) in [lo, hi].
 func intInRange(field string, v *jsonValue, lo, hi int64) (int64, *badRequest) {
-	n, err := strconv.ParseInt(string(v.num), 10, 64)
+	n, err := strconv.ParseInt(v.num, 10, 64)
 	neg := v.num[0] == '-'
 	switch {
 	case (err != nil && neg) || (err == nil && n < lo):
@@ -271,16 +275,16 @@ func quoteShort(s string) string {
 }
 
 // quoteNumber shows a number as written, cut to 24 bytes.
-func quoteNumber(b []byte) string {
+func quoteNumber(b string) string {
 	if len(b) <= 24 {
-		return string(b)
+		return b
 	}
-	return string(b[:24]) + "…"
+	return b[:24] + "…"
 }
 
 // scanObject scans body as one JSON object and calls field for each member
 // in order; the first error (of the syntax or of field) ends the scan.
-func scanObject(body []byte, field func(name string, v jsonValue) *badRequest) *badRequest {
+func scanObject(body string, field func(name string, v jsonValue) *badRequest) *badRequest {
 	s := scanner{b: body}
 	s.ws()
 	if s.eof() {
@@ -341,7 +345,7 @@ func scanObject(body []byte, field func(name string, v jsonValue) *badRequest) *
 }
 
 type scanner struct {
-	b []byte
+	b string
 	i int
 }
 
@@ -413,7 +417,7 @@ func (s *scanner) value() (jsonValue, *badRequest) {
 }
 
 func (s *scanner) literal(lit string) *badRequest {
-	if len(s.b)-s.i < len(lit) || string(s.b[s.i:s.i+len(lit)]) != lit {
+	if len(s.b)-s.i < len(lit) || s.b[s.i:s.i+len(lit)] != lit {
 		return s.malformed("invalid literal")
 	}
 	s.i += len(lit)
@@ -421,7 +425,7 @@ func (s *scanner) literal(lit string) *badRequest {
 }
 
 // number scans a JSON number (RFC 8259 grammar) at s.i.
-func (s *scanner) number() (num []byte, isInt bool, err *badRequest) {
+func (s *scanner) number() (num string, isInt bool, err *badRequest) {
 	start := s.i
 	j := s.i
 	digits := func() int {
@@ -439,7 +443,7 @@ func (s *scanner) number() (num []byte, isInt bool, err *badRequest) {
 		j++
 	case digits() == 0:
 		s.i = j
-		return nil, false, s.malformed("invalid number")
+		return "", false, s.malformed("invalid number")
 	}
 	isInt = true
 	if j < len(s.b) && s.b[j] == '.' {
@@ -447,7 +451,7 @@ func (s *scanner) number() (num []byte, isInt bool, err *badRequest) {
 		j++
 		if digits() == 0 {
 			s.i = j
-			return nil, false, s.malformed("invalid number")
+			return "", false, s.malformed("invalid number")
 		}
 	}
 	if j < len(s.b) && (s.b[j] == 'e' || s.b[j] == 'E') {
@@ -458,7 +462,7 @@ func (s *scanner) number() (num []byte, isInt bool, err *badRequest) {
 		}
 		if digits() == 0 {
 			s.i = j
-			return nil, false, s.malformed("invalid number")
+			return "", false, s.malformed("invalid number")
 		}
 	}
 	s.i = j
@@ -471,7 +475,7 @@ func (s *scanner) number() (num []byte, isInt bool, err *badRequest) {
 func (s *scanner) str() (val string, notText bool, err *badRequest) {
 	start := s.i + 1
 	j := start
-	esc := false
+	esc, ascii := false, true
 	for {
 		if j >= len(s.b) {
 			s.i = len(s.b)
@@ -490,12 +494,13 @@ func (s *scanner) str() (val string, notText bool, err *badRequest) {
 			s.i = j
 			return "", false, s.malformed("control character in a string (escape it)")
 		}
+		ascii = ascii && c < utf8.RuneSelf
 		j++
 	}
 	raw := s.b[start:j]
 	s.i = j + 1
 	if !esc {
-		return string(raw), !utf8.Valid(raw), nil
+		return raw, !ascii && !utf8.ValidString(raw), nil
 	}
 	out := make([]byte, 0, len(raw))
 	for k := 0; k < len(raw); {
@@ -553,12 +558,13 @@ func (s *scanner) str() (val string, notText bool, err *badRequest) {
 	return string(out), notText || !utf8.Valid(out), nil
 }
 
-func hex4(b []byte) (rune, bool) {
+func hex4(b string) (rune, bool) {
 	if len(b) < 4 {
 		return 0, false
 	}
 	var r rune
-	for _, c := range b[:4] {
+	for i := range 4 {
+		c := b[i]
 		switch {
 		case c >= '0' && c <= '9':
 			c -= '0'

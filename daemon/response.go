@@ -130,12 +130,37 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	bufPool.Put(bp)
 }
 
+// Header values of every JSON answer, built once. They are assigned to the
+// header map under canonical names, which is what Header.Set does without
+// canonicalizing the name and allocating a new []string each time. The
+// slices are shared by all responses and must never be modified in place;
+// their capacity is 1, so an append (Header.Add) copies.
+var (
+	hvJSON    = []string{"application/json"}
+	hvNoStore = []string{"no-store"}
+	hvNosniff = []string{"nosniff"}
+)
+
+// contentLengths[n:n+1:n+1] is the Content-Length value of an n-byte
+// answer, for the answers this package writes (all but huge keys).
+var contentLengths = func() []string {
+	v := make([]string, 1024)
+	for i := range v {
+		v[i] = strconv.Itoa(i)
+	}
+	return v
+}()
+
 func writeJSON(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
+	h["Content-Type"] = hvJSON
+	h["Cache-Control"] = hvNoStore
+	h["X-Content-Type-Options"] = hvNosniff
+	if n := len(body); n < len(contentLengths) {
+		h["Content-Length"] = contentLengths[n : n+1 : n+1]
+	} else {
+		h["Content-Length"] = []string{strconv.Itoa(n)}
+	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }

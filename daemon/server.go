@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -87,6 +89,7 @@ type Server struct {
 	prefix          string
 	lim             limits
 	maxBody         int64
+	msgTooLarge     string // the 413 message, built once
 	listen          string
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
@@ -148,6 +151,7 @@ func New(logger *zap.Logger, o *Options) (*Server, error) {
 	if s.maxBody < 64 {
 		return nil, fmt.Errorf("daemon: Options.MaxBodyBytes: %d is below the minimum of 64", s.maxBody)
 	}
+	s.msgTooLarge = "body: larger than the limit of " + strconv.FormatInt(s.maxBody, 10) + " bytes"
 	if s.shutdownTimeout == 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
 	}
@@ -322,12 +326,16 @@ func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.inFlight.Add(1)
 		s.metrics.inFlight.Inc()
-		gw := &guardWriter{ResponseWriter: w}
+		gw := guardPool.Get().(*guardWriter)
+		gw.ResponseWriter = w
 		defer func() {
 			s.inFlight.Add(-1)
 			s.metrics.inFlight.Dec()
 			v := recover()
 			if v == nil {
+				// The handler has returned and nothing holds gw any more.
+				*gw = guardWriter{}
+				guardPool.Put(gw)
 				return
 			}
 			if v == http.ErrAbortHandler {
@@ -343,11 +351,14 @@ func (s *Server) guard(next http.Handler) http.Handler {
 }
 
 // guardWriter remembers whether the response was started, so a panic
-// after it does not write a second header.
+// after it does not write a second header. They are pooled: one per
+// request would be the only allocation of guard.
 type guardWriter struct {
 	http.ResponseWriter
 	wrote bool
 }
+
+var guardPool = sync.Pool{New: func() any { return new(guardWriter) }}
 
 func (g *guardWriter) WriteHeader(code int) {
 	g.wrote = true
