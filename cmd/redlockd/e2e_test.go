@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 	if code == 0 {
 		// go-redis re-dials a down master from a goroutine that sleeps 1s
 		// between tries and notices a closed pool only when it wakes.
-		if err := goleak.Find(goleak.IgnoreTopFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")); err != nil {
+		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)
 			code = 1
 		}
