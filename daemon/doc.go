@@ -16,6 +16,12 @@
 //     dashboard.
 //   - GET /: the dashboard (masters with state, quarantine, clock offset
 //     and drift, warnings; quorum; outcome rates; latency).
+//   - Any other path: 404 with the JSON envelope, code bad_request, a msg
+//     naming the path and listing these endpoints. A wrong method on a
+//     known path is 405. ServeMux's path cleaning still redirects first
+//     ("//v1/lock" → 307 to /v1/lock), which is left as it is, except that
+//     a URL carrying an API key (path segment or query) is refused with
+//     400 rather than echoed in Location.
 //
 // Only the action API needs an API key. The others disclose master
 // addresses and aggregate counts, never a lock key or a token; expose them
@@ -54,18 +60,28 @@
 //
 //   - Checks run in this order, the first failure answering: an API key or
 //     token in the query string (any parameter whose name contains "key" or
-//     "token", any case; 400, the value is never echoed), method (405),
-//     X-API-Key (401), Content-Type (415), body size (413), body (400).
+//     "token", any case, or whose name or value is a configured API key,
+//     compared by SHA-256 in constant time; 400, the value is never
+//     echoed), method (405), more than one X-API-Key header (400, "send
+//     exactly one X-API-Key header": ambiguous credentials are refused, not
+//     resolved), X-API-Key missing or unknown (401), Content-Type (415),
+//     body size (413), body (400).
 //   - Content-Type may be absent (the body must still be JSON); if present
 //     it must be application/json, optionally with charset=utf-8. Anything
 //     else, including curl -d's default form type, is 415.
 //   - The body is decoded strictly: one object, exact case-sensitive field
 //     names, each at most once, nothing after the object. A null field
 //     counts as absent. ttl and wait_ms must be written as integers: "30",
-//     30.5, 30.0, 1e3 and true are refused.
+//     30.5, 30.0, 1e3 and true are refused. A body that is not well-formed
+//     JSON is "malformed JSON at byte N"; "must be a JSON object, got …"
+//     is only said of well-formed JSON of another type.
 //   - An empty action means acquire. token is required (32 lowercase hex)
-//     for release and extend and ignored by acquire and status; ttl and
-//     wait_ms, when present, are checked whatever the action.
+//     for release and extend and ignored by acquire and status. ttl is
+//     used by acquire and extend and ignored by release and status; wait_ms
+//     is used by acquire and ignored by the others. Ignored means entirely:
+//     any value of any type (out of range, a string, an object) is accepted
+//     and has no effect, so one body shape works for every action. It must
+//     still be well-formed JSON and appear at most once.
 //   - wait_ms above the configured maximum is refused, not lowered.
 //   - A request whose client disconnects is cancelled (an acquire then
 //     cleans up its keys), counted and logged as "cancelled", and answered

@@ -28,6 +28,8 @@ const (
 	msgNotHeld     = "lock not held: it expired or was already released"
 	msgWrongToken  = "token does not match the current holder"
 	msgQuerySecret = "API keys and tokens must not be sent in the URL query string: send the API key in the X-API-Key header and the token in the JSON body"
+	msgPathSecret  = "API keys must not be sent in the URL: send the API key in the X-API-Key header"
+	msgTwoAPIKeys  = "send exactly one X-API-Key header"
 )
 
 // call is what the log line and the metrics of one action API request need.
@@ -45,15 +47,15 @@ type call struct {
 
 // serveLock answers POST /v1/lock and POST /gateway/distlock. Checks run in
 // this order, the first failure answering: credentials in the query (400),
-// method (405), X-API-Key (401), Content-Type (415), body size (413), body
-// (400); then the action, whose answer is 200 when the masters answered,
-// 503 when no quorum did.
+// method (405), more than one X-API-Key (400), X-API-Key missing or unknown
+// (401), Content-Type (415), body size (413), body (400); then the action,
+// whose answer is 200 when the masters answered, 503 when no quorum did.
 func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	c := call{result: resInternal, status: http.StatusInternalServerError}
 	defer func() { s.finish(r, &c, time.Since(start)) }()
 
-	if r.URL.RawQuery != "" && secretInQuery(r.URL.RawQuery) {
+	if r.URL.RawQuery != "" && s.secretInQuery(r.URL.RawQuery) {
 		s.fail(w, &c, http.StatusBadRequest, resBadRequest, codeBadRequest, msgQuerySecret)
 		return
 	}
@@ -63,7 +65,18 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 			"method not allowed: use POST with a JSON body")
 		return
 	}
-	apiKey := headerValue(r.Header, hdrAPIKey)
+	// Two X-API-Key headers are ambiguous credentials (a proxy adding its
+	// own, a client library merging defaults): refused rather than letting
+	// one win. The values are never echoed.
+	apiKeys := r.Header[hdrAPIKey]
+	if len(apiKeys) > 1 {
+		s.fail(w, &c, http.StatusBadRequest, resBadRequest, codeBadRequest, msgTwoAPIKeys)
+		return
+	}
+	apiKey := ""
+	if len(apiKeys) == 1 {
+		apiKey = apiKeys[0]
+	}
 	if apiKey == "" {
 		s.fail(w, &c, http.StatusUnauthorized, resUnauthorized, codeUnauthorized,
 			"missing API key: send it in the X-API-Key header")
@@ -308,23 +321,51 @@ func (s *Server) account(key string) (string, bool) {
 	return s.keys[found].Account, true
 }
 
-// secretInQuery reports whether a query parameter name looks like a
-// credential: it contains "key" or "token", in any case (api_key, apikey,
-// key, X-API-Key, access_token, …). Values are never looked at.
-func secretInQuery(raw string) bool {
+// isAPIKey reports whether v is a configured API key (by hash, in
+// constant time). The empty string never is.
+func (s *Server) isAPIKey(v string) bool {
+	if v == "" {
+		return false
+	}
+	_, ok := s.account(v)
+	return ok
+}
+
+// secretInQuery reports whether a raw query string carries a credential:
+// a parameter whose name looks like one (secretName), or a parameter name
+// or value that is a configured API key (compared by SHA-256 in constant
+// time, both as sent and unescaped, so "?foo=<key>" and "?<key>" are
+// caught). Anything else, such as "?x=1", is allowed. Only requests with a
+// query string pay for this.
+func (s *Server) secretInQuery(raw string) bool {
 	for raw != "" {
 		var part string
 		part, raw, _ = cutAny(raw, "&;")
-		name, _, _ := strings.Cut(part, "=")
-		if n, err := url.QueryUnescape(name); err == nil {
+		rawName, rawValue, _ := strings.Cut(part, "=")
+		name, value := rawName, rawValue
+		if n, err := url.QueryUnescape(rawName); err == nil {
 			name = n
 		}
-		name = strings.ToLower(name)
-		if strings.Contains(name, "key") || strings.Contains(name, "token") {
+		if v, err := url.QueryUnescape(rawValue); err == nil {
+			value = v
+		}
+		if secretName(name) {
+			return true
+		}
+		if s.isAPIKey(name) || s.isAPIKey(value) ||
+			(rawName != name && s.isAPIKey(rawName)) || (rawValue != value && s.isAPIKey(rawValue)) {
 			return true
 		}
 	}
 	return false
+}
+
+// secretName reports whether a query parameter name (unescaped, or raw
+// when it does not unescape) looks like a credential: it contains "key" or
+// "token", in any case (api_key, apikey, key, X-API-Key, access_token, …).
+func secretName(name string) bool {
+	name = strings.ToLower(name)
+	return strings.Contains(name, "key") || strings.Contains(name, "token")
 }
 
 func cutAny(s, seps string) (before, after string, found bool) {

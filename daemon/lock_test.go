@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -283,20 +285,30 @@ func TestLogsNeverHoldSecrets(t *testing.T) {
 }
 
 func TestSecretInQuery(t *testing.T) {
+	s, err := New(nil, validOptions(newFakeLocker()))
+	require.NoError(t, err)
 	for q, want := range map[string]bool{
-		"":                  false,
-		"a=1&b=2":           false,
-		"monkey=1":          true, // contains "key": refused, harmless
-		"KEY=1":             true,
-		"x;api_key=1":       true,
-		"Token":             true,
-		"id_token=1":        true,
-		"a=api_key":         false, // values are not looked at
-		"%zz=1&apikey=2":    true,
-		"%zzkey=1":          true, // undecodable names are checked raw
-		"namespace=a&ttl=3": false,
+		"":                                false,
+		"a=1&b=2":                         false,
+		"x=1":                             false,
+		"monkey=1":                        true, // contains "key": refused, harmless
+		"KEY=1":                           true,
+		"x;api_key=1":                     true,
+		"Token":                           true,
+		"id_token=1":                      true,
+		"a=api_key":                       false, // a value is only refused when it is an API key
+		"%zz=1&apikey=2":                  true,
+		"%zzkey=1":                        true, // undecodable names are checked raw
+		"namespace=a&ttl=3":               false,
+		"foo=" + testKeyAcme:              true, // a configured key as a value
+		"a=1&foo=" + testKeyAcme:          true,
+		"x=1;" + testKeyAcme:              true, // … or as a bare name
+		"foo=" + testKeyAcme + "x":        false,
+		"foo=acme%2Dkey-0123456789abcdef": true,  // unescaped before hashing
+		"foo=" + testKeyGlobex:            false, // not a key of this server
+		"foo=":                            false,
 	} {
-		assert.Equal(t, want, secretInQuery(q), q)
+		assert.Equal(t, want, s.secretInQuery(q), q)
 	}
 }
 
@@ -312,4 +324,106 @@ func TestAppendJSONString(t *testing.T) {
 	} {
 		assert.Equal(t, want, string(appendJSONString(nil, in)), "%q", in)
 	}
+}
+
+// More than one X-API-Key is ambiguous: 400, whatever the values (even the
+// same valid key twice), never echoed, and no Locker call.
+func TestTwoAPIKeyHeaders(t *testing.T) {
+	f := newFakeLocker()
+	ts := newTestServer(t, f)
+	for _, keys := range [][]string{
+		{testKeyAcme, testKeyGlobex},
+		{testKeyAcme, testKeyAcme},
+		{"", testKeyAcme},
+		{"not-a-key-of-anyone", testKeyAcme},
+	} {
+		req, err := http.NewRequest(http.MethodPost, ts.URL+"/v1/lock", strings.NewReader(`{"key":"two"}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		for _, k := range keys {
+			req.Header.Add("X-API-Key", k)
+		}
+		resp, err := ts.client.Do(req)
+		require.NoError(t, err)
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%q: %s", keys, raw)
+		var env envelope
+		require.NoError(t, json.Unmarshal(raw, &env))
+		assert.Equal(t, "err", env.Ret)
+		require.NotNil(t, env.Code)
+		assert.Equal(t, codeBadRequest, *env.Code)
+		assert.Equal(t, msgTwoAPIKeys, env.Msg)
+		for _, k := range keys {
+			if k != "" {
+				assert.NotContains(t, string(raw), k)
+			}
+		}
+	}
+	assert.Zero(t, f.calls.Load())
+	for _, e := range ts.Logs.All() {
+		line := fmt.Sprint(e.Message, e.ContextMap())
+		assert.NotContains(t, line, testKeyAcme)
+		assert.NotContains(t, line, testKeyGlobex)
+	}
+	// One header still works.
+	assert.Equal(t, true, okData(t, ts.lock(t, testKeyAcme, `{"key":"two"}`))["acquired"])
+}
+
+// A configured API key anywhere in the query string, under any name, is
+// refused without echoing it; other query strings are accepted.
+func TestAPIKeyAsQueryValue(t *testing.T) {
+	f := newFakeLocker()
+	ts := newTestServer(t, f)
+	for _, q := range []string{
+		"?foo=" + testKeyAcme,
+		"?x=1&foo=" + testKeyGlobex, // another account's key: still a key
+		"?" + testKeyAcme,
+		"?q=acme%2Dkey%2D0123456789abcdef",
+	} {
+		r := ts.do(t, http.MethodPost, "/v1/lock"+q, `{"key":"q"}`, map[string]string{"X-API-Key": testKeyAcme})
+		assert.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", q, r.Raw)
+		assert.Equal(t, codeBadRequest, r.code())
+		assert.Equal(t, msgQuerySecret, r.Env.Msg)
+		assert.NotContains(t, r.Raw, testKeyAcme)
+		assert.NotContains(t, r.Raw, testKeyGlobex)
+	}
+	assert.Zero(t, f.calls.Load())
+	for _, q := range []string{"?x=1", "?foo=" + testKeyAcme + "x", "?ttl=3&ns=a"} {
+		r := ts.do(t, http.MethodPost, "/v1/lock"+q, `{"key":"q`+q+`"}`, map[string]string{"X-API-Key": testKeyAcme})
+		assert.Equal(t, true, okData(t, r)["acquired"], q)
+	}
+}
+
+// ttl is ignored by release and status, wait_ms by every action but
+// acquire: any value of any type, even out of range, has no effect. Extend
+// still checks ttl; acquire checks both.
+func TestIgnoredFields(t *testing.T) {
+	f := newFakeLocker()
+	ts := newTestServer(t, f)
+	d := okData(t, ts.lock(t, testKeyAcme, `{"key":"ign","ttl":30}`))
+	token := d["token"].(string)
+
+	d = okData(t, ts.lock(t, testKeyAcme, `{"action":"status","key":"ign","ttl":99999,"wait_ms":-5}`))
+	assert.Equal(t, true, d["held"])
+	d = okData(t, ts.lock(t, testKeyAcme, `{"action":"status","key":"ign","ttl":"abc","wait_ms":{"x":[1]}}`))
+	assert.Equal(t, true, d["held"])
+
+	r := ts.lock(t, testKeyAcme, `{"action":"extend","key":"ign","token":"`+token+`","ttl":99999}`)
+	assert.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
+	assert.Equal(t, "ttl: 99999 is above the maximum of 86400", r.Env.Msg)
+	r = ts.lock(t, testKeyAcme, `{"action":"extend","key":"ign","token":"`+token+`","ttl":"60"}`)
+	assert.Equal(t, "ttl: must be an integer number of seconds, got a string", r.Env.Msg)
+	d = okData(t, ts.lock(t, testKeyAcme, `{"action":"extend","key":"ign","token":"`+token+`","ttl":60,"wait_ms":99999999}`))
+	assert.Equal(t, true, d["extended"], "wait_ms is ignored by extend")
+	assert.EqualValues(t, 60, num(t, d, "ttl"))
+
+	r = ts.lock(t, testKeyAcme, `{"key":"other","wait_ms":99999999}`)
+	assert.Equal(t, "wait_ms: 99999999 is above the maximum of 2000", r.Env.Msg, "acquire checks wait_ms")
+	r = ts.lock(t, testKeyAcme, `{"key":"other","ttl":99999}`)
+	assert.Equal(t, "ttl: 99999 is above the maximum of 86400", r.Env.Msg, "acquire checks ttl")
+
+	d = okData(t, ts.lock(t, testKeyAcme, `{"action":"release","key":"ign","token":"`+token+`","ttl":99999,"wait_ms":true}`))
+	assert.Equal(t, true, d["released"])
 }

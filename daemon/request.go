@@ -101,30 +101,31 @@ func (v *jsonValue) absent() bool { return v.kind == kNone || v.kind == kNull }
 // request costs one allocation here rather than one per name and value.
 func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badRequest) {
 	var f struct{ action, key, ttl, token, namespace, waitMS jsonValue }
-	if err := scanObject(string(body), func(name string, v jsonValue) *badRequest {
+	if err := scanObject(string(body), func(name string, v jsonValue) (nested bool, err *badRequest) {
 		var dst *jsonValue
-		var err *badRequest
 		switch name {
 		case "action":
 			dst, err = &f.action, wantString(name, &v)
 		case "key":
 			dst, err = &f.key, wantString(name, &v)
 		case "ttl":
-			dst, err = &f.ttl, wantInt(name, "seconds", &v)
+			// Checked once the action is known (it may come later in the
+			// body); until then any value, nested ones included, is kept.
+			dst, nested = &f.ttl, true
 		case "token":
 			dst, err = &f.token, wantString(name, &v)
 		case "namespace":
 			dst, err = &f.namespace, wantString(name, &v)
 		case "wait_ms":
-			dst, err = &f.waitMS, wantInt(name, "milliseconds", &v)
+			dst, nested = &f.waitMS, true
 		default:
-			return bad("body: unknown field %s; the fields are action, key, ttl, token, namespace, wait_ms", quoteShort(name))
+			return false, bad("body: unknown field %s; the fields are action, key, ttl, token, namespace, wait_ms", quoteShort(name))
 		}
 		if dst.kind != kNone {
-			return bad("body: field %q appears more than once", name)
+			return false, bad("body: field %q appears more than once", name)
 		}
 		*dst = v
-		return err
+		return nested, err
 	}); err != nil {
 		return lockRequest{}, actUnknown, err
 	}
@@ -154,15 +155,31 @@ func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badReques
 		return req, a, err
 	}
 	req.namespace = f.namespace.str
-	req.ttl = lim.defaultTTL
-	if !f.ttl.absent() {
-		n, err := intInRange("ttl", &f.ttl, 1, lim.maxTTL)
-		if err != nil {
+	// ttl is used by acquire and extend only, wait_ms by acquire only. An
+	// action that does not use a field ignores it entirely — any value of
+	// any type, even an object, is accepted and has no effect (req.ttl
+	// stays 0 for release and status) — so that a client may send one body
+	// shape for every action, and so that issue 3's "ttl is ignored by
+	// release and status" holds literally. The field must still be
+	// well-formed JSON, known by name, and appear at most once: those are
+	// rules of the body, not of the field.
+	if a == actAcquire || a == actExtend {
+		req.ttl = lim.defaultTTL
+		if !f.ttl.absent() {
+			if err := wantInt("ttl", "seconds", &f.ttl); err != nil {
+				return req, a, err
+			}
+			n, err := intInRange("ttl", &f.ttl, 1, lim.maxTTL)
+			if err != nil {
+				return req, a, err
+			}
+			req.ttl = n
+		}
+	}
+	if a == actAcquire && !f.waitMS.absent() {
+		if err := wantInt("wait_ms", "milliseconds", &f.waitMS); err != nil {
 			return req, a, err
 		}
-		req.ttl = n
-	}
-	if !f.waitMS.absent() {
 		n, err := intInRange("wait_ms", &f.waitMS, 0, lim.maxWaitMS)
 		if err != nil {
 			return req, a, err
@@ -262,8 +279,11 @@ func isToken(s string) bool {
 }
 
 // quoteShort quotes a user-supplied string for a message, cut to 32 bytes.
-func quoteShort(s string) string {
-	const max = 32
+func quoteShort(s string) string { return quoteCut(s, 32) }
+
+// quoteCut quotes a user-supplied string for a message, cut to max bytes
+// (at a rune boundary) with "…" after the quote when cut.
+func quoteCut(s string, max int) string {
 	if len(s) <= max {
 		return strconv.Quote(s)
 	}
@@ -283,15 +303,23 @@ func quoteNumber(b string) string {
 }
 
 // scanObject scans body as one JSON object and calls field for each member
-// in order; the first error (of the syntax or of field) ends the scan.
-func scanObject(body string, field func(name string, v jsonValue) *badRequest) *badRequest {
+// in order; the first error (of the syntax or of field) ends the scan. A
+// member whose value is an object or an array is skipped (its syntax
+// checked) when field returns nested true, and refused otherwise: every
+// field but the ignorable ttl and wait_ms refuses those by type already.
+//
+// A body that is not an object is scanned whole first, so that malformed
+// JSON ("not json", "tru", "null null") is called malformed, at the byte
+// where it goes wrong, and "must be a JSON object, got …" is kept for
+// well-formed values of another type.
+func scanObject(body string, field func(name string, v jsonValue) (nested bool, err *badRequest)) *badRequest {
 	s := scanner{b: body}
 	s.ws()
 	if s.eof() {
 		return bad(`body: empty; send a JSON object such as {"action":"acquire","key":"order:pay:1"}`)
 	}
-	if c := s.b[s.i]; c != '{' {
-		return bad("body: must be a JSON object, got %s", s.kindAt())
+	if s.b[s.i] != '{' {
+		return s.notObject()
 	}
 	s.i++
 	s.ws()
@@ -321,12 +349,18 @@ func scanObject(body string, field func(name string, v jsonValue) *badRequest) *
 		if err != nil {
 			return err
 		}
-		if err := field(name, v); err != nil {
+		nested, err := field(name, v)
+		if err != nil {
 			return err
 		}
 		if v.kind == kObject || v.kind == kArray {
-			// Every field rejects these; field must have said so.
-			return s.malformed("nested values are not accepted")
+			if !nested {
+				// Every other field rejects these; field must have said so.
+				return s.malformed("nested values are not accepted")
+			}
+			if err := s.skipNested(); err != nil {
+				return err
+			}
 		}
 		s.ws()
 		if s.eof() {
@@ -341,6 +375,107 @@ func scanObject(body string, field func(name string, v jsonValue) *badRequest) *
 		default:
 			return s.malformed("expected ',' or '}'")
 		}
+	}
+}
+
+// notObject answers a body whose first byte (at s.i) is not '{': malformed
+// if it is not one JSON value, else "must be a JSON object, got …".
+func (s *scanner) notObject() *badRequest {
+	if c := s.b[s.i]; c != '"' && c != '[' && c != '-' && (c < '0' || c > '9') && c != 't' && c != 'f' && c != 'n' {
+		return s.malformed(`expected a JSON object such as {"action":"acquire","key":"order:pay:1"}`)
+	}
+	v, err := s.value()
+	if err != nil {
+		return err
+	}
+	if v.kind == kArray {
+		if err := s.skipNested(); err != nil {
+			return err
+		}
+	}
+	s.ws()
+	if !s.eof() {
+		return s.malformed("unexpected data after the JSON value")
+	}
+	got := kindNames[v.kind]
+	if v.kind == kTrue || v.kind == kFalse {
+		got = "a boolean"
+	}
+	return bad("body: must be a JSON object, got %s", got)
+}
+
+// skipNested scans past the object or array starting at s.i, checking its
+// syntax. It is off the usual path (only an ignored field, or a body that
+// is an array, holds one), so it may allocate when nesting is deep.
+func (s *scanner) skipNested() *badRequest {
+	const (
+		afterOpen  = iota // just after '{' or '[': a member or the close
+		afterComma        // a member is required
+		afterValue        // ',' or the close
+	)
+	var buf [16]byte
+	stack := append(buf[:0], s.b[s.i])
+	s.i++
+	state := afterOpen
+	for {
+		s.ws()
+		top := stack[len(stack)-1]
+		closer, what := byte('}'), "expected ',' or '}'"
+		if top == '[' {
+			closer, what = ']', "expected ',' or ']'"
+		}
+		if s.eof() {
+			if state == afterValue {
+				return s.malformed(what)
+			}
+			return s.malformed("expected a value")
+		}
+		c := s.b[s.i]
+		if c == closer && state != afterComma {
+			s.i++
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				return nil
+			}
+			state = afterValue
+			continue
+		}
+		if state == afterValue {
+			if c != ',' {
+				return s.malformed(what)
+			}
+			s.i++
+			state = afterComma
+			continue
+		}
+		if top == '{' {
+			if c != '"' {
+				return s.malformed("expected a field name in double quotes")
+			}
+			if _, _, err := s.str(); err != nil {
+				return err
+			}
+			s.ws()
+			if s.eof() || s.b[s.i] != ':' {
+				return s.malformed("expected ':' after a field name")
+			}
+			s.i++
+			s.ws()
+			if s.eof() {
+				return s.malformed("expected a value")
+			}
+			c = s.b[s.i]
+		}
+		if c == '{' || c == '[' {
+			stack = append(stack, c)
+			s.i++
+			state = afterOpen
+			continue
+		}
+		if _, err := s.value(); err != nil {
+			return err
+		}
+		state = afterValue
 	}
 }
 
@@ -374,23 +509,6 @@ func (s *scanner) malformed(what string) *badRequest {
 	return bad("body: malformed JSON at byte %d: %s", s.i, what)
 }
 
-// kindAt names the value starting at s.i, for "must be a JSON object".
-func (s *scanner) kindAt() string {
-	switch c := s.b[s.i]; {
-	case c == '"':
-		return kindNames[kString]
-	case c == '[':
-		return kindNames[kArray]
-	case c == '-' || (c >= '0' && c <= '9'):
-		return kindNames[kNumber]
-	case c == 't' || c == 'f':
-		return "a boolean"
-	case c == 'n':
-		return kindNames[kNull]
-	}
-	return "something that is not JSON"
-}
-
 func (s *scanner) value() (jsonValue, *badRequest) {
 	if s.eof() {
 		return jsonValue{}, s.malformed("expected a value")
@@ -418,7 +536,7 @@ func (s *scanner) value() (jsonValue, *badRequest) {
 
 func (s *scanner) literal(lit string) *badRequest {
 	if len(s.b)-s.i < len(lit) || s.b[s.i:s.i+len(lit)] != lit {
-		return s.malformed("invalid literal")
+		return s.malformed("invalid literal; the JSON literals are true, false and null")
 	}
 	s.i += len(lit)
 	return nil

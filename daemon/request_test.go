@@ -71,7 +71,11 @@ func badInputs() []badInput {
 		{name: "ttl above max", body: `{"key":"a","ttl":90000}`, msg: "ttl: 90000 is above the maximum of 86400"},
 		{name: "ttl overflow", body: `{"key":"a","ttl":99999999999999999999999}`, msg: "ttl: 99999999999999999999999 is above the maximum of 86400"},
 		{name: "ttl negative overflow", body: `{"key":"a","ttl":-99999999999999999999}`, msg: "ttl: -99999999999999999999 is below the minimum of 1"},
-		{name: "ttl on release is checked", body: `{"key":"a","action":"release","token":"` + goodToken + `","ttl":0}`, msg: "ttl: 0 is below the minimum of 1"},
+		{name: "ttl on extend is checked", body: `{"key":"a","action":"extend","token":"` + goodToken + `","ttl":0}`, msg: "ttl: 0 is below the minimum of 1"},
+		{name: "ttl on extend is typed", body: `{"ttl":"30","key":"a","action":"extend","token":"` + goodToken + `"}`, msg: "ttl: must be an integer number of seconds, got a string"},
+		{name: "ttl object on acquire", body: `{"key":"a","ttl":{"s":30}}`, msg: "ttl: must be an integer number of seconds, got an object"},
+		{name: "ignored ttl still malformed", body: `{"key":"a","action":"status","ttl":[1,}`, msg: "body: malformed JSON at byte 38: expected a value"},
+		{name: "ignored ttl still once", body: `{"key":"a","action":"status","ttl":1,"ttl":2}`, msg: `body: field "ttl" appears more than once`},
 		// wait_ms
 		{name: "wait above max", body: `{"key":"a","wait_ms":2001}`, msg: "wait_ms: 2001 is above the maximum of 2000"},
 		{name: "wait negative", body: `{"key":"a","wait_ms":-1}`, msg: "wait_ms: -1 is below the minimum of 0"},
@@ -93,7 +97,17 @@ func badInputs() []badInput {
 		{name: "body number", body: `42`, msg: "body: must be a JSON object, got a number"},
 		{name: "body null", body: `null`, msg: "body: must be a JSON object, got null"},
 		{name: "body bool", body: `true`, msg: "body: must be a JSON object, got a boolean"},
-		{name: "body not JSON", body: `key=a`, msg: "body: must be a JSON object, got something that is not JSON"},
+		{name: "body nested array", body: ` [ {"a":[1,{}]} , [] ] `, msg: "body: must be a JSON object, got an array"},
+		{name: "body not JSON", body: `key=a`, msg: "body: malformed JSON at byte 0: expected a JSON object such as {"},
+		{name: "body not json words", body: `not json`, msg: "body: malformed JSON at byte 0: invalid literal; the JSON literals are true, false and null"},
+		{name: "body nope", body: `nope`, msg: "body: malformed JSON at byte 0: invalid literal"},
+		{name: "body foo", body: `foo`, msg: "body: malformed JSON at byte 0: invalid literal"},
+		{name: "body tru", body: `tru`, msg: "body: malformed JSON at byte 0: invalid literal"},
+		{name: "body nullx", body: `nullx`, msg: "body: malformed JSON at byte 4: unexpected data after the JSON value"},
+		{name: "body null null", body: `null null`, msg: "body: malformed JSON at byte 5: unexpected data after the JSON value"},
+		{name: "body unterminated array", body: `[1,2`, msg: "body: malformed JSON at byte 4: expected ',' or ']'"},
+		{name: "body bad number", body: `-x`, msg: "body: malformed JSON at byte 1: invalid number"},
+		{name: "body unterminated string", body: `"abc`, msg: "body: malformed JSON at byte 4: unterminated string"},
 		{name: "unterminated object", body: `{"key":"a"`, msg: "body: malformed JSON at byte 10: expected ',' or '}'"},
 		{name: "missing value", body: `{"key":}`, msg: "body: malformed JSON at byte 7: expected a value"},
 		{name: "trailing comma", body: `{"key":"a",}`, msg: "body: malformed JSON at byte 11: expected a field name"},
@@ -223,9 +237,15 @@ func TestParseAccepts(t *testing.T) {
 		{` { "action" : "" , "key" : "k" , "ttl" : 86400 } `, lockRequest{action: actAcquire, key: "k", ttl: 86400}},
 		{`{"action":null,"key":"k","ttl":null,"namespace":null,"wait_ms":null,"token":null}`, lockRequest{action: actAcquire, key: "k", ttl: 30}},
 		{`{"action":"acquire","key":"k","wait_ms":1000,"token":"ignored for acquire"}`, lockRequest{action: actAcquire, key: "k", ttl: 30, waitMS: 1000}},
-		{`{"action":"release","key":"k","token":"` + goodToken + `"}`, lockRequest{action: actRelease, key: "k", token: goodToken, ttl: 30}},
+		{`{"action":"release","key":"k","token":"` + goodToken + `"}`, lockRequest{action: actRelease, key: "k", token: goodToken}},
 		{`{"action":"extend","key":"k","token":"` + goodToken + `","ttl":120}`, lockRequest{action: actExtend, key: "k", token: goodToken, ttl: 120}},
-		{`{"action":"status","key":"k","namespace":"jobs"}`, lockRequest{action: actStatus, key: "k", namespace: "jobs", ttl: 30}},
+		{`{"action":"status","key":"k","namespace":"jobs"}`, lockRequest{action: actStatus, key: "k", namespace: "jobs"}},
+		// ttl is ignored by release and status, wait_ms by all but acquire:
+		// any value, any type, even before the action.
+		{`{"ttl":99999,"wait_ms":-1,"action":"release","key":"k","token":"` + goodToken + `"}`, lockRequest{action: actRelease, key: "k", token: goodToken}},
+		{`{"action":"status","key":"k","ttl":"30","wait_ms":{"a":[1,{"b":null}],"c":"\u00e9"}}`, lockRequest{action: actStatus, key: "k"}},
+		{`{"action":"status","key":"k","ttl":[],"wait_ms":{}}`, lockRequest{action: actStatus, key: "k"}},
+		{`{"action":"extend","key":"k","token":"` + goodToken + `","ttl":5,"wait_ms":[true,1.5e3]}`, lockRequest{action: actExtend, key: "k", token: goodToken, ttl: 5}},
 		{`{"key":"a\"b\\c\/d\u00e9\ud83d\udd12"}`, lockRequest{action: actAcquire, key: "a\"b\\c/dé🔒", ttl: 30}},
 		{`{"key":"` + strings.Repeat("é", 256) + `"}`, lockRequest{action: actAcquire, key: strings.Repeat("é", 256), ttl: 30}},
 	}
@@ -252,16 +272,24 @@ func FuzzParseLockRequest(f *testing.F) {
 			if err.msg == "" || !utf8.ValidString(err.msg) {
 				t.Fatalf("bad message %q", err.msg)
 			}
+			// "must be a JSON object" is for well-formed JSON only, and
+			// well-formed JSON is never called malformed (json.Valid does
+			// not check UTF-8, so only valid UTF-8 bodies are compared).
+			notObject := strings.HasPrefix(err.msg, "body: must be a JSON object")
+			malformed := strings.HasPrefix(err.msg, "body: malformed JSON")
+			if valid := json.Valid(body); utf8.Valid(body) && ((notObject && !valid) || (malformed && valid)) {
+				t.Fatalf("%q (json.Valid %v): %s", body, valid, err.msg)
+			}
 			return
 		}
 		if !json.Valid(body) {
 			t.Fatalf("accepted invalid JSON %q", body)
 		}
 		var std struct {
-			Action    *string `json:"action"`
-			Key       string  `json:"key"`
-			Namespace string  `json:"namespace"`
-			TTL       *int64  `json:"ttl"`
+			Action    *string         `json:"action"`
+			Key       string          `json:"key"`
+			Namespace string          `json:"namespace"`
+			TTL       json.RawMessage `json:"ttl"`
 		}
 		if err := json.Unmarshal(body, &std); err != nil {
 			t.Fatalf("encoding/json refuses accepted %q: %v", body, err)
@@ -269,8 +297,12 @@ func FuzzParseLockRequest(f *testing.F) {
 		if std.Key != req.key || std.Namespace != req.namespace {
 			t.Fatalf("%q: key/namespace %q/%q, encoding/json says %q/%q", body, req.key, req.namespace, std.Key, std.Namespace)
 		}
-		if std.TTL != nil && *std.TTL != req.ttl {
-			t.Fatalf("%q: ttl %d, encoding/json says %d", body, req.ttl, *std.TTL)
+		// ttl counts for acquire and extend only; the others ignore it.
+		if (req.action == actAcquire || req.action == actExtend) && len(std.TTL) > 0 && string(std.TTL) != "null" {
+			var ttl int64
+			if err := json.Unmarshal(std.TTL, &ttl); err != nil || ttl != req.ttl {
+				t.Fatalf("%q: ttl %d, encoding/json says %s (%v)", body, req.ttl, std.TTL, err)
+			}
 		}
 	})
 }

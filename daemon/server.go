@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -216,7 +217,75 @@ func (s *Server) routes(gatherer prometheus.Gatherer) http.Handler {
 	}))
 	mux.HandleFunc("GET /{$}", serveDashboard)
 	mux.HandleFunc("GET /dashboard.js", serveDashboardJS)
-	return s.guard(mux)
+	// Every other path is a JSON 404 (see serveNotFound). The method-less
+	// twins of the GET routes keep a wrong method on a known path a 405,
+	// as ServeMux answers it, instead of falling through to the 404.
+	for _, p := range []string{"/healthz", "/readyz", "/v1/stats", "/metrics", "/{$}", "/dashboard.js"} {
+		mux.HandleFunc(p, serveGetOnly)
+	}
+	mux.HandleFunc("/", s.serveNotFound)
+	return s.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if msg := s.uncleanURLSecret(r); msg != "" {
+			writeError(w, http.StatusBadRequest, codeBadRequest, msg)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	}))
+}
+
+// msgNotFound ends the 404 message: what there is.
+const msgNotFound = "; the endpoints are POST /v1/lock, POST /gateway/distlock, GET /healthz, GET /readyz, GET /metrics, GET /v1/stats and GET / (dashboard)"
+
+// serveNotFound answers a path no route matches with the JSON envelope:
+// 404, code bad_request, a msg naming the path (cut to 64 bytes) and
+// listing the endpoints. A path with a configured API key as one of its
+// segments, or a query string with a credential, is refused with 400
+// instead, so that the key is never echoed.
+//
+// Paths ServeMux cleans ("//v1/lock", "/v1/./lock") are not answered here:
+// ServeMux redirects them to the clean path first (307, which clients
+// follow with the method and body). That is left as it is: the redirect
+// lands on the real endpoint, and uncleanURLSecret keeps it from echoing
+// a credential in Location.
+func (s *Server) serveNotFound(w http.ResponseWriter, r *http.Request) {
+	if msg := s.urlSecret(r); msg != "" {
+		writeError(w, http.StatusBadRequest, codeBadRequest, msg)
+		return
+	}
+	writeError(w, http.StatusNotFound, codeBadRequest, "unknown path "+quoteCut(r.URL.Path, 64)+msgNotFound)
+}
+
+// urlSecret returns the 400 message for a URL that carries a credential —
+// a path segment that is a configured API key, or a query string that
+// secretInQuery refuses — and "" for any other URL.
+func (s *Server) urlSecret(r *http.Request) string {
+	for seg := range strings.SplitSeq(r.URL.Path, "/") {
+		if s.isAPIKey(seg) {
+			return msgPathSecret
+		}
+	}
+	if r.URL.RawQuery != "" && s.secretInQuery(r.URL.RawQuery) {
+		return msgQuerySecret
+	}
+	return ""
+}
+
+// uncleanURLSecret is urlSecret for the paths ServeMux would redirect
+// (every path it cleans contains "//" or "/."): its redirect repeats the
+// path and the query string in Location, which would echo a credential
+// sent there. Other paths cost two substring scans.
+func (s *Server) uncleanURLSecret(r *http.Request) string {
+	if p := r.URL.Path; !strings.Contains(p, "//") && !strings.Contains(p, "/.") {
+		return ""
+	}
+	return s.urlSecret(r)
+}
+
+// serveGetOnly answers a method other than GET or HEAD on a GET route,
+// exactly as ServeMux would.
+func serveGetOnly(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Allow", "GET, HEAD")
+	http.Error(w, http.StatusText(http.StatusMethodNotAllowed), http.StatusMethodNotAllowed)
 }
 
 // Handler returns the daemon's HTTP handler, for tests (httptest) and for

@@ -596,3 +596,87 @@ func TestShutdownTimeoutCutsOff(t *testing.T) {
 	assert.EqualValues(t, 1, f.cancelled.Load(), "the stuck acquire saw its context cancelled")
 	<-clientDone
 }
+
+// Unknown paths get the JSON envelope: 404, code bad_request, a msg naming
+// the path and the endpoints. A wrong method on a known path stays 405. A
+// path or query carrying an API key is refused (400) without echoing it.
+func TestNotFoundJSON(t *testing.T) {
+	f := newFakeLocker()
+	ts := newTestServer(t, f)
+	for _, tc := range []struct{ method, path, name string }{
+		{http.MethodPost, "/v1/lock/", `"/v1/lock/"`},
+		{http.MethodPost, "/v1/LOCK", `"/v1/LOCK"`},
+		{http.MethodGet, "/nope", `"/nope"`},
+		{http.MethodDelete, "/v1/lock/x/y?x=1", `"/v1/lock/x/y"`},
+		{http.MethodGet, "/" + strings.Repeat("p", 100), `"/` + strings.Repeat("p", 63) + `"…`},
+		{http.MethodGet, "/healthz/", `"/healthz/"`},
+	} {
+		r := ts.do(t, tc.method, tc.path, `{"key":"a"}`, map[string]string{"X-API-Key": testKeyAcme})
+		assert.Equal(t, http.StatusNotFound, r.Status, "%s %s: %s", tc.method, tc.path, r.Raw)
+		assert.Equal(t, "application/json", r.Header.Get("Content-Type"))
+		assert.Equal(t, "err", r.Env.Ret)
+		assert.Equal(t, codeBadRequest, r.code())
+		assert.Equal(t, "null", string(r.Env.Data))
+		assert.Equal(t, "unknown path "+tc.name+msgNotFound, r.Env.Msg)
+		for _, ep := range []string{"POST /v1/lock", "POST /gateway/distlock", "GET /healthz", "GET /readyz", "GET /metrics", "GET /"} {
+			assert.Contains(t, r.Env.Msg, ep)
+		}
+	}
+	for _, tc := range []struct{ path, msg string }{
+		{"/v1/lock/" + testKeyAcme, msgPathSecret},
+		{"/" + testKeyGlobex + "/lock", msgPathSecret},
+		{"/nope?foo=" + testKeyAcme, msgQuerySecret},
+		{"/nope?api_key=secret-value-1", msgQuerySecret},
+	} {
+		r := ts.do(t, http.MethodGet, tc.path, "", nil)
+		assert.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", tc.path, r.Raw)
+		assert.Equal(t, codeBadRequest, r.code())
+		assert.Equal(t, tc.msg, r.Env.Msg)
+		for _, secret := range []string{testKeyAcme, testKeyGlobex, "secret-value-1"} {
+			assert.NotContains(t, r.Raw, secret)
+		}
+	}
+	assert.Zero(t, f.calls.Load())
+
+	// A wrong method on a known path is still ServeMux's 405.
+	for _, p := range []string{"/healthz", "/readyz", "/metrics", "/v1/stats", "/", "/dashboard.js"} {
+		r := ts.do(t, http.MethodPost, p, "", nil)
+		assert.Equal(t, http.StatusMethodNotAllowed, r.Status, p)
+		assert.Equal(t, "GET, HEAD", r.Header.Get("Allow"), p)
+	}
+
+	// "//v1/lock" is cleaned by ServeMux to /v1/lock with a redirect
+	// (307 keeps the method and body); left as it is, see serveNotFound …
+	noRedirect := &http.Client{Transport: ts.client.Transport, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}
+	req, err := http.NewRequest(http.MethodPost, ts.URL+"//v1/lock", strings.NewReader(`{"key":"a"}`))
+	require.NoError(t, err)
+	resp, err := noRedirect.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusTemporaryRedirect, resp.StatusCode)
+	assert.Equal(t, "/v1/lock", resp.Header.Get("Location"))
+	resp, err = noRedirect.Get(ts.URL + "//v1/lock?x=1")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusTemporaryRedirect, resp.StatusCode)
+	assert.Equal(t, "/v1/lock?x=1", resp.Header.Get("Location"))
+	// … but never with a credential in Location: refused instead.
+	for _, tc := range []struct{ path, msg string }{
+		{"//v1/lock?foo=" + testKeyAcme, msgQuerySecret},
+		{"/v1/./lock?api_key=secret-value-1", msgQuerySecret},
+		{"//v1/lock/" + testKeyAcme, msgPathSecret},
+	} {
+		resp, err := noRedirect.Post(ts.URL+tc.path, "application/json", strings.NewReader(`{"key":"a"}`))
+		require.NoError(t, err)
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s: %s", tc.path, raw)
+		assert.Empty(t, resp.Header.Get("Location"))
+		assert.Contains(t, string(raw), tc.msg)
+		assert.NotContains(t, string(raw), testKeyAcme)
+		assert.NotContains(t, string(raw), "secret-value-1")
+	}
+}
