@@ -1,0 +1,358 @@
+package chaos
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Invariants checked over a drill's History (issue 4):
+//
+//	I1 no two grants of one key whose [grant returned, min(release invoked,
+//	   end of validity)] intervals overlap;
+//	I2 fences strictly increase in real-time order (a grant that returned
+//	   before another was invoked has the lower fence), and the Resource
+//	   accepted no stale write: per key its accepted fences never go down,
+//	   an equal fence comes from the same grant, and no two committed
+//	   critical sections overlap;
+//	I3 every call answered within its bound;
+//	I4 no lock key survives its TTL on any master (a sweep after the drill);
+//	I5 with at most N − quorum masters faulty, an uncontended acquire
+//	   succeeds (a probe: up to three single attempts);
+//	I6 with more faulty, no acquire succeeds, and single attempts fail fast
+//	   (within twice the per-master timeout plus FastSlack).
+const (
+	I1 = "I1"
+	I2 = "I2"
+	I3 = "I3"
+	I4 = "I4"
+	I5 = "I5"
+	I6 = "I6"
+)
+
+// StaleRejected is the observation a "pause the holder" control must make:
+// the Resource rejected a stale fence.
+const StaleRejected = "stale-write-rejected"
+
+// Violation is one broken invariant.
+type Violation struct {
+	Invariant string `json:"invariant"`
+	Key       string `json:"key,omitempty"`
+	Detail    string `json:"detail"`
+	Ops       []int  `json:"ops,omitempty"`
+}
+
+// Leftover is a lock key found on a master by the sweep.
+type Leftover struct {
+	Master int           `json:"master"`
+	Key    string        `json:"key"`
+	PTTL   time.Duration `json:"pttl_ns"` // -1: no expiry
+}
+
+// CheckParams are what the checker needs beyond the History.
+type CheckParams struct {
+	Masters   int
+	FastSlack time.Duration
+	Leftovers []Leftover
+	// MaxPerInvariant caps how many violations of one invariant are listed
+	// (the count is still exact in the summary line). Default 20.
+	MaxPerInvariant int
+}
+
+// Check returns every violation of I1–I6 in h.
+func Check(h History, p CheckParams) []Violation {
+	if p.MaxPerInvariant == 0 {
+		p.MaxPerInvariant = 20
+	}
+	var out []Violation
+	for _, f := range []func(History, CheckParams) []Violation{checkI1, checkI2, checkResource, checkI3, checkI4, checkI5, checkI6} {
+		vs := f(h, p)
+		if len(vs) > p.MaxPerInvariant {
+			extra := len(vs) - p.MaxPerInvariant
+			vs = append(vs[:p.MaxPerInvariant], Violation{Invariant: vs[0].Invariant, Detail: fmt.Sprintf("… and %d more", extra)})
+		}
+		out = append(out, vs...)
+	}
+	return out
+}
+
+// Count returns how many violations of each invariant vs holds, counting
+// the "… and N more" lines.
+func Count(vs []Violation) map[string]int {
+	n := map[string]int{}
+	for _, v := range vs {
+		var extra int
+		if _, err := fmt.Sscanf(v.Detail, "… and %d more", &extra); err == nil {
+			n[v.Invariant] += extra
+			continue
+		}
+		n[v.Invariant]++
+	}
+	return n
+}
+
+// lease is a grant's interval for I1.
+type lease struct {
+	op         *Op
+	start, end time.Duration
+}
+
+// leases returns, per key, the grants' [returned, min(release invoked,
+// validity end)] intervals, non-empty ones only, sorted by start.
+func leases(h History) map[string][]lease {
+	releases := map[int]time.Duration{}
+	for i := range h.Ops {
+		if op := &h.Ops[i]; op.Kind == "release" {
+			releases[op.Grant] = op.Invoke
+		}
+	}
+	out := map[string][]lease{}
+	for i := range h.Ops {
+		op := &h.Ops[i]
+		if op.Kind != "acquire" || !op.OK {
+			continue
+		}
+		end := op.ValidUntil
+		if r, ok := releases[op.ID]; ok {
+			end = min(end, r)
+		}
+		if end > op.Return {
+			out[op.Key] = append(out[op.Key], lease{op, op.Return, end})
+		}
+	}
+	for _, ls := range out {
+		slices.SortFunc(ls, func(a, b lease) int { return cmp.Compare(a.start, b.start) })
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func checkI1(h History, _ CheckParams) []Violation {
+	var out []Violation
+	ls := leases(h)
+	for _, key := range sortedKeys(ls) {
+		var open []lease // leases whose end is after the current start
+		for _, l := range ls[key] {
+			kept := open[:0]
+			for _, o := range open {
+				if o.end > l.start {
+					kept = append(kept, o)
+				}
+			}
+			open = kept
+			for _, o := range open {
+				out = append(out, Violation{
+					Invariant: I1, Key: key, Ops: []int{o.op.ID, l.op.ID},
+					Detail: fmt.Sprintf("client %d (%s, fence %d) held %s until %s but client %d (%s, fence %d) was granted it at %s: %s of overlap",
+						o.op.Client, o.op.Via, o.op.Fence, key, fmtAt(o.end), l.op.Client, l.op.Via, l.op.Fence, fmtAt(l.start), (o.end - l.start).Round(time.Millisecond)),
+				})
+			}
+			open = append(open, l)
+		}
+	}
+	return out
+}
+
+func checkI2(h History, _ CheckParams) []Violation {
+	var out []Violation
+	grants := map[string][]*Op{}
+	for i := range h.Ops {
+		if op := &h.Ops[i]; op.Kind == "acquire" && op.OK && !op.Probe {
+			grants[op.Key] = append(grants[op.Key], op)
+		}
+	}
+	for _, key := range sortedKeys(grants) {
+		gs := grants[key]
+		byReturn := slices.Clone(gs)
+		slices.SortFunc(byReturn, func(a, b *Op) int { return cmp.Compare(a.Return, b.Return) })
+		// prefix[i] is the op with the highest fence among byReturn[:i+1].
+		prefix := make([]*Op, len(byReturn))
+		for i, g := range byReturn {
+			prefix[i] = g
+			if i > 0 && prefix[i-1].Fence >= g.Fence {
+				prefix[i] = prefix[i-1]
+			}
+		}
+		for _, g := range gs {
+			// grants that returned strictly before g was invoked
+			n := sort.Search(len(byReturn), func(i int) bool { return byReturn[i].Return >= g.Invoke })
+			if n == 0 {
+				continue
+			}
+			if best := prefix[n-1]; best.Fence >= g.Fence {
+				out = append(out, Violation{
+					Invariant: I2, Key: key, Ops: []int{best.ID, g.ID},
+					Detail: fmt.Sprintf("fence went backwards: client %d was granted %s with fence %d at %s, after client %d had been granted fence %d at %s",
+						g.Client, key, g.Fence, fmtAt(g.Return), best.Client, best.Fence, fmtAt(best.Return)),
+				})
+			}
+		}
+	}
+	return out
+}
+
+// checkResource re-checks the Resource's log (I2, "accepted no stale
+// write"), independently of its own bookkeeping.
+func checkResource(h History, _ CheckParams) []Violation {
+	var out []Violation
+	type sect struct {
+		begin, commit *Write
+	}
+	top := map[string]*Write{}
+	sections := map[string]map[int]*sect{}
+	for i := range h.Writes {
+		w := &h.Writes[i]
+		if !w.OK {
+			continue
+		}
+		if t := top[w.Key]; t != nil && (w.Fence < t.Fence || (w.Fence == t.Fence && w.Grant != t.Grant)) {
+			out = append(out, Violation{
+				Invariant: I2, Key: w.Key, Ops: []int{t.Grant, w.Grant},
+				Detail: fmt.Sprintf("resource accepted a stale write: fence %d (client %d) after fence %d (client %d)", w.Fence, w.Client, t.Fence, t.Client),
+			})
+		}
+		if t := top[w.Key]; t == nil || w.Fence >= t.Fence {
+			top[w.Key] = w
+		}
+		if sections[w.Key] == nil {
+			sections[w.Key] = map[int]*sect{}
+		}
+		s := sections[w.Key][w.Grant]
+		if s == nil {
+			s = &sect{}
+			sections[w.Key][w.Grant] = s
+		}
+		switch w.Phase {
+		case "begin":
+			s.begin = w
+		case "commit":
+			s.commit = w
+		}
+	}
+	for _, key := range sortedKeys(sections) {
+		var done []*sect
+		for _, s := range sections[key] {
+			if s.begin != nil && s.commit != nil {
+				done = append(done, s)
+			}
+		}
+		slices.SortFunc(done, func(a, b *sect) int { return cmp.Compare(a.begin.At, b.begin.At) })
+		for i := 1; i < len(done); i++ {
+			a, b := done[i-1], done[i]
+			if b.begin.At < a.commit.At {
+				out = append(out, Violation{
+					Invariant: I2, Key: key, Ops: []int{a.begin.Grant, b.begin.Grant},
+					Detail: fmt.Sprintf("two committed critical sections overlap on the resource: fence %d [%s, %s] and fence %d from %s",
+						a.begin.Fence, fmtAt(a.begin.At), fmtAt(a.commit.At), b.begin.Fence, fmtAt(b.begin.At)),
+				})
+			}
+		}
+	}
+	return out
+}
+
+func checkI3(h History, _ CheckParams) []Violation {
+	var out []Violation
+	for i := range h.Ops {
+		op := &h.Ops[i]
+		if op.Excused || op.Latency() <= op.Bound {
+			continue
+		}
+		out = append(out, Violation{
+			Invariant: I3, Key: op.Key, Ops: []int{op.ID},
+			Detail: fmt.Sprintf("%s %s by client %d (%s) took %v, bound %v", op.Kind, op.Key, op.Client, op.Via, op.Latency().Round(time.Millisecond), op.Bound),
+		})
+	}
+	return out
+}
+
+func checkI4(_ History, p CheckParams) []Violation {
+	var out []Violation
+	for _, l := range p.Leftovers {
+		ttl := "no expiry"
+		if l.PTTL >= 0 {
+			ttl = "PTTL " + l.PTTL.String()
+		}
+		out = append(out, Violation{Invariant: I4, Key: l.Key, Detail: fmt.Sprintf("master %d still holds %s (%s) after every TTL has passed", l.Master, l.Key, ttl)})
+	}
+	return out
+}
+
+func checkI5(h History, p CheckParams) []Violation {
+	type probe struct {
+		first, last *Op
+		ok          bool
+	}
+	probes := map[int]*probe{}
+	var order []int
+	for i := range h.Ops {
+		op := &h.Ops[i]
+		if !op.Probe || op.Kind != "acquire" {
+			continue
+		}
+		pr := probes[op.Group]
+		if pr == nil {
+			pr = &probe{first: op}
+			probes[op.Group] = pr
+			order = append(order, op.Group)
+		}
+		pr.last = op
+		pr.ok = pr.ok || op.OK
+	}
+	tolerated := p.Masters - (p.Masters/2 + 1)
+	var out []Violation
+	for _, g := range order {
+		pr := probes[g]
+		if pr.ok {
+			continue
+		}
+		if n := maxFaulty(h.Upper, pr.first.View, pr.first.Invoke, pr.last.Return); n <= tolerated {
+			out = append(out, Violation{
+				Invariant: I5, Key: pr.last.Key, Ops: []int{pr.first.ID, pr.last.ID},
+				Detail: fmt.Sprintf("uncontended acquire through %s failed with %d master(s) faulty (≤ %d tolerated) at %s: %s",
+					pr.last.Via, n, tolerated, fmtAt(pr.first.Invoke), pr.last.Err),
+			})
+		}
+	}
+	return out
+}
+
+func checkI6(h History, p CheckParams) []Violation {
+	needed := p.Masters/2 + 1
+	var out []Violation
+	for i := range h.Ops {
+		op := &h.Ops[i]
+		if op.Kind != "acquire" {
+			continue
+		}
+		if n := minFaulty(h.Lower, op.View, op.Invoke, op.Return); n <= p.Masters-needed {
+			continue
+		}
+		if op.OK {
+			out = append(out, Violation{
+				Invariant: I6, Key: op.Key, Ops: []int{op.ID},
+				Detail: fmt.Sprintf("client %d (%s) was granted %s at %s while more than %d masters were faulty", op.Client, op.Via, op.Key, fmtAt(op.Return), p.Masters-needed),
+			})
+			continue
+		}
+		if fast := 2*op.PMT + p.FastSlack; op.Probe && op.Latency() > fast {
+			out = append(out, Violation{
+				Invariant: I6, Key: op.Key, Ops: []int{op.ID},
+				Detail: fmt.Sprintf("acquire through %s with no quorum possible took %v to fail (fast bound %v)", op.Via, op.Latency().Round(time.Millisecond), fast),
+			})
+		}
+	}
+	return out
+}
+
+func fmtAt(d time.Duration) string { return fmt.Sprintf("%.3fs", d.Seconds()) }

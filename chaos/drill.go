@@ -1,0 +1,586 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redlockd/redlockd/redlock"
+)
+
+// Config is the shape of a drill run: timing of the workload and of the
+// library clients, contention, and the allowances of the checker.
+type Config struct {
+	// Duration of each workload scenario; the fault is in force over its
+	// middle half. Default 4s; at least 3×TTL so pauses outlast the TTL.
+	Duration time.Duration
+	// TTL of the workload's locks; whole seconds (the HTTP API's unit).
+	// Default 1s.
+	TTL time.Duration
+	// Clients and Keys: M clients contend for K keys. Default 6 and 3.
+	Clients, Keys int
+	// Via: "mixed" (default: clients alternate between the library and
+	// the daemons' HTTP API, over every view), "lib" or "http".
+	Via string
+	// Client is the timing of the drill's own library clients; it should
+	// match the daemons' (the ProcessTarget defaults do).
+	Client DaemonConfig
+	// Slack is what a loaded machine may add to any call's bound (I3).
+	// Default 1s.
+	Slack time.Duration
+	// FastSlack is what it may add to a failure that should be fast
+	// because no quorum is possible (I6). Default 300ms.
+	FastSlack time.Duration
+	// Seed makes the workload's and the random mix's choices repeatable.
+	Seed uint64
+	// Logf receives progress lines; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Duration == 0 {
+		c.Duration = 4 * time.Second
+	}
+	if c.TTL == 0 {
+		c.TTL = time.Second
+	}
+	c.TTL = max(c.TTL.Truncate(time.Second), time.Second)
+	if c.Clients == 0 {
+		c.Clients = 6
+	}
+	if c.Keys == 0 {
+		c.Keys = 3
+	}
+	if c.Via == "" {
+		c.Via = "mixed"
+	}
+	c.Client = c.Client.withDefaults()
+	if c.Slack == 0 {
+		c.Slack = time.Second
+	}
+	if c.FastSlack == 0 {
+		c.FastSlack = 300 * time.Millisecond
+	}
+	if c.Seed == 0 {
+		c.Seed = uint64(time.Now().UnixNano())
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	return c
+}
+
+// Drill is one scenario running against a Target: the drill's own library
+// clients (one per view, with the scenario's options), HTTP clients of the
+// daemons (through front proxies that can hold the daemons' replies), the
+// Recorder and the Resource. Scenario scripts drive it.
+type Drill struct {
+	T   Target
+	Cfg Config
+	Sc  *Scenario
+
+	rec     *Recorder
+	res     *Resource
+	clients []*redlock.Client // per view
+	libs    []locker          // per view
+	https   []locker          // per daemon
+	fronts  []*Proxy          // per daemon
+	views   map[string]int    // locker name → view
+	hc      *http.Client
+
+	rngMu sync.Mutex
+	rng   *rand.Rand // the workload's choices
+	// Script is the scripts' own random source, apart from the workload's
+	// so that a seed repeats the same faults. Scripts run in one goroutine.
+	Script *rand.Rand
+
+	nextClient atomic.Int64
+	probeSeq   atomic.Int64
+	groupSeq   atomic.Int64
+	maxTTL     atomic.Int64 // longest TTL any call used, for the sweep
+
+	expectStale atomic.Int64
+	// unrecoverable: masters lost their data beyond repair (see settle).
+	unrecoverable atomic.Bool
+	notesMu       sync.Mutex
+	notes         []string
+}
+
+func newDrill(ctx context.Context, t Target, cfg Config, sc *Scenario) (*Drill, error) {
+	d := &Drill{
+		T: t, Cfg: cfg, Sc: sc,
+		rec:    NewRecorder(),
+		views:  map[string]int{},
+		rng:    rand.New(rand.NewPCG(cfg.Seed, 1)),
+		Script: rand.New(rand.NewPCG(cfg.Seed, 2)),
+		hc: &http.Client{
+			Timeout:   60 * time.Second,
+			Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second},
+		},
+	}
+	d.res = NewResource(d.rec)
+	d.nextClient.Store(int64(cfg.Clients))
+	d.maxTTL.Store(int64(cfg.TTL))
+	ok := false
+	defer func() {
+		if !ok {
+			d.close()
+		}
+	}()
+	space := t.Space()
+	for v := range t.Views() {
+		c, err := newClient(t.MasterAddrs(v), cfg.Client.clientOptions(space, sc.Options...))
+		if err != nil {
+			return nil, err
+		}
+		d.clients = append(d.clients, c)
+		l := &libLocker{name: fmt.Sprintf("lib/%c", 'a'+v), c: c, space: space, pmt: cfg.Client.PerMasterTimeout}
+		d.libs = append(d.libs, l)
+		d.views[l.name] = v
+	}
+	for _, dm := range t.Daemons() {
+		u, err := url.Parse(dm.URL)
+		if err != nil {
+			return nil, fmt.Errorf("chaos: daemon %s: %w", dm.Name, err)
+		}
+		front, err := NewStaticProxy(u.Host)
+		if err != nil {
+			return nil, err
+		}
+		d.fronts = append(d.fronts, front)
+		l := &httpLocker{name: "http/" + dm.Name, url: "http://" + front.Addr(), apiKey: dm.APIKey, ns: space.Namespace, pmt: dm.PerMasterTimeout, hc: d.hc}
+		d.https = append(d.https, l)
+		d.views[l.name] = dm.View
+	}
+	// Every library client has probed every master (and learned its
+	// run_id) before any fault: a restart is then seen as one.
+	for _, c := range d.clients {
+		for {
+			probed := true
+			for _, st := range c.Masters() {
+				probed = probed && !st.CheckedAt.IsZero() && st.Counts
+			}
+			if probed {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	// Warm up every locker (lane connections dialed, scripts loaded, HTTP
+	// connections open) so that a slow first call on a loaded machine is
+	// not mistaken for a fault.
+	for _, l := range append(slices.Clone(d.libs), d.https...) {
+		if err := warmUp(ctx, l, cfg.TTL); err != nil {
+			return nil, fmt.Errorf("chaos: warm-up through %s: %w", l.Name(), err)
+		}
+	}
+	ok = true
+	return d, nil
+}
+
+func warmUp(ctx context.Context, l locker, ttl time.Duration) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		g, err := l.Acquire(ctx, "warm-up:"+l.Name(), ttl, 0)
+		if err == nil {
+			return l.Release(ctx, "warm-up:"+l.Name(), g.token)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (d *Drill) close() {
+	for _, c := range d.clients {
+		_ = c.Close()
+	}
+	for _, f := range d.fronts {
+		_ = f.Close()
+	}
+	d.hc.CloseIdleConnections()
+}
+
+// Logf logs a progress line.
+func (d *Drill) Logf(format string, args ...any) {
+	d.Cfg.Logf("  [%s %6.2fs] "+format, append([]any{d.Sc.Name, d.rec.Now().Seconds()}, args...)...)
+}
+
+// Notef adds a line to the scenario's report.
+func (d *Drill) Notef(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	d.notesMu.Lock()
+	d.notes = append(d.notes, s)
+	d.notesMu.Unlock()
+	d.rec.Note(s)
+	d.Logf("%s", s)
+}
+
+// Sleep waits for dur or until ctx ends.
+func (d *Drill) Sleep(ctx context.Context, dur time.Duration) error {
+	if dur <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(dur)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// SleepUntil waits until the drill clock reads at.
+func (d *Drill) SleepUntil(ctx context.Context, at time.Duration) error {
+	return d.Sleep(ctx, at-d.rec.Now())
+}
+
+// Lib returns the library locker of view v.
+func (d *Drill) Lib(v int) locker { return d.libs[v] }
+
+// Client returns the drill's library client of view v.
+func (d *Drill) Client(v int) *redlock.Client { return d.clients[v] }
+
+// HTTP returns the HTTP locker of daemon i, or nil.
+func (d *Drill) HTTP(i int) locker {
+	if i < len(d.https) {
+		return d.https[i]
+	}
+	return nil
+}
+
+// Front returns the front proxy of daemon i (HoldReplies freezes its
+// answers).
+func (d *Drill) Front(i int) *Proxy { return d.fronts[i] }
+
+// ExpectStaleRejections says the scenario must see at least n writes
+// rejected by the Resource as stale.
+func (d *Drill) ExpectStaleRejections(n int) { d.expectStale.Add(int64(n)) }
+
+// NewClientID returns a client number no workload client uses.
+func (d *Drill) NewClientID() int { return int(d.nextClient.Add(1) - 1) }
+
+// Fault applies fn to every master in masters at once, as one fault seen
+// by view (or AllViews), and records it.
+func (d *Drill) Fault(ctx context.Context, what string, view int, masters []int, fn func(ctx context.Context, m int) error) error {
+	at := d.rec.Now()
+	err := eachMaster(ctx, masters, fn)
+	done := d.rec.Now()
+	d.rec.Faulted(what, view, at, done, masters...)
+	d.Logf("fault: %s (%v)", what, (done - at).Round(time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// Mark applies fn and records it as a fault that breaks no master's
+// availability (a clock running fast), so I5 and I6 do not count it.
+func (d *Drill) Mark(ctx context.Context, what string, fn func(ctx context.Context) error) error {
+	at := d.rec.Now()
+	err := fn(ctx)
+	done := d.rec.Now()
+	d.rec.Faulted(what, AllViews, at, done)
+	d.Logf("fault: %s (%v)", what, (done - at).Round(time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// Heal applies fn to every master in masters at once, records it, and
+// waits (bounded) until every client counts them again.
+func (d *Drill) Heal(ctx context.Context, what string, view int, masters []int, fn func(ctx context.Context, m int) error) error {
+	at := d.rec.Now()
+	var err error
+	if fn != nil {
+		err = eachMaster(ctx, masters, fn)
+	}
+	done := d.rec.Now()
+	d.rec.Healing(what, view, at, done, masters...)
+	d.Logf("heal: %s (%v)", what, (done - at).Round(time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return d.settle(ctx, view, masters)
+}
+
+// settle waits until the drill's clients and the target's daemons count
+// masters again, at most the quarantine length plus a few probe rounds,
+// and records when. A master that does not come back is noted, not an
+// error: after three masters lost their data, none can be repaired.
+func (d *Drill) settle(ctx context.Context, view int, masters []int) error {
+	limit := d.Cfg.Client.MaxTTL + 20*d.Cfg.Client.HealthInterval + 3*time.Second
+	deadline := time.Now().Add(limit)
+	for {
+		counting, err := d.counting(ctx)
+		if err == nil {
+			all := true
+			for _, m := range masters {
+				all = all && counting[m]
+			}
+			if all {
+				d.rec.Settled(d.rec.Now(), view, masters...)
+				d.Logf("settled: masters %v counting again", masters)
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			d.Notef("masters %v not counting again %v after the heal (%v)", masters, limit, errOr(err, "quarantined or awaiting a fencing repair"))
+			return nil
+		}
+		if d.unrepairable(masters) {
+			d.unrecoverable.Store(true)
+			d.Notef("masters %v lost their data and cannot be repaired: their fencing counters can only be repaired from a quorum of counting masters, and fewer remain (by design: the fencing proof needs at most N-quorum masters to lose data; an operator must step in)", masters)
+			return nil
+		}
+		if err := d.Sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// unrepairable reports whether, for the drill's first client, fewer than a
+// quorum of masters count and the masters given await a fencing repair:
+// the repair reads from a quorum of counting masters, so it never happens.
+func (d *Drill) unrepairable(masters []int) bool {
+	sts := d.clients[0].Masters()
+	counting := 0
+	for _, st := range sts {
+		if st.Counts {
+			counting++
+		}
+	}
+	if counting >= d.clients[0].Quorum() {
+		return false
+	}
+	for _, m := range masters {
+		if st := sts[m]; !st.Counts && st.State != "repairing" {
+			return false
+		}
+	}
+	return true
+}
+
+func errOr(err error, s string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return s
+}
+
+// counting reports, per master, whether every drill client and every
+// daemon counts its vote now.
+func (d *Drill) counting(ctx context.Context) ([]bool, error) {
+	n := d.T.Masters()
+	out := make([]bool, n)
+	for i := range out {
+		out[i] = true
+	}
+	for _, c := range d.clients {
+		for i, st := range c.Masters() {
+			out[i] = out[i] && st.Counts
+		}
+	}
+	if tc, ok := d.T.(interface {
+		Counting(context.Context) ([]bool, error)
+	}); ok {
+		dc, err := tc.Counting(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for i := range out {
+			out[i] = out[i] && dc[i]
+		}
+	}
+	return out, nil
+}
+
+func eachMaster(ctx context.Context, masters []int, fn func(ctx context.Context, m int) error) error {
+	errs := make([]error, len(masters))
+	var wg sync.WaitGroup
+	for i, m := range masters {
+		wg.Go(func() { errs[i] = fn(ctx, m) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// viewOf returns the view of a locker.
+func (d *Drill) viewOf(l locker) int { return d.views[l.Name()] }
+
+// Acquire takes key through l for client, records the call and returns the
+// grant with its Op ID. wait 0 means a single attempt.
+func (d *Drill) Acquire(ctx context.Context, l locker, client int, key string, ttl, wait time.Duration) (grant, int, error) {
+	return d.acquire(ctx, l, client, key, ttl, wait, false, 0)
+}
+
+func (d *Drill) acquire(ctx context.Context, l locker, client int, key string, ttl, wait time.Duration, probe bool, group int) (grant, int, error) {
+	if int64(ttl) > d.maxTTL.Load() {
+		d.maxTTL.Store(int64(ttl))
+	}
+	op := Op{
+		Client: client, Via: l.Name(), View: d.viewOf(l), Kind: "acquire", Key: key, Probe: probe, Group: group, TTL: ttl,
+		Bound: wait + 3*l.PerMasterTimeout() + d.Cfg.Slack, PMT: l.PerMasterTimeout(),
+	}
+	// Calls run to their own end: a drill that stops cancels no call, so
+	// every call is judged by its own bound. The timeout only stops a hang.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), op.Bound+30*time.Second)
+	defer cancel()
+	op.Invoke = d.rec.Now()
+	g, err := l.Acquire(cctx, key, ttl, wait)
+	op.Return = d.rec.Now()
+	if err != nil {
+		op.Outcome, op.Err = outcomeOf(err), err.Error()
+	} else {
+		op.OK, op.Fence, op.ValidUntil = true, g.fence, d.rec.At(g.validUntil)
+	}
+	return g, d.rec.Add(op), err
+}
+
+// Release releases the grant whose acquire Op is id and records the call.
+func (d *Drill) Release(ctx context.Context, l locker, client int, key string, g grant, id int) error {
+	op := Op{Client: client, Via: l.Name(), View: d.viewOf(l), Kind: "release", Key: key, Grant: id, Bound: l.PerMasterTimeout() + d.Cfg.Slack, PMT: l.PerMasterTimeout()}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), op.Bound+30*time.Second)
+	defer cancel()
+	op.Invoke = d.rec.Now()
+	err := l.Release(cctx, key, g.token)
+	op.Return = d.rec.Now()
+	op.OK = err == nil
+	if err != nil {
+		op.Outcome, op.Err = outcomeOf(err), err.Error()
+	}
+	d.rec.Add(op)
+	return err
+}
+
+// Write writes phase to the Resource under the grant.
+func (d *Drill) Write(key string, g grant, client, id int, phase string) bool {
+	return d.res.Write(key, g.fence, client, id, phase)
+}
+
+// Excuse marks Op id as delayed on purpose by a fault (exempt from I3).
+func (d *Drill) Excuse(id int) { d.rec.Excuse(id) }
+
+func (d *Drill) intN(n int) int {
+	d.rngMu.Lock()
+	defer d.rngMu.Unlock()
+	return d.rng.IntN(n)
+}
+
+func (d *Drill) jitter(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(d.intN(int(hi-lo)))
+}
+
+// workloadLockers is who the workload clients go through, by Config.Via.
+func (d *Drill) workloadLockers() []locker {
+	switch d.Cfg.Via {
+	case "lib":
+		return d.libs
+	case "http":
+		if len(d.https) > 0 {
+			return d.https
+		}
+		return d.libs
+	}
+	// mixed: interleave so that neighbours differ in transport and view.
+	var out []locker
+	for i := range max(len(d.libs), len(d.https)) {
+		if i < len(d.libs) {
+			out = append(out, d.libs[i])
+		}
+		if i < len(d.https) {
+			out = append(out, d.https[i])
+		}
+	}
+	return out
+}
+
+// runWorkload runs the contention workload until stop is closed: Clients
+// clients, each in a loop: pick one of Keys keys, acquire it (retrying up
+// to one TTL), write "begin" to the Resource, work for a few ms, write
+// "commit" if the lock is still valid, release. Then the same for probes:
+// every 150ms, each locker takes a fresh key nobody contends for.
+func (d *Drill) runWorkload(ctx context.Context, stop <-chan struct{}, probes bool) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	lockers := d.workloadLockers()
+	for i := range d.Cfg.Clients {
+		l := lockers[i%len(lockers)]
+		wg.Go(func() { d.client(ctx, stop, l, i) })
+	}
+	if probes {
+		for _, l := range append(slices.Clone(d.libs), d.https...) {
+			wg.Go(func() { d.prober(ctx, stop, l) })
+		}
+	}
+	return &wg
+}
+
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (d *Drill) client(ctx context.Context, stop <-chan struct{}, l locker, id int) {
+	ttl := d.Cfg.TTL
+	for !stopped(stop) && ctx.Err() == nil {
+		key := fmt.Sprintf("k%d", d.intN(d.Cfg.Keys))
+		g, op, err := d.Acquire(ctx, l, id, key, ttl, ttl)
+		if err == nil {
+			if d.Write(key, g, id, op, "begin") {
+				_ = d.Sleep(ctx, d.jitter(5*time.Millisecond, 30*time.Millisecond))
+				// A careful client commits only within validity; the
+				// fence protects the resource if its clock lies.
+				if time.Now().Before(g.validUntil) {
+					d.Write(key, g, id, op, "commit")
+				}
+			}
+			_ = d.Release(ctx, l, id, key, g, op)
+		}
+		_ = d.Sleep(ctx, d.jitter(0, 20*time.Millisecond))
+	}
+}
+
+// prober takes uncontended locks: for I5 (with at most N−quorum masters
+// faulty they must succeed) and I6 (with more, they must fail, fast). A
+// probe is up to five single attempts 100ms apart (a healthy master on a
+// loaded machine may miss a per-master timeout now and then); its
+// attempts share a Group.
+func (d *Drill) prober(ctx context.Context, stop <-chan struct{}, l locker) {
+	client := d.NewClientID()
+	for !stopped(stop) && ctx.Err() == nil {
+		group := int(d.groupSeq.Add(1))
+		for range 5 {
+			key := fmt.Sprintf("probe:%d", d.probeSeq.Add(1))
+			g, op, err := d.acquire(ctx, l, client, key, d.Cfg.TTL, 0, true, group)
+			if err == nil {
+				_ = d.Release(ctx, l, client, key, g, op)
+				break
+			}
+			if stopped(stop) || d.Sleep(ctx, 100*time.Millisecond) != nil {
+				break
+			}
+		}
+		_ = d.Sleep(ctx, d.jitter(100*time.Millisecond, 200*time.Millisecond))
+	}
+}
