@@ -71,7 +71,7 @@ func violationCell(res *Result) string {
 func resultCell(res *Result) string {
 	switch v := res.Verdict(); v {
 	case "caught":
-		return "caught " + strings.Join(res.Caught, ", ") + " (negative control)"
+		return "caught " + strings.Join(res.Caught, ", ") + " (control)"
 	case "MISSED":
 		return "**MISSED** " + strings.Join(res.Missed, ", ")
 	case "VIOLATION":

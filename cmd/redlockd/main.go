@@ -23,6 +23,7 @@ const usage = `redlockd — a Redlock quorum lock daemon over independent Redis 
 Usage:
   redlockd serve --config FILE [flags]   serve the HTTP lock API (see "redlockd serve --help")
   redlockd dev [flags]                   start five local redis-server masters and the daemon
+  redlockd chaos [flags]                 run fault drills and write a report (see "redlockd chaos --help")
   redlockd help                          show this help
 
 Settings come from the YAML file, then REDLOCKD_* environment variables, then
@@ -52,6 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args[1:], stderr)
 	case "dev":
 		return dev(ctx, args[1:], stdout, stderr)
+	case "chaos":
+		return chaosCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

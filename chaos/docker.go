@@ -1,0 +1,706 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/ory/dockertest/v3"
+	"github.com/ory/dockertest/v3/docker"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockd/redlockd/internal/clockshim"
+)
+
+// ErrNoDocker is returned, wrapped, by NewDockerTarget when no Docker
+// engine answers.
+var ErrNoDocker = errors.New("chaos: no Docker engine")
+
+// DockerOptions configures NewDockerTarget.
+type DockerOptions struct {
+	// Project is the compose project name (docker-compose -p), default
+	// "redlockd". Containers are found by its labels.
+	Project string
+	// Services are the masters' compose service names, in the daemons'
+	// configuration order; default redis1..redis5.
+	Services []string
+	// DaemonServices are the daemons' service names, default redlockd-a,
+	// redlockd-b (restarted by Recover).
+	DaemonServices []string
+	// Daemons are the daemons' base URLs as this host reaches them
+	// (published on loopback), one per daemon service.
+	Daemons []string
+	// APIKey and Account: an API key the daemons accept and its account.
+	APIKey, Account string
+	// KeyPrefix is the daemons' key_prefix, default "redlock:".
+	KeyPrefix string
+	// PerMasterTimeout is the daemons' per_master_timeout, for call bounds.
+	PerMasterTimeout time.Duration
+	// Endpoint is the Docker endpoint; "" uses $DOCKER_HOST or the default
+	// socket.
+	Endpoint string
+	// Logf receives progress lines; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// DockerTarget drills the docker-compose deployment: five Redis containers
+// on one compose network and the redlockd daemons serving them.
+//
+// Faults: Kill (docker kill), Pause/Resume (docker pause/unpause), Stop and
+// Start, RestartEmpty (the container is replaced by a fresh one created
+// from the same configuration, so its data is gone and its address may
+// change; the daemons find it again by its service name), Partition of
+// every view (docker network disconnect/connect: the daemons and this host
+// lose the master), and the clock shim when the Redis containers preload it
+// (REDIS_LD_PRELOAD, see docker-compose.yml) with a /clock bind mount.
+//
+// The drill's own library clients run on this host and reach the masters at
+// their container addresses on the compose network, through a Proxy per
+// (view, master), so Partition of one view (0 or 1) cuts off those library
+// clients only: the daemons share one network and are not split. Latency,
+// Blackhole and Reset need a proxy in the daemons' path too, and are not
+// supported (there is no tc netem here).
+type DockerTarget struct {
+	opts    DockerOptions
+	dc      *docker.Client
+	network string
+	daemons []Daemon
+	hc      *http.Client
+
+	mu           sync.Mutex
+	ids          []string // current container ID per master
+	daemonIDs    []string
+	proxies      [][]*Proxy
+	clocks       []*clockshim.Clock
+	paused       map[int]bool
+	killed       map[int]bool
+	disconnected map[int]bool
+	viewCut      map[[2]int]bool
+	clockSet     map[int]bool
+}
+
+// NewDockerTarget finds the running compose deployment and prepares the
+// host-side proxies. It returns an error wrapping ErrNoDocker when no
+// Docker engine answers, and a plain error when the deployment is not up.
+func NewDockerTarget(ctx context.Context, o DockerOptions) (*DockerTarget, error) {
+	if o.Project == "" {
+		o.Project = "redlockd"
+	}
+	if len(o.Services) == 0 {
+		o.Services = []string{"redis1", "redis2", "redis3", "redis4", "redis5"}
+	}
+	if len(o.DaemonServices) == 0 {
+		o.DaemonServices = []string{"redlockd-a", "redlockd-b"}
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = "redlock:"
+	}
+	if o.PerMasterTimeout == 0 {
+		o.PerMasterTimeout = 50 * time.Millisecond
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	dc, err := DockerClient(o.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	t := &DockerTarget{
+		opts: o, dc: dc, hc: &http.Client{Timeout: 5 * time.Second},
+		paused: map[int]bool{}, killed: map[int]bool{}, disconnected: map[int]bool{},
+		viewCut: map[[2]int]bool{}, clockSet: map[int]bool{},
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = t.Close()
+		}
+	}()
+	for _, svc := range o.Services {
+		c, err := t.find(ctx, svc)
+		if err != nil {
+			return nil, err
+		}
+		t.ids = append(t.ids, c.ID)
+		for name := range c.NetworkSettings.Networks {
+			if t.network == "" || strings.HasSuffix(name, "_redlock") {
+				t.network = name
+			}
+		}
+		t.clocks = append(t.clocks, t.clockOf(c))
+	}
+	for _, svc := range o.DaemonServices {
+		c, err := t.find(ctx, svc)
+		if err != nil {
+			return nil, err
+		}
+		t.daemonIDs = append(t.daemonIDs, c.ID)
+	}
+	for i, u := range o.Daemons {
+		t.daemons = append(t.daemons, Daemon{
+			Name: string(rune('a' + i)), URL: u, APIKey: o.APIKey,
+			// Views 0 and 1 are this host's library clients; the daemons
+			// see the masters from the compose network, a view of their own.
+			View: 2 + i, PerMasterTimeout: o.PerMasterTimeout,
+		})
+	}
+	for range 2 { // the two library views
+		var row []*Proxy
+		for m := range o.Services {
+			p, err := NewProxy(func() (string, error) { return t.masterAddr(context.Background(), m) })
+			if err != nil {
+				return nil, err
+			}
+			row = append(row, p)
+		}
+		t.proxies = append(t.proxies, row)
+	}
+	o.Logf("chaos: compose target: project %s, network %s, masters %v, daemons %v, clock shim %v",
+		o.Project, t.network, t.DirectAddrs(), o.Daemons, t.Supports(FaultClock))
+	ok = true
+	return t, nil
+}
+
+// DockerClient connects to the Docker engine (endpoint "" for $DOCKER_HOST
+// or the default socket) and pings it; without an engine the error wraps
+// ErrNoDocker.
+func DockerClient(endpoint string) (*docker.Client, error) {
+	pool, err := dockertest.NewPool(endpoint)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoDocker, err)
+	}
+	if err := pool.Client.Ping(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoDocker, err)
+	}
+	return pool.Client, nil
+}
+
+// find returns the container of a compose service of the project.
+func (t *DockerTarget) find(ctx context.Context, service string) (*docker.Container, error) {
+	cs, err := t.dc.ListContainers(docker.ListContainersOptions{
+		All: true, Context: ctx,
+		Filters: map[string][]string{"label": {
+			"com.docker.compose.project=" + t.opts.Project,
+			"com.docker.compose.service=" + service,
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("chaos: list containers: %w", err)
+	}
+	if len(cs) == 0 {
+		return nil, fmt.Errorf("chaos: compose project %q has no %s container: bring the deployment up first (make images up)", t.opts.Project, service)
+	}
+	return t.dc.InspectContainerWithContext(cs[0].ID, ctx)
+}
+
+// clockOf returns a Clock over the container's /clock bind mount when the
+// container preloads the shim, else nil.
+func (t *DockerTarget) clockOf(c *docker.Container) *clockshim.Clock {
+	preload, file := "", ""
+	for _, e := range c.Config.Env {
+		if v, ok := strings.CutPrefix(e, "LD_PRELOAD="); ok {
+			preload = v
+		}
+		if v, ok := strings.CutPrefix(e, clockshim.EnvVar+"="); ok {
+			file = v
+		}
+	}
+	if !strings.Contains(preload, "clockshim") || file == "" {
+		return nil
+	}
+	for _, m := range c.Mounts {
+		if rel, ok := strings.CutPrefix(file, m.Destination+"/"); ok && m.Source != "" {
+			if _, err := os.Stat(m.Source); err != nil {
+				return nil // not on this host (a remote engine)
+			}
+			clk, err := clockshim.NewClock(filepath.Join(m.Source, rel))
+			if err != nil {
+				t.opts.Logf("chaos: clock file for %s: %v", c.Name, err)
+				return nil
+			}
+			return clk
+		}
+	}
+	return nil
+}
+
+func (t *DockerTarget) id(m int) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ids[m]
+}
+
+// masterAddr returns master m's address on the compose network now.
+func (t *DockerTarget) masterAddr(ctx context.Context, m int) (string, error) {
+	c, err := t.dc.InspectContainerWithContext(t.id(m), ctx)
+	if err != nil {
+		return "", err
+	}
+	n, ok := c.NetworkSettings.Networks[t.network]
+	if !ok || n.IPAddress == "" {
+		return "", fmt.Errorf("chaos: %s is not on network %s", t.opts.Services[m], t.network)
+	}
+	return net.JoinHostPort(n.IPAddress, "6379"), nil
+}
+
+// Name implements Target.
+func (t *DockerTarget) Name() string { return "compose" }
+
+// Masters implements Target.
+func (t *DockerTarget) Masters() int { return len(t.ids) }
+
+// Views implements Target: the two host views of the library clients.
+func (t *DockerTarget) Views() int { return len(t.proxies) }
+
+// MasterAddrs implements Target.
+func (t *DockerTarget) MasterAddrs(view int) []string {
+	out := make([]string, len(t.ids))
+	for i, p := range t.proxies[view] {
+		out[i] = p.Addr()
+	}
+	return out
+}
+
+// DirectAddrs implements Target: the containers' addresses now ("" for
+// one that has none, being disconnected or down).
+func (t *DockerTarget) DirectAddrs() []string {
+	out := make([]string, len(t.ids))
+	for i := range t.ids {
+		out[i], _ = t.masterAddr(context.Background(), i)
+	}
+	return out
+}
+
+// Daemons implements Target.
+func (t *DockerTarget) Daemons() []Daemon { return t.daemons }
+
+// Space implements Target.
+func (t *DockerTarget) Space() KeySpace {
+	return KeySpace{Prefix: t.opts.KeyPrefix, Account: t.opts.Account, Namespace: "chaos"}
+}
+
+// Supports implements Target.
+func (t *DockerTarget) Supports(kind FaultKind) bool {
+	switch kind {
+	case FaultKill, FaultPause, FaultRestart, FaultPartition, FaultViewPartition:
+		return true
+	case FaultClock:
+		return t.clocks[0] != nil
+	case FaultHoldReply:
+		return len(t.daemons) > 0
+	}
+	return false
+}
+
+// readyz is the part of GET /readyz the drills read.
+type readyz struct {
+	Masters []struct {
+		Counts bool   `json:"counts"`
+		State  string `json:"state"`
+	} `json:"masters"`
+}
+
+func (t *DockerTarget) readyz(ctx context.Context, url string) (readyz, error) {
+	var r readyz
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
+	if err != nil {
+		return r, err
+	}
+	resp, err := t.hc.Do(req)
+	if err != nil {
+		return r, err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		return r, fmt.Errorf("%s/readyz: %w", url, err)
+	}
+	if len(r.Masters) != len(t.ids) {
+		return r, fmt.Errorf("%s/readyz lists %d masters, want %d", url, len(r.Masters), len(t.ids))
+	}
+	return r, nil
+}
+
+// Counting reports, per master, whether every daemon counts its vote (its
+// /readyz says counts:true).
+func (t *DockerTarget) Counting(ctx context.Context) ([]bool, error) {
+	out := make([]bool, len(t.ids))
+	for i := range out {
+		out[i] = true
+	}
+	for _, d := range t.daemons {
+		r, err := t.readyz(ctx, d.URL)
+		if err != nil {
+			return nil, err
+		}
+		for i, m := range r.Masters {
+			out[i] = out[i] && m.Counts
+		}
+	}
+	return out, nil
+}
+
+// Ready implements Target.
+func (t *DockerTarget) Ready(ctx context.Context) error {
+	var last error
+	for {
+		c, err := t.Counting(ctx)
+		if err == nil {
+			all := true
+			for _, ok := range c {
+				all = all && ok
+			}
+			if all {
+				return nil
+			}
+			err = fmt.Errorf("masters counting: %v", c)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("chaos: compose deployment not ready: %v (%w)", last, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (t *DockerTarget) check(m int) error {
+	if m < 0 || m >= len(t.ids) {
+		return fmt.Errorf("chaos: master %d out of range 0..%d", m, len(t.ids)-1)
+	}
+	return nil
+}
+
+func (t *DockerTarget) set(flags map[int]bool, m int, on bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if on {
+		flags[m] = true
+	} else {
+		delete(flags, m)
+	}
+}
+
+// Kill implements Injector: docker kill (SIGKILL).
+func (t *DockerTarget) Kill(ctx context.Context, m int) error {
+	if err := t.check(m); err != nil {
+		return err
+	}
+	if err := t.dc.KillContainer(docker.KillContainerOptions{ID: t.id(m), Signal: docker.SIGKILL, Context: ctx}); err != nil {
+		return fmt.Errorf("chaos: docker kill %s: %w", t.opts.Services[m], err)
+	}
+	t.set(t.killed, m, true)
+	return nil
+}
+
+// Stop is docker stop: SIGTERM, then SIGKILL after timeout. With no
+// persistence the master's data is gone when it starts again.
+func (t *DockerTarget) Stop(_ context.Context, m int, timeout time.Duration) error {
+	if err := t.check(m); err != nil {
+		return err
+	}
+	if err := t.dc.StopContainer(t.id(m), uint(timeout/time.Second)); err != nil {
+		return fmt.Errorf("chaos: docker stop %s: %w", t.opts.Services[m], err)
+	}
+	t.set(t.killed, m, true)
+	return nil
+}
+
+// Start is docker start of the same container, after Kill or Stop; it
+// returns once the master answers PING.
+func (t *DockerTarget) Start(ctx context.Context, m int) error {
+	if err := t.check(m); err != nil {
+		return err
+	}
+	if err := t.dc.StartContainerWithContext(t.id(m), nil, ctx); err != nil {
+		var already *docker.ContainerAlreadyRunning
+		if !errors.As(err, &already) {
+			return fmt.Errorf("chaos: docker start %s: %w", t.opts.Services[m], err)
+		}
+	}
+	t.set(t.killed, m, false)
+	return t.waitPing(ctx, m)
+}
+
+// Pause implements Injector: docker pause (the cgroup freezer).
+func (t *DockerTarget) Pause(ctx context.Context, m int) error {
+	if err := t.check(m); err != nil {
+		return err
+	}
+	if err := t.dc.PauseContainer(t.id(m)); err != nil {
+		return fmt.Errorf("chaos: docker pause %s: %w", t.opts.Services[m], err)
+	}
+	t.set(t.paused, m, true)
+	return nil
+}
+
+// Resume implements Injector: docker unpause.
+func (t *DockerTarget) Resume(ctx context.Context, m int) error {
+	if err := t.check(m); err != nil {
+		return err
+	}
+	if err := t.dc.UnpauseContainer(t.id(m)); err != nil {
+		return fmt.Errorf("chaos: docker unpause %s: %w", t.opts.Services[m], err)
+	}
+	t.set(t.paused, m, false)
+	return nil
+}
+
+// RestartEmpty implements Injector: the container is removed and a fresh
+// one is created from its configuration (same name, labels, command,
+// environment, mounts, network alias) and started: its data is gone and
+// it has a new run_id. It returns once the master answers PING.
+func (t *DockerTarget) RestartEmpty(ctx context.Context, m int) error {
+	if err := t.check(m); err != nil {
+		return err
+	}
+	svc := t.opts.Services[m]
+	old, err := t.dc.InspectContainerWithContext(t.id(m), ctx)
+	if err != nil {
+		return fmt.Errorf("chaos: inspect %s: %w", svc, err)
+	}
+	if err := t.dc.RemoveContainer(docker.RemoveContainerOptions{ID: old.ID, Force: true, Context: ctx}); err != nil {
+		return fmt.Errorf("chaos: remove %s: %w", svc, err)
+	}
+	cfg := *old.Config
+	cfg.Hostname = "" // the old one is the old container's ID
+	hc := *old.HostConfig
+	hc.NetworkMode = t.network
+	c, err := t.dc.CreateContainer(docker.CreateContainerOptions{
+		Name: strings.TrimPrefix(old.Name, "/"), Config: &cfg, HostConfig: &hc, Context: ctx,
+		NetworkingConfig: &docker.NetworkingConfig{EndpointsConfig: map[string]*docker.EndpointConfig{
+			t.network: {Aliases: []string{svc}},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("chaos: create a fresh %s: %w", svc, err)
+	}
+	t.mu.Lock()
+	t.ids[m] = c.ID
+	delete(t.killed, m)
+	delete(t.paused, m)
+	delete(t.disconnected, m)
+	t.mu.Unlock()
+	if err := t.dc.StartContainerWithContext(c.ID, nil, ctx); err != nil {
+		return fmt.Errorf("chaos: start the fresh %s: %w", svc, err)
+	}
+	return t.waitPing(ctx, m)
+}
+
+// waitPing waits until master m answers PING on its container address.
+func (t *DockerTarget) waitPing(ctx context.Context, m int) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		addr, err := t.masterAddr(ctx, m)
+		if err == nil {
+			rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second})
+			err = rdb.Ping(ctx).Err()
+			_ = rdb.Close()
+			if err == nil {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("chaos: %s does not answer PING: %w", t.opts.Services[m], err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Partition implements Injector. AllViews: docker network disconnect (or
+// connect) of the master's container; view 0 or 1: the host proxies of
+// that library view reject connections.
+func (t *DockerTarget) Partition(ctx context.Context, view, m int, on bool) error {
+	if err := t.check(m); err != nil {
+		return err
+	}
+	if view != AllViews {
+		if view < 0 || view >= len(t.proxies) {
+			return fmt.Errorf("%w: partition of view %d (only the library views 0 and 1 have their own path)", ErrUnsupported, view)
+		}
+		t.proxies[view][m].SetReject(on)
+		t.mu.Lock()
+		if on {
+			t.viewCut[[2]int{view, m}] = true
+		} else {
+			delete(t.viewCut, [2]int{view, m})
+		}
+		t.mu.Unlock()
+		return nil
+	}
+	var err error
+	if on {
+		err = t.dc.DisconnectNetwork(t.network, docker.NetworkConnectionOptions{Container: t.id(m), Force: true, Context: ctx})
+	} else {
+		err = t.dc.ConnectNetwork(t.network, docker.NetworkConnectionOptions{
+			Container: t.id(m), Context: ctx,
+			EndpointConfig: &docker.EndpointConfig{Aliases: []string{t.opts.Services[m]}},
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("chaos: docker network %s %s: %w", map[bool]string{true: "disconnect", false: "connect"}[on], t.opts.Services[m], err)
+	}
+	t.set(t.disconnected, m, on)
+	if !on {
+		return t.waitPing(ctx, m)
+	}
+	return nil
+}
+
+// Latency implements Injector: not supported (no tc netem).
+func (t *DockerTarget) Latency(context.Context, int, time.Duration) error {
+	return fmt.Errorf("%w: latency on the compose target", ErrUnsupported)
+}
+
+// Blackhole implements Injector: not supported (no tc netem).
+func (t *DockerTarget) Blackhole(context.Context, int, bool) error {
+	return fmt.Errorf("%w: blackhole on the compose target", ErrUnsupported)
+}
+
+// Reset implements Injector: not supported.
+func (t *DockerTarget) Reset(context.Context, int) error {
+	return fmt.Errorf("%w: connection reset on the compose target", ErrUnsupported)
+}
+
+// ClockJump implements Injector through the shim's control file.
+func (t *DockerTarget) ClockJump(_ context.Context, m int, d time.Duration) error {
+	if err := t.check(m); err != nil {
+		return err
+	}
+	if t.clocks[m] == nil {
+		return fmt.Errorf("%w: the Redis containers do not preload the clock shim (make chaos sets REDIS_EXTRA and REDIS_LD_PRELOAD)", ErrUnsupported)
+	}
+	t.set(t.clockSet, m, true)
+	return t.clocks[m].Jump(d)
+}
+
+// ClockRate implements Injector through the shim's control file.
+func (t *DockerTarget) ClockRate(_ context.Context, m int, rate float64) error {
+	if err := t.check(m); err != nil {
+		return err
+	}
+	if t.clocks[m] == nil {
+		return fmt.Errorf("%w: the Redis containers do not preload the clock shim (make chaos sets REDIS_EXTRA and REDIS_LD_PRELOAD)", ErrUnsupported)
+	}
+	t.set(t.clockSet, m, true)
+	return t.clocks[m].SetRate(rate)
+}
+
+// HealAll implements Target: unpause, reconnect, replace killed masters
+// with fresh containers, lift view partitions, put clocks back.
+func (t *DockerTarget) HealAll(ctx context.Context) error {
+	t.mu.Lock()
+	paused, killed, disc := keysOf(t.paused), keysOf(t.killed), keysOf(t.disconnected)
+	cuts := make([][2]int, 0, len(t.viewCut))
+	for k := range t.viewCut {
+		cuts = append(cuts, k)
+	}
+	clocks := keysOf(t.clockSet)
+	t.clockSet = map[int]bool{}
+	t.mu.Unlock()
+	var errs []error
+	for _, m := range paused {
+		errs = append(errs, t.Resume(ctx, m))
+	}
+	for _, m := range disc {
+		errs = append(errs, t.Partition(ctx, AllViews, m, false))
+	}
+	for _, m := range killed {
+		errs = append(errs, t.RestartEmpty(ctx, m))
+	}
+	for _, k := range cuts {
+		errs = append(errs, t.Partition(ctx, k[0], k[1], false))
+	}
+	for _, m := range clocks {
+		errs = append(errs, t.clocks[m].Reset())
+	}
+	return errors.Join(errs...)
+}
+
+func keysOf(m map[int]bool) []int {
+	out := make([]int, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Recover is the operator's procedure for masters that lost their data
+// beyond what the daemons can repair on their own (more than N − quorum
+// at once: their fencing counters can only be repaired from a quorum of
+// counting masters, and fewer remain). It raises the fencing counter on
+// every master to the highest one found on any (so no fence can go
+// backwards), then restarts the daemons, whose new clients trust the
+// masters again (no quorum of masters carries the restart marker, so none
+// is quarantined), and waits until they count every master.
+func (t *DockerTarget) Recover(ctx context.Context) error {
+	key := t.Space().FenceKey()
+	var highest int64
+	var rdbs []*redis.Client
+	defer func() {
+		for _, r := range rdbs {
+			_ = r.Close()
+		}
+	}()
+	for m := range t.ids {
+		addr, err := t.masterAddr(ctx, m)
+		if err != nil {
+			return err
+		}
+		r := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		rdbs = append(rdbs, r)
+		v, err := r.Get(ctx, key).Result()
+		if errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("chaos: recover: read the fencing counter of %s: %w", t.opts.Services[m], err)
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return fmt.Errorf("chaos: recover: fencing counter of %s is %q", t.opts.Services[m], v)
+		}
+		highest = max(highest, n)
+	}
+	const raise = `local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if cur < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return 0`
+	for m, r := range rdbs {
+		if err := r.Eval(ctx, raise, []string{key}, strconv.FormatInt(highest, 10)).Err(); err != nil {
+			return fmt.Errorf("chaos: recover: raise the fencing counter of %s: %w", t.opts.Services[m], err)
+		}
+	}
+	t.opts.Logf("chaos: recover: fencing counters raised to %d on every master; restarting the daemons", highest)
+	for i, id := range t.daemonIDs {
+		if err := t.dc.RestartContainer(id, 5); err != nil {
+			return fmt.Errorf("chaos: recover: restart %s: %w", t.opts.DaemonServices[i], err)
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	return t.Ready(rctx)
+}
+
+// Close closes the host proxies. The deployment keeps running.
+func (t *DockerTarget) Close() error {
+	var errs []error
+	for _, row := range t.proxies {
+		for _, p := range row {
+			errs = append(errs, p.Close())
+		}
+	}
+	t.hc.CloseIdleConnections()
+	return errors.Join(errs...)
+}
