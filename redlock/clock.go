@@ -15,8 +15,11 @@ import (
 //   - drift: over a window of at least minDriftSpan, the offset changed at a
 //     rate above the drift factor.
 //
-// Samples whose round trip exceeds the per-master timeout are ignored: the
-// offset of a slow answer is uncertain by half its round trip.
+// Every offset is uncertain by half the probe's round trip (the master read
+// its clock somewhere within it), and both checks discount that
+// uncertainty, so a loaded machine whose probes answer slowly is not taken
+// for a jumping or drifting clock. Samples whose round trip exceeds the
+// per-master timeout are ignored altogether.
 type clockGuard struct {
 	perMasterTimeout time.Duration
 	driftFactor      float64
@@ -29,6 +32,9 @@ type clockGuard struct {
 type clockSample struct {
 	local  time.Time // our monotonic midpoint of the probe
 	offset time.Duration
+	// uncertainty is half the probe's round trip: the master read its
+	// clock somewhere within it, so offset is known to ± this much.
+	uncertainty time.Duration
 }
 
 const (
@@ -56,11 +62,12 @@ func (g *clockGuard) observe(sent, received, remote time.Time) (clockEvent, time
 	// Wall-clock difference at the midpoint; Round(0) strips the monotonic
 	// reading so that Sub compares wall clocks.
 	offset := remote.Sub(mid.Round(0))
-	s := clockSample{local: mid, offset: offset}
+	s := clockSample{local: mid, offset: offset, uncertainty: rtt / 2}
 	if n := len(g.samples); n > 0 {
 		prev := g.samples[n-1]
 		elapsed := mid.Sub(prev.local)
-		allow := g.perMasterTimeout + time.Duration(float64(elapsed)*g.driftFactor) + 2*time.Millisecond
+		allow := g.perMasterTimeout + time.Duration(float64(elapsed)*g.driftFactor) + 2*time.Millisecond +
+			s.uncertainty + prev.uncertainty
 		delta := offset - prev.offset
 		if delta > allow || delta < -allow {
 			// A jump resets the window: the rate before and after it are
@@ -83,9 +90,17 @@ func (g *clockGuard) observe(sent, received, remote time.Time) (clockEvent, time
 	if span < minDriftSpan {
 		return clockOK, 0
 	}
-	g.rate = float64(offset-first.offset) / float64(span)
-	if g.rate > g.driftFactor || g.rate < -g.driftFactor {
-		return clockDrifting, offset - first.offset
+	delta := offset - first.offset
+	g.rate = float64(delta) / float64(span)
+	// Drifting only if even the most favourable reading of the two
+	// samples' uncertainty leaves a rate above the drift factor.
+	slack := s.uncertainty + first.uncertainty
+	least := max(delta-slack, 0)
+	if delta < 0 {
+		least = min(delta+slack, 0)
+	}
+	if r := float64(least) / float64(span); r > g.driftFactor || r < -g.driftFactor {
+		return clockDrifting, delta
 	}
 	return clockOK, 0
 }

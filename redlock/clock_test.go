@@ -102,3 +102,40 @@ func TestClockGuardFastRateOnePointOneJumps(t *testing.T) {
 	})
 	assert.Equal(t, clockJumpForward, evs[1])
 }
+
+// TestClockGuardSlowProbesAreNotDrift: on a loaded machine probes answer in
+// tens of milliseconds at random points of their round trip; that noise is
+// not a jump or a drift, while a real 2% drift is still seen through it.
+func TestClockGuardSlowProbesAreNotDrift(t *testing.T) {
+	g := newGuard()
+	base := time.Now()
+	rtts := []time.Duration{49, 45, 3, 48, 1, 40, 5, 49, 2, 44, 1, 47}
+	for i, r := range rtts {
+		rtt := r * time.Millisecond
+		sent := base.Add(time.Duration(i) * time.Second)
+		// The master reads its clock at the start or at the end of the
+		// round trip, alternately: the worst case for the midpoint.
+		read := sent
+		if i%2 == 1 {
+			read = sent.Add(rtt)
+		}
+		ev, _ := g.observe(sent, sent.Add(rtt), read.Round(0))
+		assert.Equal(t, clockOK, ev, "sample %d", i)
+	}
+
+	g = newGuard()
+	for i, r := range rtts {
+		rtt := r * time.Millisecond
+		sent := base.Add(time.Duration(i) * time.Second)
+		read := sent
+		if i%2 == 1 {
+			read = sent.Add(rtt)
+		}
+		skew := time.Duration(float64(time.Duration(i)*time.Second) * 0.05)
+		ev, _ := g.observe(sent, sent.Add(rtt), read.Round(0).Add(skew))
+		if ev == clockDrifting {
+			return
+		}
+	}
+	t.Fatal("a 5% drift must be seen through 50ms of probe noise")
+}
