@@ -301,6 +301,19 @@ func (d *Drill) Mark(ctx context.Context, what string, fn func(ctx context.Conte
 	return nil
 }
 
+// Unmark applies fn and records it as the end of a Mark.
+func (d *Drill) Unmark(ctx context.Context, what string, fn func(ctx context.Context) error) error {
+	at := d.rec.Now()
+	err := fn(ctx)
+	done := d.rec.Now()
+	d.rec.Healing(what, AllViews, at, done)
+	d.Logf("heal: %s (%v)", what, (done - at).Round(time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
 // Heal applies fn to every master in masters at once, records it, and
 // waits (bounded) until every client counts them again.
 func (d *Drill) Heal(ctx context.Context, what string, view int, masters []int, fn func(ctx context.Context, m int) error) error {
@@ -561,16 +574,54 @@ func (d *Drill) client(ctx context.Context, stop <-chan struct{}, l locker, id i
 	}
 }
 
+// watch notes every change of a master's state as the drill's library
+// clients see it (down, quarantined and why, repairing), so the report
+// says why a master did not count, until stop is closed.
+func (d *Drill) watch(stop <-chan struct{}) {
+	last := make([][]string, len(d.clients))
+	for !stopped(stop) {
+		for v, c := range d.clients {
+			sts := c.Masters()
+			if last[v] == nil {
+				last[v] = make([]string, len(sts))
+				for i, st := range sts {
+					last[v][i] = st.State
+				}
+			}
+			for i, st := range sts {
+				if st.State == last[v][i] {
+					continue
+				}
+				why := ""
+				switch st.State {
+				case "quarantined", "repairing":
+					why = ": " + st.QuarantineReason
+				case "down":
+					why = ": " + st.LastError
+				}
+				d.rec.Note(fmt.Sprintf("%s sees master %d %s → %s%s", d.libs[v].Name(), i, last[v][i], st.State, why))
+				last[v][i] = st.State
+			}
+		}
+		select {
+		case <-stop:
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
 // prober takes uncontended locks: for I5 (with at most N−quorum masters
 // faulty they must succeed) and I6 (with more, they must fail, fast). A
-// probe is up to five single attempts 100ms apart (a healthy master on a
-// loaded machine may miss a per-master timeout now and then); its
-// attempts share a Group.
+// probe is single attempts 100ms apart for up to 1.5s (at least three): a
+// healthy master on a loaded machine may miss a per-master timeout now
+// and then, and Docker stalls a bridge network for a moment when a
+// container is connected to it. Its attempts share a Group.
 func (d *Drill) prober(ctx context.Context, stop <-chan struct{}, l locker) {
 	client := d.NewClientID()
 	for !stopped(stop) && ctx.Err() == nil {
 		group := int(d.groupSeq.Add(1))
-		for range 5 {
+		giveUp := time.Now().Add(1500 * time.Millisecond)
+		for attempt := 0; attempt < 3 || time.Now().Before(giveUp); attempt++ {
 			key := fmt.Sprintf("probe:%d", d.probeSeq.Add(1))
 			g, op, err := d.acquire(ctx, l, client, key, d.Cfg.TTL, 0, true, group)
 			if err == nil {

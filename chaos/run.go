@@ -76,8 +76,11 @@ type Result struct {
 	Elapsed    time.Duration  `json:"elapsed_ns"`
 	Timeline   string         `json:"timeline,omitempty"`
 	Leftovers  []Leftover     `json:"leftovers,omitempty"`
-	History    *History       `json:"-"`
-	lin        porcupine.LinearizationInfo
+	// Events are the faults, heals and notes (master state changes seen
+	// by the drill's library clients included), in order.
+	Events  []Event  `json:"events"`
+	History *History `json:"-"`
+	lin     porcupine.LinearizationInfo
 }
 
 // Pass reports whether the scenario met its expectations: it ran, nothing
@@ -131,6 +134,9 @@ func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string)
 	}
 	defer d.close()
 
+	watchStop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() { d.watch(watchStop); close(watched) }()
 	var serr error
 	if sc.Workload {
 		stop := make(chan struct{})
@@ -147,6 +153,7 @@ func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string)
 	if serr != nil {
 		res.Error = serr.Error()
 	}
+	defer func() { close(watchStop); <-watched }()
 	// Undo whatever the script left broken (after an error, say), then
 	// give every key written the time to expire before the sweep.
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -186,6 +193,7 @@ func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string)
 	}
 	res.lin = info
 	res.History = &h
+	res.Events = h.Events
 	summarize(res, d, h, sc)
 	if outDir != "" {
 		name := "timeline-" + sc.Name + ".html"

@@ -33,7 +33,9 @@ func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	daemons := fs.String("compose-daemons", "http://127.0.0.1:7071,http://127.0.0.1:7072", "compose: the daemons' URLs on this host, one per view")
 	fs.StringVar(&co.APIKey, "compose-api-key", "compose-demo-key-0123456789abcdef", "compose: API key of the daemons (docker/redlockd.compose.yaml)")
 	fs.StringVar(&co.Account, "compose-account", "demo", "compose: the account that API key belongs to")
-	fs.DurationVar(&co.PerMasterTimeout, "compose-per-master-timeout", 50*time.Millisecond, "compose: the daemons' per_master_timeout")
+	fs.DurationVar(&co.PerMasterTimeout, "compose-per-master-timeout", 50*time.Millisecond, "compose: the daemons' per_master_timeout (the drill's library clients use it too)")
+	healthInterval := fs.Duration("compose-health-interval", time.Second, "compose: the daemons' health_interval (the drill's library clients use it too)")
+	maxTTL := fs.Duration("compose-max-ttl", 5*time.Second, "compose: the daemons' max_ttl (REDLOCKD_MAX_TTL in docker/chaos.compose.yml), their quarantine length")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: redlockd chaos [flags]\n\nRuns the fault drills of package chaos: for each scenario, a contention workload\n(library and HTTP clients writing to a fenced resource) while masters are killed,\npaused, partitioned, slowed, restarted empty or clock-skewed; then checks the\nhistory (I1-I6, porcupine) and writes a report. Exits non-zero on any unexpected\nviolation, or when a negative control fails to catch its violation.\n\nFlags:")
 		fs.PrintDefaults()
@@ -79,6 +81,11 @@ func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case "compose":
 		co.Daemons = strings.Split(*daemons, ",")
 		co.Logf = cfg.Logf
+		// The drill's own library clients are configured like the daemons
+		// (per-master timeout, health interval), but allow TTLs of 8s: a
+		// fresh container takes seconds to start here, and a lock must
+		// outlive that in the restart-empty rows.
+		cfg.Client = chaos.DaemonConfig{PerMasterTimeout: co.PerMasterTimeout, HealthInterval: *healthInterval, MaxTTL: max(*maxTTL, 8*time.Second)}
 		t, err := chaos.NewDockerTarget(ctx, co)
 		if err != nil {
 			return err
