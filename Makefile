@@ -25,7 +25,9 @@ REDIS_EXTRA =
 
 # Compose project: fixes the network name (redlockd_redlock) and container names.
 COMPOSE_PROJECT = redlockd
-COMPOSE_CMD     = $(COMPOSE) -p $(COMPOSE_PROJECT) -f docker-compose.yml
+# `make chaos` adds docker/chaos.compose.yml (clock shim, short max_ttl).
+COMPOSE_FILES   = -f docker-compose.yml
+COMPOSE_CMD     = $(COMPOSE) -p $(COMPOSE_PROJECT) $(COMPOSE_FILES)
 # Host ports of redlockd-a and redlockd-b (docker-compose.yml), and how long
 # `make up` waits for their /healthz, in seconds.
 REDLOCKD_PORTS = 7071 7072
@@ -33,7 +35,12 @@ UP_TIMEOUT     = 60
 
 .DEFAULT_GOAL := help
 
-.PHONY: help deps dev test build images image-redis image-redlockd redlockd-linux up down bench
+# Fault drills against the compose deployment (see chaos/README.md): the
+# gettimeofday shim the Redis image preloads, and the drill's arguments.
+CLOCKSHIM_SO = dist/libclockshim.so
+CHAOS_ARGS   = --scenario all --duration 10s --out chaos-report
+
+.PHONY: help deps dev test build images image-redis image-redlockd redlockd-linux up down bench chaos
 
 # redis-server runs the masters; gcc builds the gettimeofday shim that the
 # clock tests and drills preload into redis-server.
@@ -103,3 +110,14 @@ up: ## Start 5 masters + 2 daemons, wait for /healthz on 127.0.0.1:7071 and :707
 
 down: ## Stop and remove the compose containers, network and volumes
 	$(COMPOSE_CMD) down -v --remove-orphans
+
+$(CLOCKSHIM_SO): internal/clockshim/csrc/shim.c
+	@mkdir -p $(dir $@)
+	$${CC:-gcc} -O2 -fPIC -shared -Wall -Wextra -o $@ $< -ldl
+
+chaos: deps $(CLOCKSHIM_SO) ## Drill the compose deployment: images with the clock shim, up with docker/chaos.compose.yml, every scenario (CHAOS_ARGS)
+	$(MAKE) images REDIS_EXTRA=$(CLOCKSHIM_SO)
+	REDIS_LD_PRELOAD=/usr/lib/redlock/$(notdir $(CLOCKSHIM_SO)) \
+		$(MAKE) up COMPOSE_FILES="-f docker-compose.yml -f docker/chaos.compose.yml"
+	$(GO) build -o bin/redlockd ./cmd/redlockd
+	bin/redlockd chaos --target compose --compose-project $(COMPOSE_PROJECT) $(CHAOS_ARGS)

@@ -1,0 +1,196 @@
+package dockerdrill
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/ory/dockertest/v3/docker"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/chaos"
+)
+
+const (
+	redisImage    = "redlockd/redis:local"
+	redlockdImage = "redlockd/redlockd:local"
+	// The demo API key of docker/redlockd.compose.yaml (loopback only).
+	apiKey  = "compose-demo-key-0123456789abcdef"
+	account = "demo"
+)
+
+// The rows issue 4 asks of the Docker drill, in this order.
+var scenarios = []string{"kill-2", "pause-2", "partition-2", "kill-3", "restart-empty", "restart-empty-noquarantine"}
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// TestDockerDrills brings up the compose deployment (five Redis
+// containers, two daemons) and runs the Docker drill rows against it.
+func TestDockerDrills(t *testing.T) {
+	redis.SetLogger(quietLogger{})
+	required := os.Getenv("REDLOCK_REQUIRE_DOCKER") == "1"
+	unavailable := func(format string, args ...any) {
+		t.Helper()
+		msg := fmt.Sprintf(format, args...)
+		if required {
+			t.Fatalf("%s; REDLOCK_REQUIRE_DOCKER=1 makes that a failure", msg)
+		}
+		t.Skipf("%s: skipping the Docker drills (set REDLOCK_REQUIRE_DOCKER=1 to fail instead)", msg)
+	}
+	dc, err := chaos.DockerClient("")
+	if err != nil {
+		unavailable("%v", err)
+	}
+	composeBin, err := exec.LookPath("docker-compose")
+	if err != nil {
+		unavailable("no docker-compose: %v", err)
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	ensureImages(t, dc, root)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+	project := fmt.Sprintf("redlockdtest%d", os.Getpid())
+	ports := freePorts(t, 2)
+	portA, portB := ports[0], ports[1]
+	clockDir := t.TempDir()
+	for i := 1; i <= 5; i++ {
+		require.NoError(t, os.Mkdir(filepath.Join(clockDir, fmt.Sprintf("redis%d", i)), 0o755))
+	}
+	compose := func(ctx context.Context, args ...string) error {
+		cmd := exec.CommandContext(ctx, composeBin, append([]string{"-p", project, "-f", "docker-compose.yml", "-f", "docker/chaos.compose.yml"}, args...)...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(),
+			"REDIS_IMAGE="+redisImage, "REDLOCKD_IMAGE="+redlockdImage,
+			"REDLOCKD_A_PORT="+strconv.Itoa(portA), "REDLOCKD_B_PORT="+strconv.Itoa(portB),
+			"CHAOS_CLOCK_DIR="+clockDir, "REDLOCKD_MAX_TTL=5", "REDIS_LD_PRELOAD=",
+		)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		if err != nil {
+			return fmt.Errorf("docker-compose %v: %w\n%s", args, err, out.String())
+		}
+		return nil
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		assert.NoError(t, compose(ctx, "down", "-v", "--remove-orphans"))
+	})
+	require.NoError(t, compose(ctx, "up", "-d"))
+	daemons := []string{fmt.Sprintf("http://127.0.0.1:%d", portA), fmt.Sprintf("http://127.0.0.1:%d", portB)}
+	for _, u := range daemons {
+		waitHealthy(t, ctx, u)
+	}
+
+	target, err := chaos.NewDockerTarget(ctx, chaos.DockerOptions{
+		Project: project, Daemons: daemons, APIKey: apiKey, Account: account,
+		PerMasterTimeout: 50 * time.Millisecond, Logf: t.Logf,
+	})
+	require.NoError(t, err)
+	defer target.Close()
+
+	cfg := chaos.Config{
+		Duration: 6 * time.Second, TTL: time.Second, Seed: 1,
+		// Like the daemons (config defaults), as `redlockd chaos --target
+		// compose` sets them, with TTLs up to 8s: a fresh container takes
+		// seconds to start, and a lock must outlive that.
+		Client: chaos.DaemonConfig{PerMasterTimeout: 50 * time.Millisecond, HealthInterval: time.Second, MaxTTL: 8 * time.Second},
+		// A loaded two-core machine shared with other builds.
+		Slack: 2 * time.Second, FastSlack: time.Second,
+		Logf: t.Logf,
+	}
+	out := t.TempDir()
+	if dir := os.Getenv("CHAOS_OUT"); dir != "" {
+		out = dir
+		require.NoError(t, os.MkdirAll(out, 0o755))
+	}
+	scs, err := chaos.Find(scenarios...)
+	require.NoError(t, err)
+	for _, sc := range scs {
+		t.Run(sc.Name, func(t *testing.T) {
+			res := chaos.Run(ctx, target, cfg, sc, out)
+			require.Empty(t, res.Skipped, "the compose target must support this row")
+			for _, n := range res.Notes {
+				t.Logf("note: %s", n)
+			}
+			for _, v := range res.Violations {
+				t.Logf("%s: %s", v.Invariant, v.Detail)
+			}
+			t.Logf("%s: %s, %d grants, %d failures, porcupine %s, p50 %v p99 %v, in %v",
+				res.Scenario, res.Verdict(), res.Grants, res.Failures, res.Linear, res.P50, res.P99, res.Elapsed.Round(time.Millisecond))
+			require.Empty(t, res.Error, "the drill itself failed")
+			assert.Zero(t, res.Unexpected, "unexpected violations: %v", res.Counts)
+			assert.Empty(t, res.Missed, "a negative control must catch its violation")
+		})
+	}
+}
+
+// ensureImages builds the local images with `make images` when one is
+// missing (or REDLOCK_DOCKER_REBUILD=1): this machine reaches no registry.
+func ensureImages(t *testing.T, dc *docker.Client, root string) {
+	t.Helper()
+	missing := os.Getenv("REDLOCK_DOCKER_REBUILD") == "1"
+	for _, img := range []string{redisImage, redlockdImage} {
+		if _, err := dc.InspectImage(img); err != nil {
+			if !errors.Is(err, docker.ErrNoSuchImage) {
+				require.NoError(t, err)
+			}
+			missing = true
+		}
+	}
+	if !missing {
+		return
+	}
+	t.Logf("building %s and %s with make images", redisImage, redlockdImage)
+	cmd := exec.Command("make", "images", "REDIS_IMAGE="+redisImage, "REDLOCKD_IMAGE="+redlockdImage)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "make images:\n%s", out)
+}
+
+// freePorts returns n distinct free loopback ports (free when they were
+// picked: the daemons publish on them a few seconds later).
+func freePorts(t *testing.T, n int) []int {
+	t.Helper()
+	var out []int
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		defer ln.Close()
+		out = append(out, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return out
+}
+
+func waitHealthy(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/healthz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		require.False(t, time.Now().After(deadline), "%s/healthz does not answer: %v", url, err)
+		time.Sleep(250 * time.Millisecond)
+	}
+}
