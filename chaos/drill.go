@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlockd/redlockd/redlock"
 )
 
@@ -331,6 +333,22 @@ func (d *Drill) Heal(ctx context.Context, what string, view int, masters []int, 
 	return d.settle(ctx, view, masters)
 }
 
+// Lift applies fn to every master in masters at once and records it as a
+// heal, without waiting for the clients to count the masters again (an
+// arrangement whose clock is running cannot wait).
+func (d *Drill) Lift(ctx context.Context, what string, view int, masters []int, fn func(ctx context.Context, m int) error) error {
+	at := d.rec.Now()
+	err := eachMaster(ctx, masters, fn)
+	done := d.rec.Now()
+	d.rec.Healing(what, view, at, done, masters...)
+	d.rec.Settled(done, view, masters...) // not waited for: I5 is not judged in arrangements
+	d.Logf("heal: %s (%v)", what, (done - at).Round(time.Millisecond))
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
 // settle waits until the drill's clients and the target's daemons count
 // masters again, at most the quarantine length plus a few probe rounds,
 // and records when. A master that does not come back is noted, not an
@@ -608,6 +626,61 @@ func (d *Drill) watch(stop <-chan struct{}) {
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
+}
+
+// monitor PINGs every master directly (past the proxies) every 50ms until
+// stop is closed, and records as a stall every PING not answered within
+// the per-master timeout: a master that cannot answer in time cannot vote
+// in time, whatever the cause — an injected fault, or the machine freezing
+// a container or a process on its own. I5 counts stalled masters as
+// faulty; the report lists the stalls no injected fault explains.
+func (d *Drill) monitor(stop <-chan struct{}) {
+	var wg sync.WaitGroup
+	pmt := d.Cfg.Client.PerMasterTimeout
+	for m := range d.T.Masters() {
+		wg.Go(func() {
+			var rdb *redis.Client
+			var resolved time.Time
+			defer func() {
+				if rdb != nil {
+					_ = rdb.Close()
+				}
+			}()
+			for !stopped(stop) {
+				// A replaced container has a new address: look it up again
+				// after a failure, at most twice a second.
+				if rdb == nil && time.Since(resolved) > 500*time.Millisecond {
+					resolved = time.Now()
+					if addr := d.T.DirectAddrs()[m]; addr != "" {
+						rdb = redis.NewClient(&redis.Options{
+							Addr: addr, MaxRetries: -1, PoolSize: 1, DisableIdentity: true,
+							DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second,
+						})
+					}
+				}
+				from := d.rec.Now()
+				err := errors.New("no address")
+				if rdb != nil {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					err = rdb.Ping(ctx).Err()
+					cancel()
+				}
+				to := d.rec.Now()
+				if err != nil || to-from > pmt {
+					d.rec.Stalled(m, from, to)
+				}
+				if err != nil && rdb != nil {
+					_ = rdb.Close()
+					rdb = nil
+				}
+				select {
+				case <-stop:
+				case <-time.After(50 * time.Millisecond):
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // prober takes uncontended locks: for I5 (with at most N−quorum masters

@@ -65,6 +65,7 @@ type Recorder struct {
 	// settled) (it may be broken, or is not trusted again yet).
 	lower, upper   map[faultKey][]span
 	openLo, openUp map[faultKey]time.Duration
+	stalls         []stall
 }
 
 // faultKey is a master as seen from a view (AllViews: from every view).
@@ -162,6 +163,22 @@ func (r *Recorder) Settled(at time.Duration, view int, masters ...int) {
 	}
 }
 
+// Stalled records that master m did not answer a PING within the
+// per-master timeout over [from, to], whatever the reason. Stalls that
+// add up to 250ms or more count as faults for I5 (a master that cannot
+// answer in time cannot vote in time), never for I6; those that no
+// injected fault explains are reported (History.Unexplained).
+func (r *Recorder) Stalled(m int, from, to time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stalls = append(r.stalls, stall{m, span{from, to}})
+}
+
+type stall struct {
+	master int
+	span
+}
+
 // History is what a drill recorded.
 type History struct {
 	Ops    []Op
@@ -171,6 +188,17 @@ type History struct {
 	End time.Duration
 	// Lower and Upper are the faulty intervals (see Recorder).
 	Lower, Upper map[faultKey][]span
+	// Unexplained are the stalls (see Recorder.Stalled) of masters that
+	// no injected fault covered: the machine, not the drill, froze them.
+	Unexplained []Stall
+}
+
+// Stall is a master that did not answer PINGs within the per-master
+// timeout, with no injected fault to explain it.
+type Stall struct {
+	Master int           `json:"master"`
+	From   time.Duration `json:"from_ns"`
+	To     time.Duration `json:"to_ns"`
 }
 
 // History closes the open fault intervals at now and returns a copy.
@@ -194,7 +222,76 @@ func (r *Recorder) History(writes []Write) History {
 	for k, from := range r.openUp {
 		h.Upper[k] = append(h.Upper[k], span{from, now})
 	}
+	// A stall is explained when an injected fault of that master (seen
+	// from any view) covers it, with a second of grace either side for
+	// the master to stop and start answering.
+	injected := map[int][]span{}
+	for k, ss := range h.Upper {
+		injected[k.master] = append(injected[k.master], ss...)
+	}
+	stalls := slices.Clone(r.stalls)
+	slices.SortFunc(stalls, func(a, b stall) int {
+		if a.master != b.master {
+			return a.master - b.master
+		}
+		return int(a.from - b.from)
+	})
+	// Long stalls (250ms or more once merged) count as faults for I5; a
+	// slow PING now and then on a loaded machine does not.
+	perMaster := map[int][]span{}
+	for _, st := range stalls {
+		perMaster[st.master] = append(perMaster[st.master], st.span)
+	}
+	for m, ss := range perMaster {
+		for _, sp := range mergeSpans(ss) {
+			if sp.to-sp.from >= 250*time.Millisecond {
+				k := faultKey{AllViews, m}
+				h.Upper[k] = append(h.Upper[k], sp)
+			}
+		}
+	}
+	var un []Stall
+	for _, st := range stalls {
+		explained := false
+		for _, s := range injected[st.master] {
+			if s.from-time.Second <= st.from && st.to <= s.to+time.Second {
+				explained = true
+				break
+			}
+		}
+		if explained {
+			continue
+		}
+		if n := len(un); n > 0 && un[n-1].Master == st.master && st.from-un[n-1].To < 200*time.Millisecond {
+			un[n-1].To = max(un[n-1].To, st.to)
+			continue
+		}
+		un = append(un, Stall{Master: st.master, From: st.from, To: st.to})
+	}
+	h.Unexplained = un
+	for k, ss := range h.Upper {
+		h.Upper[k] = mergeSpans(ss)
+	}
+	for k, ss := range h.Lower {
+		h.Lower[k] = mergeSpans(ss)
+	}
 	return h
+}
+
+// mergeSpans sorts spans and merges those that overlap or lie within
+// 100ms of each other (consecutive failed PINGs of a stalled master).
+func mergeSpans(ss []span) []span {
+	ss = slices.Clone(ss)
+	slices.SortFunc(ss, func(a, b span) int { return int(a.from - b.from) })
+	var out []span
+	for _, s := range ss {
+		if n := len(out); n > 0 && s.from <= out[n-1].to+100*time.Millisecond {
+			out[n-1].to = max(out[n-1].to, s.to)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // faultyAt counts the masters faulty for view at t: broken for every view

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/anishathalye/porcupine"
@@ -78,7 +79,10 @@ type Result struct {
 	Leftovers  []Leftover     `json:"leftovers,omitempty"`
 	// Events are the faults, heals and notes (master state changes seen
 	// by the drill's library clients included), in order.
-	Events  []Event  `json:"events"`
+	Events []Event `json:"events"`
+	// Stalls are masters that did not answer PINGs in time, for 250ms or
+	// more, with no injected fault to explain it.
+	Stalls  []Stall  `json:"stalls,omitempty"`
 	History *History `json:"-"`
 	lin     porcupine.LinearizationInfo
 }
@@ -136,7 +140,13 @@ func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string)
 
 	watchStop := make(chan struct{})
 	watched := make(chan struct{})
-	go func() { d.watch(watchStop); close(watched) }()
+	go func() {
+		var wg sync.WaitGroup
+		wg.Go(func() { d.watch(watchStop) })
+		wg.Go(func() { d.monitor(watchStop) })
+		wg.Wait()
+		close(watched)
+	}()
 	var serr error
 	if sc.Workload {
 		stop := make(chan struct{})
@@ -153,7 +163,8 @@ func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string)
 	if serr != nil {
 		res.Error = serr.Error()
 	}
-	defer func() { close(watchStop); <-watched }()
+	stopWatching := sync.OnceFunc(func() { close(watchStop); <-watched })
+	defer stopWatching()
 	// Undo whatever the script left broken (after an error, say), then
 	// give every key written the time to expire before the sweep.
 	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
@@ -173,6 +184,7 @@ func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string)
 			d.Notef("operator recovery: fencing counters raised to the highest on any master, daemons restarted")
 		}
 	}
+	stopWatching()
 	h := d.rec.History(d.res.Writes())
 	last := healAt
 	for _, op := range h.Ops {
@@ -194,6 +206,19 @@ func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string)
 	res.lin = info
 	res.History = &h
 	res.Events = h.Events
+	var longest Stall
+	for _, st := range h.Unexplained {
+		if st.To-st.From >= 250*time.Millisecond {
+			res.Stalls = append(res.Stalls, st)
+			if st.To-st.From > longest.To-longest.From {
+				longest = st
+			}
+		}
+	}
+	if n := len(res.Stalls); n > 0 {
+		d.Notef("with no fault injected, masters answered PINGs slower than the per-master timeout for 250ms or more %d time(s), the longest %v (master %d at %s): the machine stalled them; I5 counts them as faulty meanwhile (report.json lists them)",
+			n, (longest.To - longest.From).Round(time.Millisecond), longest.Master, fmtAt(longest.From))
+	}
 	summarize(res, d, h, sc)
 	if outDir != "" {
 		name := "timeline-" + sc.Name + ".html"

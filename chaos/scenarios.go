@@ -200,7 +200,7 @@ func arrangeHolder(ctx context.Context, d *Drill, key string, ttl time.Duration,
 		return grant{}, 0, fmt.Errorf("arrangement failed: A could not acquire %s on masters 0-2: %w", key, err)
 	}
 	d.Write(key, g, 0, id, "begin")
-	if err := d.Heal(ctx, "view a reaches masters 3,4 again", 0, []int{3, 4}, bind(d, partition(0, false))); err != nil {
+	if err := d.Lift(ctx, "view a reaches masters 3,4 again", 0, []int{3, 4}, bind(d, partition(0, false))); err != nil {
 		return grant{}, 0, err
 	}
 	return g, id, nil
