@@ -192,7 +192,7 @@ func newDrill(ctx context.Context, t Target, cfg Config, sc *Scenario) (*Drill, 
 }
 
 func warmUp(ctx context.Context, l locker, ttl time.Duration) error {
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		g, err := l.Acquire(ctx, "warm-up:"+l.Name(), ttl, 0)
 		if err == nil {
@@ -630,13 +630,18 @@ func (d *Drill) watch(stop <-chan struct{}) {
 
 // monitor PINGs every master directly (past the proxies) every 50ms until
 // stop is closed, and records as a stall every PING not answered within
-// the per-master timeout: a master that cannot answer in time cannot vote
-// in time, whatever the cause — an injected fault, or the machine freezing
+// the shortest per-master timeout of any client (the daemons' or the
+// drill's own): a master that cannot answer in time cannot vote in time, whatever the cause — an injected fault, or the machine freezing
 // a container or a process on its own. I5 counts stalled masters as
 // faulty; the report lists the stalls no injected fault explains.
 func (d *Drill) monitor(stop <-chan struct{}) {
 	var wg sync.WaitGroup
+	// The tightest per-master timeout of any client: the daemons' may be
+	// shorter than the drill's own library clients'.
 	pmt := d.Cfg.Client.PerMasterTimeout
+	for _, l := range d.https {
+		pmt = min(pmt, l.PerMasterTimeout())
+	}
 	for m := range d.T.Masters() {
 		wg.Go(func() {
 			var rdb *redis.Client

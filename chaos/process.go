@@ -188,6 +188,20 @@ func (t *ProcessTarget) Supports(kind FaultKind) bool {
 	return true
 }
 
+// Counting reports, per master, whether every daemon counts its vote now.
+func (t *ProcessTarget) Counting(context.Context) ([]bool, error) {
+	out := make([]bool, len(t.servers))
+	for i := range out {
+		out[i] = true
+	}
+	for _, d := range t.daemons {
+		for i, st := range d.client.Masters() {
+			out[i] = out[i] && st.Counts
+		}
+	}
+	return out, nil
+}
+
 // Ready implements Target.
 func (t *ProcessTarget) Ready(ctx context.Context) error {
 	for {

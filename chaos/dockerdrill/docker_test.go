@@ -107,15 +107,16 @@ func TestDockerDrills(t *testing.T) {
 
 	cfg := chaos.Config{
 		Duration: 6 * time.Second, TTL: time.Second, Seed: 1,
-		// Like the daemons (config defaults), as `redlockd chaos --target
-		// compose` sets them, with TTLs up to 8s: a fresh container takes
-		// seconds to start, and a lock must outlive that.
-		// The in-process library clients run in this -race test binary,
-		// which misses 50ms deadlines on a loaded two-core box (a CI run
-		// failed I5 with healthy masters answering "no answer within the
-		// per-master timeout"); 150ms as in the process drills. The
-		// daemons in their containers keep the 50ms default.
-		Client: chaos.DaemonConfig{PerMasterTimeout: 150 * time.Millisecond, HealthInterval: time.Second, MaxTTL: 8 * time.Second},
+		// The health interval of the daemons (the config default). The
+		// in-process library clients run in this -race test binary, which
+		// misses 50ms deadlines on a loaded two-core box (a CI run failed
+		// I5 with healthy masters answering "no answer within the
+		// per-master timeout"), so 150ms as in the process drills; the
+		// daemons in their containers keep the 50ms default. TTLs up to
+		// 12s, not 8s as `redlockd chaos` allows: under a CI run's load a
+		// fresh container took 10s to start, longer than an 8s lease in
+		// the restart-empty rows.
+		Client: chaos.DaemonConfig{PerMasterTimeout: 150 * time.Millisecond, HealthInterval: time.Second, MaxTTL: 12 * time.Second},
 		// A loaded two-core machine shared with other builds.
 		Slack: 2 * time.Second, FastSlack: time.Second,
 		Logf: t.Logf,
@@ -144,6 +145,30 @@ func TestDockerDrills(t *testing.T) {
 			assert.Empty(t, res.Missed, "a negative control must catch its violation")
 		})
 	}
+	t.Run("stop-start", func(t *testing.T) { stopStart(t, ctx, target) })
+}
+
+// TestDockerDrills' last step: docker stop and start of one master.
+func stopStart(t *testing.T, ctx context.Context, target *chaos.DockerTarget) {
+	const m = 4
+	addr := target.DirectAddrs()[m]
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	require.NoError(t, rdb.Set(ctx, "chaos:stop-start", "before", 0).Err())
+	rdb.Close()
+	require.NoError(t, target.Stop(ctx, m, 2*time.Second))
+	require.Eventually(t, func() bool {
+		c, err := target.Counting(ctx)
+		return err == nil && !c[m]
+	}, 30*time.Second, 100*time.Millisecond, "the daemons must stop counting a stopped master")
+	require.NoError(t, target.Start(ctx, m))
+	rdb = redis.NewClient(&redis.Options{Addr: target.DirectAddrs()[m]})
+	defer rdb.Close()
+	n, err := rdb.Exists(ctx, "chaos:stop-start").Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "a stopped master comes back without its data (no persistence)")
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	require.NoError(t, target.Ready(rctx), "the daemons count it again after its quarantine")
 }
 
 // ensureImages builds the local images with `make images` when one is
