@@ -38,7 +38,8 @@ type clockSample struct {
 }
 
 const (
-	maxClockSamples = 30
+	maxClockSamples = 256              // a memory bound; the window is set by time
+	maxDriftWindow  = 10 * time.Second // the rate is judged over about this long
 	minDriftSpan    = 3 * time.Second
 )
 
@@ -80,10 +81,20 @@ func (g *clockGuard) observe(sent, received, remote time.Time) (clockEvent, time
 			return clockJumpBackward, delta
 		}
 	}
-	if len(g.samples) == maxClockSamples {
-		g.samples = append(g.samples[:0], g.samples[1:]...)
-	}
 	g.samples = append(g.samples, s)
+	// Keep about maxDriftWindow of samples whatever the probe interval (a
+	// count-based window of 30 never spanned minDriftSpan at intervals
+	// below ~100ms, so drift went unchecked).
+	drop := 0
+	for len(g.samples)-drop > 2 && mid.Sub(g.samples[drop+1].local) >= maxDriftWindow {
+		drop++
+	}
+	if n := len(g.samples) - drop; n > maxClockSamples {
+		drop += n - maxClockSamples
+	}
+	if drop > 0 {
+		g.samples = append(g.samples[:0], g.samples[drop:]...)
+	}
 	g.offset = offset
 	first := g.samples[0]
 	span := mid.Sub(first.local)

@@ -139,3 +139,14 @@ func TestClockGuardSlowProbesAreNotDrift(t *testing.T) {
 	}
 	t.Fatal("a 5% drift must be seen through 50ms of probe noise")
 }
+
+// TestClockGuardDriftAtShortProbeInterval: at a 50ms probe interval the
+// window still spans enough time to judge the rate.
+func TestClockGuardDriftAtShortProbeInterval(t *testing.T) {
+	g := newGuard()
+	evs := feed(g, 200, 50*time.Millisecond, time.Millisecond, func(e time.Duration) time.Duration {
+		return time.Duration(float64(e) * 0.03)
+	})
+	assert.Contains(t, evs, clockDrifting)
+	assert.NotContains(t, evs, clockJumpForward)
+}
