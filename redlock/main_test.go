@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlockd/redlockd/internal/testmasters"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 
 	"github.com/redlockd/redlockd/internal/redisproc"
 )
@@ -23,25 +23,7 @@ var servers []*redisproc.Server
 
 func TestMain(m *testing.M) {
 	redis.SetLogger(quietLogger{}) // dial failures to killed masters are expected here
-	var err error
-	servers, err = redisproc.StartN(5, redisproc.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "redlock tests need redis-server:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := redisproc.StopAll(servers); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	if code == 0 {
-		// go-redis re-dials a down master from a goroutine that sleeps 1s
-		// between tries and notices a closed pool only when it wakes.
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(testmasters.Run(m, 5, &servers))
 }
 
 var keySeq atomic.Int64

@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlockd/redlockd/internal/testmasters"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/redlockd/redlockd/config"
@@ -39,25 +39,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	var err error
-	servers, err = redisproc.StartN(5, redisproc.Options{})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "e2e tests need redis-server:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := redisproc.StopAll(servers); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-	}
-	if code == 0 {
-		// go-redis re-dials a down master from a goroutine that sleeps 1s
-		// between tries and notices a closed pool only when it wakes.
-		if err := goleak.Find(goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial")); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(testmasters.Run(m, 5, &servers))
 }
 
 // daemonURL starts the daemon as `redlockd serve` wires it, on a free
