@@ -24,6 +24,7 @@ Usage:
   redlockd serve --config FILE [flags]   serve the HTTP lock API (see "redlockd serve --help")
   redlockd dev [flags]                   start five local redis-server masters and the daemon
   redlockd chaos [flags]                 run fault drills and write a report (see "redlockd chaos --help")
+  redlockd chaos-proxy [flags]           a fault-injecting TCP proxy for the compose drills (see "redlockd chaos-proxy --help")
   redlockd help                          show this help
 
 Settings come from the YAML file, then REDLOCKD_* environment variables, then
@@ -55,6 +56,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return dev(ctx, args[1:], stdout, stderr)
 	case "chaos":
 		return chaosCmd(ctx, args[1:], stdout, stderr)
+	case "chaos-proxy":
+		return chaosProxyCmd(ctx, args[1:], stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
