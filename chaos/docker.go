@@ -36,6 +36,15 @@ type DockerOptions struct {
 	// DaemonServices are the daemons' service names, default redlockd-a,
 	// redlockd-b (restarted by Recover).
 	DaemonServices []string
+	// ProxyServices are the `redlockd chaos-proxy` services between the
+	// daemons and the masters (docker/chaos.compose.yml), in master order;
+	// default proxy1..proxy5. Listener i of each serves daemon i. When the
+	// project has none, the daemons reach the masters directly and
+	// Latency, Blackhole and Reset are unsupported.
+	ProxyServices []string
+	// ProxyControlPort is the port of the proxies' control API, default
+	// 7000.
+	ProxyControlPort int
 	// Daemons are the daemons' base URLs as this host reaches them
 	// (published on loopback), one per daemon service.
 	Daemons []string
@@ -65,10 +74,14 @@ type DockerOptions struct {
 //
 // The drill's own library clients run on this host and reach the masters at
 // their container addresses on the compose network, through a Proxy per
-// (view, master), so Partition of one view (0 or 1) cuts off those library
-// clients only: the daemons share one network and are not split. Latency,
-// Blackhole and Reset need a proxy in the daemons' path too, and are not
-// supported (there is no tc netem here).
+// (view, master). The daemons reach master m through the container proxyN
+// (`redlockd chaos-proxy`, N = m+1), daemon i through its listener i: so
+// Latency, Blackhole and Reset act on both paths (there is no tc netem
+// here), and Partition of view i (0 or 1) cuts off library view i and
+// daemon i alike. Without the proxy containers (a deployment without
+// docker/chaos.compose.yml), the daemons reach the masters directly:
+// Latency, Blackhole and Reset are unsupported, and a view partition cuts
+// off the library clients only.
 type DockerTarget struct {
 	opts    DockerOptions
 	dc      *docker.Client
@@ -80,12 +93,15 @@ type DockerTarget struct {
 	ids          []string // current container ID per master
 	daemonIDs    []string
 	proxies      [][]*Proxy
+	ctl          []*ProxyClient // the daemons' proxy per master; nil without them
 	clocks       []*clockshim.Clock
 	paused       map[int]bool
 	killed       map[int]bool
 	disconnected map[int]bool
 	viewCut      map[[2]int]bool
 	clockSet     map[int]bool
+	slowed       map[int]bool
+	blackholed   map[int]bool
 }
 
 // NewDockerTarget finds the running compose deployment and prepares the
@@ -100,6 +116,12 @@ func NewDockerTarget(ctx context.Context, o DockerOptions) (*DockerTarget, error
 	}
 	if len(o.DaemonServices) == 0 {
 		o.DaemonServices = []string{"redlockd-a", "redlockd-b"}
+	}
+	if len(o.ProxyServices) == 0 {
+		o.ProxyServices = []string{"proxy1", "proxy2", "proxy3", "proxy4", "proxy5"}
+	}
+	if o.ProxyControlPort == 0 {
+		o.ProxyControlPort = 7000
 	}
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = "redlock:"
@@ -118,6 +140,7 @@ func NewDockerTarget(ctx context.Context, o DockerOptions) (*DockerTarget, error
 		opts: o, dc: dc, hc: &http.Client{Timeout: 5 * time.Second},
 		paused: map[int]bool{}, killed: map[int]bool{}, disconnected: map[int]bool{},
 		viewCut: map[[2]int]bool{}, clockSet: map[int]bool{},
+		slowed: map[int]bool{}, blackholed: map[int]bool{},
 	}
 	ok := false
 	defer func() {
@@ -145,12 +168,21 @@ func NewDockerTarget(ctx context.Context, o DockerOptions) (*DockerTarget, error
 		}
 		t.daemonIDs = append(t.daemonIDs, c.ID)
 	}
+	if err := t.findProxies(ctx); err != nil {
+		return nil, err
+	}
 	for i, u := range o.Daemons {
+		// Views 0 and 1 are this host's library clients. Behind the chaos
+		// proxies, daemon i shares view i: Partition of that view cuts off
+		// its listener too. Without them the daemons see the masters from
+		// the compose network, a view of their own.
+		view := 2 + i
+		if t.ctl != nil && i < 2 {
+			view = i
+		}
 		t.daemons = append(t.daemons, Daemon{
 			Name: string(rune('a' + i)), URL: u, APIKey: o.APIKey,
-			// Views 0 and 1 are this host's library clients; the daemons
-			// see the masters from the compose network, a view of their own.
-			View: 2 + i, PerMasterTimeout: o.PerMasterTimeout,
+			View: view, PerMasterTimeout: o.PerMasterTimeout,
 		})
 	}
 	for range 2 { // the two library views
@@ -164,10 +196,121 @@ func NewDockerTarget(ctx context.Context, o DockerOptions) (*DockerTarget, error
 		}
 		t.proxies = append(t.proxies, row)
 	}
-	o.Logf("chaos: compose target: project %s, network %s, masters %v, daemons %v, clock shim %v",
-		o.Project, t.network, t.DirectAddrs(), o.Daemons, t.Supports(FaultClock))
+	if t.ctl != nil {
+		if err := t.checkDaemonsBehindProxies(ctx); err != nil {
+			return nil, err
+		}
+	}
+	o.Logf("chaos: compose target: project %s, network %s, masters %v, daemons %v, clock shim %v, daemons behind chaos proxies %v",
+		o.Project, t.network, t.DirectAddrs(), o.Daemons, t.Supports(FaultClock), t.ctl != nil)
 	ok = true
 	return t, nil
+}
+
+// findProxies finds the chaos-proxy containers of the project, reaches
+// their control API, and lifts any fault an earlier drill left in force
+// (one that was interrupted). None at all is fine (t.ctl stays nil); some
+// but not all, one not running, or one whose API does not answer is an
+// error.
+func (t *DockerTarget) findProxies(ctx context.Context) error {
+	var found []*docker.Container
+	var missing []string
+	for _, svc := range t.opts.ProxyServices {
+		c, err := t.find(ctx, svc)
+		if errors.Is(err, errNoService) {
+			missing = append(missing, svc)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		found = append(found, c)
+	}
+	switch {
+	case len(found) == 0:
+		t.opts.Logf("chaos: compose project %s has no chaos proxies (%s): the daemons reach the masters directly; no latency, blackhole or reset faults (docker/chaos.compose.yml adds them)",
+			t.opts.Project, strings.Join(t.opts.ProxyServices, ", "))
+		return nil
+	case len(missing) > 0:
+		return fmt.Errorf("chaos: compose project %q has chaos proxies but no %s: want one per master (%s)",
+			t.opts.Project, strings.Join(missing, ", "), strings.Join(t.opts.ProxyServices, ", "))
+	case len(found) != len(t.ids):
+		return fmt.Errorf("chaos: %d chaos proxies (%s) for %d masters: want one per master",
+			len(found), strings.Join(t.opts.ProxyServices, ", "), len(t.ids))
+	}
+	for i, c := range found {
+		svc := t.opts.ProxyServices[i]
+		if !c.State.Running {
+			return fmt.Errorf("chaos: %s is not running (%s, exit code %d): was the redlockd image built before `redlockd chaos-proxy` existed? Rebuild it (make images) and bring the deployment up again; `docker logs %s` says more",
+				svc, c.State.StateString(), c.State.ExitCode, strings.TrimPrefix(c.Name, "/"))
+		}
+		n, ok := c.NetworkSettings.Networks[t.network]
+		if !ok || n.IPAddress == "" {
+			return fmt.Errorf("chaos: %s is not on network %s", svc, t.network)
+		}
+		pc := NewProxyClient("http://"+net.JoinHostPort(n.IPAddress, strconv.Itoa(t.opts.ProxyControlPort)), t.hc)
+		// Just started with the deployment: give its API a moment.
+		var st ProxyControlState
+		var err error
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if st, err = pc.State(ctx); err == nil || time.Now().After(deadline) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("chaos: %s's control API: %w", svc, err)
+		}
+		if len(st.Listeners) < len(t.opts.DaemonServices) {
+			return fmt.Errorf("chaos: %s has %d listeners for %d daemons: want one per daemon (--listen, in daemon order)", svc, len(st.Listeners), len(t.opts.DaemonServices))
+		}
+		for _, l := range st.Listeners {
+			if l.Latency != "0s" || l.Blackhole || l.Reject {
+				t.opts.Logf("chaos: %s still has faults from an earlier drill (%+v): lifting them", svc, st.Listeners)
+				if err := pc.Heal(ctx, AllListeners); err != nil {
+					return err
+				}
+				break
+			}
+		}
+		t.ctl = append(t.ctl, pc)
+	}
+	return nil
+}
+
+// checkDaemonsBehindProxies checks, from each daemon's /readyz, that daemon
+// i reaches master m through listener i of proxy m: a daemon that reached
+// the masters some other way would not see the faults, and the drill would
+// pass for the wrong reason.
+func (t *DockerTarget) checkDaemonsBehindProxies(ctx context.Context) error {
+	for i, u := range t.opts.Daemons {
+		r, err := t.readyz(ctx, u)
+		if err != nil {
+			return fmt.Errorf("chaos: check the daemons' masters: %w", err)
+		}
+		for m, pc := range t.ctl {
+			st, err := pc.State(ctx)
+			if err != nil {
+				return err
+			}
+			if i >= len(st.Listeners) {
+				return fmt.Errorf("chaos: %s has no listener %d for daemon %s", t.opts.ProxyServices[m], i, u)
+			}
+			_, port, err := net.SplitHostPort(st.Listeners[i].Addr)
+			if err != nil {
+				return fmt.Errorf("chaos: %s's listener %d: %w", t.opts.ProxyServices[m], i, err)
+			}
+			if want := net.JoinHostPort(t.opts.ProxyServices[m], port); r.Masters[m].Addr != want {
+				return fmt.Errorf("chaos: daemon %s reaches master %d at %s, not through the chaos proxy at %s: its faults would not reach it (docker/chaos.compose.yml sets REDLOCKD_MASTERS)",
+					u, m, r.Masters[m].Addr, want)
+			}
+		}
+	}
+	return nil
 }
 
 // DockerClient connects to the Docker engine (endpoint "" for $DOCKER_HOST
@@ -184,6 +327,10 @@ func DockerClient(endpoint string) (*docker.Client, error) {
 	return pool.Client, nil
 }
 
+// errNoService is returned, wrapped, by find when the project has no
+// container of the service.
+var errNoService = errors.New("bring the deployment up first (make images up)")
+
 // find returns the container of a compose service of the project.
 func (t *DockerTarget) find(ctx context.Context, service string) (*docker.Container, error) {
 	cs, err := t.dc.ListContainers(docker.ListContainersOptions{
@@ -197,7 +344,7 @@ func (t *DockerTarget) find(ctx context.Context, service string) (*docker.Contai
 		return nil, fmt.Errorf("chaos: list containers: %w", err)
 	}
 	if len(cs) == 0 {
-		return nil, fmt.Errorf("chaos: compose project %q has no %s container: bring the deployment up first (make images up)", t.opts.Project, service)
+		return nil, fmt.Errorf("chaos: compose project %q has no %s container: %w", t.opts.Project, service, errNoService)
 	}
 	return t.dc.InspectContainerWithContext(cs[0].ID, ctx)
 }
@@ -293,6 +440,8 @@ func (t *DockerTarget) Supports(kind FaultKind) bool {
 	switch kind {
 	case FaultKill, FaultPause, FaultRestart, FaultPartition, FaultViewPartition:
 		return true
+	case FaultLatency, FaultBlackhole, FaultReset:
+		return t.ctl != nil
 	case FaultClock:
 		return t.clocks[0] != nil
 	case FaultHoldReply:
@@ -304,6 +453,7 @@ func (t *DockerTarget) Supports(kind FaultKind) bool {
 // readyz is the part of GET /readyz the drills read.
 type readyz struct {
 	Masters []struct {
+		Addr   string `json:"addr"`
 		Counts bool   `json:"counts"`
 		State  string `json:"state"`
 	} `json:"masters"`
@@ -538,6 +688,11 @@ func (t *DockerTarget) Partition(ctx context.Context, view, m int, on bool) erro
 			delete(t.viewCut, [2]int{view, m})
 		}
 		t.mu.Unlock()
+		if t.ctl != nil && view < len(t.opts.DaemonServices) { // daemon view's listener
+			if err := t.ctl[m].SetReject(ctx, view, on); err != nil {
+				return fmt.Errorf("chaos: partition of view %d from %s: %w", view, t.opts.ProxyServices[m], err)
+			}
+		}
 		return nil
 	}
 	var err error
@@ -559,19 +714,74 @@ func (t *DockerTarget) Partition(ctx context.Context, view, m int, on bool) erro
 	return nil
 }
 
-// Latency implements Injector: not supported (no tc netem).
-func (t *DockerTarget) Latency(context.Context, int, time.Duration) error {
-	return fmt.Errorf("%w: latency on the compose target", ErrUnsupported)
+// proxied reports ErrUnsupported, wrapped, for a fault that needs the
+// chaos proxies when there are none.
+func (t *DockerTarget) proxied(m int, fault string) error {
+	if err := t.check(m); err != nil {
+		return err
+	}
+	if t.ctl == nil {
+		return fmt.Errorf("%w: %s on the compose target needs the chaos proxies of docker/chaos.compose.yml (project %q has no %s)",
+			ErrUnsupported, fault, t.opts.Project, t.opts.ProxyServices[m])
+	}
+	return nil
 }
 
-// Blackhole implements Injector: not supported (no tc netem).
-func (t *DockerTarget) Blackhole(context.Context, int, bool) error {
-	return fmt.Errorf("%w: blackhole on the compose target", ErrUnsupported)
+// Latency implements Injector: the host proxies of both library views and
+// the daemons' proxy in front of master m delay every chunk by d.
+func (t *DockerTarget) Latency(ctx context.Context, m int, d time.Duration) error {
+	if err := t.proxied(m, "latency"); err != nil {
+		return err
+	}
+	if d > 0 {
+		t.set(t.slowed, m, true) // healed by HealAll even if the call below fails
+	}
+	for _, row := range t.proxies {
+		row[m].SetLatency(d)
+	}
+	if err := t.ctl[m].SetLatency(ctx, AllListeners, d); err != nil {
+		return fmt.Errorf("chaos: latency on %s: %w", t.opts.ProxyServices[m], err)
+	}
+	if d <= 0 {
+		t.set(t.slowed, m, false)
+	}
+	return nil
 }
 
-// Reset implements Injector: not supported.
-func (t *DockerTarget) Reset(context.Context, int) error {
-	return fmt.Errorf("%w: connection reset on the compose target", ErrUnsupported)
+// Blackhole implements Injector on the host proxies of both library views
+// and the daemons' proxy in front of master m.
+func (t *DockerTarget) Blackhole(ctx context.Context, m int, on bool) error {
+	if err := t.proxied(m, "blackhole"); err != nil {
+		return err
+	}
+	if on {
+		t.set(t.blackholed, m, true)
+	}
+	for _, row := range t.proxies {
+		row[m].SetBlackhole(on)
+	}
+	if err := t.ctl[m].SetBlackhole(ctx, AllListeners, on); err != nil {
+		return fmt.Errorf("chaos: blackhole on %s: %w", t.opts.ProxyServices[m], err)
+	}
+	if !on {
+		t.set(t.blackholed, m, false)
+	}
+	return nil
+}
+
+// Reset implements Injector: every open connection to master m, the
+// library views' and the daemons', is reset once.
+func (t *DockerTarget) Reset(ctx context.Context, m int) error {
+	if err := t.proxied(m, "connection reset"); err != nil {
+		return err
+	}
+	for _, row := range t.proxies {
+		row[m].Reset()
+	}
+	if err := t.ctl[m].Reset(ctx, AllListeners); err != nil {
+		return fmt.Errorf("chaos: reset on %s: %w", t.opts.ProxyServices[m], err)
+	}
+	return nil
 }
 
 // ClockJump implements Injector through the shim's control file.
@@ -599,10 +809,12 @@ func (t *DockerTarget) ClockRate(_ context.Context, m int, rate float64) error {
 }
 
 // HealAll implements Target: unpause, reconnect, replace killed masters
-// with fresh containers, lift view partitions, put clocks back.
+// with fresh containers, lift view partitions, latency and blackholes, put
+// clocks back.
 func (t *DockerTarget) HealAll(ctx context.Context) error {
 	t.mu.Lock()
 	paused, killed, disc := keysOf(t.paused), keysOf(t.killed), keysOf(t.disconnected)
+	slowed, blackholed := keysOf(t.slowed), keysOf(t.blackholed)
 	cuts := make([][2]int, 0, len(t.viewCut))
 	for k := range t.viewCut {
 		cuts = append(cuts, k)
@@ -611,6 +823,12 @@ func (t *DockerTarget) HealAll(ctx context.Context) error {
 	t.clockSet = map[int]bool{}
 	t.mu.Unlock()
 	var errs []error
+	for _, m := range blackholed {
+		errs = append(errs, t.Blackhole(ctx, m, false))
+	}
+	for _, m := range slowed {
+		errs = append(errs, t.Latency(ctx, m, 0))
+	}
 	for _, m := range paused {
 		errs = append(errs, t.Resume(ctx, m))
 	}
@@ -693,9 +911,17 @@ return 0`
 	return t.Ready(rctx)
 }
 
-// Close closes the host proxies. The deployment keeps running.
+// Close lifts every fault of the daemons' proxies and closes the host
+// proxies. The deployment keeps running.
 func (t *DockerTarget) Close() error {
 	var errs []error
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for m, pc := range t.ctl {
+		if err := pc.Heal(ctx, AllListeners); err != nil {
+			errs = append(errs, fmt.Errorf("chaos: lift the faults of %s: %w", t.opts.ProxyServices[m], err))
+		}
+	}
 	for _, row := range t.proxies {
 		for _, p := range row {
 			errs = append(errs, p.Close())
