@@ -32,7 +32,10 @@ import (
 //     do not count, for quarantine_left_s more seconds, because of
 //     quarantine_reason: a restart without its data, a clock jump, drift) or
 //     "repairing" (it lost its data; its votes count again once its fencing
-//     counter is repaired from a quorum). A down master may be quarantined
+//     counter is repaired from a quorum, or by `redlockd repair-fences` when
+//     a majority lost its data) or "waiting" (no master that answers has a
+//     marker yet and some have not answered: a brand-new deployment, or one
+//     whose silent masters kept the only markers). A down master may be quarantined
 //     too: quarantine_reason and quarantine_left_s say so whatever the state.
 //   - drifting: its clock rate differs from ours by more than the drift
 //     factor (it is quarantined for that as well).

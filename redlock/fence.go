@@ -38,7 +38,12 @@ import (
 // Assumptions: at most N − quorum masters lose their data between L1's
 // write-back and L2's vote and each is repaired before it counts; a lost
 // master is detected (run_id change seen by a probe or a new connection, or
-// the startup marker rule) before it next votes. One counter serves every
+// the startup marker rule) before it next votes. When more than N − quorum
+// masters lose their data no quorum can repair a counter: those masters
+// stay out until an operator runs RepairFences (`redlockd repair-fences`),
+// which raises every counter past the highest left anywhere by a margin or
+// to a floor the operator knows (the resource's highest accepted fence).
+// That step leaves the proof: its bound is the operator's. One counter serves every
 // key of a Client: fences form one global sequence, so state does not grow
 // with the number of keys and never resets when a lock expires; two
 // different keys may receive the same fence, which is harmless because
@@ -72,6 +77,12 @@ func (c *Client) repairFence(m *master) {
 		highest = max(highest, v)
 	}
 	if answers < c.quorum {
+		if at, ok := m.repairedByOperator(); ok {
+			m.st.repairPending.Store(false)
+			c.repairs.Add(1)
+			c.opts.logger.Warn("fencing counter repaired by an operator (redlockd repair-fences), no quorum to read from", zapMaster(m), zap.Time("repaired_at", at))
+			return
+		}
 		c.opts.logger.Warn("fencing counter repair postponed: no quorum to read from", zapMaster(m), zap.Int("answers", answers))
 		return
 	}
@@ -117,4 +128,31 @@ func (c *Client) writeFence(ctx context.Context, keys []string, token string, fe
 		return written >= need || failFast && failed > sent-need
 	})
 	return written
+}
+
+// repairedByOperator reports whether RepairFences wrote m's marker after
+// m's server last started (both by m's own clock), i.e. after the data
+// loss that left its repair pending.
+func (m *master) repairedByOperator() (time.Time, bool) {
+	m.st.mu.Lock()
+	v, started := m.st.markerValue, m.st.startedAt
+	m.st.mu.Unlock()
+	at, ok := parseRepairMarker(v)
+	return at, ok && !started.IsZero() && !at.Before(started)
+}
+
+// repairedRecently quarantines a master first seen with RepairFences' marker
+// whose server started less than max TTL ago: the locks it lost when it
+// restarted may still be valid until max TTL after its start.
+func (m *master) repairedRecently() {
+	m.st.mu.Lock()
+	v, uptime := m.st.markerValue, m.st.uptime
+	m.st.mu.Unlock()
+	if _, ok := parseRepairMarker(v); !ok {
+		return
+	}
+	// INFO's uptime is rounded down: one more second.
+	if left := m.c.opts.maxTTL - uptime + time.Second; left > 0 {
+		m.quarantine("repaired by an operator after losing its data; locks it lost may still be valid", left)
+	}
 }

@@ -18,8 +18,11 @@ type MasterStatus struct {
 	Index int
 	Addr  string
 	// State is "up", "down", "quarantined" (votes excluded for a while:
-	// restart without data, clock jump, drift) or "repairing" (lost data;
-	// votes excluded until its fencing counter is repaired from a quorum).
+	// restart without data, clock jump, drift), "repairing" (lost data;
+	// votes excluded until its fencing counter is repaired from a quorum,
+	// or by `redlockd repair-fences` when no quorum kept its data) or
+	// "waiting" (answers, but the marker rule has not decided yet: no
+	// master has a marker and some have not answered yet).
 	State string
 	Up    bool // answered its last probe and accepts connections
 	// Counts is whether its votes count towards a quorum right now.
@@ -73,6 +76,8 @@ func (c *Client) Masters() []MasterStatus {
 			st.State = "down"
 		case m.st.repairPending.Load():
 			st.State = "repairing"
+		case !m.st.probed.Load():
+			st.State = "waiting"
 		case st.QuarantineLeft > 0:
 			st.State = "quarantined"
 		default:
@@ -165,7 +170,7 @@ func (c *Client) probeAll() {
 }
 
 // probeOnce runs PING, INFO server, TIME, ROLE, CONFIG GET (where allowed)
-// and EXISTS marker in one pipeline.
+// and GET marker in one pipeline.
 func (m *master) probeOnce() {
 	o := &m.c.opts
 	ctx, cancel := context.WithTimeout(context.Background(), o.healthTimeout)
@@ -178,7 +183,11 @@ func (m *master) probeOnce() {
 	tm := pipe.Time(ctx)
 	role := pipe.Do(ctx, "ROLE")
 	cfg := pipe.ConfigGet(ctx, "*") // filtered below; one call instead of five
-	marker := pipe.Exists(ctx, o.markerKey)
+	marker := pipe.Get(ctx, o.markerKey)
+	var fence *redis.StringCmd
+	if o.fenceKey != "" {
+		fence = pipe.Get(ctx, o.fenceKey)
+	}
 	_, _ = pipe.Exec(ctx)
 	received := time.Now()
 	d := received.Sub(start)
@@ -215,15 +224,73 @@ func (m *master) probeOnce() {
 		m.st.durable = conf["appendonly"] == "yes" && conf["appendfsync"] == "always"
 		m.st.mu.Unlock()
 	}
-	if n, err := marker.Result(); err == nil {
+	if v, err := marker.Result(); err == nil || errors.Is(err, redis.Nil) {
 		m.st.mu.Lock()
-		m.st.hasMarker = n == 1
+		m.st.hasMarker = err == nil
+		m.st.markerValue = v
 		m.st.mu.Unlock()
 	}
-	if remote, err := tm.Result(); err == nil && o.clockGuard {
-		m.observeClock(sent, received, remote)
+	if fence != nil {
+		v, err := fence.Int64()
+		if errors.Is(err, redis.Nil) {
+			v, err = 0, nil
+		}
+		m.st.mu.Lock()
+		m.st.fenceCounter, m.st.fenceRead = v, err == nil
+		m.st.mu.Unlock()
+	}
+	if remote, err := tm.Result(); err == nil {
+		m.st.mu.Lock()
+		// When the server started, by its own clock: INFO's uptime is
+		// whole seconds, so this is up to 1s later than the real start.
+		m.st.startedAt = remote.Add(-m.st.uptime)
+		m.st.mu.Unlock()
+		if o.clockGuard {
+			m.observeClock(sent, received, remote)
+		}
 	}
 	m.setUp()
+}
+
+// spreadFence copies the highest fencing counter the last probe round read
+// from a counting master to every counting master below it (max-assign).
+// The fence proof does not need it (fence.go); it bounds how far the
+// masters that keep their data can lag the newest fence — a master whose
+// votes come late never receives write-backs — which is what an operator's
+// RepairFences after the loss of a majority relies on.
+func (c *Client) spreadFence() {
+	if c.opts.fenceKey == "" {
+		return
+	}
+	var highest int64
+	behind := make([]*master, 0, len(c.masters))
+	read := make([]int64, len(c.masters))
+	for i, m := range c.masters {
+		m.st.mu.Lock()
+		v, ok := m.st.fenceCounter, m.st.fenceRead
+		m.st.mu.Unlock()
+		read[i] = -1
+		if ok && m.counts() {
+			read[i] = v
+			highest = max(highest, v)
+		}
+	}
+	for i, m := range c.masters {
+		if read[i] >= 0 && read[i] < highest {
+			behind = append(behind, m)
+		}
+	}
+	if len(behind) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.healthTimeout)
+	defer cancel()
+	target := strconv.FormatInt(highest, 10)
+	for _, m := range behind {
+		if err := fenceRepairScript.Run(ctx, m.probe, []string{c.opts.fenceKey}, target).Err(); err != nil {
+			c.opts.logger.Debug("fencing counter catch-up failed", zapMaster(m), zapErr(err))
+		}
+	}
 }
 
 func (m *master) observeClock(sent, received, remote time.Time) {
@@ -343,11 +410,14 @@ func parseInfoServer(s string) (runID string, uptime time.Duration, mode string,
 func (c *Client) afterProbes() {
 	c.probeMu.Lock()
 	defer c.probeMu.Unlock()
-	withMarker := 0
+	withMarker, answered := 0, 0
 	for _, m := range c.masters {
 		m.st.mu.Lock()
-		if m.up.Load() && m.st.hasMarker {
-			withMarker++
+		if m.up.Load() {
+			answered++
+			if m.st.hasMarker {
+				withMarker++
+			}
 		}
 		m.st.mu.Unlock()
 	}
@@ -356,26 +426,51 @@ func (c *Client) afterProbes() {
 			continue
 		}
 		m.st.mu.Lock()
-		first := !m.st.seen
-		m.st.seen = true
-		has := m.st.hasMarker
+		first, has := !m.st.seen, m.st.hasMarker
 		m.st.mu.Unlock()
-		if first {
-			defer m.st.probed.Store(true) // after the marker rule below
+		if !first {
+			continue
 		}
-		// The marker rule: a master without our marker while a quorum of
-		// the others have theirs restarted without its data while no
-		// redlockd was watching. A brand-new deployment has no marker
-		// anywhere and starts serving at once.
-		if first && !has && withMarker >= c.quorum {
+		// The marker rule, for a master seen for the first time:
+		//   - with our marker: it kept its data since a redlockd wrote it;
+		//   - without, while a quorum of the others have theirs: it
+		//     restarted without its data while no redlockd was watching;
+		//     quarantined, and its fencing counter repaired from that quorum;
+		//   - without, while some but fewer than a quorum have theirs: a
+		//     majority lost its data. The same, but no quorum can repair its
+		//     fencing counter, so it counts only after an operator runs
+		//     `redlockd repair-fences` (see repairFence);
+		//   - no marker on any master, and every master answered: a
+		//     brand-new deployment, which starts serving at once;
+		//   - no marker on any master that answered, and some did not: the
+		//     silent ones may hold the markers (and the fencing counters) of
+		//     a deployment whose other masters all lost their data. Wait for
+		//     every master to answer; meanwhile none of them votes.
+		switch {
+		case has:
+			m.repairedRecently()
+		case withMarker >= c.quorum:
 			m.lostData("marker key missing while a quorum of the other masters have theirs (restarted without data while unwatched)")
+		case withMarker > 0:
+			m.lostData(fmt.Sprintf("marker key missing on %d of %d masters: a majority lost its data; its fencing counter cannot be repaired from a quorum, run `redlockd repair-fences`", len(c.masters)-withMarker, len(c.masters)))
+			c.opts.logger.Error("a majority of masters lost their data: they vote again only after `redlockd repair-fences` raises their fencing counters", zapMaster(m))
+		case answered < len(c.masters):
+			if !m.st.waitLogged.Swap(true) {
+				c.opts.logger.Warn("no master has the marker yet and not all answered: waiting for every master before treating this as a new deployment", zapMaster(m), zap.Int("answered", answered), zap.Int("masters", len(c.masters)))
+			}
+			continue // not seen: the rule runs again next round
 		}
+		m.st.mu.Lock()
+		m.st.seen = true
+		m.st.mu.Unlock()
+		defer m.st.probed.Store(true) // after the repairs and markers below
 	}
 	for _, m := range c.masters {
 		if m.up.Load() && m.st.repairPending.Load() {
 			c.repairFence(m)
 		}
 	}
+	c.spreadFence()
 	for _, m := range c.masters {
 		m.st.mu.Lock()
 		need := m.up.Load() && !m.st.hasMarker

@@ -52,11 +52,30 @@ func newClient(t *testing.T, opts ...Option) *Client {
 	// A marker key of its own: tests restart masters empty, and a shared
 	// marker would (rightly) get those quarantined by every later Client.
 	marker := fmt.Sprintf("marker:%s:%d", t.Name(), keySeq.Add(1))
+	plantMarker(marker)
 	opts = append([]Option{WithPerMasterTimeout(500 * time.Millisecond), WithMarkerKey(marker)}, opts...)
 	c, err := New(masterOptions(), opts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	return c
+}
+
+// plantMarker writes marker on every master that answers within 200ms:
+// newClient models a Client of an established deployment, whose masters
+// kept their markers (a brand-new deployment with a master down waits for
+// it; TestNewDeploymentWaitsForEveryMaster covers that).
+func plantMarker(marker string) {
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Go(func() {
+			r := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+			defer r.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			defer cancel()
+			_ = r.Set(ctx, marker, "redlockd", 0).Err() // a down or paused master keeps none
+		})
+	}
+	wg.Wait()
 }
 
 // direct returns plain go-redis clients to each master, for inspecting and

@@ -22,13 +22,19 @@ type masterState struct {
 	// probed: answered a probe and passed the marker rule. Until then its
 	// votes do not count: it may have lost its data while unwatched.
 	probed atomic.Bool
+	// waitLogged: the "waiting for every master" warning was logged.
+	waitLogged atomic.Bool
 
 	mu               sync.Mutex
 	runID            string
 	uptime           time.Duration
 	durable          bool // appendonly yes + appendfsync always: a restart keeps data
 	hasMarker        bool
-	seen             bool // answered at least one probe
+	markerValue      string    // the marker's value, "" when missing
+	fenceCounter     int64     // the fencing counter at the last probe
+	fenceRead        bool      // fenceCounter was read at the last probe
+	startedAt        time.Time // when the server started, by its clock; zero if unknown
+	seen             bool      // answered at least one probe
 	quarantineReason string
 	drifting         bool
 	clock            clockGuard

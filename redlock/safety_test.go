@@ -111,9 +111,21 @@ func fenceScenario(t *testing.T, opts ...Option) (*Client, string, int64, error)
 		require.NoError(t, lock.Release(ctx))
 	}
 	require.GreaterOrEqual(t, fence, int64(10))
-	restartEmpty(t, 0, 1, 2)
+	// 3 and 4 first: while they still count, the health loop would copy
+	// their counter to the restarted masters (spreadFence) and hide the
+	// negative control's bug.
 	withMasters(t, "pause", 3, 4)
-	time.Sleep(100 * time.Millisecond) // several probe rounds: detection by probe as well as by reconnect
+	require.Eventually(t, func() bool {
+		st := c.Masters()
+		return !st[3].Up && !st[4].Up
+	}, 10*time.Second, 10*time.Millisecond, "the probes must see 3 and 4 stop answering")
+	restartEmpty(t, 0, 1, 2)
+	// Until a probe saw them back up, the three would be refused as known
+	// down; the probe round also waits out the paused masters' timeout.
+	require.Eventually(t, func() bool {
+		st := c.Masters()
+		return st[0].Up && st[1].Up && st[2].Up
+	}, 10*time.Second, 10*time.Millisecond)
 	lock, err := c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
 	if err != nil {
 		return c, key, fence, err

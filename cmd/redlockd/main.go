@@ -2,6 +2,7 @@
 //
 //	redlockd serve --config redlockd.yaml   run against your masters
 //	redlockd dev                            five local masters + the daemon
+//	redlockd repair-fences --config FILE    after most masters lost their data
 //
 // main only wires: the algorithm is in package redlock, the HTTP API in
 // package daemon, settings in package config.
@@ -25,6 +26,8 @@ Usage:
   redlockd dev [flags]                   start five local redis-server masters and the daemon
   redlockd chaos [flags]                 run fault drills and write a report (see "redlockd chaos --help")
   redlockd chaos-proxy [flags]           a fault-injecting TCP proxy for the compose drills (see "redlockd chaos-proxy --help")
+  redlockd repair-fences --config FILE   after most masters lost their data: raise the fencing counters
+                                         so the daemons count them again (see "redlockd repair-fences --help")
   redlockd help                          show this help
 
 Settings come from the YAML file, then REDLOCKD_* environment variables, then
@@ -58,6 +61,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return chaosCmd(ctx, args[1:], stdout, stderr)
 	case "chaos-proxy":
 		return chaosProxyCmd(ctx, args[1:], stderr)
+	case "repair-fences":
+		return repairFences(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

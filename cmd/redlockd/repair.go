@@ -1,0 +1,130 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockd/redlockd/config"
+	"github.com/redlockd/redlockd/redlock"
+)
+
+const repairUsage = `Usage: redlockd repair-fences --config FILE [--min N] [--margin N] [--allow-missing] [--dry-run]
+
+After more than half of the masters lost their data (restarted without
+persistence), no quorum kept the fencing counter, and the daemons keep those
+masters out ("repairing" in /readyz) and refuse locks: they fail closed. This
+command is the way back. It reads the fencing counter (KEY_PREFIX + "fence")
+on every master, raises it everywhere to
+
+    max(highest found + margin, min + 1)
+
+and writes the marker (KEY_PREFIX + "marker") "repaired <time>". Running
+daemons accept the repair at their next probe and count each repaired master
+once max_ttl has passed since it restarted (locks it lost may be valid until
+then); daemons started later do the same.
+
+The newest fence may have lived only on the masters that lost their data.
+The daemons copy the highest counter to every master each health interval,
+so the default margin (1,000,000) covers the fences granted in one interval;
+--min, the highest fence your protected resource accepted, is the certain
+bound when you know it. Every master must answer unless --allow-missing
+(then a quorum), because one that is down may hold the highest counter.
+
+Flags (and every "redlockd serve" setting, to name the masters):
+`
+
+// repairFences runs `redlockd repair-fences`.
+func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("repair-fences", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "", "the daemons' YAML config file (masters, master_password, key_prefix)")
+	min := fs.Int64("min", 0, "raise every fencing counter to at least min+1 (e.g. the highest fence your resource accepted)")
+	margin := fs.Int64("margin", redlock.DefaultRepairMargin, "added to the highest counter found")
+	allowMissing := fs.Bool("allow-missing", false, "repair when only a quorum of the masters answers")
+	dryRun := fs.Bool("dry-run", false, "read and report; write nothing")
+	timeout := fs.Duration("timeout", 2*time.Second, "per-master timeout of each command")
+	var cfg config.Config
+	cfg.RegisterFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, repairUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("repair-fences: unexpected argument %q", fs.Arg(0))
+	}
+	switch {
+	case *min < 0:
+		return fmt.Errorf("repair-fences: --min must be ≥ 0, got %d", *min)
+	case *margin < 1:
+		return fmt.Errorf("repair-fences: --margin must be ≥ 1, got %d", *margin)
+	case *timeout <= 0:
+		return fmt.Errorf("repair-fences: --timeout must be > 0, got %v", *timeout)
+	}
+	cfg, err := config.Load(*path, os.LookupEnv, fs)
+	if err != nil {
+		return err
+	}
+	masters := make([]*redis.Options, len(cfg.Masters))
+	for i, addr := range cfg.Masters {
+		masters[i] = &redis.Options{Addr: addr, Password: cfg.MasterPassword}
+	}
+	res, err := redlock.RepairFences(ctx, masters, redlock.RepairOptions{
+		FenceKey:     cfg.KeyPrefix + "fence",
+		MarkerKey:    cfg.KeyPrefix + "marker",
+		Margin:       *margin,
+		Min:          *min,
+		AllowMissing: *allowMissing,
+		DryRun:       *dryRun,
+		Timeout:      *timeout,
+	})
+	if res != nil {
+		printRepair(stdout, res, *dryRun && err == nil)
+	}
+	if err != nil {
+		if errors.Is(err, redlock.ErrQuorumUnavailable) {
+			return fmt.Errorf("repair-fences: nothing written: %w", err)
+		}
+		return fmt.Errorf("repair-fences: %w", err)
+	}
+	if *dryRun {
+		fmt.Fprintf(stdout, "dry run: nothing written; without --dry-run every counter would be raised to %d\n", res.Target)
+		return nil
+	}
+	fmt.Fprintf(stdout, "repaired: every answering master's fencing counter is ≥ %d and carries the repair marker\n", res.Target)
+	return nil
+}
+
+func printRepair(w io.Writer, res *redlock.RepairResult, dry bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MASTER\tADDR\tCOUNTER BEFORE\tAFTER\tMARKER\tRESULT")
+	for _, m := range res.Masters {
+		result := "ok"
+		switch {
+		case m.Err != nil:
+			result = m.Err.Error()
+		case dry:
+			result = "dry run"
+		}
+		before, after, marker := "-", "-", m.Marker
+		if m.Answered {
+			before, after = fmt.Sprint(m.Before), fmt.Sprint(m.After)
+		}
+		if marker == "" {
+			marker = "(none)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", m.Index, m.Addr, before, after, marker, result)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "highest counter found %d on %d of %d masters; target %d\n", res.Highest, res.Answered, len(res.Masters), res.Target)
+}

@@ -1,0 +1,259 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultRepairMargin is what RepairFences adds to the highest fencing
+// counter it finds. The health loop copies the highest counter among the
+// counting masters to every counting master each round, so the masters
+// that kept their data lag the newest fence by the fences granted within
+// about one health interval before the loss; the margin must exceed that.
+const DefaultRepairMargin int64 = 1_000_000
+
+// repairMarkerPrefix starts the marker value RepairFences writes:
+// "repaired <unix milliseconds by the master's clock>".
+const repairMarkerPrefix = "repaired "
+
+// RepairOptions configures RepairFences. The zero value uses the defaults.
+type RepairOptions struct {
+	// FenceKey and MarkerKey are the Client's (WithFenceKey,
+	// WithMarkerKey); defaults "redlock:fence" and "redlock:marker".
+	FenceKey, MarkerKey string
+	// Margin is added to the highest counter found; 0 means
+	// DefaultRepairMargin. Must not be negative.
+	Margin int64
+	// Min is a floor the operator knows, e.g. the highest fence the
+	// protected resource has accepted: the counters are raised to at least
+	// Min + 1. Must not be negative.
+	Min int64
+	// AllowMissing repairs when only a quorum of the masters answers. By
+	// default every master must answer: one that is down may hold the
+	// highest counter.
+	AllowMissing bool
+	// DryRun reads and reports, and writes nothing.
+	DryRun bool
+	// Timeout bounds each master's commands; default 2s.
+	Timeout time.Duration
+}
+
+// MasterRepair is what RepairFences found and did on one master.
+type MasterRepair struct {
+	Index int
+	Addr  string
+	// Before is the fencing counter found (0 when the key is missing);
+	// After the counter once raised (Before on a dry run or error).
+	Before, After int64
+	// Marker is the marker value found ("" when missing: the master lost
+	// its data, or never served this deployment).
+	Marker string
+	// Answered: the master answered the read. Err is why it was not read
+	// or not repaired; nil on success.
+	Answered bool
+	Err      error
+}
+
+// RepairResult reports a RepairFences run.
+type RepairResult struct {
+	// Highest is the highest counter found; Target what every answering
+	// master's counter was raised to (at least): max(Highest+Margin, Min+1).
+	Highest, Target int64
+	Answered        int // masters that answered the read
+	Masters         []MasterRepair
+}
+
+// RepairFences is the operator's repair after more than N − quorum masters
+// lost their data (`redlockd repair-fences`). Such masters cannot have their
+// fencing counters repaired from a quorum (fence.go), so Clients keep them
+// out ("repairing") and the deployment refuses locks: failing closed.
+// RepairFences reads every master's counter, raises every answering
+// master's counter to Target = max(highest + Margin, Min + 1) with a
+// max-assign, and writes the marker "repaired <time>" (the master's TIME,
+// in ms). A Client whose repair of a master is pending accepts that marker
+// when it was written after the master's server started (by the master's
+// clock), and the master then counts once its quarantine (max TTL from the
+// loss) is over; a Client starting later finds every marker in place and
+// keeps such a master out until max TTL after its server started.
+//
+// The guarantee that fences keep increasing is the operator's here: the
+// newest fence may have lived only on the masters that lost their data.
+// The health loop keeps the others within about one health interval of the
+// newest counter, which Margin covers by default; Min, the highest fence the
+// protected resource accepted, is the certain bound when it is known.
+//
+// It needs every master to answer (with AllowMissing, a quorum: fewer could
+// all be ones that lost their data) and returns an error wrapping
+// ErrQuorumUnavailable otherwise, having written nothing; ErrInvalid for bad options. Masters
+// that do not answer are left alone: the Clients repair them from a quorum
+// when they return. Errors writing one master are reported in its
+// MasterRepair and make RepairFences return an error too.
+func RepairFences(ctx context.Context, masters []*redis.Options, o RepairOptions) (*RepairResult, error) {
+	if len(masters) == 0 {
+		return nil, fmt.Errorf("%w: at least one master is required", ErrInvalid)
+	}
+	if o.FenceKey == "" {
+		o.FenceKey = "redlock:fence"
+	}
+	if o.MarkerKey == "" {
+		o.MarkerKey = "redlock:marker"
+	}
+	switch {
+	case o.Margin < 0:
+		return nil, fmt.Errorf("%w: repair margin must be ≥ 0, got %d", ErrInvalid, o.Margin)
+	case o.Min < 0:
+		return nil, fmt.Errorf("%w: repair min must be ≥ 0, got %d", ErrInvalid, o.Min)
+	case o.Timeout < 0:
+		return nil, fmt.Errorf("%w: repair timeout must be ≥ 0, got %v", ErrInvalid, o.Timeout)
+	}
+	if o.Margin == 0 {
+		o.Margin = DefaultRepairMargin
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 2 * time.Second
+	}
+	res := &RepairResult{Masters: make([]MasterRepair, len(masters))}
+	rdbs := make([]*redis.Client, len(masters))
+	for i, mo := range masters {
+		opt := *mo
+		opt.MaxRetries = -1
+		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
+		opt.PoolSize = 1
+		opt.DisableIdentity = true
+		rdbs[i] = redis.NewClient(&opt)
+		res.Masters[i] = MasterRepair{Index: i, Addr: mo.Addr}
+	}
+	defer func() {
+		for _, r := range rdbs {
+			_ = r.Close()
+		}
+	}()
+
+	var g sync.WaitGroup
+	for i, r := range rdbs {
+		g.Go(func() {
+			mr := &res.Masters[i]
+			cctx, cancel := context.WithTimeout(ctx, o.Timeout)
+			defer cancel()
+			pipe := r.Pipeline()
+			fence := pipe.Get(cctx, o.FenceKey)
+			marker := pipe.Get(cctx, o.MarkerKey)
+			_, _ = pipe.Exec(cctx)
+			v, err := fence.Int64()
+			if errors.Is(err, redis.Nil) {
+				v, err = 0, nil
+			}
+			if err != nil {
+				mr.Err = fmt.Errorf("read fencing counter %q: %w", o.FenceKey, err)
+				return
+			}
+			mr.Marker, err = marker.Result()
+			if err != nil && !errors.Is(err, redis.Nil) {
+				mr.Err = fmt.Errorf("read marker %q: %w", o.MarkerKey, err)
+				return
+			}
+			mr.Before, mr.After, mr.Answered = v, v, true
+		})
+	}
+	g.Wait()
+	quorum := len(masters)/2 + 1
+	for _, mr := range res.Masters {
+		if mr.Answered {
+			res.Answered++
+			res.Highest = max(res.Highest, mr.Before)
+		}
+	}
+	res.Target = max(res.Highest+o.Margin, o.Min+1)
+	if res.Answered < quorum {
+		return res, fmt.Errorf("%w: %d of %d masters answered, a repair needs at least %d (the newest counters may be on the silent ones)", ErrQuorumUnavailable, res.Answered, len(masters), quorum)
+	}
+	if res.Answered < len(masters) && !o.AllowMissing {
+		return res, fmt.Errorf("%w: %d of %d masters answered; a master that is down may hold the highest counter: bring it back, or allow missing masters (and give the floor you know as Min)", ErrQuorumUnavailable, res.Answered, len(masters))
+	}
+	if o.DryRun {
+		return res, nil
+	}
+	target := strconv.FormatInt(res.Target, 10)
+	for i, r := range rdbs {
+		if !res.Masters[i].Answered {
+			continue
+		}
+		g.Go(func() {
+			mr := &res.Masters[i]
+			if err := repairOne(ctx, r, o, target, mr); err != nil {
+				mr.Err = err
+			}
+		})
+	}
+	g.Wait()
+	var failed []string
+	for _, mr := range res.Masters {
+		if mr.Answered && mr.Err != nil {
+			failed = append(failed, mr.Addr)
+		}
+	}
+	if len(failed) > 0 {
+		return res, fmt.Errorf("redlock: repair failed on %s", strings.Join(failed, ", "))
+	}
+	return res, nil
+}
+
+// repairOne raises one master's counter to target and writes the repair
+// marker with the master's own time. A server that started less than a
+// second ago is waited for: a Client compares the marker's time with the
+// start time it derives from INFO's whole-second uptime, which may be up to
+// a second late.
+func repairOne(ctx context.Context, r *redis.Client, o RepairOptions, target string, mr *MasterRepair) error {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, o.Timeout)
+		info, err := r.Info(cctx, "server").Result()
+		cancel()
+		if err != nil {
+			return fmt.Errorf("INFO server: %w", err)
+		}
+		if _, uptime, _, ok := parseInfoServer(info); ok && uptime >= time.Second {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	after, err := fenceRepairScript.Run(cctx, r, []string{o.FenceKey}, target).Int64()
+	if err != nil {
+		return fmt.Errorf("raise fencing counter: %w", err)
+	}
+	mr.After = after
+	now, err := r.Time(cctx).Result()
+	if err != nil {
+		return fmt.Errorf("TIME: %w", err)
+	}
+	marker := repairMarkerPrefix + strconv.FormatInt(now.UnixMilli(), 10)
+	if err := r.Set(cctx, o.MarkerKey, marker, 0).Err(); err != nil {
+		return fmt.Errorf("write marker: %w", err)
+	}
+	return nil
+}
+
+// parseRepairMarker returns the time in a marker RepairFences wrote.
+func parseRepairMarker(v string) (time.Time, bool) {
+	rest, ok := strings.CutPrefix(v, repairMarkerPrefix)
+	if !ok {
+		return time.Time{}, false
+	}
+	ms, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}

@@ -1,0 +1,203 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// states returns every master's State.
+func states(c *Client) []string {
+	var out []string
+	for _, st := range c.Masters() {
+		out = append(out, st.State)
+	}
+	return out
+}
+
+// TestNewDeploymentWaitsForEveryMaster: with no marker on any master that
+// answers, the masters that did not answer may hold the markers (and the
+// fencing counters) of a deployment whose others all lost their data, so
+// no master votes until every master has answered.
+func TestNewDeploymentWaitsForEveryMaster(t *testing.T) {
+	ctx := context.Background()
+	marker := "marker:" + newKey(t)
+	withMasters(t, "kill", 4)
+	c, err := New(masterOptions(), WithMarkerKey(marker), WithHealthInterval(20*time.Millisecond), WithPerMasterTimeout(500*time.Millisecond))
+	require.NoError(t, err)
+	defer c.Close()
+	assert.Equal(t, []string{"waiting", "waiting", "waiting", "waiting", "down"}, states(c))
+	_, err = c.Acquire(ctx, newKey(t), time.Second, WithRetry(NoRetry()))
+	require.ErrorIs(t, err, ErrQuorumUnavailable)
+	assert.False(t, c.QuorumAvailable())
+
+	require.NoError(t, servers[4].Restart())
+	require.Eventually(t, func() bool { return c.QuorumAvailable() && c.Masters()[4].State == "up" }, 10*time.Second, 10*time.Millisecond,
+		"once every master answered without a marker, a brand-new deployment serves: %v", states(c))
+	lock, err := c.Acquire(ctx, newKey(t), time.Second)
+	require.NoError(t, err)
+	require.NoError(t, lock.Release(ctx))
+}
+
+// lostMajority takes fences to at least 10 with a Client, stops it, and
+// restarts masters 0, 1 and 2 empty while no Client watches: their markers
+// and fencing counters are gone, and two masters keep theirs.
+func lostMajority(t *testing.T, marker string) int64 {
+	ctx := context.Background()
+	plantMarker(marker)
+	c := newClient(t, WithMarkerKey(marker))
+	key := newKey(t)
+	var fence int64
+	for range 10 {
+		lock, err := c.Acquire(ctx, key, time.Second)
+		require.NoError(t, err)
+		fence = lock.Fence()
+		require.NoError(t, lock.Release(ctx))
+	}
+	require.NoError(t, c.Close())
+	restartEmpty(t, 0, 1, 2)
+	return fence
+}
+
+// TestMajorityLossFailsClosedUntilRepaired: a Client started after three
+// masters lost their data finds the marker on only two. Until this change
+// it took that for a brand-new deployment and the three empty masters could
+// grant a lock with fence 1; now they are "repairing" and the Client
+// refuses. redlockd repair-fences (RepairFences) raises every counter past
+// the highest left; the waiting Client then counts them once their
+// quarantine ends, and the next fence is above the repair target.
+func TestMajorityLossFailsClosedUntilRepaired(t *testing.T) {
+	ctx := context.Background()
+	marker := "marker:" + newKey(t)
+	before := lostMajority(t, marker)
+
+	c := newClient(t, WithMarkerKey(marker), WithHealthInterval(20*time.Millisecond), WithMaxTTL(time.Second))
+	st := c.Masters()
+	for i := range 3 {
+		assert.Equal(t, "repairing", st[i].State, "master %d", i)
+		assert.Contains(t, st[i].QuarantineReason, "repair-fences")
+	}
+	assert.Equal(t, []string{"up", "up"}, states(c)[3:])
+	key := newKey(t)
+	_, err := c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
+	require.ErrorIs(t, err, ErrQuorumUnavailable, "fail closed: no quorum kept its fencing counter")
+	time.Sleep(200 * time.Millisecond) // ten probe rounds: the Client cannot repair them on its own
+	assert.Equal(t, "repairing", c.Masters()[0].State)
+
+	res, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: marker})
+	require.NoError(t, err)
+	assert.Equal(t, 5, res.Answered)
+	assert.GreaterOrEqual(t, res.Highest, before)
+	assert.Equal(t, res.Highest+DefaultRepairMargin, res.Target)
+	rdbs := direct(t)
+	for i, mr := range res.Masters {
+		require.NoError(t, mr.Err, "master %d", i)
+		assert.GreaterOrEqual(t, mr.After, res.Target)
+		v, err := rdbs[i].Get(ctx, "redlock:fence").Int64()
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, v, res.Target, "master %d counter", i)
+		assert.True(t, strings.HasPrefix(rdbs[i].Get(ctx, marker).Val(), "repaired "), "master %d marker", i)
+	}
+
+	require.Eventually(t, func() bool { return c.QuorumAvailable() && c.Masters()[0].Counts && c.Masters()[2].Counts }, 10*time.Second, 10*time.Millisecond,
+		"the waiting Client accepts the repair: %v", states(c))
+	lock, err := c.Acquire(ctx, key, time.Second)
+	require.NoError(t, err)
+	assert.Greater(t, lock.Fence(), res.Target, "fences continue above the repair target")
+	require.NoError(t, lock.Release(ctx))
+
+	// A Client started now finds every marker; the masters restarted
+	// less than max TTL ago stay out until then.
+	later := newClient(t, WithMarkerKey(marker), WithMaxTTL(time.Hour))
+	st = later.Masters()
+	for i := range 3 {
+		assert.Equal(t, "quarantined", st[i].State, "master %d restarted %v ago", i, st[i].Uptime)
+		assert.Contains(t, st[i].QuarantineReason, "repaired by an operator")
+	}
+}
+
+// TestRepairedMarkerBeforeRestartIsNotARepair: a repair marker written
+// before the master last restarted does not repair the newer loss.
+func TestRepairedMarkerBeforeRestartIsNotARepair(t *testing.T) {
+	m := &master{}
+	now := time.Now()
+	m.st.startedAt = now
+	m.st.markerValue = fmt.Sprintf("repaired %d", now.Add(-time.Minute).UnixMilli())
+	_, ok := m.repairedByOperator()
+	assert.False(t, ok, "repaired before the restart")
+	m.st.markerValue = fmt.Sprintf("repaired %d", now.Add(time.Second).UnixMilli())
+	_, ok = m.repairedByOperator()
+	assert.True(t, ok)
+	for _, v := range []string{"", "redlockd", "repaired ", "repaired x", "repaired -5"} {
+		m.st.markerValue = v
+		_, ok = m.repairedByOperator()
+		assert.False(t, ok, "%q", v)
+	}
+	m.st.markerValue, m.st.startedAt = fmt.Sprintf("repaired %d", now.UnixMilli()), time.Time{}
+	_, ok = m.repairedByOperator()
+	assert.False(t, ok, "start time unknown")
+}
+
+// TestRepairFencesRefuses: bad options, and too few masters answering,
+// leave every master untouched.
+func TestRepairFencesRefuses(t *testing.T) {
+	ctx := context.Background()
+	rdbs := direct(t)
+	key := "fence:" + newKey(t)
+	for _, r := range rdbs {
+		require.NoError(t, r.Set(ctx, key, 7, 0).Err())
+	}
+	for _, o := range []RepairOptions{{FenceKey: key, Margin: -1}, {FenceKey: key, Min: -1}, {FenceKey: key, Timeout: -time.Second}} {
+		_, err := RepairFences(ctx, masterOptions(), o)
+		require.ErrorIs(t, err, ErrInvalid)
+	}
+	_, err := RepairFences(ctx, nil, RepairOptions{})
+	require.ErrorIs(t, err, ErrInvalid)
+
+	withMasters(t, "kill", 0)
+	res, err := RepairFences(ctx, masterOptions(), RepairOptions{FenceKey: key, Timeout: 300 * time.Millisecond})
+	require.ErrorIs(t, err, ErrQuorumUnavailable, "a master down may hold the highest counter")
+	assert.Contains(t, err.Error(), "4 of 5 masters answered")
+	assert.Equal(t, int64(7), res.Highest)
+	withMasters(t, "kill", 1, 2)
+	_, err = RepairFences(ctx, masterOptions(), RepairOptions{FenceKey: key, Timeout: 300 * time.Millisecond, AllowMissing: true})
+	require.ErrorIs(t, err, ErrQuorumUnavailable, "two of five could all be masters that lost their data")
+	for i := 3; i < 5; i++ {
+		assert.Equal(t, "7", rdbs[i].Get(ctx, key).Val(), "nothing written")
+	}
+}
+
+// TestRepairFencesAllowMissingAndMin: with a quorum answering and
+// AllowMissing, the counters are raised to Min+1 when that is above the
+// highest plus the margin; the down master is left for the Clients.
+func TestRepairFencesAllowMissingAndMin(t *testing.T) {
+	ctx := context.Background()
+	rdbs := direct(t)
+	key := "fence:" + newKey(t)
+	marker := "marker:" + newKey(t)
+	for i, r := range rdbs {
+		require.NoError(t, r.Set(ctx, key, 100+i, 0).Err())
+	}
+	dry, err := RepairFences(ctx, masterOptions(), RepairOptions{FenceKey: key, MarkerKey: marker, Margin: 10, DryRun: true})
+	require.NoError(t, err)
+	assert.Equal(t, int64(104), dry.Highest)
+	assert.Equal(t, int64(114), dry.Target)
+	assert.Equal(t, "100", rdbs[0].Get(ctx, key).Val(), "dry run writes nothing")
+
+	withMasters(t, "kill", 4)
+	res, err := RepairFences(ctx, masterOptions(), RepairOptions{FenceKey: key, MarkerKey: marker, Margin: 10, Min: 5000, AllowMissing: true, Timeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	assert.Equal(t, int64(103), res.Highest)
+	assert.Equal(t, int64(5001), res.Target)
+	assert.False(t, res.Masters[4].Answered)
+	assert.Error(t, res.Masters[4].Err)
+	for i := range 4 {
+		assert.Equal(t, "5001", rdbs[i].Get(ctx, key).Val())
+		assert.Equal(t, int64(5001), res.Masters[i].After)
+	}
+}
