@@ -201,3 +201,25 @@ func TestRepairFencesAllowMissingAndMin(t *testing.T) {
 		assert.Equal(t, int64(5001), res.Masters[i].After)
 	}
 }
+
+// TestHealthLoopSpreadsTheHighestFence: a counting master whose fencing
+// counter lags (a late voter gets no write-back) is raised to the highest
+// counter of the counting masters within a few probe rounds, so that after
+// the loss of a majority the survivors are close to the newest fence.
+func TestHealthLoopSpreadsTheHighestFence(t *testing.T) {
+	ctx := context.Background()
+	rdbs := direct(t)
+	key := "fence:" + newKey(t)
+	for i, r := range rdbs {
+		require.NoError(t, r.Set(ctx, key, 10*(i+1), 0).Err())
+	}
+	newClient(t, WithFenceKey(key), WithHealthInterval(20*time.Millisecond))
+	require.Eventually(t, func() bool {
+		for _, r := range rdbs {
+			if v, _ := r.Get(ctx, key).Int64(); v != 50 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 10*time.Millisecond, "every counter raised to 50, none beyond")
+}
