@@ -48,17 +48,9 @@ func TestNewDeploymentWaitsForEveryMaster(t *testing.T) {
 // restarts masters 0, 1 and 2 empty while no Client watches: their markers
 // and fencing counters are gone, and two masters keep theirs.
 func lostMajority(t *testing.T, marker string) int64 {
-	ctx := context.Background()
 	plantMarker(marker)
 	c := newClient(t, WithMarkerKey(marker))
-	key := newKey(t)
-	var fence int64
-	for range 10 {
-		lock, err := c.Acquire(ctx, key, time.Second)
-		require.NoError(t, err)
-		fence = lock.Fence()
-		require.NoError(t, lock.Release(ctx))
-	}
+	fence := takeFences(t, c, newKey(t), 10)
 	require.NoError(t, c.Close())
 	restartEmpty(t, 0, 1, 2)
 	return fence

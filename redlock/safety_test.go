@@ -87,6 +87,20 @@ func TestFencesIncreaseThroughRestarts(t *testing.T) {
 	assert.Positive(t, c.FenceRepairs(), "restarted masters must have been repaired")
 }
 
+// takeFences acquires and releases key n times and returns the last fence.
+func takeFences(t *testing.T, c *Client, key string, n int) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var fence int64
+	for range n {
+		lock, err := c.Acquire(ctx, key, time.Second)
+		require.NoError(t, err)
+		fence = lock.Fence()
+		require.NoError(t, lock.Release(ctx))
+	}
+	return fence
+}
+
 // restartEmpty restarts masters idx one after another (data lost) and
 // pauses the masters in pause, all undone at cleanup.
 func restartEmpty(t *testing.T, idx ...int) {
@@ -103,13 +117,7 @@ func fenceScenario(t *testing.T, opts ...Option) (*Client, string, int64, error)
 	c := newClient(t, append([]Option{WithHealthInterval(20 * time.Millisecond)}, opts...)...)
 	ctx := context.Background()
 	key := newKey(t)
-	var fence int64
-	for range 10 {
-		lock, err := c.Acquire(ctx, key, time.Second)
-		require.NoError(t, err)
-		fence = lock.Fence()
-		require.NoError(t, lock.Release(ctx))
-	}
+	fence := takeFences(t, c, key, 10)
 	require.GreaterOrEqual(t, fence, int64(10))
 	// 3 and 4 first: while they still count, the health loop would copy
 	// their counter to the restarted masters (spreadFence) and hide the
