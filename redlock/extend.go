@@ -45,7 +45,12 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 		default:
 			countScriptResult(&res, r.val)
 		}
-		return res.Votes >= c.quorum || res.Refused+len(res.Failures) > n-c.quorum
+		// Decide early on success, or once too many masters lack the token
+		// for any quorum to hold it. A quorum out of reach because masters
+		// failed is not decided yet: the other answers (one round trip;
+		// down masters are answered at once) tell "not held" from "no
+		// quorum", and a client must not retry an extend it has lost.
+		return res.Votes >= c.quorum || res.Refused > n-c.quorum
 	})
 	validity := ttl - time.Since(start) - c.drift(ttl)
 	if res.Votes >= c.quorum && validity > 0 {

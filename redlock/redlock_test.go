@@ -166,8 +166,16 @@ func TestDownSubsets(t *testing.T) {
 				st, err := c.Status(ctx, key)
 				require.NoError(t, err)
 				assert.True(t, st.Held)
+				// A token nobody holds is "not held", not "no quorum":
+				// with masters down the refusals decide it once enough
+				// arrived (a client must not retry a lost lock).
+				_, err = c.Extend(ctx, key, "ffffffffffffffffffffffffffffffff", 20*time.Second)
+				require.ErrorIs(t, err, ErrNotHeld)
+				require.NotErrorIs(t, err, ErrQuorumUnavailable)
 				_, err = c.Release(ctx, key, lock.Token())
 				require.NoError(t, err)
+				_, err = c.Extend(ctx, key, lock.Token(), 20*time.Second)
+				require.ErrorIs(t, err, ErrNotHeld, "released: extend says so")
 				return
 			}
 			require.ErrorIs(t, err, ErrQuorumUnavailable)
