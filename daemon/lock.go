@@ -241,15 +241,57 @@ func (s *Server) lockerFailed(ctx context.Context, w http.ResponseWriter, c *cal
 	case errors.Is(err, redlock.ErrQuorumUnavailable):
 		c.err = err
 		w.Header().Set("Retry-After", "1")
-		msg := "no quorum of Redis masters answered in time; retry later"
-		var oe *redlock.OutcomeError
-		if errors.As(err, &oe) && oe.Masters > 0 {
-			msg = "no quorum of Redis masters answered in time (" + strconv.Itoa(oe.Quorum) + " of " + strconv.Itoa(oe.Masters) + " needed); retry later"
-		}
-		s.fail(w, c, http.StatusServiceUnavailable, resQuorumUnavailable, codeQuorum, msg)
+		s.fail(w, c, http.StatusServiceUnavailable, resQuorumUnavailable, codeQuorum, quorumMessage(err))
 		return true
 	}
 	return false
+}
+
+// quorumMessage says why no quorum voted, from the masters' failures:
+// "no quorum of Redis masters could vote in time (3 of 5 needed; 2 down,
+// 1 quarantined or repairing); retry later". Quarantined masters answer;
+// the message must not blame time when they are the reason.
+func quorumMessage(err error) string {
+	var oe *redlock.OutcomeError
+	if !errors.As(err, &oe) || oe.Masters == 0 {
+		return "no quorum of Redis masters could vote in time; retry later"
+	}
+	var down, excluded, slow, other int
+	for _, f := range oe.Failures {
+		switch {
+		case errors.Is(f, redlock.ErrMasterQuarantined):
+			excluded++
+		case errors.Is(f, redlock.ErrMasterTimeout), errors.Is(f, redlock.ErrMasterBusy):
+			slow++
+		case errors.Is(f, redlock.ErrMasterDown):
+			down++
+		default:
+			var me *redlock.MasterError
+			if errors.As(f, &me) {
+				down++ // a connection error: refused, reset, unreachable
+			} else {
+				other++
+			}
+		}
+	}
+	b := []byte("no quorum of Redis masters could vote in time (")
+	b = strconv.AppendInt(b, int64(oe.Quorum), 10)
+	b = append(b, " of "...)
+	b = strconv.AppendInt(b, int64(oe.Masters), 10)
+	b = append(b, " needed"...)
+	sep := "; "
+	for _, p := range []struct {
+		n    int
+		what string
+	}{{down, " down"}, {excluded, " quarantined or repairing"}, {slow, " timed out"}, {other, " other"}} {
+		if p.n > 0 {
+			b = append(b, sep...)
+			b = strconv.AppendInt(b, int64(p.n), 10)
+			b = append(b, p.what...)
+			sep = ", "
+		}
+	}
+	return string(append(b, "); retry later"...))
 }
 
 func (s *Server) internal(w http.ResponseWriter, c *call, err error) {

@@ -13,6 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/redlockd/redlockd/redlock"
 )
 
 // okData checks a 200 {"ret":"ok"} answer and returns its data.
@@ -203,7 +205,7 @@ func TestQuorumUnavailable(t *testing.T) {
 		assert.Equal(t, http.StatusServiceUnavailable, r.Status, body)
 		assert.Equal(t, codeQuorum, r.code())
 		assert.Equal(t, "1", r.Header.Get("Retry-After"))
-		assert.Equal(t, "no quorum of Redis masters answered in time (3 of 5 needed); retry later", r.Env.Msg)
+		assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed); retry later", r.Env.Msg)
 		assert.Equal(t, "null", string(r.Env.Data))
 	}
 	warns := ts.Logs.FilterLevelExact(zapcore.WarnLevel).FilterMessage("request").All()
@@ -426,4 +428,16 @@ func TestIgnoredFields(t *testing.T) {
 
 	d = okData(t, ts.lock(t, testKeyAcme, `{"action":"release","key":"ign","token":"`+token+`","ttl":99999,"wait_ms":true}`))
 	assert.Equal(t, true, d["released"])
+}
+
+// TestQuorumMessage: the 503 message says why no quorum voted.
+func TestQuorumMessage(t *testing.T) {
+	me := func(i int, err error) error { return &redlock.MasterError{Index: i, Addr: "m", Err: err} }
+	oe := &redlock.OutcomeError{Op: "acquire", Quorum: 3, Masters: 5, Kind: redlock.ErrQuorumUnavailable, Failures: []error{
+		me(0, redlock.ErrMasterDown), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined), me(3, redlock.ErrMasterTimeout),
+	}}
+	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 1 down, 2 quarantined or repairing, 1 timed out); retry later", quorumMessage(oe))
+	oe.Failures = []error{me(0, redlock.ErrMasterQuarantined), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined)}
+	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 3 quarantined or repairing); retry later", quorumMessage(oe))
+	assert.Equal(t, "no quorum of Redis masters could vote in time; retry later", quorumMessage(redlock.ErrQuorumUnavailable))
 }

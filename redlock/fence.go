@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -79,11 +80,19 @@ func (c *Client) repairFence(m *master) {
 	if answers < c.quorum {
 		if at, ok := m.repairedByOperator(); ok {
 			m.st.repairPending.Store(false)
+			m.st.repairWarned.Store(false)
 			c.repairs.Add(1)
 			c.opts.logger.Warn("fencing counter repaired by an operator (redlockd repair-fences), no quorum to read from", zapMaster(m), zap.Time("repaired_at", at))
 			return
 		}
-		c.opts.logger.Warn("fencing counter repair postponed: no quorum to read from", zapMaster(m), zap.Int("answers", answers))
+		if !m.st.repairWarned.Swap(true) { // once per loss, not every probe round
+			m.st.mu.Lock()
+			if !strings.Contains(m.st.quarantineReason, "repair-fences") {
+				m.st.quarantineReason += "; no quorum of counting masters to repair its fencing counter from: run `redlockd repair-fences`"
+			}
+			m.st.mu.Unlock()
+			c.opts.logger.Warn("fencing counter repair postponed: no quorum to read from; retried every probe round (after the loss of a majority: redlockd repair-fences)", zapMaster(m), zap.Int("answers", answers))
+		}
 		return
 	}
 	if err := fenceRepairScript.Run(ctx, m.probe, []string{key}, strconv.FormatInt(highest, 10)).Err(); err != nil {
@@ -91,6 +100,7 @@ func (c *Client) repairFence(m *master) {
 		return
 	}
 	m.st.repairPending.Store(false)
+	m.st.repairWarned.Store(false)
 	c.repairs.Add(1)
 	c.opts.logger.Info("fencing counter repaired", zapMaster(m), zap.Int64("counter", highest))
 }

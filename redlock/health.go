@@ -27,7 +27,8 @@ type MasterStatus struct {
 	Up    bool // answered its last probe and accepts connections
 	// Counts is whether its votes count towards a quorum right now.
 	Counts bool
-	// QuarantineReason and QuarantineLeft explain State "quarantined".
+	// QuarantineReason and QuarantineLeft explain State "quarantined"
+	// (and QuarantineReason State "repairing").
 	QuarantineReason string
 	QuarantineLeft   time.Duration
 	// Drifting: its clock ran at a rate differing from ours by more than
@@ -67,7 +68,7 @@ func (c *Client) Masters() []MasterStatus {
 		st.Drifting = m.st.drifting
 		st.ClockOffset, st.DriftRatio = m.st.clock.offset, m.st.clock.rate
 		st.Warnings = append([]string(nil), m.st.warnings...)
-		if st.QuarantineLeft > 0 {
+		if st.QuarantineLeft > 0 || m.st.repairPending.Load() {
 			st.QuarantineReason = m.st.quarantineReason
 		}
 		m.st.mu.Unlock()

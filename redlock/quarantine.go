@@ -22,6 +22,8 @@ type masterState struct {
 	// probed: answered a probe and passed the marker rule. Until then its
 	// votes do not count: it may have lost its data while unwatched.
 	probed atomic.Bool
+	// repairWarned: "repair postponed" was logged for the pending repair.
+	repairWarned atomic.Bool
 	// waitLogged: the "waiting for every master" warning was logged.
 	waitLogged atomic.Bool
 

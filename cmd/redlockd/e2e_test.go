@@ -374,9 +374,11 @@ func TestQuorumUnavailable(t *testing.T) {
 	time.Sleep(300 * time.Millisecond) // six probe rounds: no quorum to repair from, on its own it stays closed
 	st, env, _ = post(t, url, keyA, acquire)
 	assert.Equal(t, 503, st, "fail closed while the fencing counters are lost: %v", env)
+	assert.Contains(t, env.Msg, "3 quarantined or repairing", "the 503 says why")
 	code, body := readyz()
 	assert.Equal(t, 503, code)
 	assert.Equal(t, 3, strings.Count(body, `"state":"repairing"`), body)
+	assert.Equal(t, 3, strings.Count(body, "run `redlockd repair-fences`"), "/readyz tells the operator what to do: %s", body)
 
 	file := writeConfig(t, cfg)
 	var out, errOut bytes.Buffer
