@@ -126,7 +126,11 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
-	lease, err := s.locker.Acquire(ctx, rk, time.Duration(req.ttl)*time.Second, time.Duration(req.waitMS)*time.Millisecond)
+	actx := ctx
+	if req.waitMS > 0 {
+		actx = context.WithValue(ctx, stopWaitingKey{}, s.stopWaits)
+	}
+	lease, err := s.locker.Acquire(actx, rk, time.Duration(req.ttl)*time.Second, time.Duration(req.waitMS)*time.Millisecond)
 	d := lockData{action: actAcquire, key: req.key, outcome: outAcquired}
 	if err == nil {
 		c.token = lease.Token

@@ -52,6 +52,19 @@ type Lease struct {
 	ValidUntil time.Time
 }
 
+type stopWaitingKey struct{}
+
+// StopWaiting returns the channel the Server closes when it starts shutting
+// down, from the context it passes to Locker.Acquire for a request that may
+// wait (wait > 0); nil (never closed) otherwise. A Locker should then stop
+// waiting and return the last attempt's answer (a held lock is answered
+// acquired:false with retry_after) instead of letting the shutdown cut the
+// request off.
+func StopWaiting(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(stopWaitingKey{}).(chan struct{})
+	return ch
+}
+
 // NewRedlockLocker adapts a *redlock.Client to Locker. The Client stays the
 // caller's to Close, after Server.Run has returned.
 func NewRedlockLocker(c *redlock.Client) Locker { return redlockLocker{c} }
@@ -62,7 +75,7 @@ func (l redlockLocker) Acquire(ctx context.Context, key string, ttl, wait time.D
 	var lk *redlock.Lock
 	var err error
 	if wait > 0 {
-		lk, err = l.c.Acquire(ctx, key, ttl, redlock.WithWait(wait))
+		lk, err = l.c.Acquire(ctx, key, ttl, redlock.WithWait(wait), redlock.WithStopWaiting(StopWaiting(ctx)))
 	} else {
 		lk, err = l.c.Acquire(ctx, key, ttl)
 	}

@@ -98,6 +98,10 @@ type Server struct {
 
 	serving      atomic.Bool
 	shuttingDown atomic.Bool
+	// stopWaits is closed when the drain delay ends, before the listener
+	// closes: acquires waiting for a held lock answer then (see
+	// StopWaiting) instead of being cut off by the shutdown timeout.
+	stopWaits chan struct{}
 	addr         atomic.Pointer[string]
 	inFlight     atomic.Int64
 }
@@ -121,6 +125,7 @@ func New(logger *zap.Logger, o *Options) (*Server, error) {
 		listen:          o.Listen,
 		shutdownTimeout: o.ShutdownTimeout,
 		drainDelay:      o.DrainDelay,
+		stopWaits:       make(chan struct{}),
 	}
 	if s.locker == nil {
 		return nil, errors.New("daemon: Options.Locker: required")
@@ -315,8 +320,9 @@ func (s *Server) Run(ctx context.Context) error {
 
 // Serve serves on ln until ctx is cancelled, then shuts down gracefully:
 // /readyz answers 503 at once, for DrainDelay new requests are still
-// served, then the listener closes and in-flight requests get
-// ShutdownTimeout to finish — on a fresh context, not the cancelled one.
+// served, then acquires waiting for a held lock stop waiting and answer
+// (acquired:false, see StopWaiting), the listener closes and in-flight
+// requests get ShutdownTimeout to finish — on a fresh context, not the cancelled one.
 // Requests still running after that have their contexts cancelled and
 // their connections closed. Serve returns nil after a clean shutdown, an
 // error if requests had to be cut off or if serving failed. It closes ln.
@@ -361,6 +367,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			return fmt.Errorf("daemon: serve on %s: %w", addr, err)
 		}
 	}
+	close(s.stopWaits)
 	// A fresh context: the one we were given is already cancelled.
 	sctx, cancel := context.WithTimeout(context.Background(), s.shutdownTimeout)
 	defer cancel()

@@ -15,6 +15,16 @@ type AcquireOption func(*acquireConfig)
 type acquireConfig struct {
 	wait  time.Duration
 	retry RetryStrategy
+	stop  <-chan struct{}
+}
+
+// WithStopWaiting ends the wait (WithWait) when stop is closed: Acquire
+// makes no further attempt and returns the last attempt's error (e.g.
+// ErrLockHeld), as when the wait runs out. An attempt in progress is not
+// interrupted, unlike cancelling the context. A daemon shutting down uses
+// it to answer its waiters instead of cutting them off.
+func WithStopWaiting(stop <-chan struct{}) AcquireOption {
+	return func(a *acquireConfig) { a.stop = stop }
 }
 
 // WithWait lets Acquire retry, with the Client's jittered retry strategy,
@@ -99,6 +109,9 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		case <-ctx.Done():
 			t.Stop()
 			return nil, errors.Join(ErrNotObtained, ctx.Err(), err)
+		case <-cfg.stop: // nil: never
+			t.Stop()
+			return nil, err
 		case <-t.C:
 		}
 	}

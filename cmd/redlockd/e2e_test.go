@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -45,6 +46,14 @@ func TestMain(m *testing.M) {
 // daemonURL starts the daemon as `redlockd serve` wires it, on a free
 // loopback port, and stops it at cleanup.
 func daemonURL(t *testing.T, edit ...func(*config.Config)) string {
+	base, _ := startDaemon(t, edit...)
+	return base
+}
+
+// startDaemon is daemonURL that also returns stop: it shuts the daemon down
+// (as SIGTERM does) and returns runDaemon's error; cleanup calls it if the
+// test did not.
+func startDaemon(t *testing.T, edit ...func(*config.Config)) (string, func() error) {
 	t.Helper()
 	cfg := config.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
@@ -70,15 +79,16 @@ func daemonURL(t *testing.T, edit ...func(*config.Config)) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runDaemon(ctx, cfg, zap.NewNop(), ln) }()
-	t.Cleanup(func() {
+	stop := sync.OnceValue(func() error {
 		cancel()
 		select {
 		case err := <-done:
-			assert.NoError(t, err)
+			return err
 		case <-time.After(30 * time.Second):
-			t.Error("daemon did not stop")
+			return errors.New("daemon did not stop within 30s")
 		}
 	})
+	t.Cleanup(func() { assert.NoError(t, stop()) })
 	base := "http://" + ln.Addr().String()
 	// Ready before a test kills masters, as an operator's deployment is: a
 	// brand-new deployment (no marker anywhere) waits for every master.
@@ -90,7 +100,7 @@ func daemonURL(t *testing.T, edit ...func(*config.Config)) string {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	}, 10*time.Second, 10*time.Millisecond, "daemon not ready")
-	return base
+	return base, stop
 }
 
 type envelope struct {
@@ -595,4 +605,55 @@ func TestHealthAndMetrics(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, 200, resp.StatusCode)
 	assert.Contains(t, string(raw), "<html")
+}
+
+// TestShutdownAnswersWaiters: SIGTERM while an acquire waits (wait_ms) for
+// a held lock. The waiter gets its answer, acquired:false with
+// retry_after, instead of a connection cut off by the shutdown timeout, and
+// the daemon stops cleanly.
+func TestShutdownAnswersWaiters(t *testing.T) {
+	base, stop := startDaemon(t)
+	url := lockURL(base)
+	key := fmt.Sprintf("term:%d", time.Now().UnixNano())
+	st, env, _ := post(t, url, keyA, `{"key":"`+key+`","ttl":30}`)
+	require.Equal(t, 200, st)
+	require.Equal(t, true, env.Data["acquired"])
+
+	type answer struct {
+		status int
+		env    envelope
+		err    error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"key":"`+key+`","ttl":30,"wait_ms":25000}`))
+		req.Header.Set("X-API-Key", keyA)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			got <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		var e envelope
+		err = json.NewDecoder(resp.Body).Decode(&e)
+		got <- answer{status: resp.StatusCode, env: e, err: err}
+	}()
+	// Shut down only once the waiter is in: in flight, the waiter and this
+	// /metrics request.
+	require.Eventually(t, func() bool {
+		resp, err := httpClient.Get(base + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(raw), "\nredlockd_requests_in_flight 2\n")
+	}, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, stop(), "a clean shutdown: no request cut off")
+	a := <-got
+	require.NoError(t, a.err, "the waiter must get an answer")
+	assert.Equal(t, 200, a.status)
+	assert.Equal(t, false, a.env.Data["acquired"], "%v", a.env)
+	assert.NotNil(t, a.env.Data["retry_after"])
 }
