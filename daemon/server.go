@@ -102,8 +102,8 @@ type Server struct {
 	// closes: acquires waiting for a held lock answer then (see
 	// StopWaiting) instead of being cut off by the shutdown timeout.
 	stopWaits chan struct{}
-	addr         atomic.Pointer[string]
-	inFlight     atomic.Int64
+	addr      atomic.Pointer[string]
+	inFlight  atomic.Int64
 }
 
 // New validates o and returns a Server; it does not listen yet. A nil
