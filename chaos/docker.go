@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlockd/redlockd/internal/clockshim"
+	"github.com/redlockd/redlockd/redlock"
 )
 
 // ErrNoDocker is returned, wrapped, by NewDockerTarget when no Docker
@@ -34,7 +35,7 @@ type DockerOptions struct {
 	// configuration order; default redis1..redis5.
 	Services []string
 	// DaemonServices are the daemons' service names, default redlockd-a,
-	// redlockd-b (restarted by Recover).
+	// redlockd-b.
 	DaemonServices []string
 	// ProxyServices are the `redlockd chaos-proxy` services between the
 	// daemons and the masters (docker/chaos.compose.yml), in master order;
@@ -856,56 +857,27 @@ func keysOf(m map[int]bool) []int {
 }
 
 // Recover is the operator's procedure for masters that lost their data
-// beyond what the daemons can repair on their own (more than N − quorum
-// at once: their fencing counters can only be repaired from a quorum of
-// counting masters, and fewer remain). It raises the fencing counter on
-// every master to the highest one found on any (so no fence can go
-// backwards), then restarts the daemons, whose new clients trust the
-// masters again (no quorum of masters carries the restart marker, so none
-// is quarantined), and waits until they count every master.
+// beyond what the daemons can repair on their own (more than N − quorum at
+// once: a fencing counter is repaired from a quorum of counting masters,
+// and fewer remain, so the daemons fail closed): `redlockd repair-fences`,
+// i.e. redlock.RepairFences on every master. The running daemons accept
+// the repair at their next probe and count each repaired master once its
+// quarantine (max TTL) is over; Recover waits for that.
 func (t *DockerTarget) Recover(ctx context.Context) error {
-	key := t.Space().FenceKey()
-	var highest int64
-	var rdbs []*redis.Client
-	defer func() {
-		for _, r := range rdbs {
-			_ = r.Close()
-		}
-	}()
+	masters := make([]*redis.Options, len(t.ids))
 	for m := range t.ids {
 		addr, err := t.masterAddr(ctx, m)
 		if err != nil {
 			return err
 		}
-		r := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
-		rdbs = append(rdbs, r)
-		v, err := r.Get(ctx, key).Result()
-		if errors.Is(err, redis.Nil) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("chaos: recover: read the fencing counter of %s: %w", t.opts.Services[m], err)
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			return fmt.Errorf("chaos: recover: fencing counter of %s is %q", t.opts.Services[m], v)
-		}
-		highest = max(highest, n)
+		masters[m] = &redis.Options{Addr: addr}
 	}
-	const raise = `local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
-if cur < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
-return 0`
-	for m, r := range rdbs {
-		if err := r.Eval(ctx, raise, []string{key}, strconv.FormatInt(highest, 10)).Err(); err != nil {
-			return fmt.Errorf("chaos: recover: raise the fencing counter of %s: %w", t.opts.Services[m], err)
-		}
+	sp := t.Space()
+	res, err := redlock.RepairFences(ctx, masters, redlock.RepairOptions{FenceKey: sp.FenceKey(), MarkerKey: sp.Prefix + "marker"})
+	if err != nil {
+		return fmt.Errorf("chaos: recover: repair-fences: %w", err)
 	}
-	t.opts.Logf("chaos: recover: fencing counters raised to %d on every master; restarting the daemons", highest)
-	for i, id := range t.daemonIDs {
-		if err := t.dc.RestartContainer(id, 5); err != nil {
-			return fmt.Errorf("chaos: recover: restart %s: %w", t.opts.DaemonServices[i], err)
-		}
-	}
+	t.opts.Logf("chaos: recover: repair-fences raised every fencing counter to %d (highest found %d)", res.Target, res.Highest)
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	return t.Ready(rctx)
