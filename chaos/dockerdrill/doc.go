@@ -6,5 +6,6 @@
 //
 // Without a Docker engine (or docker-compose) the test skips, saying so;
 // with REDLOCK_REQUIRE_DOCKER=1 (set in .ci/run) it fails instead.
-// REDLOCK_DOCKER_REBUILD=1 rebuilds the images even if they exist.
+// The redlockd image is rebuilt from this tree on every run;
+// REDLOCK_DOCKER_REBUILD=1 rebuilds the Redis image too.
 package dockerdrill
