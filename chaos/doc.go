@@ -45,7 +45,8 @@
 //
 // Faults this package cannot inject: packet loss and reordering short of a
 // blackhole, asymmetric partitions between masters (they never talk to each
-// other), disk faults (the masters run without persistence), and, on the
-// compose target, latency, blackholes and resets (no tc netem: the daemons
-// reach the masters without a proxy in between).
+// other) and disk faults (the masters run without persistence). On the
+// compose target, latency, blackholes and resets need the chaos-proxy
+// containers of docker/chaos.compose.yml between the daemons and the
+// masters (there is no tc netem here); without them they are skipped.
 package chaos

@@ -375,7 +375,7 @@ func (d *Drill) settle(ctx context.Context, view int, masters []int) error {
 		}
 		if d.unrepairable(masters) {
 			d.unrecoverable.Store(true)
-			d.Notef("masters %v lost their data and cannot be repaired: their fencing counters can only be repaired from a quorum of counting masters, and fewer remain (by design: the fencing proof needs at most N-quorum masters to lose data; an operator must step in)", masters)
+			d.Notef("masters %v lost their data and cannot be repaired: their fencing counters can only be repaired from a quorum of counting masters, and fewer remain (by design: the fencing proof needs at most N-quorum masters to lose data; the daemons fail closed until an operator runs redlockd repair-fences)", masters)
 			return nil
 		}
 		if err := d.Sleep(ctx, 20*time.Millisecond); err != nil {

@@ -181,7 +181,7 @@ func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string)
 		if err := r.Recover(hctx); err != nil {
 			d.Notef("operator recovery failed: %v", err)
 		} else {
-			d.Notef("operator recovery: fencing counters raised to the highest on any master, daemons restarted")
+			d.Notef("operator recovery: redlockd repair-fences raised every fencing counter past the highest; the running daemons count the repaired masters again after their quarantine")
 		}
 	}
 	stopWatching()
