@@ -208,7 +208,17 @@ func TestRestartDetectedOnReconnect(t *testing.T) {
 	withMasters(t, "pause", 3, 4)
 	// Masters 0, 1, 2 can answer; 0 restarted, so no quorum may count.
 	var lastErr error
+	via := "new connection"
 	for range 3 { // the first try may meet the broken old connection
+		if !c.Masters()[0].Up {
+			// go-redis redialled the lane while master 0 was down (seen on
+			// a loaded machine), so the Client knows it down and sends it
+			// nothing until a probe sees it up: with probes an hour apart,
+			// run one. The probe then sees the new run_id first.
+			via = "health probe"
+			c.probeAll()
+			c.afterProbes()
+		}
 		_, lastErr = c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
 		require.Error(t, lastErr)
 		if errors.Is(lastErr, ErrMasterQuarantined) {
@@ -218,7 +228,7 @@ func TestRestartDetectedOnReconnect(t *testing.T) {
 	require.ErrorIs(t, lastErr, ErrMasterQuarantined)
 	st := c.Masters()[0]
 	assert.Contains(t, []string{"quarantined", "repairing"}, st.State)
-	assert.Contains(t, st.QuarantineReason, "new connection")
+	assert.Contains(t, st.QuarantineReason, via)
 }
 
 // TestMarkerRule: a master that lost its data while no Client watched is
