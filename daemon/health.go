@@ -133,8 +133,10 @@ func readyMasterOf(st *redlock.MasterStatus) readyMaster {
 		LatencyMS:     millis(st.Latency),
 		LastError:     st.LastError,
 	}
+	// The reason stays while the master is repairing, after its
+	// quarantine time ran out: it says what the operator must do.
+	rm.QuarantineReason = st.QuarantineReason
 	if st.QuarantineLeft > 0 {
-		rm.QuarantineReason = st.QuarantineReason
 		rm.QuarantineLeftS = quarantineSeconds(st.QuarantineLeft)
 	}
 	if !st.CheckedAt.IsZero() {

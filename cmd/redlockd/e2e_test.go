@@ -381,7 +381,12 @@ func TestQuorumUnavailable(t *testing.T) {
 		_, body := readyz()
 		return strings.Count(body, `"state":"repairing"`) == 3
 	}, 10*time.Second, 20*time.Millisecond, "the three empty masters are seen and kept out")
-	time.Sleep(300 * time.Millisecond) // six probe rounds: no quorum to repair from, on its own it stays closed
+	// Past their quarantine (max_ttl 1s) they still cannot count: no quorum
+	// to repair their fencing counters from, so it stays closed.
+	require.Eventually(t, func() bool {
+		_, body := readyz()
+		return strings.Count(body, `"quarantine_left_s":0`) == 5
+	}, 10*time.Second, 20*time.Millisecond, "quarantines end")
 	st, env, _ = post(t, url, keyA, acquire)
 	assert.Equal(t, 503, st, "fail closed while the fencing counters are lost: %v", env)
 	assert.Contains(t, env.Msg, "3 quarantined or repairing", "the 503 says why")
