@@ -246,7 +246,15 @@ func (d *Drill) Sleep(ctx context.Context, dur time.Duration) error {
 }
 
 // SleepUntil waits until the drill clock reads at.
+//
+// A step that starts late by more than an eighth of the duration (a slow
+// warm-up, fault or heal on a loaded machine) gets a note: the row ran
+// with a shorter fault window or recovery period than planned, so it gives
+// less evidence than its duration suggests.
 func (d *Drill) SleepUntil(ctx context.Context, at time.Duration) error {
+	if late := d.rec.Now() - at; late > d.Cfg.Duration/8 && late > 250*time.Millisecond {
+		d.Notef("a step scheduled at %v started %v late (slow machine): this row's fault window or recovery period was shorter than planned", at.Round(time.Millisecond), late.Round(time.Millisecond))
+	}
 	return d.Sleep(ctx, at-d.rec.Now())
 }
 
