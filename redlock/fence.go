@@ -81,6 +81,9 @@ func (c *Client) repairFence(m *master) {
 		if at, ok := m.repairedByOperator(); ok {
 			m.st.repairPending.Store(false)
 			m.st.repairWarned.Store(false)
+			m.st.mu.Lock()
+			m.st.quarantineReason = "lost its data; fencing counter repaired by an operator (redlockd repair-fences): counts again when the quarantine ends"
+			m.st.mu.Unlock()
 			c.repairs.Add(1)
 			c.opts.logger.Warn("fencing counter repaired by an operator (redlockd repair-fences), no quorum to read from", zapMaster(m), zap.Time("repaired_at", at))
 			return

@@ -19,6 +19,13 @@ import (
 // about one health interval before the loss; the margin must exceed that.
 const DefaultRepairMargin int64 = 1_000_000
 
+// MaxFence is the largest fencing token redlockd issues: 2^53 − 1. The
+// scripts compare counters as Lua numbers (doubles), exact only up to 2^53,
+// and JSON clients in JavaScript read numbers as doubles too. RepairFences
+// refuses a target above it; at one million grants a second, the counter
+// takes 285 years to get there.
+const MaxFence int64 = 1<<53 - 1
+
 // repairMarkerPrefix starts the marker value RepairFences writes:
 // "repaired <unix milliseconds by the master's clock>".
 const repairMarkerPrefix = "repaired "
@@ -106,10 +113,10 @@ func RepairFences(ctx context.Context, masters []*redis.Options, o RepairOptions
 		o.MarkerKey = "redlock:marker"
 	}
 	switch {
-	case o.Margin < 0:
-		return nil, fmt.Errorf("%w: repair margin must be ≥ 0, got %d", ErrInvalid, o.Margin)
-	case o.Min < 0:
-		return nil, fmt.Errorf("%w: repair min must be ≥ 0, got %d", ErrInvalid, o.Min)
+	case o.Margin < 0 || o.Margin > MaxFence:
+		return nil, fmt.Errorf("%w: repair margin must be in [0, %d], got %d", ErrInvalid, MaxFence, o.Margin)
+	case o.Min < 0 || o.Min >= MaxFence:
+		return nil, fmt.Errorf("%w: repair min must be in [0, %d], got %d", ErrInvalid, MaxFence-1, o.Min)
 	case o.Timeout < 0:
 		return nil, fmt.Errorf("%w: repair timeout must be ≥ 0, got %v", ErrInvalid, o.Timeout)
 	}
@@ -170,12 +177,20 @@ func RepairFences(ctx context.Context, masters []*redis.Options, o RepairOptions
 			res.Highest = max(res.Highest, mr.Before)
 		}
 	}
+	// No overflow: Highest is checked against MaxFence first, and
+	// Margin ≤ MaxFence, so the sum stays below 2^54.
+	if res.Highest > MaxFence {
+		return res, fmt.Errorf("%w: a fencing counter is %d, above the largest fence %d (the scripts compare counters exactly only up to 2^53); nothing written", ErrInvalid, res.Highest, MaxFence)
+	}
 	res.Target = max(res.Highest+o.Margin, o.Min+1)
+	if res.Target > MaxFence {
+		return res, fmt.Errorf("%w: target %d (highest %d + margin %d, or min %d + 1) is above the largest fence %d; nothing written", ErrInvalid, res.Target, res.Highest, o.Margin, o.Min, MaxFence)
+	}
 	if res.Answered < quorum {
 		return res, fmt.Errorf("%w: %d of %d masters answered, a repair needs at least %d (the newest counters may be on the silent ones)", ErrQuorumUnavailable, res.Answered, len(masters), quorum)
 	}
 	if res.Answered < len(masters) && !o.AllowMissing {
-		return res, fmt.Errorf("%w: %d of %d masters answered; a master that is down may hold the highest counter: bring it back, or allow missing masters (and give the floor you know as Min)", ErrQuorumUnavailable, res.Answered, len(masters))
+		return res, fmt.Errorf("%w: %d of %d masters answered; a master that is down may hold the highest counter: bring it back, or allow missing masters (--allow-missing; and give the floor you know with --min)", ErrQuorumUnavailable, res.Answered, len(masters))
 	}
 	if o.DryRun {
 		return res, nil

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -144,15 +145,32 @@ func TestRepairFencesRefuses(t *testing.T) {
 	for _, r := range rdbs {
 		require.NoError(t, r.Set(ctx, key, 7, 0).Err())
 	}
-	for _, o := range []RepairOptions{{FenceKey: key, Margin: -1}, {FenceKey: key, Min: -1}, {FenceKey: key, Timeout: -time.Second}} {
+	for _, o := range []RepairOptions{
+		{FenceKey: key, Margin: -1}, {FenceKey: key, Min: -1}, {FenceKey: key, Timeout: -time.Second},
+		// Found by a trial: a margin of MaxInt64 wrapped the target to 1.
+		{FenceKey: key, Margin: math.MaxInt64}, {FenceKey: key, Min: math.MaxInt64}, {FenceKey: key, Min: MaxFence},
+		{FenceKey: key, Margin: MaxFence}, // 7 + MaxFence: above the largest exact fence
+	} {
 		_, err := RepairFences(ctx, masterOptions(), o)
-		require.ErrorIs(t, err, ErrInvalid)
+		require.ErrorIs(t, err, ErrInvalid, "%+v", o)
 	}
-	_, err := RepairFences(ctx, nil, RepairOptions{})
+	for _, r := range rdbs {
+		assert.Equal(t, "7", r.Get(ctx, key).Val(), "nothing written")
+	}
+	res, err := RepairFences(ctx, masterOptions(), RepairOptions{FenceKey: key, MarkerKey: "marker:" + newKey(t), Min: MaxFence - 1})
+	require.NoError(t, err, "the largest target is allowed")
+	assert.Equal(t, MaxFence, res.Target)
+	require.NoError(t, rdbs[0].Set(ctx, key, MaxFence+1, 0).Err())
+	_, err = RepairFences(ctx, masterOptions(), RepairOptions{FenceKey: key})
+	require.ErrorIs(t, err, ErrInvalid, "a counter beyond MaxFence is refused")
+	for _, r := range rdbs {
+		require.NoError(t, r.Set(ctx, key, 7, 0).Err())
+	}
+	_, err = RepairFences(ctx, nil, RepairOptions{})
 	require.ErrorIs(t, err, ErrInvalid)
 
 	withMasters(t, "kill", 0)
-	res, err := RepairFences(ctx, masterOptions(), RepairOptions{FenceKey: key, Timeout: 300 * time.Millisecond})
+	res, err = RepairFences(ctx, masterOptions(), RepairOptions{FenceKey: key, Timeout: 300 * time.Millisecond})
 	require.ErrorIs(t, err, ErrQuorumUnavailable, "a master down may hold the highest counter")
 	assert.Contains(t, err.Error(), "4 of 5 masters answered")
 	assert.Equal(t, int64(7), res.Highest)

@@ -463,6 +463,8 @@ func TestRepairFencesBadInput(t *testing.T) {
 		{[]string{"--config", file, "extra"}, `unexpected argument "extra"`},
 		{[]string{"--config", "/nonexistent/redlockd.yaml"}, "/nonexistent/redlockd.yaml"},
 		{[]string{"--config", file, "--margin", "x"}, `invalid value "x" for flag -margin`},
+		{[]string{"--config", file, "--margin", "9223372036854775807"}, "margin must be in [0, 9007199254740991]"},
+		{[]string{"--config", file, "--min", "9007199254740991"}, "min must be in [0, 9007199254740990]"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), append([]string{"repair-fences"}, tc.args...), &out, &errOut)

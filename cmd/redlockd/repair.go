@@ -47,7 +47,7 @@ func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.SetOutput(stderr)
 	path := fs.String("config", "", "the daemons' YAML config file (masters, master_password, key_prefix)")
 	min := fs.Int64("min", 0, "raise every fencing counter to at least min+1 (e.g. the highest fence your resource accepted)")
-	margin := fs.Int64("margin", redlock.DefaultRepairMargin, "added to the highest counter found")
+	margin := fs.Int64("margin", redlock.DefaultRepairMargin, "added to the highest counter found (at most 2^53-1: fences stay exact in Lua and JSON)")
 	allowMissing := fs.Bool("allow-missing", false, "repair when only a quorum of the masters answers")
 	dryRun := fs.Bool("dry-run", false, "read and report; write nothing")
 	timeout := fs.Duration("timeout", 2*time.Second, "per-master timeout of each command")
@@ -107,7 +107,7 @@ func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 func printRepair(w io.Writer, res *redlock.RepairResult, dry bool) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MASTER\tADDR\tCOUNTER BEFORE\tAFTER\tMARKER\tRESULT")
+	fmt.Fprintln(tw, "MASTER\tADDR\tCOUNTER BEFORE\tAFTER\tMARKER FOUND\tRESULT")
 	for _, m := range res.Masters {
 		result := "ok"
 		switch {
@@ -115,6 +115,8 @@ func printRepair(w io.Writer, res *redlock.RepairResult, dry bool) {
 			result = m.Err.Error()
 		case dry:
 			result = "dry run"
+		case m.After == m.Before && m.Before < res.Target:
+			result = "not written"
 		}
 		before, after, marker := "-", "-", m.Marker
 		if m.Answered {
