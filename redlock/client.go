@@ -27,6 +27,8 @@ var (
 	fenceLua string
 	//go:embed scripts/fence_repair.lua
 	fenceRepairLua string
+	//go:embed scripts/marker.lua
+	markerLua string
 
 	acquireScript = redis.NewScript(acquireLua)
 	releaseScript = redis.NewScript(releaseLua)
@@ -35,6 +37,7 @@ var (
 	fenceScript   = redis.NewScript(fenceLua)
 
 	fenceRepairScript = redis.NewScript(fenceRepairLua)
+	markerScript      = redis.NewScript(markerLua)
 
 	// laneScripts are loaded on every new lane connection.
 	laneScripts = []string{acquireLua, releaseLua, extendLua, statusLua, fenceLua}

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -88,6 +89,11 @@ func (c *Client) repairFence(m *master) {
 			c.opts.logger.Warn("fencing counter repaired by an operator (redlockd repair-fences), no quorum to read from", zapMaster(m), zap.Time("repaired_at", at))
 			return
 		}
+		for _, o := range c.masters {
+			if o != m && o.up.Load() && !o.st.probed.Load() {
+				return // a startup round: the others count from the next one
+			}
+		}
 		if !m.st.repairWarned.Swap(true) { // once per loss, not every probe round
 			m.st.mu.Lock()
 			if !strings.Contains(m.st.quarantineReason, "repair-fences") {
@@ -168,4 +174,60 @@ func (m *master) repairedRecently() {
 	if left := m.c.opts.maxTTL - uptime + time.Second; left > 0 {
 		m.quarantine("repaired by an operator after losing its data; locks it lost may still be valid", left)
 	}
+}
+
+// startedAgo is the master's uptime at its last probe.
+func (m *master) startedAgo() time.Duration {
+	m.st.mu.Lock()
+	defer m.st.mu.Unlock()
+	return m.st.uptime
+}
+
+// parseMarkerTime returns the time in a marker redlockd wrote ("redlockd
+// <ms>", or RepairFences' "repaired <ms>"); false for markers without one
+// (written before markers carried a time).
+func parseMarkerTime(v string) (time.Time, bool) {
+	if at, ok := parseRepairMarker(v); ok {
+		return at, true
+	}
+	rest, ok := strings.CutPrefix(v, "redlockd ")
+	if !ok {
+		return time.Time{}, false
+	}
+	ms, err := strconv.ParseInt(rest, 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}, false
+	}
+	return time.UnixMilli(ms), true
+}
+
+// restoredFromSnapshot applies the marker rule's last case to a master seen
+// for the first time with a marker: when the marker was written before the
+// server last started (both by its clock) and the server is not durable
+// (appendfsync always), it restarted with data from before its restart (an
+// RDB snapshot, a lazily fsynced AOF) and may miss keys written since: it is
+// quarantined until max TTL after its start, and its fencing counter
+// repaired from a quorum, as for a master that lost its data. A Client that
+// was running sees the run_id change instead.
+func (m *master) restoredFromSnapshot() bool {
+	m.st.mu.Lock()
+	v, started, uptime, durable := m.st.markerValue, m.st.startedAt, m.st.uptime, m.st.durable
+	m.st.mu.Unlock()
+	at, ok := parseMarkerTime(v)
+	if !ok || started.IsZero() || durable || !at.Before(started) {
+		return false
+	}
+	left := m.c.opts.maxTTL - uptime + time.Second // uptime is rounded down
+	if left <= 0 {
+		return false // every lock it could have missed has expired
+	}
+	if !m.c.opts.quarantine {
+		m.c.opts.logger.Warn("master restarted from a snapshot older than its start; not quarantined (quarantine disabled)", zapMaster(m))
+		return true
+	}
+	if m.c.opts.fenceKey != "" {
+		m.st.repairPending.Store(true)
+	}
+	m.quarantine(fmt.Sprintf("restarted %v ago with data older than its restart (marker written %v before it): an RDB snapshot or an AOF not fsynced always may miss recent locks", uptime, started.Sub(at).Round(time.Second)), left)
+	return true
 }

@@ -449,7 +449,9 @@ func (c *Client) afterProbes() {
 		//     every master to answer; meanwhile none of them votes.
 		switch {
 		case has:
-			m.repairedRecently()
+			if !m.restoredFromSnapshot() {
+				m.repairedRecently()
+			}
 		case withMarker >= c.quorum:
 			m.lostData("marker key missing while a quorum of the other masters have theirs (restarted without data while unwatched)")
 		case withMarker > 0:
@@ -476,11 +478,14 @@ func (c *Client) afterProbes() {
 		m.st.mu.Lock()
 		need := m.up.Load() && !m.st.hasMarker
 		m.st.mu.Unlock()
-		if need && m.counts() {
+		// Not in a server's first two seconds: its start time, derived from
+		// INFO's whole-second uptime, may be up to a second late, and the
+		// marker's time must come after it (see restoredFromSnapshot).
+		if need && m.counts() && m.startedAgo() >= 2*time.Second {
 			ctx, cancel := context.WithTimeout(context.Background(), c.opts.healthTimeout)
-			if err := m.probe.Set(ctx, c.opts.markerKey, "redlockd", 0).Err(); err == nil {
+			if v, err := markerScript.Run(ctx, m.probe, []string{c.opts.markerKey}).Text(); err == nil {
 				m.st.mu.Lock()
-				m.st.hasMarker = true
+				m.st.hasMarker, m.st.markerValue = true, v
 				m.st.mu.Unlock()
 			}
 			cancel()
