@@ -253,7 +253,8 @@ func (s *Server) lockerFailed(ctx context.Context, w http.ResponseWriter, c *cal
 
 // quorumMessage says why no quorum voted, from the masters' failures:
 // "no quorum of Redis masters could vote in time (3 of 5 needed; 2 down,
-// 1 quarantined or repairing); retry later". Quarantined masters answer;
+// 1 not counted (quarantined, repairing or waiting; see /readyz)); retry
+// later". Quarantined masters answer;
 // the message must not blame time when they are the reason.
 func quorumMessage(err error) string {
 	var oe *redlock.OutcomeError
@@ -287,7 +288,7 @@ func quorumMessage(err error) string {
 	for _, p := range []struct {
 		n    int
 		what string
-	}{{down, " down"}, {excluded, " quarantined or repairing"}, {slow, " timed out"}, {other, " other"}} {
+	}{{down, " down"}, {excluded, " not counted (quarantined, repairing or waiting; see /readyz)"}, {slow, " timed out"}, {other, " other"}} {
 		if p.n > 0 {
 			b = append(b, sep...)
 			b = strconv.AppendInt(b, int64(p.n), 10)

@@ -436,8 +436,8 @@ func TestQuorumMessage(t *testing.T) {
 	oe := &redlock.OutcomeError{Op: "acquire", Quorum: 3, Masters: 5, Kind: redlock.ErrQuorumUnavailable, Failures: []error{
 		me(0, redlock.ErrMasterDown), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined), me(3, redlock.ErrMasterTimeout),
 	}}
-	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 1 down, 2 quarantined or repairing, 1 timed out); retry later", quorumMessage(oe))
+	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 1 down, 2 not counted (quarantined, repairing or waiting; see /readyz), 1 timed out); retry later", quorumMessage(oe))
 	oe.Failures = []error{me(0, redlock.ErrMasterQuarantined), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined)}
-	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 3 quarantined or repairing); retry later", quorumMessage(oe))
+	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 3 not counted (quarantined, repairing or waiting; see /readyz)); retry later", quorumMessage(oe))
 	assert.Equal(t, "no quorum of Redis masters could vote in time; retry later", quorumMessage(redlock.ErrQuorumUnavailable))
 }
