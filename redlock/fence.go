@@ -190,15 +190,7 @@ func parseMarkerTime(v string) (time.Time, bool) {
 	if at, ok := parseRepairMarker(v); ok {
 		return at, true
 	}
-	rest, ok := strings.CutPrefix(v, "redlockd ")
-	if !ok {
-		return time.Time{}, false
-	}
-	ms, err := strconv.ParseInt(rest, 10, 64)
-	if err != nil || ms <= 0 {
-		return time.Time{}, false
-	}
-	return time.UnixMilli(ms), true
+	return parseStamp(v, "redlockd ")
 }
 
 // restoredFromSnapshot applies the marker rule's last case to a master seen

@@ -262,7 +262,12 @@ func repairOne(ctx context.Context, r *redis.Client, o RepairOptions, target str
 
 // parseRepairMarker returns the time in a marker RepairFences wrote.
 func parseRepairMarker(v string) (time.Time, bool) {
-	rest, ok := strings.CutPrefix(v, repairMarkerPrefix)
+	return parseStamp(v, repairMarkerPrefix)
+}
+
+// parseStamp returns the time in "<prefix><unix ms>".
+func parseStamp(v, prefix string) (time.Time, bool) {
+	rest, ok := strings.CutPrefix(v, prefix)
 	if !ok {
 		return time.Time{}, false
 	}
