@@ -480,6 +480,20 @@ func (t *DockerTarget) readyz(ctx context.Context, url string) (readyz, error) {
 	return r, nil
 }
 
+// DaemonCounting returns, per master, whether the daemon at url (one of
+// DockerOptions.Daemons) counts it, from its /readyz.
+func (t *DockerTarget) DaemonCounting(ctx context.Context, url string) ([]bool, error) {
+	r, err := t.readyz(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(r.Masters))
+	for i, m := range r.Masters {
+		out[i] = m.Counts
+	}
+	return out, nil
+}
+
 // Counting reports, per master, whether every daemon counts its vote (its
 // /readyz says counts:true).
 func (t *DockerTarget) Counting(ctx context.Context) ([]bool, error) {
@@ -488,12 +502,12 @@ func (t *DockerTarget) Counting(ctx context.Context) ([]bool, error) {
 		out[i] = true
 	}
 	for _, d := range t.daemons {
-		r, err := t.readyz(ctx, d.URL)
+		c, err := t.DaemonCounting(ctx, d.URL)
 		if err != nil {
 			return nil, err
 		}
-		for i, m := range r.Masters {
-			out[i] = out[i] && m.Counts
+		for i, counts := range c {
+			out[i] = out[i] && counts
 		}
 	}
 	return out, nil

@@ -3,7 +3,6 @@ package dockerdrill
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -160,7 +159,7 @@ func daemonsBehindProxies(t *testing.T, ctx context.Context, target *chaos.Docke
 	const m = 3
 	require.True(t, target.Supports(chaos.FaultBlackhole), "the drill overlay puts chaos proxies in front of the masters")
 	counting := func(url string) []bool {
-		c, err := readyzCounts(ctx, url)
+		c, err := target.DaemonCounting(ctx, url)
 		require.NoError(t, err)
 		return c
 	}
@@ -185,32 +184,6 @@ func daemonsBehindProxies(t *testing.T, ctx context.Context, target *chaos.Docke
 	rctx, cancel = context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	require.NoError(t, target.Ready(rctx))
-}
-
-// readyzCounts returns, per master, whether the daemon at url counts it.
-func readyzCounts(ctx context.Context, url string) ([]bool, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/readyz", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var r struct {
-		Masters []struct {
-			Counts bool `json:"counts"`
-		} `json:"masters"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
-		return nil, fmt.Errorf("%s/readyz: %w", url, err)
-	}
-	out := make([]bool, len(r.Masters))
-	for i, m := range r.Masters {
-		out[i] = m.Counts
-	}
-	return out, nil
 }
 
 // TestDockerDrills' last step: docker stop and start of one master.
