@@ -1,0 +1,398 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Defaults of the options.
+const (
+	// DefaultUserAgent is the User-Agent sent unless WithUserAgent says otherwise.
+	DefaultUserAgent = "redlockd-go-client/1"
+	// DefaultRequestTimeout bounds one request whose context has no earlier
+	// deadline, on top of the acquire's wait.
+	DefaultRequestTimeout = 10 * time.Second
+	// maxAnswerBytes bounds an answer body; the daemon's are under 2 KiB.
+	maxAnswerBytes = 1 << 20
+)
+
+// Client calls one redlockd deployment's action API. It is safe for
+// concurrent use. Create it with New.
+type Client struct {
+	endpoint string // base URL + "/v1/lock"
+	apiKey   string
+	hc       *http.Client
+	ua       string
+	retry    RetryPolicy
+	timeout  time.Duration
+}
+
+// RetryPolicy says how a request answered 503 (no quorum of masters) is
+// retried. The wait before a retry is the answer's Retry-After (1 s when
+// absent), at most MaxDelay, and never past the caller's context: a
+// cancelled context ends the retries at once with its error joined.
+// Only 503 answers are retried: every action is safe to repeat after one,
+// because the daemon took nothing (an acquire answered 503 released on
+// every master before answering).
+type RetryPolicy struct {
+	// Attempts is the number of tries including the first; 0 and 1 both
+	// mean no retry.
+	Attempts int
+	// MaxDelay caps one wait; 0 means no cap beyond Retry-After.
+	MaxDelay time.Duration
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sets the HTTP client used for every request. Default: a
+// client with http.DefaultTransport and no timeout of its own (each request
+// is bounded by its context and by WithRequestTimeout).
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithUserAgent sets the User-Agent header. Default DefaultUserAgent.
+func WithUserAgent(ua string) Option { return func(c *Client) { c.ua = ua } }
+
+// WithRetry sets the retry policy for 503 answers. Default: no retry.
+func WithRetry(p RetryPolicy) Option { return func(c *Client) { c.retry = p } }
+
+// WithRequestTimeout bounds each attempt of a request, plus the acquire's
+// wait (WithWait), when the caller's context has no earlier deadline.
+// Default DefaultRequestTimeout (10 s); 0 or less means no bound.
+func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
+
+// New returns a Client for the daemon at baseURL (scheme http or https,
+// e.g. "http://127.0.0.1:7070"; a path prefix is kept) that sends apiKey in
+// the X-API-Key header. It fails with ErrInvalid when baseURL is not an
+// absolute http(s) URL, carries a query, or apiKey is empty.
+func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: base URL: %v", ErrInvalid, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("%w: base URL %q: scheme must be http or https", ErrInvalid, baseURL)
+	case u.Host == "":
+		return nil, fmt.Errorf("%w: base URL %q: missing host", ErrInvalid, baseURL)
+	case u.RawQuery != "" || u.User != nil:
+		return nil, fmt.Errorf("%w: base URL: must not carry a query or user info (the API key goes in the header)", ErrInvalid)
+	case apiKey == "":
+		return nil, fmt.Errorf("%w: API key: required", ErrInvalid)
+	}
+	c := &Client{
+		endpoint: strings.TrimRight(u.String(), "/") + "/v1/lock",
+		apiKey:   apiKey,
+		hc:       &http.Client{},
+		ua:       DefaultUserAgent,
+		timeout:  DefaultRequestTimeout,
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.hc == nil {
+		c.hc = &http.Client{}
+	}
+	return c, nil
+}
+
+// LockOption modifies one call: WithWait, WithNamespace.
+type LockOption func(*request)
+
+// WithWait makes Acquire wait up to d for a held lock (the daemon retries
+// with jitter; wait_ms on the wire, whole milliseconds, at most the
+// daemon's max_wait). Ignored by the other calls. Default 0: answer at once.
+func WithWait(d time.Duration) LockOption { return func(r *request) { r.wait = d } }
+
+// WithNamespace selects a sub-space of the API key's account. Default "".
+// A Lease remembers it for Extend, Release and Status.
+func WithNamespace(ns string) LockOption { return func(r *request) { r.namespace = ns } }
+
+// request is one call of the action API.
+type request struct {
+	action    string
+	key       string
+	namespace string
+	token     string
+	ttl       time.Duration
+	wait      time.Duration
+}
+
+// wireRequest is the JSON body of POST /v1/lock.
+type wireRequest struct {
+	Action    string `json:"action"`
+	Key       string `json:"key"`
+	Namespace string `json:"namespace,omitempty"`
+	Token     string `json:"token,omitempty"`
+	TTL       int64  `json:"ttl,omitempty"`
+	WaitMS    int64  `json:"wait_ms,omitempty"`
+}
+
+// envelope is every answer of POST /v1/lock.
+type envelope struct {
+	Ret  string    `json:"ret"`
+	Data *wireData `json:"data"`
+	Msg  string    `json:"msg"`
+	Code string    `json:"code"`
+}
+
+type wireData struct {
+	Action     string `json:"action"`
+	Key        string `json:"key"`
+	Acquired   *bool  `json:"acquired"`
+	Released   *bool  `json:"released"`
+	Extended   *bool  `json:"extended"`
+	Held       *bool  `json:"held"`
+	Token      string `json:"token"`
+	TTL        int64  `json:"ttl"`
+	ExpireAt   int64  `json:"expire_at"`
+	RetryAfter int64  `json:"retry_after"`
+	Fence      int64  `json:"fence"`
+	ValidityMS *int64 `json:"validity_ms"`
+}
+
+// answer is a 200 answer with the time its request was sent.
+type answer struct {
+	data   wireData
+	msg    string
+	sentAt time.Time // before the request was written: validity counts from here
+}
+
+// ttlSeconds is ttl on the wire: whole seconds, rounded up.
+func ttlSeconds(ttl time.Duration) (int64, error) {
+	if ttl < time.Second {
+		return 0, fmt.Errorf("%w: ttl %v is below the minimum of 1s", ErrInvalid, ttl)
+	}
+	return int64((ttl + time.Second - 1) / time.Second), nil
+}
+
+// do sends r, retrying 503 answers per the policy, and returns a 200
+// answer. Errors are *Error, with ctx.Err() joined when the context ended.
+func (c *Client) do(ctx context.Context, r *request) (*answer, error) {
+	body := wireRequest{Action: r.action, Key: r.key, Namespace: r.namespace, Token: r.token, WaitMS: r.wait.Milliseconds()}
+	if r.ttl != 0 {
+		s, err := ttlSeconds(r.ttl)
+		if err != nil {
+			return nil, err
+		}
+		body.TTL = s
+	}
+	if r.wait < 0 {
+		return nil, fmt.Errorf("%w: wait %v is negative", ErrInvalid, r.wait)
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	attempts := max(c.retry.Attempts, 1)
+	for i := 1; ; i++ {
+		a, err := c.once(ctx, r, b)
+		if err == nil {
+			return a, nil
+		}
+		var e *Error
+		if i >= attempts || ctx.Err() != nil || !errors.As(err, &e) || e.Status != http.StatusServiceUnavailable {
+			return nil, err
+		}
+		delay := e.RetryAfter
+		if delay <= 0 {
+			delay = time.Second
+		}
+		if c.retry.MaxDelay > 0 {
+			delay = min(delay, c.retry.MaxDelay)
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// once sends one attempt of r.
+func (c *Client) once(ctx context.Context, r *request, body []byte) (*answer, error) {
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout+r.wait)
+		defer cancel()
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalid, Action: r.action, Msg: err.Error(), Err: err}
+	}
+	hr.Header.Set("Content-Type", "application/json")
+	hr.Header.Set("X-API-Key", c.apiKey)
+	hr.Header.Set("User-Agent", c.ua)
+	sentAt := time.Now()
+	resp, err := c.hc.Do(hr)
+	if err != nil {
+		e := &Error{Kind: ErrUnavailable, Action: r.action, Msg: err.Error(), Err: err}
+		if ctx.Err() != nil {
+			return nil, errors.Join(e, ctx.Err())
+		}
+		return nil, e
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
+	if err != nil {
+		e := &Error{Kind: ErrUnavailable, Action: r.action, Status: resp.StatusCode, Msg: "reading the answer: " + err.Error(), Err: err}
+		if ctx.Err() != nil {
+			return nil, errors.Join(e, ctx.Err())
+		}
+		return nil, e
+	}
+	var env envelope
+	if err := json.Unmarshal(raw, &env); err != nil {
+		return nil, &Error{Kind: kindOf(resp.StatusCode), Action: r.action, Status: resp.StatusCode,
+			Msg: fmt.Sprintf("answer is not the JSON envelope (%s)", shorten(raw)), Err: err}
+	}
+	if resp.StatusCode != http.StatusOK || env.Ret != "ok" || env.Data == nil {
+		e := &Error{Kind: kindOf(resp.StatusCode), Action: r.action, Status: resp.StatusCode, Code: env.Code, Msg: env.Msg}
+		if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
+			e.RetryAfter = time.Duration(s) * time.Second
+		}
+		if resp.StatusCode == http.StatusOK {
+			e.Msg = "answer has ret " + strconv.Quote(env.Ret) + " and no data"
+		}
+		return nil, e
+	}
+	return &answer{data: *env.Data, msg: env.Msg, sentAt: sentAt}, nil
+}
+
+// shorten shows at most 64 bytes of an unexpected answer.
+func shorten(b []byte) string {
+	if len(b) > 64 {
+		return strconv.Quote(string(b[:64])) + "…"
+	}
+	return strconv.Quote(string(b))
+}
+
+// Acquire takes the lock key for ttl (whole seconds on the wire, rounded
+// up; at least 1 s and at most the daemon's max_ttl). With WithWait it
+// waits for a held lock; WithNamespace selects a sub-space.
+//
+// Errors: an *Error matching ErrLockHeld (with RetryAfter) when another
+// owner holds the lock, ErrUnavailable, ErrUnauthorized, ErrInvalid.
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...LockOption) (*Lease, error) {
+	r := request{action: "acquire", key: key, ttl: ttl}
+	for _, o := range opts {
+		o(&r)
+	}
+	a, err := c.do(ctx, &r)
+	if err != nil {
+		return nil, err
+	}
+	d := &a.data
+	if d.Acquired == nil || !*d.Acquired {
+		if d.Acquired == nil {
+			return nil, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.acquired"}
+		}
+		return nil, &Error{Kind: ErrLockHeld, Action: r.action, Status: http.StatusOK, Msg: a.msg,
+			RetryAfter: time.Duration(d.RetryAfter) * time.Second}
+	}
+	if d.Token == "" || d.ValidityMS == nil {
+		return nil, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.token or data.validity_ms"}
+	}
+	return newLease(c, key, r.namespace, d.Token, d.Fence, time.Duration(d.TTL)*time.Second,
+		a.sentAt.Add(time.Duration(*d.ValidityMS)*time.Millisecond)), nil
+}
+
+// Extend resets the TTL of the lock key held by token to ttl and returns
+// the lock's new validity as a Lease (without a keep-alive). Use
+// Lease.Extend on a Lease you hold.
+//
+// Errors: an *Error matching ErrNotHeld when the token does not hold the
+// lock, ErrUnavailable, ErrUnauthorized, ErrInvalid.
+func (c *Client) Extend(ctx context.Context, key, token string, ttl time.Duration, opts ...LockOption) (*Lease, error) {
+	r := request{action: "extend", key: key, token: token, ttl: ttl}
+	for _, o := range opts {
+		o(&r)
+	}
+	validUntil, fence, err := c.extend(ctx, &r)
+	if err != nil {
+		return nil, err
+	}
+	return newLease(c, key, r.namespace, token, fence, ttl, validUntil), nil
+}
+
+func (c *Client) extend(ctx context.Context, r *request) (validUntil time.Time, fence int64, err error) {
+	a, err := c.do(ctx, r)
+	if err != nil {
+		return time.Time{}, 0, err
+	}
+	d := &a.data
+	switch {
+	case d.Extended == nil:
+		return time.Time{}, 0, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.extended"}
+	case !*d.Extended:
+		return time.Time{}, 0, &Error{Kind: ErrNotHeld, Action: r.action, Status: http.StatusOK, Msg: a.msg}
+	case d.ValidityMS == nil:
+		return time.Time{}, 0, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.validity_ms"}
+	}
+	return a.sentAt.Add(time.Duration(*d.ValidityMS) * time.Millisecond), d.Fence, nil
+}
+
+// Release releases the lock key held by token. Errors: an *Error matching
+// ErrNotHeld when the token did not hold it (expired, released twice,
+// another owner), ErrUnavailable, ErrUnauthorized, ErrInvalid.
+func (c *Client) Release(ctx context.Context, key, token string, opts ...LockOption) error {
+	r := request{action: "release", key: key, token: token}
+	for _, o := range opts {
+		o(&r)
+	}
+	a, err := c.do(ctx, &r)
+	if err != nil {
+		return err
+	}
+	switch d := &a.data; {
+	case d.Released == nil:
+		return &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.released"}
+	case !*d.Released:
+		return &Error{Kind: ErrNotHeld, Action: r.action, Status: http.StatusOK, Msg: a.msg}
+	}
+	return nil
+}
+
+// Status is a majority read of one lock key. The token is never revealed.
+type Status struct {
+	// Held is true when a quorum of masters hold the same token.
+	Held bool
+	// Validity is the holder's conservative remaining time; 0 when not held.
+	Validity time.Duration
+	// ValidUntil is when that validity ends, counted from before the
+	// request was sent; zero when not held.
+	ValidUntil time.Time
+}
+
+// Status reads whether the lock key is held, by anyone. Errors:
+// ErrUnavailable, ErrUnauthorized, ErrInvalid.
+func (c *Client) Status(ctx context.Context, key string, opts ...LockOption) (Status, error) {
+	r := request{action: "status", key: key}
+	for _, o := range opts {
+		o(&r)
+	}
+	a, err := c.do(ctx, &r)
+	if err != nil {
+		return Status{}, err
+	}
+	d := &a.data
+	if d.Held == nil {
+		return Status{}, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.held"}
+	}
+	st := Status{Held: *d.Held}
+	if st.Held && d.ValidityMS != nil {
+		st.Validity = time.Duration(*d.ValidityMS) * time.Millisecond
+		st.ValidUntil = a.sentAt.Add(st.Validity)
+	}
+	return st, nil
+}

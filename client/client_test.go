@@ -1,0 +1,334 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/client"
+	"github.com/redlockd/redlockd/internal/testdaemon"
+)
+
+// TestStdlibOnly: importing the client must not pull in go-redis, zap or
+// Docker.
+func TestStdlibOnly(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", ".").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	assert.Equal(t, "github.com/redlockd/redlockd/client", strings.TrimSpace(string(out)))
+}
+
+func TestNewRefusesBadArguments(t *testing.T) {
+	for _, tc := range []struct{ url, key, want string }{
+		{"127.0.0.1:7070", "k", "base URL"},
+		{"ftp://x", "k", "scheme"},
+		{"http://", "k", "missing host"},
+		{"http://x/?api_key=k", "k", "query"},
+		{"http://x", "", "API key"},
+	} {
+		_, err := client.New(tc.url, tc.key)
+		require.ErrorIs(t, err, client.ErrInvalid, tc.url)
+		assert.Contains(t, err.Error(), tc.want)
+	}
+}
+
+func TestLeaseLifecycle(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	ctx := context.Background()
+
+	l, err := c.Acquire(ctx, "order:pay:1", 30*time.Second, client.WithNamespace("shop"))
+	require.NoError(t, err)
+	assert.Equal(t, "order:pay:1", l.Key())
+	assert.Equal(t, "shop", l.Namespace())
+	assert.Len(t, l.Token(), 32)
+	assert.Positive(t, l.Fence())
+	assert.Equal(t, 30*time.Second, l.TTL())
+	assert.WithinDuration(t, time.Now().Add(30*time.Second), l.ValidUntil(), 2*time.Second)
+	assert.False(t, l.ValidUntil().After(time.Now().Add(30*time.Second)), "never later than the daemon's validity")
+
+	// Held: a second acquire is refused with the holder's remaining time.
+	_, err = c.Acquire(ctx, "order:pay:1", 30*time.Second, client.WithNamespace("shop"))
+	require.ErrorIs(t, err, client.ErrLockHeld)
+	var ce *client.Error
+	require.ErrorAs(t, err, &ce)
+	assert.InDelta(t, 30, ce.RetryAfter.Seconds(), 1)
+	assert.Equal(t, "lock is held by another owner", ce.Msg)
+	// Another namespace is another lock.
+	other, err := c.Acquire(ctx, "order:pay:1", 5*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, other.Release(ctx))
+
+	st, err := l.Status(ctx)
+	require.NoError(t, err)
+	assert.True(t, st.Held)
+	assert.Greater(t, st.Validity, 25*time.Second)
+
+	before := l.ValidUntil()
+	require.NoError(t, l.Extend(ctx, 60*time.Second))
+	assert.Equal(t, 60*time.Second, l.TTL())
+	assert.True(t, l.ValidUntil().After(before))
+	e, err := c.Extend(ctx, "order:pay:1", l.Token(), 60*time.Second, client.WithNamespace("shop"))
+	require.NoError(t, err)
+	assert.Equal(t, l.Token(), e.Token())
+	assert.True(t, e.ValidUntil().After(before))
+	require.NoError(t, e.Release(ctx))
+	<-e.Done()
+
+	require.ErrorIs(t, l.Release(ctx), client.ErrNotHeld, "released through e already")
+	<-l.Done()
+	assert.ErrorIs(t, l.Err(), client.ErrReleased)
+	// Released: a second release, and an extend by token, are "not held".
+	err = c.Release(ctx, "order:pay:1", l.Token(), client.WithNamespace("shop"))
+	require.ErrorIs(t, err, client.ErrNotHeld)
+	assert.Contains(t, err.Error(), "expired or was already released")
+	_, err = c.Extend(ctx, "order:pay:1", l.Token(), 10*time.Second, client.WithNamespace("shop"))
+	require.ErrorIs(t, err, client.ErrNotHeld)
+	// The released lease refuses without a request.
+	require.ErrorIs(t, l.Extend(ctx, time.Minute), client.ErrReleased)
+	st, err = c.Status(ctx, "order:pay:1", client.WithNamespace("shop"))
+	require.NoError(t, err)
+	assert.False(t, st.Held)
+}
+
+func TestTypedErrors(t *testing.T) {
+	d := startDaemon(t)
+	ctx := context.Background()
+
+	bad, err := client.New(d.URL, "wrong-key-0123456789")
+	require.NoError(t, err)
+	_, err = bad.Acquire(ctx, "k", 5*time.Second)
+	require.ErrorIs(t, err, client.ErrUnauthorized)
+	var ce *client.Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, 401, ce.Status)
+	assert.Equal(t, "unauthorized", ce.Code)
+
+	c := newClient(t, d)
+	_, err = c.Acquire(ctx, strings.Repeat("k", 513), 5*time.Second)
+	require.ErrorIs(t, err, client.ErrInvalid)
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, 400, ce.Status)
+	assert.Equal(t, "key: 513 bytes is above the maximum of 512 bytes", ce.Msg)
+	_, err = c.Acquire(ctx, "k", 200*time.Hour)
+	require.ErrorIs(t, err, client.ErrInvalid)
+	assert.Contains(t, err.Error(), "ttl: 720000 is above the maximum of 86400")
+	_, err = c.Acquire(ctx, "k", 500*time.Millisecond)
+	require.ErrorIs(t, err, client.ErrInvalid, "refused before sending")
+	err = c.Release(ctx, "k", "not-a-token")
+	require.ErrorIs(t, err, client.ErrInvalid)
+	assert.Contains(t, err.Error(), "token: must be the 32 lowercase hex characters")
+
+	// A daemon that is gone is "unavailable".
+	require.NoError(t, d.Stop())
+	_, err = c.Acquire(ctx, "k", 5*time.Second)
+	require.ErrorIs(t, err, client.ErrUnavailable)
+	assert.NotContains(t, err.Error(), testdaemon.APIKey)
+}
+
+func TestUnavailableAndRetry(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d, client.WithRetry(client.RetryPolicy{Attempts: 2, MaxDelay: 100 * time.Millisecond}))
+	ctx := context.Background()
+	pauseMasters(t, 3, d)
+
+	_, err := c.Acquire(ctx, "retry:1", 5*time.Second)
+	require.ErrorIs(t, err, client.ErrUnavailable)
+	var ce *client.Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, 503, ce.Status)
+	assert.Equal(t, "quorum_unavailable", ce.Code)
+	assert.Equal(t, time.Second, ce.RetryAfter, "the Retry-After header")
+
+	// The caller's context ends the retries, and is reported.
+	patient := newClient(t, d, client.WithRetry(client.RetryPolicy{Attempts: 1000}))
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = patient.Acquire(cctx, "retry:1", 5*time.Second)
+	require.ErrorIs(t, err, client.ErrUnavailable)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	// Retries honour Retry-After until the masters are back.
+	resumed := make(chan struct{})
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		for _, s := range servers[:3] {
+			_ = s.Resume()
+		}
+		close(resumed)
+	}()
+	l, err := patient.Acquire(ctx, "retry:1", 5*time.Second)
+	<-resumed
+	require.NoError(t, err, "acquired once the masters answered again")
+	require.NoError(t, l.Release(ctx))
+	for _, s := range servers[:3] {
+		require.NoError(t, s.Pause()) // pauseMasters' cleanup resumes them
+	}
+}
+
+// TestKeepAliveHoldsForThreeTTL: a lease kept alive for 3× its TTL stays
+// held, under the same fence, and nobody else gets it meanwhile.
+func TestKeepAliveHoldsForThreeTTL(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const ttl = 2 * time.Second
+
+	l, err := c.Acquire(ctx, "keepalive:1", ttl)
+	require.NoError(t, err)
+	l.KeepAlive(ctx)
+	first := l.ValidUntil()
+	end := time.Now().Add(3 * ttl)
+	for time.Now().Before(end) {
+		_, err := c.Acquire(ctx, "keepalive:1", ttl)
+		require.ErrorIs(t, err, client.ErrLockHeld)
+		select {
+		case <-l.Done():
+			t.Fatalf("lost while kept alive: %v", l.Err())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	require.NoError(t, l.Err())
+	assert.True(t, l.ValidUntil().After(first.Add(2*ttl)), "validity moved with the extends")
+	require.NoError(t, l.Release(ctx))
+	// Fences are one sequence per deployment (this daemon's key prefix):
+	// the next acquire's fence follows the lease's at once, so no other
+	// acquisition took a fence while the lease was kept alive.
+	next, err := c.Acquire(ctx, "keepalive:1", ttl)
+	require.NoError(t, err)
+	assert.Equal(t, l.Fence()+1, next.Fence(), "the fence did not change while the lease was kept alive")
+	require.NoError(t, next.Release(ctx))
+}
+
+// waitLoss waits for l.Done and returns when it was observed.
+func waitLoss(t *testing.T, l *client.Lease, limit time.Duration) time.Time {
+	t.Helper()
+	select {
+	case <-l.Done():
+		return time.Now()
+	case <-time.After(limit):
+		t.Fatalf("Done not closed within %v", limit)
+		return time.Time{}
+	}
+}
+
+func TestDoneBeforeValidityWhenMastersPause(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	l, err := c.Acquire(ctx, "loss:masters", 3*time.Second)
+	require.NoError(t, err)
+	l.KeepAlive(ctx)
+	pauseMasters(t, 3, d)
+	lostAt := waitLoss(t, l, 10*time.Second)
+	assert.True(t, lostAt.Before(l.ValidUntil()), "Done closed at %v, validity ends %v", lostAt, l.ValidUntil())
+	require.ErrorIs(t, l.Err(), client.ErrLost)
+	require.ErrorIs(t, l.Err(), client.ErrUnavailable, "the last extend's error is reported: %v", l.Err())
+	assert.Contains(t, l.Err().Error(), "validity about to end without a confirmed extend")
+}
+
+func TestDoneBeforeValidityWhenDaemonStops(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	l, err := c.Acquire(ctx, "loss:daemon", 3*time.Second)
+	require.NoError(t, err)
+	l.KeepAlive(ctx)
+	require.NoError(t, d.Kill())
+	lostAt := waitLoss(t, l, 10*time.Second)
+	assert.True(t, lostAt.Before(l.ValidUntil()), "Done closed at %v, validity ends %v", lostAt, l.ValidUntil())
+	require.ErrorIs(t, l.Err(), client.ErrLost)
+}
+
+func TestDoneWhenExtendRefused(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, "loss:refused", 30*time.Second)
+	require.NoError(t, err)
+	// Someone releases it with the token (a stale copy of the lease).
+	require.NoError(t, c.Release(ctx, "loss:refused", l.Token()))
+	err = l.Extend(ctx, 30*time.Second)
+	require.ErrorIs(t, err, client.ErrNotHeld)
+	<-l.Done()
+	require.ErrorIs(t, l.Err(), client.ErrLost)
+	require.ErrorIs(t, l.Err(), client.ErrNotHeld)
+}
+
+func TestDoneWithoutKeepAlive(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	l, err := c.Acquire(context.Background(), "loss:idle", time.Second)
+	require.NoError(t, err)
+	lostAt := waitLoss(t, l, 5*time.Second)
+	assert.True(t, lostAt.Before(l.ValidUntil()))
+	require.ErrorIs(t, l.Err(), client.ErrLost)
+}
+
+func TestWithLockCancelsOnLoss(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	var ran atomic.Bool
+	var validUntil time.Time
+	err := c.WithLock(context.Background(), "withlock:loss", 3*time.Second, func(ctx context.Context, l *client.Lease) error {
+		ran.Store(true)
+		pauseMasters(t, 3, d)
+		<-ctx.Done()
+		validUntil = l.ValidUntil()
+		require.True(t, time.Now().Before(validUntil), "cancelled before validity ended")
+		require.ErrorIs(t, context.Cause(ctx), client.ErrLost)
+		return nil
+	})
+	require.True(t, ran.Load())
+	require.ErrorIs(t, err, client.ErrLost, "a loss is reported even when fn returns nil")
+}
+
+func TestWithLockReleases(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	ctx := context.Background()
+	held := func() bool {
+		st, err := c.Status(ctx, "withlock:1")
+		require.NoError(t, err)
+		return st.Held
+	}
+
+	err := c.WithLock(ctx, "withlock:1", 30*time.Second, func(ctx context.Context, l *client.Lease) error {
+		assert.True(t, held())
+		return nil
+	})
+	require.NoError(t, err)
+	assert.False(t, held(), "released after fn")
+
+	boom := errors.New("boom")
+	err = c.WithLock(ctx, "withlock:1", 30*time.Second, func(context.Context, *client.Lease) error { return boom })
+	require.ErrorIs(t, err, boom)
+	assert.False(t, held(), "released after an error")
+
+	func() {
+		defer func() { assert.Equal(t, "panic in fn", recover()) }()
+		_ = c.WithLock(ctx, "withlock:1", 30*time.Second, func(context.Context, *client.Lease) error { panic("panic in fn") })
+	}()
+	assert.False(t, held(), "released after a panic")
+
+	// Busy: fn does not run.
+	l, err := c.Acquire(ctx, "withlock:1", 30*time.Second)
+	require.NoError(t, err)
+	err = c.WithLock(ctx, "withlock:1", 30*time.Second, func(context.Context, *client.Lease) error {
+		t.Error("fn ran while the lock was held")
+		return nil
+	})
+	require.ErrorIs(t, err, client.ErrLockHeld)
+	require.NoError(t, l.Release(ctx))
+}

@@ -1,0 +1,265 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// Lease is one held lock. Its methods are safe for concurrent use.
+//
+// Done is closed when the lock is lost or released; from then on Err says
+// why. Loss is noticed whether or not KeepAlive runs: a lease nobody
+// extends is lost LossMargin before its validity ends.
+type Lease struct {
+	c     *Client
+	key   string
+	ns    string
+	token string
+	fence int64
+
+	mu         sync.Mutex
+	ttl        time.Duration
+	validUntil time.Time // carries a monotonic reading
+	lastErr    error     // last failed extend, reported with a loss
+	err        error     // set once, when done is closed
+	done       chan struct{}
+	timer      *time.Timer // fires at lossAt; re-armed while validity moves
+	keeping    bool        // KeepAlive started
+}
+
+func newLease(c *Client, key, ns, token string, fence int64, ttl time.Duration, validUntil time.Time) *Lease {
+	l := &Lease{c: c, key: key, ns: ns, token: token, fence: fence, ttl: ttl, validUntil: validUntil, done: make(chan struct{})}
+	l.mu.Lock()
+	l.timer = time.AfterFunc(time.Until(l.lossAtLocked()), l.checkLoss)
+	l.mu.Unlock()
+	return l
+}
+
+// Key returns the lock's key, as given to Acquire.
+func (l *Lease) Key() string { return l.key }
+
+// Namespace returns the namespace given to Acquire ("" for none).
+func (l *Lease) Namespace() string { return l.ns }
+
+// Token returns the token that proves ownership (32 hex characters).
+// Treat it as a secret: never log it whole.
+func (l *Lease) Token() string { return l.token }
+
+// Fence returns the fencing token of the acquire: strictly greater than the
+// fence of any earlier lock on the same key that has ended. Pass it to the
+// resource the lock protects. 0 for a Lease returned by Client.Extend:
+// extend does not report the fence.
+func (l *Lease) Fence() int64 { return l.fence }
+
+// TTL returns the TTL of the last successful acquire or extend.
+func (l *Lease) TTL() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
+}
+
+// ValidUntil returns the end of validity: the daemon's validity_ms counted
+// from before the request that confirmed it was sent, so never later than
+// the daemon's. It never moves earlier.
+func (l *Lease) ValidUntil() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// Done returns a channel closed when the lock is lost (an extend was
+// refused, or validity is about to end without a confirmed extend) or
+// released. See Err.
+func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// Err returns nil while the lease is held; once Done is closed, an error
+// matching ErrLost (with the cause joined: an *Error matching ErrNotHeld
+// for a refused extend, or the last failed extend's error) or ErrReleased.
+func (l *Lease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// LossMargin is how long before ValidUntil a lease that no extend has
+// confirmed counts as lost: a tenth of its TTL, at most one second. It is
+// the time left to stop work after Done is closed and before another owner
+// can hold the lock.
+func LossMargin(ttl time.Duration) time.Duration { return min(ttl/10, time.Second) }
+
+func (l *Lease) lossAtLocked() time.Time { return l.validUntil.Add(-LossMargin(l.ttl)) }
+
+// checkLoss runs when the loss timer fires: lost if no extend moved the
+// validity meanwhile, else re-armed for the new loss time.
+func (l *Lease) checkLoss() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return
+	}
+	if d := time.Until(l.lossAtLocked()); d > 0 {
+		l.timer.Reset(d)
+		return
+	}
+	cause := errors.New("validity about to end without a confirmed extend")
+	if l.lastErr != nil {
+		cause = fmt.Errorf("%w; last extend: %w", cause, l.lastErr)
+	}
+	l.endLocked(errors.Join(ErrLost, cause))
+}
+
+// endLocked closes done with err, once.
+func (l *Lease) endLocked(err error) {
+	if l.err != nil {
+		return
+	}
+	l.err = err
+	l.timer.Stop()
+	close(l.done)
+}
+
+// Extend resets the lock's TTL to ttl (whole seconds, rounded up). On
+// success ValidUntil moves to the new validity (never earlier than it
+// was). A refused extend (ErrNotHeld) means the lock is lost: Done is
+// closed. Other errors leave the lease as it was; it is lost when its
+// validity runs out unless a later extend succeeds.
+//
+// Errors: as Client.Extend; an error matching ErrLost or ErrReleased, with
+// no request sent, once Done is closed.
+func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	validUntil, _, err := l.c.extend(ctx, &request{action: "extend", key: l.key, namespace: l.ns, token: l.token, ttl: ttl})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case err == nil:
+		l.lastErr = nil
+		l.ttl = ttl
+		if validUntil.After(l.validUntil) {
+			l.validUntil = validUntil
+		}
+		return nil
+	case errors.Is(err, ErrNotHeld):
+		l.endLocked(errors.Join(ErrLost, err))
+	default:
+		l.lastErr = err
+	}
+	return err
+}
+
+// Release stops the keep-alive, closes Done (Err then matches ErrReleased
+// unless the lock was lost before) and releases the lock. It sends the
+// release even after a loss, to clean up the masters that still hold the
+// token. Errors: as Client.Release.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	l.endLocked(ErrReleased)
+	l.mu.Unlock()
+	return l.c.Release(ctx, l.key, l.token, WithNamespace(l.ns))
+}
+
+// Status reads whether the lease's key is held (by anyone: status does
+// not compare tokens). See Client.Status.
+func (l *Lease) Status(ctx context.Context) (Status, error) {
+	return l.c.Status(ctx, l.key, WithNamespace(l.ns))
+}
+
+// KeepAlive extends the lease in a goroutine at about a third of its TTL
+// until ctx ends, the lease is released, or the lock is lost. A failed
+// extend (503, daemon unreachable) is retried every tenth of the TTL (at
+// least 100 ms); each attempt is bounded by the time the lease would count
+// as lost. Calling it again while it runs does nothing.
+//
+// Ending ctx stops the extending, not the loss signal: Done is still
+// closed when validity runs out.
+func (l *Lease) KeepAlive(ctx context.Context) {
+	l.mu.Lock()
+	start := l.err == nil && !l.keeping
+	l.keeping = l.keeping || start
+	l.mu.Unlock()
+	if start {
+		go l.keepAlive(ctx)
+	}
+}
+
+func (l *Lease) keepAlive(ctx context.Context) {
+	defer func() {
+		l.mu.Lock()
+		l.keeping = false
+		l.mu.Unlock()
+	}()
+	next := time.NewTimer(l.TTL() / 3)
+	defer next.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.done:
+			return
+		case <-next.C:
+		}
+		l.mu.Lock()
+		ttl, lossAt := l.ttl, l.lossAtLocked()
+		l.mu.Unlock()
+		ectx, cancel := context.WithDeadline(ctx, lossAt)
+		err := l.Extend(ectx, ttl)
+		cancel()
+		switch {
+		case err == nil:
+			next.Reset(ttl / 3)
+		case l.Err() != nil || ctx.Err() != nil:
+			return
+		default:
+			next.Reset(max(ttl/10, 100*time.Millisecond))
+		}
+	}
+}
+
+// WithLock acquires key for ttl, keeps it alive, and runs fn with a
+// context that is cancelled (cause: Lease.Err) the moment the lock is
+// lost. It releases the lock when fn returns, errs or panics (a panic is
+// re-raised after the release). The release runs on a context detached
+// from ctx, bounded by DefaultRequestTimeout.
+//
+// It returns the acquire's error (fn not run), else fn's error; when fn
+// returned nil, the loss (matching ErrLost) if the lock was lost while fn
+// ran, else the release's error.
+func (c *Client) WithLock(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error, opts ...LockOption) (err error) {
+	l, err := c.Acquire(ctx, key, ttl, opts...)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-l.Done():
+			cancel(l.Err())
+		case <-wctx.Done():
+		}
+	}()
+	l.KeepAlive(wctx)
+	defer func() {
+		lost := l.Err() // before Release sets ErrReleased
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultRequestTimeout)
+		rerr := l.Release(rctx)
+		rcancel()
+		cancel(nil)
+		<-watched
+		if err == nil {
+			switch {
+			case lost != nil:
+				err = lost
+			case rerr != nil:
+				err = rerr
+			}
+		}
+	}()
+	return fn(wctx, l)
+}
