@@ -26,8 +26,8 @@
 //     none does and they fail fast.
 //   - The matrix (Matrix): workload rows with one fault window each, and
 //     arranged rows placed so that the outcome is certain: negative controls
-//     that disable a protection (WithQuarantine(false),
-//     WithClockGuard(false)) and must be caught, their protected twins, and
+//     that turn a protection off (the quarantine or the clock guard, through
+//     internal/guardswitch) and must be caught, their protected twins, and
 //     a holder paused past its TTL whose stale write the fence must reject.
 //
 // # What a passing drill shows, and what it does not

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redlockd/redlockd/internal/guardswitch"
 	"github.com/redlockd/redlockd/redlock"
 )
 
@@ -249,8 +250,8 @@ func restartPivot(quarantine bool) *Scenario {
 	}
 	if !quarantine {
 		sc.Name = "restart-empty-noquarantine"
-		sc.Summary = "negative control: the same with WithQuarantine(false): B is granted while A holds the lock"
-		sc.Options = []redlock.Option{redlock.WithQuarantine(false)}
+		sc.Summary = "negative control: the same with the quarantine off: B is granted while A holds the lock"
+		sc.Options = []redlock.Option{guardOff(guardswitch.Quarantine)}
 		sc.Must, sc.May = []string{I1}, []string{I2}
 	}
 	sc.Script = func(ctx context.Context, d *Drill) error {
@@ -303,8 +304,8 @@ func clockFast(guard bool) *Scenario {
 	}
 	if !guard {
 		sc.Name = "clock-fast-noguard"
-		sc.Summary = "negative control: the same with WithClockGuard(false): B is granted while A holds the lock"
-		sc.Options = []redlock.Option{redlock.WithClockGuard(false)}
+		sc.Summary = "negative control: the same with the clock guard off: B is granted while A holds the lock"
+		sc.Options = []redlock.Option{guardOff(guardswitch.ClockGuard)}
 		sc.Must = []string{I1}
 	}
 	sc.Script = func(ctx context.Context, d *Drill) error {
@@ -536,4 +537,10 @@ func randomMix() *Scenario {
 
 func blackhole(on bool) masterFn {
 	return func(ctx context.Context, d *Drill, m int) error { return d.T.Blackhole(ctx, m, on) }
+}
+
+// guardOff returns the redlock.Option that turns protection g off, for a
+// negative control (internal/guardswitch: no user of redlock can import it).
+func guardOff(g guardswitch.Guard) redlock.Option {
+	return guardswitch.Disable(g).(redlock.Option)
 }

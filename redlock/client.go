@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 )
 
 var (
@@ -290,5 +290,5 @@ loop:
 	}
 }
 
-func zapMaster(m *master) zap.Field { return zap.String("master", m.addr) }
-func zapErr(err error) zap.Field    { return zap.Error(err) }
+// masterAttr names a master in log records.
+func masterAttr(m *master) slog.Attr { return slog.String("master", m.addr) }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockd/redlockd/internal/clockshim"
+	"github.com/redlockd/redlockd/internal/guardswitch"
 	"github.com/redlockd/redlockd/internal/redisproc"
 )
 
@@ -54,7 +55,11 @@ func skewedMasters(t *testing.T) ([]*redis.Options, []*redis.Client, *clockshim.
 func clockScenario(t *testing.T, guard bool) (*Lock, *Client, error) {
 	opts, rdbs, clock := skewedMasters(t)
 	ctx := context.Background()
-	c, err := New(opts, WithPerMasterTimeout(500*time.Millisecond), WithHealthInterval(20*time.Millisecond), WithClockGuard(guard))
+	copts := []Option{WithPerMasterTimeout(500 * time.Millisecond), WithHealthInterval(20 * time.Millisecond)}
+	if !guard {
+		copts = append(copts, withGuardOff(guardswitch.ClockGuard))
+	}
+	c, err := New(opts, copts...)
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	require.Eventually(t, func() bool { return c.QuorumAvailable() && c.Masters()[4].CheckedAt.After(time.Time{}) }, 5*time.Second, 10*time.Millisecond)

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 )
 
 // Fencing tokens (Kleppmann, "How to do distributed locking": "fencing").
@@ -86,7 +86,7 @@ func (c *Client) repairFence(m *master) {
 			m.st.quarantineReason = "lost its data; fencing counter repaired by an operator (redlockd repair-fences): counts again when the quarantine ends"
 			m.st.mu.Unlock()
 			c.repairs.Add(1)
-			c.opts.logger.Warn("fencing counter repaired by an operator (redlockd repair-fences), no quorum to read from", zapMaster(m), zap.Time("repaired_at", at))
+			c.opts.logger.Warn("fencing counter repaired by an operator (redlockd repair-fences), no quorum to read from", masterAttr(m), slog.Time("repaired_at", at))
 			return
 		}
 		for _, o := range c.masters {
@@ -100,18 +100,18 @@ func (c *Client) repairFence(m *master) {
 				m.st.quarantineReason += "; no quorum of counting masters to repair its fencing counter from: run `redlockd repair-fences`"
 			}
 			m.st.mu.Unlock()
-			c.opts.logger.Warn("fencing counter repair postponed: no quorum to read from; retried every probe round (after the loss of a majority: redlockd repair-fences)", zapMaster(m), zap.Int("answers", answers))
+			c.opts.logger.Warn("fencing counter repair postponed: no quorum to read from; retried every probe round (after the loss of a majority: redlockd repair-fences)", masterAttr(m), slog.Int("answers", answers))
 		}
 		return
 	}
 	if err := fenceRepairScript.Run(ctx, m.probe, []string{key}, strconv.FormatInt(highest, 10)).Err(); err != nil {
-		c.opts.logger.Warn("fencing counter repair failed", zapMaster(m), zapErr(err))
+		c.opts.logger.Warn("fencing counter repair failed", masterAttr(m), slog.Any("error", err))
 		return
 	}
 	m.st.repairPending.Store(false)
 	m.st.repairWarned.Store(false)
 	c.repairs.Add(1)
-	c.opts.logger.Info("fencing counter repaired", zapMaster(m), zap.Int64("counter", highest))
+	c.opts.logger.Info("fencing counter repaired", masterAttr(m), slog.Int64("counter", highest))
 }
 
 // errFenceLockGone: the fence write-back found the lock no longer held by
@@ -214,7 +214,7 @@ func (m *master) restoredFromSnapshot() bool {
 		return false // every lock it could have missed has expired
 	}
 	if !m.c.opts.quarantine {
-		m.c.opts.logger.Warn("master restarted from a snapshot older than its start; not quarantined (quarantine disabled)", zapMaster(m))
+		m.c.opts.logger.Warn("master restarted from a snapshot older than its start; not quarantined (quarantine disabled)", masterAttr(m))
 		return true
 	}
 	if m.c.opts.fenceKey != "" {

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 )
 
 // MasterStatus is a snapshot of what the Client knows about one master.
@@ -289,7 +289,7 @@ func (c *Client) spreadFence() {
 	target := strconv.FormatInt(highest, 10)
 	for _, m := range behind {
 		if err := fenceRepairScript.Run(ctx, m.probe, []string{c.opts.fenceKey}, target).Err(); err != nil {
-			c.opts.logger.Debug("fencing counter catch-up failed", zapMaster(m), zapErr(err))
+			c.opts.logger.Debug("fencing counter catch-up failed", masterAttr(m), slog.Any("error", err))
 		}
 	}
 }
@@ -313,7 +313,7 @@ func (m *master) observeClock(sent, received, remote time.Time) {
 		// without data, minus the fencing repair (the counter is intact).
 		m.quarantine(fmt.Sprintf("wall clock jumped forward by %v", delta.Round(time.Millisecond)), m.c.opts.maxTTL)
 	case ev == clockJumpBackward:
-		m.c.opts.logger.Warn("master wall clock jumped backward (its locks will last longer)", zapMaster(m), zap.Duration("by", -delta))
+		m.c.opts.logger.Warn("master wall clock jumped backward (its locks will last longer)", masterAttr(m), slog.Duration("by", -delta))
 	case ev == clockDrifting && !wasDrifting:
 		// Keys set while it ran fast may expire early, for up to max TTL.
 		m.quarantine(fmt.Sprintf("wall clock drifts at rate %.4f, above the drift factor %.4f", m.st.clock.rate, m.c.opts.driftFactor), m.c.opts.maxTTL)
@@ -328,7 +328,7 @@ func (m *master) setWarning(kind string, on bool, text string) {
 	switch {
 	case on && i < 0:
 		m.st.warnings = append(m.st.warnings, prefix+text)
-		m.c.opts.logger.Warn("master misconfigured", zapMaster(m), zap.String("problem", text))
+		m.c.opts.logger.Warn("master misconfigured", masterAttr(m), slog.String("problem", text))
 	case !on && i >= 0:
 		m.st.warnings = append(m.st.warnings[:i], m.st.warnings[i+1:]...)
 	}
@@ -354,7 +354,7 @@ func (m *master) observeRunID(id, via string) {
 	if prev == "" || prev == id {
 		return
 	}
-	m.c.opts.logger.Warn("master restarted", zapMaster(m), zap.String("seen_by", via))
+	m.c.opts.logger.Warn("master restarted", masterAttr(m), slog.String("seen_by", via))
 	if durable {
 		return
 	}
@@ -456,10 +456,10 @@ func (c *Client) afterProbes() {
 			m.lostData("marker key missing while a quorum of the other masters have theirs (restarted without data while unwatched)")
 		case withMarker > 0:
 			m.lostData(fmt.Sprintf("marker key missing on %d of %d masters: a majority lost its data; its fencing counter cannot be repaired from a quorum, run `redlockd repair-fences`", len(c.masters)-withMarker, len(c.masters)))
-			c.opts.logger.Error("a majority of masters lost their data: they vote again only after `redlockd repair-fences` raises their fencing counters", zapMaster(m))
+			c.opts.logger.Error("a majority of masters lost their data: they vote again only after `redlockd repair-fences` raises their fencing counters", masterAttr(m))
 		case answered < len(c.masters):
 			if !m.st.waitLogged.Swap(true) {
-				c.opts.logger.Warn("no master has the marker yet and not all answered: waiting for every master before treating this as a new deployment", zapMaster(m), zap.Int("answered", answered), zap.Int("masters", len(c.masters)))
+				c.opts.logger.Warn("no master has the marker yet and not all answered: waiting for every master before treating this as a new deployment", masterAttr(m), slog.Int("answered", answered), slog.Int("masters", len(c.masters)))
 			}
 			continue // not seen: the rule runs again next round
 		}

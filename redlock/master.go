@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -74,7 +75,7 @@ func (m *master) setDown(err error) {
 	msg := err.Error()
 	m.lastErr.Store(&msg)
 	if m.up.Swap(false) {
-		m.c.opts.logger.Warn("master down", zapMaster(m), zapErr(err))
+		m.c.opts.logger.Warn("master down", masterAttr(m), slog.Any("error", err))
 	}
 }
 
@@ -84,7 +85,7 @@ func (m *master) setUp() {
 	}
 	if !m.up.Swap(true) {
 		m.lastErr.Store(nil) // the error described the outage that just ended
-		m.c.opts.logger.Info("master up", zapMaster(m))
+		m.c.opts.logger.Info("master up", masterAttr(m))
 	}
 }
 

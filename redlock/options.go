@@ -1,9 +1,11 @@
 package redlock
 
 import (
+	"fmt"
+	"log/slog"
 	"time"
 
-	"go.uber.org/zap"
+	"github.com/redlockd/redlockd/internal/guardswitch"
 )
 
 // Option configures a Client. Every With* documents its default.
@@ -20,7 +22,7 @@ type options struct {
 	lanes            int
 	maxBatch         int
 	observer         Observer
-	logger           *zap.Logger
+	logger           *slog.Logger
 	fenceKey         string
 	markerKey        string
 	maxTTL           time.Duration
@@ -39,7 +41,7 @@ func defaultOptions() options {
 		stallTimeout:     10 * time.Second,
 		lanes:            1,
 		maxBatch:         256,
-		logger:           zap.NewNop(),
+		logger:           slog.New(slog.DiscardHandler),
 		fenceKey:         "redlock:fence",
 		markerKey:        "redlock:marker",
 		maxTTL:           24 * time.Hour,
@@ -114,9 +116,17 @@ func WithObserver(obs Observer) Option {
 	return func(o *options) { o.observer = obs }
 }
 
-// WithLogger sets the logger for master state changes. Default zap.NewNop().
-func WithLogger(l *zap.Logger) Option {
-	return func(o *options) { o.logger = l }
+// WithLogger sets the logger for master state changes (up, down,
+// quarantined, repaired, misconfigured). Records name the master in the
+// attribute "master" (host:port) and errors in "error". nil, and the
+// default, discard every record.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) {
+		if l == nil {
+			l = slog.New(slog.DiscardHandler)
+		}
+		o.logger = l
+	}
 }
 
 // WithFenceKey sets the key of the fencing counter on every master (one
@@ -142,19 +152,23 @@ func WithMaxTTL(d time.Duration) Option {
 	return func(o *options) { o.maxTTL = d }
 }
 
-// WithQuarantine turns the delayed-restart protection on or off: the
-// quarantine of a master that lost its data or whose clock jumped, and the
-// repair of its fencing counter. Off is unsafe and exists for
-// negative-control tests and drills: a master that restarted empty then
-// votes at once, with a counter back at zero. Default on.
-func WithQuarantine(on bool) Option {
-	return func(o *options) { o.quarantine = on }
+func init() {
+	guardswitch.Disable = func(g guardswitch.Guard) any { return withGuardOff(g) }
 }
 
-// WithClockGuard turns the clock-jump and drift guard on or off. Off exists
-// for negative-control tests and drills. Default on.
-func WithClockGuard(on bool) Option {
-	return func(o *options) { o.clockGuard = on }
+// withGuardOff turns one protection off, for negative controls only: it is
+// reachable from outside this package only through internal/guardswitch,
+// which code outside this repository cannot import. Off is unsafe: without
+// the quarantine a master that restarted empty votes at once, with a
+// fencing counter back at zero.
+func withGuardOff(g guardswitch.Guard) Option {
+	switch g {
+	case guardswitch.Quarantine:
+		return func(o *options) { o.quarantine = false }
+	case guardswitch.ClockGuard:
+		return func(o *options) { o.clockGuard = false }
+	}
+	panic(fmt.Sprintf("redlock: unknown guard %d", int(g)))
 }
 
 // Observer receives measurements from a Client. Calls come from the

@@ -1,11 +1,10 @@
 package redlock
 
 import (
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"go.uber.org/zap"
 )
 
 // masterState is what the health loop and the connection hook learned about
@@ -61,7 +60,7 @@ func (c *Client) sinceEpoch() int64 { return int64(time.Since(c.epoch)) }
 // in force is kept.
 func (m *master) quarantine(reason string, d time.Duration) {
 	if !m.c.opts.quarantine {
-		m.c.opts.logger.Warn("master would be quarantined (quarantine disabled)", zapMaster(m), zap.String("reason", reason))
+		m.c.opts.logger.Warn("master would be quarantined (quarantine disabled)", masterAttr(m), slog.String("reason", reason))
 		return
 	}
 	until := m.c.sinceEpoch() + int64(d)
@@ -78,7 +77,7 @@ func (m *master) quarantine(reason string, d time.Duration) {
 	m.st.quarantineReason = reason
 	m.st.mu.Unlock()
 	m.c.quarantines.Add(1)
-	m.c.opts.logger.Warn("master quarantined", zapMaster(m), zap.String("reason", reason), zap.Duration("for", d))
+	m.c.opts.logger.Warn("master quarantined", masterAttr(m), slog.String("reason", reason), slog.Duration("for", d))
 }
 
 // quarantineLeft returns how long the quarantine still lasts, 0 when none.
@@ -95,7 +94,7 @@ func (m *master) quarantineLeft() time.Duration {
 // for the longest TTL that may still be outstanding.
 func (m *master) lostData(reason string) {
 	if !m.c.opts.quarantine {
-		m.c.opts.logger.Warn("master lost its data; not quarantined or repaired (quarantine disabled)", zapMaster(m), zap.String("reason", reason))
+		m.c.opts.logger.Warn("master lost its data; not quarantined or repaired (quarantine disabled)", masterAttr(m), slog.String("reason", reason))
 		return
 	}
 	if m.c.opts.fenceKey != "" {

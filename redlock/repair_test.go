@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/internal/guardswitch"
 )
 
 // states returns every master's State.
@@ -281,7 +283,7 @@ func TestRestoredFromSnapshotAtStartup(t *testing.T) {
 		}
 	})
 	t.Run("negative control: quarantine off, it votes", func(t *testing.T) {
-		c := newClient(t, WithMarkerKey(plant()), WithQuarantine(false))
+		c := newClient(t, WithMarkerKey(plant()), withGuardOff(guardswitch.Quarantine))
 		assert.Equal(t, "up", c.Masters()[2].State)
 		assert.True(t, c.Masters()[2].Counts)
 	})

@@ -11,6 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/internal/guardswitch"
 )
 
 // TestFencesIncreaseThroughRestarts: 1,000 sequential acquire/release cycles
@@ -152,7 +154,7 @@ func TestFenceNotResetByDataLoss(t *testing.T) {
 		require.ErrorIs(t, err, ErrMasterQuarantined)
 	})
 	t.Run("negative control: quarantine off", func(t *testing.T) {
-		_, _, fence, err := fenceScenario(t, WithQuarantine(false))
+		_, _, fence, err := fenceScenario(t, withGuardOff(guardswitch.Quarantine))
 		require.NoError(t, err, "without protection the empty masters grant the lock")
 		assert.Equal(t, int64(1), fence, "and the fence restarts from zero: the bug the protection prevents")
 	})
@@ -188,7 +190,7 @@ func TestDelayedRestartQuarantine(t *testing.T) {
 		require.ErrorIs(t, err, ErrMasterQuarantined, "refused because the restarted masters do not count")
 	})
 	t.Run("negative control: quarantine off grants twice", func(t *testing.T) {
-		err := quarantineScenario(t, WithQuarantine(false))
+		err := quarantineScenario(t, withGuardOff(guardswitch.Quarantine))
 		require.NoError(t, err, "the test must be able to see the double grant")
 	})
 }

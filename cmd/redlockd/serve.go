@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"go.uber.org/zap/exp/zapslog"
 	"go.uber.org/zap/zapcore"
 
 	"github.com/redlockd/redlockd/config"
@@ -71,7 +73,9 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		redlock.WithDriftFactor(cfg.DriftFactor),
 		redlock.WithHealthInterval(time.Duration(cfg.HealthInterval)),
 		redlock.WithObserver(metrics),
-		redlock.WithLogger(log.Named("redlock")),
+		// The library logs through log/slog; its records go to the same
+		// zap core as the daemon's own, under the name "redlock".
+		redlock.WithLogger(slog.New(zapslog.NewHandler(log.Core(), zapslog.WithName("redlock"), zapslog.WithCaller(true)))),
 		redlock.WithMaxTTL(time.Duration(cfg.MaxTTL)*time.Second),
 		// Bookkeeping keys share the prefix but never the "lock:" word of
 		// lock keys (daemon/keys.go), so they cannot collide with a lock.

@@ -1,0 +1,43 @@
+// Package guardswitch turns off one protection of package redlock, for the
+// negative controls of this repository's tests and drills: a control runs a
+// fault with the protection off and must see the safety check fail.
+//
+// It lives under internal/ so that code outside this repository cannot
+// import it: a user of package redlock has no way to turn a protection off.
+// Package redlock sets Disable in an init function; Disable returns a
+// redlock.Option typed as any, because redlock imports this package and
+// this package cannot import redlock:
+//
+//	opt := guardswitch.Disable(guardswitch.Quarantine).(redlock.Option)
+//
+// Disable is nil in a program that does not link package redlock.
+package guardswitch
+
+// Guard names one protection of a redlock.Client.
+type Guard int
+
+// The protections a negative control can turn off.
+const (
+	// Quarantine: the delayed-restart protection. With it off, a master
+	// that lost its data (restart without persistence, missing marker,
+	// snapshot older than its start) votes again at once, with its fencing
+	// counter as it found it, and a clock jump does not quarantine.
+	Quarantine Guard = iota + 1
+	// ClockGuard: the clock-jump and drift checks of every health probe.
+	ClockGuard
+)
+
+// String returns the guard's name, e.g. "quarantine".
+func (g Guard) String() string {
+	switch g {
+	case Quarantine:
+		return "quarantine"
+	case ClockGuard:
+		return "clock guard"
+	}
+	return "unknown guard"
+}
+
+// Disable returns a redlock.Option, as any, that turns g off. It panics on
+// a Guard it does not know. Set by package redlock.
+var Disable func(g Guard) any
