@@ -167,7 +167,7 @@ func newDrill(ctx context.Context, t Target, cfg Config, sc *Scenario) (*Drill, 
 		for {
 			probed := true
 			for _, st := range c.Masters() {
-				probed = probed && !st.CheckedAt.IsZero() && st.Counts
+				probed = probed && !st.CheckedAt.IsZero() && st.Counting
 			}
 			if probed {
 				break
@@ -399,7 +399,7 @@ func (d *Drill) unrepairable(masters []int) bool {
 	sts := d.clients[0].Masters()
 	counting := 0
 	for _, st := range sts {
-		if st.Counts {
+		if st.Counting {
 			counting++
 		}
 	}
@@ -407,7 +407,7 @@ func (d *Drill) unrepairable(masters []int) bool {
 		return false
 	}
 	for _, m := range masters {
-		if st := sts[m]; !st.Counts && st.State != "repairing" {
+		if st := sts[m]; !st.Counting && st.State != redlock.MasterRepairing {
 			return false
 		}
 	}
@@ -431,7 +431,7 @@ func (d *Drill) counting(ctx context.Context) ([]bool, error) {
 	}
 	for _, c := range d.clients {
 		for i, st := range c.Masters() {
-			out[i] = out[i] && st.Counts
+			out[i] = out[i] && st.Counting
 		}
 	}
 	if tc, ok := d.T.(interface {
@@ -604,12 +604,12 @@ func (d *Drill) client(ctx context.Context, stop <-chan struct{}, l locker, id i
 // clients see it (down, quarantined and why, repairing), so the report
 // says why a master did not count, until stop is closed.
 func (d *Drill) watch(stop <-chan struct{}) {
-	last := make([][]string, len(d.clients))
+	last := make([][]redlock.MasterState, len(d.clients))
 	for !stopped(stop) {
 		for v, c := range d.clients {
 			sts := c.Masters()
 			if last[v] == nil {
-				last[v] = make([]string, len(sts))
+				last[v] = make([]redlock.MasterState, len(sts))
 				for i, st := range sts {
 					last[v][i] = st.State
 				}
@@ -620,9 +620,9 @@ func (d *Drill) watch(stop <-chan struct{}) {
 				}
 				why := ""
 				switch st.State {
-				case "quarantined", "repairing":
+				case redlock.MasterQuarantined, redlock.MasterRepairing:
 					why = ": " + st.QuarantineReason
-				case "down":
+				case redlock.MasterDown:
 					why = ": " + st.LastError
 				}
 				d.rec.Note(fmt.Sprintf("%s sees master %d %s → %s%s", d.libs[v].Name(), i, last[v][i], st.State, why))

@@ -196,7 +196,7 @@ func (t *ProcessTarget) Counting(context.Context) ([]bool, error) {
 	}
 	for _, d := range t.daemons {
 		for i, st := range d.client.Masters() {
-			out[i] = out[i] && st.Counts
+			out[i] = out[i] && st.Counting
 		}
 	}
 	return out, nil
@@ -211,7 +211,7 @@ func (t *ProcessTarget) Ready(ctx context.Context) error {
 				ok = false
 			}
 			for _, st := range d.client.Masters() {
-				ok = ok && st.Counts
+				ok = ok && st.Counting
 			}
 		}
 		if ok {

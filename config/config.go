@@ -82,7 +82,7 @@ const (
 	defaultPerMasterTimeout = 50 * time.Millisecond
 	defaultDriftFactor      = 0.01
 	defaultDefaultTTL       = 30
-	defaultMaxTTL           = 86400
+	defaultMaxTTL           = int(maxTTLLimit)
 	defaultMaxWait          = 30 * time.Second
 	defaultMaxBodyBytes     = 16384
 	defaultHealthInterval   = time.Second

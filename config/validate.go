@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/redlockd/redlockd/redlock"
 )
 
 // FieldError is one problem found by Validate. Field is the path in the
@@ -28,7 +30,7 @@ const (
 	maxNameLen          = 64
 	minKeyLen           = 16
 	maxKeyPrefixLen     = 64
-	maxTTLLimit         = 86400
+	maxTTLLimit         = int64(redlock.DefaultMaxTTL / time.Second) // 86400
 	minMaxBodyBytes     = 1024
 	maxMaxBodyBytes     = 1 << 20
 	minPerMasterTimeout = time.Millisecond

@@ -87,14 +87,14 @@ type readyMaster struct {
 
 // masterState is st.State, or up/down from st.Up for a Locker that does not
 // set it.
-func masterState(st *redlock.MasterStatus) string {
+func masterState(st *redlock.MasterStatus) redlock.MasterState {
 	switch {
 	case st.State != "":
 		return st.State
 	case st.Up:
-		return "up"
+		return redlock.MasterUp
 	}
-	return "down"
+	return redlock.MasterDown
 }
 
 // quarantineSeconds is d in whole seconds, rounded up, so that a
@@ -121,9 +121,9 @@ func readyMasterOf(st *redlock.MasterStatus) readyMaster {
 	rm := readyMaster{
 		Index:         st.Index,
 		Addr:          st.Addr,
-		State:         masterState(st),
+		State:         string(masterState(st)),
 		Drifting:      st.Drifting,
-		Counts:        st.Counts,
+		Counts:        st.Counting,
 		ClockOffsetMS: millis(st.ClockOffset),
 		DriftRatio:    finite(math.Round(st.DriftRatio*1e9) / 1e9),
 		Warnings:      append([]string{}, st.Warnings...),
@@ -167,7 +167,7 @@ func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 		if st.Up {
 			body.Quorum.Up++
 		}
-		if st.Counts {
+		if st.Counting {
 			body.Quorum.Counting++
 		}
 	}

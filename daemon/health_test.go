@@ -156,7 +156,7 @@ func TestReadyzShortRunID(t *testing.T) {
 	assert.Equal(t, "abc", readyMasterOf(&redlock.MasterStatus{RunID: "abc"}).RunID)
 	assert.Equal(t, "down", readyMasterOf(&redlock.MasterStatus{}).State, "no State: derived from Up")
 	assert.Equal(t, "up", readyMasterOf(&redlock.MasterStatus{Up: true}).State)
-	assert.Equal(t, "repairing", readyMasterOf(&redlock.MasterStatus{Up: true, State: "repairing"}).State)
+	assert.Equal(t, "repairing", readyMasterOf(&redlock.MasterStatus{Up: true, State: redlock.MasterRepairing}).State)
 }
 
 func TestDashboard(t *testing.T) {

@@ -362,13 +362,13 @@ func (c lockerCollector) Collect(ch chan<- prometheus.Metric) {
 	counting := 0
 	for _, st := range box.l.Masters() {
 		a := st.Addr
-		if st.Counts {
+		if st.Counting {
 			counting++
 		}
 		state := masterState(&st)
 		gauge(d.up, b2f(st.Up), a)
-		gauge(d.counts, b2f(st.Counts), a)
-		gauge(d.quarantined, b2f(st.QuarantineLeft > 0 || state == "quarantined" || state == "repairing"), a)
+		gauge(d.counts, b2f(st.Counting), a)
+		gauge(d.quarantined, b2f(st.QuarantineLeft > 0 || state == redlock.MasterQuarantined || state == redlock.MasterRepairing), a)
 		gauge(d.quarantineLeft, max(st.QuarantineLeft, 0).Seconds(), a)
 		gauge(d.drifting, b2f(st.Drifting), a)
 		gauge(d.clockOffset, st.ClockOffset.Seconds(), a)

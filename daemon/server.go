@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
+
+	"github.com/redlockd/redlockd/redlock"
 )
 
 // APIKey is one account (tenant) allowed to call the action API.
@@ -31,7 +33,7 @@ type APIKey struct {
 // Defaults for Options fields left at their zero value.
 const (
 	DefaultTTL             = 30
-	DefaultMaxTTL          = 86400
+	DefaultMaxTTL          = int(redlock.DefaultMaxTTL / time.Second)
 	DefaultMaxBodyBytes    = 16 << 10
 	DefaultShutdownTimeout = 10 * time.Second
 )

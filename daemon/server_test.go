@@ -351,13 +351,13 @@ func (f *fakeLocker) Masters() []redlock.MasterStatus {
 		st.Latency, st.CheckedAt = 213*time.Microsecond, time.Now()
 		switch {
 		case !up:
-			st.State, st.LastError = "down", "dial tcp: connection refused"
+			st.State, st.LastError = redlock.MasterDown, "dial tcp: connection refused"
 		case st.QuarantineLeft > 0:
-			st.State = "quarantined"
+			st.State = redlock.MasterQuarantined
 		default:
-			st.State = "up"
+			st.State = redlock.MasterUp
 		}
-		st.Counts = st.State == "up"
+		st.Counting = st.State == redlock.MasterUp
 		out[i] = st
 	}
 	return out

@@ -140,7 +140,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	var holderPTTLs []int64
 	var counter int64        // highest fencing counter among the yes votes
 	voted := make([]bool, n) // counted yes votes: where the fence is written back
-	c.gather(ctx, out, start, func(r reply) bool {
+	c.gather(ctx, out, start, nil, func(r reply) bool {
 		m := c.masters[r.idx]
 		if r.err != nil {
 			res.Failures = append(res.Failures, masterErr(c, r))

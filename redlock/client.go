@@ -240,17 +240,12 @@ func (c *Client) fanout(script *redis.Script, keys []string, args []any, mustSen
 	return out, sent
 }
 
-// gather reads answers from out until decide reports true, every master
-// answered, the per-master timeout since start passed, or ctx ended. Masters
-// that did not answer are reported to onReply as ErrMasterTimeout (or the
-// context's error) so that the caller sees exactly one result per master.
-func (c *Client) gather(ctx context.Context, out <-chan reply, start time.Time, onReply func(reply) (decided bool)) {
-	c.gatherSome(ctx, out, start, nil, onReply)
-}
-
-// gatherSome is gather for a fan-out sent only to the masters marked in only
-// (nil: all).
-func (c *Client) gatherSome(ctx context.Context, out <-chan reply, start time.Time, only []bool, onReply func(reply) (decided bool)) {
+// gather reads the answers of a fan-out sent to the masters marked in only
+// (nil: all) from out until onReply reports true, every master answered,
+// the per-master timeout since start passed, or ctx ended. Masters that did
+// not answer are reported to onReply as ErrMasterTimeout (or the context's
+// error) so that the caller sees exactly one result per master.
+func (c *Client) gather(ctx context.Context, out <-chan reply, start time.Time, only []bool, onReply func(reply) (decided bool)) {
 	answered := make([]bool, len(c.masters))
 	left := 0
 	for i := range answered {

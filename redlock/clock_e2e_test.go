@@ -81,11 +81,11 @@ func clockScenario(t *testing.T, guard bool) (*Lock, *Client, error) {
 	require.Eventually(t, func() bool { return rdbs[4].Exists(ctx, key).Val() == 0 }, 2*time.Second, 5*time.Millisecond)
 
 	if guard {
-		require.Eventually(t, func() bool { return c.Masters()[4].State == "quarantined" }, 5*time.Second, 10*time.Millisecond)
+		require.Eventually(t, func() bool { return c.Masters()[4].State == MasterQuarantined }, 5*time.Second, 10*time.Millisecond)
 		assert.Contains(t, c.Masters()[4].QuarantineReason, "jumped forward")
 	} else {
 		time.Sleep(200 * time.Millisecond) // ten probe rounds: the jump is in plain sight
-		assert.Equal(t, "up", c.Masters()[4].State)
+		assert.Equal(t, MasterUp, c.Masters()[4].State)
 	}
 	require.Eventually(t, func() bool { return rdbs[0].Exists(ctx, key).Val()+rdbs[1].Exists(ctx, key).Val() == 0 }, 5*time.Second, 10*time.Millisecond)
 	require.Greater(t, first.Validity(), 10*time.Second, "the first lock is still valid")

@@ -36,7 +36,7 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 	start := time.Now()
 	out, _ := c.fanout(extendScript, []string{key}, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false, start, nil)
 	res := OutcomeError{Op: "extend", Quorum: c.quorum, Masters: n}
-	c.gather(ctx, out, start, func(r reply) bool {
+	c.gather(ctx, out, start, nil, func(r reply) bool {
 		switch m := c.masters[r.idx]; {
 		case r.err != nil:
 			res.Failures = append(res.Failures, masterErr(c, r))

@@ -127,7 +127,7 @@ func (c *Client) writeFence(ctx context.Context, keys []string, token string, fe
 	start := time.Now()
 	out, sent := c.fanout(fenceScript, keys, []any{token, strconv.FormatInt(fence, 10)}, false, start, only)
 	written, failed := 0, 0
-	c.gatherSome(ctx, out, start, only, func(r reply) bool {
+	c.gather(ctx, out, start, only, func(r reply) bool {
 		m := c.masters[r.idx]
 		switch {
 		case r.err != nil:

@@ -13,22 +13,38 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// MasterState says whether a master's votes count, and if not, why. Its
+// values are the strings the daemon's /readyz shows.
+type MasterState string
+
+// The states of a master, in the order Masters decides them.
+const (
+	// MasterDown: it did not answer its last probe or refuses connections.
+	MasterDown MasterState = "down"
+	// MasterRepairing: it lost its data; its votes are excluded until its
+	// fencing counter is repaired from a quorum, or by `redlockd
+	// repair-fences` when no quorum kept its data.
+	MasterRepairing MasterState = "repairing"
+	// MasterWaiting: it answers, but the marker rule has not decided yet:
+	// no master has a marker and some have not answered yet.
+	MasterWaiting MasterState = "waiting"
+	// MasterQuarantined: its votes are excluded for a while (restart
+	// without data, clock jump, drift).
+	MasterQuarantined MasterState = "quarantined"
+	// MasterUp: it answers and its votes count.
+	MasterUp MasterState = "up"
+)
+
 // MasterStatus is a snapshot of what the Client knows about one master.
 type MasterStatus struct {
 	Index int
 	Addr  string
-	// State is "up", "down", "quarantined" (votes excluded for a while:
-	// restart without data, clock jump, drift), "repairing" (lost data;
-	// votes excluded until its fencing counter is repaired from a quorum,
-	// or by `redlockd repair-fences` when no quorum kept its data) or
-	// "waiting" (answers, but the marker rule has not decided yet: no
-	// master has a marker and some have not answered yet).
-	State string
+	State MasterState
 	Up    bool // answered its last probe and accepts connections
-	// Counts is whether its votes count towards a quorum right now.
-	Counts bool
-	// QuarantineReason and QuarantineLeft explain State "quarantined"
-	// (and QuarantineReason State "repairing").
+	// Counting is whether its votes count towards a quorum right now.
+	Counting bool
+	// QuarantineReason and QuarantineLeft explain MasterQuarantined (and
+	// QuarantineReason MasterRepairing).
 	QuarantineReason string
 	QuarantineLeft   time.Duration
 	// Drifting: its clock ran at a rate differing from ours by more than
@@ -55,7 +71,7 @@ type MasterStatus struct {
 func (c *Client) Masters() []MasterStatus {
 	out := make([]MasterStatus, len(c.masters))
 	for i, m := range c.masters {
-		st := MasterStatus{Index: i, Addr: m.addr, Up: m.up.Load(), Counts: m.counts(), Latency: time.Duration(m.latencyNS.Load())}
+		st := MasterStatus{Index: i, Addr: m.addr, Up: m.up.Load(), Counting: m.counts(), Latency: time.Duration(m.latencyNS.Load())}
 		if t := m.checkedAt.Load(); t != 0 {
 			st.CheckedAt = time.Unix(0, t)
 		}
@@ -74,15 +90,15 @@ func (c *Client) Masters() []MasterStatus {
 		m.st.mu.Unlock()
 		switch {
 		case !st.Up:
-			st.State = "down"
+			st.State = MasterDown
 		case m.st.repairPending.Load():
-			st.State = "repairing"
+			st.State = MasterRepairing
 		case !m.st.probed.Load():
-			st.State = "waiting"
+			st.State = MasterWaiting
 		case st.QuarantineLeft > 0:
-			st.State = "quarantined"
+			st.State = MasterQuarantined
 		default:
-			st.State = "up"
+			st.State = MasterUp
 		}
 		out[i] = st
 	}

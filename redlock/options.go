@@ -8,6 +8,10 @@ import (
 	"github.com/redlockd/redlockd/internal/guardswitch"
 )
 
+// DefaultMaxTTL is WithMaxTTL's default: 24h. The daemon's max_ttl, in
+// seconds, defaults to it and may not exceed it.
+const DefaultMaxTTL = 24 * time.Hour
+
 // Option configures a Client. Every With* documents its default.
 type Option func(*options)
 
@@ -44,7 +48,7 @@ func defaultOptions() options {
 		logger:           slog.New(slog.DiscardHandler),
 		fenceKey:         "redlock:fence",
 		markerKey:        "redlock:marker",
-		maxTTL:           24 * time.Hour,
+		maxTTL:           DefaultMaxTTL,
 		quarantine:       true,
 		clockGuard:       true,
 	}
@@ -146,7 +150,7 @@ func WithMarkerKey(key string) Option {
 
 // WithMaxTTL caps the TTL Acquire and Extend accept, and is how long a
 // master that lost its data (or whose clock jumped) is quarantined: the
-// longest a lock it held could still be valid. Default 24h. Set it to the
+// longest a lock it held could still be valid. Default DefaultMaxTTL (24h). Set it to the
 // longest TTL your callers really use: a lower value shortens quarantines.
 func WithMaxTTL(d time.Duration) Option {
 	return func(o *options) { o.maxTTL = d }

@@ -25,7 +25,7 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 	out, _ := c.fanout(releaseScript, []string{key}, []any{token}, true, start, nil)
 	res := OutcomeError{Op: "release", Quorum: c.quorum, Masters: n}
 	answered := 0
-	c.gather(ctx, out, start, func(r reply) bool {
+	c.gather(ctx, out, start, nil, func(r reply) bool {
 		if r.err != nil {
 			res.Failures = append(res.Failures, masterErr(c, r))
 			return false

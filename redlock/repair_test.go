@@ -15,8 +15,8 @@ import (
 )
 
 // states returns every master's State.
-func states(c *Client) []string {
-	var out []string
+func states(c *Client) []MasterState {
+	var out []MasterState
 	for _, st := range c.Masters() {
 		out = append(out, st.State)
 	}
@@ -34,13 +34,13 @@ func TestNewDeploymentWaitsForEveryMaster(t *testing.T) {
 	c, err := New(masterOptions(), WithMarkerKey(marker), WithHealthInterval(20*time.Millisecond), WithPerMasterTimeout(500*time.Millisecond))
 	require.NoError(t, err)
 	defer c.Close()
-	assert.Equal(t, []string{"waiting", "waiting", "waiting", "waiting", "down"}, states(c))
+	assert.Equal(t, []MasterState{MasterWaiting, MasterWaiting, MasterWaiting, MasterWaiting, MasterDown}, states(c))
 	_, err = c.Acquire(ctx, newKey(t), time.Second, WithRetry(NoRetry()))
 	require.ErrorIs(t, err, ErrQuorumUnavailable)
 	assert.False(t, c.QuorumAvailable())
 
 	require.NoError(t, servers[4].Restart())
-	require.Eventually(t, func() bool { return c.QuorumAvailable() && c.Masters()[4].State == "up" }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return c.QuorumAvailable() && c.Masters()[4].State == MasterUp }, 10*time.Second, 10*time.Millisecond,
 		"once every master answered without a marker, a brand-new deployment serves: %v", states(c))
 	lock, err := c.Acquire(ctx, newKey(t), time.Second)
 	require.NoError(t, err)
@@ -74,15 +74,15 @@ func TestMajorityLossFailsClosedUntilRepaired(t *testing.T) {
 	c := newClient(t, WithMarkerKey(marker), WithHealthInterval(20*time.Millisecond), WithMaxTTL(time.Second))
 	st := c.Masters()
 	for i := range 3 {
-		assert.Equal(t, "repairing", st[i].State, "master %d", i)
+		assert.Equal(t, MasterRepairing, st[i].State, "master %d", i)
 		assert.Contains(t, st[i].QuarantineReason, "repair-fences")
 	}
-	assert.Equal(t, []string{"up", "up"}, states(c)[3:])
+	assert.Equal(t, []MasterState{MasterUp, MasterUp}, states(c)[3:])
 	key := newKey(t)
 	_, err := c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
 	require.ErrorIs(t, err, ErrQuorumUnavailable, "fail closed: no quorum kept its fencing counter")
 	time.Sleep(200 * time.Millisecond) // ten probe rounds: the Client cannot repair them on its own
-	assert.Equal(t, "repairing", c.Masters()[0].State)
+	assert.Equal(t, MasterRepairing, c.Masters()[0].State)
 
 	res, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: marker})
 	require.NoError(t, err)
@@ -99,7 +99,7 @@ func TestMajorityLossFailsClosedUntilRepaired(t *testing.T) {
 		assert.True(t, strings.HasPrefix(rdbs[i].Get(ctx, marker).Val(), "repaired "), "master %d marker", i)
 	}
 
-	require.Eventually(t, func() bool { return c.QuorumAvailable() && c.Masters()[0].Counts && c.Masters()[2].Counts }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return c.QuorumAvailable() && c.Masters()[0].Counting && c.Masters()[2].Counting }, 10*time.Second, 10*time.Millisecond,
 		"the waiting Client accepts the repair: %v", states(c))
 	lock, err := c.Acquire(ctx, key, time.Second)
 	require.NoError(t, err)
@@ -111,7 +111,7 @@ func TestMajorityLossFailsClosedUntilRepaired(t *testing.T) {
 	later := newClient(t, WithMarkerKey(marker), WithMaxTTL(time.Hour))
 	st = later.Masters()
 	for i := range 3 {
-		assert.Equal(t, "quarantined", st[i].State, "master %d restarted %v ago", i, st[i].Uptime)
+		assert.Equal(t, MasterQuarantined, st[i].State, "master %d restarted %v ago", i, st[i].Uptime)
 		assert.Contains(t, st[i].QuarantineReason, "repaired by an operator")
 	}
 }
@@ -275,17 +275,17 @@ func TestRestoredFromSnapshotAtStartup(t *testing.T) {
 	t.Run("quarantined", func(t *testing.T) {
 		c := newClient(t, WithMarkerKey(plant()))
 		st := c.Masters()
-		assert.Contains(t, []string{"quarantined", "repairing"}, st[2].State)
+		assert.Contains(t, []MasterState{MasterQuarantined, MasterRepairing}, st[2].State)
 		assert.Contains(t, st[2].QuarantineReason, "data older than its restart")
 		assert.Greater(t, st[2].QuarantineLeft, time.Hour, "until max TTL (24h) after its start")
 		for _, i := range []int{0, 1, 3, 4} {
-			assert.Equal(t, "up", st[i].State, "master %d: its marker is newer than its start", i)
+			assert.Equal(t, MasterUp, st[i].State, "master %d: its marker is newer than its start", i)
 		}
 	})
 	t.Run("negative control: quarantine off, it votes", func(t *testing.T) {
 		c := newClient(t, WithMarkerKey(plant()), withGuardOff(guardswitch.Quarantine))
-		assert.Equal(t, "up", c.Masters()[2].State)
-		assert.True(t, c.Masters()[2].Counts)
+		assert.Equal(t, MasterUp, c.Masters()[2].State)
+		assert.True(t, c.Masters()[2].Counting)
 	})
 }
 

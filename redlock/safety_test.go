@@ -51,7 +51,7 @@ func TestFencesIncreaseThroughRestarts(t *testing.T) {
 				// A restarted master stays faulty until it counts again
 				// (quarantine over, counter repaired): at most two at a time.
 				deadline := time.Now().Add(10 * time.Second)
-				for !c.Masters()[i].Counts && time.Now().Before(deadline) {
+				for !c.Masters()[i].Counting && time.Now().Before(deadline) {
 					time.Sleep(5 * time.Millisecond)
 				}
 				mu.Lock()
@@ -229,7 +229,7 @@ func TestRestartDetectedOnReconnect(t *testing.T) {
 	}
 	require.ErrorIs(t, lastErr, ErrMasterQuarantined)
 	st := c.Masters()[0]
-	assert.Contains(t, []string{"quarantined", "repairing"}, st.State)
+	assert.Contains(t, []MasterState{MasterQuarantined, MasterRepairing}, st.State)
 	assert.Contains(t, st.QuarantineReason, via)
 }
 
@@ -252,17 +252,17 @@ func TestMarkerRule(t *testing.T) {
 		return true
 	}, 5*time.Second, 10*time.Millisecond, "a new deployment gets markers everywhere")
 	for _, st := range first.Masters() {
-		assert.Equal(t, "up", st.State, "brand-new deployment: nobody quarantined")
+		assert.Equal(t, MasterUp, st.State, "brand-new deployment: nobody quarantined")
 	}
 	require.NoError(t, first.Close())
 
 	require.NoError(t, servers[2].Restart()) // lost data while unwatched
 	second := newClient(t, WithHealthInterval(10*time.Millisecond), WithMarkerKey(marker))
-	require.Eventually(t, func() bool { return second.Masters()[2].State != "up" && second.Masters()[2].QuarantineLeft > 0 }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return second.Masters()[2].State != MasterUp && second.Masters()[2].QuarantineLeft > 0 }, 5*time.Second, 10*time.Millisecond)
 	assert.Contains(t, second.Masters()[2].QuarantineReason, "marker")
 	for i, st := range second.Masters() {
 		if i != 2 {
-			assert.Equal(t, "up", st.State, "master %d", i)
+			assert.Equal(t, MasterUp, st.State, "master %d", i)
 		}
 	}
 }

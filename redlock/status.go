@@ -41,7 +41,7 @@ func (c *Client) Status(ctx context.Context, key string) (Status, error) {
 	pttls := map[string][]int64{}
 	var st Status
 	var best string
-	c.gather(ctx, out, start, func(r reply) bool {
+	c.gather(ctx, out, start, nil, func(r reply) bool {
 		if r.err != nil {
 			res.Failures = append(res.Failures, masterErr(c, r))
 			return false
