@@ -98,7 +98,8 @@ type RepairResult struct {
 //
 // It needs every master to answer (with AllowMissing, a quorum: fewer could
 // all be ones that lost their data) and returns an error wrapping
-// ErrQuorumUnavailable otherwise, having written nothing; ErrInvalid for bad options. Masters
+// ErrQuorumUnavailable otherwise, having written nothing; ErrInvalid for
+// bad options or a target above MaxFence. Masters
 // that do not answer are left alone: the Clients repair them from a quorum
 // when they return. Errors writing one master are reported in its
 // MasterRepair and make RepairFences return an error too.
@@ -106,6 +107,30 @@ func RepairFences(ctx context.Context, masters []*redis.Options, o RepairOptions
 	if len(masters) == 0 {
 		return nil, fmt.Errorf("%w: at least one master is required", ErrInvalid)
 	}
+	if err := o.setDefaults(); err != nil {
+		return nil, err
+	}
+	res := &RepairResult{Masters: make([]MasterRepair, len(masters))}
+	rdbs := make([]*redis.Client, len(masters))
+	for i, mo := range masters {
+		rdbs[i] = repairConn(mo, o.Timeout)
+		res.Masters[i] = MasterRepair{Index: i, Addr: mo.Addr}
+	}
+	defer func() {
+		for _, r := range rdbs {
+			_ = r.Close()
+		}
+	}()
+	readCounters(ctx, rdbs, o, res)
+	if err := res.setTarget(o); err != nil || o.DryRun {
+		return res, err
+	}
+	return res, writeRepairs(ctx, rdbs, o, res)
+}
+
+// setDefaults checks o and fills in its defaults; ErrInvalid names the
+// field that is out of range.
+func (o *RepairOptions) setDefaults() error {
 	if o.FenceKey == "" {
 		o.FenceKey = "redlock:fence"
 	}
@@ -114,11 +139,11 @@ func RepairFences(ctx context.Context, masters []*redis.Options, o RepairOptions
 	}
 	switch {
 	case o.Margin < 0 || o.Margin > MaxFence:
-		return nil, fmt.Errorf("%w: repair margin must be in [0, %d], got %d", ErrInvalid, MaxFence, o.Margin)
+		return fmt.Errorf("%w: repair margin must be in [0, %d], got %d", ErrInvalid, MaxFence, o.Margin)
 	case o.Min < 0 || o.Min >= MaxFence:
-		return nil, fmt.Errorf("%w: repair min must be in [0, %d], got %d", ErrInvalid, MaxFence-1, o.Min)
+		return fmt.Errorf("%w: repair min must be in [0, %d], got %d", ErrInvalid, MaxFence-1, o.Min)
 	case o.Timeout < 0:
-		return nil, fmt.Errorf("%w: repair timeout must be ≥ 0, got %v", ErrInvalid, o.Timeout)
+		return fmt.Errorf("%w: repair timeout must be ≥ 0, got %v", ErrInvalid, o.Timeout)
 	}
 	if o.Margin == 0 {
 		o.Margin = DefaultRepairMargin
@@ -126,23 +151,23 @@ func RepairFences(ctx context.Context, masters []*redis.Options, o RepairOptions
 	if o.Timeout == 0 {
 		o.Timeout = 2 * time.Second
 	}
-	res := &RepairResult{Masters: make([]MasterRepair, len(masters))}
-	rdbs := make([]*redis.Client, len(masters))
-	for i, mo := range masters {
-		opt := *mo
-		opt.MaxRetries = -1
-		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = o.Timeout, o.Timeout, o.Timeout
-		opt.PoolSize = 1
-		opt.DisableIdentity = true
-		rdbs[i] = redis.NewClient(&opt)
-		res.Masters[i] = MasterRepair{Index: i, Addr: mo.Addr}
-	}
-	defer func() {
-		for _, r := range rdbs {
-			_ = r.Close()
-		}
-	}()
+	return nil
+}
 
+// repairConn is a one-connection client to one master that never retries
+// and gives up after timeout.
+func repairConn(mo *redis.Options, timeout time.Duration) *redis.Client {
+	opt := *mo
+	opt.MaxRetries = -1
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = timeout, timeout, timeout
+	opt.PoolSize = 1
+	opt.DisableIdentity = true
+	return redis.NewClient(&opt)
+}
+
+// readCounters reads every master's fencing counter and marker at once
+// into res.Masters, then sums up res.Answered and res.Highest.
+func readCounters(ctx context.Context, rdbs []*redis.Client, o RepairOptions, res *RepairResult) {
 	var g sync.WaitGroup
 	for i, r := range rdbs {
 		g.Go(func() {
@@ -170,32 +195,44 @@ func RepairFences(ctx context.Context, masters []*redis.Options, o RepairOptions
 		})
 	}
 	g.Wait()
-	quorum := len(masters)/2 + 1
 	for _, mr := range res.Masters {
 		if mr.Answered {
 			res.Answered++
 			res.Highest = max(res.Highest, mr.Before)
 		}
 	}
+}
+
+// setTarget computes res.Target from what readCounters found, and refuses
+// (ErrInvalid) a target beyond MaxFence or (ErrQuorumUnavailable) too few
+// answers: fewer than a quorum, or fewer than all without AllowMissing.
+func (res *RepairResult) setTarget(o RepairOptions) error {
+	n := len(res.Masters)
+	quorum := n/2 + 1
 	// No overflow: Highest is checked against MaxFence first, and
 	// Margin ≤ MaxFence, so the sum stays below 2^54.
 	if res.Highest > MaxFence {
-		return res, fmt.Errorf("%w: a fencing counter is %d, above the largest fence %d (the scripts compare counters exactly only up to 2^53); nothing written", ErrInvalid, res.Highest, MaxFence)
+		return fmt.Errorf("%w: a fencing counter is %d, above the largest fence %d (the scripts compare counters exactly only up to 2^53); nothing written", ErrInvalid, res.Highest, MaxFence)
 	}
 	res.Target = max(res.Highest+o.Margin, o.Min+1)
 	if res.Target > MaxFence {
-		return res, fmt.Errorf("%w: target %d (highest %d + margin %d, or min %d + 1) is above the largest fence %d; nothing written", ErrInvalid, res.Target, res.Highest, o.Margin, o.Min, MaxFence)
+		return fmt.Errorf("%w: target %d (highest %d + margin %d, or min %d + 1) is above the largest fence %d; nothing written", ErrInvalid, res.Target, res.Highest, o.Margin, o.Min, MaxFence)
 	}
 	if res.Answered < quorum {
-		return res, fmt.Errorf("%w: %d of %d masters answered, a repair needs at least %d (the newest counters may be on the silent ones)", ErrQuorumUnavailable, res.Answered, len(masters), quorum)
+		return fmt.Errorf("%w: %d of %d masters answered, a repair needs at least %d (the newest counters may be on the silent ones)", ErrQuorumUnavailable, res.Answered, n, quorum)
 	}
-	if res.Answered < len(masters) && !o.AllowMissing {
-		return res, fmt.Errorf("%w: %d of %d masters answered; a master that is down may hold the highest counter: bring it back, or allow missing masters (--allow-missing; and give the floor you know with --min)", ErrQuorumUnavailable, res.Answered, len(masters))
+	if res.Answered < n && !o.AllowMissing {
+		return fmt.Errorf("%w: %d of %d masters answered; a master that is down may hold the highest counter: bring it back, or allow missing masters (--allow-missing; and give the floor you know with --min)", ErrQuorumUnavailable, res.Answered, n)
 	}
-	if o.DryRun {
-		return res, nil
-	}
+	return nil
+}
+
+// writeRepairs raises every answering master's counter to res.Target and
+// writes its repair marker, all at once (repairOne). Its error names the
+// masters that failed; each MasterRepair.Err says why.
+func writeRepairs(ctx context.Context, rdbs []*redis.Client, o RepairOptions, res *RepairResult) error {
 	target := strconv.FormatInt(res.Target, 10)
+	var g sync.WaitGroup
 	for i, r := range rdbs {
 		if !res.Masters[i].Answered {
 			continue
@@ -215,9 +252,9 @@ func RepairFences(ctx context.Context, masters []*redis.Options, o RepairOptions
 		}
 	}
 	if len(failed) > 0 {
-		return res, fmt.Errorf("redlock: repair failed on %s", strings.Join(failed, ", "))
+		return fmt.Errorf("redlock: repair failed on %s", strings.Join(failed, ", "))
 	}
-	return res, nil
+	return nil
 }
 
 // repairOne raises one master's counter to target and writes the repair
