@@ -171,14 +171,16 @@ func TestDashboard(t *testing.T) {
 	}
 	js := ts.do(t, http.MethodGet, "/dashboard.js", "", nil)
 	assert.Equal(t, http.StatusOK, js.Status)
-	assert.Contains(t, js.Raw, `fetch("readyz"`)
-	assert.Contains(t, js.Raw, `fetch("v1/stats"`)
+	assert.Contains(t, js.Raw, `getJSON("readyz")`)
+	assert.Contains(t, js.Raw, `getJSON("v1/history"`)
 	assert.NotContains(t, js.Raw, "innerHTML")
 	for _, field := range []string{"m.state", "m.drifting", "m.quarantine_reason", "m.quarantine_left_s", "m.clock_offset_ms",
-		"m.drift_ratio", "m.warnings", "q.counting", "q.needed"} {
+		"m.drift_ratio", "m.warnings", "q.counting", "q.needed", "h.acquire_latency_ms", "h.outcomes_per_s", "m.probe_latency_ms"} {
 		assert.Contains(t, js.Raw, field, "the dashboard shows %s", field)
 	}
-	assert.Contains(t, r.Raw, "<th>clock offset (ms)</th>")
+	for _, chart := range []string{"c-states", "c-quorum", "c-outcomes", "c-latency", "c-offset", "c-drift", "c-probe"} {
+		assert.Contains(t, r.Raw, `id="`+chart+`"`)
+	}
 	assert.Equal(t, http.StatusNotFound, ts.do(t, http.MethodGet, "/nope", "", nil).Status)
 }
 

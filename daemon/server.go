@@ -97,6 +97,7 @@ type Server struct {
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
 	handler         http.Handler
+	history         *history
 
 	serving      atomic.Bool
 	shuttingDown atomic.Bool
@@ -184,6 +185,7 @@ func New(logger *zap.Logger, o *Options) (*Server, error) {
 		return nil, errors.New("daemon: Options.Gatherer: required when the registerer given to NewMetrics is not a prometheus.Gatherer")
 	}
 	s.metrics.bind(s.locker)
+	s.history = newHistory(s.metrics, s.locker, time.Now())
 	s.handler = s.routes(gatherer)
 	return s, nil
 }
@@ -219,6 +221,7 @@ func (s *Server) routes(gatherer prometheus.Gatherer) http.Handler {
 	mux.HandleFunc("GET /healthz", s.serveHealthz)
 	mux.HandleFunc("GET /readyz", s.serveReadyz)
 	mux.HandleFunc("GET /v1/stats", s.serveStats)
+	mux.HandleFunc("GET /v1/history", s.serveHistory)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
 		ErrorLog: zap.NewStdLog(s.log.Named("metrics")),
 	}))
@@ -227,7 +230,7 @@ func (s *Server) routes(gatherer prometheus.Gatherer) http.Handler {
 	// Every other path is a JSON 404 (see serveNotFound). The method-less
 	// twins of the GET routes keep a wrong method on a known path a 405,
 	// as ServeMux answers it, instead of falling through to the 404.
-	for _, p := range []string{"/healthz", "/readyz", "/v1/stats", "/metrics", "/{$}", "/dashboard.js"} {
+	for _, p := range []string{"/healthz", "/readyz", "/v1/stats", "/v1/history", "/metrics", "/{$}", "/dashboard.js"} {
 		mux.HandleFunc(p, serveGetOnly)
 	}
 	mux.HandleFunc("/", s.serveNotFound)
@@ -241,7 +244,7 @@ func (s *Server) routes(gatherer prometheus.Gatherer) http.Handler {
 }
 
 // msgNotFound ends the 404 message: what there is.
-const msgNotFound = "; the endpoints are POST /v1/lock, POST /gateway/distlock, GET /healthz, GET /readyz, GET /metrics, GET /v1/stats and GET / (dashboard)"
+const msgNotFound = "; the endpoints are POST /v1/lock, POST /gateway/distlock, GET /healthz, GET /readyz, GET /metrics, GET /v1/stats, GET /v1/history and GET / (dashboard)"
 
 // serveNotFound answers a path no route matches with the JSON envelope:
 // 404, code bad_request, a msg naming the path (cut to 64 bytes) and
@@ -349,6 +352,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
+	stopHistory := make(chan struct{})
+	historyDone := make(chan struct{})
+	go func() {
+		defer close(historyDone)
+		s.history.run(stopHistory)
+	}()
+	defer func() {
+		close(stopHistory)
+		<-historyDone
+	}()
 	s.log.Info("listening", zap.String("addr", addr))
 
 	select {

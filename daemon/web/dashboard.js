@@ -1,21 +1,32 @@
-// The redlockd dashboard: polls /readyz and /v1/stats every two seconds.
-// Every value goes into the page through textContent, never as HTML.
+// The redlockd dashboard. Every second it reads GET /readyz (masters and
+// quorum now) and GET /v1/history?since_ms=… (the samples it has not seen
+// yet), keeps the last 15 minutes and draws them as SVG. Every value goes
+// into the page through textContent or an attribute, never as HTML.
 "use strict";
 (function () {
-  const interval = 2000;
-  let prev = null; // the previous /v1/stats reading, for rates
+  const pollMS = 1000;
+  const SVG = "http://www.w3.org/2000/svg";
+  const palette = ["#1565c0", "#2e7d32", "#c62828", "#ef6c00", "#6a1b9a", "#00838f", "#ad1457", "#5d4037", "#9e9d24", "#37474f"];
+  const stateColor = { up: "#43a047", down: "#c62828", quarantined: "#ef6c00", repairing: "#8d4a00", waiting: "#90a4ae", drifting: "#6a1b9a" };
+  const stateBadge = { up: "ok", down: "bad", quarantined: "warn", repairing: "warn", waiting: "idle" };
+  const resultColor = { acquired: "#2e7d32", not_acquired: "#90a4ae", released: "#1565c0", not_released: "#78909c",
+    extended: "#00838f", not_extended: "#b0bec5", held: "#5d4037", not_held: "#a1887f", quorum_unavailable: "#c62828",
+    bad_request: "#ef6c00", unauthorized: "#ad1457", internal: "#000", cancelled: "#9e9d24" };
 
-  function cell(tr, text, cls) {
-    const td = document.createElement("td");
-    td.textContent = text;
-    if (cls) td.className = cls;
-    tr.appendChild(td);
-    return td;
+  let hist = null; // the history the page holds, columns as in /v1/history
+  let ready = null; // the last /readyz body
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
   }
-
-  function fill(id, rows) {
-    const body = document.getElementById(id);
-    body.replaceChildren(...rows);
+  function svg(tag, attrs, text) {
+    const e = document.createElementNS(SVG, tag);
+    for (const k in attrs) e.setAttribute(k, attrs[k]);
+    if (text !== undefined) e.textContent = text;
+    return e;
   }
 
   // duration formats whole seconds as "1d 2h", "3h 4m", "5m 6s" or "7s".
@@ -27,119 +38,336 @@
     if (m) return m + "m " + sec + "s";
     return sec + "s";
   }
+  function fmt(v) {
+    if (v === null || v === undefined || !isFinite(v)) return "–";
+    const a = Math.abs(v);
+    if (a >= 100) return v.toFixed(0);
+    if (a >= 10) return v.toFixed(1);
+    if (a >= 1 || a === 0) return v.toFixed(2);
+    return v.toPrecision(2);
+  }
+  function clock(ms) { return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" }); }
 
-  function badge(parent, text, cls) {
-    const b = document.createElement("span");
-    b.className = "badge " + cls;
-    b.textContent = text;
-    parent.appendChild(b);
-    parent.appendChild(document.createTextNode(" "));
+  // ---- history ----
+
+  function freshHistory(h) {
+    return {
+      started: h.started_ms, interval: h.interval_ms, window: h.window_s * 1000,
+      t: h.t_ms.slice(), needed: h.quorum.needed.slice(), counting: h.quorum.counting.slice(), up: h.quorum.up.slice(),
+      masters: h.masters.map(function (m) {
+        return { addr: m.addr, state: m.state.slice(), drifting: m.drifting.slice(), offset: m.clock_offset_ms.slice(),
+          drift: m.drift_ratio.slice(), probe: m.probe_latency_ms.slice() };
+      }),
+      outcomes: Object.assign({}, h.outcomes_per_s),
+      p50: h.acquire_latency_ms.p50.slice(), p99: h.acquire_latency_ms.p99.slice(),
+    };
   }
 
-  const stateClass = { up: "ok", down: "bad", quarantined: "warn", repairing: "warn" };
+  // merge appends the samples of h (a /v1/history answer) to hist; a
+  // different started_ms means the daemon restarted: start over.
+  function merge(h) {
+    if (!hist || hist.started !== h.started_ms || hist.masters.length !== h.masters.length) {
+      hist = freshHistory(h);
+    } else if (h.t_ms.length) {
+      const before = hist.t.length, n = h.t_ms.length;
+      hist.t.push(...h.t_ms);
+      hist.needed.push(...h.quorum.needed);
+      hist.counting.push(...h.quorum.counting);
+      hist.up.push(...h.quorum.up);
+      h.masters.forEach(function (m, i) {
+        const x = hist.masters[i];
+        x.addr = m.addr;
+        x.state.push(...m.state); x.drifting.push(...m.drifting); x.offset.push(...m.clock_offset_ms);
+        x.drift.push(...m.drift_ratio); x.probe.push(...m.probe_latency_ms);
+      });
+      // A result missing on either side had no requests there: zeros.
+      Object.keys(h.outcomes_per_s).forEach(function (r) {
+        if (!hist.outcomes[r]) hist.outcomes[r] = new Array(before).fill(0);
+      });
+      Object.keys(hist.outcomes).forEach(function (r) {
+        hist.outcomes[r].push(...(h.outcomes_per_s[r] || new Array(n).fill(0)));
+      });
+      hist.p50.push(...h.acquire_latency_ms.p50);
+      hist.p99.push(...h.acquire_latency_ms.p99);
+    }
+    trim(h.now_ms - hist.window);
+  }
 
-  function showReady(r) {
-    const badgeEl = document.getElementById("ready");
-    const names = { ready: "ready", no_quorum: "no quorum", shutting_down: "shutting down" };
-    badgeEl.textContent = names[r.status] || r.status;
-    badgeEl.className = "badge " + (r.ready ? "ok" : r.status === "shutting_down" ? "warn" : "bad");
-    const q = r.quorum;
-    document.getElementById("quorum").textContent =
-      q.counting + " of " + q.masters + " masters counting, " + q.needed + " needed (" +
-      q.up + " up)" + (q.available ? "" : " — no quorum: locks cannot be granted");
-    fill("masters", r.masters.map(function (m) {
-      const tr = document.createElement("tr");
-      cell(tr, String(m.index), "num");
-      cell(tr, m.addr);
-      const st = cell(tr, "");
-      badge(st, m.state, stateClass[m.state] || "bad");
-      if (m.drifting) badge(st, "drifting", "warn");
-      if (m.quarantine_left_s > 0) {
-        const why = document.createElement("div");
-        why.className = "why";
-        why.textContent = "quarantined " + duration(m.quarantine_left_s) + " more: " + m.quarantine_reason;
-        st.appendChild(why);
+  function trim(oldest) {
+    let k = 0;
+    while (k < hist.t.length && hist.t[k] < oldest) k++;
+    if (!k) return;
+    const cut = function (a) { a.splice(0, k); };
+    [hist.t, hist.needed, hist.counting, hist.up, hist.p50, hist.p99].forEach(cut);
+    hist.masters.forEach(function (m) { [m.state, m.drifting, m.offset, m.drift, m.probe].forEach(cut); });
+    Object.keys(hist.outcomes).forEach(function (r) {
+      cut(hist.outcomes[r]);
+      if (!hist.outcomes[r].some(function (v) { return v; })) delete hist.outcomes[r];
+    });
+  }
+
+  // ---- charts ----
+
+  function frame(id) {
+    const box = document.getElementById(id);
+    box.querySelectorAll("svg, .legend, .empty").forEach(function (e) { e.remove(); });
+    const w = Math.max(200, box.clientWidth - 14);
+    return { box: box, w: w };
+  }
+
+  // xScale maps sample times to x between left and w: the chart spans the
+  // history it has, at least a minute, at most the window.
+  function xScale(left, w) {
+    const t = hist.t, last = t[t.length - 1];
+    let first = Math.max(t[0], last - hist.window);
+    if (last - first < 60000) first = last - 60000;
+    return { x: function (ms) { return left + (w - left - 4) * (ms - first) / (last - first); }, first: first, last: last };
+  }
+
+  function timeAxis(s, xs, h) {
+    s.appendChild(svg("text", { x: xs.x(xs.first), y: h - 2 }, clock(xs.first)));
+    s.appendChild(svg("text", { x: xs.x(xs.last), y: h - 2, "text-anchor": "end" }, clock(xs.last)));
+  }
+
+  function legend(box, items) {
+    const lg = el("div", "legend");
+    items.forEach(function (it) {
+      const sp = el("span", "", it.name);
+      sp.style.setProperty("--c", it.color);
+      lg.appendChild(sp);
+    });
+    box.appendChild(lg);
+  }
+
+  // lineChart draws series (each {name, color, values}) against hist.t.
+  // opts: zero (include 0 on the y axis), step (draw steps), whole
+  // (whole numbers: label only the ends of the axis).
+  function lineChart(id, series, opts) {
+    const f = frame(id);
+    const h = f.box.clientWidth < 500 ? 130 : 150, left = 44, bottom = 14, top = 6;
+    const s = svg("svg", { viewBox: "0 0 " + f.w + " " + h, role: "img", "aria-label": f.box.querySelector("h3").textContent });
+    const xs = xScale(left, f.w);
+    let lo = Infinity, hi = -Infinity;
+    series.forEach(function (se) {
+      se.values.forEach(function (v, i) {
+        if (v !== null && isFinite(v) && hist.t[i] >= xs.first) { lo = Math.min(lo, v); hi = Math.max(hi, v); }
+      });
+    });
+    if (opts.zero) { lo = Math.min(lo, 0); hi = Math.max(hi, 0); }
+    if (!isFinite(lo)) { lo = 0; hi = 1; }
+    if (opts.whole) hi = Math.ceil(hi + 0.5);
+    if (hi - lo < 1e-9) { const pad = Math.abs(hi) > 0 ? Math.abs(hi) * 0.1 : 1; lo -= opts.zero && lo === 0 ? 0 : pad; hi += pad; }
+    const y = function (v) { return top + (h - top - bottom) * (hi - v) / (hi - lo); };
+    (opts.whole ? [hi, lo] : [hi, (hi + lo) / 2, lo]).forEach(function (v) {
+      s.appendChild(svg("line", { x1: left, x2: f.w - 4, y1: y(v), y2: y(v), stroke: "#e3e6ea" }));
+      s.appendChild(svg("text", { x: left - 4, y: y(v) + 3, "text-anchor": "end" }, opts.whole ? String(Math.round(v)) : fmt(v)));
+    });
+    timeAxis(s, xs, h);
+    let points = 0;
+    const gap = 3 * hist.interval;
+    series.forEach(function (se) {
+      let d = "", prevT = null, prevY = null;
+      se.values.forEach(function (v, i) {
+        const t = hist.t[i];
+        if (v === null || !isFinite(v) || t < xs.first) { prevT = null; return; }
+        const px = xs.x(t).toFixed(1), py = y(v).toFixed(1);
+        if (prevT === null || t - prevT > gap) d += "M" + px + " " + py;
+        else if (opts.step) d += "L" + px + " " + prevY + "L" + px + " " + py;
+        else d += "L" + px + " " + py;
+        prevT = t; prevY = py; points++;
+      });
+      if (d) {
+        s.appendChild(svg("path", { d: d, fill: "none", stroke: se.color, "stroke-width": se.width || 1.6,
+          "stroke-dasharray": se.dash || "", "stroke-linejoin": "round", "data-series": se.name }));
       }
-      cell(tr, m.counts ? "counts" : "excluded", m.counts ? "" : "muted");
-      cell(tr, m.checked_at_ms ? m.clock_offset_ms.toFixed(3) : "–", "num");
-      cell(tr, m.checked_at_ms ? (1000 * m.drift_ratio).toFixed(3) : "–", "num");
-      cell(tr, m.run_id || "–");
-      const w = cell(tr, "");
-      if (m.warnings && m.warnings.length) {
-        const ul = document.createElement("ul");
-        ul.className = "warnlist";
-        m.warnings.forEach(function (text) {
-          const li = document.createElement("li");
-          li.textContent = text;
-          ul.appendChild(li);
-        });
-        w.appendChild(ul);
-      } else {
-        w.textContent = "none";
-        w.className = "muted";
+    });
+    s.setAttribute("data-points", points);
+    f.box.appendChild(s);
+    legend(f.box, series);
+  }
+
+  function bandState(m, i) {
+    const st = m.state[i];
+    return m.drifting[i] && st !== "down" ? "drifting" : st;
+  }
+
+  // stateChart draws one band per master, coloured by state over time.
+  function stateChart(id) {
+    const f = frame(id);
+    const row = 18, left = 30, bottom = 14, n = hist.masters.length, h = n * row + bottom + 4;
+    const s = svg("svg", { viewBox: "0 0 " + f.w + " " + h, role: "img", "aria-label": "master state over time" });
+    s.style.height = h + "px";
+    const xs = xScale(left, f.w);
+    let points = 0;
+    hist.masters.forEach(function (m, j) {
+      const y0 = 2 + j * row;
+      s.appendChild(svg("text", { x: left - 4, y: y0 + row / 2 + 3, "text-anchor": "end" }, "#" + j));
+      let i = 0;
+      while (i < hist.t.length) {
+        if (hist.t[i] < xs.first) { i++; continue; }
+        const st = bandState(m, i);
+        let k = i + 1;
+        while (k < hist.t.length && bandState(m, k) === st && hist.t[k] - hist.t[k - 1] <= 3 * hist.interval) k++;
+        const end = k < hist.t.length && hist.t[k] - hist.t[k - 1] <= 3 * hist.interval ? hist.t[k] : hist.t[k - 1] + hist.interval;
+        const x0 = xs.x(hist.t[i]), x1 = Math.min(xs.x(end), f.w - 4);
+        const r = svg("rect", { x: x0.toFixed(1), y: y0, width: Math.max(1, x1 - x0).toFixed(1), height: row - 4,
+          fill: stateColor[st] || "#000", "data-state": st });
+        r.appendChild(svg("title", {}, m.addr + ": " + st + " from " + clock(hist.t[i])));
+        s.appendChild(r);
+        points += k - i;
+        i = k;
       }
-      cell(tr, m.latency_ms.toFixed(3), "num");
-      cell(tr, m.checked_at_ms ? new Date(m.checked_at_ms).toLocaleTimeString() : "not yet");
-      cell(tr, m.last_error || "");
-      return tr;
+    });
+    timeAxis(s, xs, h);
+    s.setAttribute("data-points", points);
+    f.box.appendChild(s);
+    legend(f.box, ["up", "down", "quarantined", "repairing", "waiting", "drifting"].map(function (st) {
+      return { name: st, color: stateColor[st] };
     }));
   }
 
-  function showStats(s) {
-    const dt = prev ? s.uptime_seconds - prev.uptime_seconds : 0;
-    const rows = [];
-    Object.keys(s.requests).sort().forEach(function (action) {
-      Object.keys(s.requests[action]).sort().forEach(function (result) {
-        const n = s.requests[action][result];
-        const before = prev && prev.requests[action] ? prev.requests[action][result] || 0 : 0;
-        const tr = document.createElement("tr");
-        cell(tr, action);
-        cell(tr, result);
-        cell(tr, String(n), "num");
-        cell(tr, dt > 0 ? ((n - before) / dt).toFixed(1) : "–", "num");
-        rows.push(tr);
-      });
+  function masterSeries(field, scale) {
+    return hist.masters.map(function (m, j) {
+      return { name: "#" + j + " " + m.addr, color: palette[j % palette.length],
+        values: m[field].map(function (v) { return v === null ? null : v * scale; }) };
     });
-    fill("outcomes", rows.length ? rows : [emptyRow(4, "no requests yet")]);
-    const lat = [];
-    Object.keys(s.duration).sort().forEach(function (action) {
-      const d = s.duration[action];
-      const p = prev && prev.duration[action] ? prev.duration[action] : { count: 0, sum_seconds: 0 };
-      const tr = document.createElement("tr");
-      cell(tr, action);
-      cell(tr, String(d.count), "num");
-      cell(tr, (1000 * d.sum_seconds / d.count).toFixed(3), "num");
-      const dn = d.count - p.count;
-      cell(tr, prev && dn > 0 ? (1000 * (d.sum_seconds - p.sum_seconds) / dn).toFixed(3) : "–", "num");
-      lat.push(tr);
-    });
-    fill("latency", lat.length ? lat : [emptyRow(4, "no requests yet")]);
-    prev = s;
   }
 
-  function emptyRow(cols, text) {
-    const tr = document.createElement("tr");
-    const td = cell(tr, text, "muted");
-    td.colSpan = cols;
-    return tr;
+  function drawCharts() {
+    if (!hist || !hist.t.length) {
+      document.querySelectorAll(".chart").forEach(function (box) {
+        box.querySelectorAll("svg, .legend, .empty").forEach(function (e) { e.remove(); });
+        box.appendChild(el("div", "muted empty", "no samples yet"));
+      });
+      return;
+    }
+    stateChart("c-states");
+    lineChart("c-quorum", [
+      { name: "up", color: "#90a4ae", values: hist.up, width: 3 },
+      { name: "needed", color: "#c62828", values: hist.needed, dash: "5 3" },
+      { name: "counting", color: "#1565c0", values: hist.counting, width: 2 },
+    ], { zero: true, step: true, whole: true });
+    lineChart("c-outcomes", Object.keys(hist.outcomes).sort().map(function (r, i) {
+      return { name: r, color: resultColor[r] || palette[i % palette.length], values: hist.outcomes[r] };
+    }).concat(Object.keys(hist.outcomes).length ? [] : [{ name: "no requests", color: "#cfd8dc", values: hist.t.map(function () { return 0; }) }]),
+    { zero: true });
+    lineChart("c-latency", [
+      { name: "p50", color: "#1565c0", values: hist.p50 },
+      { name: "p99", color: "#c62828", values: hist.p99 },
+    ], { zero: true });
+    lineChart("c-offset", masterSeries("offset", 1), {});
+    lineChart("c-drift", masterSeries("drift", 1000), {});
+    lineChart("c-probe", masterSeries("probe", 1), { zero: true });
+  }
+
+  // ---- now: quorum, callers, masters ----
+
+  function showReady(r) {
+    const badge = document.getElementById("ready");
+    const names = { ready: "ready", no_quorum: "no quorum", shutting_down: "shutting down" };
+    badge.textContent = names[r.status] || r.status;
+    badge.className = "badge " + (r.ready ? "ok" : r.status === "shutting_down" ? "warn" : "bad");
+    const q = r.quorum, margin = q.counting - q.needed;
+    const qe = document.getElementById("quorum");
+    let text = q.counting + " of " + q.masters + " masters counting, " + q.needed + " needed (" + q.up + " up) — ";
+    if (margin < 0) { text += "no quorum: locks cannot be granted"; qe.className = "bad"; }
+    else if (margin === 0) { text += "margin 0: one more failure stops locking"; qe.className = "warn"; }
+    else { text += "can lose " + margin + " more"; qe.className = ""; }
+    qe.textContent = text;
+    document.getElementById("masters").replaceChildren(...r.masters.map(masterCard));
+  }
+
+  function masterCard(m) {
+    const card = el("div", "master s-" + m.state + (m.drifting ? " drifting" : ""));
+    card.setAttribute("data-index", m.index);
+    const head = el("div", "head");
+    head.appendChild(el("span", "addr", "#" + m.index + " " + m.addr));
+    head.appendChild(el("span", "badge state " + (stateBadge[m.state] || "bad"), m.state));
+    card.appendChild(head);
+    const badges = el("div", "badges");
+    badges.appendChild(el("span", "badge vote " + (m.counts ? "ok" : "idle"), m.counts ? "vote counts" : "vote excluded"));
+    if (m.drifting) { badges.appendChild(document.createTextNode(" ")); badges.appendChild(el("span", "badge info", "drifting")); }
+    card.appendChild(badges);
+    if (m.quarantine_left_s > 0 || m.state === "repairing") {
+      const q = el("div", "quarantine");
+      if (m.quarantine_left_s > 0) {
+        q.appendChild(document.createTextNode("quarantined, "));
+        q.appendChild(el("span", "countdown", duration(m.quarantine_left_s) + " left"));
+      } else {
+        q.appendChild(el("span", "countdown", "awaiting fencing repair"));
+      }
+      if (m.quarantine_reason) q.appendChild(el("div", "reason", m.quarantine_reason));
+      if (m.state === "repairing") {
+        q.appendChild(el("div", "reason muted", "repaired from a quorum automatically; if most masters lost their data, run redlockd repair-fences"));
+      }
+      card.appendChild(q);
+    }
+    const dl = el("dl");
+    const row = function (k, v) { dl.appendChild(el("dt", "", k)); dl.appendChild(el("dd", "", v)); };
+    const probed = !!m.checked_at_ms;
+    row("clock offset", probed ? m.clock_offset_ms.toFixed(3) + " ms" : "–");
+    row("drift", probed ? (1000 * m.drift_ratio).toFixed(3) + " ms/s" : "–");
+    row("probe", m.state === "down" ? "–" : m.latency_ms.toFixed(3) + " ms");
+    row("run id", m.run_id || "–");
+    row("checked", probed ? clock(m.checked_at_ms) : "not yet");
+    card.appendChild(dl);
+    if (m.warnings && m.warnings.length) {
+      const ul = el("ul", "warnings");
+      m.warnings.forEach(function (w) { ul.appendChild(el("li", "", w)); });
+      card.appendChild(ul);
+    }
+    if (m.last_error) card.appendChild(el("div", "lasterr", "last error: " + m.last_error));
+    return card;
+  }
+
+  // showCallers sums the last ten seconds of outcomes.
+  function showCallers() {
+    const c = document.getElementById("callers");
+    if (!hist || !hist.t.length) { c.textContent = "callers: no samples yet"; return; }
+    const n = hist.t.length, from = Math.max(0, n - 10);
+    const mean = function (a) {
+      let s = 0, k = 0;
+      for (let i = from; i < n; i++) if (a[i] !== null && isFinite(a[i])) { s += a[i]; k++; }
+      return k ? s / k : 0;
+    };
+    const rate = function (r) { return hist.outcomes[r] ? mean(hist.outcomes[r]) : 0; };
+    const lastOf = function (a) { for (let i = n - 1; i >= from; i--) if (a[i] !== null) return a[i]; return null; };
+    c.textContent = "callers, last 10 s: " + fmt(rate("acquired")) + " granted/s · " + fmt(rate("not_acquired")) +
+      " refused (held)/s · " + fmt(rate("quorum_unavailable")) + " 503/s · acquire p50 " + fmt(lastOf(hist.p50)) +
+      " ms, p99 " + fmt(lastOf(hist.p99)) + " ms";
+    c.className = rate("quorum_unavailable") > 0 ? "alert" : "";
+  }
+
+  // ---- loop ----
+
+  async function getJSON(url) {
+    const x = await fetch(url, { cache: "no-store" });
+    // /readyz answers 503 with the same body when not ready.
+    if (!x.ok && x.status !== 503) throw new Error(url + ": HTTP " + x.status);
+    return x.json();
   }
 
   async function refresh() {
     try {
-      // /readyz answers 503 with the same body when not ready.
-      const [r, s] = await Promise.all([
-        fetch("readyz", { cache: "no-store" }).then(function (x) { return x.json(); }),
-        fetch("v1/stats", { cache: "no-store" }).then(function (x) { return x.json(); }),
-      ]);
+      const since = hist && hist.t.length ? "?since_ms=" + hist.t[hist.t.length - 1] : "";
+      const [r, h] = await Promise.all([getJSON("readyz"), getJSON("v1/history" + since)]);
+      ready = r;
+      merge(h);
       showReady(r);
-      showStats(s);
+      showCallers();
+      drawCharts();
       document.getElementById("updated").textContent = new Date().toLocaleTimeString();
       document.getElementById("err").textContent = "";
     } catch (e) {
-      document.getElementById("err").textContent = "· cannot reach the daemon: " + e;
+      document.getElementById("err").textContent = "· cannot reach the daemon: " + e.message;
     }
+    setTimeout(refresh, pollMS);
   }
 
+  let resizeTimer = null;
+  window.addEventListener("resize", function () {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(function () { if (ready) drawCharts(); }, 150);
+  });
   refresh();
-  setInterval(refresh, interval);
 })();
