@@ -12,10 +12,14 @@
 //     quarantine reason and remaining time, clock offset and drift and
 //     configuration warnings either way (see readyBody in health.go).
 //   - GET /metrics: Prometheus; see Metrics for the names.
-//   - GET /v1/stats: request counts and latency sums as JSON, for the
-//     dashboard.
-//   - GET /: the dashboard (masters with state, quarantine, clock offset
-//     and drift, warnings; quorum; outcome rates; latency).
+//   - GET /v1/stats: request counts and latency sums since start, as JSON.
+//   - GET /v1/history: the last 15 minutes, one sample a second, kept in
+//     memory (see historyBody in history.go); ?since_ms= lists only newer
+//     samples.
+//   - GET /: the dashboard (masters with state, quarantine countdown and
+//     reason, clock offset and drift, warnings; quorum; and charts of the
+//     history: state bands, quorum, outcome rates, acquire p50/p99, clock
+//     offset, drift and probe latency, drawn as SVG by its own script).
 //   - Any other path: 404 with the JSON envelope, code bad_request, a msg
 //     naming the path and listing these endpoints. A wrong method on a
 //     known path is 405. ServeMux's path cleaning still redirects first
