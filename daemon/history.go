@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/redlockd/redlockd/redlock"
 )
 
 // The dashboard's history: one sample of the masters, the quorum, the
@@ -66,7 +68,7 @@ type sample struct {
 // masterSample is one master at one moment. Float fields are NaN when
 // unknown (no probe yet, or down for the latency).
 type masterSample struct {
-	state       string // masterState: up, down, quarantined, repairing, waiting
+	state       redlock.MasterState
 	drifting    bool
 	counts      bool
 	offsetMS    float32 // clock offset, ms
@@ -126,7 +128,7 @@ func (h *history) record(now time.Time) {
 	h.prevAt, h.prevResults = now, results
 	h.acquireQuantiles(s)
 	for i := range masters {
-		masters[i] = masterSample{state: "down", offsetMS: nan32, driftRatio: nan32, probeRTTMS: nan32}
+		masters[i] = masterSample{state: redlock.MasterDown, offsetMS: nan32, driftRatio: nan32, probeRTTMS: nan32}
 	}
 	for i := range ms {
 		st := &ms[i]
@@ -134,7 +136,7 @@ func (h *history) record(now time.Time) {
 			continue
 		}
 		x := &masters[st.Index]
-		x.state, x.drifting, x.counts = masterState(st), st.Drifting, st.Counts
+		x.state, x.drifting, x.counts = masterState(st), st.Drifting, st.Counting
 		x.quarantineS = int32(min(quarantineSeconds(st.QuarantineLeft), math.MaxInt32))
 		if !st.CheckedAt.IsZero() {
 			x.offsetMS = float32(millis(st.ClockOffset))
@@ -146,7 +148,7 @@ func (h *history) record(now time.Time) {
 		if st.Up {
 			s.up++
 		}
-		if st.Counts {
+		if st.Counting {
 			s.counting++
 		}
 	}
@@ -253,15 +255,15 @@ type historyQuorum struct {
 }
 
 type historyMaster struct {
-	Index           int       `json:"index"`
-	Addr            string    `json:"addr"`
-	State           []string  `json:"state"`
-	Drifting        []bool    `json:"drifting"`
-	Counts          []bool    `json:"counts"`
-	QuarantineLeftS []int32   `json:"quarantine_left_s"`
-	ClockOffsetMS   []jsonNum `json:"clock_offset_ms"`
-	DriftRatio      []jsonNum `json:"drift_ratio"`
-	ProbeLatencyMS  []jsonNum `json:"probe_latency_ms"`
+	Index           int                   `json:"index"`
+	Addr            string                `json:"addr"`
+	State           []redlock.MasterState `json:"state"`
+	Drifting        []bool                `json:"drifting"`
+	Counts          []bool                `json:"counts"`
+	QuarantineLeftS []int32               `json:"quarantine_left_s"`
+	ClockOffsetMS   []jsonNum             `json:"clock_offset_ms"`
+	DriftRatio      []jsonNum             `json:"drift_ratio"`
+	ProbeLatencyMS  []jsonNum             `json:"probe_latency_ms"`
 }
 
 type historyLatency struct {
@@ -314,7 +316,7 @@ func (h *history) body(since time.Time, now time.Time) *historyBody {
 		if j < len(ms) {
 			hm.Addr = ms[j].Addr
 		}
-		hm.State = make([]string, 0, len(idx))
+		hm.State = make([]redlock.MasterState, 0, len(idx))
 		hm.Drifting = make([]bool, 0, len(idx))
 		hm.Counts = make([]bool, 0, len(idx))
 		hm.QuarantineLeftS = make([]int32, 0, len(idx))
