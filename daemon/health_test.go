@@ -240,6 +240,13 @@ func TestMetrics(t *testing.T) {
 		`redlockd_requests_in_flight 1`, // this scrape
 		`redlock_master_up{master="127.0.0.1:1379"} 1`,
 		`redlock_master_up{master="127.0.0.1:5379"} 0`,
+		`redlock_master_state{master="127.0.0.1:1379",state="up"} 1`,
+		`redlock_master_state{master="127.0.0.1:1379",state="down"} 0`,
+		`redlock_master_state{master="127.0.0.1:2379",state="quarantined"} 1`,
+		`redlock_master_state{master="127.0.0.1:2379",state="up"} 0`,
+		`redlock_master_state{master="127.0.0.1:5379",state="down"} 1`,
+		`redlock_master_state{master="127.0.0.1:5379",state="repairing"} 0`,
+		`redlock_master_state{master="127.0.0.1:5379",state="waiting"} 0`,
 		`redlock_master_counts{master="127.0.0.1:1379"} 1`,
 		`redlock_master_counts{master="127.0.0.1:2379"} 0`,
 		`redlock_master_counts{master="127.0.0.1:5379"} 0`,
@@ -300,7 +307,7 @@ func TestLockerCollectorPedantic(t *testing.T) {
 	for _, mf := range mfs {
 		names[mf.GetName()] = true
 	}
-	for _, n := range []string{"redlock_master_up", "redlock_master_counts", "redlock_master_quarantined",
+	for _, n := range []string{"redlock_master_up", "redlock_master_state", "redlock_master_counts", "redlock_master_quarantined",
 		"redlock_master_quarantine_remaining_seconds", "redlock_master_drifting", "redlock_master_clock_offset_seconds",
 		"redlock_master_clock_drift_ratio", "redlock_master_warnings", "redlock_quorum_available",
 		"redlock_quorum_counting", "redlock_quorum_needed", "redlock_fence_repairs_total", "redlock_quarantines_total"} {

@@ -83,6 +83,10 @@ func plausible(a action, r result) bool {
 //
 //   - redlock_master_up{master} gauge, 1 when the master answers probes and
 //     accepts connections.
+//   - redlock_master_state{master,state} gauge, 1 for the state the
+//     master is in now and 0 for the others: up, down, quarantined,
+//     repairing, waiting (as in GET /readyz). A master that stays
+//     repairing needs a fencing repair (see redlockd repair-fences).
 //   - redlock_master_counts{master} gauge, 1 when its votes count towards
 //     the quorum now (up, not quarantined, not awaiting a fencing repair).
 //   - redlock_master_quarantined{master} gauge, 1 while it is quarantined
@@ -141,9 +145,17 @@ type Metrics struct {
 	lockerDesc lockerDescs
 }
 
+// masterStates are the values of redlock_master_state's state label: one
+// series per master and state, so that a state that is not there reads 0
+// instead of missing.
+var masterStates = []redlock.MasterState{
+	redlock.MasterUp, redlock.MasterDown, redlock.MasterQuarantined, redlock.MasterRepairing, redlock.MasterWaiting,
+}
+
 // lockerDescs describe the scrape-time metrics read from the Locker.
 type lockerDescs struct {
 	up, counts, quarantined, quarantineLeft, drifting *prometheus.Desc
+	state                                             *prometheus.Desc
 	clockOffset, driftRatio, warnings                 *prometheus.Desc
 	quorumAvailable, quorumCounting, quorumNeeded     *prometheus.Desc
 	fenceRepairs, quarantines                         *prometheus.Desc
@@ -153,6 +165,7 @@ func newLockerDescs() lockerDescs {
 	master := []string{"master"}
 	return lockerDescs{
 		up:              prometheus.NewDesc("redlock_master_up", "1 when the master is up (answers probes and accepts connections).", master, nil),
+		state:           prometheus.NewDesc("redlock_master_state", "1 for the master's state now (the state label), 0 for the other states.", []string{"master", "state"}, nil),
 		counts:          prometheus.NewDesc("redlock_master_counts", "1 when the master's votes count towards the quorum now.", master, nil),
 		quarantined:     prometheus.NewDesc("redlock_master_quarantined", "1 while the master is quarantined or awaits a fencing repair: its votes do not count.", master, nil),
 		quarantineLeft:  prometheus.NewDesc("redlock_master_quarantine_remaining_seconds", "How long the master's quarantine still lasts; 0 when none.", master, nil),
@@ -341,7 +354,7 @@ type lockerCollector struct{ m *Metrics }
 func (c lockerCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.m.lockerDesc
 	for _, desc := range []*prometheus.Desc{
-		d.up, d.counts, d.quarantined, d.quarantineLeft, d.drifting,
+		d.up, d.state, d.counts, d.quarantined, d.quarantineLeft, d.drifting,
 		d.clockOffset, d.driftRatio, d.warnings,
 		d.quorumAvailable, d.quorumCounting, d.quorumNeeded,
 		d.fenceRepairs, d.quarantines,
@@ -367,6 +380,9 @@ func (c lockerCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		state := masterState(&st)
 		gauge(d.up, b2f(st.Up), a)
+		for _, s := range masterStates {
+			gauge(d.state, b2f(state == s), a, string(s))
+		}
 		gauge(d.counts, b2f(st.Counting), a)
 		gauge(d.quarantined, b2f(st.QuarantineLeft > 0 || state == redlock.MasterQuarantined || state == redlock.MasterRepairing), a)
 		gauge(d.quarantineLeft, max(st.QuarantineLeft, 0).Seconds(), a)
