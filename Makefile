@@ -40,7 +40,7 @@ UP_TIMEOUT     = 60
 CLOCKSHIM_SO = dist/libclockshim.so
 CHAOS_ARGS   = --scenario all --duration 10s --out chaos-report
 
-.PHONY: help deps dev test drills build images image-redis image-redlockd redlockd-linux up down bench chaos
+.PHONY: help deps test-deps rules dev test drills build images image-redis image-redlockd redlockd-linux up down bench chaos
 
 # redis-server runs the masters; gcc builds the gettimeofday shim that the
 # clock tests and drills preload into redis-server.
@@ -57,6 +57,29 @@ deps: ## Install redis-server and gcc (Debian/Ubuntu, as root) if missing
 		fi; \
 	fi
 
+# The test suite also needs promtool (Debian's prometheus package: the
+# rules' unit tests, and the real Prometheus the dashboard queries are
+# checked against) and chromium (the dashboard's browser test).
+test-deps: deps ## Install prometheus (promtool) and chromium for the test suite (Debian/Ubuntu, as root) if missing
+	@missing=""; \
+	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+			echo "installing$$missing from Debian's packages"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+		else \
+			echo "missing:$$missing — apt-get install$$missing (Debian/Ubuntu)" >&2; exit 1; \
+		fi; \
+	fi
+
+# Prometheus rules: syntax and templates, then the unit tests that make
+# every alert fire and not fire.
+RULES = deploy/prometheus/redlockd.rules.yml
+rules: ## Check the Prometheus rules and run their unit tests (promtool)
+	promtool check rules $(RULES)
+	cd $(dir $(RULES)) && promtool test rules redlockd.rules.test.yml
+
 dev: deps ## Run five local redis-server masters and the daemon on 127.0.0.1:7070
 	$(GO) build -o bin/redlockd ./cmd/redlockd
 	exec bin/redlockd dev $(DEV_ARGS)
@@ -71,7 +94,7 @@ dev: deps ## Run five local redis-server masters and the daemon on 127.0.0.1:707
 # ~1 min to build the images the first time; skipped when no Docker engine
 # answers unless REDLOCK_REQUIRE_DOCKER=1). `make drills` runs only them.
 DRILLS = ^(TestDrills|TestDockerDrills)$$
-test: deps ## Run the whole test suite (real redis-server masters, -race, fault drills)
+test: test-deps rules ## Run the whole test suite (real redis-server masters, -race, fault drills, rules)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -p 1 -timeout 40m ./...
 
