@@ -27,10 +27,12 @@ import (
 
 	"github.com/redlockd/redlockd/config"
 	"github.com/redlockd/redlockd/internal/redisproc"
+	"github.com/redlockd/redlockd/internal/testdaemon"
 )
 
 var (
 	servers   []*redisproc.Server
+	binary    string // the redlockd binary built for this test run
 	prefixSeq atomic.Int64
 )
 
@@ -40,7 +42,18 @@ const (
 )
 
 func TestMain(m *testing.M) {
-	os.Exit(testmasters.Run(m, 5, &servers))
+	// The lock command's tests run the real binary as users do.
+	dir, err := os.MkdirTemp("", "redlockd-e2e")
+	if err == nil {
+		binary, err = testdaemon.Build(dir)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := testmasters.Run(m, 5, &servers)
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // daemonURL starts the daemon as `redlockd serve` wires it, on a free

@@ -3,6 +3,7 @@
 //	redlockd serve --config redlockd.yaml   run against your masters
 //	redlockd dev                            five local masters + the daemon
 //	redlockd repair-fences --config FILE    after most masters lost their data
+//	redlockd lock run --key K --ttl 5m -- cmd   run cmd while holding a lock
 //
 // main only wires: the algorithm is in package redlock, the HTTP API in
 // package daemon, settings in package config.
@@ -28,6 +29,8 @@ Usage:
   redlockd chaos-proxy [flags]           a fault-injecting TCP proxy for the compose drills (see "redlockd chaos-proxy --help")
   redlockd repair-fences --config FILE   after most masters lost their data: raise the fencing counters
                                          so the daemons count them again (see "redlockd repair-fences --help")
+  redlockd lock run|acquire|extend|release|status
+                                         hold a lock from a shell or cron (see "redlockd lock help")
   redlockd help                          show this help
 
 Settings come from the YAML file, then REDLOCKD_* environment variables, then
@@ -38,9 +41,15 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	var ee *exitError
 	switch {
 	case err == nil:
 	case errors.Is(err, flag.ErrHelp):
+	case errors.As(err, &ee):
+		if ee.err != nil {
+			fmt.Fprintln(os.Stderr, "redlockd:", ee.err)
+		}
+		os.Exit(ee.code)
 	default:
 		fmt.Fprintln(os.Stderr, "redlockd:", err)
 		os.Exit(1)
@@ -63,6 +72,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return chaosProxyCmd(ctx, args[1:], stderr)
 	case "repair-fences":
 		return repairFences(ctx, args[1:], stdout, stderr)
+	case "lock":
+		return lockCmd(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

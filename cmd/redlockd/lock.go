@@ -1,0 +1,387 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/redlockd/redlockd/client"
+)
+
+// Exit codes of `redlockd lock`. A command run by `lock run` passes its
+// own status through (128+N when killed by signal N), so these are chosen
+// from sysexits.h, away from the statuses commands commonly use.
+const (
+	exitUsage       = 64 // bad flags, missing URL or API key, 400 or 401 from the daemon
+	exitUnavailable = 69 // 503 (no quorum) or the daemon could not be reached
+	exitInternal    = 70 // an unexpected answer (500, not the JSON envelope)
+	exitBusy        = 75 // acquire: the lock is held by another owner (as flock -n)
+	exitNotHeld     = 76 // extend/release: the token does not hold the lock; status: not held
+	exitLost        = 78 // run: the lock was lost while the command ran; the command was stopped
+	exitCannotExec  = 126
+	exitNotFound    = 127
+)
+
+// exitError ends the process with code; main prints msg (when not empty).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return ""
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+func exitf(code int, format string, args ...any) error {
+	return &exitError{code: code, err: fmt.Errorf(format, args...)}
+}
+
+const lockUsage = `Usage:
+  redlockd lock run --key K --ttl 5m [--wait 30s] [--namespace N] [--grace 10s] -- command [args...]
+  redlockd lock acquire --key K [--ttl 30s] [--wait 0s] [--namespace N]
+  redlockd lock extend  --key K --token T [--ttl 30s] [--namespace N]
+  redlockd lock release --key K --token T [--namespace N]
+  redlockd lock status  --key K [--namespace N]
+
+The daemon and API key come from --url and --api-key, or from REDLOCKD_URL
+and REDLOCKD_API_KEY (prefer the variable: a flag shows in ps). --token
+defaults to REDLOCK_TOKEN.
+
+run acquires the lock, starts the command with REDLOCK_KEY, REDLOCK_FENCE
+(the fencing token) and REDLOCK_VALID_UNTIL (Unix seconds, the validity at
+start) in its environment, extends the lock at about a third of the TTL
+while the command runs, and releases it when the command exits. If the lock
+is lost (an extend refused, or validity about to end unconfirmed), the
+command's process group gets SIGTERM, then SIGKILL after --grace, and the
+reason is printed on stderr. SIGINT, SIGTERM, SIGHUP and SIGQUIT are
+forwarded to the command's process group. The command runs in a process
+group of its own so that all it started can be stopped: it cannot read
+from the terminal.
+
+acquire, extend, release and status print the answer's data object as JSON
+on stdout (acquire's includes the token) and exit with:
+
+  0    acquired / extended / released / held; run: the command's own status
+  64   usage: bad flags, missing URL or API key, refused as bad input (400)
+       or unauthorized (401)
+  69   unavailable: no quorum of masters (503) or the daemon unreachable
+  70   an unexpected answer (500, not JSON)
+  75   busy: the lock is held by another owner (run: the command did not run)
+  76   not held: extend/release with a token that does not hold the lock;
+       status of a lock nobody holds
+  78   run: the lock was lost while the command ran; it was stopped
+  126  run: the command could not be executed; 127: not found
+
+Flags:
+`
+
+// lockFlags are the flags shared by every lock subcommand.
+type lockFlags struct {
+	url, apiKey, key, namespace, token string
+	ttl, wait, grace                   time.Duration
+}
+
+func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, lockUsage)
+		return exitf(exitUsage, "lock: missing subcommand (run, acquire, extend, release or status)")
+	}
+	sub := args[0]
+	switch sub {
+	case "run", "acquire", "extend", "release", "status":
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, lockUsage)
+		return nil
+	default:
+		fmt.Fprint(stderr, lockUsage)
+		return exitf(exitUsage, "lock: unknown subcommand %q", sub)
+	}
+	fs := flag.NewFlagSet("lock "+sub, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f lockFlags
+	fs.StringVar(&f.url, "url", os.Getenv("REDLOCKD_URL"), "daemon base URL, e.g. http://127.0.0.1:7070 (default $REDLOCKD_URL)")
+	fs.StringVar(&f.apiKey, "api-key", "", "API key (default $REDLOCKD_API_KEY)")
+	fs.StringVar(&f.key, "key", "", "lock key (required)")
+	fs.StringVar(&f.namespace, "namespace", "", "namespace within the API key's account")
+	switch sub {
+	case "run":
+		fs.DurationVar(&f.ttl, "ttl", 0, "lock TTL, whole seconds (required), e.g. 5m; extended at about ttl/3")
+		fs.DurationVar(&f.wait, "wait", 0, "wait up to this long for a held lock (at most the daemon's max_wait)")
+		fs.DurationVar(&f.grace, "grace", 10*time.Second, "after a loss, time between SIGTERM and SIGKILL")
+	case "acquire":
+		fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "lock TTL, whole seconds")
+		fs.DurationVar(&f.wait, "wait", 0, "wait up to this long for a held lock")
+	case "extend":
+		fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "new TTL, whole seconds")
+	}
+	if sub == "extend" || sub == "release" {
+		fs.StringVar(&f.token, "token", os.Getenv("REDLOCK_TOKEN"), "token acquire returned (default $REDLOCK_TOKEN)")
+	}
+	fs.Usage = func() {
+		fmt.Fprint(stderr, lockUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &exitError{code: exitUsage, err: err}
+	}
+	if f.apiKey == "" {
+		f.apiKey = os.Getenv("REDLOCKD_API_KEY")
+	}
+	if err := f.check(sub, fs.NArg()); err != nil {
+		return &exitError{code: exitUsage, err: fmt.Errorf("lock %s: %w", sub, err)}
+	}
+	c, err := client.New(f.url, f.apiKey, client.WithUserAgent("redlockd-lock/1"))
+	if err != nil {
+		return &exitError{code: exitUsage, err: fmt.Errorf("lock %s: %w", sub, err)}
+	}
+	opts := []client.LockOption{client.WithNamespace(f.namespace), client.WithWait(f.wait)}
+	switch sub {
+	case "run":
+		return lockRun(ctx, c, &f, opts, fs.Args(), stderr)
+	case "acquire":
+		l, err := c.Acquire(ctx, f.key, f.ttl, opts...)
+		if err != nil {
+			return lockFailed(stdout, "acquire", f.key, err)
+		}
+		return printData(stdout, "acquire", f.key, "acquired", true, leaseFields(l, true))
+	case "extend":
+		l, err := c.Extend(ctx, f.key, f.token, f.ttl, opts...)
+		if err != nil {
+			return lockFailed(stdout, "extend", f.key, err)
+		}
+		return printData(stdout, "extend", f.key, "extended", true, leaseFields(l, false))
+	case "release":
+		if err := c.Release(ctx, f.key, f.token, opts...); err != nil {
+			return lockFailed(stdout, "release", f.key, err)
+		}
+		return printData(stdout, "release", f.key, "released", true, nil)
+	default: // status
+		st, err := c.Status(ctx, f.key, opts...)
+		if err != nil {
+			return lockFailed(stdout, "status", f.key, err)
+		}
+		if !st.Held {
+			_ = printData(stdout, "status", f.key, "held", false, nil)
+			return &exitError{code: exitNotHeld}
+		}
+		now := time.Now()
+		v := max(st.ValidUntil.Sub(now), 0)
+		return printData(stdout, "status", f.key, "held", true, []field{
+			{"ttl", v.Milliseconds() / 1000}, {"expire_at", now.Add(v).Unix()}, {"validity_ms", v.Milliseconds()}})
+	}
+}
+
+// check validates the flags of subcommand sub with nargs arguments left.
+func (f *lockFlags) check(sub string, nargs int) error {
+	switch {
+	case f.url == "":
+		return errors.New("--url or REDLOCKD_URL: required (e.g. http://127.0.0.1:7070)")
+	case f.apiKey == "":
+		return errors.New("--api-key or REDLOCKD_API_KEY: required")
+	case f.key == "":
+		return errors.New("--key: required")
+	case sub == "run" && f.ttl == 0:
+		return errors.New("--ttl: required, e.g. --ttl 5m")
+	case (sub == "run" || sub == "acquire" || sub == "extend") && (f.ttl < time.Second || f.ttl%time.Second != 0):
+		return fmt.Errorf("--ttl: %v must be a whole number of seconds, at least 1s", f.ttl)
+	case f.wait < 0:
+		return fmt.Errorf("--wait: %v is negative", f.wait)
+	case f.grace < 0:
+		return fmt.Errorf("--grace: %v is negative", f.grace)
+	case (sub == "extend" || sub == "release") && f.token == "":
+		return errors.New("--token or REDLOCK_TOKEN: required")
+	case sub == "run" && nargs == 0:
+		return errors.New("missing command: redlockd lock run --key K --ttl 5m -- command [args...]")
+	case sub != "run" && nargs > 0:
+		return errors.New("unexpected arguments")
+	}
+	return nil
+}
+
+// field is one member of a printed data object, in order.
+type field struct {
+	name  string
+	value any
+}
+
+func leaseFields(l *client.Lease, acquired bool) []field {
+	now := time.Now()
+	v := max(l.ValidUntil().Sub(now), 0)
+	fs := []field{}
+	if acquired {
+		fs = append(fs, field{"token", l.Token()})
+	}
+	fs = append(fs, field{"ttl", int64(l.TTL() / time.Second)}, field{"expire_at", now.Add(v).Unix()})
+	if l.Fence() != 0 {
+		fs = append(fs, field{"fence", l.Fence()})
+	}
+	return append(fs, field{"validity_ms", v.Milliseconds()})
+}
+
+// printData prints the data object of an answer, as the daemon shapes it.
+func printData(w io.Writer, action, key, outcome string, ok bool, more []field) error {
+	b := []byte(`{"action":` + strconv.Quote(action) + `,"key":`)
+	kb, _ := json.Marshal(key)
+	b = append(b, kb...)
+	b = append(b, `,"`+outcome+`":`+strconv.FormatBool(ok)...)
+	for _, f := range more {
+		vb, _ := json.Marshal(f.value)
+		b = append(b, `,"`+f.name+`":`...)
+		b = append(b, vb...)
+	}
+	b = append(b, "}\n"...)
+	_, err := w.Write(b)
+	return err
+}
+
+// lockFailed maps a failed call to its exit code; a negative 200 answer
+// also prints its data object.
+func lockFailed(stdout io.Writer, action, key string, err error) error {
+	var ce *client.Error
+	errors.As(err, &ce)
+	switch {
+	case errors.Is(err, client.ErrLockHeld):
+		var more []field
+		if ce != nil && ce.RetryAfter > 0 {
+			more = []field{{"retry_after", int64(ce.RetryAfter / time.Second)}}
+		}
+		_ = printData(stdout, action, key, "acquired", false, more)
+		return &exitError{code: exitBusy, err: err}
+	case errors.Is(err, client.ErrNotHeld):
+		outcome := map[string]string{"extend": "extended", "release": "released"}[action]
+		_ = printData(stdout, action, key, outcome, false, nil)
+		return &exitError{code: exitNotHeld, err: err}
+	}
+	return &exitError{code: exitCode(err), err: err}
+}
+
+// exitCode is the exit code of an error that is not an outcome.
+func exitCode(err error) int {
+	switch {
+	case errors.Is(err, client.ErrInvalid), errors.Is(err, client.ErrUnauthorized):
+		return exitUsage
+	case errors.Is(err, client.ErrUnavailable):
+		return exitUnavailable
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return exitUnavailable
+	}
+	return exitInternal
+}
+
+// forwarded are the signals lock run passes to the command.
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+
+// lockRun runs `redlockd lock run`: see lockUsage.
+func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.LockOption, argv []string, stderr io.Writer) error {
+	// Signals that arrive while waiting for the lock cancel ctx (main's
+	// handler); from the command's start on they are forwarded instead.
+	sigs := make(chan os.Signal, 4)
+	l, err := c.Acquire(ctx, f.key, f.ttl, opts...)
+	if err != nil {
+		if errors.Is(err, client.ErrLockHeld) {
+			return &exitError{code: exitBusy, err: fmt.Errorf("lock run: %q is held by another owner; the command did not run", f.key)}
+		}
+		return &exitError{code: exitCode(err), err: fmt.Errorf("lock run: acquire: %w", err)}
+	}
+	release := func() {
+		lost := l.Err() // before Release sets ErrReleased
+		rctx, cancel := context.WithTimeout(context.Background(), client.DefaultRequestTimeout)
+		defer cancel()
+		// After a loss the release only cleans up: its failure says nothing new.
+		if err := l.Release(rctx); err != nil && lost == nil {
+			fmt.Fprintf(stderr, "redlockd lock run: release: %v (the lock ends with its TTL)\n", err)
+		}
+	}
+
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(),
+		"REDLOCK_KEY="+f.key,
+		"REDLOCK_NAMESPACE="+f.namespace,
+		"REDLOCK_FENCE="+strconv.FormatInt(l.Fence(), 10),
+		"REDLOCK_VALID_UNTIL="+strconv.FormatInt(l.ValidUntil().Unix(), 10),
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	if err := cmd.Start(); err != nil {
+		release()
+		code := exitCannotExec
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			code = exitNotFound
+		}
+		return &exitError{code: code, err: fmt.Errorf("lock run: %w", err)}
+	}
+	pgid := cmd.Process.Pid
+	// The keep-alive must outlive a signal to lock run: the command may
+	// take its time to stop, and holds the lock until it has.
+	kctx, stopKeep := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopKeep()
+	l.KeepAlive(kctx)
+
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var (
+		lost  error
+		kill  <-chan time.Time
+		done  = l.Done()
+		werr  error
+		timer *time.Timer
+	)
+wait:
+	for {
+		select {
+		case werr = <-exited:
+			break wait
+		case s := <-sigs:
+			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+		case <-done:
+			done = nil
+			lost = l.Err()
+			fmt.Fprintf(stderr, "redlockd lock run: lock %q lost: %v; sending SIGTERM to the command (pid %d), SIGKILL in %v\n", f.key, lost, pgid, f.grace)
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			timer = time.NewTimer(f.grace)
+			kill = timer.C
+		case <-kill:
+			kill = nil
+			fmt.Fprintf(stderr, "redlockd lock run: the command did not exit within %v of SIGTERM; sending SIGKILL\n", f.grace)
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}
+	if timer != nil {
+		timer.Stop()
+	}
+	stopKeep()
+	release()
+	if lost != nil {
+		return &exitError{code: exitLost, err: fmt.Errorf("lock run: the lock was lost while the command ran (%w); the command was stopped", lost)}
+	}
+	var ee *exec.ExitError
+	if errors.As(werr, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return &exitError{code: 128 + int(ws.Signal())}
+		}
+		return &exitError{code: ee.ExitCode()}
+	}
+	if werr != nil {
+		return &exitError{code: exitInternal, err: fmt.Errorf("lock run: waiting for the command: %w", werr)}
+	}
+	return nil
+}
