@@ -32,6 +32,13 @@
 // resource that must never see two writers must check a fencing token; work
 // must finish within Lock.Validity, not within the TTL.
 //
+// # Holding a lock for longer than one TTL
+//
+// Lock.KeepAlive extends a lock at about a third of its TTL; Lock.Done is
+// closed the moment it is lost (an extend refused, or validity within
+// LossMargin of its end with no extend confirmed), and Lock.Err says why
+// (ErrLost, or ErrReleased after Release). Stop the work when Done closes.
+//
 // # Errors
 //
 // Errors are told apart with errors.Is and errors.As: ErrNotObtained (any

@@ -22,6 +22,8 @@ type Lock struct {
 	mu         sync.Mutex
 	ttl        time.Duration
 	validUntil time.Time // carries a monotonic reading
+
+	keep keepAlive // Done, Err, KeepAlive: keepalive.go
 }
 
 // Key returns the Redis key of the lock.
@@ -54,8 +56,10 @@ func (l *Lock) Validity() time.Duration {
 	return max(time.Until(l.ValidUntil()), 0)
 }
 
-// Release releases the lock on every master. See Client.Release.
+// Release releases the lock on every master, and closes Done (Err then
+// matches ErrReleased unless the lock was lost before). See Client.Release.
 func (l *Lock) Release(ctx context.Context) error {
+	l.released()
 	_, err := l.c.Release(ctx, l.key, l.token)
 	return err
 }
