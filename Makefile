@@ -40,7 +40,7 @@ UP_TIMEOUT     = 60
 CLOCKSHIM_SO = dist/libclockshim.so
 CHAOS_ARGS   = --scenario all --duration 10s --out chaos-report
 
-.PHONY: help deps test-deps rules dev test drills build images image-redis image-redlockd redlockd-linux up down bench chaos
+.PHONY: help deps test-deps rules test-dashboards dev test drills build images image-redis image-redlockd redlockd-linux up down bench chaos
 
 # redis-server runs the masters; gcc builds the gettimeofday shim that the
 # clock tests and drills preload into redis-server.
@@ -94,9 +94,18 @@ dev: deps ## Run five local redis-server masters and the daemon on 127.0.0.1:707
 # ~1 min to build the images the first time; skipped when no Docker engine
 # answers unless REDLOCK_REQUIRE_DOCKER=1). `make drills` runs only them.
 DRILLS = ^(TestDrills|TestDockerDrills)$$
-test: test-deps rules ## Run the whole test suite (real redis-server masters, -race, fault drills, rules)
+test: test-deps rules ## Run the whole test suite (real redis-server masters, -race, fault drills, rules, dashboards)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -p 1 -timeout 40m ./...
+	$(MAKE) test-dashboards
+
+# The dashboards against the real things, in the test-only dashtest module
+# (its own go.mod: chromedp and the Prometheus libraries stay out of ours;
+# `go test ./...` above does not enter it): a real Prometheus evaluates
+# every query of the rules and the Grafana dashboard, headless Chromium
+# drives the page at /. Screenshots go to dist/screenshots.
+test-dashboards: test-deps ## Check every dashboard and rule query on a real Prometheus, and the page at / in Chromium
+	cd dashtest && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m -v ./...
 
 drills: deps ## Run only the fault-drill matrices (process back-end, and Docker when an engine is up)
 	$(GO) test -race -count=1 -p 1 -timeout 30m -run '$(DRILLS)' -v ./chaos/...

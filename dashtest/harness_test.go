@@ -1,0 +1,225 @@
+package dashtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redlockd/redlockd/internal/redisproc"
+)
+
+// repoRoot is the repository (the product module); redlockdBin the
+// daemon built from it by TestMain.
+var repoRoot, redlockdBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	repoRoot = root
+	dir, err := os.MkdirTemp("", "dashtest-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	redlockdBin = filepath.Join(dir, "redlockd")
+	build := exec.Command("go", "build", "-o", redlockdBin, "./cmd/redlockd")
+	build.Dir = repoRoot
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "dashtest: building redlockd: %v\n%s", err, out)
+		return 1
+	}
+	return m.Run()
+}
+
+// need returns the path of the program bin (from the Debian package pkg),
+// or skips the test without it — fails instead when the environment
+// variable requireVar is 1, as .ci/run sets it.
+func need(t *testing.T, bin, pkg, requireVar string) string {
+	t.Helper()
+	p, err := exec.LookPath(bin)
+	if err == nil {
+		return p
+	}
+	msg := fmt.Sprintf("%s not found: apt-get install %s (or make test-deps)", bin, pkg)
+	if os.Getenv(requireVar) == "1" {
+		t.Fatalf("%s; %s=1 makes that a failure", msg, requireVar)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+// freeAddr returns a loopback address with a port that was free a moment
+// ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+const apiKey = "dashtest-key-0123456789abcdef"
+
+// deployment is five local redis-server masters without persistence, as
+// `redlockd dev` starts them, and the real redlockd binary serving them.
+type deployment struct {
+	masters []*redisproc.Server
+	addr    string // the daemon's host:port
+	url     string
+	client  *http.Client
+}
+
+// startDeployment starts the masters and `redlockd serve` with dev's
+// settings (max_ttl 600 s: a master restarted empty is quarantined for at
+// most 10 minutes) and waits for /readyz. Everything stops when the test
+// ends.
+func startDeployment(t *testing.T) *deployment {
+	t.Helper()
+	masters, err := redisproc.StartN(5, redisproc.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := redisproc.StopAll(masters); err != nil {
+			t.Errorf("stopping masters: %v", err)
+		}
+	})
+	d := &deployment{masters: masters, addr: freeAddr(t), client: &http.Client{Timeout: 5 * time.Second}}
+	d.url = "http://" + d.addr
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, "listen: %q\nmasters:\n", d.addr)
+	for _, m := range masters {
+		fmt.Fprintf(&cfg, "  - %q\n", m.Addr())
+	}
+	fmt.Fprintf(&cfg, "api_keys:\n  - name: dash\n    key: %q\nmax_ttl: 600\nhealth_interval: 1s\nlog_format: json\n", apiKey)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "redlockd.yaml")
+	if err := os.WriteFile(path, []byte(cfg.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(dir, "redlockd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(redlockdBin, "serve", "--config", path)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		_ = logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(logf.Name())
+			t.Logf("redlockd log (last 4 KiB):\n%s", tail(b, 4096))
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := d.client.Get(d.url + "/readyz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return d
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redlockd on %s not ready after 30s: %v", d.addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// lock sends one action API request and returns the envelope's data.
+func (d *deployment) lock(ctx context.Context, body string) (map[string]any, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.url+"/v1/lock", strings.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("X-API-Key", apiKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	var env struct {
+		Data map[string]any `json:"data"`
+		Msg  string         `json:"msg"`
+	}
+	if err := json.Unmarshal(raw, &env); err != nil {
+		return nil, fmt.Errorf("HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(raw))
+	}
+	if resp.StatusCode != http.StatusOK {
+		return env.Data, fmt.Errorf("HTTP %d: %s", resp.StatusCode, env.Msg)
+	}
+	return env.Data, nil
+}
+
+// workload runs a small, steady mix until ctx ends: about 25 acquire /
+// release cycles a second over 20 keys, a status read and a refused
+// acquire (the key is held) in every cycle. Its goroutine has ended when
+// the returned function returns.
+func (d *deployment) workload(ctx context.Context) (wait func()) {
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			key := fmt.Sprintf("dashtest:%d", i%20)
+			data, err := d.lock(ctx, `{"action":"acquire","key":"`+key+`","ttl":5}`)
+			if err == nil && data["acquired"] == true {
+				_, _ = d.lock(ctx, `{"action":"acquire","key":"`+key+`","ttl":5}`)
+				_, _ = d.lock(ctx, `{"action":"status","key":"`+key+`"}`)
+				_, _ = d.lock(ctx, `{"action":"release","key":"`+key+`","token":"`+data["token"].(string)+`"}`)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(40 * time.Millisecond):
+			}
+		}
+	})
+	return wg.Wait
+}
