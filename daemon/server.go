@@ -227,10 +227,11 @@ func (s *Server) routes(gatherer prometheus.Gatherer) http.Handler {
 	}))
 	mux.HandleFunc("GET /{$}", serveDashboard)
 	mux.HandleFunc("GET /dashboard.js", serveDashboardJS)
+	mux.HandleFunc("GET /openapi.yaml", serveOpenAPI)
 	// Every other path is a JSON 404 (see serveNotFound). The method-less
 	// twins of the GET routes keep a wrong method on a known path a 405,
 	// as ServeMux answers it, instead of falling through to the 404.
-	for _, p := range []string{"/healthz", "/readyz", "/v1/stats", "/v1/history", "/metrics", "/{$}", "/dashboard.js"} {
+	for _, p := range []string{"/healthz", "/readyz", "/v1/stats", "/v1/history", "/metrics", "/{$}", "/dashboard.js", "/openapi.yaml"} {
 		mux.HandleFunc(p, serveGetOnly)
 	}
 	mux.HandleFunc("/", s.serveNotFound)
@@ -244,7 +245,7 @@ func (s *Server) routes(gatherer prometheus.Gatherer) http.Handler {
 }
 
 // msgNotFound ends the 404 message: what there is.
-const msgNotFound = "; the endpoints are POST /v1/lock, POST /gateway/distlock, GET /healthz, GET /readyz, GET /metrics, GET /v1/stats, GET /v1/history and GET / (dashboard)"
+const msgNotFound = "; the endpoints are POST /v1/lock, POST /gateway/distlock, GET /healthz, GET /readyz, GET /metrics, GET /v1/stats, GET /v1/history, GET /openapi.yaml and GET / (dashboard)"
 
 // serveNotFound answers a path no route matches with the JSON envelope:
 // 404, code bad_request, a msg naming the path (cut to 64 bytes) and

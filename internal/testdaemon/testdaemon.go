@@ -21,10 +21,17 @@ import (
 // APIKey is the key of account "test" in every daemon started here.
 const APIKey = "test-key-0123456789abcdef"
 
-// Build compiles cmd/redlockd into dir and returns the binary's path.
+// Build compiles cmd/redlockd into dir and returns the binary's path. It
+// builds in the product module's directory, with the product's go.mod,
+// also when called from a test-only module that replaces it.
 func Build(dir string) (string, error) {
+	root, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/redlockd/redlockd").Output()
+	if err != nil {
+		return "", fmt.Errorf("testdaemon: finding the product module: %w", err)
+	}
 	bin := filepath.Join(dir, "redlockd")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/redlockd/redlockd/cmd/redlockd")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/redlockd")
+	cmd.Dir = strings.TrimSpace(string(root))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("testdaemon: go build: %w\n%s", err, out)
 	}
