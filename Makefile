@@ -40,7 +40,7 @@ UP_TIMEOUT     = 60
 CLOCKSHIM_SO = dist/libclockshim.so
 CHAOS_ARGS   = --scenario all --duration 10s --out chaos-report
 
-.PHONY: help deps test-deps rules test-dashboards dev test drills build images image-redis image-redlockd redlockd-linux up down bench chaos
+.PHONY: help deps test-deps rules test-dashboards test-api dev test drills build images image-redis image-redlockd redlockd-linux up down bench chaos
 
 # redis-server runs the masters; gcc builds the gettimeofday shim that the
 # clock tests and drills preload into redis-server.
@@ -59,11 +59,14 @@ deps: ## Install redis-server and gcc (Debian/Ubuntu, as root) if missing
 
 # The test suite also needs promtool (Debian's prometheus package: the
 # rules' unit tests, and the real Prometheus the dashboard queries are
-# checked against) and chromium (the dashboard's browser test).
-test-deps: deps ## Install prometheus (promtool) and chromium for the test suite (Debian/Ubuntu, as root) if missing
+# checked against), chromium (the dashboard's browser test), and python3
+# and php-cli (the examples/ run against a real daemon in apitest/).
+test-deps: deps ## Install prometheus (promtool), chromium, python3 and php-cli for the test suite (Debian/Ubuntu, as root) if missing
 	@missing=""; \
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
+	command -v php >/dev/null 2>&1 || missing="$$missing php-cli"; \
 	if [ -n "$$missing" ]; then \
 		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 			echo "installing$$missing from Debian's packages"; \
@@ -94,10 +97,11 @@ dev: deps ## Run five local redis-server masters and the daemon on 127.0.0.1:707
 # ~1 min to build the images the first time; skipped when no Docker engine
 # answers unless REDLOCK_REQUIRE_DOCKER=1). `make drills` runs only them.
 DRILLS = ^(TestDrills|TestDockerDrills)$$
-test: test-deps rules ## Run the whole test suite (real redis-server masters, -race, fault drills, rules, dashboards)
+test: test-deps rules ## Run the whole test suite (real redis-server masters, -race, fault drills, rules, dashboards, OpenAPI contract, examples)
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -p 1 -timeout 40m ./...
 	$(MAKE) test-dashboards
+	$(MAKE) test-api
 
 # The dashboards against the real things, in the test-only dashtest module
 # (its own go.mod: chromedp and the Prometheus libraries stay out of ours;
@@ -106,6 +110,13 @@ test: test-deps rules ## Run the whole test suite (real redis-server masters, -r
 # drives the page at /. Screenshots go to dist/screenshots.
 test-dashboards: test-deps ## Check every dashboard and rule query on a real Prometheus, and the page at / in Chromium
 	cd dashtest && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m -v ./...
+
+# The HTTP contract and the examples, in the test-only apitest module (its
+# own go.mod: the OpenAPI validator stays out of ours): api/openapi.yaml
+# against the real daemon's answers, and examples/ (Go, Python, shell,
+# PHP) run against a real daemon on real masters.
+test-api: test-deps ## Check api/openapi.yaml against the real daemon and run examples/
+	cd apitest && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
 
 drills: deps ## Run only the fault-drill matrices (process back-end, and Docker when an engine is up)
 	$(GO) test -race -count=1 -p 1 -timeout 30m -run '$(DRILLS)' -v ./chaos/...
