@@ -161,6 +161,13 @@ func TestLockRunExitCodes(t *testing.T) {
 	assert.NoFileExists(t, marker)
 	waitReadyURL(t, base)
 
+	// An answer that is not the action API's (here the daemon's 404 for a
+	// wrong base path): 70.
+	code, _, errOut = runLock(t, base+"/wrong/prefix", "run", "--key", "k", "--ttl", "30s", "--", "touch", marker)
+	assert.Equal(t, 70, code, errOut)
+	assert.Contains(t, errOut, "HTTP 404")
+	assert.NoFileExists(t, marker)
+
 	// The command cannot be run: 127 and 126, and the lock is released.
 	code, _, _ = runLock(t, base, "run", "--key", "job:exec", "--ttl", "30s", "--", filepath.Join(dir, "missing"))
 	assert.Equal(t, 127, code)
