@@ -16,6 +16,7 @@
 //   - GET /v1/history: the last 15 minutes, one sample a second, kept in
 //     memory (see historyBody in history.go); ?since_ms= lists only newer
 //     samples.
+//   - GET /openapi.yaml: the HTTP contract (api/openapi.yaml, OpenAPI 3.1).
 //   - GET /: the dashboard (masters with state, quarantine countdown and
 //     reason, clock offset and drift, warnings; quorum; and charts of the
 //     history: state bands, quorum, outcome rates, acquire p50/p99, clock
