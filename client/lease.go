@@ -28,6 +28,10 @@ type Lease struct {
 	done       chan struct{}
 	timer      *time.Timer // fires at lossAt; re-armed while validity moves
 	keeping    bool        // KeepAlive started
+	// stopKeep cancels a running keep-alive (and its extend in flight);
+	// keepExited is closed when that goroutine has returned.
+	stopKeep   context.CancelFunc
+	keepExited chan struct{}
 }
 
 func newLease(c *Client, key, ns, token string, fence int64, ttl time.Duration, validUntil time.Time) *Lease {
@@ -119,6 +123,9 @@ func (l *Lease) endLocked(err error) {
 	l.err = err
 	l.timer.Stop()
 	close(l.done)
+	if l.stopKeep != nil {
+		l.stopKeep()
+	}
 }
 
 // Extend resets the lock's TTL to ttl (whole seconds, rounded up). On
@@ -159,7 +166,11 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	l.endLocked(ErrReleased)
+	exited := l.keepExited
 	l.mu.Unlock()
+	if exited != nil {
+		<-exited // no extend runs after the release
+	}
 	return l.c.Release(ctx, l.key, l.token, WithNamespace(l.ns))
 }
 
@@ -173,26 +184,28 @@ func (l *Lease) Status(ctx context.Context) (Status, error) {
 // until ctx ends, the lease is released, or the lock is lost. A failed
 // extend (503, daemon unreachable) is retried every tenth of the TTL (at
 // least 100 ms); each attempt is bounded by the time the lease would count
-// as lost. Calling it again while it runs does nothing.
+// as lost. Only the first call starts it; Release stops it and waits for
+// it, so that no extend runs after the release.
 //
 // Ending ctx stops the extending, not the loss signal: Done is still
 // closed when validity runs out.
 func (l *Lease) KeepAlive(ctx context.Context) {
 	l.mu.Lock()
 	start := l.err == nil && !l.keeping
-	l.keeping = l.keeping || start
+	if start {
+		l.keeping = true
+		ctx, l.stopKeep = context.WithCancel(ctx)
+		l.keepExited = make(chan struct{})
+	}
+	exited := l.keepExited
 	l.mu.Unlock()
 	if start {
-		go l.keepAlive(ctx)
+		go l.keepAlive(ctx, exited)
 	}
 }
 
-func (l *Lease) keepAlive(ctx context.Context) {
-	defer func() {
-		l.mu.Lock()
-		l.keeping = false
-		l.mu.Unlock()
-	}()
+func (l *Lease) keepAlive(ctx context.Context, exited chan struct{}) {
+	defer close(exited)
 	next := time.NewTimer(l.TTL() / 3)
 	defer next.Stop()
 	for {

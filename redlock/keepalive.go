@@ -32,7 +32,11 @@ type keepAlive struct {
 	err     error         // set once, when the lock ended
 	lastErr error         // last failed keep-alive extend
 	timer   *time.Timer   // fires at the loss time; re-armed while validity moves
-	running bool          // a keep-alive goroutine runs
+	started bool          // KeepAlive was called
+	// stop cancels a running keep-alive (and its extend in flight);
+	// exited is closed when that goroutine has returned.
+	stop   context.CancelFunc
+	exited chan struct{}
 }
 
 func (l *Lock) lossAt() time.Time {
@@ -121,21 +125,30 @@ func (k *keepAlive) endLocked(err error) {
 	if k.done != nil {
 		close(k.done)
 	}
+	if k.stop != nil {
+		k.stop()
+	}
 }
 
-// released ends the loss signal before a release.
+// released ends the loss signal before a release, and waits until the
+// keep-alive, if any, has stopped: no extend runs after the release.
 func (l *Lock) released() {
 	l.keep.mu.Lock()
 	l.keep.endLocked(ErrReleased)
+	exited := l.keep.exited
 	l.keep.mu.Unlock()
+	if exited != nil {
+		<-exited
+	}
 }
 
 // KeepAlive extends the lock in a goroutine, to its current TTL, at about
 // a third of that TTL, until ctx ends, the lock is released, or it is lost.
 // A failed extend (no quorum) is retried every tenth of the TTL (at least
 // 10 ms); each attempt is bounded by the loss time. A refused extend
-// (ErrNotHeld) ends the lock as lost at once. Calling KeepAlive while one
-// runs does nothing.
+// (ErrNotHeld) ends the lock as lost at once. Only the first call starts
+// it; Release stops it and waits for it, so that no extend runs after the
+// release.
 //
 // Ending ctx stops the extending, not the loss signal: Done is still
 // closed when the validity runs out.
@@ -143,21 +156,21 @@ func (l *Lock) KeepAlive(ctx context.Context) {
 	k := &l.keep
 	k.mu.Lock()
 	l.watchLocked()
-	start := k.err == nil && !k.running
-	k.running = k.running || start
-	done := k.done
+	start := k.err == nil && !k.started
+	if start {
+		k.started = true
+		ctx, k.stop = context.WithCancel(ctx)
+		k.exited = make(chan struct{})
+	}
+	done, exited := k.done, k.exited
 	k.mu.Unlock()
 	if start {
-		go l.keepAlive(ctx, done)
+		go l.keepAlive(ctx, done, exited)
 	}
 }
 
-func (l *Lock) keepAlive(ctx context.Context, done <-chan struct{}) {
-	defer func() {
-		l.keep.mu.Lock()
-		l.keep.running = false
-		l.keep.mu.Unlock()
-	}()
+func (l *Lock) keepAlive(ctx context.Context, done <-chan struct{}, exited chan struct{}) {
+	defer close(exited)
 	next := time.NewTimer(l.TTL() / 3)
 	defer next.Stop()
 	for {
