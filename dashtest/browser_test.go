@@ -34,7 +34,8 @@ var countdownRe = regexp.MustCompile(`^(?:(\d+)m )?(\d+)s left$`)
 // Chromium against dev-style masters under a small workload: five masters
 // shown, every chart has points; a killed master shows down within 3 s; a
 // master restarted empty shows quarantined with a countdown. It saves
-// screenshots at 1280×800 and 390×844.
+// screenshots at 1280×800 and 390×844, then restarts the daemon: the page
+// recovers and starts over with the new, empty history.
 func TestDashboardInBrowser(t *testing.T) {
 	chromium := need(t, "chromium", "chromium", "REDLOCK_REQUIRE_BROWSER")
 	d := startDeployment(t)
@@ -137,6 +138,16 @@ func TestDashboardInBrowser(t *testing.T) {
 	if overflow := step(t, bctx, "measure width at 390", 10*time.Second, chromedp.Evaluate[int](`document.documentElement.scrollWidth - window.innerWidth`)); overflow > 0 {
 		t.Errorf("at 390×844 the page is %d px wider than the screen", overflow)
 	}
+
+	// The daemon restarts: the page says it cannot reach it, then carries
+	// on with the new daemon's history, which starts empty (no trace of
+	// master 2's outage, which the new daemon never saw).
+	d.stopDaemon(t)
+	poll(t, bctx, "page notices the daemon is gone", 10*time.Second, `document.getElementById("err").textContent !== ""`)
+	d.startDaemon(t)
+	poll(t, bctx, "page recovers after the daemon restarts", 15*time.Second,
+		`document.getElementById("err").textContent === "" && document.querySelectorAll("#masters .master").length === 5 &&
+		 document.querySelectorAll('#c-states rect').length > 0 && document.querySelectorAll('#c-states rect[data-state="down"]').length === 0`)
 }
 
 // step runs one browser action, bounded by timeout, and fails the test

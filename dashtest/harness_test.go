@@ -92,6 +92,10 @@ type deployment struct {
 	addr    string // the daemon's host:port
 	url     string
 	client  *http.Client
+	cfgPath string
+	logPath string
+	daemon  *exec.Cmd
+	done    chan error // receives the daemon's exit
 }
 
 // startDeployment starts the masters and `redlockd serve` with dev's
@@ -118,42 +122,44 @@ func startDeployment(t *testing.T) *deployment {
 	}
 	fmt.Fprintf(&cfg, "api_keys:\n  - name: dash\n    key: %q\nmax_ttl: 600\nhealth_interval: 1s\nlog_format: json\n", apiKey)
 	dir := t.TempDir()
-	path := filepath.Join(dir, "redlockd.yaml")
-	if err := os.WriteFile(path, []byte(cfg.String()), 0o600); err != nil {
+	d.cfgPath = filepath.Join(dir, "redlockd.yaml")
+	d.logPath = filepath.Join(dir, "redlockd.log")
+	if err := os.WriteFile(d.cfgPath, []byte(cfg.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	logf, err := os.Create(filepath.Join(dir, "redlockd.log"))
+	t.Cleanup(func() {
+		d.stopDaemon(t)
+		if t.Failed() {
+			b, _ := os.ReadFile(d.logPath)
+			t.Logf("redlockd log (last 4 KiB):\n%s", tail(b, 4096))
+		}
+	})
+	d.startDaemon(t)
+	return d
+}
+
+// startDaemon starts `redlockd serve` (again) and waits for /readyz.
+func (d *deployment) startDaemon(t *testing.T) {
+	t.Helper()
+	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(redlockdBin, "serve", "--config", path)
+	defer logf.Close() // the child has its own descriptor
+	cmd := exec.Command(redlockdBin, "serve", "--config", d.cfgPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		_ = logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("redlockd log (last 4 KiB):\n%s", tail(b, 4096))
-		}
-	})
+	d.daemon, d.done = cmd, make(chan error, 1)
+	go func(done chan<- error) { done <- cmd.Wait() }(d.done)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resp, err := d.client.Get(d.url + "/readyz")
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return d
+				return
 			}
 		}
 		if time.Now().After(deadline) {
@@ -161,6 +167,23 @@ func startDeployment(t *testing.T) *deployment {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// stopDaemon stops the daemon, if it runs, with SIGTERM (SIGKILL after 15 s).
+func (d *deployment) stopDaemon(t *testing.T) {
+	t.Helper()
+	if d.daemon == nil {
+		return
+	}
+	_ = d.daemon.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+	case <-time.After(15 * time.Second):
+		t.Errorf("redlockd did not stop within 15s of SIGTERM; killing it")
+		_ = d.daemon.Process.Kill()
+		<-d.done
+	}
+	d.daemon = nil
 }
 
 func tail(b []byte, n int) []byte {
