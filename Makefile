@@ -23,6 +23,14 @@ REDIS_CONTEXT = dist/redis-image
 # LD_PRELOAD clock shim), see docker/redis/mkrootfs.sh.
 REDIS_EXTRA =
 
+# Prometheus image for `make up-monitoring` (docker/monitoring.compose.yml),
+# built from the host's Debian prometheus like the Redis image, and its
+# host port on 127.0.0.1.
+PROMETHEUS_IMAGE   = redlockd/prometheus:local
+PROMETHEUS_ROOTFS  = dist/prometheus-rootfs
+PROMETHEUS_CONTEXT = dist/prometheus-image
+PROMETHEUS_PORT    = 9090
+
 # Compose project: fixes the network name (redlockd_redlock) and container names.
 COMPOSE_PROJECT = redlockd
 # `make chaos` adds docker/chaos.compose.yml (clock shim, short max_ttl).
@@ -40,7 +48,7 @@ UP_TIMEOUT     = 60
 CLOCKSHIM_SO = dist/libclockshim.so
 CHAOS_ARGS   = --scenario all --duration 10s --out chaos-report
 
-.PHONY: help deps test-deps rules test-dashboards test-api dev test drills build images image-redis image-redlockd redlockd-linux up down bench chaos
+.PHONY: help deps test-deps rules test-dashboards test-api image-prometheus up-monitoring dev test drills build images image-redis image-redlockd redlockd-linux up down bench chaos
 
 # redis-server runs the masters; gcc builds the gettimeofday shim that the
 # clock tests and drills preload into redis-server.
@@ -107,9 +115,11 @@ test: test-deps rules ## Run the whole test suite (real redis-server masters, -r
 # (its own go.mod: chromedp and the Prometheus libraries stay out of ours;
 # `go test ./...` above does not enter it): a real Prometheus evaluates
 # every query of the rules and the Grafana dashboard, headless Chromium
-# drives the page at /. Screenshots go to dist/screenshots.
+# drives the page at /. Screenshots go to dist/screenshots. -mod=mod: its
+# go.sum follows ours through the replace directive, so a dependency added
+# to the product does not break it.
 test-dashboards: test-deps ## Check every dashboard and rule query on a real Prometheus, and the page at / in Chromium
-	cd dashtest && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m -v ./...
+	cd dashtest && $(GO) vet -mod=mod ./... && $(GO) test -mod=mod -count=1 -timeout 10m -v ./...
 
 # The HTTP contract and the examples, in the test-only apitest module (its
 # own go.mod: the OpenAPI validator stays out of ours): api/openapi.yaml
@@ -163,6 +173,24 @@ up: ## Start 5 masters + 2 daemons, wait for /healthz on 127.0.0.1:7071 and :707
 		done; \
 		echo "redlockd healthy on http://127.0.0.1:$$port"; \
 	done
+
+image-prometheus: ## Build the Prometheus image from the host's Debian prometheus (PROMETHEUS_IMAGE)
+	@command -v prometheus >/dev/null || { echo "image-prometheus: needs Debian's prometheus package: apt-get install prometheus (or make test-deps)" >&2; exit 1; }
+	docker/prometheus/mkrootfs.sh --tar $(PROMETHEUS_CONTEXT)/rootfs.tar $(PROMETHEUS_ROOTFS)
+	$(DOCKER) build -f docker/prometheus/Dockerfile -t $(PROMETHEUS_IMAGE) $(PROMETHEUS_CONTEXT)
+
+up-monitoring: image-prometheus ## make up plus Prometheus (rules loaded) scraping both daemons on 127.0.0.1:9090
+	PROMETHEUS_IMAGE=$(PROMETHEUS_IMAGE) PROMETHEUS_PORT=$(PROMETHEUS_PORT) \
+		$(MAKE) up COMPOSE_FILES="-f docker-compose.yml -f docker/monitoring.compose.yml"
+	@deadline=$$(( $$(date +%s) + $(UP_TIMEOUT) )); \
+	until curl -fsS -o /dev/null --max-time 2 http://127.0.0.1:$(PROMETHEUS_PORT)/-/ready 2>/dev/null; do \
+		if [ $$(date +%s) -ge $$deadline ]; then \
+			echo "make up-monitoring: Prometheus not ready on 127.0.0.1:$(PROMETHEUS_PORT) after $(UP_TIMEOUT)s" >&2; \
+			$(COMPOSE_CMD) -f docker/monitoring.compose.yml logs --no-color --tail=30 prometheus; exit 1; \
+		fi; \
+		sleep 1; \
+	done; \
+	echo "Prometheus ready on http://127.0.0.1:$(PROMETHEUS_PORT) (targets: /targets, alerts: /alerts)"
 
 down: ## Stop and remove the compose containers, network and volumes
 	$(COMPOSE_CMD) down -v --remove-orphans
