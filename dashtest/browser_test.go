@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,12 +34,14 @@ var countdownRe = regexp.MustCompile(`^(?:(\d+)m )?(\d+)s left$`)
 
 // TestDashboardInBrowser drives the daemon's page at / in headless
 // Chromium against dev-style masters under a small workload: five masters
-// shown, every chart has points; a killed master shows down within 3 s; a
+// shown, every chart has points, an evicting maxmemory-policy shows as a
+// warning on its master; a killed master shows down within 3 s; a
 // master restarted empty shows quarantined with a countdown. It saves
 // screenshots at 1280×800 and 390×844, then restarts the daemon: the page
 // recovers and starts over with the new, empty history.
 func TestDashboardInBrowser(t *testing.T) {
 	chromium := need(t, "chromium", "chromium", "REDLOCK_REQUIRE_BROWSER")
+	redisCLI := need(t, "redis-cli", "redis-tools", "REDLOCK_REQUIRE_BROWSER")
 	d := startDeployment(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	wait := d.workload(ctx)
@@ -80,6 +84,18 @@ func TestDashboardInBrowser(t *testing.T) {
 		return [c.id, +c.querySelector("svg").getAttribute("data-points")];
 	}))`))
 	t.Logf("points per chart: %v", points)
+
+	// An evicting maxmemory-policy on master 3: the page shows the warning
+	// on that master's card.
+	m3 := d.masters[3]
+	for _, args := range [][]string{{"maxmemory", "104857600"}, {"maxmemory-policy", "allkeys-lru"}} {
+		out, err := exec.Command(redisCLI, "-p", strconv.Itoa(m3.Port()), "config", "set", args[0], args[1]).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "OK" {
+			t.Fatalf("redis-cli config set %s %s: %v: %s", args[0], args[1], err, out)
+		}
+	}
+	poll(t, bctx, "eviction warning on master 3", 10*time.Second,
+		`Array.from(document.querySelectorAll('#masters .master[data-index="3"] .warnings li')).some(function (li) { return li.textContent.indexOf("allkeys-lru") >= 0; })`)
 
 	// Kill master 2: the page must say so within 3 s (health probe every
 	// second, page refresh every second).
