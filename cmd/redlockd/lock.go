@@ -69,8 +69,9 @@ is lost (an extend refused, or validity about to end unconfirmed), the
 command's process group gets SIGTERM, then SIGKILL after --grace, and the
 reason is printed on stderr. SIGINT, SIGTERM, SIGHUP and SIGQUIT are
 forwarded to the command's process group. The command runs in a process
-group of its own so that all it started can be stopped: it cannot read
-from the terminal.
+group of its own so that all it started can be stopped; when lock run is
+the terminal's foreground job, that group becomes the foreground (the
+command reads the terminal, and Ctrl-C reaches it directly).
 
 acquire, extend, release and status print the answer's data object as JSON
 on stdout (acquire's includes the token) and exit with:
@@ -318,10 +319,12 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 		"REDLOCK_FENCE="+strconv.FormatInt(l.Fence(), 10),
 		"REDLOCK_VALID_UNTIL="+strconv.FormatInt(l.ValidUntil().Unix(), 10),
 	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var restoreTTY func()
+	cmd.SysProcAttr, restoreTTY = childProcAttr()
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 	if err := cmd.Start(); err != nil {
+		restoreTTY()
 		release()
 		code := exitCannotExec
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
@@ -368,6 +371,7 @@ wait:
 	if timer != nil {
 		timer.Stop()
 	}
+	restoreTTY()
 	stopKeep()
 	release()
 	if lost != nil {

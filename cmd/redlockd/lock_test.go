@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -362,4 +364,61 @@ func TestLockRunNoOverlap(t *testing.T) {
 		assert.Greater(t, spans[i].start, spans[i-1].end, "command %d started before the one before it ended: %v", i, spans)
 	}
 	assert.True(t, slices.IsSortedFunc(spans, func(a, b span) int { return int(a.end - b.end) }))
+}
+
+// openPTY opens a pseudo-terminal pair; it skips the test where there is
+// no /dev/ptmx.
+func openPTY(t *testing.T) (ptm, pts *os.File) {
+	t.Helper()
+	ptm, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminal: %v", err)
+	}
+	t.Cleanup(func() { ptm.Close() })
+	var unlock int32
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, ptm.Fd(), syscall.TIOCSPTLCK, uintptr(unsafe.Pointer(&unlock))); errno != 0 {
+		t.Skipf("unlockpt: %v", errno)
+	}
+	var n uint32
+	if _, _, errno := syscall.Syscall(syscall.SYS_IOCTL, ptm.Fd(), syscall.TIOCGPTN, uintptr(unsafe.Pointer(&n))); errno != 0 {
+		t.Skipf("ptsname: %v", errno)
+	}
+	pts, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	require.NoError(t, err)
+	t.Cleanup(func() { pts.Close() })
+	return ptm, pts
+}
+
+// TestLockRunCommandReadsTerminal: run as the foreground job of a
+// terminal, the command (in its own process group) can read from it,
+// instead of being stopped by SIGTTIN with the lock held.
+func TestLockRunCommandReadsTerminal(t *testing.T) {
+	base := daemonURL(t)
+	ptm, pts := openPTY(t)
+	out := filepath.Join(t.TempDir(), "line")
+	cmd := exec.Command(binary, "lock", "run", "--key", "job:tty", "--ttl", "30s", "--",
+		"sh", "-c", `read line; echo "$line" > `+out)
+	cmd.Env = append(os.Environ(), "REDLOCKD_URL="+base, "REDLOCKD_API_KEY="+keyA)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = pts, pts, pts
+	// A session of its own with the terminal as its controlling terminal:
+	// lock run is the terminal's foreground job, as in an interactive shell.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	require.NoError(t, cmd.Start())
+	go func() { _, _ = io.Copy(io.Discard, ptm) }() // drain the echo
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	_, err := ptm.Write([]byte("typed line\n"))
+	require.NoError(t, err)
+	select {
+	case err := <-exited:
+		require.NoError(t, err)
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatal("lock run did not finish: the command could not read the terminal")
+	}
+	b, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.Equal(t, "typed line\n", string(b))
+	assert.False(t, held(t, base, "job:tty"))
 }
