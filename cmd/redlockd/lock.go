@@ -66,9 +66,10 @@ run acquires the lock, starts the command with REDLOCK_KEY, REDLOCK_FENCE
 start) in its environment, extends the lock at about a third of the TTL
 while the command runs, and releases it when the command exits. If the lock
 is lost (an extend refused, or validity about to end unconfirmed), the
-command's process group gets SIGTERM, then SIGKILL after --grace, and the
-reason is printed on stderr. SIGINT, SIGTERM, SIGHUP and SIGQUIT are
-forwarded to the command's process group. The command runs in a process
+command's process group gets SIGTERM, then SIGKILL after --grace (or as
+soon as the command itself exited), and the reason is printed on stderr.
+SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the command's
+process group. The command runs in a process
 group of its own so that all it started can be stopped; when lock run is
 the terminal's foreground job, that group becomes the foreground (the
 command reads the terminal, and Ctrl-C reaches it directly).
@@ -370,6 +371,11 @@ wait:
 	}
 	if timer != nil {
 		timer.Stop()
+	}
+	if lost != nil {
+		// Whatever the command started and left running in its group
+		// must not go on without the lock either.
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
 	restoreTTY()
 	stopKeep()

@@ -422,3 +422,34 @@ func TestLockRunCommandReadsTerminal(t *testing.T) {
 	assert.Equal(t, "typed line\n", string(b))
 	assert.False(t, held(t, base, "job:tty"))
 }
+
+// TestLockRunKillsWhatTheCommandLeft: after a loss, a process the command
+// started that ignores SIGTERM does not outlive the command.
+func TestLockRunKillsWhatTheCommandLeft(t *testing.T) {
+	base, stop := startDaemon(t)
+	dir := t.TempDir()
+	p := startLock(t, base, "run", "--key", "job:orphan", "--ttl", "3s", "--grace", "30s", "--",
+		"sh", "-c", `sh -c 'trap "" TERM; echo $$ > `+dir+`/pid; while :; do sleep 0.05; done' & wait`)
+	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/pid")))
+	require.NoError(t, err)
+	require.NoError(t, stop())
+	assert.Equal(t, 78, p.wait(t), "stderr %s", p.stderr.String())
+	assert.NotContains(t, p.stderr.String(), "sending SIGKILL", "the command itself exited on SIGTERM")
+	require.Eventually(t, func() bool { return gone(pid) }, 10*time.Second, 10*time.Millisecond,
+		"the process the command left behind is killed")
+}
+
+// gone reports whether pid has exited: no such process, or a zombie whose
+// new parent has not reaped it yet.
+func gone(pid int) bool {
+	if syscall.Kill(pid, 0) == syscall.ESRCH {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// "pid (comm) S ...": the state follows the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+}
