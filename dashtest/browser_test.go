@@ -35,7 +35,8 @@ var countdownRe = regexp.MustCompile(`^(?:(\d+)m )?(\d+)s left$`)
 // TestDashboardInBrowser drives the daemon's page at / in headless
 // Chromium against dev-style masters under a small workload: five masters
 // shown, every chart has points, an evicting maxmemory-policy shows as a
-// warning on its master; a killed master shows down within 3 s; a
+// warning on its master, a master whose clock runs fast shows drifting; a
+// killed master shows down within 3 s; a
 // master restarted empty shows quarantined with a countdown. It saves
 // screenshots at 1280×800 and 390×844, then restarts the daemon: the page
 // recovers and starts over with the new, empty history.
@@ -96,6 +97,14 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	poll(t, bctx, "eviction warning on master 3", 10*time.Second,
 		`Array.from(document.querySelectorAll('#masters .master[data-index="3"] .warnings li')).some(function (li) { return li.textContent.indexOf("allkeys-lru") >= 0; })`)
+
+	// Master 4's clock runs 5% fast, five times the drift factor: the page
+	// marks it drifting, on its card and in the state band.
+	if err := d.clock4.SetRate(1.05); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, bctx, "master 4 shows drifting", 30*time.Second,
+		`!!document.querySelector('#masters .master[data-index="4"].drifting') && document.querySelectorAll('#c-states rect[data-state="drifting"]').length > 0`)
 
 	// Kill master 2: the page must say so within 3 s (health probe every
 	// second, page refresh every second).

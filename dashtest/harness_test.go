@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redlockd/redlockd/internal/clockshim"
 	"github.com/redlockd/redlockd/internal/redisproc"
 )
 
@@ -89,7 +90,8 @@ const apiKey = "dashtest-key-0123456789abcdef"
 // `redlockd dev` starts them, and the real redlockd binary serving them.
 type deployment struct {
 	masters []*redisproc.Server
-	addr    string // the daemon's host:port
+	clock4  *clockshim.Clock // master 4's wall clock
+	addr    string           // the daemon's host:port
 	url     string
 	client  *http.Client
 	cfgPath string
@@ -104,7 +106,17 @@ type deployment struct {
 // ends.
 func startDeployment(t *testing.T) *deployment {
 	t.Helper()
-	masters, err := redisproc.StartN(5, redisproc.Options{})
+	// Master 4 runs with the gettimeofday shim, so that a test can make
+	// its clock drift; until then it tells the real time.
+	so, err := clockshim.Build("")
+	if err != nil {
+		t.Fatalf("building the clock shim (needs gcc, see make deps): %v", err)
+	}
+	clk, err := clockshim.NewClock(filepath.Join(t.TempDir(), "clock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	masters, err := redisproc.StartN(4, redisproc.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +125,17 @@ func startDeployment(t *testing.T) *deployment {
 			t.Errorf("stopping masters: %v", err)
 		}
 	})
-	d := &deployment{masters: masters, addr: freeAddr(t), client: &http.Client{Timeout: 5 * time.Second}}
+	shimmed, err := redisproc.Start(redisproc.Options{LDPreload: so, Env: clk.Env()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	masters = append(masters, shimmed)
+	t.Cleanup(func() {
+		if err := shimmed.Stop(); err != nil {
+			t.Errorf("stopping master 4: %v", err)
+		}
+	})
+	d := &deployment{masters: masters, clock4: clk, addr: freeAddr(t), client: &http.Client{Timeout: 5 * time.Second}}
 	d.url = "http://" + d.addr
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, "listen: %q\nmasters:\n", d.addr)
