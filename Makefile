@@ -9,12 +9,17 @@ GO      = go
 DOCKER  = docker
 COMPOSE = docker-compose
 
-# Images built by `make images` and run by `make up`.
+# Images built by `make images` and run by `make up` (CHAOS_IMAGE: the drill
+# overlay's fault proxies, docker/chaos.compose.yml).
 REDIS_IMAGE    = redlockd/redis:local
 REDLOCKD_IMAGE = redlockd/redlockd:local
+CHAOS_IMAGE    = redlockd/chaos:local
 
 # Static daemon binary copied into the redlockd image (see Dockerfile).
 REDLOCKD_BIN = bin/redlockd-linux-amd64
+# Build context of the drill image: the static redlock-chaos binary alone
+# (see docker/chaos/Dockerfile).
+CHAOS_CONTEXT = dist/chaos-image
 
 # Redis image: rootfs tree (inspectable), and the build context holding its tar.
 REDIS_ROOTFS  = dist/redis-rootfs
@@ -48,7 +53,7 @@ UP_TIMEOUT     = 60
 CLOCKSHIM_SO = dist/libclockshim.so
 CHAOS_ARGS   = --scenario all --duration 10s --out chaos-report
 
-.PHONY: help deps test-deps rules test-dashboards test-api image-prometheus up-monitoring dev test drills build images image-redis image-redlockd redlockd-linux up down bench chaos
+.PHONY: help deps test-deps rules test-dashboards test-api image-prometheus up-monitoring dev test tidy-check drills build images image-redis image-redlockd image-chaos redlockd-linux up down bench chaos
 
 # redis-server runs the masters; gcc builds the gettimeofday shim that the
 # clock tests and drills preload into redis-server.
@@ -95,6 +100,12 @@ dev: deps ## Run five local redis-server masters and the daemon on 127.0.0.1:707
 	$(GO) build -o bin/redlockd ./cmd/redlockd
 	exec bin/redlockd dev $(DEV_ARGS)
 
+# The modules: the product (this directory), the drills (chaos/), the
+# benchmark (bench/) and the test-only dashtest/ and apitest/, each with its
+# own go.mod. `go test ./...` here does not enter the others, so each step
+# names them.
+MODULES = . chaos bench dashtest apitest
+
 # -p 1: one package at a time. The fault drills (chaos/) and the redlock
 # tests each start their own masters and pause, kill and partition them with
 # tight per-master timeouts; run side by side on two cores under -race they
@@ -105,11 +116,15 @@ dev: deps ## Run five local redis-server masters and the daemon on 127.0.0.1:707
 # ~1 min to build the images the first time; skipped when no Docker engine
 # answers unless REDLOCK_REQUIRE_DOCKER=1). `make drills` runs only them.
 DRILLS = ^(TestDrills|TestDockerDrills)$$
-test: test-deps rules ## Run the whole test suite (real redis-server masters, -race, fault drills, rules, dashboards, OpenAPI contract, examples)
-	$(GO) vet ./...
+test: test-deps rules tidy-check ## Run the whole test suite (real redis-server masters, -race, fault drills, rules, dashboards, OpenAPI contract, examples)
+	@for m in . chaos bench; do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...) || exit 1; done
 	$(GO) test -race -count=1 -p 1 -timeout 40m ./...
+	cd chaos && $(GO) test -race -count=1 -p 1 -timeout 40m ./...
 	$(MAKE) test-dashboards
 	$(MAKE) test-api
+
+tidy-check: ## Fail when a module's go.mod or go.sum is not tidy (go mod tidy -diff)
+	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "$$m: go.mod is not tidy: run go mod tidy there" >&2; exit 1; }; done
 
 # The dashboards against the real things, in the test-only dashtest module
 # (its own go.mod: chromedp and the Prometheus libraries stay out of ours;
@@ -129,7 +144,7 @@ test-api: test-deps ## Check api/openapi.yaml against the real daemon and run ex
 	cd apitest && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
 
 drills: deps ## Run only the fault-drill matrices (process back-end, and Docker when an engine is up)
-	$(GO) test -race -count=1 -p 1 -timeout 30m -run '$(DRILLS)' -v ./chaos/...
+	cd chaos && $(GO) test -race -count=1 -p 1 -timeout 30m -run '$(DRILLS)' -v ./...
 
 bench: deps ## Benchmark lib, daemon, go-redsync and one-Redis floor side by side (BENCH_ARGS="-quick")
 	cd bench && $(GO) run . $(BENCH_ARGS)
@@ -140,7 +155,7 @@ build: ## Build bin/redlockd for this machine
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-images: image-redis image-redlockd ## Build both local images (REDIS_IMAGE, REDLOCKD_IMAGE)
+images: image-redis image-redlockd image-chaos ## Build the local images (REDIS_IMAGE, REDLOCKD_IMAGE, and CHAOS_IMAGE for the drill overlay)
 
 redlockd-linux: ## Build the static linux/amd64 daemon binary into bin/
 	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o $(REDLOCKD_BIN) ./cmd/redlockd
@@ -148,18 +163,23 @@ redlockd-linux: ## Build the static linux/amd64 daemon binary into bin/
 image-redlockd: redlockd-linux ## Build the redlockd image FROM scratch
 	$(DOCKER) build -t $(REDLOCKD_IMAGE) .
 
+image-chaos: ## Build the drill image FROM scratch: redlock-chaos, whose proxy the drill overlay runs
+	@mkdir -p $(CHAOS_CONTEXT)
+	cd chaos && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o $(CURDIR)/$(CHAOS_CONTEXT)/redlock-chaos ./cmd/redlock-chaos
+	$(DOCKER) build -f docker/chaos/Dockerfile -t $(CHAOS_IMAGE) $(CHAOS_CONTEXT)
+
 image-redis: ## Build the Redis image from the host's Debian redis-server
 	docker/redis/mkrootfs.sh --tar $(REDIS_CONTEXT)/rootfs.tar $(REDIS_ROOTFS) $(REDIS_EXTRA)
 	$(DOCKER) build -f docker/redis/Dockerfile -t $(REDIS_IMAGE) $(REDIS_CONTEXT)
 
 up: ## Start 5 masters + 2 daemons, wait for /healthz on 127.0.0.1:7071 and :7072
 	@# docker-compose v1 `up` pulls any image it does not have; never let it.
-	@for image in $(REDIS_IMAGE) $(REDLOCKD_IMAGE); do \
+	@for image in $(REDIS_IMAGE) $(REDLOCKD_IMAGE) $(if $(findstring chaos.compose,$(COMPOSE_FILES)),$(CHAOS_IMAGE)); do \
 		$(DOCKER) image inspect $$image >/dev/null 2>&1 || { \
 			echo "make up: image $$image is not present locally: run 'make images'," \
 				"or 'docker pull $$image' if you can reach its registry" >&2; exit 1; }; \
 	done
-	REDIS_IMAGE=$(REDIS_IMAGE) REDLOCKD_IMAGE=$(REDLOCKD_IMAGE) $(COMPOSE_CMD) up -d
+	REDIS_IMAGE=$(REDIS_IMAGE) REDLOCKD_IMAGE=$(REDLOCKD_IMAGE) CHAOS_IMAGE=$(CHAOS_IMAGE) $(COMPOSE_CMD) up -d
 	@command -v curl >/dev/null || { echo "make up: curl is needed to wait for /healthz" >&2; exit 1; }; \
 	deadline=$$(( $$(date +%s) + $(UP_TIMEOUT) )); \
 	for port in $(REDLOCKD_PORTS); do \
@@ -203,5 +223,5 @@ chaos: deps $(CLOCKSHIM_SO) ## Drill the compose deployment: images with the clo
 	$(MAKE) images REDIS_EXTRA=$(CLOCKSHIM_SO)
 	REDIS_LD_PRELOAD=/usr/lib/redlock/$(notdir $(CLOCKSHIM_SO)) \
 		$(MAKE) up COMPOSE_FILES="-f docker-compose.yml -f docker/chaos.compose.yml"
-	$(GO) build -o bin/redlockd ./cmd/redlockd
-	bin/redlockd chaos --target compose --compose-project $(COMPOSE_PROJECT) $(CHAOS_ARGS)
+	cd chaos && $(GO) build -o $(CURDIR)/bin/redlock-chaos ./cmd/redlock-chaos
+	bin/redlock-chaos drill --target compose --compose-project $(COMPOSE_PROJECT) $(CHAOS_ARGS)

@@ -46,7 +46,7 @@
 // Faults this package cannot inject: packet loss and reordering short of a
 // blackhole, asymmetric partitions between masters (they never talk to each
 // other) and disk faults (the masters run without persistence). On the
-// compose target, latency, blackholes and resets need the chaos-proxy
-// containers of docker/chaos.compose.yml between the daemons and the
-// masters (there is no tc netem here); without them they are skipped.
+// compose target, latency, blackholes and resets need the proxy containers
+// of docker/chaos.compose.yml between the daemons and the masters (the
+// drills do not use tc netem); without them they are skipped.
 package chaos

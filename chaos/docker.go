@@ -37,7 +37,7 @@ type DockerOptions struct {
 	// DaemonServices are the daemons' service names, default redlockd-a,
 	// redlockd-b.
 	DaemonServices []string
-	// ProxyServices are the `redlockd chaos-proxy` services between the
+	// ProxyServices are the `redlock-chaos proxy` services between the
 	// daemons and the masters (docker/chaos.compose.yml), in master order;
 	// default proxy1..proxy5. Listener i of each serves daemon i. When the
 	// project has none, the daemons reach the masters directly and
@@ -76,7 +76,7 @@ type DockerOptions struct {
 // The drill's own library clients run on this host and reach the masters at
 // their container addresses on the compose network, through a Proxy per
 // (view, master). The daemons reach master m through the container proxyN
-// (`redlockd chaos-proxy`, N = m+1), daemon i through its listener i: so
+// (`redlock-chaos proxy`, N = m+1), daemon i through its listener i: so
 // Latency, Blackhole and Reset act on both paths (there is no tc netem
 // here), and Partition of view i (0 or 1) cuts off library view i and
 // daemon i alike. Without the proxy containers (a deployment without
@@ -208,7 +208,7 @@ func NewDockerTarget(ctx context.Context, o DockerOptions) (*DockerTarget, error
 	return t, nil
 }
 
-// findProxies finds the chaos-proxy containers of the project, reaches
+// findProxies finds the proxy containers of the project, reaches
 // their control API, and lifts any fault an earlier drill left in force
 // (one that was interrupted). None at all is fine (t.ctl stays nil); some
 // but not all, one not running, or one whose API does not answer is an
@@ -242,7 +242,7 @@ func (t *DockerTarget) findProxies(ctx context.Context) error {
 	for i, c := range found {
 		svc := t.opts.ProxyServices[i]
 		if !c.State.Running {
-			return fmt.Errorf("chaos: %s is not running (%s, exit code %d): was the redlockd image built before `redlockd chaos-proxy` existed? Rebuild it (make images) and bring the deployment up again; `docker logs %s` says more",
+			return fmt.Errorf("chaos: %s is not running (%s, exit code %d): was the drill image (CHAOS_IMAGE) built? Build it (make images) and bring the deployment up again; `docker logs %s` says more",
 				svc, c.State.StateString(), c.State.ExitCode, strings.TrimPrefix(c.Name, "/"))
 		}
 		n, ok := c.NetworkSettings.Networks[t.network]

@@ -7,8 +7,8 @@ import (
 )
 
 // ErrUnsupported is returned, wrapped, by an Injector method its back-end
-// cannot perform (the Docker back-end has no latency without the
-// chaos-proxy containers, there being no tc netem).
+// cannot perform (the Docker back-end has no latency without the proxy
+// containers of docker/chaos.compose.yml; it does not use tc netem).
 // Scenarios that need it are reported as skipped on that target.
 var ErrUnsupported = errors.New("chaos: fault not supported by this back-end")
 

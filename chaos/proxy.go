@@ -118,8 +118,8 @@ func NewProxy(upstream func() (string, error)) (*Proxy, error) {
 }
 
 // ListenProxy is NewProxy on a listen address of the caller's choosing
-// (":6379" in a container of the drill overlay, see `redlockd
-// chaos-proxy`).
+// (":6379" in a container of the drill overlay, see `redlock-chaos
+// proxy`).
 func ListenProxy(addr string, upstream func() (string, error)) (*Proxy, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -396,7 +396,7 @@ type ProxyControlState struct {
 	Listeners []ProxyState `json:"listeners"`
 }
 
-// ProxyControlHandler serves the control API of `redlockd chaos-proxy`:
+// ProxyControlHandler serves the control API of `redlock-chaos proxy`:
 // one process in front of one upstream (a Redis master), with a Proxy per
 // listener (one per daemon, so that a daemon can be cut off alone).
 //
@@ -451,7 +451,7 @@ func ProxyControlHandler(upstream string, proxies []*Proxy, logf func(format str
 			for _, p := range targets {
 				fn(p)
 			}
-			logf("chaos-proxy: %s on %s", what, listenerNames(proxies, targets))
+			logf("proxy: %s on %s", what, listenerNames(proxies, targets))
 			state(w)
 		}
 	}
@@ -515,7 +515,7 @@ func listenerNames(all, chosen []*Proxy) string {
 	return strings.Join(names, ", ")
 }
 
-// ProxyClient calls the control API of one `redlockd chaos-proxy`.
+// ProxyClient calls the control API of one `redlock-chaos proxy`.
 type ProxyClient struct {
 	base string
 	hc   *http.Client

@@ -11,7 +11,7 @@ import (
 //
 // Two implementations: ProcessTarget (redis-server processes on loopback,
 // proxies, an LD_PRELOAD clock shim, in-process daemons; for go test and
-// `redlockd chaos --target local`) and DockerTarget (the docker-compose
+// `redlock-chaos drill --target local`) and DockerTarget (the docker-compose
 // deployment; `--target compose`).
 type Target interface {
 	Injector

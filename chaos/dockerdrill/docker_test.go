@@ -25,12 +25,13 @@ import (
 const (
 	redisImage    = "redlockd/redis:local"
 	redlockdImage = "redlockd/redlockd:local"
+	chaosImage    = "redlockd/chaos:local"
 	// The demo API key of docker/redlockd.compose.yaml (loopback only).
 	apiKey  = "compose-demo-key-0123456789abcdef"
 	account = "demo"
 )
 
-// The rows issue 4 asks of the Docker drill, in this order, and the two
+// The rows of the Docker drill, in this order, and the two
 // that need the chaos proxies in front of the masters
 // (docker/chaos.compose.yml).
 var scenarios = []string{"kill-2", "pause-2", "partition-2", "kill-3", "restart-empty", "restart-empty-noquarantine", "latency-2", "reset-2"}
@@ -77,7 +78,7 @@ func TestDockerDrills(t *testing.T) {
 		cmd := exec.CommandContext(ctx, composeBin, append([]string{"-p", project, "-f", "docker-compose.yml", "-f", "docker/chaos.compose.yml"}, args...)...)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(),
-			"REDIS_IMAGE="+redisImage, "REDLOCKD_IMAGE="+redlockdImage,
+			"REDIS_IMAGE="+redisImage, "REDLOCKD_IMAGE="+redlockdImage, "CHAOS_IMAGE="+chaosImage,
 			"REDLOCKD_A_PORT="+strconv.Itoa(portA), "REDLOCKD_B_PORT="+strconv.Itoa(portB),
 			"CHAOS_CLOCK_DIR="+clockDir, "REDLOCKD_MAX_TTL=5", "REDIS_LD_PRELOAD=",
 		)
@@ -115,7 +116,7 @@ func TestDockerDrills(t *testing.T) {
 		// I5 with healthy masters answering "no answer within the
 		// per-master timeout"), so 150ms as in the process drills; the
 		// daemons in their containers keep the 50ms default. TTLs up to
-		// 12s, not 8s as `redlockd chaos` allows: under a CI run's load a
+		// 12s, not 8s as `redlock-chaos drill` allows: under a CI run's load a
 		// fresh container took 10s to start, longer than an 8s lease in
 		// the restart-empty rows.
 		Client: chaos.DaemonConfig{PerMasterTimeout: 150 * time.Millisecond, HealthInterval: time.Second, MaxTTL: 12 * time.Second},
@@ -209,15 +210,15 @@ func stopStart(t *testing.T, ctx context.Context, target *chaos.DockerTarget) {
 	require.NoError(t, target.Ready(rctx), "the daemons count it again after its quarantine")
 }
 
-// ensureImages builds the images the drill runs. The redlockd image is
-// rebuilt every time (a static build from this tree, cached by Go, then a
-// FROM scratch image: seconds): an image left from another commit would
+// ensureImages builds the images the drill runs. The redlockd and drill
+// images are rebuilt every time (a static build from this tree, cached by
+// Go, then a FROM scratch image: seconds): an image left from another commit would
 // drill other code than the one under test. The Redis image, which only
 // packages the host's redis-server, is built when missing, or always with
 // REDLOCK_DOCKER_REBUILD=1.
 func ensureImages(t *testing.T, dc *docker.Client, root string) {
 	t.Helper()
-	targets := []string{"image-redlockd"}
+	targets := []string{"image-redlockd", "image-chaos"}
 	_, err := dc.InspectImage(redisImage)
 	if err != nil && !errors.Is(err, docker.ErrNoSuchImage) {
 		require.NoError(t, err)
@@ -225,8 +226,8 @@ func ensureImages(t *testing.T, dc *docker.Client, root string) {
 	if err != nil || os.Getenv("REDLOCK_DOCKER_REBUILD") == "1" {
 		targets = append(targets, "image-redis")
 	}
-	t.Logf("building %v (REDIS_IMAGE=%s REDLOCKD_IMAGE=%s)", targets, redisImage, redlockdImage)
-	cmd := exec.Command("make", append(targets, "REDIS_IMAGE="+redisImage, "REDLOCKD_IMAGE="+redlockdImage)...)
+	t.Logf("building %v (REDIS_IMAGE=%s REDLOCKD_IMAGE=%s CHAOS_IMAGE=%s)", targets, redisImage, redlockdImage, chaosImage)
+	cmd := exec.Command("make", append(targets, "REDIS_IMAGE="+redisImage, "REDLOCKD_IMAGE="+redlockdImage, "CHAOS_IMAGE="+chaosImage)...)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "make %v:\n%s", targets, out)

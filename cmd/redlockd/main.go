@@ -25,8 +25,6 @@ const usage = `redlockd — a Redlock quorum lock daemon over independent Redis 
 Usage:
   redlockd serve --config FILE [flags]   serve the HTTP lock API (see "redlockd serve --help")
   redlockd dev [flags]                   start five local redis-server masters and the daemon
-  redlockd chaos [flags]                 run fault drills and write a report (see "redlockd chaos --help")
-  redlockd chaos-proxy [flags]           a fault-injecting TCP proxy for the compose drills (see "redlockd chaos-proxy --help")
   redlockd repair-fences --config FILE   after most masters lost their data: raise the fencing counters
                                          so the daemons count them again (see "redlockd repair-fences --help")
   redlockd lock run|acquire|extend|release|status
@@ -66,10 +64,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args[1:], stderr)
 	case "dev":
 		return dev(ctx, args[1:], stdout, stderr)
-	case "chaos":
-		return chaosCmd(ctx, args[1:], stdout, stderr)
-	case "chaos-proxy":
-		return chaosProxyCmd(ctx, args[1:], stderr)
 	case "repair-fences":
 		return repairFences(ctx, args[1:], stdout, stderr)
 	case "lock":

@@ -14,8 +14,8 @@ import (
 	"github.com/redlockd/redlockd/chaos"
 )
 
-func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+func drillCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("drill", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	target := fs.String("target", "local", "where to drill: local (redis-server processes, proxies and daemons started here) or compose (the running docker-compose deployment)")
 	scenario := fs.String("scenario", "all", "comma-separated scenario names, or all")
@@ -37,14 +37,14 @@ func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	healthInterval := fs.Duration("compose-health-interval", time.Second, "compose: the daemons' health_interval (the drill's library clients use it too)")
 	maxTTL := fs.Duration("compose-max-ttl", 5*time.Second, "compose: the daemons' max_ttl (REDLOCKD_MAX_TTL in docker/chaos.compose.yml), their quarantine length")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: redlockd chaos [flags]\n\nRuns the fault drills of package chaos: for each scenario, a contention workload\n(library and HTTP clients writing to a fenced resource) while masters are killed,\npaused, partitioned, slowed, restarted empty or clock-skewed; then checks the\nhistory (I1-I6, porcupine) and writes a report. Exits non-zero on any unexpected\nviolation, or when a negative control fails to catch its violation.\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: redlock-chaos drill [flags]\n\nRuns the fault drills of package chaos: for each scenario, a contention workload\n(library and HTTP clients writing to a fenced resource) while masters are killed,\npaused, partitioned, slowed, restarted empty or clock-skewed; then checks the\nhistory (I1-I6, porcupine) and writes a report. Exits non-zero on any unexpected\nviolation, or when a negative control fails to catch its violation.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("chaos: unexpected argument %q", fs.Arg(0))
+		return fmt.Errorf("drill: unexpected argument %q", fs.Arg(0))
 	}
 	if *list {
 		for _, sc := range chaos.Matrix() {
@@ -93,7 +93,7 @@ func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		defer t.Close()
 		targets = func(context.Context) (chaos.Target, func() error, error) { return t, func() error { return nil }, nil }
 	default:
-		return fmt.Errorf("chaos: --target %q: want local or compose", *target)
+		return fmt.Errorf("drill: --target %q: want local or compose", *target)
 	}
 
 	rep, err := chaos.RunMatrix(ctx, cfg, scenarios, targets, *out)
@@ -108,7 +108,7 @@ func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if !rep.OK() {
-		return errors.New("chaos: unexpected violations, or a negative control that did not catch its violation (see the report)")
+		return errors.New("drill: unexpected violations, or a negative control that did not catch its violation (see the report)")
 	}
 	return nil
 }

@@ -25,20 +25,20 @@ func (l *listenFlags) Set(v string) error {
 	return nil
 }
 
-// chaosProxyCmd is `redlockd chaos-proxy`: a chaos.Proxy per --listen
+// proxyCmd is `redlock-chaos proxy`: a chaos.Proxy per --listen
 // address in front of one upstream, with an HTTP control API for faults.
 // The drill overlay docker/chaos.compose.yml runs one per Redis master,
-// between the daemons and the masters, so that `redlockd chaos --target
+// between the daemons and the masters, so that `redlock-chaos drill --target
 // compose` can slow, blackhole and reset the daemons' connections.
-func chaosProxyCmd(ctx context.Context, args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("chaos-proxy", flag.ContinueOnError)
+func proxyCmd(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	upstream := fs.String("upstream", "", "host:port to forward to, e.g. redis1:6379; resolved anew for every connection (a replaced container has a new address)")
 	var listens listenFlags
 	fs.Var(&listens, "listen", "address to accept clients on, e.g. :6379; repeat for one listener per client (each can be faulted alone)")
 	control := fs.String("control", "", "address of the HTTP control API, e.g. :7000; it has no authentication: never publish it")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, `Usage: redlockd chaos-proxy --upstream HOST:PORT --listen ADDR [--listen ADDR ...] --control ADDR
+		fmt.Fprintln(stderr, `Usage: redlock-chaos proxy --upstream HOST:PORT --listen ADDR [--listen ADDR ...] --control ADDR
 
 A TCP proxy for fault drills (package chaos): every connection accepted on a
 --listen address is forwarded to --upstream, through faults switched over the
@@ -61,7 +61,7 @@ Flags:`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := checkChaosProxyFlags(fs, *upstream, listens, *control); err != nil {
+	if err := checkProxyFlags(fs, *upstream, listens, *control); err != nil {
 		return err
 	}
 
@@ -78,13 +78,13 @@ Flags:`)
 	for _, l := range listens {
 		p, err := chaos.ListenProxy(l, func() (string, error) { return up, nil })
 		if err != nil {
-			return fmt.Errorf("chaos-proxy: --listen %s: %w", l, err)
+			return fmt.Errorf("proxy: --listen %s: %w", l, err)
 		}
 		proxies = append(proxies, p)
 	}
 	ln, err := net.Listen("tcp", *control)
 	if err != nil {
-		return fmt.Errorf("chaos-proxy: --control %s: %w", *control, err)
+		return fmt.Errorf("proxy: --control %s: %w", *control, err)
 	}
 	srv := &http.Server{
 		Handler:           chaos.ProxyControlHandler(up, proxies, logf),
@@ -96,23 +96,23 @@ Flags:`)
 	for i, p := range proxies {
 		names[i] = fmt.Sprintf("%d=%s", i, p.Addr())
 	}
-	logf("chaos-proxy: listeners %s → %s; control API on %s", strings.Join(names, " "), up, ln.Addr())
+	logf("proxy: listeners %s → %s; control API on %s", strings.Join(names, " "), up, ln.Addr())
 	select {
 	case err := <-served:
-		return fmt.Errorf("chaos-proxy: control API: %w", err)
+		return fmt.Errorf("proxy: control API: %w", err)
 	case <-ctx.Done():
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		return fmt.Errorf("chaos-proxy: shutdown: %w", err)
+		return fmt.Errorf("proxy: shutdown: %w", err)
 	}
-	logf("chaos-proxy: stopped")
+	logf("proxy: stopped")
 	return nil
 }
 
-// checkChaosProxyFlags reports every bad flag at once, each naming itself.
-func checkChaosProxyFlags(fs *flag.FlagSet, upstream string, listens []string, control string) error {
+// checkProxyFlags reports every bad flag at once, each naming itself.
+func checkProxyFlags(fs *flag.FlagSet, upstream string, listens []string, control string) error {
 	var errs []error
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected argument %q", fs.Arg(0)))
@@ -149,7 +149,7 @@ func checkChaosProxyFlags(fs *flag.FlagSet, upstream string, listens []string, c
 		errs = append(errs, fmt.Errorf("--control %q: port %s is already taken by %s", control, port, seen[port]))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("chaos-proxy: %w", err)
+		return fmt.Errorf("proxy: %w", err)
 	}
 	return nil
 }

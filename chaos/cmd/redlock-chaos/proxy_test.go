@@ -1,6 +1,6 @@
 package main
 
-// `redlockd chaos-proxy` as the drill overlay runs it: real TCP, a real
+// `redlock-chaos proxy` as the drill overlay runs it: real TCP, a real
 // redis-server behind it, faults switched over its control API with the
 // client DockerTarget uses.
 
@@ -25,7 +25,7 @@ import (
 	"github.com/redlockd/redlockd/internal/redisproc"
 )
 
-func TestChaosProxyFlags(t *testing.T) {
+func TestProxyFlags(t *testing.T) {
 	cases := []struct {
 		args []string
 		want []string // every one must appear in the error
@@ -43,23 +43,23 @@ func TestChaosProxyFlags(t *testing.T) {
 		{[]string{"--upstream", "redis1:6379", "--listen", ":6379", "--control", ":7000", "extra"}, []string{`unexpected argument "extra"`}},
 	}
 	for _, c := range cases {
-		err := run(context.Background(), append([]string{"chaos-proxy"}, c.args...), io.Discard, io.Discard)
+		err := run(context.Background(), append([]string{"proxy"}, c.args...), io.Discard, io.Discard)
 		require.Error(t, err, "%v", c.args)
 		for _, w := range c.want {
 			assert.Contains(t, err.Error(), w, "%v", c.args)
 		}
 	}
 	var usage strings.Builder
-	err := run(context.Background(), []string{"chaos-proxy", "-h"}, io.Discard, &usage)
+	err := run(context.Background(), []string{"proxy", "-h"}, io.Discard, &usage)
 	assert.ErrorIs(t, err, flag.ErrHelp)
 	assert.Contains(t, usage.String(), "POST /latency?d=150ms")
 }
 
-// startChaosProxy runs `redlockd chaos-proxy` in this process until the
+// startChaosProxy runs `redlock-chaos proxy` in this process until the
 // test ends, and returns a control client and the listeners' addresses.
 func startChaosProxy(t *testing.T, upstream string, listeners int) (*chaos.ProxyClient, string, []string) {
 	t.Helper()
-	args := []string{"chaos-proxy", "--upstream", upstream, "--control", "127.0.0.1:0"}
+	args := []string{"proxy", "--upstream", upstream, "--control", "127.0.0.1:0"}
 	for range listeners {
 		args = append(args, "--listen", "127.0.0.1:0")
 	}
@@ -87,16 +87,16 @@ func startChaosProxy(t *testing.T, upstream string, listeners int) (*chaos.Proxy
 		cancel()
 		select {
 		case err := <-done:
-			assert.NoError(t, err, "chaos-proxy stops cleanly on SIGTERM (context cancelled)")
+			assert.NoError(t, err, "the proxy stops cleanly on SIGTERM (context cancelled)")
 		case <-time.After(10 * time.Second):
-			t.Error("chaos-proxy did not stop")
+			t.Error("the proxy did not stop")
 		}
 	})
 	var first string
 	select {
 	case first = <-lines:
 	case <-time.After(10 * time.Second):
-		t.Fatal("chaos-proxy printed nothing")
+		t.Fatal("the proxy printed nothing")
 	}
 	m := regexp.MustCompile(`control API on (\S+)$`).FindStringSubmatch(first)
 	require.NotNil(t, m, "first line names the control address: %q", first)
@@ -145,7 +145,7 @@ func timeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-func TestChaosProxyFaults(t *testing.T) {
+func TestProxyFaults(t *testing.T) {
 	srv, err := redisproc.Start(redisproc.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Stop() })
@@ -240,7 +240,7 @@ func TestChaosProxyFaults(t *testing.T) {
 	})
 }
 
-func TestChaosProxyControlErrors(t *testing.T) {
+func TestProxyControlErrors(t *testing.T) {
 	srv, err := redisproc.Start(redisproc.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = srv.Stop() })
