@@ -19,7 +19,7 @@ type cellResult struct {
 	OpsPerS  float64 `json:"ops_per_s"`
 	WallS    float64 `json:"wall_s"` // start to last worker finished (or abandoned)
 	// Ratio is OpsPerS over go-redsync's in the same cell; nil when there is
-	// no redsync cell or it completed nothing.
+	// no redsync cell or it completed fewer than minRatioCycles cycles.
 	Ratio *float64 `json:"ratio_vs_redsync,omitempty"`
 
 	AcquireAttempts int     `json:"acquire_attempts"`

@@ -189,3 +189,19 @@ func newHTTPClient(conc int) *http.Client {
 		IdleConnTimeout:     90 * time.Second,
 	}}
 }
+
+// childAttr puts a child in its own process group (a terminal ^C reaches
+// only us, and we stop it) and kills it if we die first.
+func childAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}
+
+// freePort is a loopback port that was free when it was picked.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

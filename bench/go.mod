@@ -1,6 +1,6 @@
 module github.com/redlockd/redlockd/bench
 
-go 1.26.8
+go 1.26.0
 
 replace github.com/redlockd/redlockd => ../
 
@@ -13,7 +13,5 @@ require (
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
-	go.uber.org/multierr v1.10.0 // indirect
-	go.uber.org/zap v1.28.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
 )

@@ -1,5 +1,5 @@
 // Command bench runs redlockd side by side with go-redsync on five local
-// redis-server masters (issue 5, "Benchmark"): redlockd's library
+// redis-server masters: redlockd's library
 // in-process, the daemon over keep-alive HTTP, go-redsync v4, and the
 // one-master SET NX floor, for several concurrencies, with zero, one and two
 // masters paused (SIGSTOP). It prints a markdown table and writes JSON.
@@ -9,7 +9,9 @@
 //	    [-down3 pause,kill] [-json results/latest.json] [-cpuprofile FILE]
 //
 // It is a separate module so that go-redsync never enters the product's
-// go.mod; the replace directive builds redlockd from the working tree.
+// go.mod; the replace directive builds redlockd from the working tree, and
+// the masters come from internal/redisproc, as in the product's tests (Go's
+// internal rule follows the import path, not the module).
 package main
 
 import (
@@ -31,6 +33,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/redlockd/redlockd/internal/redisproc"
 	"github.com/redlockd/redlockd/redlock"
 )
 
@@ -97,81 +100,120 @@ func main() {
 	}
 }
 
+// run starts the masters and the targets, runs every cell, then the
+// three-masters-down drill, and prints and writes the report.
 func run(ctx context.Context, cfg config) error {
 	tmp, err := os.MkdirTemp("", "redlockd-bench-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-
-	if cfg.cpuProfile != "" {
-		if err := os.MkdirAll(filepath.Dir(cfg.cpuProfile), 0o755); err != nil {
-			return err
-		}
-		f, err := os.Create(cfg.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(cfg.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 
 	// go-redis logs every failed dial to stderr; the cells count errors.
 	redis.SetLogger(quietLogger{})
 	progress("starting %d redis-server masters", numMasters)
-	masters, err := startMasters(numMasters, tmp)
+	masters, err := redisproc.StartN(numMasters, redisproc.Options{Dir: tmp})
 	if err != nil {
 		return err
 	}
-	defer stopAll(masters)
+	defer redisproc.StopAll(masters) //nolint:errcheck // the masters' exit status says nothing about the results
 	addrs := make([]string, len(masters))
 	for i, m := range masters {
-		addrs[i] = m.addr
+		addrs[i] = m.Addr()
 	}
 
-	env := newEnv(cfg, masters)
+	env := &env{cfg: cfg, masters: masters}
 	defer env.close()
+	tgs, err := env.startTargets(ctx, addrs, tmp)
+	if err != nil {
+		return err
+	}
+	rep := newReport(cfg, addrs)
+	warmUp(ctx, cfg, tgs)
+	if err := env.runCells(ctx, tgs, rep); err != nil {
+		return err
+	}
+	if err := env.runDown3(ctx, tgs, rep); err != nil {
+		return err
+	}
+	if env.daemon != nil {
+		rep.DaemonVmHWMKiB, _ = env.daemon.memory()
+	}
+	return writeReport(cfg, rep)
+}
+
+// startCPUProfile starts profiling this process into path ("" : no
+// profile) and returns the function that stops it.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// startTargets creates every target of cfg.targets on the masters at
+// addrs: the library client, the daemon (built into dir), go-redsync's
+// clients and the floor's one client.
+func (e *env) startTargets(ctx context.Context, addrs []string, dir string) (map[string]target, error) {
 	tgs := map[string]target{}
-	for _, name := range cfg.targets {
+	for _, name := range e.cfg.targets {
 		switch name {
 		case "lib":
 			opts := make([]*redis.Options, len(addrs))
 			for i, a := range addrs {
 				opts[i] = &redis.Options{Addr: a}
 			}
+			var err error
 			// Created under the label so its lanes and health loop carry it.
 			pprof.Do(ctx, pprof.Labels("target", "lib"), func(context.Context) {
-				env.lib, err = redlock.New(opts)
+				e.lib, err = redlock.New(opts)
 			})
 			if err != nil {
-				return err
+				return nil, err
 			}
-			tgs[name] = libTarget(env.lib, lockTTL)
+			tgs[name] = libTarget(e.lib, lockTTL)
 		case "http":
-			progress("building and starting the daemon from %s", cfg.root)
-			bin, err := buildDaemon(cfg.root, tmp)
+			progress("building and starting the daemon from %s", e.cfg.root)
+			bin, err := buildDaemon(e.cfg.root, dir)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			if env.daemon, err = startDaemon(bin, tmp, addrs); err != nil {
-				return err
+			if e.daemon, err = startDaemon(bin, dir, addrs); err != nil {
+				return nil, err
 			}
-			env.httpc = newHTTPClient(slices.Max(cfg.conc))
-			tgs[name] = httpTarget(env.daemon, env.httpc, lockTTL)
+			e.httpc = newHTTPClient(slices.Max(e.cfg.conc))
+			tgs[name] = httpTarget(e.daemon, e.httpc, lockTTL)
 		case "redsync":
 			for _, a := range addrs {
-				env.rdbs = append(env.rdbs, redis.NewClient(&redis.Options{Addr: a}))
+				e.rdbs = append(e.rdbs, redis.NewClient(&redis.Options{Addr: a}))
 			}
-			tgs[name] = redsyncTarget(env.rdbs, lockTTL)
+			tgs[name] = redsyncTarget(e.rdbs, lockTTL)
 		case "floor":
-			env.floor = redis.NewClient(&redis.Options{Addr: addrs[numMasters-1]})
-			tgs[name] = floorTarget(env.floor, lockTTL)
+			e.floor = redis.NewClient(&redis.Options{Addr: addrs[numMasters-1]})
+			tgs[name] = floorTarget(e.floor, lockTTL)
 		}
 	}
+	return tgs, nil
+}
 
+// newReport is the report's header: the machine, versions and settings.
+func newReport(cfg config, addrs []string) *report {
 	rep := &report{
 		Started:     time.Now().UTC().Format(time.RFC3339),
 		GoVersion:   runtime.Version(),
@@ -188,27 +230,33 @@ func run(ctx context.Context, cfg config) error {
 	if v, err := redisVersion(); err == nil {
 		rep.RedisVersion = v
 	}
+	return rep
+}
 
-	// Warm up: open every connection pool (and the HTTP keep-alive pool) at
-	// the largest concurrency, so the first cell does not pay for dialling.
+// warmUp opens every connection pool (and the HTTP keep-alive pool) at
+// the largest concurrency, so the first cell does not pay for dialling.
+func warmUp(ctx context.Context, cfg config, tgs map[string]target) {
 	warm := min(cfg.dur/3, 500*time.Millisecond)
 	for _, name := range cfg.targets {
 		runCell(ctx, tgs[name], "warmup", slices.Max(cfg.conc), warm)
 	}
 	waitStrays(5 * time.Second)
+}
 
-	for _, sc := range cfg.scenarios {
-		for _, c := range cfg.conc {
-			for _, name := range cfg.targets {
+// runCells runs every scenario × concurrency × target cell into rep.Cells.
+func (e *env) runCells(ctx context.Context, tgs map[string]target, rep *report) error {
+	for _, sc := range e.cfg.scenarios {
+		for _, c := range e.cfg.conc {
+			for _, name := range e.cfg.targets {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				r, err := env.cell(ctx, tgs[name], sc, c, scenarioPaused[sc])
+				r, err := e.cell(ctx, tgs[name], sc, c, scenarioPaused[sc])
 				if err != nil {
 					return err
 				}
 				if name == "http" && c == 256 {
-					r.DaemonVmHWMKiB, r.DaemonVmRSSKiB = env.daemon.memory()
+					r.DaemonVmHWMKiB, r.DaemonVmRSSKiB = e.daemon.memory()
 				}
 				progress("%-8s c=%-3d %-8s %9.0f ops/s  acq p50 %s p99 %s  rel p50 %s p99 %s  errors %d/%d  stuck %d",
 					sc, c, name, r.OpsPerS, fmtMS(r.AcquireP50MS), fmtMS(r.AcquireP99MS), fmtMS(r.ReleaseP50MS), fmtMS(r.ReleaseP99MS),
@@ -217,48 +265,56 @@ func run(ctx context.Context, cfg config) error {
 			}
 		}
 	}
+	return nil
+}
 
-	// Three masters down: no quorum is possible; how fast is "no" answered?
-	var down3Targets []string
-	for _, name := range cfg.targets {
+// runDown3 is the three-masters-down drill: no quorum is possible; how fast
+// is "no" answered? Paused first, then killed (the killed masters stay
+// dead), into rep.Down3.
+func (e *env) runDown3(ctx context.Context, tgs map[string]target, rep *report) error {
+	var targets []string
+	for _, name := range e.cfg.targets {
 		if name != "floor" { // the floor uses master 4 alone; it has no quorum to lose
-			down3Targets = append(down3Targets, name)
+			targets = append(targets, name)
 		}
 	}
-	orderedDown3 := slices.DeleteFunc(slices.Clone(cfg.down3), func(m string) bool { return m == "kill" })
-	if slices.Contains(cfg.down3, "kill") {
-		orderedDown3 = append(orderedDown3, "kill") // last: the killed masters stay dead
+	modes := slices.DeleteFunc(slices.Clone(e.cfg.down3), func(m string) bool { return m == "kill" })
+	if slices.Contains(e.cfg.down3, "kill") {
+		modes = append(modes, "kill") // last: the killed masters stay dead
 	}
-	for _, mode := range orderedDown3 {
+	for _, mode := range modes {
 		if mode == "kill" {
 			for _, i := range []int{0, 1, 2} {
-				masters[i].kill()
+				if err := e.masters[i].Kill(); err != nil {
+					return err
+				}
 			}
 			progress("down3: SIGKILLed masters 0, 1, 2")
 		}
-		for _, name := range down3Targets {
+		for _, name := range targets {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			var r cellResult
 			if mode == "pause" {
-				r, err = env.cell(ctx, tgs[name], "down3-pause", 1, []int{0, 1, 2})
-				if err != nil {
+				var err error
+				if r, err = e.cell(ctx, tgs[name], "down3-pause", 1, []int{0, 1, 2}); err != nil {
 					return err
 				}
 			} else {
-				r = runCell(ctx, tgs[name], "down3-kill", 1, cfg.dur)
-				waitStrays(cfg.dur + 5*time.Second)
+				r = runCell(ctx, tgs[name], "down3-kill", 1, e.cfg.dur)
+				waitStrays(e.cfg.dur + 5*time.Second)
 			}
 			progress("down3-%s %-8s failed acquires %d, median answer %s, p99 %s, acquired %d",
 				mode, name, r.AcquireErrors, fmtMS(r.FailedAcqP50MS), fmtMS(r.FailedAcqP99MS), r.AcquireAttempts-r.AcquireErrors)
 			rep.Down3 = append(rep.Down3, r)
 		}
 	}
-	if env.daemon != nil {
-		rep.DaemonVmHWMKiB, _ = env.daemon.memory()
-	}
+	return nil
+}
 
+// writeReport prints the markdown tables and writes the JSON results.
+func writeReport(cfg config, rep *report) error {
 	rep.finish()
 	fmt.Print(rep.markdown(cfg))
 	if err := rep.writeJSON(cfg.jsonPath); err != nil {
@@ -274,15 +330,13 @@ func run(ctx context.Context, cfg config) error {
 // env is what the cells share: the masters and every client.
 type env struct {
 	cfg     config
-	masters []*master
+	masters []*redisproc.Server
 	lib     *redlock.Client
 	daemon  *daemonProc
 	httpc   *http.Client
 	rdbs    []*redis.Client
 	floor   *redis.Client
 }
-
-func newEnv(cfg config, masters []*master) *env { return &env{cfg: cfg, masters: masters} }
 
 func (e *env) close() {
 	if e.lib != nil {
@@ -306,13 +360,13 @@ func (e *env) close() {
 // then resumes them and lets every client recover before returning.
 func (e *env) cell(ctx context.Context, tg target, scenario string, conc int, paused []int) (cellResult, error) {
 	for _, i := range paused {
-		if err := e.masters[i].pause(); err != nil {
+		if err := e.masters[i].Pause(); err != nil {
 			return cellResult{}, err
 		}
 	}
 	r := runCell(ctx, tg, scenario, conc, e.cfg.dur)
 	for _, i := range paused {
-		if err := e.masters[i].resume(); err != nil {
+		if err := e.masters[i].Resume(); err != nil {
 			return r, err
 		}
 	}
