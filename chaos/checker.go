@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Invariants checked over a drill's History (issue 4):
+// Invariants checked over a drill's History:
 //
 //	I1 no two grants of one key whose [grant returned, min(release invoked,
 //	   end of validity)] intervals overlap;
@@ -20,7 +20,10 @@ import (
 //	I3 every call answered within its bound;
 //	I4 no lock key survives its TTL on any master (a sweep after the drill);
 //	I5 with at most N − quorum masters faulty, an uncontended acquire
-//	   succeeds (a probe: up to three single attempts);
+//	   succeeds (a probe: up to three single attempts). Liveness is judged
+//	   against what the daemon could know: a master counts as faulty from
+//	   the fault until every client counts it again, or until a stall the
+//	   PING monitor saw ended, plus CheckParams.HealGrace;
 //	I6 with more faulty, no acquire succeeds, and single attempts fail fast
 //	   (within twice the per-master timeout plus FastSlack).
 const (
@@ -56,6 +59,12 @@ type CheckParams struct {
 	Masters   int
 	FastSlack time.Duration
 	Leftovers []Leftover
+	// HealGrace is how long after a master was healed (it settled) or a
+	// stall of it ended it still counts as faulty for I5: a client learns
+	// that a master answers again from its next health probe, up to one
+	// health interval later, and that probe may take the per-master
+	// timeout. The drills set it to HealthInterval + PerMasterTimeout.
+	HealGrace time.Duration
 	// MaxPerInvariant caps how many violations of one invariant are listed
 	// (the count is still exact in the summary line). Default 20.
 	MaxPerInvariant int
@@ -310,13 +319,14 @@ func checkI5(h History, p CheckParams) []Violation {
 		pr.ok = pr.ok || op.OK
 	}
 	tolerated := p.Masters - (p.Masters/2 + 1)
+	upper := extendSpans(h.Upper, p.HealGrace)
 	var out []Violation
 	for _, g := range order {
 		pr := probes[g]
 		if pr.ok {
 			continue
 		}
-		if n := maxFaulty(h.Upper, pr.first.View, pr.first.Invoke, pr.last.Return); n <= tolerated {
+		if n := maxFaulty(upper, pr.first.View, pr.first.Invoke, pr.last.Return); n <= tolerated {
 			out = append(out, Violation{
 				Invariant: I5, Key: pr.last.Key, Ops: []int{pr.first.ID, pr.last.ID},
 				Detail: fmt.Sprintf("uncontended acquire through %s failed with %d master(s) faulty (≤ %d tolerated) at %s: %s",
@@ -351,6 +361,19 @@ func checkI6(h History, p CheckParams) []Violation {
 				Detail: fmt.Sprintf("acquire through %s with no quorum possible took %v to fail (fast bound %v)", op.Via, op.Latency().Round(time.Millisecond), fast),
 			})
 		}
+	}
+	return out
+}
+
+// extendSpans returns spans with every interval's end moved grace later.
+func extendSpans(spans map[faultKey][]span, grace time.Duration) map[faultKey][]span {
+	out := make(map[faultKey][]span, len(spans))
+	for k, ss := range spans {
+		ext := make([]span, len(ss))
+		for i, s := range ss {
+			ext[i] = span{s.from, s.to + grace}
+		}
+		out[k] = ext
 	}
 	return out
 }

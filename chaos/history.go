@@ -164,10 +164,11 @@ func (r *Recorder) Settled(at time.Duration, view int, masters ...int) {
 }
 
 // Stalled records that master m did not answer a PING within the
-// per-master timeout over [from, to], whatever the reason. Stalls that
-// add up to 250ms or more count as faults for I5 (a master that cannot
-// answer in time cannot vote in time), never for I6; those that no
-// injected fault explains are reported (History.Unexplained).
+// per-master timeout over [from, to], whatever the reason. Every stall
+// counts as a fault of m for I5 (a master that cannot answer in time
+// cannot vote in time, and a client that saw it time out counts it down
+// until its next probe: see CheckParams.HealGrace), never for I6; those
+// that no injected fault explains are reported (History.Unexplained).
 func (r *Recorder) Stalled(m int, from, to time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -236,19 +237,10 @@ func (r *Recorder) History(writes []Write) History {
 		}
 		return int(a.from - b.from)
 	})
-	// Long stalls (250ms or more once merged) count as faults for I5; a
-	// slow PING now and then on a loaded machine does not.
-	perMaster := map[int][]span{}
+	// Every stall counts as a fault for I5, from every view.
 	for _, st := range stalls {
-		perMaster[st.master] = append(perMaster[st.master], st.span)
-	}
-	for m, ss := range perMaster {
-		for _, sp := range mergeSpans(ss) {
-			if sp.to-sp.from >= 250*time.Millisecond {
-				k := faultKey{AllViews, m}
-				h.Upper[k] = append(h.Upper[k], sp)
-			}
-		}
+		k := faultKey{AllViews, st.master}
+		h.Upper[k] = append(h.Upper[k], st.span)
 	}
 	var un []Stall
 	for _, st := range stalls {

@@ -196,7 +196,10 @@ func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string)
 		d.Notef("sweep incomplete: %v", err)
 	}
 
-	res.Violations = Check(h, CheckParams{Masters: t.Masters(), FastSlack: cfg.FastSlack, Leftovers: res.Leftovers})
+	res.Violations = Check(h, CheckParams{
+		Masters: t.Masters(), FastSlack: cfg.FastSlack, Leftovers: res.Leftovers,
+		HealGrace: cfg.Client.HealthInterval + cfg.Client.PerMasterTimeout,
+	})
 	linear, info := Linearize(h, 20*time.Second)
 	res.Linear = string(linear)
 	if linear == porcupine.Illegal && !slices.ContainsFunc(res.Violations, func(v Violation) bool { return v.Invariant == I2 }) {

@@ -1,0 +1,197 @@
+package chaos
+
+// The checker and the recorder on small hand-made histories: each test
+// builds the few operations that make (or must not make) one violation.
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+const sec = time.Second
+
+// granted is a successful acquire of key by client with fence, invoked at
+// inv, returned at ret and valid until valid.
+func granted(id, client int, key string, fence int64, inv, ret, valid time.Duration) Op {
+	return Op{ID: id, Client: client, Via: "lib/a", Kind: "acquire", Key: key, OK: true,
+		Fence: fence, Invoke: inv, Return: ret, ValidUntil: valid, Bound: sec}
+}
+
+// release is client's release of grant g at inv.
+func release(id, client, g int, key string, inv time.Duration) Op {
+	return Op{ID: id, Client: client, Via: "lib/a", Kind: "release", Key: key, OK: true,
+		Grant: g, Invoke: inv, Return: inv + 10*time.Millisecond, Bound: sec}
+}
+
+// sections are accepted begin and commit writes of grants on key.
+func sections(key string, ws ...Write) []Write {
+	for i := range ws {
+		ws[i].Key, ws[i].OK = key, true
+	}
+	return ws
+}
+
+func checkCounts(h History) map[string]int {
+	return Count(Check(h, CheckParams{Masters: 5, FastSlack: 300 * time.Millisecond}))
+}
+
+func TestCheckCleanRun(t *testing.T) {
+	h := History{
+		Ops: []Op{
+			granted(1, 1, "k", 1, 0, 10*time.Millisecond, 1*sec),
+			release(2, 1, 1, "k", 500*time.Millisecond),
+			granted(3, 2, "k", 2, 600*time.Millisecond, 610*time.Millisecond, 2*sec),
+			release(4, 2, 3, "k", 900*time.Millisecond),
+		},
+		Writes: sections("k",
+			Write{Fence: 1, Client: 1, Grant: 1, Phase: "begin", At: 20 * time.Millisecond},
+			Write{Fence: 1, Client: 1, Grant: 1, Phase: "commit", At: 400 * time.Millisecond},
+			Write{Fence: 2, Client: 2, Grant: 3, Phase: "begin", At: 620 * time.Millisecond},
+			Write{Fence: 2, Client: 2, Grant: 3, Phase: "commit", At: 800 * time.Millisecond},
+		),
+		End: 3 * sec,
+	}
+	assert.Empty(t, checkCounts(h))
+}
+
+func TestCheckOverlap(t *testing.T) {
+	// Client 1 holds k until 1s (no release); client 2 is granted it at
+	// 510ms: I1. Fences increase, so I2 holds.
+	h := History{Ops: []Op{
+		granted(1, 1, "k", 1, 0, 10*time.Millisecond, 1*sec),
+		granted(2, 2, "k", 2, 500*time.Millisecond, 510*time.Millisecond, 1500*time.Millisecond),
+	}, End: 2 * sec}
+	vs := Check(h, CheckParams{Masters: 5})
+	assert.Equal(t, map[string]int{I1: 1}, Count(vs))
+	assert.Equal(t, []int{1, 2}, vs[0].Ops)
+
+	// The same grant after client 1's release is no overlap.
+	h.Ops = append(h.Ops, release(3, 1, 1, "k", 400*time.Millisecond))
+	assert.Empty(t, checkCounts(h))
+}
+
+func TestCheckFenceGoesBack(t *testing.T) {
+	// Grant 2 was invoked after grant 1 returned, but has the lower fence.
+	h := History{Ops: []Op{
+		granted(1, 1, "k", 7, 0, 10*time.Millisecond, 100*time.Millisecond),
+		granted(2, 2, "k", 5, 200*time.Millisecond, 210*time.Millisecond, 300*time.Millisecond),
+	}, End: sec}
+	vs := Check(h, CheckParams{Masters: 5})
+	assert.Equal(t, map[string]int{I2: 1}, Count(vs))
+	assert.Contains(t, vs[0].Detail, "fence went backwards")
+
+	// Concurrent grants (neither returned before the other was invoked)
+	// may carry fences in either order.
+	h.Ops[1].Invoke = 5 * time.Millisecond
+	h.Ops[1].Return, h.Ops[1].ValidUntil = 210*time.Millisecond, 300*time.Millisecond
+	h.Ops[0].ValidUntil = 200 * time.Millisecond
+	assert.Empty(t, checkCounts(h))
+}
+
+func TestCheckStaleWrite(t *testing.T) {
+	// The resource accepted fence 3 after fence 5: a stale write, however
+	// the grants looked to the clients.
+	h := History{Writes: sections("k",
+		Write{Fence: 5, Client: 1, Grant: 1, Phase: "begin", At: 100 * time.Millisecond},
+		Write{Fence: 3, Client: 2, Grant: 2, Phase: "begin", At: 200 * time.Millisecond},
+	), End: sec}
+	vs := Check(h, CheckParams{Masters: 5})
+	assert.Equal(t, map[string]int{I2: 1}, Count(vs))
+	assert.Contains(t, vs[0].Detail, "stale write")
+
+	// Two sections that both committed and overlap are a violation too,
+	// even with increasing fences.
+	h.Writes = sections("k",
+		Write{Fence: 1, Client: 1, Grant: 1, Phase: "begin", At: 100 * time.Millisecond},
+		Write{Fence: 2, Client: 2, Grant: 2, Phase: "begin", At: 150 * time.Millisecond},
+		Write{Fence: 1, Client: 1, Grant: 1, Phase: "commit", At: 200 * time.Millisecond},
+		Write{Fence: 2, Client: 2, Grant: 2, Phase: "commit", At: 250 * time.Millisecond},
+	)
+	vs = Check(h, CheckParams{Masters: 5})
+	// fence 1's commit after fence 2's begin is also stale.
+	assert.Equal(t, map[string]int{I2: 2}, Count(vs))
+}
+
+// failedProbe is one failed single-attempt uncontended acquire through view 0.
+func failedProbe(id int, inv time.Duration) Op {
+	return Op{ID: id, Client: 9, Via: "http/a", View: 0, Kind: "acquire", Key: "probe", Probe: true, Group: id,
+		Invoke: inv, Return: inv + 60*time.Millisecond, Outcome: "quorum", Err: "3 of 5 needed", Bound: sec,
+		PMT: 50 * time.Millisecond}
+}
+
+func TestCheckLivenessAfterHealAndStall(t *testing.T) {
+	rec := NewRecorder()
+	// Masters 3 and 4 cut off from view 0 over [1s, 5s), every client
+	// counting them again at 5.1s; the PING monitor saw masters 0 and 1
+	// stall over [5.12s, 5.2s], and masters 0, 1 and 2 over [8s, 8.08s].
+	rec.Faulted("cut", 0, 1*sec, 1*sec+5*time.Millisecond, 3, 4)
+	rec.Healing("heal", 0, 5*sec, 5*sec+5*time.Millisecond, 3, 4)
+	rec.Settled(5100*time.Millisecond, 0, 3, 4)
+	for _, m := range []int{0, 1} {
+		rec.Stalled(m, 5120*time.Millisecond, 5200*time.Millisecond)
+	}
+	for _, m := range []int{0, 1, 2} {
+		rec.Stalled(m, 8*sec, 8080*time.Millisecond)
+	}
+	h := rec.History(nil)
+	h.Ops = []Op{
+		failedProbe(1, 3*sec),                   // 3 and 4 faulty: tolerated, must succeed
+		failedProbe(2, 5150*time.Millisecond), // 0 and 1 stalled; 3 and 4 just settled
+		failedProbe(3, 7*sec),                   // nothing faulty
+		failedProbe(4, 8100*time.Millisecond), // 20ms after three masters stalled
+		failedProbe(5, 8000*time.Millisecond), // while three masters stalled
+	}
+	ids := func(vs []Violation) []int {
+		var out []int
+		for _, v := range vs {
+			out = append(out, v.Ops[0])
+		}
+		return out
+	}
+	params := CheckParams{Masters: 5, FastSlack: 300 * time.Millisecond}
+
+	// No grace: a stall counts while the monitor saw it, however short
+	// (probe 5), and a healed master counts once it settled (probe 2: two
+	// faulty, a violation).
+	assert.Equal(t, []int{1, 2, 3, 4}, ids(Check(h, params)))
+
+	// With one health interval plus the per-master timeout of grace, a
+	// client may still count a master down that far after it settled or
+	// its stall ended: probes 2 and 4 saw more than two masters faulty.
+	params.HealGrace = time.Second + 50*time.Millisecond
+	assert.Equal(t, []int{1, 3}, ids(Check(h, params)))
+}
+
+func TestRecorderHistory(t *testing.T) {
+	rec := NewRecorder()
+	// Master 1 killed at the start and never healed: its intervals stay
+	// open until the history is taken (the recorder's clock, milliseconds
+	// after NewRecorder here). Master 2 paused and healed.
+	rec.Faulted("kill", AllViews, 0, 0, 1)
+	rec.Faulted("pause", AllViews, 2*sec, 2010*time.Millisecond, 2)
+	rec.Healing("resume", AllViews, 4*sec, 4010*time.Millisecond, 2)
+	rec.Settled(4200*time.Millisecond, AllViews, 2)
+	// Stalls: master 2 inside its pause (explained, with a second of
+	// grace after the heal), master 0 with no fault (unexplained; two
+	// PINGs 50ms apart are one stall).
+	rec.Stalled(2, 4500*time.Millisecond, 4600*time.Millisecond)
+	rec.Stalled(0, 6*sec, 6060*time.Millisecond)
+	rec.Stalled(0, 6110*time.Millisecond, 6170*time.Millisecond)
+	h := rec.History(nil)
+
+	all := func(m int) faultKey { return faultKey{AllViews, m} }
+	// Lower: from the fault's return to the heal's invocation (or the end).
+	assert.Equal(t, []span{{2010 * time.Millisecond, 4 * sec}}, h.Lower[all(2)])
+	assert.Equal(t, []span{{0, h.End}}, h.Lower[all(1)], "an open fault lasts until the end")
+	assert.Equal(t, []span{{0, h.End}}, h.Upper[all(1)])
+	// Upper: from the fault's invocation to settling, plus the stalls.
+	assert.Equal(t, []span{{2 * sec, 4200 * time.Millisecond}, {4500 * time.Millisecond, 4600 * time.Millisecond}}, h.Upper[all(2)])
+	assert.Equal(t, []span{{6 * sec, 6170 * time.Millisecond}}, h.Upper[all(0)])
+	assert.Equal(t, []Stall{{Master: 0, From: 6 * sec, To: 6170 * time.Millisecond}}, h.Unexplained)
+
+	assert.Equal(t, 1, faultyAt(h.Upper, 0, 3*sec))
+	assert.Equal(t, 0, minFaulty(h.Lower, 0, 3*sec, 5*sec), "master 2 healed at 4s")
+	assert.Equal(t, 1, maxFaulty(h.Lower, 0, 500*time.Millisecond, 3*sec))
+}
