@@ -137,9 +137,9 @@ func TestCheckLivenessAfterHealAndStall(t *testing.T) {
 	}
 	h := rec.History(nil)
 	h.Ops = []Op{
-		failedProbe(1, 3*sec),                   // 3 and 4 faulty: tolerated, must succeed
+		failedProbe(1, 3*sec),                 // 3 and 4 faulty: tolerated, must succeed
 		failedProbe(2, 5150*time.Millisecond), // 0 and 1 stalled; 3 and 4 just settled
-		failedProbe(3, 7*sec),                   // nothing faulty
+		failedProbe(3, 7*sec),                 // nothing faulty
 		failedProbe(4, 8100*time.Millisecond), // 20ms after three masters stalled
 		failedProbe(5, 8000*time.Millisecond), // while three masters stalled
 	}
