@@ -41,7 +41,7 @@ import (
 // nopLocker grants everything at once.
 type nopLocker struct{ *fakeLocker }
 
-func (nopLocker) Acquire(context.Context, string, time.Duration, time.Duration) (Lease, error) {
+func (nopLocker) Acquire(context.Context, AcquireRequest) (Lease, error) {
 	return Lease{Token: goodToken, ValidUntil: time.Now().Add(29 * time.Second)}, nil
 }
 

@@ -126,11 +126,11 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
-	actx := ctx
-	if req.waitMS > 0 {
-		actx = context.WithValue(ctx, stopWaitingKey{}, s.stopWaits)
+	ar := AcquireRequest{Key: rk, TTL: time.Duration(req.ttl) * time.Second, Wait: time.Duration(req.waitMS) * time.Millisecond}
+	if ar.Wait > 0 {
+		ar.StopWaiting = s.stopWaits
 	}
-	lease, err := s.locker.Acquire(actx, rk, time.Duration(req.ttl)*time.Second, time.Duration(req.waitMS)*time.Millisecond)
+	lease, err := s.locker.Acquire(ctx, ar)
 	d := lockData{action: actAcquire, key: req.key, outcome: outAcquired}
 	if err == nil {
 		c.token = lease.Token

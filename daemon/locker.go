@@ -18,8 +18,9 @@ import (
 // Client could implement the Client's own method set. The adapter is a few
 // lines; see NewRedlockLocker.
 type Locker interface {
-	// Acquire obtains key for ttl, retrying for up to wait (0: one attempt).
-	Acquire(ctx context.Context, key string, ttl, wait time.Duration) (Lease, error)
+	// Acquire obtains req.Key for req.TTL, retrying for up to req.Wait
+	// (0: one attempt).
+	Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	// Release deletes key on every master where token holds it.
 	Release(ctx context.Context, key, token string) (int, error)
 	// Extend resets the TTL of key, held by token, to ttl.
@@ -27,9 +28,9 @@ type Locker interface {
 	// Status is a majority read of key; it never reveals the token.
 	Status(ctx context.Context, key string) (redlock.Status, error)
 	// Masters is a health snapshot of every master, in configuration order:
-	// State, Counts, quarantine, clock and warnings as redlock.MasterStatus
+	// State, Counting, quarantine, clock and warnings as redlock.MasterStatus
 	// documents them. The daemon derives quorum availability from it (at
-	// least Quorum masters with Counts), so that /readyz and /metrics show
+	// least Quorum masters Counting), so that /readyz and /metrics show
 	// one consistent picture.
 	Masters() []redlock.MasterStatus
 	// Quorum is the number of masters that must agree: N/2+1.
@@ -52,17 +53,21 @@ type Lease struct {
 	ValidUntil time.Time
 }
 
-type stopWaitingKey struct{}
-
-// StopWaiting returns the channel the Server closes when it starts shutting
-// down, from the context it passes to Locker.Acquire for a request that may
-// wait (wait > 0); nil (never closed) otherwise. A Locker should then stop
-// waiting and return the last attempt's answer (a held lock is answered
-// acquired:false with retry_after) instead of letting the shutdown cut the
-// request off.
-func StopWaiting(ctx context.Context) <-chan struct{} {
-	ch, _ := ctx.Value(stopWaitingKey{}).(chan struct{})
-	return ch
+// AcquireRequest is what the Server asks Locker.Acquire for.
+type AcquireRequest struct {
+	// Key is the full Redis key.
+	Key string
+	// TTL is the lock's time to live, whole seconds from the API.
+	TTL time.Duration
+	// Wait is how long to keep retrying while the lock is held; 0: one
+	// attempt.
+	Wait time.Duration
+	// StopWaiting is closed when the Server starts shutting down (nil for
+	// a request that does not wait). A Locker should then stop waiting and
+	// return the last attempt's answer (a held lock is answered
+	// acquired:false with retry_after) instead of letting the shutdown cut
+	// the request off.
+	StopWaiting <-chan struct{}
 }
 
 // NewRedlockLocker adapts a *redlock.Client to Locker. The Client stays the
@@ -71,13 +76,13 @@ func NewRedlockLocker(c *redlock.Client) Locker { return redlockLocker{c} }
 
 type redlockLocker struct{ c *redlock.Client }
 
-func (l redlockLocker) Acquire(ctx context.Context, key string, ttl, wait time.Duration) (Lease, error) {
+func (l redlockLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
 	var lk *redlock.Lock
 	var err error
-	if wait > 0 {
-		lk, err = l.c.Acquire(ctx, key, ttl, redlock.WithWait(wait), redlock.WithStopWaiting(StopWaiting(ctx)))
+	if req.Wait > 0 {
+		lk, err = l.c.Acquire(ctx, req.Key, req.TTL, redlock.WithWait(req.Wait), redlock.WithStopWaiting(req.StopWaiting))
 	} else {
-		lk, err = l.c.Acquire(ctx, key, ttl)
+		lk, err = l.c.Acquire(ctx, req.Key, req.TTL)
 	}
 	if err != nil {
 		return Lease{}, err

@@ -103,7 +103,8 @@ type Server struct {
 	shuttingDown atomic.Bool
 	// stopWaits is closed when the drain delay ends, before the listener
 	// closes: acquires waiting for a held lock answer then (see
-	// StopWaiting) instead of being cut off by the shutdown timeout.
+	// AcquireRequest.StopWaiting) instead of being cut off by the shutdown
+	// timeout.
 	stopWaits chan struct{}
 	addr      atomic.Pointer[string]
 	inFlight  atomic.Int64
@@ -327,7 +328,7 @@ func (s *Server) Run(ctx context.Context) error {
 // Serve serves on ln until ctx is cancelled, then shuts down gracefully:
 // /readyz answers 503 at once, for DrainDelay new requests are still
 // served, then acquires waiting for a held lock stop waiting and answer
-// (acquired:false, see StopWaiting), the listener closes and in-flight
+// (acquired:false, see AcquireRequest.StopWaiting), the listener closes and in-flight
 // requests get ShutdownTimeout to finish — on a fresh context, not the cancelled one.
 // Requests still running after that have their contexts cancelled and
 // their connections closed. Serve returns nil after a clean shutdown, an

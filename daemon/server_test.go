@@ -216,7 +216,8 @@ func (f *fakeLocker) outcome(op string, kind error) *redlock.OutcomeError {
 
 var fakeTokens atomic.Uint64
 
-func (f *fakeLocker) Acquire(ctx context.Context, key string, ttl, wait time.Duration) (Lease, error) {
+func (f *fakeLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
+	key, ttl, wait := req.Key, req.TTL, req.Wait
 	f.record(key)
 	f.mu.Lock()
 	f.waits = append(f.waits, wait)
