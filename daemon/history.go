@@ -28,13 +28,14 @@ const (
 
 // history is a ring of historySamples samples, each with one masterSample
 // per master, all allocated by newHistory and reused: its memory is fixed
-// at historySamples × (144 + 40 × masters) bytes (on 64-bit platforms),
-// 302 KiB for five masters, however long the daemon runs. Sampling reads the Locker's
-// snapshot and the metrics' counters; the request path never touches it.
+// at historySamples × (144 + 40 × masters) bytes on 64-bit platforms
+// (302 KiB for five masters) however long the daemon runs. Sampling reads
+// the Locker's snapshot and the metrics' counters; the request path never
+// touches it.
 type history struct {
 	metrics *Metrics
 	locker  Locker
-	started time.Time // process start as the page sees it: a new value means a new, empty history
+	started time.Time // when this history began: a page that sees a new value starts over
 
 	mu      sync.Mutex
 	samples []sample // the ring; samples[next] is the oldest once full
