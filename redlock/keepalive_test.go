@@ -16,7 +16,7 @@ func TestKeepAliveHoldsForThreeTTL(t *testing.T) {
 	key := newKey(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const ttl = time.Second
+	const ttl = 2 * time.Second
 
 	l, err := c.Acquire(ctx, key, ttl)
 	require.NoError(t, err)
