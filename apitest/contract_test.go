@@ -108,6 +108,23 @@ func (c *contract) checkSchema(t *testing.T, name string, raw []byte) {
 	require.NoError(t, s.Value.VisitJSON(v, openapi3.EnableJSONSchema2020()), "%s", raw)
 }
 
+// twoKeys sends body with two X-API-Key headers.
+func twoKeys(t *testing.T, url, body string) *exchange {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Add("X-API-Key", testdaemon.APIKey)
+	req.Header.Add("X-API-Key", testdaemon.APIKey)
+	req.Header.Set("Content-Type", jsonCT)
+	resp, err := httpClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, 400, resp.StatusCode, "%s", answer)
+	return &exchange{req: req, body: []byte(body), status: resp.StatusCode, header: resp.Header, answer: answer}
+}
+
 func data(t *testing.T, x *exchange) map[string]any {
 	t.Helper()
 	var env struct {
@@ -165,6 +182,11 @@ func TestContract(t *testing.T) {
 			{`{"key":"` + strings.Repeat("k", 513) + `"}`, 400, true},
 			{`{"key":"a\u0001b"}`, 400, false},
 			{`{"key":"k","ttl":0}`, 400, true},
+			{`{"key":"k","ttl":-5}`, 400, true},
+			{`{"key":"k","tll":30}`, 400, true},
+			{`{"action":"extend","key":"k","ttl":5}`, 400, false},
+			{`"key"`, 400, true},
+			{`{"key":`, 400, false},
 			{`{"key":"k","ttl":86401}`, 400, true},
 			{`{"key":"k","ttl":"30"}`, 400, true},
 			{`{"key":"k","ttl":30.5}`, 400, true},
