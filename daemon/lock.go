@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -244,12 +245,23 @@ func (s *Server) lockerFailed(ctx context.Context, w http.ResponseWriter, c *cal
 		return true
 	case errors.Is(err, redlock.ErrQuorumUnavailable):
 		c.err = err
-		w.Header().Set("Retry-After", "1")
-		s.fail(w, c, http.StatusServiceUnavailable, resQuorumUnavailable, codeQuorum, quorumMessage(err))
+		msg := quorumMessage(err)
+		retry := time.Second
+		if d, ok := s.locker.QuorumExpectedIn(); ok && d > time.Second {
+			// A known outage (quarantines running out): say when, so that
+			// callers do not retry every second for hours.
+			retry = min(d, maxRetryAfter)
+			msg += fmt.Sprintf("; a quorum is expected back in %v", d.Round(time.Second))
+		}
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
+		s.fail(w, c, http.StatusServiceUnavailable, resQuorumUnavailable, codeQuorum, msg)
 		return true
 	}
 	return false
 }
+
+// maxRetryAfter caps the Retry-After of a 503 during a known outage.
+const maxRetryAfter = 5 * time.Minute
 
 // quorumMessage says why no quorum voted, from the masters' failures:
 // "no quorum of Redis masters could vote in time (3 of 5 needed; 2 down,
@@ -260,6 +272,10 @@ func quorumMessage(err error) string {
 	var oe *redlock.OutcomeError
 	if !errors.As(err, &oe) || oe.Masters == 0 {
 		return "no quorum of Redis masters could vote in time; retry later"
+	}
+	if oe.Op == "status" {
+		return fmt.Sprintf("cannot tell whether the lock is held: %d master(s) hold it, %d answered it is free, %d could not answer or do not count (%d of %d needed either way); retry later",
+			oe.Votes, oe.Refused, len(oe.Failures), oe.Quorum, oe.Masters)
 	}
 	var down, excluded, slow, other int
 	for _, f := range oe.Failures {

@@ -40,6 +40,12 @@ type Locker interface {
 	FenceRepairs() int64
 	// Quarantines is how many times a master was quarantined since start.
 	Quarantines() int64
+	// DataLosses is how many times a master was found to have lost lock
+	// state since start, per reason.
+	DataLosses() map[redlock.DataLossReason]int64
+	// QuorumExpectedIn is how long until a quorum of masters counts again
+	// when that is known (quarantines running out); false when not.
+	QuorumExpectedIn() (time.Duration, bool)
 }
 
 // Lease is a lock granted by Acquire or renewed by Extend.
@@ -110,3 +116,7 @@ func (l redlockLocker) Masters() []redlock.MasterStatus { return l.c.Masters() }
 func (l redlockLocker) Quorum() int                     { return l.c.Quorum() }
 func (l redlockLocker) FenceRepairs() int64             { return l.c.FenceRepairs() }
 func (l redlockLocker) Quarantines() int64              { return l.c.Quarantines() }
+func (l redlockLocker) DataLosses() map[redlock.DataLossReason]int64 {
+	return l.c.DataLosses()
+}
+func (l redlockLocker) QuorumExpectedIn() (time.Duration, bool) { return l.c.QuorumExpectedIn() }

@@ -110,6 +110,9 @@ func plausible(a action, r result) bool {
 //   - redlock_fence_repairs_total counter, fencing counters of masters that
 //     lost their data repaired from a quorum.
 //   - redlock_quarantines_total counter, times a master was quarantined.
+//   - redlock_master_data_loss_total{reason} counter, times a master was
+//     found to have lost lock state, by how (restart, snapshot,
+//     state_missing, marker_replaced, evicted, replica).
 //
 // From the redlock.Observer calls, per master (the label is host:port):
 //
@@ -158,7 +161,7 @@ type lockerDescs struct {
 	state                                             *prometheus.Desc
 	clockOffset, driftRatio, warnings                 *prometheus.Desc
 	quorumAvailable, quorumCounting, quorumNeeded     *prometheus.Desc
-	fenceRepairs, quarantines                         *prometheus.Desc
+	fenceRepairs, quarantines, dataLoss               *prometheus.Desc
 }
 
 func newLockerDescs() lockerDescs {
@@ -178,6 +181,7 @@ func newLockerDescs() lockerDescs {
 		quorumNeeded:    prometheus.NewDesc("redlock_quorum_needed", "Masters that must agree: N/2+1.", nil, nil),
 		fenceRepairs:    prometheus.NewDesc("redlock_fence_repairs_total", "Fencing counters of masters that lost their data, repaired from a quorum.", nil, nil),
 		quarantines:     prometheus.NewDesc("redlock_quarantines_total", "Times a master was quarantined.", nil, nil),
+		dataLoss:        prometheus.NewDesc("redlock_master_data_loss_total", "Times a master was found to have lost lock state, by how.", []string{"reason"}, nil),
 	}
 }
 
@@ -357,7 +361,7 @@ func (c lockerCollector) Describe(ch chan<- *prometheus.Desc) {
 		d.up, d.state, d.counts, d.quarantined, d.quarantineLeft, d.drifting,
 		d.clockOffset, d.driftRatio, d.warnings,
 		d.quorumAvailable, d.quorumCounting, d.quorumNeeded,
-		d.fenceRepairs, d.quarantines,
+		d.fenceRepairs, d.quarantines, d.dataLoss,
 	} {
 		ch <- desc
 	}
@@ -399,6 +403,10 @@ func (c lockerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(d.quorumNeeded, float64(needed))
 	ch <- prometheus.MustNewConstMetric(d.fenceRepairs, prometheus.CounterValue, float64(box.l.FenceRepairs()))
 	ch <- prometheus.MustNewConstMetric(d.quarantines, prometheus.CounterValue, float64(box.l.Quarantines()))
+	losses := box.l.DataLosses()
+	for _, r := range redlock.DataLossReasons {
+		ch <- prometheus.MustNewConstMetric(d.dataLoss, prometheus.CounterValue, float64(losses[r]), string(r))
+	}
 }
 
 func b2f(b bool) float64 {

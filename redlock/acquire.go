@@ -123,10 +123,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 		return nil, fmt.Errorf("redlock: token generator: %w", err)
 	}
 	n := len(c.masters)
-	keys := []string{key}
-	if c.opts.fenceKey != "" {
-		keys = append(keys, c.opts.fenceKey)
-	}
+	keys := c.voteKeys(key)
 	start := time.Now()
 	out, _ := c.fanout(acquireScript, keys, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false, start, nil)
 
@@ -138,29 +135,31 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 		maybeHeld[i] = true
 	}
 	var holderPTTLs []int64
-	var counter int64        // highest fencing counter among the yes votes
+	var counter int64        // highest fencing counter among the counted yes votes
 	voted := make([]bool, n) // counted yes votes: where the fence is written back
 	c.gather(ctx, out, start, nil, func(r reply) bool {
 		m := c.masters[r.idx]
-		if r.err != nil {
+		v, ok := parseVote(r.val)
+		switch {
+		case r.err != nil:
 			res.Failures = append(res.Failures, masterErr(c, r))
-		} else if set, v := parsePair(r.val); set == 1 {
-			counter = max(counter, v)
-			if m.counts() {
+		case !ok:
+			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errBadReply})
+		default:
+			maybeHeld[r.idx] = v.code == 1
+			if err := m.checkVote(v, start, r.at); err != nil {
+				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: err})
+			} else if !m.counts() {
+				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
+			} else if v.code == 1 {
+				counter = max(counter, v.value)
 				res.Votes++
 				voted[r.idx] = true
 			} else {
-				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
-			}
-		} else {
-			maybeHeld[r.idx] = false
-			if m.counts() {
 				res.Refused++
-				if v > 0 {
-					holderPTTLs = append(holderPTTLs, v)
+				if v.value > 0 {
+					holderPTTLs = append(holderPTTLs, v.value)
 				}
-			} else {
-				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
 			}
 		}
 		return res.Votes >= c.quorum || res.Refused+len(res.Failures) > n-c.quorum
@@ -204,6 +203,10 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 		res.Failures = append(res.Failures, fmt.Errorf("validity %v ≤ 0 after %v", validity, time.Since(start)))
 	case len(res.Failures) > n-c.quorum:
 		res.Kind = ErrQuorumUnavailable
+		// A master known to be down may be back: probe now rather than at
+		// the next health interval, so that it counts again within
+		// milliseconds of its return.
+		c.kickHealth()
 	default:
 		res.Kind = ErrLockHeld
 		res.RetryAfter = retryAfter(holderPTTLs, c.quorum)

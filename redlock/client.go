@@ -29,18 +29,25 @@ var (
 	fenceRepairLua string
 	//go:embed scripts/marker.lua
 	markerLua string
+	//go:embed scripts/repair.lua
+	repairLua string
+	//go:embed scripts/vote_prelude.lua
+	votePreludeLua string
 
-	acquireScript = redis.NewScript(acquireLua)
+	// The vote scripts share one opening (vote_prelude.lua): the master's
+	// clock and the check that it still has the deployment's state.
+	acquireScript = redis.NewScript(votePreludeLua + acquireLua)
+	extendScript  = redis.NewScript(votePreludeLua + extendLua)
+	statusScript  = redis.NewScript(votePreludeLua + statusLua)
 	releaseScript = redis.NewScript(releaseLua)
-	extendScript  = redis.NewScript(extendLua)
-	statusScript  = redis.NewScript(statusLua)
 	fenceScript   = redis.NewScript(fenceLua)
 
 	fenceRepairScript = redis.NewScript(fenceRepairLua)
 	markerScript      = redis.NewScript(markerLua)
+	repairScript      = redis.NewScript(repairLua)
 
 	// laneScripts are loaded on every new lane connection.
-	laneScripts = []string{acquireLua, releaseLua, extendLua, statusLua, fenceLua}
+	laneScripts = []string{votePreludeLua + acquireLua, releaseLua, votePreludeLua + extendLua, votePreludeLua + statusLua, fenceLua}
 )
 
 // Client runs the Redlock algorithm over N independent Redis masters.
@@ -51,7 +58,9 @@ type Client struct {
 	opts    options
 	seed    maphash.Seed
 
-	epoch       time.Time // monotonic origin of quarantine deadlines
+	epoch       time.Time       // monotonic origin of quarantine deadlines
+	epochWall   int64           // epoch's wall clock, unix ns: our clock is epochWall + monotonic time since epoch
+	losses      [6]atomic.Int64 // per DataLossReasons
 	kick        chan struct{}
 	probeMu     sync.Mutex // one probe round at a time
 	repairs     atomic.Int64
@@ -81,6 +90,7 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	o.horizonKey = o.markerKey + ":horizon"
 	n := len(masters)
 	if n < 3 || n%2 == 0 {
 		return nil, fmt.Errorf("%w: masters: %d given, need an odd number ≥ 3", ErrInvalid, n)
@@ -93,11 +103,13 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 		kick:   make(chan struct{}, 1),
 		closed: make(chan struct{}),
 	}
+	c.epochWall = c.epoch.UnixNano()
 	for i, mo := range masters {
 		if mo == nil || mo.Addr == "" {
 			return nil, fmt.Errorf("%w: masters[%d]: missing address", ErrInvalid, i)
 		}
 		m := &master{idx: i, addr: mo.Addr, c: c}
+		m.st.evicted.Store(-1)
 		m.st.clock = clockGuard{perMasterTimeout: o.perMasterTimeout, driftFactor: o.driftFactor}
 		lo := *mo
 		lo.MaxRetries = -1
@@ -200,10 +212,24 @@ func (c *Client) Close() error {
 // Quorum returns the number of masters that must agree: N/2+1.
 func (c *Client) Quorum() int { return c.quorum }
 
-// drift returns the Redlock clock drift allowance for ttl: ttl × factor + 2ms
-// (the Redis Redlock page, "Safety arguments").
+// drift returns the clock drift allowance for ttl: ttl × factor + 2ms (the
+// Redis Redlock page, "Safety arguments"), plus clockAllowance, the largest
+// forward jump of a master's clock the clock checks may miss (clockref.go).
 func (c *Client) drift(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*c.opts.driftFactor) + 2*time.Millisecond
+	return time.Duration(float64(ttl)*c.opts.driftFactor) + 2*time.Millisecond + c.clockAllowance()
+}
+
+// voteKeys returns the KEYS of the vote scripts for the lock key:
+// {key, marker, lease horizon[, fencing counter]} (vote_prelude.lua).
+func (c *Client) voteKeys(key string) []string {
+	marker := c.opts.markerKey
+	if !c.opts.dataLossGuard {
+		marker = "" // the scripts skip the check: negative controls only
+	}
+	if c.opts.fenceKey == "" {
+		return []string{key, marker, c.opts.horizonKey}
+	}
+	return []string{key, marker, c.opts.horizonKey, c.opts.fenceKey}
 }
 
 func (c *Client) laneOf(key string) int {

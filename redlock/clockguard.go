@@ -11,7 +11,8 @@ import (
 
 // observeClock feeds one TIME reading into the master's clock estimator
 // (sent and received: our clock around the request, remote: its reply) and
-// quarantines the master for max TTL on a forward jump or a new drift.
+// keeps the master out until its lease horizon on a forward jump or a new
+// drift.
 func (m *master) observeClock(sent, received, remote time.Time) {
 	m.st.mu.Lock()
 	ev, delta := m.st.clock.observe(sent, received, remote)
@@ -29,11 +30,11 @@ func (m *master) observeClock(sent, received, remote time.Time) {
 	case ev == clockJumpForward:
 		// Its keys may have expired early: treat it like a restart
 		// without data, minus the fencing repair (the counter is intact).
-		m.quarantine(fmt.Sprintf("wall clock jumped forward by %v", delta.Round(time.Millisecond)), m.c.opts.maxTTL)
+		m.clockJumped(delta, "a health probe")
 	case ev == clockJumpBackward:
 		m.c.opts.logger.Warn("master wall clock jumped backward (its locks will last longer)", masterAttr(m), slog.Duration("by", -delta))
 	case ev == clockDrifting && !wasDrifting:
 		// Keys set while it ran fast may expire early, for up to max TTL.
-		m.quarantine(fmt.Sprintf("wall clock drifts at rate %.4f, above the drift factor %.4f", m.st.clock.rate, m.c.opts.driftFactor), m.c.opts.maxTTL)
+		m.holdUntilHorizon(fmt.Sprintf("wall clock drifts at rate %.4f, above the drift factor %.4f", m.st.clock.rate, m.c.opts.driftFactor))
 	}
 }

@@ -3,16 +3,21 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 )
 
-// Extend resets the TTL of the lock key held by token to ttl with a
-// compare-and-PEXPIRE script on every master. It never revives an expired
-// lock (a master where the key is gone is not touched) and never touches a
-// key that holds another token. It succeeds only when a quorum extended and
-// the recomputed validity (ttl − elapsed − drift) is positive, and returns
-// the new validity as a *Lock.
+// Extend makes the lock key held by token last at least ttl more, with a
+// compare-and-extend script on every master: each master's key keeps
+// max(its remaining TTL, ttl), so an extend never shortens a lock — not
+// when it succeeds with a shorter ttl, and not when it fails on some
+// masters (a failed extend must not cut the validity its holder was last
+// told). It never revives an expired lock (a master where the key is gone
+// is not touched) and never touches a key that holds another token. It
+// succeeds only when a quorum extended and the recomputed validity is
+// positive: the quorum-th longest remaining TTL among them minus the
+// elapsed time and the drift allowance.
 //
 // Errors: an *OutcomeError matching ErrNotHeld when a quorum answered but
 // fewer than a quorum held the token; one matching ErrQuorumUnavailable when
@@ -34,16 +39,32 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	n := len(c.masters)
 	start := time.Now()
-	out, _ := c.fanout(extendScript, []string{key}, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false, start, nil)
+	keepLonger := "1"
+	if !c.opts.extendNeverShortens {
+		keepLonger = "0"
+	}
+	out, _ := c.fanout(extendScript, c.voteKeys(key), []any{token, strconv.FormatInt(ttl.Milliseconds(), 10), keepLonger}, false, start, nil)
 	res := OutcomeError{Op: "extend", Quorum: c.quorum, Masters: n}
+	var lefts []int64 // remaining TTL after the extend on each counted yes vote
 	c.gather(ctx, out, start, nil, func(r reply) bool {
-		switch m := c.masters[r.idx]; {
+		m := c.masters[r.idx]
+		v, ok := parseVote(r.val)
+		switch {
 		case r.err != nil:
 			res.Failures = append(res.Failures, masterErr(c, r))
-		case !m.counts():
-			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
+		case !ok:
+			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errBadReply})
 		default:
-			countScriptResult(&res, r.val)
+			if err := m.checkVote(v, start, r.at); err != nil {
+				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: err})
+			} else if !m.counts() {
+				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
+			} else {
+				countScriptResult(&res, v.code)
+				if v.code == 1 {
+					lefts = append(lefts, v.value)
+				}
+			}
 		}
 		// Decide early on success, or once too many masters lack the token
 		// for any quorum to hold it. A quorum out of reach because masters
@@ -52,18 +73,17 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 		// quorum", and a client must not retry an extend it has lost.
 		return res.Votes >= c.quorum || res.Refused > n-c.quorum
 	})
-	validity := ttl - time.Since(start) - c.drift(ttl)
-	if res.Votes >= c.quorum && validity > 0 {
-		return start.Add(ttl - c.drift(ttl)), nil
-	}
-	switch {
-	case res.Votes >= c.quorum:
+	if res.Votes >= c.quorum {
+		left := time.Duration(quorumth(lefts, c.quorum)) * time.Millisecond
+		if validity := left - time.Since(start) - c.drift(left); validity > 0 {
+			return start.Add(left - c.drift(left)), nil
+		}
 		res.Kind = ErrQuorumUnavailable
-		res.Failures = append(res.Failures, fmt.Errorf("validity %v ≤ 0 after %v", validity, time.Since(start)))
-	case res.Refused > n-c.quorum:
+		res.Failures = append(res.Failures, fmt.Errorf("validity ≤ 0 after %v", time.Since(start)))
+	} else if res.Refused > n-c.quorum {
 		// Too many masters lack the token for any quorum to hold it.
 		res.Kind = ErrNotHeld
-	default:
+	} else {
 		res.Kind = ErrQuorumUnavailable
 	}
 	if ctx.Err() != nil {
@@ -71,4 +91,11 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	sortFailures(res.Failures)
 	return time.Time{}, &res
+}
+
+// quorumth returns the quorum-th largest of vs: the value that at least a
+// quorum of them reach. vs must hold at least quorum values.
+func quorumth(vs []int64, quorum int) int64 {
+	slices.Sort(vs)
+	return vs[len(vs)-quorum]
 }

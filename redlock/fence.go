@@ -4,12 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strconv"
-	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Fencing tokens (Kleppmann, "How to do distributed locking": "fencing").
@@ -51,69 +47,6 @@ import (
 // different keys may receive the same fence, which is harmless because
 // fences are compared per resource.
 
-// repairFence raises m's counter to the maximum read from a quorum of the
-// counting masters. Until it succeeds, m's votes do not count; the health
-// loop retries every round.
-func (c *Client) repairFence(m *master) {
-	key := c.opts.fenceKey
-	if key == "" {
-		m.st.repairPending.Store(false)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.opts.healthTimeout)
-	defer cancel()
-	var highest int64
-	answers := 0
-	for _, o := range c.masters {
-		if o == m || !o.counts() {
-			continue
-		}
-		v, err := o.probe.Get(ctx, key).Int64()
-		if err == redis.Nil {
-			v, err = 0, nil
-		}
-		if err != nil {
-			continue
-		}
-		answers++
-		highest = max(highest, v)
-	}
-	if answers < c.quorum {
-		if at, ok := m.repairedByOperator(); ok {
-			m.st.repairPending.Store(false)
-			m.st.repairWarned.Store(false)
-			m.st.mu.Lock()
-			m.st.quarantineReason = "lost its data; fencing counter repaired by an operator (redlockd repair-fences): counts again when the quarantine ends"
-			m.st.mu.Unlock()
-			c.repairs.Add(1)
-			c.opts.logger.Warn("fencing counter repaired by an operator (redlockd repair-fences), no quorum to read from", masterAttr(m), slog.Time("repaired_at", at))
-			return
-		}
-		for _, o := range c.masters {
-			if o != m && o.up.Load() && !o.st.probed.Load() {
-				return // a startup round: the others count from the next one
-			}
-		}
-		if !m.st.repairWarned.Swap(true) { // once per loss, not every probe round
-			m.st.mu.Lock()
-			if !strings.Contains(m.st.quarantineReason, "repair-fences") {
-				m.st.quarantineReason += "; no quorum of counting masters to repair its fencing counter from: run `redlockd repair-fences`"
-			}
-			m.st.mu.Unlock()
-			c.opts.logger.Warn("fencing counter repair postponed: no quorum to read from; retried every probe round (after the loss of a majority: redlockd repair-fences)", masterAttr(m), slog.Int("answers", answers))
-		}
-		return
-	}
-	if err := fenceRepairScript.Run(ctx, m.probe, []string{key}, strconv.FormatInt(highest, 10)).Err(); err != nil {
-		c.opts.logger.Warn("fencing counter repair failed", masterAttr(m), slog.Any("error", err))
-		return
-	}
-	m.st.repairPending.Store(false)
-	m.st.repairWarned.Store(false)
-	c.repairs.Add(1)
-	c.opts.logger.Info("fencing counter repaired", masterAttr(m), slog.Int64("counter", highest))
-}
-
 // errFenceLockGone: the fence write-back found the lock no longer held by
 // its token on that master (it expired or was evicted in between).
 var errFenceLockGone = errors.New("fence write-back: lock no longer held there")
@@ -139,6 +72,10 @@ func (c *Client) writeFence(ctx context.Context, keys []string, token string, fe
 		default:
 			if v, _ := r.val.(int64); v == 1 {
 				written++
+			} else if v == codeLost {
+				failed++
+				m.lostData(LossStateMissing, "data lost without restart: marker, lease horizon or fencing counter missing (seen by a fence write-back)")
+				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterDataLost})
 			} else {
 				failed++
 				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errFenceLockGone})
@@ -149,17 +86,6 @@ func (c *Client) writeFence(ctx context.Context, keys []string, token string, fe
 	return written
 }
 
-// repairedByOperator reports whether RepairFences wrote m's marker after
-// m's server last started (both by m's own clock), i.e. after the data
-// loss that left its repair pending.
-func (m *master) repairedByOperator() (time.Time, bool) {
-	m.st.mu.Lock()
-	v, started := m.st.markerValue, m.st.startedAt
-	m.st.mu.Unlock()
-	at, ok := parseRepairMarker(v)
-	return at, ok && !started.IsZero() && !at.Before(started)
-}
-
 // repairedRecently quarantines a master first seen with RepairFences' marker
 // whose server started less than max TTL ago: the locks it lost when it
 // restarted may still be valid until max TTL after its start.
@@ -167,7 +93,7 @@ func (m *master) repairedRecently() {
 	m.st.mu.Lock()
 	v, uptime := m.st.markerValue, m.st.uptime
 	m.st.mu.Unlock()
-	if _, ok := parseRepairMarker(v); !ok {
+	if mk, ok := parseMarker(v); !ok || !mk.repaired {
 		return
 	}
 	// INFO's uptime is rounded down: one more second.
@@ -183,19 +109,11 @@ func (m *master) startedAgo() time.Duration {
 	return m.st.uptime
 }
 
-// parseMarkerTime returns the time in a marker redlockd wrote ("redlockd
-// <ms>", or RepairFences' "repaired <ms>"); false for markers without one
-// (written before markers carried a time).
-func parseMarkerTime(v string) (time.Time, bool) {
-	if at, ok := parseRepairMarker(v); ok {
-		return at, true
-	}
-	return parseStamp(v, "redlockd ")
-}
-
 // restoredFromSnapshot applies the marker rule's last case to a master seen
-// for the first time with a marker: when the marker was written before the
-// server last started (both by its clock) and the server is not durable
+// for the first time with a marker: when the marker was written more than a
+// second before the server last started (both by its clock; the start is
+// derived from INFO's whole-second uptime, so it may be up to a second
+// late) and the server is not durable
 // (appendfsync always), it restarted with data from before its restart (an
 // RDB snapshot, a lazily fsynced AOF) and may miss keys written since: it is
 // quarantined until max TTL after its start, and its fencing counter
@@ -205,21 +123,15 @@ func (m *master) restoredFromSnapshot() bool {
 	m.st.mu.Lock()
 	v, started, uptime, durable := m.st.markerValue, m.st.startedAt, m.st.uptime, m.st.durable
 	m.st.mu.Unlock()
-	at, ok := parseMarkerTime(v)
-	if !ok || started.IsZero() || durable || !at.Before(started) {
+	mk, ok := parseMarker(v)
+	at := mk.at
+	if !ok || started.IsZero() || durable || !at.Before(started.Add(-time.Second)) {
 		return false
 	}
 	left := m.c.opts.maxTTL - uptime + time.Second // uptime is rounded down
 	if left <= 0 {
 		return false // every lock it could have missed has expired
 	}
-	if !m.c.opts.quarantine {
-		m.c.opts.logger.Warn("master restarted from a snapshot older than its start; not quarantined (quarantine disabled)", masterAttr(m))
-		return true
-	}
-	if m.c.opts.fenceKey != "" {
-		m.st.repairPending.Store(true)
-	}
-	m.quarantine(fmt.Sprintf("restarted %v ago with data older than its restart (marker written %v before it): an RDB snapshot or an AOF not fsynced always may miss recent locks", uptime, started.Sub(at).Round(time.Second)), left)
+	m.lostData(LossSnapshot, fmt.Sprintf("restarted %v ago with data older than its restart (marker written %v before it): an RDB snapshot or an AOF not fsynced always may miss recent locks", uptime, started.Sub(at).Round(time.Second)))
 	return true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -38,7 +39,8 @@ type MasterStatus struct {
 	// Counting is whether its votes count towards a quorum right now.
 	Counting bool
 	// QuarantineReason and QuarantineLeft explain MasterQuarantined (and
-	// QuarantineReason MasterRepairing).
+	// QuarantineReason MasterRepairing). QuarantineLeft is 0 while a master
+	// is held out until its clock agrees with the others again.
 	QuarantineReason string
 	QuarantineLeft   time.Duration
 	// Drifting: its clock ran at a rate differing from ours by more than
@@ -78,7 +80,8 @@ func (c *Client) Masters() []MasterStatus {
 		st.Drifting = m.st.drifting
 		st.ClockOffset, st.DriftRatio = m.st.clock.offset, m.st.clock.rate
 		st.Warnings = append([]string(nil), m.st.warnings...)
-		if st.QuarantineLeft > 0 || m.st.repairPending.Load() {
+		hold := m.st.clockHold.Load()
+		if st.QuarantineLeft > 0 || m.st.repairPending.Load() || hold {
 			st.QuarantineReason = m.st.quarantineReason
 		}
 		m.st.mu.Unlock()
@@ -89,7 +92,7 @@ func (c *Client) Masters() []MasterStatus {
 			st.State = MasterRepairing
 		case !m.st.probed.Load():
 			st.State = MasterWaiting
-		case st.QuarantineLeft > 0:
+		case st.QuarantineLeft > 0 || hold:
 			st.State = MasterQuarantined
 		default:
 			st.State = MasterUp
@@ -144,4 +147,28 @@ func (c *Client) CheckMasters(ctx context.Context) error {
 		ids[id] = i
 	}
 	return errors.Join(errs...)
+}
+
+// QuorumExpectedIn returns how long until at least a quorum of masters
+// count again, when that is known: every master that does not count now
+// but will is quarantined with a known end (not down, not awaiting a
+// repair, not held out for its clock). 0 when a quorum counts now; false
+// when no quorum is expected at a known time.
+func (c *Client) QuorumExpectedIn() (time.Duration, bool) {
+	var ends []time.Duration
+	for _, m := range c.masters {
+		switch {
+		case m.counts():
+			ends = append(ends, 0)
+		case m.up.Load() && m.st.probed.Load() && !m.st.repairPending.Load() && !m.st.clockHold.Load():
+			if left := m.quarantineLeft(); left > 0 {
+				ends = append(ends, left)
+			}
+		}
+	}
+	if len(ends) < c.quorum {
+		return 0, false
+	}
+	slices.Sort(ends)
+	return ends[c.quorum-1], true
 }

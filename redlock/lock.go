@@ -64,7 +64,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	return err
 }
 
-// Extend resets the lock's TTL to ttl on a quorum and updates its validity.
+// Extend makes the lock last at least ttl more on a quorum (never shorter
+// than it already was) and moves its validity later when the new one is.
 // See Client.Extend.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	validUntil, err := l.c.extend(ctx, l.key, l.token, ttl)
@@ -72,7 +73,12 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	l.mu.Lock()
-	l.ttl, l.validUntil = ttl, validUntil
+	// An extend never shortens the keys, so the validity already known
+	// still holds when the new one (from a shorter ttl) is earlier.
+	l.ttl = ttl
+	if validUntil.After(l.validUntil) {
+		l.validUntil = validUntil
+	}
 	l.mu.Unlock()
 	return nil
 }

@@ -60,9 +60,10 @@ func newClient(t *testing.T, opts ...Option) *Client {
 	return c
 }
 
-// plantMarker writes marker on every master that answers within 200ms:
-// newClient models a Client of an established deployment, whose masters
-// kept their markers (a brand-new deployment with a master down waits for
+// plantMarker writes the deployment state of the marker key (the marker,
+// its lease horizon, and the default fencing counter where it is missing)
+// on every master that answers within 200ms: newClient models a Client of an
+// established deployment, whose masters kept their state (a brand-new deployment with a master down waits for
 // it; TestNewDeploymentWaitsForEveryMaster covers that).
 func plantMarker(marker string) {
 	var wg sync.WaitGroup
@@ -72,7 +73,13 @@ func plantMarker(marker string) {
 			defer r.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 			defer cancel()
-			_ = r.Set(ctx, marker, "redlockd", 0).Err() // a down or paused master keeps none
+			// A down or paused master keeps none.
+			_, _ = r.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, marker+":horizon", "0", 0)
+				p.SetNX(ctx, "redlock:fence", "0", 0)
+				p.Set(ctx, marker, "redlockd", 0)
+				return nil
+			})
 		})
 	}
 	wg.Wait()

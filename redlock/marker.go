@@ -13,8 +13,9 @@ import (
 )
 
 // afterProbes runs after every probe round: it applies the marker rule to
-// masters seen for the first time, writes missing markers, and repairs
-// fencing counters.
+// masters seen for the first time, compares the masters' clocks, repairs
+// masters that lost their data or whose clock jumped, and spreads the
+// fencing counter.
 func (c *Client) afterProbes() {
 	c.probeMu.Lock()
 	defer c.probeMu.Unlock()
@@ -34,69 +35,133 @@ func (c *Client) afterProbes() {
 			continue
 		}
 		m.st.mu.Lock()
-		first, has := !m.st.seen, m.st.hasMarker
+		first, has, role := !m.st.seen, m.st.hasMarker, m.st.role
 		m.st.mu.Unlock()
 		if !first {
 			continue
 		}
 		// The marker rule, for a master seen for the first time:
-		//   - with our marker: it kept its data since a redlockd wrote it;
+		//   - a replica: its data is another server's; it counts only once
+		//     it is a master again and has been repaired;
+		//   - with our marker: it kept its data since a redlockd wrote it,
+		//     unless its marker is older than its start (restoredFromSnapshot)
+		//     or its fencing counter is gone; a repair marker's quarantine
+		//     is kept (firstSeenWithMarker);
 		//   - without, while a quorum of the others have theirs: it
-		//     restarted without its data while no redlockd was watching;
-		//     quarantined, and its fencing counter repaired from that quorum;
+		//     lost its data while no redlockd was watching; quarantined,
+		//     and repaired from that quorum (repairMaster);
 		//   - without, while some but fewer than a quorum have theirs: a
-		//     majority lost its data. The same, but no quorum can repair its
-		//     fencing counter, so it counts only after an operator runs
-		//     `redlockd repair-fences` (see repairFence);
+		//     majority lost its data. The same, but no quorum can repair it,
+		//     so it counts only after an operator runs
+		//     `redlockd repair-fences`;
 		//   - no marker on any master, and every master answered: a
-		//     brand-new deployment, which starts serving at once;
+		//     brand-new deployment, which starts serving at once (brandNew);
 		//   - no marker on any master that answered, and some did not: the
 		//     silent ones may hold the markers (and the fencing counters) of
 		//     a deployment whose other masters all lost their data. Wait for
 		//     every master to answer; meanwhile none of them votes.
 		switch {
+		case role != "" && role != "master":
+			m.lostData(LossReplica, fmt.Sprintf("is a %s (REPLICAOF): its data is another server's", role))
 		case has:
-			if !m.restoredFromSnapshot() {
-				m.repairedRecently()
-			}
+			m.firstSeenWithMarker()
 		case withMarker >= c.quorum:
-			m.lostData("marker key missing while a quorum of the other masters have theirs (restarted without data while unwatched)")
+			m.lostData(LossStateMissing, "marker key missing while a quorum of the other masters have theirs (lost its data while unwatched)")
 		case withMarker > 0:
-			m.lostData(fmt.Sprintf("marker key missing on %d of %d masters: a majority lost its data; its fencing counter cannot be repaired from a quorum, run `redlockd repair-fences`", len(c.masters)-withMarker, len(c.masters)))
+			m.lostData(LossStateMissing, fmt.Sprintf("marker key missing on %d of %d masters: a majority lost its data; it cannot be repaired from a quorum, run `redlockd repair-fences`", len(c.masters)-withMarker, len(c.masters)))
 			c.opts.logger.Error("a majority of masters lost their data: they vote again only after `redlockd repair-fences` raises their fencing counters", masterAttr(m))
 		case answered < len(c.masters):
 			if !m.st.waitLogged.Swap(true) {
 				c.opts.logger.Warn("no master has the marker yet and not all answered: waiting for every master before treating this as a new deployment", masterAttr(m), slog.Int("answered", answered), slog.Int("masters", len(c.masters)))
 			}
 			continue // not seen: the rule runs again next round
+		default:
+			if !m.brandNew() {
+				continue
+			}
 		}
+		m.st.evicted.Store(m.st.lastEvicted.Load())
 		m.st.mu.Lock()
 		m.st.seen = true
 		m.st.mu.Unlock()
-		defer m.st.probed.Store(true) // after the repairs and markers below
+		defer m.st.probed.Store(true) // after the clock check and repairs below
 	}
+	c.checkClockAgreement()
 	for _, m := range c.masters {
-		if m.up.Load() && m.st.repairPending.Load() {
-			c.repairFence(m)
+		if m.up.Load() && (m.st.repairPending.Load() || m.st.horizonPending.Load()) {
+			c.repairMaster(m)
 		}
 	}
 	c.spreadFence()
-	for _, m := range c.masters {
-		m.st.mu.Lock()
-		need := m.up.Load() && !m.st.hasMarker
-		m.st.mu.Unlock()
-		// Not in a server's first two seconds: its start time, derived from
-		// INFO's whole-second uptime, may be up to a second late, and the
-		// marker's time must come after it (see restoredFromSnapshot).
-		if need && m.counts() && m.startedAgo() >= 2*time.Second {
-			ctx, cancel := context.WithTimeout(context.Background(), c.opts.healthTimeout)
-			if v, err := markerScript.Run(ctx, m.probe, []string{c.opts.markerKey}).Text(); err == nil {
-				m.st.mu.Lock()
-				m.st.hasMarker, m.st.markerValue = true, v
-				m.st.mu.Unlock()
-			}
-			cancel()
+}
+
+// brandNew writes the deployment state (marker, lease horizon, fencing
+// counter) on a master of a brand-new deployment: no master has a marker
+// and all answered.
+func (m *master) brandNew() bool {
+	return m.writeMarker(0)
+}
+
+// writeMarker runs marker.lua: it creates whatever of the marker, lease
+// horizon (now + horizon) and fencing counter is missing, and records the
+// marker as the one m carries.
+func (m *master) writeMarker(horizon time.Duration) bool {
+	c := m.c
+	nonce, err := c.opts.token()
+	if err != nil {
+		return false
+	}
+	keys := []string{c.opts.markerKey, c.opts.horizonKey}
+	if c.opts.fenceKey != "" {
+		keys = append(keys, c.opts.fenceKey)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.healthTimeout)
+	defer cancel()
+	v, err := markerScript.Run(ctx, m.probe, keys, nonce[:16], strconv.FormatInt(horizon.Milliseconds(), 10)).Text()
+	if err != nil {
+		c.opts.logger.Warn("writing the deployment marker failed; retried next round", masterAttr(m), slog.Any("error", err))
+		return false
+	}
+	m.st.mu.Lock()
+	m.st.hasMarker, m.st.markerValue, m.st.hasHorizon = true, v, true
+	if c.opts.fenceKey != "" {
+		m.st.hasCounter = true
+	}
+	m.st.mu.Unlock()
+	m.expectedMarker.Store(&v)
+	return true
+}
+
+// firstSeenWithMarker applies the marker rule to a master first seen with
+// a marker.
+func (m *master) firstSeenWithMarker() {
+	c := m.c
+	m.st.mu.Lock()
+	v, hasHorizon, hasCounter := m.st.markerValue, m.st.hasHorizon, m.st.hasCounter
+	m.st.mu.Unlock()
+	switch {
+	case c.opts.fenceKey != "" && !hasCounter:
+		m.lostData(LossStateMissing, "fencing counter missing while the marker is there (deleted, or lost with other keys)")
+		return
+	case m.restoredFromSnapshot():
+		return
+	case !hasHorizon:
+		// A deployment from before lease horizons: assume a lock may be
+		// held for max TTL from now.
+		if !m.writeMarker(c.opts.maxTTL) {
+			return
 		}
+	}
+	m.expectedMarker.Store(&v)
+	if mk, ok := parseMarker(v); ok && !mk.until.IsZero() {
+		if r := m.st.lastReading.Load(); r != nil {
+			now := time.Unix(0, c.epochWall+r.at+r.offset)
+			if left := mk.until.Sub(now); left > 0 {
+				m.quarantine("repaired after losing its data or a clock fault; locks it lost may still be valid until its lease horizon", left+c.clockAllowance())
+			}
+		}
+	} else if ok && mk.repaired {
+		m.repairedRecently()
 	}
 }
 

@@ -38,6 +38,9 @@ type master struct {
 	probeOpts redis.Options
 
 	st masterState
+	// expectedMarker is the marker value the master is known to carry; nil
+	// until the marker rule has seen it. Only the repair path changes it.
+	expectedMarker atomic.Pointer[string]
 
 	up        atomic.Bool
 	latencyNS atomic.Int64 // last probe round trip
@@ -49,7 +52,8 @@ type master struct {
 type reply struct {
 	idx int
 	val any
-	err error // *MasterError for transport problems, or a Redis error
+	err error     // *MasterError for transport problems, or a Redis error
+	at  time.Time // when the answer arrived (zero for failures)
 }
 
 // call is one script invocation bound for one master.
@@ -228,6 +232,7 @@ func (l *lane) exec(batch []*call) {
 		err = l.retryNoScript(ctx, send)
 	}
 	l.busySince.Store(0)
+	received := time.Now()
 	if m.c.opts.observer != nil {
 		m.c.opts.observer.ObserveBatch(m.idx, len(send), time.Since(now), connErr(err))
 	}
@@ -245,7 +250,7 @@ func (l *lane) exec(batch []*call) {
 			}
 			c.out <- reply{idx: c.idx, err: cerr}
 		} else {
-			c.out <- reply{idx: c.idx, val: c.cmd.Val()}
+			c.out <- reply{idx: c.idx, val: c.cmd.Val(), at: received}
 		}
 		c.out = nil
 	}

@@ -30,8 +30,17 @@ type options struct {
 	fenceKey         string
 	markerKey        string
 	maxTTL           time.Duration
+	horizonKey       string // markerKey + ":horizon"
 	quarantine       bool
 	clockGuard       bool
+	// Guards that exist on/off only so that tests and drills can show the
+	// bug each prevents (negative controls); always on otherwise.
+	dataLossGuard       bool // vote scripts and probes check the deployment state
+	voteClockGuard      bool // votes carry the master's clock and are checked
+	clockReference      bool // masters' clocks are compared with each other
+	clockAllowance      bool // drift includes the clock checks' blind spot
+	extendNeverShortens bool
+	statusNeedsQuorum   bool // status answers "unknown" without a quorum either way
 }
 
 func defaultOptions() options {
@@ -51,6 +60,13 @@ func defaultOptions() options {
 		maxTTL:           DefaultMaxTTL,
 		quarantine:       true,
 		clockGuard:       true,
+
+		dataLossGuard:       true,
+		voteClockGuard:      true,
+		clockReference:      true,
+		clockAllowance:      true,
+		extendNeverShortens: true,
+		statusNeedsQuorum:   true,
 	}
 }
 
@@ -171,6 +187,18 @@ func withGuardOff(g guardswitch.Guard) Option {
 		return func(o *options) { o.quarantine = false }
 	case guardswitch.ClockGuard:
 		return func(o *options) { o.clockGuard = false }
+	case guardswitch.DataLossCheck:
+		return func(o *options) { o.dataLossGuard = false }
+	case guardswitch.VoteClock:
+		return func(o *options) { o.voteClockGuard = false }
+	case guardswitch.ClockReference:
+		return func(o *options) { o.clockReference = false }
+	case guardswitch.ClockAllowance:
+		return func(o *options) { o.clockAllowance = false }
+	case guardswitch.ExtendNeverShortens:
+		return func(o *options) { o.extendNeverShortens = false }
+	case guardswitch.StatusQuorum:
+		return func(o *options) { o.statusNeedsQuorum = false }
 	}
 	panic(fmt.Sprintf("redlock: unknown guard %d", int(g)))
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,8 +51,9 @@ func (c *Client) probeAll() {
 	wg.Wait()
 }
 
-// probeOnce runs PING, INFO server, TIME, ROLE, CONFIG GET (where allowed)
-// and GET marker in one pipeline.
+// probeOnce runs PING, INFO (server, stats, replication), CONFIG GET (where
+// allowed) and GETs of the marker, lease horizon and fencing counter in one
+// pipeline, then TIME alone.
 func (m *master) probeOnce() {
 	o := &m.c.opts
 	ctx, cancel := context.WithTimeout(context.Background(), o.healthTimeout)
@@ -59,19 +61,16 @@ func (m *master) probeOnce() {
 	start := time.Now()
 	pipe := m.probe.Pipeline()
 	ping := pipe.Ping(ctx)
-	info := pipe.Info(ctx, "server")
-	sent := time.Now()
-	tm := pipe.Time(ctx)
-	role := pipe.Do(ctx, "ROLE")
+	info := pipe.Info(ctx, "server", "stats", "replication")
 	cfg := pipe.ConfigGet(ctx, "*") // filtered below; one call instead of five
 	marker := pipe.Get(ctx, o.markerKey)
+	horizon := pipe.Exists(ctx, o.horizonKey)
 	var fence *redis.StringCmd
 	if o.fenceKey != "" {
 		fence = pipe.Get(ctx, o.fenceKey)
 	}
 	_, _ = pipe.Exec(ctx)
-	received := time.Now()
-	d := received.Sub(start)
+	d := time.Since(start)
 	m.checkedAt.Store(time.Now().UnixNano())
 	err := ping.Err()
 	if o.observer != nil {
@@ -94,10 +93,16 @@ func (m *master) probeOnce() {
 		m.st.mu.Unlock()
 		m.setWarning("cluster", mode == "cluster", "runs in cluster mode: Redlock needs independent standalone masters")
 	}
-	if r, err := role.Slice(); err == nil && len(r) > 0 {
-		name, _ := r[0].(string)
-		m.setWarning("replica", name != "master", fmt.Sprintf("is a %s, not a master: its keys come from another server", name))
+	stats := parseInfoFields(info.Val(), "evicted_keys", "role")
+	evicted, evErr := strconv.ParseInt(stats["evicted_keys"], 10, 64)
+	if evErr == nil {
+		m.st.lastEvicted.Store(evicted)
 	}
+	role := stats["role"]
+	m.st.mu.Lock()
+	m.st.role = role
+	m.st.mu.Unlock()
+	m.setWarning("replica", role != "" && role != "master", fmt.Sprintf("is a %s, not a master: its keys come from another server", role))
 	if conf, err := cfg.Result(); err == nil {
 		evicting := conf["maxmemory"] != "0" && conf["maxmemory"] != "" && conf["maxmemory-policy"] != "noeviction"
 		m.setWarning("eviction", evicting, fmt.Sprintf("maxmemory-policy %s can evict lock keys (they all have a TTL): use noeviction", conf["maxmemory-policy"]))
@@ -105,32 +110,77 @@ func (m *master) probeOnce() {
 		m.st.durable = conf["appendonly"] == "yes" && conf["appendfsync"] == "always"
 		m.st.mu.Unlock()
 	}
-	if v, err := marker.Result(); err == nil || errors.Is(err, redis.Nil) {
+	markerValue, markerErr := marker.Result()
+	if markerErr == nil || errors.Is(markerErr, redis.Nil) {
 		m.st.mu.Lock()
-		m.st.hasMarker = err == nil
-		m.st.markerValue = v
+		m.st.hasMarker = markerErr == nil
+		m.st.markerValue = markerValue
 		m.st.mu.Unlock()
 	}
+	hasHorizon, horizonErr := horizon.Result()
+	m.st.mu.Lock()
+	m.st.hasHorizon = horizonErr == nil && hasHorizon == 1
+	m.st.mu.Unlock()
+	counterMissing := false
 	if fence != nil {
 		v, err := fence.Int64()
-		if errors.Is(err, redis.Nil) {
+		counterMissing = errors.Is(err, redis.Nil)
+		if counterMissing {
 			v, err = 0, nil
 		}
 		m.st.mu.Lock()
 		m.st.fenceCounter, m.st.fenceRead = v, err == nil
+		m.st.hasCounter = err == nil && !counterMissing
 		m.st.mu.Unlock()
 	}
-	if remote, err := tm.Result(); err == nil {
+	// TIME in a round trip of its own: the reading is uncertain by half the
+	// round trip, so it must not wait behind INFO and CONFIG GET.
+	sent := time.Now()
+	remote, timeErr := m.probe.Time(ctx).Result()
+	received := time.Now()
+	if timeErr == nil {
 		m.st.mu.Lock()
 		// When the server started, by its own clock: INFO's uptime is
 		// whole seconds, so this is up to 1s later than the real start.
 		m.st.startedAt = remote.Add(-m.st.uptime)
 		m.st.mu.Unlock()
+		s := m.c.reading(remote, sent, received)
+		m.st.lastReading.Store(&s)
 		if o.clockGuard {
+			m.observeReading(s)
 			m.observeClock(sent, received, remote)
 		}
 	}
+	// A master already seen must still have the state it had. The vote
+	// scripts check the same at every vote; this catches masters that
+	// receive no votes. Only the repair path ever writes that state back.
+	readable := (markerErr == nil || errors.Is(markerErr, redis.Nil)) && horizonErr == nil && timeErr == nil
+	if o.dataLossGuard && (m.expectedMarker.Load() != nil || m.st.repairPending.Load()) && readable {
+		switch {
+		case role != "" && role != "master":
+			m.lostData(LossReplica, fmt.Sprintf("became a %s (REPLICAOF): its data is now another server's", role))
+		case !m.markerMatches(markerValue, remote, "a health probe"):
+		case hasHorizon == 0:
+			m.lostData(LossStateMissing, "data lost without restart: lease horizon missing (seen by a health probe)")
+		case counterMissing:
+			m.lostData(LossStateMissing, "data lost without restart: fencing counter missing (seen by a health probe)")
+		case evErr == nil:
+			m.evictionsUnchanged(evicted, "a health probe")
+		}
+	}
 	m.setUp()
+}
+
+// parseInfoFields returns the values of the named fields in an INFO reply.
+func parseInfoFields(s string, names ...string) map[string]string {
+	out := make(map[string]string, len(names))
+	for line := range strings.Lines(s) {
+		k, v, found := strings.Cut(strings.TrimSpace(line), ":")
+		if found && slices.Contains(names, k) {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // observeRunID notes the master's run_id, seen by a probe or on a new
@@ -148,7 +198,7 @@ func (m *master) observeRunID(id, via string) {
 	if durable {
 		return
 	}
-	m.lostData(fmt.Sprintf("restarted without durable persistence (run_id changed, seen by %s)", via))
+	m.lostData(LossRestart, fmt.Sprintf("restarted without durable persistence (run_id changed, seen by %s)", via))
 }
 
 // onConnect runs on every new lane connection before any command: it loads

@@ -25,12 +25,36 @@ type masterState struct {
 	repairWarned atomic.Bool
 	// waitLogged: the "waiting for every master" warning was logged.
 	waitLogged atomic.Bool
+	// horizonPending: the master kept its data but its keys may have
+	// expired early (clock fault); quarantined for max TTL until the health
+	// loop sets the quarantine from its lease horizon.
+	horizonPending atomic.Bool
+	// clockHold: its clock disagrees with the other masters'; no vote
+	// counts until it agrees again (then horizonPending).
+	clockHold atomic.Bool
+	// lostAt: when the pending loss or clock fault was seen (monotonic ns
+	// since the Client's epoch).
+	lostAt atomic.Int64
+	// evicted: INFO's evicted_keys when the master was last known intact;
+	// -1 before the first probe.
+	evicted atomic.Int64
+	// repairedAt: the time of its last repair marker, unix ms by its clock;
+	// answers read before it are stale.
+	repairedAt atomic.Int64
+	// lastEvicted: evicted_keys at the last probe.
+	lastEvicted atomic.Int64
+	// ref is the reference reading of its clock for the per-vote check;
+	// lastReading the last probe's reading, whatever its round trip.
+	ref, lastReading atomic.Pointer[clockRef]
 
 	mu               sync.Mutex
 	runID            string
 	uptime           time.Duration
 	durable          bool // appendonly yes + appendfsync always: a restart keeps data
 	hasMarker        bool
+	hasHorizon       bool      // the lease horizon key exists
+	hasCounter       bool      // the fencing counter key exists
+	role             string    // INFO replication role: "master" or "slave"
 	markerValue      string    // the marker's value, "" when missing
 	fenceCounter     int64     // the fencing counter at the last probe
 	fenceRead        bool      // fenceCounter was read at the last probe
@@ -45,7 +69,7 @@ type masterState struct {
 // counts reports whether the master's answers count towards a quorum now.
 // A quarantined master keeps receiving writes; only its votes are ignored.
 func (m *master) counts() bool {
-	if !m.up.Load() || !m.st.probed.Load() || m.st.repairPending.Load() {
+	if !m.up.Load() || !m.st.probed.Load() || m.st.repairPending.Load() || m.st.clockHold.Load() {
 		return false
 	}
 	until := m.st.excludedUntil.Load()
@@ -89,17 +113,13 @@ func (m *master) quarantineLeft() time.Duration {
 	return max(time.Duration(until-m.c.sinceEpoch()), 0)
 }
 
-// lostData handles a master that restarted without durable persistence: its
-// fencing counter must be repaired before it counts, and it is quarantined
-// for the longest TTL that may still be outstanding.
-func (m *master) lostData(reason string) {
-	if !m.c.opts.quarantine {
-		m.c.opts.logger.Warn("master lost its data; not quarantined or repaired (quarantine disabled)", masterAttr(m), slog.String("reason", reason))
-		return
-	}
-	if m.c.opts.fenceKey != "" {
-		m.st.repairPending.Store(true)
-	}
-	m.quarantine(reason, m.c.opts.maxTTL)
-	m.c.kickHealth()
+// setQuarantine sets when the master's votes count again, replacing a
+// longer provisional quarantine (max TTL from a loss) by one derived from
+// its lease horizon.
+func (m *master) setQuarantine(reason string, d time.Duration) {
+	m.st.excludedUntil.Store(m.c.sinceEpoch() + int64(max(d, 0)))
+	m.st.mu.Lock()
+	m.st.quarantineReason = reason
+	m.st.mu.Unlock()
+	m.c.opts.logger.Info("master quarantine set from its lease horizon", masterAttr(m), slog.String("reason", reason), slog.Duration("for", d))
 }

@@ -31,7 +31,8 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 			return false
 		}
 		answered++
-		countScriptResult(&res, r.val)
+		n, _ := r.val.(int64)
+		countScriptResult(&res, n)
 		return res.Votes >= c.quorum
 	})
 	if res.Votes > 0 {
@@ -46,10 +47,10 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 	return 0, &res
 }
 
-// countScriptResult counts a release/extend script reply:
+// countScriptResult counts a release/extend script result code:
 // 1 done, 0 key absent, -1 key holds another token.
-func countScriptResult(res *OutcomeError, v any) {
-	switch n, _ := v.(int64); n {
+func countScriptResult(res *OutcomeError, code int64) {
+	switch code {
 	case 1:
 		res.Votes++
 	case -1:

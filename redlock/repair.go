@@ -50,6 +50,11 @@ type RepairOptions struct {
 	DryRun bool
 	// Timeout bounds each master's commands; default 2s.
 	Timeout time.Duration
+	// MaxTTL is the longest TTL a lock may have (the Clients' WithMaxTTL,
+	// the daemons' max_ttl); default 24h. A master that lost its data
+	// stays out for MaxTTL after the repair: with a majority lost, no
+	// quorum of lease horizons bounds the locks it may have held.
+	MaxTTL time.Duration
 }
 
 // MasterRepair is what RepairFences found and did on one master.
@@ -66,6 +71,8 @@ type MasterRepair struct {
 	// or not repaired; nil on success.
 	Answered bool
 	Err      error
+
+	lost bool // marker, lease horizon or fencing counter missing
 }
 
 // RepairResult reports a RepairFences run.
@@ -144,6 +151,11 @@ func (o *RepairOptions) setDefaults() error {
 		return fmt.Errorf("%w: repair min must be in [0, %d], got %d", ErrInvalid, MaxFence-1, o.Min)
 	case o.Timeout < 0:
 		return fmt.Errorf("%w: repair timeout must be ≥ 0, got %v", ErrInvalid, o.Timeout)
+	case o.MaxTTL < 0:
+		return fmt.Errorf("%w: repair max TTL must be ≥ 0, got %v", ErrInvalid, o.MaxTTL)
+	}
+	if o.MaxTTL == 0 {
+		o.MaxTTL = 24 * time.Hour
 	}
 	if o.Margin == 0 {
 		o.Margin = DefaultRepairMargin
@@ -177,6 +189,7 @@ func readCounters(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 			pipe := r.Pipeline()
 			fence := pipe.Get(cctx, o.FenceKey)
 			marker := pipe.Get(cctx, o.MarkerKey)
+			horizon := pipe.Exists(cctx, o.MarkerKey+":horizon")
 			_, _ = pipe.Exec(cctx)
 			v, err := fence.Int64()
 			if errors.Is(err, redis.Nil) {
@@ -192,6 +205,7 @@ func readCounters(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 				return
 			}
 			mr.Before, mr.After, mr.Answered = v, v, true
+			mr.lost = mr.Marker == "" || horizon.Val() == 0 || errors.Is(fence.Err(), redis.Nil)
 		})
 	}
 	g.Wait()
@@ -281,19 +295,25 @@ func repairOne(ctx context.Context, r *redis.Client, o RepairOptions, target str
 	}
 	cctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	after, err := fenceRepairScript.Run(cctx, r, []string{o.FenceKey}, target).Int64()
+	info, err := r.Info(cctx, "server").Result()
 	if err != nil {
-		return fmt.Errorf("raise fencing counter: %w", err)
+		return fmt.Errorf("INFO server: %w", err)
 	}
-	mr.After = after
-	now, err := r.Time(cctx).Result()
+	runID, _, _, _ := parseInfoServer(info)
+	var hold int64 // a master that kept its data is not quarantined
+	if mr.lost {
+		hold = o.MaxTTL.Milliseconds()
+	}
+	nonce, err := RandomToken()
 	if err != nil {
-		return fmt.Errorf("TIME: %w", err)
+		return err
 	}
-	marker := repairMarkerPrefix + strconv.FormatInt(now.UnixMilli(), 10)
-	if err := r.Set(cctx, o.MarkerKey, marker, 0).Err(); err != nil {
-		return fmt.Errorf("write marker: %w", err)
+	ms := strconv.FormatInt(hold, 10)
+	out, err := repairScript.Run(cctx, r, []string{o.MarkerKey, o.MarkerKey + ":horizon", o.FenceKey}, target, ms, nonce[:16], ms, runID).Slice()
+	if err != nil || len(out) != 2 {
+		return fmt.Errorf("raise fencing counter and write the repair marker: %w", err)
 	}
+	mr.After, _ = out[1].(int64)
 	return nil
 }
 

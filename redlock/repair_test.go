@@ -84,7 +84,7 @@ func TestMajorityLossFailsClosedUntilRepaired(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // ten probe rounds: the Client cannot repair them on its own
 	assert.Equal(t, MasterRepairing, c.Masters()[0].State)
 
-	res, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: marker})
+	res, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: marker, MaxTTL: time.Second})
 	require.NoError(t, err)
 	assert.Equal(t, 5, res.Answered)
 	assert.GreaterOrEqual(t, res.Highest, before)
@@ -106,36 +106,51 @@ func TestMajorityLossFailsClosedUntilRepaired(t *testing.T) {
 	assert.Greater(t, lock.Fence(), res.Target, "fences continue above the repair target")
 	require.NoError(t, lock.Release(ctx))
 
-	// A Client started now finds every marker; the masters restarted
-	// less than max TTL ago stay out until then.
+	// A Client started now finds every marker, and the repair's
+	// quarantine (written on the masters) is over.
 	later := newClient(t, WithMarkerKey(marker), WithMaxTTL(time.Hour))
-	st = later.Masters()
-	for i := range 3 {
-		assert.Equal(t, MasterQuarantined, st[i].State, "master %d restarted %v ago", i, st[i].Uptime)
-		assert.Contains(t, st[i].QuarantineReason, "repaired by an operator")
-	}
+	assert.Equal(t, []MasterState{MasterUp, MasterUp, MasterUp, MasterUp, MasterUp}, states(later))
 }
 
-// TestRepairedMarkerBeforeRestartIsNotARepair: a repair marker written
-// before the master last restarted does not repair the newer loss.
-func TestRepairedMarkerBeforeRestartIsNotARepair(t *testing.T) {
-	m := &master{}
-	now := time.Now()
-	m.st.startedAt = now
-	m.st.markerValue = fmt.Sprintf("repaired %d", now.Add(-time.Minute).UnixMilli())
-	_, ok := m.repairedByOperator()
-	assert.False(t, ok, "repaired before the restart")
-	m.st.markerValue = fmt.Sprintf("repaired %d", now.Add(time.Second).UnixMilli())
-	_, ok = m.repairedByOperator()
-	assert.True(t, ok)
-	for _, v := range []string{"", "redlockd", "repaired ", "repaired x", "repaired -5"} {
-		m.st.markerValue = v
-		_, ok = m.repairedByOperator()
+// TestRepairQuarantineSurvivesDaemonRestart: the quarantine a repair
+// writes on a master (the repair marker's until) holds for a Client started
+// later, which never saw the loss.
+func TestRepairQuarantineSurvivesDaemonRestart(t *testing.T) {
+	ctx := context.Background()
+	marker := "marker:" + newKey(t)
+	lostMajority(t, marker)
+	_, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: marker, MaxTTL: time.Hour})
+	require.NoError(t, err)
+	later := newClient(t, WithMarkerKey(marker), WithMaxTTL(time.Hour))
+	st := later.Masters()
+	for i := range 3 {
+		assert.Equal(t, MasterQuarantined, st[i].State, "master %d", i)
+		assert.Greater(t, st[i].QuarantineLeft, 59*time.Minute, "master %d", i)
+		assert.Contains(t, st[i].QuarantineReason, "repaired after losing its data")
+	}
+	assert.Equal(t, []MasterState{MasterUp, MasterUp}, states(later)[3:], "the masters that kept their data count at once")
+}
+
+// TestParseMarker: every marker format, and what is not a marker.
+func TestParseMarker(t *testing.T) {
+	now := time.UnixMilli(time.Now().UnixMilli())
+	ms := now.UnixMilli()
+	mk, ok := parseMarker(fmt.Sprintf("redlockd %d", ms))
+	require.True(t, ok)
+	assert.Equal(t, marker{at: now}, mk)
+	mk, ok = parseMarker(fmt.Sprintf("redlockd %d 0123456789abcdef", ms))
+	require.True(t, ok)
+	assert.Equal(t, marker{at: now}, mk)
+	mk, ok = parseMarker(fmt.Sprintf("repaired %d", ms))
+	require.True(t, ok)
+	assert.Equal(t, marker{repaired: true, at: now}, mk)
+	mk, ok = parseMarker(fmt.Sprintf("repaired %d 0123456789abcdef %d abc123", ms, ms+5000))
+	require.True(t, ok)
+	assert.Equal(t, marker{repaired: true, at: now, until: now.Add(5 * time.Second), runID: "abc123"}, mk)
+	for _, v := range []string{"", "redlockd", "repaired ", "repaired x", "repaired -5", "other 5"} {
+		_, ok = parseMarker(v)
 		assert.False(t, ok, "%q", v)
 	}
-	m.st.markerValue, m.st.startedAt = fmt.Sprintf("repaired %d", now.UnixMilli()), time.Time{}
-	_, ok = m.repairedByOperator()
-	assert.False(t, ok, "start time unknown")
 }
 
 // TestRepairFencesRefuses: bad options, and too few masters answering,
@@ -307,7 +322,8 @@ func TestMarkerCarriesTheMasterTime(t *testing.T) {
 		return true
 	}, 10*time.Second, 10*time.Millisecond)
 	for i, r := range rdbs {
-		at, ok := parseMarkerTime(r.Get(ctx, marker).Val())
+		mk, ok := parseMarker(r.Get(ctx, marker).Val())
+		at := mk.at
 		require.True(t, ok, "master %d: %q", i, r.Get(ctx, marker).Val())
 		now, err := r.Time(ctx).Result()
 		require.NoError(t, err)

@@ -19,7 +19,7 @@ import (
 // of one key while masters are killed and restarted empty, at most two at
 // a time: every granted fence is strictly greater than the one before.
 func TestFencesIncreaseThroughRestarts(t *testing.T) {
-	c := newClient(t, WithMaxTTL(100*time.Millisecond), WithHealthInterval(10*time.Millisecond))
+	c := newClient(t, WithMaxTTL(400*time.Millisecond), WithHealthInterval(10*time.Millisecond))
 	ctx := context.Background()
 	key := newKey(t)
 
@@ -70,7 +70,7 @@ func TestFencesIncreaseThroughRestarts(t *testing.T) {
 		return granted >= 1000 && restarts >= 8
 	}
 	for !enough() {
-		lock, err := c.Acquire(ctx, key, 50*time.Millisecond, WithWait(5*time.Second))
+		lock, err := c.Acquire(ctx, key, 300*time.Millisecond, WithWait(5*time.Second))
 		if err != nil {
 			require.NotErrorIs(t, err, ErrInvalid)
 			failures++
@@ -153,8 +153,12 @@ func TestFenceNotResetByDataLoss(t *testing.T) {
 		require.ErrorIs(t, err, ErrQuorumUnavailable)
 		require.ErrorIs(t, err, ErrMasterQuarantined)
 	})
-	t.Run("negative control: quarantine off", func(t *testing.T) {
-		_, _, fence, err := fenceScenario(t, withGuardOff(guardswitch.Quarantine))
+	t.Run("quarantine off: the vote scripts still refuse the empty masters", func(t *testing.T) {
+		_, _, _, err := fenceScenario(t, withGuardOff(guardswitch.Quarantine))
+		require.ErrorIs(t, err, ErrMasterDataLost)
+	})
+	t.Run("negative control: quarantine and data-loss check off", func(t *testing.T) {
+		_, _, fence, err := fenceScenario(t, withGuardOff(guardswitch.Quarantine), withGuardOff(guardswitch.DataLossCheck))
 		require.NoError(t, err, "without protection the empty masters grant the lock")
 		assert.Equal(t, int64(1), fence, "and the fence restarts from zero: the bug the protection prevents")
 	})
@@ -173,6 +177,12 @@ func quarantineScenario(t *testing.T, opts ...Option) error {
 		require.NoError(t, servers[i].Restart())
 		time.Sleep(50 * time.Millisecond)
 	}
+	// Until a probe saw them back, the restarted masters would be refused
+	// as known down, which would hide the negative control's bug.
+	require.Eventually(t, func() bool {
+		st := c.Masters()
+		return st[0].Up && st[1].Up && st[2].Up
+	}, 10*time.Second, 10*time.Millisecond)
 	require.Greater(t, first.Validity(), 50*time.Second, "the first lock is still valid")
 	_, err = c.Acquire(ctx, key, 60*time.Second, WithRetry(NoRetry()))
 	return err
@@ -189,8 +199,12 @@ func TestDelayedRestartQuarantine(t *testing.T) {
 		require.ErrorIs(t, err, ErrNotObtained)
 		require.ErrorIs(t, err, ErrMasterQuarantined, "refused because the restarted masters do not count")
 	})
-	t.Run("negative control: quarantine off grants twice", func(t *testing.T) {
+	t.Run("quarantine off: the vote scripts still refuse the empty masters", func(t *testing.T) {
 		err := quarantineScenario(t, withGuardOff(guardswitch.Quarantine))
+		require.ErrorIs(t, err, ErrMasterDataLost)
+	})
+	t.Run("negative control: quarantine and data-loss check off grant twice", func(t *testing.T) {
+		err := quarantineScenario(t, withGuardOff(guardswitch.Quarantine), withGuardOff(guardswitch.DataLossCheck))
 		require.NoError(t, err, "the test must be able to see the double grant")
 	})
 }

@@ -356,9 +356,9 @@ func TestQuorumUnavailable(t *testing.T) {
 	st, env, _ := post(t, url, keyA, acquire)
 	require.Equal(t, 200, st, "%v", env)
 	before := int64(env.Data["fence"].(float64))
-	// An established deployment: every master carries the marker (the
-	// daemon writes it once a server has been up for 2s).
-	require.Eventually(t, func() bool { return keysContaining(t, cfg.KeyPrefix+"marker") == 5 }, 10*time.Second, 20*time.Millisecond)
+	// An established deployment: every master carries the marker (and its
+	// lease horizon).
+	require.Eventually(t, func() bool { return keysContaining(t, cfg.KeyPrefix+"marker") == 10 }, 10*time.Second, 20*time.Millisecond)
 	_, _, _ = post(t, url, keyA, `{"action":"release","key":"`+key+`","token":"`+env.Data["token"].(string)+`"}`)
 
 	for _, i := range []int{0, 1, 2} {
@@ -452,7 +452,14 @@ func TestQuorumUnavailable(t *testing.T) {
 func writeConfig(t *testing.T, cfg config.Config) string {
 	t.Helper()
 	var b strings.Builder
-	fmt.Fprintf(&b, "key_prefix: %q\nmasters:\n", cfg.KeyPrefix)
+	fmt.Fprintf(&b, "key_prefix: %q\n", cfg.KeyPrefix)
+	if cfg.MaxTTL > 0 {
+		fmt.Fprintf(&b, "max_ttl: %d\n", cfg.MaxTTL)
+		if cfg.DefaultTTL > 0 {
+			fmt.Fprintf(&b, "default_ttl: %d\n", cfg.DefaultTTL)
+		}
+	}
+	b.WriteString("masters:\n")
 	for _, m := range cfg.Masters {
 		fmt.Fprintf(&b, "  - %q\n", m)
 	}

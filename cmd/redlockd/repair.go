@@ -87,6 +87,7 @@ func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		AllowMissing: *allowMissing,
 		DryRun:       *dryRun,
 		Timeout:      *timeout,
+		MaxTTL:       time.Duration(cfg.MaxTTL) * time.Second,
 	})
 	if res != nil {
 		printRepair(stdout, res, *dryRun && err == nil)

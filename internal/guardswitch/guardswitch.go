@@ -25,6 +25,28 @@ const (
 	Quarantine Guard = iota + 1
 	// ClockGuard: the clock-jump and drift checks of every health probe.
 	ClockGuard
+	// DataLossCheck: the vote scripts' and probes' check that a master
+	// still has the deployment's state (marker, lease horizon, fencing
+	// counter, evicted_keys, role). With it off, a master that lost its
+	// data without a restart (FLUSHALL, DEL, eviction, REPLICAOF) votes on.
+	DataLossCheck
+	// VoteClock: the check of the master's clock returned with every vote.
+	// With it off, a jump is seen only at the next health probe.
+	VoteClock
+	// ClockReference: the comparison of each master's clock with the other
+	// masters'. With it off, a jump made while no daemon watched is never
+	// seen.
+	ClockReference
+	// ClockAllowance: the part of the drift allowance that covers jumps too
+	// small for the clock checks to see.
+	ClockAllowance
+	// ExtendNeverShortens: with it off, an extend with a shorter TTL sets
+	// it, also on the masters of an extend that then fails.
+	ExtendNeverShortens
+	// StatusQuorum: with it off, status calls a lock free whenever a
+	// quorum answered, even when the masters that did not answer could
+	// hold it.
+	StatusQuorum
 )
 
 // String returns the guard's name, e.g. "quarantine".
@@ -34,6 +56,18 @@ func (g Guard) String() string {
 		return "quarantine"
 	case ClockGuard:
 		return "clock guard"
+	case DataLossCheck:
+		return "data-loss check"
+	case VoteClock:
+		return "vote clock check"
+	case ClockReference:
+		return "clock reference"
+	case ClockAllowance:
+		return "clock allowance"
+	case ExtendNeverShortens:
+		return "extend never shortens"
+	case StatusQuorum:
+		return "status quorum"
 	}
 	return "unknown guard"
 }

@@ -1,14 +1,20 @@
 -- Acquire one master's vote (Redis Redlock page, step 2), and report this
--- master's fencing counter with the vote.
--- KEYS[1] lock key, KEYS[2] fencing counter (absent when fencing is off)
+-- master's fencing counter with the vote. Follows vote_prelude.lua.
+-- KEYS[1] lock key, KEYS[2..4] as in the prelude
 -- ARGV[1] token (random, 32 hex chars), ARGV[2] TTL in milliseconds
--- Returns {1, counter} when the key was set for this token,
---         {0, pttl} when another token holds it (pttl: its remaining milliseconds).
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  local counter = 0
-  if KEYS[2] then
-    counter = tonumber(redis.call('GET', KEYS[2]) or '0')
-  end
-  return {1, counter}
+-- Returns the prelude's reply with code
+--    1  the key was set for this token; value = the fencing counter (0 without fencing)
+--    0  another token holds it; value = its remaining milliseconds (PTTL)
+--   -2  this master lost its data (marker, horizon or counter missing); nothing written
+if not intact then
+  return reply(-2, 0)
 end
-return {0, redis.call('PTTL', KEYS[1])}
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  raiseHorizon(tonumber(ARGV[2]))
+  local counter = 0
+  if KEYS[4] then
+    counter = tonumber(redis.call('GET', KEYS[4]) or '0')
+  end
+  return reply(1, counter)
+end
+return reply(0, redis.call('PTTL', KEYS[1]))

@@ -1,14 +1,19 @@
 -- Write a fencing token back: raise the counter to ARGV[2] (never lower it),
 -- but only where this token still holds the lock, so a write-back can never
--- outlive or outrun the acquire it belongs to.
--- KEYS[1] lock key, KEYS[2] fencing counter
+-- outlive or outrun the acquire it belongs to, and only where this master
+-- still has the deployment's state.
+-- KEYS[1] lock key, KEYS[2] marker ('' skips the check: negative controls only), KEYS[3] lease horizon, KEYS[4] fencing counter
 -- ARGV[1] token, ARGV[2] fencing token
--- Returns 1 written (or already ≥), 0 the lock is not held by this token.
+-- Returns 1 written (or already ≥), 0 the lock is not held by this token,
+-- -2 this master lost its data (marker, horizon or counter missing).
+if KEYS[2] ~= '' and redis.call('EXISTS', KEYS[2], KEYS[3], KEYS[4]) ~= 3 then
+  return -2
+end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
-local cur = tonumber(redis.call('GET', KEYS[2]) or '0')
+local cur = tonumber(redis.call('GET', KEYS[4]) or '0')
 if cur < tonumber(ARGV[2]) then
-  redis.call('SET', KEYS[2], ARGV[2])
+  redis.call('SET', KEYS[4], ARGV[2])
 end
 return 1

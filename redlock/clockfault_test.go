@@ -1,0 +1,222 @@
+package redlock
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/internal/guardswitch"
+)
+
+// clockClient starts a Client over the skewed masters (master 4 runs under
+// the gettimeofday shim) and waits until every master counts.
+func clockClient(t *testing.T, opts []*redis.Options, copts ...Option) *Client {
+	t.Helper()
+	c, err := New(opts, copts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	require.Eventually(t, func() bool {
+		for _, st := range c.Masters() {
+			if !st.Counting {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond)
+	return c
+}
+
+// placeOnly acquires key and deletes its key on every master not in on.
+func placeOnly(t *testing.T, c *Client, rdbs []*redis.Client, key string, ttl time.Duration, on ...int) *Lock {
+	t.Helper()
+	ctx := context.Background()
+	lock, err := c.Acquire(ctx, key, ttl)
+	require.NoError(t, err)
+	for i, r := range rdbs {
+		if !containsInt(on, i) {
+			require.NoError(t, r.Del(ctx, key).Err())
+		}
+	}
+	return lock
+}
+
+// TestClockJumpSeenByTheVote: lock A (ttl 20s) on exactly masters 2, 3, 4;
+// master 4's clock jumps 30s forward (A's key expires there) and 30ms later
+// B asks. Health probes are an hour apart, so only the vote's own clock
+// reading can catch it. The negative control turns that check off.
+func TestClockJumpSeenByTheVote(t *testing.T) {
+	scenario := func(t *testing.T, extra ...Option) (*Lock, error) {
+		opts, rdbs, clock := skewedMasters(t)
+		c := clockClient(t, opts, append([]Option{WithHealthInterval(time.Hour), WithPerMasterTimeout(200 * time.Millisecond)}, extra...)...)
+		key := "clock:" + t.Name()
+		first := placeOnly(t, c, rdbs, key, 20*time.Second, 2, 3, 4)
+		require.NoError(t, clock.Jump(30*time.Second))
+		require.Eventually(t, func() bool { return rdbs[4].Exists(context.Background(), key).Val() == 0 }, 10*time.Second, time.Millisecond)
+		time.Sleep(30 * time.Millisecond)
+		_, err := c.Acquire(context.Background(), key, 20*time.Second, WithRetry(NoRetry()))
+		require.Greater(t, first.Validity(), 15*time.Second)
+		return first, err
+	}
+	t.Run("protected", func(t *testing.T) {
+		_, err := scenario(t)
+		require.ErrorIs(t, err, ErrNotObtained)
+		require.ErrorIs(t, err, ErrMasterClockJump)
+	})
+	t.Run("negative control: vote clock check off", func(t *testing.T) {
+		_, err := scenario(t, withGuardOff(guardswitch.VoteClock))
+		require.NoError(t, err, "the jumped master's vote counts: a second holder")
+	})
+}
+
+// TestClockJumpWhileNoDaemonWatched: the jump happens while no Client runs;
+// a Client started afterwards has no earlier reading of master 4, but its
+// clock disagrees with the other masters', so it does not vote. The
+// negative control turns the comparison with the other masters off.
+func TestClockJumpWhileNoDaemonWatched(t *testing.T) {
+	scenario := func(t *testing.T, extra ...Option) (*Client, error) {
+		opts, rdbs, clock := skewedMasters(t)
+		copts := append([]Option{WithPerMasterTimeout(200 * time.Millisecond)}, extra...)
+		c := clockClient(t, opts, copts...)
+		key := "clock:" + t.Name()
+		first := placeOnly(t, c, rdbs, key, 20*time.Second, 2, 3, 4)
+		require.NoError(t, c.Close())
+		require.NoError(t, clock.Jump(30*time.Second))
+		require.Eventually(t, func() bool { return rdbs[4].Exists(context.Background(), key).Val() == 0 }, 10*time.Second, time.Millisecond)
+		later, err := New(opts, copts...)
+		require.NoError(t, err)
+		t.Cleanup(func() { later.Close() })
+		_, err = later.Acquire(context.Background(), key, 20*time.Second, WithRetry(NoRetry()))
+		require.Greater(t, first.Validity(), 15*time.Second)
+		return later, err
+	}
+	t.Run("protected", func(t *testing.T) {
+		later, err := scenario(t)
+		require.ErrorIs(t, err, ErrNotObtained)
+		st := later.Masters()[4]
+		assert.Equal(t, MasterQuarantined, st.State)
+		assert.Contains(t, st.QuarantineReason, "median of the masters")
+		assert.False(t, st.Counting)
+	})
+	t.Run("negative control: clock reference off", func(t *testing.T) {
+		_, err := scenario(t, withGuardOff(guardswitch.ClockReference))
+		require.NoError(t, err, "the jumped master counts for a daemon that did not see the jump")
+	})
+}
+
+// TestSmallJumpIsCoveredByTheAllowance: a jump below what the probes' guard
+// flags (about the per-master timeout) on a lock of ttl 1s: 45ms at a 50ms
+// timeout (the reproduction), 150ms at 200ms. B retries until it wins; it
+// must not win before A's validity has ended. With the per-vote check, the
+// comparison with the other masters and the clock allowance off (the probe
+// guard alone), B wins while A is still valid; the control uses the larger
+// jump so that the window it opens (the jump minus the drift allowance)
+// is wide enough to hit on a loaded machine.
+func TestSmallJumpIsCoveredByTheAllowance(t *testing.T) {
+	scenario := func(t *testing.T, jump, pmt time.Duration, extra ...Option) (*Lock, time.Time) {
+		opts, rdbs, clock := skewedMasters(t)
+		c := clockClient(t, opts, append([]Option{WithPerMasterTimeout(pmt), WithHealthInterval(100 * time.Millisecond)}, extra...)...)
+		time.Sleep(time.Second) // a window of clock readings
+		key := "clock:" + t.Name()
+		first := placeOnly(t, c, rdbs, key, time.Second, 2, 3, 4)
+		require.NoError(t, clock.Jump(jump))
+		_, err := c.Acquire(context.Background(), key, time.Second, WithWait(3*time.Second), WithRetry(LinearBackoff(time.Millisecond)))
+		require.NoError(t, err)
+		return first, time.Now()
+	}
+	t.Run("protected: 45ms at 50ms", func(t *testing.T) {
+		first, won := scenario(t, 45*time.Millisecond, 50*time.Millisecond)
+		assert.False(t, won.Before(first.ValidUntil()), "B won %v before A's validity ended", first.ValidUntil().Sub(won))
+	})
+	t.Run("protected: 150ms at 200ms", func(t *testing.T) {
+		first, won := scenario(t, 150*time.Millisecond, 200*time.Millisecond)
+		assert.False(t, won.Before(first.ValidUntil()), "B won %v before A's validity ended", first.ValidUntil().Sub(won))
+	})
+	t.Run("negative control: vote clock check, clock reference and clock allowance off", func(t *testing.T) {
+		first, won := scenario(t, 150*time.Millisecond, 200*time.Millisecond, withGuardOff(guardswitch.VoteClock), withGuardOff(guardswitch.ClockReference), withGuardOff(guardswitch.ClockAllowance))
+		assert.True(t, won.Before(first.ValidUntil()), "B wins while A is valid")
+	})
+}
+
+// TestFailedExtendNeverShortens: A (ttl 20s) on masters 0–3; masters 2 and
+// 3 die; extend with ttl 1s fails (no quorum). 1.3s later B must still be
+// refused: the failed extend did not cut A's keys on 0 and 1. The negative
+// control lets extend shorten.
+func TestFailedExtendNeverShortens(t *testing.T) {
+	scenario := func(t *testing.T, extra ...Option) (*Lock, error) {
+		ctx := context.Background()
+		c, _ := brandNewClient(t, extra...)
+		key := newKey(t)
+		first := placeOn(t, c, key, 20*time.Second, 0, 1, 2, 3)
+		withMasters(t, "kill", 2, 3)
+		err := first.Extend(ctx, time.Second)
+		require.ErrorIs(t, err, ErrQuorumUnavailable)
+		time.Sleep(1300 * time.Millisecond)
+		_, err = c.Acquire(ctx, key, 20*time.Second, WithRetry(NoRetry()))
+		require.Greater(t, first.Validity(), 15*time.Second, "the validity A was last told")
+		return first, err
+	}
+	t.Run("protected", func(t *testing.T) {
+		_, err := scenario(t)
+		require.ErrorIs(t, err, ErrLockHeld)
+	})
+	t.Run("negative control: extend may shorten", func(t *testing.T) {
+		_, err := scenario(t, withGuardOff(guardswitch.ExtendNeverShortens))
+		require.NoError(t, err, "the failed extend shortened A on 0 and 1: B gets in")
+	})
+}
+
+// TestExtendWithShorterTTLKeepsTheLonger: a successful extend with a
+// shorter ttl leaves every key's TTL as it was and the validity too.
+func TestExtendWithShorterTTLKeepsTheLonger(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	key := newKey(t)
+	lock, err := c.Acquire(ctx, key, 20*time.Second)
+	require.NoError(t, err)
+	before := lock.ValidUntil()
+	require.NoError(t, lock.Extend(ctx, time.Second))
+	assert.False(t, lock.ValidUntil().Before(before))
+	for i, r := range direct(t) {
+		assert.Greater(t, r.PTTL(ctx, key).Val(), 15*time.Second, "master %d", i)
+	}
+	require.NoError(t, lock.Extend(ctx, 30*time.Second))
+	assert.Greater(t, lock.Validity(), 25*time.Second, "a longer ttl extends")
+}
+
+// TestStatusNeverCallsAHeldLockFree: A on exactly masters 0, 1, 2; master 2
+// pauses. Two holders and one unknown answer could still be a quorum, so
+// status cannot say "free": it reports the quorum unavailable. Once 2 is
+// back it says held; with the lock gone on a quorum it says free. The
+// negative control (old rule) answers "not held".
+func TestStatusNeverCallsAHeldLockFree(t *testing.T) {
+	ctx := context.Background()
+	t.Run("protected", func(t *testing.T) {
+		c, _ := brandNewClient(t)
+		key := newKey(t)
+		first := placeOn(t, c, key, 20*time.Second, 0, 1, 2)
+		withMasters(t, "pause", 2)
+		st, err := c.Status(ctx, key)
+		require.ErrorIs(t, err, ErrQuorumUnavailable, "%+v", st)
+		assert.False(t, st.Held)
+		assert.Equal(t, 2, st.Holders)
+		require.NoError(t, servers[2].Resume())
+		require.Eventually(t, func() bool { s, err := c.Status(ctx, key); return err == nil && s.Held }, 10*time.Second, 20*time.Millisecond)
+		require.NoError(t, first.Release(ctx))
+		st, err = c.Status(ctx, key)
+		require.NoError(t, err)
+		assert.False(t, st.Held)
+	})
+	t.Run("negative control: status without a quorum either way", func(t *testing.T) {
+		c, _ := brandNewClient(t, withGuardOff(guardswitch.StatusQuorum))
+		key := newKey(t)
+		placeOn(t, c, key, 20*time.Second, 0, 1, 2)
+		withMasters(t, "pause", 2)
+		st, err := c.Status(ctx, key)
+		require.NoError(t, err)
+		assert.False(t, st.Held, "the old rule calls the held lock free")
+	})
+}

@@ -1,0 +1,228 @@
+package redlock
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"log/slog"
+)
+
+// Clock checks on every vote and against the other masters.
+//
+// Redis expires keys by its wall clock, so a master whose clock jumps
+// forward by J drops every key it holds J early. The drift allowance
+// (Client.drift) absorbs jumps up to clockAllowance; every larger forward
+// jump must be caught before the jumped master's vote counts for a second
+// holder. Three checks do that:
+//
+//  1. Every vote script returns the master's TIME (vote_prelude.lua). The
+//     vote counts only if the master's offset from our clock has not moved
+//     forward since the last reading (a probe's or an earlier vote's) by
+//     more than the two readings' uncertainty (half of each round trip: the
+//     master read its clock somewhere within it) plus drift_factor × the
+//     time between them. Otherwise the vote is discarded and the master
+//     quarantined (checkVoteClock). A jump is thus caught in the same round
+//     trip as the first vote after it, not at the next probe.
+//  2. Every probe round compares each master's offset with the median of
+//     the masters' offsets (checkClockAgreement). A master whose clock
+//     disagrees with the others does not vote, whether or not this Client
+//     saw the jump happen (it may have jumped while no daemon watched, or
+//     before this daemon started); once it agrees again it stays out until
+//     its lease horizon has passed.
+//  3. The drift-rate guard (clock.go) catches a clock that runs fast.
+//
+// The blind spot: a forward jump smaller than the uncertainty of check 1 is
+// not seen. A vote counts only when its reading and the reference are
+// uncertain by at most maxUncertainty together (the per-master timeout, at
+// most 100ms; at the default 50ms timeout every vote in time qualifies),
+// and the readings are at most maxRefAge apart, which adds drift_factor ×
+// maxRefAge. clockAllowance is that sum plus the TIME resolution, and
+// Client.drift subtracts it from every validity: 71ms at the defaults.
+// Check 2 judges only readings uncertain by at most an eighth of the
+// per-master timeout and tolerates a quarter of it, so a jump it misses
+// (from one side of the tolerance to the other) is at most the per-master
+// timeout too.
+
+// clockRef is one reading of a master's clock against ours.
+type clockRef struct {
+	at     int64 // when, in monotonic ns since the Client's epoch (the round trip's midpoint)
+	offset int64 // master's wall clock − ours, ns; ours derived from the monotonic clock
+	uncert int64 // ± ns: half the round trip
+}
+
+// clockResolution covers rounding of the masters' TIME and our clock.
+const clockResolution = time.Millisecond
+
+// maxRefAge is how old a reading may be to check a vote against: older
+// ones leave too much room (drift_factor × age) for an unseen jump.
+func (c *Client) maxRefAge() time.Duration {
+	return min(max(2*c.opts.healthInterval, time.Second), 2*time.Second)
+}
+
+// maxUncertainty is the most two readings compared by check 1 may be
+// uncertain by together: the per-master timeout (which bounds them anyway
+// at its default of 50ms), at most 100ms. A vote whose readings are less
+// precise is not counted (ErrMasterClockUnknown).
+func (c *Client) maxUncertainty() time.Duration {
+	return min(c.opts.perMasterTimeout, 100*time.Millisecond)
+}
+
+// clockAllowance is the largest forward jump of a master's clock that the
+// checks above may miss; Client.drift subtracts it from every validity.
+func (c *Client) clockAllowance() time.Duration {
+	if !c.opts.clockAllowance {
+		return 0
+	}
+	return c.maxUncertainty() + time.Duration(float64(c.maxRefAge())*c.opts.driftFactor) + clockResolution
+}
+
+// reading returns the clock reading for a master TIME of remote obtained in
+// a round trip from sent to received (both with monotonic readings).
+func (c *Client) reading(remote, sent, received time.Time) clockRef {
+	rtt := received.Sub(sent)
+	mid := sent.Add(rtt / 2)
+	return clockRef{
+		at:     int64(mid.Sub(c.epoch)),
+		offset: remote.UnixNano() - (c.epochWall + int64(mid.Sub(c.epoch))),
+		uncert: int64(rtt / 2),
+	}
+}
+
+// jumpSince returns how far the master's clock moved forward from ref to
+// s beyond what the readings' uncertainty and drift_factor allow; ≤ 0 when
+// no jump is certain.
+func (c *Client) jumpSince(ref *clockRef, s clockRef) time.Duration {
+	elapsed := s.at - ref.at
+	if elapsed < 0 {
+		elapsed = -elapsed
+	}
+	allow := ref.uncert + s.uncert + int64(float64(elapsed)*c.opts.driftFactor) + int64(clockResolution)
+	return time.Duration(s.offset - ref.offset - allow)
+}
+
+// checkVoteClock is check 1 for a vote whose script read the master's
+// clock as remote, in a fan-out sent at sent and answered at received.
+func (m *master) checkVoteClock(remote, sent, received time.Time) error {
+	c := m.c
+	ref := m.st.ref.Load()
+	s := c.reading(remote, sent, received)
+	if ref == nil || time.Duration(s.at-ref.at) > c.maxRefAge() || time.Duration(s.uncert+ref.uncert) > c.maxUncertainty() {
+		c.kickHealth()
+		return ErrMasterClockUnknown
+	}
+	if j := c.jumpSince(ref, s); j > 0 {
+		m.clockJumped(time.Duration(s.offset-ref.offset), "a vote")
+		return ErrMasterClockJump
+	}
+	// A vote is a reading too: it keeps the reference fresh under load,
+	// when probes may be too slow to serve as one.
+	if s.uncert <= int64(c.maxUncertainty()/2) && time.Duration(s.at-ref.at) > c.maxRefAge()/4 {
+		m.st.ref.CompareAndSwap(ref, &s)
+	}
+	return nil
+}
+
+// observeReading is check 1 for a probe's TIME reading; a usable reading
+// (round trip within the per-master timeout) becomes the new reference.
+func (m *master) observeReading(s clockRef) {
+	c := m.c
+	if time.Duration(2*s.uncert) > c.maxUncertainty() {
+		return
+	}
+	if ref := m.st.ref.Load(); ref != nil && c.opts.voteClockGuard {
+		if j := c.jumpSince(ref, s); j > 0 {
+			m.clockJumped(time.Duration(s.offset-ref.offset), "a health probe")
+		}
+	}
+	m.st.ref.Store(&s)
+}
+
+// clockJumped quarantines a master whose clock jumped forward by delta:
+// its keys may have expired early, so its votes stay out until every lock
+// it may have held has ended (its lease horizon, set by the next health
+// round; max TTL until then).
+func (m *master) clockJumped(delta time.Duration, via string) {
+	m.holdUntilHorizon(fmt.Sprintf("wall clock jumped forward by %v (seen by %s)", delta.Round(time.Millisecond), via))
+}
+
+// holdUntilHorizon quarantines a master that kept its data but whose keys
+// may have expired early: for max TTL at once, shortened by the next health
+// round to its lease horizon (horizon.go).
+func (m *master) holdUntilHorizon(reason string) {
+	if !m.c.opts.quarantine {
+		m.c.opts.logger.Warn("master would be quarantined (quarantine disabled)", masterAttr(m), slog.String("reason", reason))
+		return
+	}
+	if m.st.horizonPending.Swap(true) {
+		return
+	}
+	m.st.lostAt.Store(m.c.sinceEpoch())
+	m.quarantine(reason, m.c.opts.maxTTL)
+	m.c.kickHealth()
+}
+
+// checkClockAgreement is check 2, run after every probe round: a master
+// whose offset differs from the median of the masters' offsets by more
+// than the tolerance (beyond both readings' uncertainty) is held out until
+// it agrees again, and then until its lease horizon has passed.
+func (c *Client) checkClockAgreement() {
+	if !c.opts.clockGuard || !c.opts.clockReference {
+		return
+	}
+	tight := int64(c.opts.perMasterTimeout / 8)
+	type sample struct {
+		m *master
+		s clockRef
+	}
+	var fresh []sample
+	for _, m := range c.masters {
+		s, ok := m.st.lastReading.Load(), m.up.Load()
+		if ok && s != nil && s.uncert <= tight && time.Duration(c.sinceEpoch()-s.at) < c.opts.healthInterval+c.opts.healthTimeout {
+			fresh = append(fresh, sample{m, *s})
+		}
+	}
+	if len(fresh) < c.quorum {
+		return // too few precise readings to judge by
+	}
+	offs := make([]int64, len(fresh))
+	for i, f := range fresh {
+		offs[i] = f.s.offset
+	}
+	slices.Sort(offs)
+	median := offs[len(offs)/2]
+	var medUncert int64
+	for _, f := range fresh {
+		if f.s.offset == median {
+			medUncert = f.s.uncert
+		}
+	}
+	tolerance := int64(c.opts.perMasterTimeout / 4)
+	for _, f := range fresh {
+		d := f.s.offset - median
+		if d < 0 {
+			d = -d
+		}
+		m := f.m
+		if d-f.s.uncert-medUncert > tolerance {
+			if !m.st.clockHold.Swap(true) {
+				why := fmt.Sprintf("wall clock differs from the median of the masters by %v (tolerance %v): votes stop until it agrees, then until its lease horizon", time.Duration(f.s.offset-median).Round(time.Millisecond), time.Duration(tolerance))
+				m.st.mu.Lock()
+				if m.quarantineLeft() > 0 && m.st.quarantineReason != "" {
+					why = m.st.quarantineReason + "; " + why
+				}
+				m.st.quarantineReason = why
+				m.st.mu.Unlock()
+				c.quarantines.Add(1)
+				c.opts.logger.Warn("master clock disagrees with the other masters: held out", masterAttr(m), slog.Duration("by", time.Duration(f.s.offset-median)))
+			}
+			continue
+		}
+		if m.st.clockHold.Load() {
+			// It agrees again: locks set before it disagreed may have
+			// expired early on it; keep it out until they have all ended.
+			m.holdUntilHorizon("wall clock agrees with the other masters again after it differed: locks it held may have expired early")
+			m.st.clockHold.Store(false)
+		}
+	}
+}

@@ -1,0 +1,198 @@
+package redlock
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"log/slog"
+)
+
+// DataLossReason says how a master was found to have lost lock state. A
+// master that lost its data may have lost locks it voted for, so its vote
+// must not count until every lock it could have held has ended (lease
+// horizon, horizon.go) and its fencing counter has been repaired (fence.go).
+type DataLossReason string
+
+// How a lost master is detected; every case is caught by the vote scripts
+// themselves (vote_prelude.lua) in the same round trip as the vote, and by
+// the health probe for masters that receive no votes.
+const (
+	// LossRestart: the run_id changed and the master does not persist every
+	// write (appendfsync always).
+	LossRestart DataLossReason = "restart"
+	// LossSnapshot: the master restarted with data older than its start
+	// (an RDB snapshot or an AOF not fsynced always).
+	LossSnapshot DataLossReason = "snapshot"
+	// LossStateMissing: the marker, lease horizon or fencing counter is
+	// gone while the process kept its run_id: FLUSHALL, FLUSHDB, SWAPDB, an
+	// operator's DEL/UNLINK, or eviction of those keys.
+	LossStateMissing DataLossReason = "state_missing"
+	// LossMarkerReplaced: the marker holds another value than the one this
+	// master had: its data was replaced (REPLICAOF another server, a
+	// restore) by data that carries a marker of its own.
+	LossMarkerReplaced DataLossReason = "marker_replaced"
+	// LossEvicted: INFO's evicted_keys grew: lock keys (which all have a
+	// TTL, so volatile-* policies evict them too) may be gone.
+	LossEvicted DataLossReason = "evicted"
+	// LossReplica: the master reports role slave: its data is another
+	// server's.
+	LossReplica DataLossReason = "replica"
+)
+
+// DataLossReasons lists every DataLossReason, for metrics.
+var DataLossReasons = []DataLossReason{LossRestart, LossSnapshot, LossStateMissing, LossMarkerReplaced, LossEvicted, LossReplica}
+
+// DataLosses returns how many times a master was found to have lost its
+// data, per reason, since New.
+func (c *Client) DataLosses() map[DataLossReason]int64 {
+	out := make(map[DataLossReason]int64, len(DataLossReasons))
+	for i, r := range DataLossReasons {
+		out[r] = c.losses[i].Load()
+	}
+	return out
+}
+
+func (c *Client) countLoss(r DataLossReason) {
+	for i, x := range DataLossReasons {
+		if x == r {
+			c.losses[i].Add(1)
+			return
+		}
+	}
+}
+
+// lostData handles a master that lost lock state: its votes stop counting
+// at once (repairPending), it is quarantined for max TTL until the health
+// loop has read the lease horizon from a quorum (which usually shortens the
+// quarantine), and its fencing counter, lease horizon and marker are then
+// repaired (repairMaster). Safe to call from the vote path and repeatedly:
+// only the first call per loss logs and counts.
+func (m *master) lostData(why DataLossReason, reason string) {
+	if !m.c.opts.quarantine {
+		m.c.opts.logger.Warn("master lost its data; not quarantined or repaired (quarantine disabled)", masterAttr(m), slog.String("reason", reason))
+		return
+	}
+	if m.st.repairPending.Swap(true) {
+		return // this loss is already being handled
+	}
+	m.st.lostAt.Store(m.c.sinceEpoch())
+	m.c.countLoss(why)
+	m.quarantine(reason, m.c.opts.maxTTL)
+	m.c.kickHealth()
+}
+
+// markerMatches checks the marker a vote or probe read on m (value, at the
+// master's time now) against the marker m is known to carry. A missing
+// marker means data lost; a different one means data replaced, unless it is
+// a repair marker for this very server written after this Client saw it
+// lose its data (another redlockd, or `redlockd repair-fences`): that one
+// is adopted, with its quarantine.
+func (m *master) markerMatches(value string, now time.Time, via string) bool {
+	exp := m.expectedMarker.Load()
+	if exp != nil && *exp == value || exp == nil && !m.st.repairPending.Load() {
+		return true
+	}
+	if value == "" {
+		m.lostData(LossStateMissing, "data lost without restart: marker missing (seen by "+via+")")
+		return false
+	}
+	mk, ok := parseMarker(value)
+	var old marker // a master lost before it was first seen has no marker to compare
+	if exp != nil {
+		old, _ = parseMarker(*exp)
+	}
+	if ok && mk.repaired && mk.runID != "" && mk.runID == m.runID() && !mk.at.Before(old.at) {
+		m.adoptRepair(value, mk, now)
+		return true
+	}
+	if exp == nil {
+		return false // lost before it was first seen, and still not repaired
+	}
+	m.lostData(LossMarkerReplaced, fmt.Sprintf("data replaced: marker %q where %q was (seen by %s; REPLICAOF, a restore or SWAPDB)", clip(value), clip(*exp), via))
+	return false
+}
+
+// adoptRepair takes a repair marker another redlockd (or the operator)
+// wrote on m as m's marker, and keeps m's votes out until the marker's
+// <until>. A pending repair of this Client is done by it when the marker
+// was written after this Client saw the loss.
+func (m *master) adoptRepair(value string, mk marker, now time.Time) {
+	m.expectedMarker.Store(&value)
+	m.st.repairedAt.Store(mk.at.UnixMilli())
+	m.st.evicted.Store(-1)
+	if m.st.repairPending.Load() {
+		lostAt := m.c.epochWall + m.st.lostAt.Load() // our clock
+		if ref := m.st.ref.Load(); ref != nil && mk.at.UnixNano() >= lostAt+ref.offset-int64(m.c.clockAllowance()) {
+			m.st.repairPending.Store(false)
+			m.st.repairWarned.Store(false)
+			m.c.repairs.Add(1)
+			m.c.opts.logger.Warn("master repaired by another redlockd or by `redlockd repair-fences`", masterAttr(m))
+		}
+	}
+	if left := mk.until.Sub(now); left > 0 {
+		m.quarantine("repaired after losing its data or a clock fault; locks it lost may still be valid until its lease horizon", left+m.c.clockAllowance())
+	}
+}
+
+// evictionsUnchanged reports whether m's evicted_keys (read by a vote or a
+// probe) is still the value seen when m was last found intact.
+func (m *master) evictionsUnchanged(n int64, via string) bool {
+	base := m.st.evicted.Load()
+	if base < 0 { // unknown since a repair by someone else: this is the baseline
+		m.st.evicted.CompareAndSwap(base, n)
+		return true
+	}
+	if n <= base {
+		return true
+	}
+	m.lostData(LossEvicted, fmt.Sprintf("evicted %d keys since it was last checked (seen by %s): lock keys may be gone; use maxmemory-policy noeviction", n-base, via))
+	return false
+}
+
+func (m *master) runID() string {
+	m.st.mu.Lock()
+	defer m.st.mu.Unlock()
+	return m.st.runID
+}
+
+// marker is a parsed deployment marker:
+//
+//	redlockd <unix ms> [<nonce>]                        first written
+//	repaired <unix ms> [<nonce> <until unix ms> <run_id>] written by a repair
+//
+// All times by the master's own clock.
+type marker struct {
+	repaired bool
+	at       time.Time
+	until    time.Time // zero when absent
+	runID    string
+}
+
+func parseMarker(v string) (marker, bool) {
+	f := strings.Fields(v)
+	if len(f) < 2 || (f[0] != "redlockd" && f[0] != "repaired") {
+		return marker{}, false
+	}
+	ms, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil || ms <= 0 {
+		return marker{}, false
+	}
+	mk := marker{repaired: f[0] == "repaired", at: time.UnixMilli(ms)}
+	if mk.repaired && len(f) == 5 {
+		if u, err := strconv.ParseInt(f[3], 10, 64); err == nil {
+			mk.until = time.UnixMilli(u)
+		}
+		mk.runID = f[4]
+	}
+	return mk, true
+}
+
+// clip shortens a value read from a master for a log line or reason.
+func clip(s string) string {
+	if len(s) > 48 {
+		return s[:48] + "…"
+	}
+	return s
+}

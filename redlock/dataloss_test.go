@@ -1,0 +1,348 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/internal/guardswitch"
+)
+
+// brandNewClient returns a Client of a deployment of its own on the test
+// masters (a fresh marker key, written by the Client itself, so every
+// master carries a marker of its own as in production) and the options to
+// start more Clients of the same deployment: more daemons.
+func brandNewClient(t *testing.T, opts ...Option) (*Client, []Option) {
+	t.Helper()
+	marker := "marker:" + newKey(t)
+	opts = append([]Option{WithMarkerKey(marker), WithFenceKey(marker + ":fence"), WithHealthInterval(50 * time.Millisecond), WithPerMasterTimeout(500 * time.Millisecond)}, opts...)
+	c := sameDeployment(t, opts...)
+	require.Eventually(t, func() bool {
+		for _, st := range c.Masters() {
+			if st.State != MasterUp {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond, "a brand-new deployment serves at once: %v", states(c))
+	return c, opts
+}
+
+// sameDeployment starts another Client (another daemon) with opts.
+func sameDeployment(t *testing.T, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(masterOptions(), opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// placeOn acquires key for ttl and deletes its key on every master but
+// those in on: a lock that reached exactly those masters (its SET lost on
+// the way to the others), the case in which one faulty master decides.
+func placeOn(t *testing.T, c *Client, key string, ttl time.Duration, on ...int) *Lock {
+	t.Helper()
+	lock, err := c.Acquire(context.Background(), key, ttl)
+	require.NoError(t, err)
+	rdbs := direct(t)
+	for i, r := range rdbs {
+		if !containsInt(on, i) {
+			require.NoError(t, r.Del(context.Background(), key).Err())
+		}
+	}
+	return lock
+}
+
+func containsInt(s []int, v int) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// TestFlushAllWithoutRestart is the reproduction: a lock with ttl 30s,
+// FLUSHALL on two masters, two seconds later on a third. No second holder
+// while the first lock is valid (through this Client or another daemon's
+// started between the faults), and the deployment fails closed once three
+// masters lost their data. The negative control turns the data-loss check
+// off: the flushed masters grant the lock again.
+func TestFlushAllWithoutRestart(t *testing.T) {
+	scenario := func(t *testing.T, opts ...Option) (*Lock, *Client, *Client) {
+		ctx := context.Background()
+		c, all := brandNewClient(t, opts...)
+		key := newKey(t)
+		first, err := c.Acquire(ctx, key, 30*time.Second)
+		require.NoError(t, err)
+		rdbs := direct(t)
+		require.NoError(t, rdbs[0].FlushAll(ctx).Err())
+		require.NoError(t, rdbs[1].FlushAll(ctx).Err())
+		other := sameDeployment(t, all...) // a daemon started between the faults
+		time.Sleep(2 * time.Second)
+		require.NoError(t, rdbs[2].FlushAll(ctx).Err())
+		require.Greater(t, first.Validity(), 20*time.Second, "the first lock is still valid")
+		return first, c, other
+	}
+	t.Run("protected", func(t *testing.T) {
+		ctx := context.Background()
+		first, c, other := scenario(t)
+		for _, cl := range []*Client{c, other} {
+			_, err := cl.Acquire(ctx, first.Key(), 30*time.Second, WithRetry(NoRetry()))
+			require.ErrorIs(t, err, ErrNotObtained)
+			_, err = cl.Acquire(ctx, newKey(t), time.Second, WithRetry(NoRetry()))
+			require.ErrorIs(t, err, ErrQuorumUnavailable, "three of five lost their data: fail closed")
+		}
+	})
+	t.Run("negative control: data-loss check off", func(t *testing.T) {
+		first, c, _ := scenario(t, withGuardOff(guardswitch.DataLossCheck))
+		_, err := c.Acquire(context.Background(), first.Key(), 30*time.Second, WithRetry(NoRetry()))
+		require.NoError(t, err, "the flushed masters grant the lock while the first is valid")
+	})
+}
+
+// TestFlushAllThreeAtOnceKeepsFencesUp: three masters flushed at once (a
+// majority) cannot hand out a lock, let alone fence 1 again; the negative
+// control shows the fence going back to 1.
+func TestFlushAllThreeAtOnceKeepsFencesUp(t *testing.T) {
+	scenario := func(t *testing.T, opts ...Option) (*Lock, *Lock, error) {
+		ctx := context.Background()
+		c, _ := brandNewClient(t, append(opts, WithHealthInterval(time.Hour))...)
+		key := newKey(t)
+		var first *Lock
+		for range 5 {
+			l, err := c.Acquire(ctx, key, time.Second)
+			require.NoError(t, err)
+			require.NoError(t, l.Release(ctx))
+			first = l
+		}
+		first, err := c.Acquire(ctx, key, 30*time.Second)
+		require.NoError(t, err)
+		rdbs := direct(t)
+		for i := range 3 {
+			require.NoError(t, rdbs[i].FlushAll(ctx).Err())
+		}
+		second, err := c.Acquire(ctx, key, 30*time.Second, WithRetry(NoRetry()))
+		return first, second, err
+	}
+	t.Run("protected", func(t *testing.T) {
+		_, _, err := scenario(t)
+		require.ErrorIs(t, err, ErrNotObtained)
+		require.ErrorIs(t, err, ErrMasterDataLost)
+	})
+	t.Run("negative control: data-loss check off", func(t *testing.T) {
+		first, second, err := scenario(t, withGuardOff(guardswitch.DataLossCheck))
+		require.NoError(t, err, "a second holder while the first is valid")
+		assert.Equal(t, int64(1), second.Fence(), "and the fence back at 1 (the first had %d)", first.Fence())
+	})
+}
+
+// lossFault is one way a master can lose lock state without a restart.
+type lossFault struct {
+	name string
+	// removesLock: the fault removes the lock's key too, so without the
+	// check a second holder gets in (the negative control applies).
+	removesLock bool
+	apply       func(t *testing.T, r *redis.Client, marker, key string)
+}
+
+func lossFaults() []lossFault {
+	ctx := context.Background()
+	return []lossFault{
+		{"FLUSHDB", true, func(t *testing.T, r *redis.Client, _, _ string) { require.NoError(t, r.FlushDB(ctx).Err()) }},
+		{"SWAPDB", true, func(t *testing.T, r *redis.Client, _, _ string) {
+			require.NoError(t, r.Do(ctx, "SWAPDB", "0", "9").Err())
+			t.Cleanup(func() { r.Do(ctx, "SWAPDB", "0", "9") })
+		}},
+		{"DEL of every redlock key (a cleanup script)", true, func(t *testing.T, r *redis.Client, marker, key string) {
+			keys, err := r.Keys(ctx, marker+"*").Result()
+			require.NoError(t, err)
+			require.NoError(t, r.Unlink(ctx, append(keys, key)...).Err())
+		}},
+		{"DEL of the marker only", false, func(t *testing.T, r *redis.Client, marker, _ string) { require.NoError(t, r.Del(ctx, marker).Err()) }},
+		{"DEL of the fencing counter only", false, func(t *testing.T, r *redis.Client, marker, _ string) {
+			require.NoError(t, r.Del(ctx, marker+":fence").Err())
+		}},
+		{"DEL of the lease horizon only", false, func(t *testing.T, r *redis.Client, marker, _ string) {
+			require.NoError(t, r.Del(ctx, marker+":horizon").Err())
+		}},
+		{"eviction (allkeys-lru, small maxmemory)", true, forceEviction},
+		{"REPLICAOF another master, then REPLICAOF NO ONE", true, func(t *testing.T, r *redis.Client, _, _ string) {
+			host, port, _ := strings.Cut(servers[0].Addr(), ":")
+			require.NoError(t, r.SlaveOf(ctx, host, port).Err())
+			t.Cleanup(func() { r.SlaveOf(ctx, "NO", "ONE") })
+			require.Eventually(t, func() bool {
+				return strings.Contains(r.Info(ctx, "replication").Val(), "master_link_status:up")
+			}, 10*time.Second, 10*time.Millisecond, "the sync completes")
+			require.NoError(t, r.SlaveOf(ctx, "NO", "ONE").Err())
+		}},
+	}
+}
+
+// forceEviction lowers maxmemory just above what the master uses, sets
+// allkeys-lru and writes until the lock's key has been evicted.
+func forceEviction(t *testing.T, r *redis.Client, _, key string) {
+	ctx := context.Background()
+	used, err := strconv.ParseInt(parseInfoFields(r.Info(ctx, "memory").Val(), "used_memory")["used_memory"], 10, 64)
+	require.NoError(t, err)
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err())
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+2<<20, 10)).Err())
+	t.Cleanup(func() {
+		r.ConfigSet(ctx, "maxmemory", "0")
+		r.ConfigSet(ctx, "maxmemory-policy", "noeviction")
+		keys, _ := r.Keys(ctx, "filler:*").Result()
+		if len(keys) > 0 {
+			r.Unlink(ctx, keys...)
+		}
+	})
+	filler := strings.Repeat("x", 16<<10)
+	for i := 0; r.Exists(ctx, key).Val() == 1; i++ {
+		require.Less(t, i, 20000, "the lock key was never evicted")
+		require.NoError(t, r.Set(ctx, fmt.Sprintf("filler:%d", i), filler, 0).Err())
+	}
+	// One eviction episode: evicted_keys has grown; no more evictions after.
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory", "0").Err())
+}
+
+// TestEveryWayOfLosingData: for each way a master can lose lock state
+// while it keeps running, a lock placed on exactly masters 2, 3, 4 (master
+// 4 then loses its state) keeps a second holder out when it is asked
+// within milliseconds, before any health probe (probes are an hour apart
+// here: the vote scripts see the loss). The master is reported as having
+// lost its data. Where the fault removes the lock's key, the negative
+// control (check off) shows the double grant.
+func TestEveryWayOfLosingData(t *testing.T) {
+	for _, f := range lossFaults() {
+		t.Run(f.name, func(t *testing.T) {
+			ctx := context.Background()
+			c, opts := brandNewClient(t)
+			slow := sameDeployment(t, append(opts, WithHealthInterval(time.Hour))...)
+			key := newKey(t)
+			placeOn(t, c, key, 30*time.Second, 2, 3, 4)
+			f.apply(t, direct(t)[4], markerKeyOf(opts), key)
+			warmUp(slow)
+			_, err := slow.Acquire(ctx, key, 30*time.Second, WithRetry(NoRetry()))
+			require.ErrorIs(t, err, ErrNotObtained)
+			assert.Contains(t, []MasterState{MasterRepairing, MasterQuarantined}, slow.Masters()[4].State, "%v", slow.Masters()[4])
+			require.Eventually(t, func() bool { return c.Masters()[4].State != MasterUp }, 5*time.Second, 10*time.Millisecond,
+				"the probing Client sees it too")
+			// Each Client counts the loss once, unless it adopted the other's
+			// repair first (the repair marker), which is no loss of its own.
+			var n int64
+			for _, cl := range []*Client{c, slow} {
+				var k int64
+				for _, v := range cl.DataLosses() {
+					k += v
+				}
+				if !strings.HasPrefix(f.name, "eviction") { // repairs under memory pressure evict again
+					assert.LessOrEqual(t, k, int64(1), "one loss counted: %v", cl.DataLosses())
+				}
+				n += k
+			}
+			assert.Positive(t, n, "the loss is counted")
+		})
+		if !f.removesLock {
+			continue
+		}
+		t.Run(f.name+": negative control", func(t *testing.T) {
+			ctx := context.Background()
+			c, opts := brandNewClient(t, withGuardOff(guardswitch.DataLossCheck))
+			slow := sameDeployment(t, append(opts, WithHealthInterval(time.Hour))...)
+			key := newKey(t)
+			first := placeOn(t, c, key, 30*time.Second, 2, 3, 4)
+			f.apply(t, direct(t)[4], markerKeyOf(opts), key)
+			warmUp(slow)
+			_, err := slow.Acquire(ctx, key, 30*time.Second, WithRetry(NoRetry()))
+			require.NoError(t, err, "without the check a second holder gets in")
+			assert.Greater(t, first.Validity(), 20*time.Second)
+		})
+	}
+}
+
+// warmUp takes and releases an unrelated lock: its votes are fresh clock
+// readings for a Client whose probes are an hour apart, after a fault that
+// took longer than the readings may be old (a replica's sync).
+func warmUp(c *Client) {
+	ctx := context.Background()
+	if l, err := c.Acquire(ctx, fmt.Sprintf("warmup:%d", keySeq.Add(1)), time.Second); err == nil {
+		_ = l.Release(ctx)
+	}
+}
+
+func markerKeyOf(opts []Option) string {
+	o := defaultOptions()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o.markerKey
+}
+
+// TestReplicaIsNotAMaster: a master turned into a replica stops counting
+// (probe: role slave), and counts again only once it is a master again
+// and repaired.
+func TestReplicaIsNotAMaster(t *testing.T) {
+	ctx := context.Background()
+	c, _ := brandNewClient(t)
+	r := direct(t)[4]
+	host, port, _ := strings.Cut(servers[0].Addr(), ":")
+	require.NoError(t, r.SlaveOf(ctx, host, port).Err())
+	t.Cleanup(func() { r.SlaveOf(ctx, "NO", "ONE") })
+	require.Eventually(t, func() bool { return c.Masters()[4].State == MasterRepairing }, 5*time.Second, 10*time.Millisecond)
+	assert.Contains(t, c.Masters()[4].QuarantineReason, "slave")
+	assert.EqualValues(t, 1, c.DataLosses()[LossReplica])
+	require.NoError(t, r.SlaveOf(ctx, "NO", "ONE").Err())
+	require.Eventually(t, func() bool { return c.Masters()[4].State == MasterQuarantined }, 5*time.Second, 10*time.Millisecond,
+		"a master again: repaired, then quarantined until its lease horizon")
+}
+
+// TestQuarantineLastsUntilTheLeaseHorizon: a master that lost its data is
+// kept out until the locks it may have held have ended — read from a quorum
+// of the others' lease horizons — not for max TTL (an hour here). A lock
+// granted just before the loss still keeps a second holder out, and the
+// master counts again soon after that lock's TTL.
+func TestQuarantineLastsUntilTheLeaseHorizon(t *testing.T) {
+	ctx := context.Background()
+	c, _ := brandNewClient(t, WithMaxTTL(time.Hour))
+	key := newKey(t)
+	first := placeOn(t, c, key, 3*time.Second, 2, 3, 4)
+	require.NoError(t, direct(t)[4].FlushAll(ctx).Err())
+	_, err := c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
+	require.ErrorIs(t, err, ErrNotObtained, "the lock granted just before the loss keeps a second holder out")
+	require.Eventually(t, func() bool { return c.Masters()[4].State == MasterQuarantined }, 5*time.Second, 10*time.Millisecond)
+	st := c.Masters()[4]
+	assert.Less(t, st.QuarantineLeft, 5*time.Second, "bounded by the lease horizon, not by max TTL: %v", st.QuarantineReason)
+	assert.Contains(t, st.QuarantineReason, "lease horizon")
+	for first.Validity() > 0 {
+		_, err := c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
+		require.Error(t, err, "no second holder while the first is valid")
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Eventually(t, func() bool { return c.Masters()[4].State == MasterUp }, 10*time.Second, 10*time.Millisecond)
+	next, err := c.Acquire(ctx, key, time.Second, WithWait(5*time.Second))
+	require.NoError(t, err)
+	assert.Greater(t, next.Fence(), first.Fence())
+	assert.Positive(t, c.FenceRepairs())
+}
+
+// TestHorizonWithoutQuorumFallsBackToMaxTTL: with two masters down, the
+// others cannot give a quorum of lease horizons, so a master that lost its
+// data stays out for max TTL.
+func TestHorizonWithoutQuorumFallsBackToMaxTTL(t *testing.T) {
+	ctx := context.Background()
+	c, _ := brandNewClient(t, WithMaxTTL(time.Hour))
+	placeOn(t, c, newKey(t), 3*time.Second, 0, 1, 2, 3, 4)
+	withMasters(t, "pause", 2, 3)
+	require.Eventually(t, func() bool { return !c.Masters()[2].Up && !c.Masters()[3].Up }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, direct(t)[4].FlushAll(ctx).Err())
+	require.Eventually(t, func() bool { return c.Masters()[4].State != MasterUp }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	st := c.Masters()[4]
+	assert.Greater(t, st.QuarantineLeft, 50*time.Minute, "two others cannot bound the outstanding locks: max TTL")
+}

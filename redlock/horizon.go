@@ -1,0 +1,176 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"log/slog"
+)
+
+// Lease horizon: how long a master that lost its data must stay out.
+//
+// Every master keeps a horizon (one key per master, markerKey + ":horizon",
+// unix ms by the master's own clock): the acquire and extend scripts
+// max-assign it to now + the key's TTL whenever they set or extend a key,
+// in the same atomic step. So on every master that voted for lock L, the
+// horizon is at least the moment L's key expires there.
+//
+// Claim: when master m loses its data (or its clock jumps forward), and
+// the health loop then reads the horizons of a quorum R of the other
+// counting masters, every lock L granted with m's vote before the loss has
+// ended by the latest of those horizons (plus the drift allowance).
+//
+// Proof: L was granted by a quorum Q of counting masters, each of which
+// max-assigned its horizon to at least L's expiry there; horizons never
+// decrease (max-assign, no TTL). Q minus m holds at least quorum − 1
+// masters among the N − 1 others, and R is a quorum among those N − 1;
+// quorum + quorum − 1 = N > N − 1, so they share a master s. s still has
+// its horizon: it counts, and a counting master that had lost its data
+// since L was granted would itself still be kept out by this rule until L
+// ended. L's validity ends before L's key expires on s (the drift
+// allowance covers the clocks; clockref.go), and the key expires no later
+// than s's horizon. The read happens after the loss was seen, so any lock
+// granted in between (without m: a lost master refuses to vote, and its
+// vote is checked in the same script) is covered too, and in any case
+// needs no protection from m: a later quorum meets its own.
+//
+// When fewer than a quorum of the others can be read, m stays out for max
+// TTL from the loss (the Redis Redlock page's "delayed restart"), and never
+// longer than that in any case. The quarantine is written on m itself (the
+// repair marker's <until>), so every daemon, including one started later,
+// keeps m out until then.
+
+// othersRead is what repairMaster reads from the other counting masters.
+type othersRead struct {
+	answers int
+	counter int64     // highest fencing counter
+	until   time.Time // latest end of a lease horizon, by our monotonic clock
+}
+
+// readOthers reads the fencing counter, the lease horizon and the clock of
+// every counting master but m.
+func (c *Client) readOthers(ctx context.Context, m *master) othersRead {
+	var r othersRead
+	for _, o := range c.masters {
+		if o == m || !o.counts() {
+			continue
+		}
+		pipe := o.probe.Pipeline()
+		var counter *redis.StringCmd
+		if c.opts.fenceKey != "" {
+			counter = pipe.Get(ctx, c.opts.fenceKey)
+		}
+		horizon := pipe.Get(ctx, c.opts.horizonKey)
+		tm := pipe.Time(ctx)
+		_, _ = pipe.Exec(ctx)
+		received := time.Now()
+		h, err := horizon.Int64()
+		now, terr := tm.Result()
+		if err != nil || terr != nil {
+			continue // a counting master keeps its horizon: missing is an error here
+		}
+		if counter != nil {
+			v, err := counter.Int64()
+			if errors.Is(err, redis.Nil) {
+				v, err = 0, nil
+			}
+			if err != nil {
+				continue
+			}
+			r.counter = max(r.counter, v)
+		}
+		r.answers++
+		left := max(time.Duration(h-now.UnixMilli())*time.Millisecond, 0)
+		end := received.Add(left + time.Duration(float64(left)*c.opts.driftFactor) + c.drift(0))
+		if end.After(r.until) {
+			r.until = end
+		}
+	}
+	return r
+}
+
+// repairMaster brings back a master that lost its data (repairPending) or
+// whose keys may have expired early (horizonPending): it raises m's
+// fencing counter to the highest a quorum of the others holds, sets its
+// quarantine to their lease horizon (capped at max TTL from the loss), and
+// writes m's horizon and the repair marker carrying that quarantine.
+// Without a quorum to read from, a lost master waits for an operator's
+// RepairFences; a clock-faulted one keeps its max TTL quarantine and is
+// marked so. Runs under probeMu; retried every round until it succeeds.
+func (c *Client) repairMaster(m *master) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.healthTimeout)
+	defer cancel()
+	lost := m.st.repairPending.Load()
+	capAt := c.epoch.Add(time.Duration(m.st.lostAt.Load()) + c.opts.maxTTL)
+	r := c.readOthers(ctx, m)
+	until, source := capAt, "max TTL (no quorum of the other masters to read a lease horizon from)"
+	switch {
+	case r.answers >= c.quorum:
+		if r.until.Before(capAt) {
+			until = r.until
+		}
+		source = fmt.Sprintf("the lease horizon of %d other masters", r.answers)
+	case lost:
+		c.noQuorumToRepair(m, r.answers)
+		return
+	}
+	hold := max(time.Until(until), 0)
+	ms := strconv.FormatInt(hold.Milliseconds()+1, 10)
+	nonce, err := c.opts.token()
+	if err != nil {
+		return
+	}
+	keys := []string{c.opts.markerKey, c.opts.horizonKey}
+	if c.opts.fenceKey != "" {
+		keys = append(keys, c.opts.fenceKey)
+	}
+	out, err := repairScript.Run(ctx, m.probe, keys, strconv.FormatInt(r.counter, 10), ms, nonce[:16], ms, m.runID()).Slice()
+	if err != nil || len(out) != 2 {
+		c.opts.logger.Warn("master repair failed; retried next round", masterAttr(m), slog.Any("error", err))
+		return
+	}
+	value, _ := out[0].(string)
+	m.expectedMarker.Store(&value)
+	if mk, ok := parseMarker(value); ok {
+		m.st.repairedAt.Store(mk.at.UnixMilli())
+	}
+	m.st.evicted.Store(m.st.lastEvicted.Load())
+	m.st.mu.Lock()
+	reason := strings.TrimSuffix(m.st.quarantineReason, ";")
+	m.st.mu.Unlock()
+	if i := strings.Index(reason, "; counts again"); i >= 0 {
+		reason = reason[:i]
+	}
+	m.setQuarantine(fmt.Sprintf("%s; counts again when every lock it may have held has ended (%s)", reason, source), hold)
+	m.st.repairWarned.Store(false)
+	m.st.horizonPending.Store(false)
+	if m.st.repairPending.Swap(false) {
+		c.repairs.Add(1)
+		c.opts.logger.Info("master repaired: fencing counter, lease horizon and marker", masterAttr(m), slog.Int64("counter", r.counter), slog.Duration("quarantine", hold))
+	}
+}
+
+// noQuorumToRepair notes that a lost master's repair must wait: no quorum of
+// counting masters kept their data (a majority lost it), so only an
+// operator's RepairFences can bring it back.
+func (c *Client) noQuorumToRepair(m *master, answers int) {
+	for _, o := range c.masters {
+		if o != m && o.up.Load() && !o.st.probed.Load() {
+			return // a startup round: the others count from the next one
+		}
+	}
+	if m.st.repairWarned.Swap(true) { // once per loss, not every probe round
+		return
+	}
+	m.st.mu.Lock()
+	if !strings.Contains(m.st.quarantineReason, "repair-fences") {
+		m.st.quarantineReason += "; no quorum of counting masters to repair it from: run `redlockd repair-fences`"
+	}
+	m.st.mu.Unlock()
+	c.opts.logger.Warn("master repair postponed: no quorum to read from; retried every probe round (after the loss of a majority: redlockd repair-fences)", masterAttr(m), slog.Int("answers", answers))
+}

@@ -1,0 +1,27 @@
+-- Bring a master that lost its data back into the deployment: raise its
+-- fencing counter and lease horizon (max-assign), then write the repair
+-- marker "repaired <unix ms> <nonce> <until unix ms> <run_id>", all by this
+-- master's own clock. Every Client keeps the master's votes out until
+-- <until>; the run_id ties the marker to this server, so a copy of another
+-- master's data (REPLICAOF) is never taken for a repair.
+-- KEYS[1] marker, KEYS[2] lease horizon, KEYS[3] fencing counter (absent when fencing is off)
+-- ARGV[1] counter, ARGV[2] horizon in milliseconds from now, ARGV[3] nonce,
+-- ARGV[4] quarantine in milliseconds from now, ARGV[5] the server's run_id
+-- Returns {marker, counter after}.
+local t = redis.call('TIME')
+local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local counter = 0
+if KEYS[3] then
+  counter = tonumber(redis.call('GET', KEYS[3]) or '0')
+  if counter < tonumber(ARGV[1]) then
+    counter = tonumber(ARGV[1])
+    redis.call('SET', KEYS[3], ARGV[1])
+  end
+end
+local h = ms + tonumber(ARGV[2])
+if tonumber(redis.call('GET', KEYS[2]) or '0') < h then
+  redis.call('SET', KEYS[2], string.format('%d', h))
+end
+local v = 'repaired ' .. string.format('%d', ms) .. ' ' .. ARGV[3] .. ' ' .. string.format('%d', ms + tonumber(ARGV[4])) .. ' ' .. ARGV[5]
+redis.call('SET', KEYS[1], v)
+return {v, counter}

@@ -1,0 +1,28 @@
+-- Opening shared by the scripts that vote (acquire, extend, status): it reads
+-- this master's clock and the deployment state that a master which lost its
+-- data (FLUSHALL, FLUSHDB, SWAPDB, DEL, eviction, REPLICAOF, restart) no
+-- longer has, so the client can refuse the vote in the same round trip.
+-- KEYS[2] deployment marker ('' skips the check: negative controls only),
+-- KEYS[3] lease horizon (unix ms by this master's clock), KEYS[4] fencing
+-- counter (absent when fencing is off).
+-- Every reply is {code, value, marker, sec, usec, evicted, extra}:
+--   code, value, extra  the script's own result;
+--   marker              the marker's value, '' when missing;
+--   sec, usec           this master's TIME when the script ran;
+--   evicted             INFO stats evicted_keys.
+local now = redis.call('TIME')
+local nowms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local marker = redis.call('GET', KEYS[2])
+local intact = KEYS[2] == '' or marker and redis.call('EXISTS', KEYS[3]) == 1 and (KEYS[4] == nil or redis.call('EXISTS', KEYS[4]) == 1)
+local evicted = tonumber(string.match(redis.call('INFO', 'stats'), 'evicted_keys:(%d+)')) or 0
+local function reply(code, value, extra)
+  return {code, value, marker or '', tonumber(now[1]), tonumber(now[2]), evicted, extra or ''}
+end
+-- raiseHorizon max-assigns the lease horizon to now + ms: no lock granted
+-- with this master's vote can outlive it (redlock/horizon.go).
+local function raiseHorizon(ms)
+  local h = nowms + ms
+  if tonumber(redis.call('GET', KEYS[3]) or '0') < h then
+    redis.call('SET', KEYS[3], string.format('%d', h))
+  end
+end

@@ -1,0 +1,92 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Codes of the vote scripts (vote_prelude.lua) shared by acquire, extend
+// and status.
+const (
+	codeLost int64 = -2 // the master lost its data: marker, horizon or counter missing
+)
+
+// voteReply is one master's answer to a vote script: the script's own
+// result, and what the prelude read on the master in the same atomic step.
+type voteReply struct {
+	code, value int64
+	extra       string    // status: the token's SHA-1
+	marker      string    // the marker's value, "" when missing
+	time        time.Time // the master's TIME when the script ran
+	evicted     int64     // INFO stats evicted_keys
+}
+
+// parseVote decodes {code, value, marker, sec, usec, evicted, extra}.
+func parseVote(v any) (voteReply, bool) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 7 {
+		return voteReply{}, false
+	}
+	var r voteReply
+	r.code, _ = a[0].(int64)
+	r.value, _ = a[1].(int64)
+	r.marker, _ = a[2].(string)
+	sec, _ := a[3].(int64)
+	usec, _ := a[4].(int64)
+	r.time = time.Unix(sec, usec*int64(time.Microsecond))
+	r.evicted, _ = a[5].(int64)
+	r.extra, _ = a[6].(string)
+	return r, sec > 0
+}
+
+// Why a vote that arrived was not counted; each is wrapped in a
+// *MasterError and matches ErrMasterQuarantined.
+var (
+	// ErrMasterDataLost: the master no longer has the deployment's state
+	// (marker, lease horizon or fencing counter), its marker was replaced,
+	// or it evicted keys: it may have lost locks it granted.
+	ErrMasterDataLost = fmt.Errorf("%w: lost its data", ErrMasterQuarantined)
+	// ErrMasterClockJump: the master's clock, read in the same script as
+	// its vote, moved forward by more than the measurement allows since the
+	// last reading: its keys may have expired early.
+	ErrMasterClockJump = fmt.Errorf("%w: its clock jumped", ErrMasterQuarantined)
+	// ErrMasterClockUnknown: no recent reading of the master's clock to
+	// check the vote's clock against (its probes are too slow or failing).
+	ErrMasterClockUnknown = fmt.Errorf("%w: its clock was not verified recently or precisely enough", ErrMasterQuarantined)
+	errBadReply           = errors.New("unexpected script reply")
+)
+
+// checkVote runs the per-vote guards on a vote script's answer from m,
+// received at received for a fan-out started at sent. It returns nil when
+// the vote may count (if m counts at all), or why not. A master found to
+// have lost its data or to have jumped its clock is quarantined here, in
+// the same round trip as the vote, not at the next health probe.
+func (m *master) checkVote(v voteReply, sent, received time.Time) error {
+	o := &m.c.opts
+	if o.dataLossGuard {
+		if m.expectedMarker.Load() == nil {
+			// Not through the marker rule yet (first probe round, or a
+			// brand-new deployment's marker not written): it does not vote.
+			return ErrMasterQuarantined
+		}
+		if v.time.UnixMilli() < m.st.repairedAt.Load() {
+			// Read before the master's last repair: says nothing about now.
+			return ErrMasterQuarantined
+		}
+		if v.code == codeLost {
+			m.lostData(LossStateMissing, "data lost without restart: marker, lease horizon or fencing counter missing (seen by a vote)")
+			return ErrMasterDataLost
+		}
+		if !m.markerMatches(v.marker, v.time, "a vote") {
+			return ErrMasterDataLost
+		}
+		if !m.evictionsUnchanged(v.evicted, "a vote") {
+			return ErrMasterDataLost
+		}
+	}
+	if o.clockGuard && o.voteClockGuard {
+		return m.checkVoteClock(v.time, sent, received)
+	}
+	return nil
+}
