@@ -250,8 +250,8 @@ func restartPivot(quarantine bool) *Scenario {
 	}
 	if !quarantine {
 		sc.Name = "restart-empty-noquarantine"
-		sc.Summary = "negative control: the same with the quarantine off: B is granted while A holds the lock"
-		sc.Options = []redlock.Option{guardOff(guardswitch.Quarantine)}
+		sc.Summary = "negative control: the same with the quarantine and the vote scripts' data-loss check off: B is granted while A holds the lock"
+		sc.Options = []redlock.Option{guardOff(guardswitch.Quarantine), guardOff(guardswitch.DataLossCheck)}
 		sc.Must, sc.May = []string{I1}, []string{I2}
 	}
 	sc.Script = func(ctx context.Context, d *Drill) error {
@@ -305,7 +305,7 @@ func clockFast(guard bool) *Scenario {
 	if !guard {
 		sc.Name = "clock-fast-noguard"
 		sc.Summary = "negative control: the same with the clock guard off: B is granted while A holds the lock"
-		sc.Options = []redlock.Option{guardOff(guardswitch.ClockGuard)}
+		sc.Options = []redlock.Option{guardOff(guardswitch.ClockGuard)} // every clock check: probe, vote and reference
 		sc.Must = []string{I1}
 	}
 	sc.Script = func(ctx context.Context, d *Drill) error {
