@@ -224,6 +224,7 @@ func TestContract(t *testing.T) {
 			send(t, "POST", url, "", jsonCT, body),                                               // 401 missing
 			send(t, "POST", url, "unknown-key-0123456789", jsonCT, body),                         // 401 unknown
 			send(t, "POST", url+"?api_key=x", key, jsonCT, body),                                 // 400 key in query
+			twoKeys(t, url, body),                                                                // 400 two X-API-Key headers
 			send(t, "POST", url, key, "text/plain", body),                                        // 415
 			send(t, "POST", url, key, jsonCT, `{"key":"`+strings.Repeat("k", 20000)+`"}`),        // 413
 			send(t, "POST", url, key, "application/json; charset=utf-8", `{"key":"ct:charset"}`), // 200

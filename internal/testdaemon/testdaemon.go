@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -57,7 +56,6 @@ type Daemon struct {
 
 	cmd  *exec.Cmd
 	log  *os.File
-	once sync.Once
 	err  error
 	exit chan struct{}
 }
