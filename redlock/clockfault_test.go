@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -30,14 +31,16 @@ func clockClient(t *testing.T, opts []*redis.Options, copts ...Option) *Client {
 	return c
 }
 
-// placeOnly acquires key and deletes its key on every master not in on.
+// placeOnly acquires key for ttl and deletes its key on every master not
+// in on: a lock that reached exactly those masters (its SET lost on the
+// way to the others), the case in which one faulty master decides.
 func placeOnly(t *testing.T, c *Client, rdbs []*redis.Client, key string, ttl time.Duration, on ...int) *Lock {
 	t.Helper()
 	ctx := context.Background()
 	lock, err := c.Acquire(ctx, key, ttl)
 	require.NoError(t, err)
 	for i, r := range rdbs {
-		if !containsInt(on, i) {
+		if !slices.Contains(on, i) {
 			require.NoError(t, r.Del(ctx, key).Err())
 		}
 	}

@@ -44,29 +44,11 @@ func sameDeployment(t *testing.T, opts ...Option) *Client {
 	return c
 }
 
-// placeOn acquires key for ttl and deletes its key on every master but
-// those in on: a lock that reached exactly those masters (its SET lost on
-// the way to the others), the case in which one faulty master decides.
+// placeOn acquires key for ttl and deletes its key on every test master
+// but those in on (placeOnly).
 func placeOn(t *testing.T, c *Client, key string, ttl time.Duration, on ...int) *Lock {
 	t.Helper()
-	lock, err := c.Acquire(context.Background(), key, ttl)
-	require.NoError(t, err)
-	rdbs := direct(t)
-	for i, r := range rdbs {
-		if !containsInt(on, i) {
-			require.NoError(t, r.Del(context.Background(), key).Err())
-		}
-	}
-	return lock
-}
-
-func containsInt(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
+	return placeOnly(t, c, direct(t), key, ttl, on...)
 }
 
 // TestFlushAllWithoutRestart is the reproduction: a lock with ttl 30s,
