@@ -180,8 +180,10 @@ func (s *Server) extend(ctx context.Context, w http.ResponseWriter, c *call, req
 	d := lockData{action: actExtend, key: req.key, outcome: outExtended}
 	if err == nil {
 		d.ok, d.fence = true, lease.Fence
-		d.ttl, d.hasTTL = req.ttl, true
 		setValidity(&d, time.Now(), lease.ValidUntil)
+		// An extend never shortens: with a ttl below what was left, the
+		// lock keeps the longer time, and ttl says so.
+		d.ttl, d.hasTTL = max(req.ttl, d.validityMS/1000), true
 		s.ok(w, c, resExtended, &d, "")
 		return
 	}

@@ -687,3 +687,22 @@ func TestShutdownAnswersWaiters(t *testing.T) {
 	assert.Equal(t, false, a.env.Data["acquired"], "%v", a.env)
 	assert.NotNil(t, a.env.Data["retry_after"])
 }
+
+// TestExtendNeverShortensOverHTTP: an extend with a ttl below what is left
+// keeps the longer lock, and its answer says how long.
+func TestExtendNeverShortensOverHTTP(t *testing.T) {
+	url := lockURL(daemonURL(t))
+	key := fmt.Sprintf("extend:shorter:%d", time.Now().UnixNano())
+	st, env, _ := post(t, url, keyA, `{"key":"`+key+`","ttl":20}`)
+	require.Equal(t, 200, st, "%v", env)
+	token := env.Data["token"].(string)
+	st, env, _ = post(t, url, keyA, `{"action":"extend","key":"`+key+`","token":"`+token+`","ttl":1}`)
+	require.Equal(t, 200, st, "%v", env)
+	assert.Equal(t, true, env.Data["extended"])
+	assert.GreaterOrEqual(t, env.Data["ttl"], float64(18), "the lock keeps its 20s")
+	assert.Greater(t, env.Data["validity_ms"], float64(18000))
+	time.Sleep(1500 * time.Millisecond)
+	st, env, _ = post(t, url, keyA, `{"key":"`+key+`","ttl":5}`)
+	require.Equal(t, 200, st)
+	assert.Equal(t, false, env.Data["acquired"], "still held after the shorter ttl would have ended")
+}
