@@ -78,6 +78,7 @@ acquire, extend, release and status print the answer's data object as JSON
 on stdout (acquire's includes the token) and exit with:
 
   0    acquired / extended / released / held; run: the command's own status
+       (128+N when signal N killed it, or ended the wait for the lock)
   64   usage: bad flags, missing URL or API key, refused as bad input (400)
        or unauthorized (401)
   69   unavailable: no quorum of masters (503) or the daemon unreachable
@@ -292,25 +293,26 @@ var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, sys
 
 // lockRun runs `redlockd lock run`: see lockUsage.
 func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.LockOption, argv []string, stderr io.Writer) error {
-	// Signals that arrive while waiting for the lock cancel ctx (main's
-	// handler); from the command's start on they are forwarded instead.
+	// From here on lock run handles SIGINT, SIGTERM, SIGHUP and SIGQUIT
+	// itself: one that arrives while waiting for the lock ends the wait
+	// (exit 128+N, nothing run); once the command runs, they are forwarded.
 	sigs := make(chan os.Signal, 4)
-	l, err := c.Acquire(ctx, f.key, f.ttl, opts...)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	l, sig, err := acquireOrSignal(ctx, c, f, opts, sigs)
+	if sig != nil {
+		if l != nil {
+			releaseNow(l, stderr)
+		}
+		return &exitError{code: 128 + int(sig.(syscall.Signal)), err: fmt.Errorf("lock run: %v while waiting for the lock; the command did not run", sig)}
+	}
 	if err != nil {
 		if errors.Is(err, client.ErrLockHeld) {
 			return &exitError{code: exitBusy, err: fmt.Errorf("lock run: %q is held by another owner; the command did not run", f.key)}
 		}
 		return &exitError{code: exitCode(err), err: fmt.Errorf("lock run: acquire: %w", err)}
 	}
-	release := func() {
-		lost := l.Err() // before Release sets ErrReleased
-		rctx, cancel := context.WithTimeout(context.Background(), client.DefaultRequestTimeout)
-		defer cancel()
-		// After a loss the release only cleans up: its failure says nothing new.
-		if err := l.Release(rctx); err != nil && lost == nil {
-			fmt.Fprintf(stderr, "redlockd lock run: release: %v (the lock ends with its TTL)\n", err)
-		}
-	}
+	release := func() { releaseNow(l, stderr) }
 
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -322,8 +324,6 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 	)
 	var restoreTTY func()
 	cmd.SysProcAttr, restoreTTY = childProcAttr()
-	signal.Notify(sigs, forwarded...)
-	defer signal.Stop(sigs)
 	if err := cmd.Start(); err != nil {
 		restoreTTY()
 		release()
@@ -394,4 +394,41 @@ wait:
 		return &exitError{code: exitInternal, err: fmt.Errorf("lock run: waiting for the command: %w", werr)}
 	}
 	return nil
+}
+
+// acquireOrSignal acquires the lock unless one of sigs arrives first; then
+// it returns that signal (and the lease, if the acquire won the race).
+func acquireOrSignal(ctx context.Context, c *client.Client, f *lockFlags, opts []client.LockOption, sigs <-chan os.Signal) (*client.Lease, os.Signal, error) {
+	// Only sigs end the wait: main's context also ends on SIGINT and
+	// SIGTERM, which would race with sigs for the reason.
+	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	got := make(chan os.Signal, 1)
+	acquired := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sigs:
+			got <- s
+			cancel()
+		case <-acquired:
+			close(got)
+		}
+	}()
+	l, err := c.Acquire(actx, f.key, f.ttl, opts...)
+	close(acquired)
+	if s, ok := <-got; ok {
+		return l, s, err
+	}
+	return l, nil, err
+}
+
+// releaseNow releases l on a context of its own; a failure is reported
+// unless the lock was already lost (then the release only cleans up).
+func releaseNow(l *client.Lease, stderr io.Writer) {
+	lost := l.Err() // before Release sets ErrReleased
+	rctx, cancel := context.WithTimeout(context.Background(), client.DefaultRequestTimeout)
+	defer cancel()
+	if err := l.Release(rctx); err != nil && lost == nil {
+		fmt.Fprintf(stderr, "redlockd lock run: release: %v (the lock ends with its TTL)\n", err)
+	}
 }

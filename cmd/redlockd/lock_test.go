@@ -453,3 +453,28 @@ func gone(pid int) bool {
 	i := bytes.LastIndexByte(b, ')')
 	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
 }
+
+// TestLockRunSignalWhileWaiting: a signal while lock run waits for a held
+// lock ends the wait with 128+N; the command does not run.
+func TestLockRunSignalWhileWaiting(t *testing.T) {
+	base := daemonURL(t)
+	st, env, _ := post(t, lockURL(base), keyA, `{"action":"acquire","key":"job:waiting","ttl":60}`)
+	require.Equal(t, 200, st)
+	require.Equal(t, true, env.Data["acquired"])
+	marker := filepath.Join(t.TempDir(), "ran")
+	for attempt := 0; ; attempt++ {
+		p := startLock(t, base, "run", "--key", "job:waiting", "--ttl", "30s", "--wait", "25s", "--", "touch", marker)
+		time.Sleep(300 * time.Millisecond) // let it start waiting
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		err := p.cmd.Wait()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee)
+		if ws := ee.Sys().(syscall.WaitStatus); ws.Signaled() && attempt < 5 {
+			continue // the signal came before lock run was listening: again
+		}
+		assert.Equal(t, 128+15, ee.ExitCode(), "stderr %s", p.stderr.String())
+		assert.Contains(t, p.stderr.String(), "while waiting for the lock")
+		break
+	}
+	assert.NoFileExists(t, marker)
+}
