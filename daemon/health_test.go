@@ -314,3 +314,22 @@ func TestLockerCollectorPedantic(t *testing.T) {
 		assert.True(t, names[n], n)
 	}
 }
+
+// stateLocker reports master 0 in a state of its own.
+type stateLocker struct{ *fakeLocker }
+
+func (l stateLocker) Masters() []redlock.MasterStatus {
+	ms := l.fakeLocker.Masters()
+	ms[0].State = "fencing"
+	return ms
+}
+
+// redlock_master_state shows a state that masterStates does not list.
+func TestMasterStateUnlisted(t *testing.T) {
+	ts := newTestServer(t, stateLocker{newFakeLocker()})
+	r := ts.do(t, http.MethodGet, "/metrics", "", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	assert.Contains(t, r.Raw, `redlock_master_state{master="127.0.0.1:1379",state="fencing"} 1`)
+	assert.Contains(t, r.Raw, `redlock_master_state{master="127.0.0.1:1379",state="up"} 0`)
+	assert.NotContains(t, r.Raw, `redlock_master_state{master="127.0.0.1:2379",state="fencing"}`)
+}

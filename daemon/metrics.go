@@ -384,8 +384,13 @@ func (c lockerCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		state := masterState(&st)
 		gauge(d.up, b2f(st.Up), a)
+		known := false
 		for _, s := range masterStates {
 			gauge(d.state, b2f(state == s), a, string(s))
+			known = known || state == s
+		}
+		if !known { // a state this list does not have yet still shows
+			gauge(d.state, 1, a, string(state))
 		}
 		gauge(d.counts, b2f(st.Counting), a)
 		gauge(d.quarantined, b2f(st.QuarantineLeft > 0 || state == redlock.MasterQuarantined || state == redlock.MasterRepairing), a)
