@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # mkrootfs.sh — assemble the root filesystem of the local Prometheus image
 # from the host's Debian prometheus package, as docker/redis/mkrootfs.sh
-# does for Redis (this machine reaches no image registry, so no FROM
+# does for Redis, for hosts that reach no image registry (so no FROM
 # prom/prometheus).
 #
 # Usage: docker/prometheus/mkrootfs.sh --tar FILE OUTDIR
