@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -93,6 +94,7 @@ type Server struct {
 	lim             limits
 	maxBody         int64
 	msgTooLarge     string // the 413 message, built once
+	discardLimit    int64  // see discardUnread
 	listen          string
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
@@ -161,6 +163,7 @@ func New(logger *zap.Logger, o *Options) (*Server, error) {
 	if s.maxBody < 64 {
 		return nil, fmt.Errorf("daemon: Options.MaxBodyBytes: %d is below the minimum of 64", s.maxBody)
 	}
+	s.discardLimit = max(discardMinBytes, discardFactor*s.maxBody)
 	s.msgTooLarge = "body: larger than the limit of " + strconv.FormatInt(s.maxBody, 10) + " bytes"
 	if s.shutdownTimeout == 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
@@ -421,7 +424,14 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		s.metrics.inFlight.Inc()
 		gw := guardPool.Get().(*guardWriter)
 		gw.ResponseWriter = w
+		body := r.Body
+		if r.ContentLength != 0 && body != nil && body != http.NoBody {
+			gw.body.ReadCloser = body
+			r.Body = &gw.body
+		}
 		defer func() {
+			// The server looks at its own body once the handler returns.
+			r.Body = body
 			s.inFlight.Add(-1)
 			s.metrics.inFlight.Dec()
 			v := recover()
@@ -440,7 +450,77 @@ func (s *Server) guard(next http.Handler) http.Handler {
 			}
 		}()
 		next.ServeHTTP(gw, r)
+		s.discardUnread(gw, r)
 	})
+}
+
+// Bounds of discardUnread: at most max(discardMinBytes, discardFactor ×
+// MaxBodyBytes) bytes, for at most discardTimeout.
+const (
+	discardMinBytes = 4 << 20
+	discardFactor   = 64
+	discardTimeout  = 3 * time.Second
+)
+
+// discardUnread answers first and then takes off the wire the part of the
+// request body that the handler did not read (a 413, 401, 404 or 415
+// never reads it). Most HTTP clients write the whole body before they
+// read the answer; closing a connection with unread data in it makes the
+// kernel send a reset, which reaches such a client while it is still
+// writing, so it never reads the answer. After the discard the connection
+// ends cleanly, or is kept alive when the whole body was read.
+//
+// The discard is bounded: a body declared larger than discardLimit is not
+// read at all, and reading stops after discardLimit bytes or
+// discardTimeout; the connection is then closed as it would have been. A
+// client that sent Expect: 100-continue and was never told to continue
+// sends no body, so nothing is waited for.
+func (s *Server) discardUnread(gw *guardWriter, r *http.Request) {
+	b := &gw.body
+	switch {
+	case b.ReadCloser == nil || b.eof:
+		return
+	case !b.read && expectsContinue(r):
+		return
+	case r.ContentLength > s.discardLimit:
+		return
+	}
+	rc := http.NewResponseController(gw)
+	// Full duplex: the answer goes out now, before the body is read
+	// (else the server would discard at most 256 KiB itself and close).
+	if rc.EnableFullDuplex() != nil {
+		return
+	}
+	if rc.Flush() != nil {
+		return
+	}
+	_ = rc.SetReadDeadline(time.Now().Add(discardTimeout))
+	_, _ = io.CopyN(io.Discard, b.ReadCloser, s.discardLimit)
+}
+
+func expectsContinue(r *http.Request) bool {
+	for _, v := range r.Header["Expect"] {
+		if strings.EqualFold(strings.TrimSpace(v), "100-continue") {
+			return true
+		}
+	}
+	return false
+}
+
+// bodyWatch wraps a request body to tell whether the handler read from it
+// and whether it read it to the end.
+type bodyWatch struct {
+	io.ReadCloser
+	read, eof bool
+}
+
+func (b *bodyWatch) Read(p []byte) (int, error) {
+	b.read = true
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
 }
 
 // guardWriter remembers whether the response was started, so a panic
@@ -449,6 +529,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 type guardWriter struct {
 	http.ResponseWriter
 	wrote bool
+	body  bodyWatch // the request body, when there is one
 }
 
 var guardPool = sync.Pool{New: func() any { return new(guardWriter) }}
