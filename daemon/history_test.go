@@ -189,3 +189,32 @@ func TestBucketQuantile(t *testing.T) {
 	assert.True(t, math.IsNaN(bucketQuantile(0.5, bounds, []uint64{0, 0, 0, 0})))
 	assert.Equal(t, 4.0, bucketQuantile(0.99, bounds, []uint64{0, 0, 0, 5}), "+Inf: the highest bound")
 }
+
+// BenchmarkHistory: one sample (every second in the daemon), and GET
+// /v1/history of a full window of five masters, whose size it reports.
+//
+//	go test -run '^$' -bench History -benchmem ./daemon/
+func BenchmarkHistory(b *testing.B) {
+	f := newFakeLocker()
+	s, err := New(nil, validOptions(f))
+	require.NoError(b, err)
+	t0 := time.UnixMilli(1_800_000_000_000)
+	b.Run("record", func(b *testing.B) {
+		for i := range b.N {
+			s.history.record(t0.Add(time.Duration(i) * time.Second))
+		}
+	})
+	for i := range historySamples {
+		s.metrics.request(actAcquire, resAcquired, time.Millisecond)
+		s.history.record(t0.Add(time.Duration(i) * time.Second))
+	}
+	b.Run("full-window", func(b *testing.B) {
+		var n int
+		for range b.N {
+			rec := httptest.NewRecorder()
+			s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/history", nil))
+			n = rec.Body.Len()
+		}
+		b.ReportMetric(float64(n), "body-bytes")
+	})
+}
