@@ -308,8 +308,9 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 }
 
 // Extend resets the TTL of the lock key held by token to ttl and returns
-// the lock's new validity as a Lease (without a keep-alive). Use
-// Lease.Extend on a Lease you hold.
+// the lock's new validity as a Lease (without a keep-alive); its TTL is
+// what the daemon reports, never below the time that was left (an extend
+// never shortens a lock). Use Lease.Extend on a Lease you hold.
 //
 // Errors: an *Error matching ErrNotHeld when the token does not hold the
 // lock, ErrUnavailable, ErrUnauthorized, ErrInvalid.
@@ -318,28 +319,39 @@ func (c *Client) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	for _, o := range opts {
 		o(&r)
 	}
-	validUntil, fence, err := c.extend(ctx, &r)
+	e, err := c.extend(ctx, &r)
 	if err != nil {
 		return nil, err
 	}
-	return newLease(c, key, r.namespace, token, fence, ttl, validUntil), nil
+	return newLease(c, key, r.namespace, token, e.fence, e.ttl, e.validUntil), nil
 }
 
-func (c *Client) extend(ctx context.Context, r *request) (validUntil time.Time, fence int64, err error) {
+// extended is a successful extend's answer.
+type extended struct {
+	validUntil time.Time
+	ttl        time.Duration // how long the lock lasts, as the daemon says: never below what was left
+	fence      int64         // 0 when the daemon does not report it
+}
+
+func (c *Client) extend(ctx context.Context, r *request) (extended, error) {
 	a, err := c.do(ctx, r)
 	if err != nil {
-		return time.Time{}, 0, err
+		return extended{}, err
 	}
 	d := &a.data
 	switch {
 	case d.Extended == nil:
-		return time.Time{}, 0, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.extended"}
+		return extended{}, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.extended"}
 	case !*d.Extended:
-		return time.Time{}, 0, &Error{Kind: ErrNotHeld, Action: r.action, Status: http.StatusOK, Msg: a.msg}
+		return extended{}, &Error{Kind: ErrNotHeld, Action: r.action, Status: http.StatusOK, Msg: a.msg}
 	case d.ValidityMS == nil:
-		return time.Time{}, 0, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.validity_ms"}
+		return extended{}, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.validity_ms"}
 	}
-	return a.sentAt.Add(time.Duration(*d.ValidityMS) * time.Millisecond), d.Fence, nil
+	e := extended{validUntil: a.sentAt.Add(time.Duration(*d.ValidityMS) * time.Millisecond), ttl: r.ttl, fence: d.Fence}
+	if d.TTL > 0 {
+		e.ttl = time.Duration(d.TTL) * time.Second
+	}
+	return e, nil
 }
 
 // Release releases the lock key held by token. Errors: an *Error matching

@@ -74,6 +74,11 @@ func TestLeaseLifecycle(t *testing.T) {
 	require.NoError(t, l.Extend(ctx, 60*time.Second))
 	assert.Equal(t, 60*time.Second, l.TTL())
 	assert.True(t, l.ValidUntil().After(before))
+	// A shorter extend never shortens the lock: TTL says how long it lasts.
+	before = l.ValidUntil()
+	require.NoError(t, l.Extend(ctx, 5*time.Second))
+	assert.Greater(t, l.TTL(), 50*time.Second, "the daemon reports the longer time left")
+	assert.False(t, l.ValidUntil().Before(before))
 	e, err := c.Extend(ctx, "order:pay:1", l.Token(), 60*time.Second, client.WithNamespace("shop"))
 	require.NoError(t, err)
 	assert.Equal(t, l.Token(), e.Token())

@@ -58,7 +58,9 @@ func (l *Lease) Token() string { return l.token }
 // extend does not report the fence.
 func (l *Lease) Fence() int64 { return l.fence }
 
-// TTL returns the TTL of the last successful acquire or extend.
+// TTL returns the TTL of the last successful acquire or extend, as the
+// daemon reported it (an extend never shortens: it may be above the ttl
+// asked for).
 func (l *Lease) TTL() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -140,15 +142,15 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	validUntil, _, err := l.c.extend(ctx, &request{action: "extend", key: l.key, namespace: l.ns, token: l.token, ttl: ttl})
+	e, err := l.c.extend(ctx, &request{action: "extend", key: l.key, namespace: l.ns, token: l.token, ttl: ttl})
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
 	case err == nil:
 		l.lastErr = nil
-		l.ttl = ttl
-		if validUntil.After(l.validUntil) {
-			l.validUntil = validUntil
+		l.ttl = e.ttl
+		if e.validUntil.After(l.validUntil) {
+			l.validUntil = e.validUntil
 		}
 		return nil
 	case errors.Is(err, ErrNotHeld):
