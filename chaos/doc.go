@@ -1,5 +1,5 @@
 // Package chaos runs fault drills against a redlockd deployment and checks
-// that the lock kept its promises (issue 4).
+// that the lock kept its promises.
 //
 // A drill is a Scenario run on a Target:
 //

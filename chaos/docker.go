@@ -77,8 +77,8 @@ type DockerOptions struct {
 // their container addresses on the compose network, through a Proxy per
 // (view, master). The daemons reach master m through the container proxyN
 // (`redlock-chaos proxy`, N = m+1), daemon i through its listener i: so
-// Latency, Blackhole and Reset act on both paths (there is no tc netem
-// here), and Partition of view i (0 or 1) cuts off library view i and
+// Latency, Blackhole and Reset act on both paths (without tc netem on
+// the host), and Partition of view i (0 or 1) cuts off library view i and
 // daemon i alike. Without the proxy containers (a deployment without
 // docker/chaos.compose.yml), the daemons reach the masters directly:
 // Latency, Blackhole and Reset are unsupported, and a view partition cuts

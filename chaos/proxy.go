@@ -1,24 +1,18 @@
 package chaos
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
 
 // Proxy is a TCP proxy on a loopback port in front of one upstream (a Redis
-// master or a daemon), through which network faults are injected: this
-// kernel has no tc netem, so faults live in user space, between the client
-// and the server.
+// master or a daemon), through which network faults are injected. The
+// faults live in user space, between the client and the server, so the
+// drills need no tc netem (kernel module, root) on the host.
 //
 // Faults, each switchable at any time and applying to open connections:
 //
@@ -38,8 +32,8 @@ import (
 //     delivered when the hold is lifted (a server or a link frozen after the
 //     server answered: the answer arrives, late). Requests still flow.
 //
-// Why not Shopify's toxiproxy as a library: the newest version the Go module
-// proxy serves here is v2.5.0 (2022), which would add eight modules
+// Why not Shopify's toxiproxy as a library: its newest Go module version is
+// v2.5.0 (2022), which would add eight modules
 // (zerolog, gorilla/mux, tomb.v1, ...) for an API built around its HTTP
 // server and metrics, and has no "hold replies" fault, which the drills
 // need to freeze a daemon's answer deterministically. The faults above are
@@ -382,213 +376,4 @@ func (p *Proxy) State() ProxyState {
 		Addr: p.Addr(), Latency: p.latency.String(), Blackhole: !isOpen(p.flow),
 		Reject: p.reject, Links: len(p.links),
 	}
-}
-
-// AllListeners, given to a ProxyClient method, applies the change to every
-// listener of the proxy process.
-const AllListeners = -1
-
-// ProxyControlState is the answer of every call to the control API.
-type ProxyControlState struct {
-	// Upstream is the address dialed (and resolved) for every connection.
-	Upstream string `json:"upstream"`
-	// Listeners, in the order of the --listen flags.
-	Listeners []ProxyState `json:"listeners"`
-}
-
-// ProxyControlHandler serves the control API of `redlock-chaos proxy`:
-// one process in front of one upstream (a Redis master), with a Proxy per
-// listener (one per daemon, so that a daemon can be cut off alone).
-//
-//	GET  /state                      the state of every listener
-//	POST /latency?d=150ms            delay every chunk by d (0: none)
-//	POST /blackhole?on=true|false    deliver nothing, connections hang
-//	POST /reject?on=true|false       reset open and new connections
-//	POST /reset                      reset open connections once
-//	POST /heal                       latency 0, no blackhole, no reject
-//
-// Each POST takes an optional listener=i (0-based, in --listen order;
-// default every listener), is in force when it answers, and answers with
-// the state, as GET /state does. Errors are 4xx with a plain-text reason.
-// There is no authentication: the API must only be reachable on the
-// drill's own network. logf, if not nil, receives a line per change.
-func ProxyControlHandler(upstream string, proxies []*Proxy, logf func(format string, args ...any)) http.Handler {
-	if logf == nil {
-		logf = func(string, ...any) {}
-	}
-	state := func(w http.ResponseWriter) {
-		st := ProxyControlState{Upstream: upstream}
-		for _, p := range proxies {
-			st.Listeners = append(st.Listeners, p.State())
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(st)
-	}
-	// change parses the listener parameter and the change's own, applies
-	// it to the listeners chosen and answers with the state.
-	change := func(name string, apply func(q url.Values) (func(*Proxy), string, error)) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			if r.Method != http.MethodPost {
-				w.Header().Set("Allow", http.MethodPost)
-				http.Error(w, fmt.Sprintf("%s %s: use POST", r.Method, r.URL.Path), http.StatusMethodNotAllowed)
-				return
-			}
-			q := r.URL.Query()
-			targets := proxies
-			if v := q.Get("listener"); v != "" {
-				i, err := strconv.Atoi(v)
-				if err != nil || i < 0 || i >= len(proxies) {
-					http.Error(w, fmt.Sprintf("listener=%q: want 0..%d (the --listen flags, in order)", v, len(proxies)-1), http.StatusBadRequest)
-					return
-				}
-				targets = proxies[i : i+1]
-			}
-			fn, what, err := apply(q)
-			if err != nil {
-				http.Error(w, name+": "+err.Error(), http.StatusBadRequest)
-				return
-			}
-			for _, p := range targets {
-				fn(p)
-			}
-			logf("proxy: %s on %s", what, listenerNames(proxies, targets))
-			state(w)
-		}
-	}
-	onOff := func(q url.Values) (bool, error) {
-		v := q.Get("on")
-		if v == "" {
-			return false, errors.New("on=true or on=false is required")
-		}
-		on, err := strconv.ParseBool(v)
-		if err != nil {
-			return false, fmt.Errorf("on=%q: want true or false", v)
-		}
-		return on, nil
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /state", func(w http.ResponseWriter, _ *http.Request) { state(w) })
-	mux.Handle("/latency", change("latency", func(q url.Values) (func(*Proxy), string, error) {
-		v := q.Get("d")
-		if v == "" {
-			return nil, "", errors.New("d is required, a duration such as 150ms (0 removes the latency)")
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return nil, "", fmt.Errorf("d=%q: want a duration of 0 or more, such as 150ms", v)
-		}
-		return func(p *Proxy) { p.SetLatency(d) }, "latency " + d.String(), nil
-	}))
-	mux.Handle("/blackhole", change("blackhole", func(q url.Values) (func(*Proxy), string, error) {
-		on, err := onOff(q)
-		return func(p *Proxy) { p.SetBlackhole(on) }, fmt.Sprintf("blackhole %v", on), err
-	}))
-	mux.Handle("/reject", change("reject", func(q url.Values) (func(*Proxy), string, error) {
-		on, err := onOff(q)
-		return func(p *Proxy) { p.SetReject(on) }, fmt.Sprintf("reject %v", on), err
-	}))
-	mux.Handle("/reset", change("reset", func(url.Values) (func(*Proxy), string, error) {
-		return (*Proxy).Reset, "reset", nil
-	}))
-	mux.Handle("/heal", change("heal", func(url.Values) (func(*Proxy), string, error) {
-		return func(p *Proxy) {
-			p.SetLatency(0)
-			p.SetBlackhole(false)
-			p.SetReject(false)
-		}, "heal", nil
-	}))
-	return mux
-}
-
-func listenerNames(all, chosen []*Proxy) string {
-	if len(chosen) == len(all) {
-		return "every listener"
-	}
-	var names []string
-	for _, c := range chosen {
-		for i, p := range all {
-			if p == c {
-				names = append(names, fmt.Sprintf("listener %d (%s)", i, p.Addr()))
-			}
-		}
-	}
-	return strings.Join(names, ", ")
-}
-
-// ProxyClient calls the control API of one `redlock-chaos proxy`.
-type ProxyClient struct {
-	base string
-	hc   *http.Client
-}
-
-// NewProxyClient returns a client of the control API at base
-// (http://host:port); hc nil uses a client with a 5s timeout.
-func NewProxyClient(base string, hc *http.Client) *ProxyClient {
-	if hc == nil {
-		hc = &http.Client{Timeout: 5 * time.Second}
-	}
-	return &ProxyClient{base: strings.TrimSuffix(base, "/"), hc: hc}
-}
-
-// State returns the state of every listener.
-func (c *ProxyClient) State(ctx context.Context) (ProxyControlState, error) {
-	return c.call(ctx, http.MethodGet, "/state", nil)
-}
-
-// SetLatency delays every chunk through listener (or AllListeners) by d.
-func (c *ProxyClient) SetLatency(ctx context.Context, listener int, d time.Duration) error {
-	_, err := c.call(ctx, http.MethodPost, "/latency", url.Values{"d": {d.String()}}, listener)
-	return err
-}
-
-// SetBlackhole turns the blackhole of listener (or AllListeners) on or off.
-func (c *ProxyClient) SetBlackhole(ctx context.Context, listener int, on bool) error {
-	_, err := c.call(ctx, http.MethodPost, "/blackhole", url.Values{"on": {strconv.FormatBool(on)}}, listener)
-	return err
-}
-
-// SetReject turns rejection by listener (or AllListeners) on or off.
-func (c *ProxyClient) SetReject(ctx context.Context, listener int, on bool) error {
-	_, err := c.call(ctx, http.MethodPost, "/reject", url.Values{"on": {strconv.FormatBool(on)}}, listener)
-	return err
-}
-
-// Reset resets the open connections of listener (or AllListeners) once.
-func (c *ProxyClient) Reset(ctx context.Context, listener int) error {
-	_, err := c.call(ctx, http.MethodPost, "/reset", url.Values{}, listener)
-	return err
-}
-
-// Heal lifts every fault of listener (or AllListeners).
-func (c *ProxyClient) Heal(ctx context.Context, listener int) error {
-	_, err := c.call(ctx, http.MethodPost, "/heal", url.Values{}, listener)
-	return err
-}
-
-func (c *ProxyClient) call(ctx context.Context, method, path string, q url.Values, listener ...int) (ProxyControlState, error) {
-	var st ProxyControlState
-	if len(listener) > 0 && listener[0] != AllListeners {
-		q.Set("listener", strconv.Itoa(listener[0]))
-	}
-	u := c.base + path
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, nil)
-	if err != nil {
-		return st, fmt.Errorf("chaos: proxy control: %w", err)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return st, fmt.Errorf("chaos: proxy control: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return st, fmt.Errorf("chaos: proxy control %s %s: %s: %s", method, u, resp.Status, strings.TrimSpace(string(msg)))
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return st, fmt.Errorf("chaos: proxy control %s %s: %w", method, u, err)
-	}
-	return st, nil
 }

@@ -1,9 +1,10 @@
 package chaos
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
-	"html"
+	"html/template"
 	"os"
 	"path/filepath"
 	"sort"
@@ -145,15 +146,22 @@ func (r *Report) Write(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "report.json"), append(j, '\n'), 0o644); err != nil {
 		return err
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "<!doctype html><meta charset=utf-8><title>redlockd chaos: %s</title><h1>redlockd chaos drill: %s target</h1><ul>\n", html.EscapeString(r.Target), html.EscapeString(r.Target))
-	for _, res := range r.Results {
-		if res.Timeline == "" {
-			fmt.Fprintf(&b, "<li>%s — %s</li>\n", html.EscapeString(res.Scenario), html.EscapeString(res.Verdict()))
-			continue
-		}
-		fmt.Fprintf(&b, "<li><a href=\"%s\">%s</a> — %s</li>\n", html.EscapeString(res.Timeline), html.EscapeString(res.Scenario), html.EscapeString(res.Verdict()))
+	var b bytes.Buffer
+	if err := indexPage.Execute(&b, r); err != nil {
+		return err
 	}
-	b.WriteString("</ul><p>See report.md for the table and report.json for the data.</p>\n")
-	return os.WriteFile(filepath.Join(dir, "index.html"), []byte(b.String()), 0o644)
+	return os.WriteFile(filepath.Join(dir, "index.html"), b.Bytes(), 0o644)
 }
+
+// indexPage is index.html: every scenario's verdict, linked to its
+// timeline when it has one.
+var indexPage = template.Must(template.New("index").Parse(`<!doctype html><meta charset=utf-8>
+<title>redlockd chaos: {{.Target}}</title>
+<h1>redlockd chaos drill: {{.Target}} target</h1>
+<ul>
+{{- range .Results}}
+<li>{{if .Timeline}}<a href="{{.Timeline}}">{{.Scenario}}</a>{{else}}{{.Scenario}}{{end}} — {{.Verdict}}</li>
+{{- end}}
+</ul>
+<p>See report.md for the table and report.json for the data.</p>
+`))

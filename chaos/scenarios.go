@@ -13,7 +13,7 @@ import (
 	"github.com/redlockd/redlockd/redlock"
 )
 
-// Matrix returns the drill matrix of issue 4, in the order the report
+// Matrix returns the drill matrix, in the order the report
 // lists it. Workload rows run M clients × K keys for Config.Duration with
 // the fault in force over its middle half. Arranged rows (the negative
 // controls and their protected twins) place faults so that the outcome is

@@ -7,10 +7,10 @@ import (
 )
 
 // lockSpace is the part of every lock's Redis key that follows the
-// configured prefix. Other bookkeeping under the same prefix (fencing
-// counters, when they land) must use a different word that is not "lock"
-// and also ends in ':', e.g. "fence:"; since neither word is a prefix of the
-// other, a lock key can never equal a bookkeeping key.
+// configured prefix. The other keys under the same prefix, the fencing
+// counter "<prefix>fence" and the marker "<prefix>marker" (cmd/redlockd
+// serve), do not start with "lock:", so a lock key can never equal one of
+// them; new bookkeeping keys must not start with "lock:" either.
 const lockSpace = "lock:"
 
 // redisKey returns the Redis key of the lock (account, namespace, key):

@@ -159,8 +159,8 @@ func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badReques
 	// action that does not use a field ignores it entirely — any value of
 	// any type, even an object, is accepted and has no effect (req.ttl
 	// stays 0 for release and status) — so that a client may send one body
-	// shape for every action, and so that issue 3's "ttl is ignored by
-	// release and status" holds literally. The field must still be
+	// shape for every action, and so that "ttl is ignored by release and
+	// status" (the API documentation) holds literally. The field must still be
 	// well-formed JSON, known by name, and appear at most once: those are
 	// rules of the body, not of the field.
 	if a == actAcquire || a == actExtend {
