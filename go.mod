@@ -3,6 +3,7 @@ module github.com/redlockd/redlockd
 go 1.26.0
 
 require (
+	github.com/go-json-experiment/json v1.27.2
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/redis/go-redis/v9 v9.23.0
