@@ -45,6 +45,11 @@ type Config struct {
 	MaxTTL int `yaml:"max_ttl"`
 	// MaxWait caps a request's wait_ms. Default 30s; 0 (no waiting) to 10m.
 	MaxWait Duration `yaml:"max_wait"`
+	// MaxWaiters caps the acquires with wait_ms waiting in one daemon, and
+	// MaxWaitersPerAccount those of one account (429 too_many_waiters
+	// beyond). Defaults 10000 and 1000; 1 to 1000000.
+	MaxWaiters           int `yaml:"max_waiters"`
+	MaxWaitersPerAccount int `yaml:"max_waiters_per_account"`
 	// MaxBodyBytes is the largest request body accepted. Default 16384;
 	// 1024 to 1048576 (1 MiB).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
@@ -95,18 +100,20 @@ const (
 // have no default, so it does not pass Validate on its own.
 func DefaultConfig() Config {
 	return Config{
-		Listen:           defaultListen,
-		KeyPrefix:        defaultKeyPrefix,
-		PerMasterTimeout: Duration(defaultPerMasterTimeout),
-		DriftFactor:      defaultDriftFactor,
-		DefaultTTL:       defaultDefaultTTL,
-		MaxTTL:           defaultMaxTTL,
-		MaxWait:          Duration(defaultMaxWait),
-		MaxBodyBytes:     defaultMaxBodyBytes,
-		HealthInterval:   Duration(defaultHealthInterval),
-		ShutdownTimeout:  Duration(defaultShutdownTimeout),
-		LogFormat:        defaultLogFormat,
-		LogLevel:         defaultLogLevel,
+		Listen:               defaultListen,
+		KeyPrefix:            defaultKeyPrefix,
+		PerMasterTimeout:     Duration(defaultPerMasterTimeout),
+		DriftFactor:          defaultDriftFactor,
+		DefaultTTL:           defaultDefaultTTL,
+		MaxTTL:               defaultMaxTTL,
+		MaxWait:              Duration(defaultMaxWait),
+		MaxBodyBytes:         defaultMaxBodyBytes,
+		MaxWaiters:           10000,
+		MaxWaitersPerAccount: 1000,
+		HealthInterval:       Duration(defaultHealthInterval),
+		ShutdownTimeout:      Duration(defaultShutdownTimeout),
+		LogFormat:            defaultLogFormat,
+		LogLevel:             defaultLogLevel,
 	}
 }
 

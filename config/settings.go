@@ -75,6 +75,8 @@ var settings = []setting{
 	intSetting("default_ttl", "lock TTL in `seconds` when a request gives none, 1 to 86400 (lowered to max-ttl if that is smaller)", func(c *Config) *int { return &c.DefaultTTL }),
 	intSetting("max_ttl", "longest lock TTL in `seconds` a request may ask for, 1 to 86400", func(c *Config) *int { return &c.MaxTTL }),
 	durationSetting("max_wait", "cap on a request's wait_ms, a `duration` from 0 to 10m", func(c *Config) *Duration { return &c.MaxWait }),
+	intSetting("max_waiters", "most acquires with wait_ms waiting in this daemon, a `number` from 1 to 1000000", func(c *Config) *int { return &c.MaxWaiters }),
+	intSetting("max_waiters_per_account", "most acquires with wait_ms waiting for one account, a `number` from 1 to 1000000", func(c *Config) *int { return &c.MaxWaitersPerAccount }),
 	{
 		name:  "max_body_bytes",
 		flag:  true,

@@ -86,6 +86,8 @@ func (c *Config) Validate() error {
 	}
 
 	v.duration("max_wait", c.MaxWait, 0, maxMaxWait)
+	v.integer("max_waiters", int64(c.MaxWaiters), 1, 1_000_000)
+	v.integer("max_waiters_per_account", int64(c.MaxWaitersPerAccount), 1, 1_000_000)
 	v.integer("max_body_bytes", c.MaxBodyBytes, minMaxBodyBytes, maxMaxBodyBytes)
 	v.duration("health_interval", c.HealthInterval, minHealthInterval, maxHealthInterval)
 	if c.ShutdownTimeout <= 0 {

@@ -52,9 +52,12 @@ import (
 //     (Unix milliseconds) is absent before the first probe; last_error is
 //     the last probe or connection error, kept after the master recovers.
 type readyBody struct {
-	Ready   bool          `json:"ready"`
-	Status  string        `json:"status"`
-	Quorum  readyQuorum   `json:"quorum"`
+	Ready  bool        `json:"ready"`
+	Status string      `json:"status"`
+	Quorum readyQuorum `json:"quorum"`
+	// Waiting is how many acquires with wait_ms wait in this daemon; with
+	// no quorum they keep waiting within their wait_ms.
+	Waiting int           `json:"waiting"`
 	Masters []readyMaster `json:"masters"`
 }
 
@@ -159,6 +162,7 @@ func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	body := readyBody{
 		Status:  "ready",
 		Quorum:  readyQuorum{Needed: s.locker.Quorum(), Masters: len(ms)},
+		Waiting: s.waiters.waiting(),
 		Masters: make([]readyMaster, len(ms)),
 	}
 	for i := range ms {

@@ -129,6 +129,17 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
 	ar := AcquireRequest{Key: rk, TTL: time.Duration(req.ttl) * time.Second, Wait: time.Duration(req.waitMS) * time.Millisecond}
 	if ar.Wait > 0 {
+		ok, why := s.waiters.enter(c.account)
+		if !ok {
+			w.Header().Set("Retry-After", "1")
+			s.fail(w, c, http.StatusTooManyRequests, resTooManyWaiters, codeTooManyWaiters, why)
+			return
+		}
+		s.metrics.waiting.Inc()
+		defer func() {
+			s.waiters.leave(c.account)
+			s.metrics.waiting.Dec()
+		}()
 		ar.StopWaiting = s.stopWaits
 	}
 	lease, err := s.locker.Acquire(ctx, ar)

@@ -30,6 +30,7 @@ const (
 	resQuorumUnavailable
 	resCancelled
 	resInternal
+	resTooManyWaiters
 	numResults
 )
 
@@ -37,6 +38,7 @@ var resultNames = [numResults]string{
 	"acquired", "not_acquired", "released", "not_released", "extended", "not_extended",
 	"held", "not_held", "bad_request", "unauthorized", "method_not_allowed",
 	"unsupported_media_type", "too_large", "quorum_unavailable", "cancelled", "internal",
+	"too_many_waiters",
 }
 
 func (r result) String() string { return resultNames[r] }
@@ -57,6 +59,8 @@ func plausible(a action, r result) bool {
 		return a == actUnknown
 	case resQuorumUnavailable, resCancelled:
 		return a != actUnknown
+	case resTooManyWaiters:
+		return a == actAcquire
 	}
 	return true // bad_request, internal
 }
@@ -72,11 +76,15 @@ func plausible(a action, r result) bool {
 //     known). result is acquired, not_acquired, released, not_released,
 //     extended, not_extended, held, not_held (answered, HTTP 200);
 //     bad_request (400), unauthorized (401), method_not_allowed (405),
-//     unsupported_media_type (415), too_large (413), quorum_unavailable
-//     (503), cancelled (the client went away), internal (500).
+//     unsupported_media_type (415), too_large (413), too_many_waiters
+//     (429), quorum_unavailable (503), cancelled (the client went away),
+//     internal (500).
 //   - redlockd_request_duration_seconds{action} histogram, from the first
 //     byte of handling to the response (acquire includes wait_ms).
 //   - redlockd_requests_in_flight gauge.
+//   - redlockd_acquires_waiting gauge: acquires with wait_ms waiting (for
+//     a held lock, or for a quorum: a waiting acquire keeps waiting while
+//     no quorum can vote, within its wait_ms).
 //
 // Masters and quorum, read from the served Locker at scrape time (the same
 // snapshot GET /readyz shows; the label is host:port):
@@ -135,6 +143,7 @@ type Metrics struct {
 	durCount   [numActions]atomic.Uint64
 	durSumNS   [numActions]atomic.Int64
 	inFlight   prometheus.Gauge
+	waiting    prometheus.Gauge
 	rtt        *prometheus.HistogramVec
 	commands   *prometheus.CounterVec
 	batchErrs  *prometheus.CounterVec
@@ -218,6 +227,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "redlockd_requests_in_flight",
 			Help: "Requests being handled.",
 		}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "redlockd_acquires_waiting",
+			Help: "Acquires with wait_ms waiting for a held lock or for a quorum.",
+		}),
 		rtt: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "redlock_master_rtt_seconds",
 			Help:    "Round trip of one pipelined batch of commands to a master.",
@@ -256,7 +269,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			}
 		}
 	}
-	reg.MustRegister(m.requests, duration, m.inFlight, m.rtt, m.commands, m.batchErrs, m.probeRTT, m.probes, lockerCollector{m})
+	reg.MustRegister(m.requests, duration, m.inFlight, m.waiting, m.rtt, m.commands, m.batchErrs, m.probeRTT, m.probes, lockerCollector{m})
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		m.gatherer = g
 	}

@@ -21,7 +21,9 @@ const (
 	codeUnauthorized = "unauthorized"       // 401
 	codeTooLarge     = "too_large"          // 413
 	codeQuorum       = "quorum_unavailable" // 503
-	codeInternal     = "internal"           // 500
+	// codeTooManyWaiters: 429, too many acquires with wait_ms waiting.
+	codeTooManyWaiters = "too_many_waiters"
+	codeInternal       = "internal" // 500
 	// codeCancelled answers a request whose client went away (HTTP 499, as
 	// nginx logs it); nobody reads it, but the log and metrics do.
 	codeCancelled = "cancelled"

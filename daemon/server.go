@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -59,6 +60,11 @@ type Options struct {
 	// whole milliseconds. 0 (the zero value) allows no waiting: wait_ms
 	// must then be 0 or absent. Not negative.
 	MaxWait time.Duration
+	// MaxWaiters caps the acquires waiting (wait_ms > 0) in this daemon,
+	// and MaxWaitersPerAccount those of one account; one more is answered
+	// 429 too_many_waiters. Defaults 10000 (DefaultMaxWaiters) and 1000
+	// (DefaultMaxWaitersPerAccount). Not negative.
+	MaxWaiters, MaxWaitersPerAccount int
 	// MaxBodyBytes limits a request body; a larger one is answered 413.
 	// Default 16384 (DefaultMaxBodyBytes); at least 64.
 	MaxBodyBytes int64
@@ -100,6 +106,7 @@ type Server struct {
 	drainDelay      time.Duration
 	handler         http.Handler
 	history         *history
+	waiters         waiters
 
 	serving      atomic.Bool
 	shuttingDown atomic.Bool
@@ -153,6 +160,10 @@ func New(logger *zap.Logger, o *Options) (*Server, error) {
 	if defTTL < 1 || defTTL > maxTTL {
 		return nil, fmt.Errorf("daemon: Options.DefaultTTL: %d is outside 1 to MaxTTL (%d) seconds", defTTL, maxTTL)
 	}
+	if o.MaxWaiters < 0 || o.MaxWaitersPerAccount < 0 {
+		return nil, fmt.Errorf("daemon: Options.MaxWaiters %d, MaxWaitersPerAccount %d: must not be negative", o.MaxWaiters, o.MaxWaitersPerAccount)
+	}
+	s.waiters = waiters{max: cmp.Or(o.MaxWaiters, DefaultMaxWaiters), perAccount: cmp.Or(o.MaxWaitersPerAccount, DefaultMaxWaitersPerAccount)}
 	if o.MaxWait < 0 {
 		return nil, fmt.Errorf("daemon: Options.MaxWait: %v is negative", o.MaxWait)
 	}

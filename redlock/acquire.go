@@ -85,39 +85,22 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		cfg.retry = c.opts.retry()
 	}
 	giveUp := time.Now().Add(cfg.wait)
-	for {
-		lock, err := c.acquireOnce(ctx, key, ttl)
-		if err == nil {
-			return lock, nil
-		}
-		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) {
-			return nil, err
-		}
-		if ctx.Err() != nil {
-			return nil, errors.Join(ErrNotObtained, ctx.Err(), err)
-		}
-		backoff := cfg.retry.NextBackoff()
-		if backoff <= 0 || cfg.wait <= 0 {
-			return nil, err
-		}
-		left := time.Until(giveUp)
-		if left <= 0 {
-			return nil, err
-		}
-		t := time.NewTimer(min(backoff, left))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, errors.Join(ErrNotObtained, ctx.Err(), err)
-		case <-cfg.stop: // nil: never
-			t.Stop()
-			return nil, err
-		case <-t.C:
-		}
+	lock, err := c.acquireOnce(ctx, key, ttl)
+	switch {
+	case err == nil:
+		return lock, nil
+	case errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed):
+		return nil, err
+	case ctx.Err() != nil:
+		return nil, errors.Join(ErrNotObtained, ctx.Err(), err)
+	case cfg.wait <= 0 || cfg.retry.NextBackoff() <= 0:
+		return nil, err
 	}
+	return c.waitFor(ctx, key, ttl, &cfg, giveUp, err)
 }
 
 func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+	c.attempts.Add(1)
 	token, err := c.opts.token()
 	if err != nil {
 		return nil, fmt.Errorf("redlock: token generator: %w", err)

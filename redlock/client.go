@@ -66,6 +66,11 @@ type Client struct {
 	repairs     atomic.Int64
 	quarantines atomic.Int64
 
+	waits    waitQueues
+	attempts atomic.Int64 // acquire attempts (fan-outs), for tests
+	subOnce  sync.Once
+	subs     []*redis.PubSub // release-channel subscriptions, one per master
+
 	closeOnce sync.Once
 	closed    chan struct{}
 	wg        sync.WaitGroup
@@ -200,6 +205,10 @@ func (c *Client) Close() error {
 			m.connMu.Lock()
 			errs = append(errs, m.rdb.Load().Close())
 			m.connMu.Unlock()
+		}
+		c.subOnce.Do(func() {}) // no subscription starts after Close
+		for _, ps := range c.subs {
+			errs = append(errs, ps.Close())
 		}
 		c.wg.Wait()
 		for _, m := range c.masters {

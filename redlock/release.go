@@ -22,7 +22,7 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 	}
 	n := len(c.masters)
 	start := time.Now()
-	out, _ := c.fanout(releaseScript, []string{key}, []any{token}, true, start, nil)
+	out, _ := c.fanout(releaseScript, []string{key}, []any{token, c.releaseChannel()}, true, start, nil)
 	res := OutcomeError{Op: "release", Quorum: c.quorum, Masters: n}
 	answered := 0
 	c.gather(ctx, out, start, nil, func(r reply) bool {

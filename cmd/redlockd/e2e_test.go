@@ -706,3 +706,50 @@ func TestExtendNeverShortensOverHTTP(t *testing.T) {
 	require.Equal(t, 200, st)
 	assert.Equal(t, false, env.Data["acquired"], "still held after the shorter ttl would have ended")
 }
+
+// TestWaiterCap: with max_waiters_per_account 1, a second acquire that
+// wants to wait is refused with 429 too_many_waiters while the first waits
+// (shown on /readyz); the first gets the lock once it is released.
+func TestWaiterCap(t *testing.T) {
+	base := daemonURL(t, func(c *config.Config) { c.MaxWaitersPerAccount = 1 })
+	url := lockURL(base)
+	key := fmt.Sprintf("waiters:%d", time.Now().UnixNano())
+	st, env, _ := post(t, url, keyA, `{"key":"`+key+`","ttl":30}`)
+	require.Equal(t, 200, st, "%v", env)
+	token := env.Data["token"].(string)
+	got := make(chan envelope, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"key":"`+key+`","ttl":5,"wait_ms":20000}`))
+		req.Header.Set("X-API-Key", keyA)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			got <- envelope{Msg: err.Error()}
+			return
+		}
+		defer resp.Body.Close()
+		var e envelope
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		got <- e
+	}()
+	require.Eventually(t, func() bool {
+		resp, err := httpClient.Get(base + "/readyz")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(raw), `"waiting":1`)
+	}, 10*time.Second, 10*time.Millisecond, "the waiter shows on /readyz")
+	st, env, hdr := post(t, url, keyA, `{"key":"`+key+`","ttl":5,"wait_ms":1000}`)
+	assert.Equal(t, 429, st)
+	assert.Equal(t, "too_many_waiters", env.Code)
+	assert.Contains(t, env.Msg, "max_waiters_per_account 1")
+	assert.Equal(t, "1", hdr.Get("Retry-After"))
+	st, _, _ = post(t, url, keyA, `{"key":"`+key+`","ttl":5}`)
+	assert.Equal(t, 200, st, "an acquire that does not wait is not capped")
+	st, _, _ = post(t, url, keyA, `{"action":"release","key":"`+key+`","token":"`+token+`"}`)
+	require.Equal(t, 200, st)
+	e := <-got
+	assert.Equal(t, true, e.Data["acquired"], "%v", e)
+}

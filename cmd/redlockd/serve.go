@@ -99,16 +99,18 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		keys[i] = daemon.APIKey{Account: k.Name, Hash: k.Hash()}
 	}
 	srv, err := daemon.New(log.Named("http"), &daemon.Options{
-		APIKeys:         keys,
-		KeyPrefix:       cfg.KeyPrefix,
-		DefaultTTL:      cfg.EffectiveDefaultTTL(),
-		MaxTTL:          cfg.MaxTTL,
-		MaxWait:         time.Duration(cfg.MaxWait),
-		MaxBodyBytes:    cfg.MaxBodyBytes,
-		ShutdownTimeout: time.Duration(cfg.ShutdownTimeout),
-		Locker:          daemon.NewRedlockLocker(locker),
-		Metrics:         metrics,
-		Gatherer:        reg,
+		APIKeys:              keys,
+		KeyPrefix:            cfg.KeyPrefix,
+		DefaultTTL:           cfg.EffectiveDefaultTTL(),
+		MaxTTL:               cfg.MaxTTL,
+		MaxWait:              time.Duration(cfg.MaxWait),
+		MaxBodyBytes:         cfg.MaxBodyBytes,
+		MaxWaiters:           cfg.MaxWaiters,
+		MaxWaitersPerAccount: cfg.MaxWaitersPerAccount,
+		ShutdownTimeout:      time.Duration(cfg.ShutdownTimeout),
+		Locker:               daemon.NewRedlockLocker(locker),
+		Metrics:              metrics,
+		Gatherer:             reg,
 	})
 	if err != nil {
 		ln.Close()

@@ -1,0 +1,225 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Waiting for a lock (WithWait).
+//
+// A waiting Acquire joins the queue of its key in this Client: waiters on
+// one key are served in arrival order, and only the first (the head) makes
+// attempts, so at most one attempt per key is in flight for its waiters and
+// a waiter behind it costs the masters nothing. The head attempts again:
+//
+//   - as soon as the lock is released through any Client of the deployment
+//     (every daemon replica): the release script publishes the key on the
+//     release channel of every master, and the Client subscribes to it on
+//     every master once the first waiter joins;
+//   - when the holder's lock ends by itself: the refusing masters report
+//     its remaining TTL (OutcomeError.RetryAfter), and the head wakes then;
+//   - at the latest after pollFallback, in case notifications were lost (a
+//     master down, a pub/sub connection killed), so a lost notification only
+//     slows the hand-off down to polling;
+//   - while no quorum can vote, with the retry strategy's backoff: masters
+//     may come back within the wait.
+//
+// When the head leaves (it got the lock, its wait ran out, its caller went
+// away) the next waiter becomes the head and attempts at once. The order
+// holds within one Client; across daemons there is no global order: after a
+// release, the heads of every daemon attempt and one of them wins.
+//
+// Load on the masters while a key is held: one attempt per pollFallback
+// per key per Client (one script call per master each), whatever the number
+// of waiters, plus one attempt per release notification.
+
+// pollFallback bounds how long the head of a queue sleeps without a
+// notification.
+const pollFallback = 2 * time.Second
+
+// waiter is one Acquire waiting in a key's queue.
+type waiter struct {
+	wake chan struct{} // buffered 1: a release, or becoming the head
+}
+
+// waitQueues holds the queue of every key with waiters.
+type waitQueues struct {
+	mu     sync.Mutex
+	byKey  map[string][]*waiter
+	active int // waiters in all queues
+}
+
+// join appends a waiter to key's queue.
+func (q *waitQueues) join(key string) *waiter {
+	w := &waiter{wake: make(chan struct{}, 1)}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.byKey == nil {
+		q.byKey = map[string][]*waiter{}
+	}
+	q.byKey[key] = append(q.byKey[key], w)
+	q.active++
+	return w
+}
+
+// isHead reports whether w is first in key's queue.
+func (q *waitQueues) isHead(key string, w *waiter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ws := q.byKey[key]
+	return len(ws) > 0 && ws[0] == w
+}
+
+// leave removes w from key's queue and wakes the new head.
+func (q *waitQueues) leave(key string, w *waiter) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ws := q.byKey[key]
+	for i, x := range ws {
+		if x == w {
+			ws = append(ws[:i], ws[i+1:]...)
+			q.active--
+			if i == 0 && len(ws) > 0 {
+				notify(ws[0])
+			}
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(q.byKey, key)
+	} else {
+		q.byKey[key] = ws
+	}
+}
+
+// released wakes the head of key's queue, if any.
+func (q *waitQueues) released(key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if ws := q.byKey[key]; len(ws) > 0 {
+		notify(ws[0])
+	}
+}
+
+// Waiting returns how many Acquire calls are waiting for a lock held by
+// another owner (or for a quorum), in this Client.
+func (c *Client) Waiting() int {
+	c.waits.mu.Lock()
+	defer c.waits.mu.Unlock()
+	return c.waits.active
+}
+
+func notify(w *waiter) {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// releaseChannel is the pub/sub channel the release script publishes on.
+func (c *Client) releaseChannel() string { return c.opts.markerKey + ":released" }
+
+// subscribe starts, once, a subscription to the release channel on every
+// master; each delivers released keys to the waiters until Close. go-redis
+// resubscribes after a lost connection; what is published meanwhile is lost
+// (pollFallback covers it).
+func (c *Client) subscribe() {
+	c.subOnce.Do(func() {
+		for _, m := range c.masters {
+			o := m.probeOpts
+			o.PoolSize = 1
+			o.ReadTimeout = 0 // a subscriber waits for messages indefinitely
+			rdb := redis.NewClient(&o)
+			ps := rdb.Subscribe(context.Background(), c.releaseChannel())
+			c.subs = append(c.subs, ps)
+			msgs := ps.Channel()
+			c.wg.Go(func() {
+				defer rdb.Close()
+				for {
+					select {
+					case <-c.closed:
+						return
+					case msg, ok := <-msgs:
+						if !ok {
+							return
+						}
+						c.waits.released(msg.Payload)
+					}
+				}
+			})
+		}
+	})
+}
+
+// waitFor is Acquire's wait after a first attempt failed with err: it
+// queues behind the key's earlier waiters and attempts when the lock is
+// released, ends, or a fallback poll is due, until giveUp.
+func (c *Client) waitFor(ctx context.Context, key string, ttl time.Duration, cfg *acquireConfig, giveUp time.Time, err error) (*Lock, error) {
+	c.subscribe()
+	w := c.waits.join(key)
+	defer c.waits.leave(key, w)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
+	for {
+		left := time.Until(giveUp)
+		if left <= 0 {
+			return nil, err
+		}
+		head := c.waits.isHead(key, w)
+		sleep := left
+		if head {
+			sleep = min(nextAttempt(cfg, err), left)
+		}
+		timer.Reset(sleep)
+		select {
+		case <-ctx.Done():
+			return nil, errors.Join(ErrNotObtained, ctx.Err(), err)
+		case <-cfg.stop: // nil: never
+			return nil, err
+		case <-w.wake:
+			if !timer.Stop() {
+				<-timer.C
+			}
+		case <-timer.C:
+		}
+		if !c.waits.isHead(key, w) {
+			continue
+		}
+		var lock *Lock
+		lock, err = c.acquireOnce(ctx, key, ttl)
+		if err == nil {
+			return lock, nil
+		}
+		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, errors.Join(ErrNotObtained, ctx.Err(), err)
+		}
+		c.opts.logger.Debug("waiting for a lock", slog.String("key", key), slog.Any("error", err))
+	}
+}
+
+// nextAttempt is how long the head sleeps after an attempt failed with
+// err, unless notified first: until the holder's lock ends (its remaining
+// TTL, a millisecond past it), at most pollFallback; with no quorum, the
+// retry strategy's backoff.
+func nextAttempt(cfg *acquireConfig, err error) time.Duration {
+	var oe *OutcomeError
+	if errors.As(err, &oe) && errors.Is(err, ErrLockHeld) {
+		if oe.RetryAfter > 0 {
+			return min(oe.RetryAfter+time.Millisecond, pollFallback)
+		}
+		return pollFallback
+	}
+	if b := cfg.retry.NextBackoff(); b > 0 {
+		return b
+	}
+	return pollFallback
+}

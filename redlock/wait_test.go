@@ -1,0 +1,139 @@
+package redlock
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// waitingFor waits until c has n waiters.
+func waitingFor(t *testing.T, c *Client, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return c.Waiting() == n }, 10*time.Second, time.Millisecond)
+}
+
+// TestHandOffAcrossClients: a release through one Client (daemon replica
+// a) wakes the waiter of another (replica b): it wins with its second
+// attempt, long before the holder's TTL or a fallback poll would have let
+// it try again.
+func TestHandOffAcrossClients(t *testing.T) {
+	ctx := context.Background()
+	a, opts := brandNewClient(t)
+	b := sameDeployment(t, opts...)
+	key := newKey(t)
+	held, err := a.Acquire(ctx, key, time.Minute)
+	require.NoError(t, err)
+	got := make(chan *Lock, 1)
+	before := b.attempts.Load()
+	go func() {
+		l, err := b.Acquire(ctx, key, time.Second, WithWait(20*time.Second))
+		assert.NoError(t, err)
+		got <- l
+	}()
+	waitingFor(t, b, 1)
+	require.NoError(t, held.Release(ctx))
+	l := <-got
+	require.NotNil(t, l)
+	assert.EqualValues(t, 2, b.attempts.Load()-before, "one attempt before the release, one woken by it")
+	assert.Greater(t, l.Fence(), held.Fence())
+}
+
+// TestWaitersServedInArrivalOrder: five waiters queued one after another
+// on a held key get it in the order they arrived.
+func TestWaitersServedInArrivalOrder(t *testing.T) {
+	ctx := context.Background()
+	c, _ := brandNewClient(t)
+	key := newKey(t)
+	held, err := c.Acquire(ctx, key, time.Minute)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var order []int
+	var wg sync.WaitGroup
+	for i := range 5 {
+		wg.Go(func() {
+			l, err := c.Acquire(ctx, key, 10*time.Second, WithWait(30*time.Second))
+			if !assert.NoError(t, err) {
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			assert.NoError(t, l.Release(ctx))
+		})
+		waitingFor(t, c, i+1)
+	}
+	require.NoError(t, held.Release(ctx))
+	wg.Wait()
+	assert.Equal(t, []int{0, 1, 2, 3, 4}, order)
+}
+
+// TestWaitThroughAStoppedMaster: a master dies while the waiter waits; the
+// release still reaches it and it wins.
+func TestWaitThroughAStoppedMaster(t *testing.T) {
+	ctx := context.Background()
+	c, _ := brandNewClient(t)
+	key := newKey(t)
+	held, err := c.Acquire(ctx, key, time.Minute)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, key, time.Second, WithWait(20*time.Second))
+		got <- err
+	}()
+	waitingFor(t, c, 1)
+	withMasters(t, "kill", 4)
+	require.NoError(t, held.Release(ctx))
+	require.NoError(t, <-got)
+}
+
+// TestCancelledWaiterLeavesNothing: a waiter whose caller goes away leaves
+// the queue, and no key of its own on any master.
+func TestCancelledWaiterLeavesNothing(t *testing.T) {
+	c, _ := brandNewClient(t)
+	key := newKey(t)
+	held, err := c.Acquire(context.Background(), key, time.Minute)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, key, time.Second, WithWait(20*time.Second))
+		got <- err
+	}()
+	waitingFor(t, c, 1)
+	cancel()
+	err = <-got
+	require.ErrorIs(t, err, context.Canceled)
+	assert.Zero(t, c.Waiting())
+	assert.Len(t, holders(t, direct(t), key, held.Token()), 5, "the holder's key is untouched")
+	for i, r := range direct(t) {
+		v, _ := r.Get(context.Background(), key).Result()
+		assert.Equal(t, held.Token(), v, "master %d holds only the holder's token", i)
+	}
+}
+
+// TestLostNotificationFallsBackToPolling: the pub/sub connections are
+// killed and the lock disappears without any notification (its keys
+// deleted behind the Client's back): the waiter still gets the lock, by
+// its fallback poll.
+func TestLostNotificationFallsBackToPolling(t *testing.T) {
+	ctx := context.Background()
+	c, _ := brandNewClient(t)
+	key := newKey(t)
+	held, err := c.Acquire(ctx, key, time.Minute)
+	require.NoError(t, err)
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, key, time.Second, WithWait(20*time.Second))
+		got <- err
+	}()
+	waitingFor(t, c, 1)
+	for _, r := range direct(t) {
+		require.NoError(t, r.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err())
+		require.NoError(t, r.Del(ctx, held.Key()).Err())
+	}
+	require.NoError(t, <-got)
+}
