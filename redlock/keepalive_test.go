@@ -96,7 +96,7 @@ func TestDoneWithoutKeepAlive(t *testing.T) {
 	require.ErrorIs(t, l.Err(), ErrLost)
 
 	// Err alone notices the end of validity too.
-	l2, err := c.Acquire(context.Background(), newKey(t), 100*time.Millisecond)
+	l2, err := c.Acquire(context.Background(), newKey(t), 300*time.Millisecond)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return l2.Err() != nil }, 5*time.Second, 10*time.Millisecond)
 	require.ErrorIs(t, l2.Err(), ErrLost)
