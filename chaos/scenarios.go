@@ -304,8 +304,8 @@ func clockFast(guard bool) *Scenario {
 	}
 	if !guard {
 		sc.Name = "clock-fast-noguard"
-		sc.Summary = "negative control: the same with the clock guard off: B is granted while A holds the lock"
-		sc.Options = []redlock.Option{guardOff(guardswitch.ClockGuard)} // every clock check: probe, vote and reference
+		sc.Summary = "negative control: the same with the clock guard and the data-loss check off (either stops master 2 alone): B is granted while A holds the lock"
+		sc.Options = []redlock.Option{guardOff(guardswitch.ClockGuard), guardOff(guardswitch.DataLossCheck)}
 		sc.Must = []string{I1}
 	}
 	sc.Script = func(ctx context.Context, d *Drill) error {
