@@ -56,8 +56,13 @@ type Config struct {
 	// HealthInterval is how often every master is probed. Default 1s;
 	// 50ms to 1m.
 	HealthInterval Duration `yaml:"health_interval"`
-	// ShutdownTimeout is how long in-flight requests may run after SIGTERM.
-	// Default 10s; must be positive.
+	// DrainDelay is how long, after SIGTERM, the daemon keeps serving with
+	// /readyz answering 503 and every answer closing its connection, so
+	// that load balancers stop sending and keep-alive clients move off
+	// before the listener closes. Default 1s; 0 to 5m.
+	DrainDelay Duration `yaml:"drain_delay"`
+	// ShutdownTimeout is how long in-flight requests may run after the
+	// drain delay. Default 10s; must be positive.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
 	// LogFormat is "json" (default) or "console".
 	LogFormat string `yaml:"log_format"`
@@ -91,6 +96,7 @@ const (
 	defaultMaxWait          = 30 * time.Second
 	defaultMaxBodyBytes     = 16384
 	defaultHealthInterval   = time.Second
+	defaultDrainDelay       = time.Second
 	defaultShutdownTimeout  = 10 * time.Second
 	defaultLogFormat        = "json"
 	defaultLogLevel         = "info"
@@ -111,6 +117,7 @@ func DefaultConfig() Config {
 		MaxWaiters:           10000,
 		MaxWaitersPerAccount: 1000,
 		HealthInterval:       Duration(defaultHealthInterval),
+		DrainDelay:           Duration(defaultDrainDelay),
 		ShutdownTimeout:      Duration(defaultShutdownTimeout),
 		LogFormat:            defaultLogFormat,
 		LogLevel:             defaultLogLevel,

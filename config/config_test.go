@@ -210,6 +210,7 @@ func TestValidate(t *testing.T) {
 		{"health_interval high", func(c *config.Config) { c.HealthInterval = ms(2 * time.Minute) }, []string{
 			"health_interval: 2m0s is above the limit of 1m0s",
 		}},
+		{"drain_delay above 5m", func(c *config.Config) { c.DrainDelay = config.Duration(6 * time.Minute) }, []string{"drain_delay: 6m0s is above the limit of 5m0s"}},
 		{"shutdown_timeout 0", func(c *config.Config) { c.ShutdownTimeout = 0 }, []string{"shutdown_timeout: 0s must be more than 0"}},
 		{"log_format", func(c *config.Config) { c.LogFormat = "xml" }, []string{
 			`log_format: "xml" is not one of: json, console`,

@@ -9,7 +9,8 @@ import (
 // RegisterFlags adds to fs one flag per setting that may be given on the
 // command line: --listen, --masters (comma-separated), --key-prefix,
 // --per-master-timeout, --drift-factor, --default-ttl, --max-ttl,
-// --max-wait, --max-body-bytes, --health-interval, --shutdown-timeout,
+// --max-wait, --max-body-bytes, --health-interval, --drain-delay,
+// --shutdown-timeout,
 // --log-format and --log-level. API keys and the master password have no
 // flag, since any local user can read a process's arguments.
 //

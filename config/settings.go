@@ -92,7 +92,8 @@ var settings = []setting{
 		get: func(c *Config) string { return strconv.FormatInt(c.MaxBodyBytes, 10) },
 	},
 	durationSetting("health_interval", "how often every master is probed, a `duration` from 50ms to 1m", func(c *Config) *Duration { return &c.HealthInterval }),
-	durationSetting("shutdown_timeout", "how long in-flight requests may run after SIGTERM, a `duration` above 0", func(c *Config) *Duration { return &c.ShutdownTimeout }),
+	durationSetting("drain_delay", "how long after SIGTERM the daemon keeps serving with /readyz 503 and every answer closing its connection, a `duration` from 0 to 5m", func(c *Config) *Duration { return &c.DrainDelay }),
+	durationSetting("shutdown_timeout", "how long in-flight requests may run after the drain delay, a `duration` above 0", func(c *Config) *Duration { return &c.ShutdownTimeout }),
 	stringSetting("log_format", "log `format`: json or console", func(c *Config) *string { return &c.LogFormat }),
 	stringSetting("log_level", "log `level`: debug, info, warn or error", func(c *Config) *string { return &c.LogLevel }),
 }

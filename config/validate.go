@@ -39,6 +39,7 @@ const (
 	minHealthInterval   = 50 * time.Millisecond
 	maxHealthInterval   = time.Minute
 	maxDriftFactor      = 0.5
+	maxDrainDelay       = 5 * time.Minute
 )
 
 var (
@@ -90,6 +91,7 @@ func (c *Config) Validate() error {
 	v.integer("max_waiters_per_account", int64(c.MaxWaitersPerAccount), 1, 1_000_000)
 	v.integer("max_body_bytes", c.MaxBodyBytes, minMaxBodyBytes, maxMaxBodyBytes)
 	v.duration("health_interval", c.HealthInterval, minHealthInterval, maxHealthInterval)
+	v.duration("drain_delay", c.DrainDelay, 0, maxDrainDelay)
 	if c.ShutdownTimeout <= 0 {
 		v.add("shutdown_timeout", "%v must be more than 0", c.ShutdownTimeout)
 	}

@@ -68,15 +68,16 @@ type Options struct {
 	// MaxBodyBytes limits a request body; a larger one is answered 413.
 	// Default 16384 (DefaultMaxBodyBytes); at least 64.
 	MaxBodyBytes int64
-	// ShutdownTimeout bounds how long in-flight requests may run once the
-	// context given to Run or Serve is cancelled; after it, their contexts
-	// are cancelled (an acquire then cleans up after itself) and the
-	// connections are closed. Default 10s (DefaultShutdownTimeout).
+	// ShutdownTimeout bounds how long in-flight requests may run after the
+	// drain delay; after it, their contexts are cancelled (an acquire then
+	// cleans up after itself), their connections are closed and the count
+	// is logged. Default 10s (DefaultShutdownTimeout).
 	ShutdownTimeout time.Duration
 	// DrainDelay is how long, after the context is cancelled, the server
-	// keeps serving with /readyz answering 503 before it stops accepting
-	// connections, so that load balancers stop sending traffic first.
-	// Default 0.
+	// keeps serving with /readyz answering 503 and every answer carrying
+	// Connection: close before it stops accepting connections, so that
+	// load balancers stop sending traffic and keep-alive clients move to
+	// new connections first. Default 0.
 	DrainDelay time.Duration
 	// Locker serves the locks. Required; NewRedlockLocker adapts a
 	// *redlock.Client.
@@ -117,6 +118,7 @@ type Server struct {
 	stopWaits chan struct{}
 	addr      atomic.Pointer[string]
 	inFlight  atomic.Int64
+	conns     connTracker
 }
 
 // New validates o and returns a Server; it does not listen yet. A nil
@@ -340,14 +342,24 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 // Serve serves on ln until ctx is cancelled, then shuts down gracefully:
-// /readyz answers 503 at once, for DrainDelay new requests are still
-// served, then acquires waiting for a held lock stop waiting and answer
-// (acquired:false, see AcquireRequest.StopWaiting), the listener closes and in-flight
-// requests get ShutdownTimeout to finish — on a fresh context, not the cancelled one.
-// Requests still running after that have their contexts cancelled and
-// their connections closed. Serve returns nil after a clean shutdown, an
-// error if requests had to be cut off or if serving failed. It closes ln.
-// A Server serves once.
+//
+//  1. /readyz answers 503 at once, and every answer from then on carries
+//     Connection: close, so a keep-alive client learns from an answer, not
+//     from a connection closed under its next request, that it must
+//     reconnect (a POST sent on a connection the server is closing is lost:
+//     clients do not resend it);
+//  2. for DrainDelay new connections and requests are still served;
+//  3. acquires waiting for a held lock stop waiting and answer
+//     (acquired:false, see AcquireRequest.StopWaiting), the listener
+//     closes, and the connections already accepted get ShutdownTimeout to
+//     finish what they send — on a fresh context, not the cancelled one;
+//     idle connections are then closed;
+//  4. connections still busy after that (a slow handler, or a client
+//     still sending its request) are cut off: request contexts cancelled,
+//     connections closed, and a warning logs how many.
+//
+// Serve returns nil after a shutdown, also one that cut connections off,
+// and an error only if serving failed. It closes ln. A Server serves once.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if !s.serving.CompareAndSwap(false, true) {
 		_ = ln.Close()
@@ -365,6 +377,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
 		BaseContext:       func(net.Listener) context.Context { return base },
+		ConnState:         s.conns.track,
 	}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -399,23 +412,104 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 	}
 	close(s.stopWaits)
-	// A fresh context: the one we were given is already cancelled.
-	sctx, cancel := context.WithTimeout(context.Background(), s.shutdownTimeout)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if err != nil {
-		n := s.inFlight.Load()
+	return s.stop(srv, ln, errc, cancelBase)
+}
+
+// stop ends serving once the drain delay is over. It closes the listener
+// itself rather than calling http.Server.Shutdown at once, because
+// Shutdown drops a request that arrives on an accepted connection after
+// it was called, closing the connection without an answer. Here every
+// connection already accepted is still served (each answer carrying
+// Connection: close) until no connection is busy or ShutdownTimeout has
+// passed; then the idle ones are closed and the busy ones cut off.
+func (s *Server) stop(srv *http.Server, ln net.Listener, errc <-chan error, cancelBase context.CancelFunc) error {
+	deadline := time.Now().Add(s.shutdownTimeout)
+	quiesce(ln, min(s.shutdownTimeout, time.Second))
+	_ = ln.Close()
+	var err error
+	if serr := <-errc; !errors.Is(serr, net.ErrClosed) {
+		err = fmt.Errorf("daemon: serve on %s: %w", s.Addr(), serr)
+	}
+	if cut := s.conns.waitIdle(deadline); cut > 0 {
+		handlers := s.inFlight.Load()
 		cancelBase()
-		_ = srv.Close()
-		s.waitIdle(5 * time.Second)
-		err = fmt.Errorf("daemon: shutdown: %d request(s) still running after %v were cut off: %w", n, s.shutdownTimeout, err)
-		s.log.Warn("shutdown timed out", zap.Error(err))
+		s.log.Warn("shutdown timeout passed: cut off the connections still busy",
+			zap.Int("connections_cut", cut), zap.Int64("requests_in_handlers", handlers),
+			zap.Duration("timeout", s.shutdownTimeout))
 	}
-	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = fmt.Errorf("daemon: serve on %s: %w", addr, serr)
-	}
+	_ = srv.Close()
+	// Handlers whose contexts were cancelled return quickly: an acquire's
+	// cleanup is bounded by the per-master timeout.
+	s.waitIdle(5 * time.Second)
 	s.log.Info("stopped")
 	return err
+}
+
+// connTracker knows which connections are busy: active ones (a request
+// being read or answered) and new ones that may still send their first
+// request. Those are what shutting down waits for, and what a shutdown
+// that times out cuts off.
+type connTracker struct {
+	mu    sync.Mutex
+	conns map[net.Conn]connInfo
+}
+
+type connInfo struct {
+	state http.ConnState
+	since time.Time // when it became new, for StateNew
+}
+
+// silentNew is how long a new connection may send nothing before a
+// shutdown stops waiting for it: clients write their request as soon as
+// they are connected; a browser's speculative connection may never.
+const silentNew = time.Second
+
+// track is the http.Server's ConnState hook.
+func (t *connTracker) track(c net.Conn, st http.ConnState) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch st {
+	case http.StateNew, http.StateActive:
+		if t.conns == nil {
+			t.conns = make(map[net.Conn]connInfo)
+		}
+		ci := connInfo{state: st}
+		if st == http.StateNew {
+			ci.since = time.Now()
+		}
+		t.conns[c] = ci
+	default: // idle, hijacked, closed
+		delete(t.conns, c)
+	}
+}
+
+// busy returns how many connections are active, or new and not yet
+// silent for silentNew.
+func (t *connTracker) busy() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	now := time.Now()
+	for _, ci := range t.conns {
+		if ci.state == http.StateActive || now.Sub(ci.since) < silentNew {
+			n++
+		}
+	}
+	return n
+}
+
+// waitIdle waits until no connection is busy or deadline has passed, and
+// returns how many still are.
+func (t *connTracker) waitIdle(deadline time.Time) int {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		n := t.busy()
+		if n == 0 || !time.Now().Before(deadline) {
+			return n
+		}
+		<-tick.C
+	}
 }
 
 // waitIdle waits, up to limit, for handlers to return after their contexts
@@ -435,6 +529,7 @@ func (s *Server) guard(next http.Handler) http.Handler {
 		s.metrics.inFlight.Inc()
 		gw := guardPool.Get().(*guardWriter)
 		gw.ResponseWriter = w
+		gw.closing = &s.shuttingDown
 		body := r.Body
 		if r.ContentLength != 0 && body != nil && body != http.NoBody {
 			gw.body.ReadCloser = body
@@ -537,21 +632,36 @@ func (b *bodyWatch) Read(p []byte) (int, error) {
 // guardWriter remembers whether the response was started, so a panic
 // after it does not write a second header. They are pooled: one per
 // request would be the only allocation of guard.
+//
+// While the server shuts down, the answer gets Connection: close, so that
+// the client closes the connection itself after reading it.
 type guardWriter struct {
 	http.ResponseWriter
-	wrote bool
-	body  bodyWatch // the request body, when there is one
+	wrote   bool
+	closing *atomic.Bool // the server is shutting down
+	body    bodyWatch    // the request body, when there is one
 }
 
 var guardPool = sync.Pool{New: func() any { return new(guardWriter) }}
 
+var hvClose = []string{"close"}
+
+func (g *guardWriter) start() {
+	if !g.wrote {
+		g.wrote = true
+		if g.closing.Load() {
+			g.Header()["Connection"] = hvClose
+		}
+	}
+}
+
 func (g *guardWriter) WriteHeader(code int) {
-	g.wrote = true
+	g.start()
 	g.ResponseWriter.WriteHeader(code)
 }
 
 func (g *guardWriter) Write(b []byte) (int, error) {
-	g.wrote = true
+	g.start()
 	return g.ResponseWriter.Write(b)
 }
 

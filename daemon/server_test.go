@@ -557,6 +557,7 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	resp.Body.Close()
 	assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	assert.Equal(t, "shutting_down", rb.Status)
+	assert.True(t, resp.Close, "answers while shutting down carry Connection: close")
 
 	time.Sleep(300 * time.Millisecond) // past the drain delay: Shutdown is waiting for the request
 	close(f.block)
@@ -567,15 +568,18 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	assert.Zero(t, f.cancelled.Load(), "the in-flight request was not cancelled")
 }
 
-// A request that outlives ShutdownTimeout has its context cancelled, and
-// Serve says so.
+// A request that outlives ShutdownTimeout has its context cancelled, and so
+// does a client still sending its body (1 byte a second): both are cut off
+// at the deadline, Serve still returns nil, and a warning says how many
+// connections were cut.
 func TestShutdownTimeoutCutsOff(t *testing.T) {
 	f := newFakeLocker()
 	f.block = make(chan struct{}) // never closed
 	f.blocked = make(chan struct{}, 1)
+	core, logs := observer.New(zapcore.InfoLevel)
 	o := validOptions(f)
-	o.ShutdownTimeout = 100 * time.Millisecond
-	s, err := New(nil, o)
+	o.ShutdownTimeout = 300 * time.Millisecond
+	s, err := New(zap.New(core), o)
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -594,12 +598,34 @@ func TestShutdownTimeoutCutsOff(t *testing.T) {
 		}
 	}()
 	<-f.blocked
+
+	// The slow client: headers, then its body one byte a second.
+	slow, err := net.Dial("tcp", ln.Addr().String())
+	require.NoError(t, err)
+	defer slow.Close()
+	_, err = fmt.Fprintf(slow, "POST /v1/lock HTTP/1.1\r\nHost: x\r\nX-API-Key: %s\r\nContent-Length: 100\r\n\r\n{", testKeyAcme)
+	require.NoError(t, err)
+	slowDone := make(chan error, 1)
+	go func() {
+		for {
+			time.Sleep(time.Second)
+			if _, err := slow.Write([]byte(" ")); err != nil {
+				slowDone <- err
+				return
+			}
+		}
+	}()
+	require.Eventually(t, func() bool { return s.inFlight.Load() == 2 }, 5*time.Second, time.Millisecond)
+
 	cancel()
-	err = <-done
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "cut off")
+	require.NoError(t, <-done, "cutting slow clients off is a normal end")
 	assert.EqualValues(t, 1, f.cancelled.Load(), "the stuck acquire saw its context cancelled")
 	<-clientDone
+	assert.Error(t, <-slowDone, "the slow client's connection was closed")
+	cut := logs.FilterMessageSnippet("cut off").All()
+	require.Len(t, cut, 1)
+	assert.EqualValues(t, 2, cut[0].ContextMap()["connections_cut"])
+	assert.EqualValues(t, 2, cut[0].ContextMap()["requests_in_handlers"])
 }
 
 // Unknown paths get the JSON envelope: 404, code bad_request, a msg naming

@@ -83,6 +83,8 @@ func startDaemon(t *testing.T, edit ...func(*config.Config)) (string, func() err
 	// shared marker key would (rightly) get those quarantined by every
 	// later daemon.
 	cfg.KeyPrefix = fmt.Sprintf("e2e%d:", prefixSeq.Add(1))
+	// Tests that are not about the drain stop at once.
+	cfg.DrainDelay = 0
 	for _, e := range edit {
 		e(&cfg)
 	}

@@ -108,6 +108,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		MaxWaiters:           cfg.MaxWaiters,
 		MaxWaitersPerAccount: cfg.MaxWaitersPerAccount,
 		ShutdownTimeout:      time.Duration(cfg.ShutdownTimeout),
+		DrainDelay:           time.Duration(cfg.DrainDelay),
 		Locker:               daemon.NewRedlockLocker(locker),
 		Metrics:              metrics,
 		Gatherer:             reg,
