@@ -874,10 +874,12 @@ func keysOf(m map[int]bool) []int {
 // beyond what the daemons can repair on their own (more than N − quorum at
 // once: a fencing counter is repaired from a quorum of counting masters,
 // and fewer remain, so the daemons fail closed): `redlockd repair-fences`,
-// i.e. redlock.RepairFences on every master. The running daemons accept
-// the repair at their next probe and count each repaired master once its
-// quarantine (max TTL) is over; Recover waits for that.
-func (t *DockerTarget) Recover(ctx context.Context) error {
+// i.e. redlock.RepairFences on every master, with maxTTL as its MaxTTL
+// (the repaired masters stay out that long; RepairFences' default is a
+// day). The running daemons accept the repair at their next probe and
+// count each repaired master once that quarantine is over; Recover waits
+// for that.
+func (t *DockerTarget) Recover(ctx context.Context, maxTTL time.Duration) error {
 	masters := make([]*redis.Options, len(t.ids))
 	for m := range t.ids {
 		addr, err := t.masterAddr(ctx, m)
@@ -887,7 +889,7 @@ func (t *DockerTarget) Recover(ctx context.Context) error {
 		masters[m] = &redis.Options{Addr: addr}
 	}
 	sp := t.Space()
-	res, err := redlock.RepairFences(ctx, masters, redlock.RepairOptions{FenceKey: sp.FenceKey(), MarkerKey: sp.Prefix + "marker"})
+	res, err := redlock.RepairFences(ctx, masters, redlock.RepairOptions{FenceKey: sp.FenceKey(), MarkerKey: sp.Prefix + "marker", MaxTTL: maxTTL})
 	if err != nil {
 		return fmt.Errorf("chaos: recover: repair-fences: %w", err)
 	}

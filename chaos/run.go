@@ -178,7 +178,7 @@ func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string)
 			d.Notef("target not ready again after the drill: %v", err)
 		}
 	} else if r, ok := t.(Recoverer); ok {
-		if err := r.Recover(hctx); err != nil {
+		if err := r.Recover(hctx, cfg.Client.MaxTTL); err != nil {
 			d.Notef("operator recovery failed: %v", err)
 		} else {
 			d.Notef("operator recovery: redlockd repair-fences raised every fencing counter past the highest; the running daemons count the repaired masters again after their quarantine")
@@ -242,7 +242,10 @@ func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string)
 // that lost their data beyond the daemons' own repair (DockerTarget: the
 // deployment outlives the scenario; a ProcessTarget is thrown away).
 type Recoverer interface {
-	Recover(ctx context.Context) error
+	// Recover repairs the masters; maxTTL is the longest TTL any client of
+	// the deployment may have granted (the repaired masters stay out that
+	// long).
+	Recover(ctx context.Context, maxTTL time.Duration) error
 }
 
 func hctxWithTimeout(ctx context.Context, d time.Duration) context.Context {
