@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"net"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -85,9 +87,16 @@ type localDaemon struct {
 	client *redlock.Client
 	cancel context.CancelFunc
 	done   chan error
+
+	closeOnce sync.Once
+	closeErr  error
+	closed    atomic.Bool
 }
 
-func startLocalDaemon(name string, view int, masters []string, c DaemonConfig) (*localDaemon, error) {
+// startLocalDaemon starts a daemon of view over masters, serving on listen
+// ("127.0.0.1:0" for a free port; a stopped daemon's address to start it
+// again where its clients reach it).
+func startLocalDaemon(name string, view int, masters []string, c DaemonConfig, listen string) (*localDaemon, error) {
 	space := KeySpace{Prefix: "redlock:", Account: localAccount}
 	client, err := newClient(masters, c.clientOptions(space))
 	if err != nil {
@@ -106,7 +115,7 @@ func startLocalDaemon(name string, view int, masters []string, c DaemonConfig) (
 		client.Close()
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		client.Close()
 		return nil, err
@@ -122,13 +131,22 @@ func startLocalDaemon(name string, view int, masters []string, c DaemonConfig) (
 	return d, nil
 }
 
+// close stops the daemon and its client; later calls return the first
+// call's result.
 func (d *localDaemon) close() error {
-	d.cancel()
-	var err error
-	select {
-	case err = <-d.done:
-	case <-time.After(10 * time.Second):
-		err = errors.New("chaos: local daemon did not stop")
-	}
-	return errors.Join(err, d.client.Close())
+	d.closeOnce.Do(func() {
+		d.cancel()
+		var err error
+		select {
+		case err = <-d.done:
+		case <-time.After(10 * time.Second):
+			err = errors.New("chaos: local daemon did not stop")
+		}
+		d.closeErr = errors.Join(err, d.client.Close())
+		d.closed.Store(true)
+	})
+	return d.closeErr
 }
+
+// stopped reports whether close has run.
+func (d *localDaemon) stopped() bool { return d.closed.Load() }

@@ -128,7 +128,7 @@ func NewProcessTarget(o ProcessOptions) (_ *ProcessTarget, err error) {
 		}
 	}
 	for v := range o.Daemons {
-		d, derr := startLocalDaemon(string(rune('a'+v)), v, t.MasterAddrs(v), o.Daemon)
+		d, derr := startLocalDaemon(string(rune('a'+v)), v, t.MasterAddrs(v), o.Daemon, "127.0.0.1:0")
 		if derr != nil {
 			return nil, derr
 		}
