@@ -39,6 +39,12 @@ func Matrix() []*Scenario {
 		restartPivot(false),
 		clockFast(true),
 		clockFast(false),
+		dataWipe(true),
+		dataWipe(false),
+		clockJumpContender(true),
+		clockJumpContender(false),
+		clockJumpRestart(true),
+		clockJumpRestart(false),
 		pauseHolder(),
 		randomMix(),
 	}

@@ -1,0 +1,129 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// holder is client A of an arranged row: its grant, the Op ID of its
+// acquire and its client number.
+type holder struct {
+	g      grant
+	id     int
+	client int
+}
+
+// onMaster runs fn with a connection of its own to master m itself, past
+// every proxy and view (Target.DirectAddrs), as an operator's redis-cli
+// would.
+func onMaster(ctx context.Context, d *Drill, m int, fn func(ctx context.Context, rdb *redis.Client) error) error {
+	addr := d.T.DirectAddrs()[m]
+	if addr == "" {
+		return fmt.Errorf("chaos: master %d has no address now", m)
+	}
+	rdb := redis.NewClient(&redis.Options{
+		Addr: addr, MaxRetries: -1, PoolSize: 1, DisableIdentity: true,
+		DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+	})
+	defer rdb.Close()
+	return fn(ctx, rdb)
+}
+
+// placeOnly makes client A (the library client of view a) take key for
+// ttl, then deletes the key directly on every master not in on: A's lock
+// lives on those masters only, as if its SET had been lost on its way to
+// the others. A writes "begin" to the Resource at once.
+func placeOnly(ctx context.Context, d *Drill, key string, ttl time.Duration, on []int) (holder, error) {
+	a := holder{client: d.NewClientID()}
+	// Retrying for a while: one slow answer on a loaded machine fails an
+	// attempt.
+	var err error
+	a.g, a.id, err = d.Acquire(ctx, d.Lib(0), a.client, key, ttl, 2*time.Second)
+	if err != nil {
+		return holder{}, fmt.Errorf("arrangement failed: A could not acquire %s: %w", key, err)
+	}
+	d.Write(key, a.g, a.client, a.id, "begin")
+	var off []int
+	var names []string
+	for m := range d.T.Masters() {
+		if !slices.Contains(on, m) {
+			off = append(off, m)
+			names = append(names, fmt.Sprint(m))
+		}
+	}
+	what := fmt.Sprintf("A's SET lost on its way to masters %s (its key deleted there)", strings.Join(names, ","))
+	// Not an availability fault: those masters answer and vote.
+	err = d.Mark(ctx, what, func(ctx context.Context) error {
+		return eachMaster(ctx, off, func(ctx context.Context, m int) error {
+			return onMaster(ctx, d, m, func(ctx context.Context, rdb *redis.Client) error {
+				return rdb.Del(ctx, d.T.Space().LockKey(key)).Err()
+			})
+		})
+	})
+	return a, err
+}
+
+// keyGone waits, at most 5s, until master m no longer holds key (its
+// expiry there, after a forward clock jump, has taken effect).
+func keyGone(ctx context.Context, d *Drill, m int, key string) error {
+	deadline := time.Now().Add(5 * time.Second)
+	return onMaster(ctx, d, m, func(ctx context.Context, rdb *redis.Client) error {
+		for {
+			n, err := rdb.Exists(ctx, d.T.Space().LockKey(key)).Result()
+			if err == nil && n == 0 {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("arrangement failed: master %d still holds %s 5s after its clock jumped (is the clock shim preloaded?): %v", m, key, errOr(err, "EXISTS 1"))
+			}
+			if err := d.Sleep(ctx, 2*time.Millisecond); err != nil {
+				return err
+			}
+		}
+	})
+}
+
+// contendVia makes the contenders try key in turn, single attempts about
+// 10ms apart, from now until A's validity has ended (plus a margin); the
+// first grant makes its contender write, commit and release, and ends the
+// contest. Meanwhile A, a careful holder, commits just before its validity
+// ends and lets its lock expire. Whether a contender was granted while A's
+// lease ran is for the checker (I1) to say. It returns the first try's
+// error (nil if it was granted).
+func contendVia(ctx context.Context, d *Drill, key string, ttl time.Duration, a holder, contenders ...locker) (first, err error) {
+	done := make(chan error, 1)
+	go func() {
+		err := d.Sleep(ctx, time.Until(a.g.validUntil)-50*time.Millisecond)
+		if err == nil && time.Now().Before(a.g.validUntil) {
+			d.Write(key, a.g, a.client, a.id, "commit")
+		}
+		done <- err
+	}()
+	clients := make([]int, len(contenders))
+	for i := range clients {
+		clients[i] = d.NewClientID()
+	}
+	for i := 0; time.Now().Before(a.g.validUntil.Add(100 * time.Millisecond)); i++ {
+		b, client := contenders[i%len(contenders)], clients[i%len(contenders)]
+		g, id, aerr := d.Acquire(ctx, b, client, key, ttl, 0)
+		if i == 0 {
+			first = aerr
+		}
+		if aerr == nil {
+			d.Write(key, g, client, id, "begin")
+			d.Write(key, g, client, id, "commit")
+			_ = d.Release(ctx, b, client, key, g, id)
+			break
+		}
+		if err = d.Sleep(ctx, 10*time.Millisecond); err != nil {
+			break
+		}
+	}
+	return first, errors.Join(err, <-done)
+}
