@@ -18,12 +18,12 @@ const clockJump = 30 * time.Second
 // jump steps master m's wall clock forward by clockJump and waits until
 // A's key there is gone. Not an availability fault (the master answers
 // and votes), so it is marked with no master: I5 and I6 do not count it.
-func jump(ctx context.Context, d *Drill, m int, key string) error {
+func jump(ctx context.Context, d *Drill, dm direct, m int, key string) error {
 	what := fmt.Sprintf("master %d's wall clock jumps %v forward", m, clockJump)
 	if err := d.Mark(ctx, what, func(ctx context.Context) error { return d.T.ClockJump(ctx, m, clockJump) }); err != nil {
 		return err
 	}
-	return keyGone(ctx, d, m, key)
+	return keyGone(ctx, d, dm, m, key)
 }
 
 // clockJumpContender: A holds the key on masters 2–4 only; master 4's
@@ -49,7 +49,12 @@ func clockJumpContender(guard bool) *Scenario {
 	sc.Script = func(ctx context.Context, d *Drill) error {
 		const key = "jump"
 		ttl := min(3*time.Second, d.Cfg.Client.MaxTTL)
-		a, err := placeOnly(ctx, d, key, ttl, []int{2, 3, 4})
+		dm, err := openDirect(ctx, d)
+		if err != nil {
+			return err
+		}
+		defer dm.Close()
+		a, err := placeOnly(ctx, d, dm, key, ttl, []int{2, 3, 4})
 		if err != nil {
 			return err
 		}
@@ -58,7 +63,7 @@ func clockJumpContender(guard bool) *Scenario {
 		if err := d.Client(1).CheckMasters(ctx); err != nil {
 			return err
 		}
-		if err := jump(ctx, d, 4, key); err != nil {
+		if err := jump(ctx, d, dm, 4, key); err != nil {
 			return err
 		}
 		// The daemons keep every check in both rows: only the control's
@@ -120,7 +125,12 @@ func clockJumpRestart(guard bool) *Scenario {
 		// Long enough for a restart of the daemon containers on a loaded
 		// machine.
 		ttl := min(6*time.Second, d.Cfg.Client.MaxTTL)
-		a, err := placeOnly(ctx, d, key, ttl, []int{2, 3, 4})
+		dm, err := openDirect(ctx, d)
+		if err != nil {
+			return err
+		}
+		defer dm.Close()
+		a, err := placeOnly(ctx, d, dm, key, ttl, []int{2, 3, 4})
 		if err != nil {
 			return err
 		}
@@ -139,7 +149,7 @@ func clockJumpRestart(guard bool) *Scenario {
 				err = errors.Join(err, rs.StartDaemons(context.WithoutCancel(ctx)))
 			}
 		}()
-		if err := jump(ctx, d, 4, key); err != nil {
+		if err := jump(ctx, d, dm, 4, key); err != nil {
 			return err
 		}
 		if err := d.Unmark(ctx, "daemons started again", rs.StartDaemons); err != nil {

@@ -6,19 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redlockd/redlockd/internal/guardswitch"
 	"github.com/redlockd/redlockd/redlock"
 )
-
-// flushAll is FLUSHALL on master m, sent to the master itself: its data is
-// gone while the process, and so its run_id, stays.
-func flushAll(ctx context.Context, d *Drill, m int) error {
-	return onMaster(ctx, d, m, func(ctx context.Context, rdb *redis.Client) error {
-		return rdb.FlushAll(ctx).Err()
-	})
-}
 
 // dataWipe: while the workload runs, A holds the key "wipe" on masters
 // 0–2 only; FLUSHALL wipes master 1, and a moment later master 2 (two
@@ -48,15 +38,23 @@ func dataWipe(check bool) *Scenario {
 		// B's tries fall in it, and masters 1 and 2, kept out until it has
 		// ended, count again before the workload stops.
 		ttl := min(d.Cfg.Duration/2, d.Cfg.Client.MaxTTL)
-		if err := d.SleepUntil(ctx, d.Cfg.Duration/4); err != nil {
-			return err
-		}
-		a, err := placeOnly(ctx, d, key, ttl, []int{0, 1, 2})
+		dm, err := openDirect(ctx, d)
 		if err != nil {
 			return err
 		}
+		defer dm.Close()
+		if err := d.SleepUntil(ctx, d.Cfg.Duration/4); err != nil {
+			return err
+		}
+		a, err := placeOnly(ctx, d, dm, key, ttl, []int{0, 1, 2})
+		if err != nil {
+			return err
+		}
+		// FLUSHALL sent to the master itself: its data is gone while the
+		// process, and so its run_id, stays.
+		flushAll := func(ctx context.Context, m int) error { return dm[m].FlushAll(ctx).Err() }
 		wipe := func(m int) error {
-			return d.Fault(ctx, fmt.Sprintf("FLUSHALL master %d", m), AllViews, []int{m}, bind(d, flushAll))
+			return d.Fault(ctx, fmt.Sprintf("FLUSHALL master %d", m), AllViews, []int{m}, flushAll)
 		}
 		if err := wipe(1); err != nil {
 			return err

@@ -19,27 +19,47 @@ type holder struct {
 	client int
 }
 
-// onMaster runs fn with a connection of its own to master m itself, past
-// every proxy and view (Target.DirectAddrs), as an operator's redis-cli
-// would.
-func onMaster(ctx context.Context, d *Drill, m int, fn func(ctx context.Context, rdb *redis.Client) error) error {
-	addr := d.T.DirectAddrs()[m]
-	if addr == "" {
-		return fmt.Errorf("chaos: master %d has no address now", m)
+// direct is a connection of its own to every master itself, past every
+// proxy and view (Target.DirectAddrs), as an operator's redis-cli would
+// reach them; index = master.
+type direct []*redis.Client
+
+// openDirect dials every master at the address it has now and PINGs it,
+// so that a fault sent through it later takes a round trip, not a dial
+// (and, on the compose target, no Docker API call).
+func openDirect(ctx context.Context, d *Drill) (direct, error) {
+	var out direct
+	for m, addr := range d.T.DirectAddrs() {
+		if addr == "" {
+			out.Close()
+			return nil, fmt.Errorf("chaos: master %d has no address now", m)
+		}
+		out = append(out, redis.NewClient(&redis.Options{
+			Addr: addr, MaxRetries: -1, PoolSize: 1, DisableIdentity: true,
+			DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
+		}))
 	}
-	rdb := redis.NewClient(&redis.Options{
-		Addr: addr, MaxRetries: -1, PoolSize: 1, DisableIdentity: true,
-		DialTimeout: 2 * time.Second, ReadTimeout: 2 * time.Second, WriteTimeout: 2 * time.Second,
-	})
-	defer rdb.Close()
-	return fn(ctx, rdb)
+	for m, rdb := range out {
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			out.Close()
+			return nil, fmt.Errorf("chaos: master %d: %w", m, err)
+		}
+	}
+	return out, nil
+}
+
+// Close closes every connection.
+func (dm direct) Close() {
+	for _, rdb := range dm {
+		_ = rdb.Close()
+	}
 }
 
 // placeOnly makes client A (the library client of view a) take key for
 // ttl, then deletes the key directly on every master not in on: A's lock
 // lives on those masters only, as if its SET had been lost on its way to
 // the others. A writes "begin" to the Resource at once.
-func placeOnly(ctx context.Context, d *Drill, key string, ttl time.Duration, on []int) (holder, error) {
+func placeOnly(ctx context.Context, d *Drill, dm direct, key string, ttl time.Duration, on []int) (holder, error) {
 	a := holder{client: d.NewClientID()}
 	// Retrying for a while: one slow answer on a loaded machine fails an
 	// attempt.
@@ -61,9 +81,7 @@ func placeOnly(ctx context.Context, d *Drill, key string, ttl time.Duration, on 
 	// Not an availability fault: those masters answer and vote.
 	err = d.Mark(ctx, what, func(ctx context.Context) error {
 		return eachMaster(ctx, off, func(ctx context.Context, m int) error {
-			return onMaster(ctx, d, m, func(ctx context.Context, rdb *redis.Client) error {
-				return rdb.Del(ctx, d.T.Space().LockKey(key)).Err()
-			})
+			return dm[m].Del(ctx, d.T.Space().LockKey(key)).Err()
 		})
 	})
 	return a, err
@@ -71,22 +89,20 @@ func placeOnly(ctx context.Context, d *Drill, key string, ttl time.Duration, on 
 
 // keyGone waits, at most 5s, until master m no longer holds key (its
 // expiry there, after a forward clock jump, has taken effect).
-func keyGone(ctx context.Context, d *Drill, m int, key string) error {
+func keyGone(ctx context.Context, d *Drill, dm direct, m int, key string) error {
 	deadline := time.Now().Add(5 * time.Second)
-	return onMaster(ctx, d, m, func(ctx context.Context, rdb *redis.Client) error {
-		for {
-			n, err := rdb.Exists(ctx, d.T.Space().LockKey(key)).Result()
-			if err == nil && n == 0 {
-				return nil
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("arrangement failed: master %d still holds %s 5s after its clock jumped (is the clock shim preloaded?): %v", m, key, errOr(err, "EXISTS 1"))
-			}
-			if err := d.Sleep(ctx, 2*time.Millisecond); err != nil {
-				return err
-			}
+	for {
+		n, err := dm[m].Exists(ctx, d.T.Space().LockKey(key)).Result()
+		if err == nil && n == 0 {
+			return nil
 		}
-	})
+		if time.Now().After(deadline) {
+			return fmt.Errorf("arrangement failed: master %d still holds %s 5s after its clock jumped (is the clock shim preloaded?): %v", m, key, errOr(err, "EXISTS 1"))
+		}
+		if err := d.Sleep(ctx, 2*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // contendVia makes the contenders try key in turn, single attempts about
