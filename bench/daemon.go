@@ -40,13 +40,17 @@ func buildDaemon(root, dir string) (string, error) {
 	return bin, nil
 }
 
-func startDaemon(bin, dir string, masters []string) (*daemonProc, error) {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, err
+// startDaemon starts bin, logging to dir/<name>.log, with one account
+// "bench" whose API key is key ("": a new random one).
+func startDaemon(bin, dir, name, key string, masters []string) (*daemonProc, error) {
+	if key == "" {
+		var b [16]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		key = hex.EncodeToString(b[:])
 	}
-	key := hex.EncodeToString(b[:])
-	logPath := filepath.Join(dir, "redlockd.log")
+	logPath := filepath.Join(dir, name+".log")
 	var lastErr error
 	for range 3 { // the free port may be taken before the daemon binds it
 		port, err := freePort()

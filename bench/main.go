@@ -51,6 +51,12 @@ type config struct {
 	jsonPath   string
 	cpuProfile string
 	root       string
+	// The hand-off cell: waiter counts (none: skipped), rounds per count,
+	// the time limit of one target at one count, the load window.
+	handoff       []int
+	handoffRounds int
+	handoffLimit  time.Duration
+	loadWindow    time.Duration
 }
 
 var scenarioPaused = map[string][]int{ // master indexes paused in each scenario
@@ -61,8 +67,8 @@ var scenarioPaused = map[string][]int{ // master indexes paused in each scenario
 
 func main() {
 	var cfg config
-	var conc, scen, targets, down3 string
-	quick := flag.Bool("quick", false, "1s cells (same as -duration 1s)")
+	var conc, scen, targets, down3, handoff string
+	quick := flag.Bool("quick", false, "1s cells (same as -duration 1s); hand-off: 50 rounds, 3s limit, 3s load window")
 	flag.DurationVar(&cfg.dur, "duration", 3*time.Second, "how long each cell runs")
 	flag.StringVar(&conc, "conc", "1,16,64,256", "comma-separated concurrencies (workers per cell)")
 	flag.StringVar(&scen, "scenarios", "healthy,pause1,pause2", "comma-separated scenarios: healthy, pause1 (master 0 paused), pause2 (masters 0 and 1 paused)")
@@ -71,9 +77,16 @@ func main() {
 	flag.StringVar(&cfg.jsonPath, "json", filepath.Join("results", "latest.json"), "where to write the JSON results")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of this process; samples carry the label target=lib|http|redsync|floor (go tool pprof -tagfocus=target=lib -top FILE); worker goroutines also carry cell=<scenario>/c<N> (the library's own lanes carry target=lib only)")
 	flag.StringVar(&cfg.root, "root", "..", "the redlockd repository whose ./cmd/redlockd is built for the http target")
+	flag.StringVar(&handoff, "handoff", "1,8,64", `hand-off cell: comma-separated numbers of waiters on the key ("" to skip)`)
+	flag.IntVar(&cfg.handoffRounds, "handoff-rounds", 200, "hand-offs measured per target and number of waiters")
+	flag.DurationVar(&cfg.handoffLimit, "handoff-limit", 8*time.Second, "time limit of one target at one number of waiters (fewer rounds if reached)")
+	flag.DurationVar(&cfg.loadWindow, "load-window", 5*time.Second, "how long the masters' commands are counted with 64 waiters on a held key")
 	flag.Parse()
 	if *quick {
 		cfg.dur = time.Second
+		cfg.handoffRounds = min(cfg.handoffRounds, 50)
+		cfg.handoffLimit = min(cfg.handoffLimit, 3*time.Second)
+		cfg.loadWindow = min(cfg.loadWindow, 3*time.Second)
 	}
 	var err error
 	if cfg.conc, err = parseInts(conc); err == nil {
@@ -84,6 +97,12 @@ func main() {
 	}
 	if err == nil {
 		cfg.down3, err = parseList(down3, "pause", "kill")
+	}
+	if err == nil && strings.TrimSpace(handoff) != "" {
+		cfg.handoff, err = parseInts(handoff)
+	}
+	if err == nil && (cfg.handoffRounds < 1 || cfg.handoffLimit <= 0 || cfg.loadWindow <= 0) {
+		err = errors.New("-handoff-rounds must be ≥ 1, -handoff-limit and -load-window > 0")
 	}
 	if err == nil && cfg.dur <= 0 {
 		err = errors.New("-duration must be > 0")
@@ -136,6 +155,9 @@ func run(ctx context.Context, cfg config) error {
 	rep := newReport(cfg, addrs)
 	warmUp(ctx, cfg, tgs)
 	if err := env.runCells(ctx, tgs, rep); err != nil {
+		return err
+	}
+	if err := env.runHandoff(ctx, addrs, rep); err != nil {
 		return err
 	}
 	if err := env.runDown3(ctx, tgs, rep); err != nil {
@@ -194,7 +216,8 @@ func (e *env) startTargets(ctx context.Context, addrs []string, dir string) (map
 			if err != nil {
 				return nil, err
 			}
-			if e.daemon, err = startDaemon(bin, dir, addrs); err != nil {
+			e.daemonBin, e.dir = bin, dir
+			if e.daemon, err = startDaemon(bin, dir, "redlockd", "", addrs); err != nil {
 				return nil, err
 			}
 			e.httpc = newHTTPClient(slices.Max(e.cfg.conc))
@@ -333,9 +356,12 @@ type env struct {
 	masters []*redisproc.Server
 	lib     *redlock.Client
 	daemon  *daemonProc
-	httpc   *http.Client
-	rdbs    []*redis.Client
-	floor   *redis.Client
+	// daemonBin is the built daemon, dir the run's temporary directory:
+	// the hand-off cell starts a second replica from them.
+	daemonBin, dir string
+	httpc          *http.Client
+	rdbs           []*redis.Client
+	floor          *redis.Client
 }
 
 func (e *env) close() {

@@ -34,8 +34,12 @@ type report struct {
 	Down3        []cellResult      `json:"three_masters_down"`
 	// DaemonVmHWMKiB is the daemon's peak RSS over the whole run; the c=256
 	// http cells carry the value right after each of them.
-	DaemonVmHWMKiB int64   `json:"daemon_vmhwm_kib_end"`
-	Checks         []check `json:"targets"`
+	DaemonVmHWMKiB int64 `json:"daemon_vmhwm_kib_end"`
+	// Handoff is the hand-off cell; Load the masters' command rates, idle
+	// first, then with handoffLoadWaiters waiters on a held key per target.
+	Handoff []handoffResult `json:"handoff"`
+	Load    []masterLoad    `json:"masters_load"`
+	Checks  []check         `json:"targets"`
 }
 
 type check struct {
@@ -108,6 +112,7 @@ func (r *report) finish() {
 			})
 		}
 	}
+	r.handoffChecks()
 	var hwm int64
 	for _, c := range r.Cells {
 		hwm = max(hwm, c.DaemonVmHWMKiB)
@@ -171,6 +176,7 @@ func (r *report) markdown(cfg config) string {
 		}
 		p("\n")
 	}
+	r.handoffMarkdown(p)
 	var mem []string
 	for _, c := range r.Cells {
 		if c.DaemonVmHWMKiB > 0 {
