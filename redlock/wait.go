@@ -29,18 +29,22 @@ import (
 //   - while no quorum can vote, with the retry strategy's backoff: masters
 //     may come back within the wait.
 //
-// When the head leaves (it got the lock, its wait ran out, its caller went
-// away) the next waiter becomes the head and attempts at once. The order
+// A waiter that joins an empty queue attempts once more at once: a release
+// between Acquire's first attempt and the join notified nobody. When the
+// head leaves (it got the lock, its wait ran out, its caller went away)
+// the next waiter becomes the head and attempts at once. The order
 // holds within one Client; across daemons there is no global order: after a
 // release, the heads of every daemon attempt and one of them wins.
 //
 // Load on the masters while a key is held: one attempt per pollFallback
 // per key per Client (one script call per master each), whatever the number
-// of waiters, plus one attempt per release notification.
+// of waiters, plus one attempt per release notification and one when a
+// waiter joins an empty queue.
 
 // pollFallback bounds how long the head of a queue sleeps without a
-// notification.
-const pollFallback = 2 * time.Second
+// notification. A variable so that a test can show that a waiter got the
+// lock by a notification, not by a poll.
+var pollFallback = 2 * time.Second
 
 // waiter is one Acquire waiting in a key's queue.
 type waiter struct {
@@ -163,6 +167,11 @@ func (c *Client) waitFor(ctx context.Context, key string, ttl time.Duration, cfg
 	c.subscribe()
 	w := c.waits.join(key)
 	defer c.waits.leave(key, w)
+	if c.waits.isHead(key, w) {
+		// A release between the first attempt and join found no waiter of
+		// this key to notify: the first waiter attempts once more now.
+		notify(w)
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C

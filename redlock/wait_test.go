@@ -17,10 +17,12 @@ func waitingFor(t *testing.T, c *Client, n int) {
 }
 
 // TestHandOffAcrossClients: a release through one Client (daemon replica
-// a) wakes the waiter of another (replica b): it wins with its second
-// attempt, long before the holder's TTL or a fallback poll would have let
-// it try again.
+// a) wakes the waiter of another (replica b): it wins although neither the
+// holder's TTL nor a fallback poll (lengthened beyond the wait) would have
+// let it try again before its caller gives up.
 func TestHandOffAcrossClients(t *testing.T) {
+	defer func(d time.Duration) { pollFallback = d }(pollFallback)
+	pollFallback = time.Hour
 	ctx := context.Background()
 	a, opts := brandNewClient(t)
 	b := sameDeployment(t, opts...)
@@ -28,9 +30,10 @@ func TestHandOffAcrossClients(t *testing.T) {
 	held, err := a.Acquire(ctx, key, time.Minute)
 	require.NoError(t, err)
 	got := make(chan *Lock, 1)
-	before := b.attempts.Load()
 	go func() {
-		l, err := b.Acquire(ctx, key, time.Second, WithWait(20*time.Second))
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		l, err := b.Acquire(wctx, key, time.Second, WithWait(time.Minute))
 		assert.NoError(t, err)
 		got <- l
 	}()
@@ -38,7 +41,6 @@ func TestHandOffAcrossClients(t *testing.T) {
 	require.NoError(t, held.Release(ctx))
 	l := <-got
 	require.NotNil(t, l)
-	assert.EqualValues(t, 2, b.attempts.Load()-before, "one attempt before the release, one woken by it")
 	assert.Greater(t, l.Fence(), held.Fence())
 }
 
@@ -136,4 +138,43 @@ func TestLostNotificationFallsBackToPolling(t *testing.T) {
 		require.NoError(t, r.Del(ctx, held.Key()).Err())
 	}
 	require.NoError(t, <-got)
+}
+
+// TestReleaseBetweenFirstAttemptAndQueue: the lock is released after the
+// waiter's first attempt was refused but before it joined its key's queue,
+// so the release's notification finds no waiter. The waiter must still get
+// the lock, without a fallback poll (lengthened here beyond its wait).
+// Master 4 holds the first attempt open: CLIENT PAUSE WRITE delays its
+// vote, and the attempt waits for its clean-up there after the other four
+// have refused; the release comes in that window.
+func TestReleaseBetweenFirstAttemptAndQueue(t *testing.T) {
+	defer func(d time.Duration) { pollFallback = d }(pollFallback)
+	pollFallback = time.Hour
+	ctx := context.Background()
+	c, _ := brandNewClient(t) // per-master timeout 500 ms
+	key := newKey(t)
+	held, err := c.Acquire(ctx, key, time.Minute)
+	require.NoError(t, err)
+	require.NoError(t, direct(t)[4].Do(ctx, "CLIENT", "PAUSE", "400", "WRITE").Err())
+	before := c.attempts.Load()
+	got := make(chan error, 1)
+	go func() {
+		// Without a notification, nothing would wake the waiter before
+		// its caller gives up (a last attempt ends a wait that runs out,
+		// not a cancelled one).
+		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		l, err := c.Acquire(wctx, key, time.Second, WithWait(time.Minute))
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	require.Eventually(t, func() bool { return c.attempts.Load() > before }, 10*time.Second, time.Millisecond)
+	// The four unpaused masters refuse within milliseconds; master 4
+	// answers when its pause ends, 400 ms after it began.
+	time.Sleep(100 * time.Millisecond)
+	require.Zero(t, c.Waiting(), "the release must come before the waiter queues")
+	require.NoError(t, held.Release(ctx))
+	require.NoError(t, <-got, "the waiter missed the release")
 }
