@@ -17,6 +17,10 @@ CHAOS_IMAGE    = redlockd/chaos:local
 
 # Static daemon binary copied into the redlockd image (see Dockerfile).
 REDLOCKD_BIN = bin/redlockd-linux-amd64
+# The commit `redlockd version` reports when the go command did not stamp one
+# (GOFLAGS=-buildvcs=false, a git worktree, a copy without .git).
+REVISION := $(shell git rev-parse HEAD 2>/dev/null)
+VERSION_LDFLAGS = -X main.revision=$(REVISION)
 # Build context of the drill image: the static redlock-chaos binary alone
 # (see docker/chaos/Dockerfile).
 CHAOS_CONTEXT = dist/chaos-image
@@ -97,7 +101,7 @@ rules: ## Check the Prometheus rules and run their unit tests (promtool)
 	cd $(dir $(RULES)) && promtool test rules redlockd.rules.test.yml
 
 dev: deps ## Run five local redis-server masters and the daemon on 127.0.0.1:7070
-	$(GO) build -o bin/redlockd ./cmd/redlockd
+	$(GO) build -ldflags='$(VERSION_LDFLAGS)' -o bin/redlockd ./cmd/redlockd
 	exec bin/redlockd dev $(DEV_ARGS)
 
 # The modules: the product (this directory), the drills (chaos/), the
@@ -150,7 +154,7 @@ bench: deps ## Benchmark lib, daemon, go-redsync and one-Redis floor side by sid
 	cd bench && $(GO) run . $(BENCH_ARGS)
 
 build: ## Build bin/redlockd for this machine
-	$(GO) build -o bin/redlockd ./cmd/redlockd
+	$(GO) build -ldflags='$(VERSION_LDFLAGS)' -o bin/redlockd ./cmd/redlockd
 
 help: ## Show this list
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_.-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -158,7 +162,7 @@ help: ## Show this list
 images: image-redis image-redlockd image-chaos ## Build the local images (REDIS_IMAGE, REDLOCKD_IMAGE, and CHAOS_IMAGE for the drill overlay)
 
 redlockd-linux: ## Build the static linux/amd64 daemon binary into bin/
-	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w' -o $(REDLOCKD_BIN) ./cmd/redlockd
+	CGO_ENABLED=0 GOOS=linux GOARCH=amd64 $(GO) build -trimpath -ldflags='-s -w $(VERSION_LDFLAGS)' -o $(REDLOCKD_BIN) ./cmd/redlockd
 
 image-redlockd: redlockd-linux ## Build the redlockd image FROM scratch
 	$(DOCKER) build -t $(REDLOCKD_IMAGE) .

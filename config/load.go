@@ -52,17 +52,17 @@ func decodeStrict(data []byte, c *Config) error {
 	}
 }
 
-// prefixErrors puts path in front of each problem, and drops yaml's own
+// prefixErrors puts path in front of each problem, drops yaml's own
 // "yaml: " and "unmarshal errors:" headings, which add nothing once the
-// file is named.
+// file is named, and says each problem in the file's terms (friendlyYAML).
 func prefixErrors(path string, err error) error {
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
-		return fmt.Errorf("%s: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
+		return fmt.Errorf("%s: %s", path, friendlyYAML(strings.TrimPrefix(err.Error(), "yaml: ")))
 	}
 	errs := make([]error, len(te.Errors))
 	for i, msg := range te.Errors {
-		errs[i] = fmt.Errorf("%s: %s", path, msg)
+		errs[i] = fmt.Errorf("%s: %s", path, friendlyYAML(msg))
 	}
 	return errors.Join(errs...)
 }

@@ -76,10 +76,19 @@ func TestLoadFile(t *testing.T) {
 			c.APIKeys = []config.APIKey{{Name: "shop", KeySHA256: secretKeySHA}}
 		}, nil},
 		{"unknown field", "listen: ':8080'\nlistn: ':9090'\n", nil, []string{
-			"line 2: field listn not found in type config.Config",
+			`line 2: unknown field "listn"; did you mean "listen"?`,
 		}},
 		{"unknown field in an API key", "api_keys:\n  - name: shop\n    kee: x\n", nil, []string{
-			"line 3: field kee not found in type config.APIKey",
+			`line 3: unknown field "kee"; did you mean "key"?`,
+		}},
+		{"unknown field close to a real one", "masterz:\n  - a:1\n", nil, []string{
+			`line 1: unknown field "masterz"; did you mean "masters"?`,
+		}},
+		{"unknown field in upper case", "MAX_TTL: 60\n", nil, []string{
+			`line 1: unknown field "MAX_TTL"; did you mean "max_ttl"?`,
+		}},
+		{"a list where a mapping belongs", "api_keys:\n  - x\n", nil, []string{
+			"line 2: cannot unmarshal !!str `x` into an api_keys entry (a mapping with name and key or key_sha256)",
 		}},
 		{"duplicate field", "max_ttl: 60\nmax_ttl: 90\n", nil, []string{
 			`line 2: mapping key "max_ttl" already defined at line 1`,
@@ -89,17 +98,17 @@ func TestLoadFile(t *testing.T) {
 		}},
 		{"negative duration", "max_wait: -1s\n", nil, []string{`line 1: "-1s": negative durations are not allowed`}},
 		{"every problem, one per line", "max_ttl: soon\nfoo: 1\nhealth_interval: 5\n", nil, []string{
-			"line 1: cannot unmarshal !!str `soon` into int",
-			"line 2: field foo not found in type config.Config",
+			"line 1: cannot unmarshal !!str `soon` into a whole number",
+			`line 2: unknown field "foo"`,
 			`line 3: "5": no unit; write it with one, e.g. "5ms" or "5s"`,
 		}},
 		{"second document", "listen: ':1'\n---\nlisten: ':2'\n", nil, []string{
 			"line 2: a second YAML document; the file must hold one",
 		}},
 		{"syntax error", "listen: [\n", nil, []string{"line 1: did not find expected node content"}},
-		{"not a mapping", "- a\n", nil, []string{"line 1: cannot unmarshal !!seq into config.Config"}},
+		{"not a mapping", "- a\n", nil, []string{"line 1: cannot unmarshal !!seq into the settings (a mapping of field: value)"}},
 		{"api key of the wrong shape", "api_keys:\n  - name: shop\n    key: [" + secretKey + "]\n", nil, []string{
-			"line 3: cannot unmarshal !!seq into string",
+			"line 3: cannot unmarshal !!seq into a string",
 		}},
 	}
 	for _, tt := range tests {
@@ -415,7 +424,7 @@ func TestLoad(t *testing.T) {
 	t.Run("file errors stop the chain", func(t *testing.T) {
 		path := writeFile(t, "bogus: 1\n")
 		_, err := config.Load(path, nil, nil)
-		if want := path + ": line 1: field bogus not found in type config.Config"; err == nil || err.Error() != want {
+		if want := path + `: line 1: unknown field "bogus"`; err == nil || err.Error() != want {
 			t.Errorf("Load error = %v, want %q", err, want)
 		}
 	})

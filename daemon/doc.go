@@ -21,9 +21,9 @@
 //     reason, clock offset and drift, warnings; quorum; and charts of the
 //     history: state bands, quorum, outcome rates, acquire p50/p99, clock
 //     offset, drift and probe latency, drawn as SVG by its own script).
-//   - Any other path: 404 with the JSON envelope, code bad_request, a msg
+//   - Any other path: 404 with the JSON envelope, code not_found, a msg
 //     naming the path and listing these endpoints. A wrong method on a
-//     known path is 405. ServeMux's path cleaning still redirects first
+//     known path is 405, code method_not_allowed. ServeMux's path cleaning still redirects first
 //     ("//v1/lock" → 307 to /v1/lock), which is left as it is, except that
 //     a URL carrying an API key (path segment or query) is refused with
 //     400 rather than echoed in Location.
@@ -43,10 +43,10 @@
 //
 // An answered action is 200, including acquired:false, released:false,
 // extended:false and held:false, with a msg that says why. Failures are 400
-// bad_request (msg names the field and the limit), 401 unauthorized, 405
-// (code bad_request, header Allow: POST), 413 too_large, 415 (code
-// bad_request), 503 quorum_unavailable (header Retry-After: 1) and 500
-// internal, which is always a bug and is logged with the cause.
+// bad_request (msg names the field and the limit), 401 unauthorized, 404
+// not_found, 405 method_not_allowed (header Allow: POST), 413 too_large,
+// 415 unsupported_media_type, 503 quorum_unavailable (header Retry-After)
+// and 500 internal, which is always a bug and is logged with the cause.
 //
 // remain_quota: see RemainQuota. There are no quotas yet; it is always -1,
 // meaning "not limited, not counted".

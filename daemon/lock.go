@@ -62,7 +62,7 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		s.fail(w, &c, http.StatusMethodNotAllowed, resMethodNotAllowed, codeBadRequest,
+		s.fail(w, &c, http.StatusMethodNotAllowed, resMethodNotAllowed, codeMethodNotAllowed,
 			"method not allowed: use POST with a JSON body")
 		return
 	}
@@ -91,7 +91,7 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 	}
 	c.account = account
 	if ct := headerValue(r.Header, hdrContentType); ct != "" && !isJSONContentType(ct) {
-		s.fail(w, &c, http.StatusUnsupportedMediaType, resUnsupportedMediaType, codeBadRequest,
+		s.fail(w, &c, http.StatusUnsupportedMediaType, resUnsupportedMediaType, codeUnsupportedMedia,
 			`Content-Type must be application/json (with curl: -H "Content-Type: application/json")`)
 		return
 	}

@@ -144,16 +144,16 @@ func badInputs() []badInput {
 		{name: "query on alias", path: "/gateway/distlock?api_key=secret-value-1", body: `{"key":"a"}`, msg: msgQuerySecret},
 		{name: "query before method", method: http.MethodGet, path: "/v1/lock?api_key=secret-value-1", msg: msgQuerySecret},
 		// method
-		{name: "GET", method: http.MethodGet, status: http.StatusMethodNotAllowed, msg: "method not allowed: use POST"},
-		{name: "PUT", method: http.MethodPut, body: `{"key":"a"}`, status: http.StatusMethodNotAllowed, msg: "use POST"},
-		{name: "DELETE on alias", method: http.MethodDelete, path: "/gateway/distlock", status: http.StatusMethodNotAllowed, msg: "use POST"},
+		{name: "GET", method: http.MethodGet, status: http.StatusMethodNotAllowed, code: codeMethodNotAllowed, msg: "method not allowed: use POST"},
+		{name: "PUT", method: http.MethodPut, body: `{"key":"a"}`, status: http.StatusMethodNotAllowed, code: codeMethodNotAllowed, msg: "use POST"},
+		{name: "DELETE on alias", method: http.MethodDelete, path: "/gateway/distlock", status: http.StatusMethodNotAllowed, code: codeMethodNotAllowed, msg: "use POST"},
 		// content type
 		{name: "form content type", header: map[string]string{"X-API-Key": testKeyAcme, "Content-Type": "application/x-www-form-urlencoded"}, body: `{"key":"a"}`,
-			status: http.StatusUnsupportedMediaType, msg: "Content-Type must be application/json"},
+			status: http.StatusUnsupportedMediaType, code: codeUnsupportedMedia, msg: "Content-Type must be application/json"},
 		{name: "text content type", header: map[string]string{"X-API-Key": testKeyAcme, "Content-Type": "text/plain"}, body: `{"key":"a"}`,
-			status: http.StatusUnsupportedMediaType, msg: "Content-Type must be application/json"},
+			status: http.StatusUnsupportedMediaType, code: codeUnsupportedMedia, msg: "Content-Type must be application/json"},
 		{name: "latin1 charset", header: map[string]string{"X-API-Key": testKeyAcme, "Content-Type": "application/json; charset=iso-8859-1"}, body: `{"key":"a"}`,
-			status: http.StatusUnsupportedMediaType, msg: "Content-Type must be application/json"},
+			status: http.StatusUnsupportedMediaType, code: codeUnsupportedMedia, msg: "Content-Type must be application/json"},
 	}
 }
 

@@ -17,8 +17,11 @@ const RemainQuota = -1
 
 // Stable error codes (the envelope's "code").
 const (
-	codeBadRequest   = "bad_request"        // 400, and 405 and 415
-	codeUnauthorized = "unauthorized"       // 401
+	codeBadRequest       = "bad_request"            // 400
+	codeUnauthorized     = "unauthorized"           // 401
+	codeNotFound         = "not_found"              // 404
+	codeMethodNotAllowed = "method_not_allowed"     // 405
+	codeUnsupportedMedia = "unsupported_media_type" // 415
 	codeTooLarge     = "too_large"          // 413
 	codeQuorum       = "quorum_unavailable" // 503
 	// codeTooManyWaiters: 429, too many acquires with wait_ms waiting.

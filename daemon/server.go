@@ -265,7 +265,7 @@ func (s *Server) routes(gatherer prometheus.Gatherer) http.Handler {
 const msgNotFound = "; the endpoints are POST /v1/lock, POST /gateway/distlock, GET /healthz, GET /readyz, GET /metrics, GET /v1/stats, GET /v1/history, GET /openapi.yaml and GET / (dashboard)"
 
 // serveNotFound answers a path no route matches with the JSON envelope:
-// 404, code bad_request, a msg naming the path (cut to 64 bytes) and
+// 404, code not_found, a msg naming the path (cut to 64 bytes) and
 // listing the endpoints. A path with a configured API key as one of its
 // segments, or a query string with a credential, is refused with 400
 // instead, so that the key is never echoed.
@@ -280,7 +280,7 @@ func (s *Server) serveNotFound(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, codeBadRequest, msg)
 		return
 	}
-	writeError(w, http.StatusNotFound, codeBadRequest, "unknown path "+quoteCut(r.URL.Path, 64)+msgNotFound)
+	writeError(w, http.StatusNotFound, codeNotFound, "unknown path "+quoteCut(r.URL.Path, 64)+msgNotFound)
 }
 
 // urlSecret returns the 400 message for a URL that carries a credential —
@@ -309,11 +309,12 @@ func (s *Server) uncleanURLSecret(r *http.Request) string {
 	return s.urlSecret(r)
 }
 
-// serveGetOnly answers a method other than GET or HEAD on a GET route,
-// exactly as ServeMux would.
-func serveGetOnly(w http.ResponseWriter, _ *http.Request) {
+// serveGetOnly answers a method other than GET or HEAD on a GET route:
+// 405 with Allow, as ServeMux would, in the JSON envelope with code
+// method_not_allowed.
+func serveGetOnly(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Allow", "GET, HEAD")
-	http.Error(w, http.StatusText(http.StatusMethodNotAllowed), http.StatusMethodNotAllowed)
+	writeError(w, http.StatusMethodNotAllowed, codeMethodNotAllowed, "method "+quoteCut(r.Method, 16)+" not allowed on "+quoteCut(r.URL.Path, 64)+": use GET")
 }
 
 // Handler returns the daemon's HTTP handler, for tests (httptest) and for

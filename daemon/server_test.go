@@ -628,7 +628,7 @@ func TestShutdownTimeoutCutsOff(t *testing.T) {
 	assert.EqualValues(t, 2, cut[0].ContextMap()["requests_in_handlers"])
 }
 
-// Unknown paths get the JSON envelope: 404, code bad_request, a msg naming
+// Unknown paths get the JSON envelope: 404, code not_found, a msg naming
 // the path and the endpoints. A wrong method on a known path stays 405. A
 // path or query carrying an API key is refused (400) without echoing it.
 func TestNotFoundJSON(t *testing.T) {
@@ -646,7 +646,7 @@ func TestNotFoundJSON(t *testing.T) {
 		assert.Equal(t, http.StatusNotFound, r.Status, "%s %s: %s", tc.method, tc.path, r.Raw)
 		assert.Equal(t, "application/json", r.Header.Get("Content-Type"))
 		assert.Equal(t, "err", r.Env.Ret)
-		assert.Equal(t, codeBadRequest, r.code())
+		assert.Equal(t, codeNotFound, r.code())
 		assert.Equal(t, "null", string(r.Env.Data))
 		assert.Equal(t, "unknown path "+tc.name+msgNotFound, r.Env.Msg)
 		for _, ep := range []string{"POST /v1/lock", "POST /gateway/distlock", "GET /healthz", "GET /readyz", "GET /metrics", "GET /"} {
@@ -674,6 +674,7 @@ func TestNotFoundJSON(t *testing.T) {
 		r := ts.do(t, http.MethodPost, p, "", nil)
 		assert.Equal(t, http.StatusMethodNotAllowed, r.Status, p)
 		assert.Equal(t, "GET, HEAD", r.Header.Get("Allow"), p)
+		assert.Equal(t, codeMethodNotAllowed, r.code(), p)
 	}
 
 	// "//v1/lock" is cleaned by ServeMux to /v1/lock with a redirect

@@ -4,6 +4,7 @@
 //	redlockd dev                            five local masters + the daemon
 //	redlockd repair-fences --config FILE    after most masters lost their data
 //	redlockd lock run --key K --ttl 5m -- cmd   run cmd while holding a lock
+//	redlockd version                            version, VCS revision, Go version
 //
 // main only wires: the algorithm is in package redlock, the HTTP API in
 // package daemon, settings in package config.
@@ -17,6 +18,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"strings"
 	"syscall"
 )
 
@@ -29,6 +33,7 @@ Usage:
                                          so the daemons count them again (see "redlockd repair-fences --help")
   redlockd lock run|acquire|extend|release|status
                                          hold a lock from a shell or cron (see "redlockd lock help")
+  redlockd version                       show the version, VCS revision and Go version (also --version)
   redlockd help                          show this help
 
 Settings come from the YAML file, then REDLOCKD_* environment variables, then
@@ -54,10 +59,50 @@ func main() {
 	}
 }
 
+// revision is the VCS commit, set by the Makefile with -ldflags
+// "-X main.revision=…" for builds the go command did not stamp.
+var revision string
+
+// commands are the commands run knows, as the usage lists them.
+var commands = []string{"serve", "dev", "repair-fences", "lock", "version", "help"}
+
+// versionString is what `redlockd version` prints:
+//
+//	redlockd v1.2.3 (revision 0123456789ab, modified) go1.26.8 linux/amd64
+//
+// The module version is "(devel)" for a build from a checkout; the
+// revision is the VCS commit the go command stamped, when it did.
+func versionString(bi *debug.BuildInfo, ok bool) string {
+	if !ok {
+		return "redlockd (no build information) " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
+	}
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = ", modified"
+			}
+		}
+	}
+	if rev == "" {
+		rev = revision
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if rev == "" {
+		rev = "unknown"
+	}
+	return fmt.Sprintf("redlockd %s (revision %s%s) %s %s/%s", bi.Main.Version, rev, modified, bi.GoVersion, runtime.GOOS, runtime.GOARCH)
+}
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
-		return errors.New("missing command (serve or dev)")
+		return errors.New("missing command: " + strings.Join(commands, ", "))
 	}
 	switch args[0] {
 	case "serve":
@@ -68,6 +113,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return repairFences(ctx, args[1:], stdout, stderr)
 	case "lock":
 		return lockCmd(ctx, args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, versionString(debug.ReadBuildInfo()))
+		return nil
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,6 +49,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer log.Sync() //nolint:errcheck // nothing useful to do at exit
+	warnPlaceholderKeys(log, cfg.APIKeys)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
@@ -118,6 +121,21 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		return err
 	}
 	return srv.Serve(ctx, ln)
+}
+
+// placeholderMark is in the example config's API key: a key that still
+// holds it was never replaced, and anyone who has read the example knows it.
+const placeholderMark = "CHANGE-ME"
+
+// warnPlaceholderKeys logs a warning for each account whose API key is
+// still the example config's placeholder. It names the account, never the key.
+func warnPlaceholderKeys(log *zap.Logger, keys []config.APIKey) {
+	for _, k := range keys {
+		if strings.Contains(strings.ToUpper(k.Key), placeholderMark) {
+			log.Warn("API KEY NOT CHANGED: account "+strconv.Quote(k.Name)+" uses the example config's placeholder key, which is public; replace it (e.g. openssl rand -hex 32) before anything real depends on this daemon",
+				zap.String("account", k.Name))
+		}
+	}
 }
 
 func newLogger(cfg config.Config) (*zap.Logger, error) {
