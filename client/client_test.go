@@ -184,7 +184,7 @@ func TestKeepAliveHoldsForThreeTTL(t *testing.T) {
 	c := newClient(t, d)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	const ttl = 2 * time.Second
+	const ttl = 3 * time.Second
 
 	l, err := c.Acquire(ctx, "keepalive:1", ttl)
 	require.NoError(t, err)
@@ -274,7 +274,7 @@ func TestDoneWhenExtendRefused(t *testing.T) {
 func TestDoneWithoutKeepAlive(t *testing.T) {
 	d := startDaemon(t)
 	c := newClient(t, d)
-	l, err := c.Acquire(context.Background(), "loss:idle", time.Second)
+	l, err := c.Acquire(context.Background(), "loss:idle", 3*time.Second)
 	require.NoError(t, err)
 	lostAt := waitLoss(t, l, 5*time.Second)
 	assert.True(t, lostAt.Before(l.ValidUntil()))

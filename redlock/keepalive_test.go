@@ -88,7 +88,7 @@ func TestDoneWhenExtendRefused(t *testing.T) {
 
 func TestDoneWithoutKeepAlive(t *testing.T) {
 	c := newClient(t)
-	l, err := c.Acquire(context.Background(), newKey(t), time.Second)
+	l, err := c.Acquire(context.Background(), newKey(t), 3*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, l.Err())
 	<-l.Done()
