@@ -129,9 +129,12 @@ func notify(w *waiter) {
 func (c *Client) releaseChannel() string { return c.opts.markerKey + ":released" }
 
 // subscribe starts, once, a subscription to the release channel on every
-// master; each delivers released keys to the waiters until Close. go-redis
-// resubscribes after a lost connection; what is published meanwhile is lost
-// (pollFallback covers it).
+// master; each delivers released keys to the waiters until Close. It does
+// not wait for them: connecting to a master that is down or paused waits
+// out its dial and read timeouts, in the background, not in the way of the
+// waiters (of every key) that would otherwise queue behind it. go-redis
+// resubscribes after a lost connection; what is published meanwhile, or
+// before a subscription is in place, is lost (pollFallback covers it).
 func (c *Client) subscribe() {
 	c.subOnce.Do(func() {
 		for _, m := range c.masters {
@@ -139,11 +142,14 @@ func (c *Client) subscribe() {
 			o.PoolSize = 1
 			o.ReadTimeout = 0 // a subscriber waits for messages indefinitely
 			rdb := redis.NewClient(&o)
-			ps := rdb.Subscribe(context.Background(), c.releaseChannel())
+			ps := rdb.Subscribe(context.Background()) // no channel: connects nothing yet
 			c.subs = append(c.subs, ps)
-			msgs := ps.Channel()
 			c.wg.Go(func() {
 				defer rdb.Close()
+				// An error leaves the channel recorded: Channel's receiver
+				// connects and subscribes again, until Close.
+				_ = ps.Subscribe(context.Background(), c.releaseChannel())
+				msgs := ps.Channel()
 				for {
 					select {
 					case <-c.closed:

@@ -178,3 +178,31 @@ func TestReleaseBetweenFirstAttemptAndQueue(t *testing.T) {
 	require.NoError(t, held.Release(ctx))
 	require.NoError(t, <-got, "the waiter missed the release")
 }
+
+// TestFirstWaiterQueuesWhileMastersArePaused: the first waiter of a
+// Client starts the release subscriptions; with three masters paused
+// (connecting to them waits out dial and read timeouts) it still queues at
+// once and keeps waiting for a quorum, instead of waiting for those
+// connections first.
+func TestFirstWaiterQueuesWhileMastersArePaused(t *testing.T) {
+	c, _ := brandNewClient(t)
+	withMasters(t, "pause", 2, 3, 4)
+	require.Eventually(t, func() bool {
+		down := 0
+		for _, st := range c.Masters() {
+			if !st.Up {
+				down++
+			}
+		}
+		return down == 3
+	}, 10*time.Second, 10*time.Millisecond, "the paused masters are seen down: %v", states(c))
+	ctx, cancel := context.WithCancel(context.Background())
+	got := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, newKey(t), time.Second, WithWait(time.Minute))
+		got <- err
+	}()
+	waitingFor(t, c, 1)
+	cancel()
+	require.ErrorIs(t, <-got, context.Canceled)
+}
