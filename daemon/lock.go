@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -162,6 +163,9 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 			ra = oe.RetryAfter
 		}
 		d.retryAfter = max(int64((ra+time.Second-1)/time.Second), 1)
+		// The same hint as a header, for HTTP clients and proxies that
+		// honour Retry-After on any answer.
+		w.Header().Set("Retry-After", strconv.FormatInt(d.retryAfter, 10))
 		s.ok(w, c, resNotAcquired, &d, msgHeld)
 		return
 	}
@@ -259,7 +263,7 @@ func (s *Server) lockerFailed(ctx context.Context, w http.ResponseWriter, c *cal
 	case errors.Is(err, redlock.ErrQuorumUnavailable):
 		c.err = err
 		msg := quorumMessage(err)
-		retry := time.Second
+		retry := s.outage.backoff(time.Now())
 		if d, ok := s.locker.QuorumExpectedIn(); ok && d > time.Second {
 			// A known outage (quarantines running out): say when, so that
 			// callers do not retry every second for hours.
@@ -275,6 +279,32 @@ func (s *Server) lockerFailed(ctx context.Context, w http.ResponseWriter, c *cal
 
 // maxRetryAfter caps the Retry-After of a 503 during a known outage.
 const maxRetryAfter = 5 * time.Minute
+
+// maxBackoff caps the Retry-After of a 503 during an outage of unknown end.
+const maxBackoff = 30 * time.Second
+
+// outage remembers since when every action has failed for want of a
+// quorum, so that the Retry-After of a 503 backs off as the outage lasts:
+// half the outage so far, from 1 s to maxBackoff. Any action the masters
+// answer ends it.
+type outage struct{ since atomic.Int64 } // Unix nanoseconds; 0 = none
+
+// backoff starts the outage if none is running and returns the hint.
+func (o *outage) backoff(now time.Time) time.Duration {
+	since := o.since.Load()
+	if since == 0 {
+		o.since.CompareAndSwap(0, now.UnixNano())
+		return time.Second
+	}
+	return min(max((now.Sub(time.Unix(0, since))/2).Truncate(time.Second), time.Second), maxBackoff)
+}
+
+// end ends the outage; cheap when there is none.
+func (o *outage) end() {
+	if o.since.Load() != 0 {
+		o.since.Store(0)
+	}
+}
 
 // quorumMessage says why no quorum voted, from the masters' failures:
 // "no quorum of Redis masters could vote in time (3 of 5 needed; 2 down,
@@ -334,6 +364,7 @@ func (s *Server) internal(w http.ResponseWriter, c *call, err error) {
 }
 
 func (s *Server) ok(w http.ResponseWriter, c *call, res result, d *lockData, msg string) {
+	s.outage.end()
 	c.result, c.status = res, http.StatusOK
 	writeData(w, d, msg)
 }

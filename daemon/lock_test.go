@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,7 @@ func TestActionsFlow(t *testing.T) {
 	assert.Equal(t, msgHeld, r.Env.Msg)
 	ra := num(t, d, "retry_after")
 	assert.True(t, ra >= 29 && ra <= 30, "retry_after %d", ra)
+	assert.Equal(t, strconv.FormatInt(ra, 10), r.Header.Get("Retry-After"), "the same hint as a header")
 	assert.NotContains(t, d, "token")
 
 	// status → held, ttl, expire_at, never the token
@@ -214,6 +216,21 @@ func TestQuorumUnavailable(t *testing.T) {
 	}
 	warns := ts.Logs.FilterLevelExact(zapcore.WarnLevel).FilterMessage("request").All()
 	assert.Len(t, warns, 4)
+
+	// The hint backs off as the outage lasts: half of it so far, 1 s to
+	// 30 s; an answered action ends the outage.
+	for _, tc := range []struct {
+		lasted time.Duration
+		want   string
+	}{{4 * time.Second, "2"}, {20 * time.Second, "10"}, {10 * time.Minute, "30"}} {
+		ts.Server.outage.since.Store(time.Now().Add(-tc.lasted).UnixNano())
+		r := ts.lock(t, testKeyAcme, `{"key":"k"}`)
+		assert.Equal(t, tc.want, r.Header.Get("Retry-After"), "after %v", tc.lasted)
+	}
+	f.down.Store(false)
+	okData(t, ts.lock(t, testKeyAcme, `{"key":"k2"}`))
+	f.down.Store(true)
+	assert.Equal(t, "1", ts.lock(t, testKeyAcme, `{"key":"k"}`).Header.Get("Retry-After"), "a new outage starts at 1 s")
 }
 
 // A client that goes away cancels its acquire (the Locker sees ctx end).

@@ -22,8 +22,8 @@ const (
 	codeNotFound         = "not_found"              // 404
 	codeMethodNotAllowed = "method_not_allowed"     // 405
 	codeUnsupportedMedia = "unsupported_media_type" // 415
-	codeTooLarge     = "too_large"          // 413
-	codeQuorum       = "quorum_unavailable" // 503
+	codeTooLarge         = "too_large"              // 413
+	codeQuorum           = "quorum_unavailable"     // 503
 	// codeTooManyWaiters: 429, too many acquires with wait_ms waiting.
 	codeTooManyWaiters = "too_many_waiters"
 	codeInternal       = "internal" // 500

@@ -119,6 +119,7 @@ type Server struct {
 	addr      atomic.Pointer[string]
 	inFlight  atomic.Int64
 	conns     connTracker
+	outage    outage // see lockerFailed
 }
 
 // New validates o and returns a Server; it does not listen yet. A nil
