@@ -110,6 +110,15 @@ func (q *waitQueues) released(key string) {
 	}
 }
 
+// wakeHeads wakes the head of every queue.
+func (q *waitQueues) wakeHeads() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, ws := range q.byKey {
+		notify(ws[0])
+	}
+}
+
 // Waiting returns how many Acquire calls are waiting for a lock held by
 // another owner (or for a quorum), in this Client.
 func (c *Client) Waiting() int {
@@ -133,8 +142,9 @@ func (c *Client) releaseChannel() string { return c.opts.markerKey + ":released"
 // not wait for them: connecting to a master that is down or paused waits
 // out its dial and read timeouts, in the background, not in the way of the
 // waiters (of every key) that would otherwise queue behind it. go-redis
-// resubscribes after a lost connection; what is published meanwhile, or
-// before a subscription is in place, is lost (pollFallback covers it).
+// resubscribes after a lost connection. What a master publishes while it
+// has no subscription of ours is lost: each time one is in place (again),
+// the head of every queue attempts once, and pollFallback covers the rest.
 func (c *Client) subscribe() {
 	c.subOnce.Do(func() {
 		for _, m := range c.masters {
@@ -146,10 +156,10 @@ func (c *Client) subscribe() {
 			c.subs = append(c.subs, ps)
 			c.wg.Go(func() {
 				defer rdb.Close()
-				// An error leaves the channel recorded: Channel's receiver
+				// An error leaves the channel recorded: the receiver
 				// connects and subscribes again, until Close.
 				_ = ps.Subscribe(context.Background(), c.releaseChannel())
-				msgs := ps.Channel()
+				msgs := ps.ChannelWithSubscriptions()
 				for {
 					select {
 					case <-c.closed:
@@ -158,7 +168,14 @@ func (c *Client) subscribe() {
 						if !ok {
 							return
 						}
-						c.waits.released(msg.Payload)
+						switch msg := msg.(type) {
+						case *redis.Message:
+							c.waits.released(msg.Payload)
+						case *redis.Subscription:
+							// Subscribed (again): what this master published
+							// before reached no waiter.
+							c.waits.wakeHeads()
+						}
 					}
 				}
 			})
