@@ -333,3 +333,20 @@ func ExampleConfig_Validate() {
 	// api_keys[0].key: too short (9 bytes, need ≥ 16)
 	// per_master_timeout: 10s is above the limit of 5s
 }
+
+// ValidateFields checks only the named fields and their parts.
+func TestValidateFields(t *testing.T) {
+	c := config.DefaultConfig()
+	c.Masters = []string{"a:1", "b:2", "a:1"}
+	c.Listen = ""
+	if err := c.ValidateFields("key_prefix", "max_ttl"); err != nil {
+		t.Errorf("ValidateFields(key_prefix, max_ttl) = %v, want nil: no api_keys needed", err)
+	}
+	err := c.ValidateFields("masters", "key_prefix")
+	if err == nil || err.Error() != `masters[2]: "a:1" duplicates masters[0]` {
+		t.Errorf("ValidateFields(masters) = %v", err)
+	}
+	if err := c.ValidateFields(); err == nil || !strings.Contains(err.Error(), "api_keys") || !strings.Contains(err.Error(), "listen") {
+		t.Errorf("ValidateFields() = %v, want every problem", err)
+	}
+}

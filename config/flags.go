@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"slices"
 )
 
 // RegisterFlags adds to fs one flag per setting that may be given on the
@@ -19,10 +20,17 @@ import (
 // fs.Parse to copy the flags that were given into a Config: a flag left out
 // does not override the file or the environment with its default.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	c.RegisterFlagsFor(fs)
+}
+
+// RegisterFlagsFor is RegisterFlags for the named settings only (YAML
+// names: "masters", "key_prefix"), for a command that uses only those.
+// With no names it registers every flag.
+func (c *Config) RegisterFlagsFor(fs *flag.FlagSet, names ...string) {
 	def := DefaultConfig()
 	for i := range settings {
 		s := &settings[i]
-		if !s.flag {
+		if !s.flag || (len(names) > 0 && !slices.Contains(names, s.name)) {
 			continue
 		}
 		fs.Var(&flagValue{s: s, value: s.get(&def)}, s.flagName(),

@@ -74,6 +74,14 @@ func prefixErrors(path string, err error) error {
 // finally Validate. It stops at the first stage that fails and returns that
 // stage's errors, all of them, joined.
 func Load(path string, lookup func(string) (string, bool), fs *flag.FlagSet) (Config, error) {
+	return LoadFor(path, lookup, fs)
+}
+
+// LoadFor is Load for a command that uses only some settings: it validates
+// only the named YAML fields (see [Config.ValidateFields]), so that, for
+// example, an admin command that never serves the API does not ask for
+// api_keys. With no names it validates every field, as Load does.
+func LoadFor(path string, lookup func(string) (string, bool), fs *flag.FlagSet, fields ...string) (Config, error) {
 	c := DefaultConfig()
 	if path != "" {
 		var err error
@@ -91,7 +99,7 @@ func Load(path string, lookup func(string) (string, bool), fs *flag.FlagSet) (Co
 			return Config{}, err
 		}
 	}
-	if err := c.Validate(); err != nil {
+	if err := c.ValidateFields(fields...); err != nil {
 		return Config{}, err
 	}
 	return c, nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -176,6 +177,33 @@ func (c *Config) validateAPIKeys(v *validator) {
 
 // validator collects problems.
 type validator struct{ errs []error }
+
+// ValidateFields is Validate restricted to the named YAML fields and their
+// parts ("masters" covers "masters[2]", "api_keys" covers
+// "api_keys[0].key"): the others are neither checked nor required. With no
+// names it is Validate.
+func (c *Config) ValidateFields(names ...string) error {
+	err := c.Validate()
+	if err == nil || len(names) == 0 {
+		return err
+	}
+	var keep []error
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		var fe *FieldError
+		if errors.As(e, &fe) && slices.Contains(names, fieldBase(fe.Field)) {
+			keep = append(keep, e)
+		}
+	}
+	return errors.Join(keep...)
+}
+
+// fieldBase is the top-level YAML field of a FieldError's Field.
+func fieldBase(field string) string {
+	if i := strings.IndexAny(field, "[."); i >= 0 {
+		return field[:i]
+	}
+	return field
+}
 
 func (v *validator) add(field, format string, args ...any) {
 	v.errs = append(v.errs, &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)})

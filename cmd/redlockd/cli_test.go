@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -59,4 +60,45 @@ func TestPlaceholderKeyWarning(t *testing.T) {
 	assert.Contains(t, all[0].Message, `account "shop"`)
 	assert.NotContains(t, all[0].Message, "CHANGE-ME-shop")
 	assert.Equal(t, "shop", all[0].ContextMap()["account"])
+}
+
+// repair-fences needs only the masters: no config file, no API key. Its
+// help lists its own flags, not serve's, and a dry run's AFTER column
+// shows what a repair would write.
+func TestRepairFencesNeedsOnlyMasters(t *testing.T) {
+	masters := make([]string, len(servers))
+	for i, s := range servers {
+		masters[i] = s.Addr()
+	}
+	t.Setenv("REDLOCKD_API_KEYS", "")
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"repair-fences", "--masters", strings.Join(masters, ","),
+		"--key-prefix", "repairdry:", "--min", "41", "--dry-run"}, &out, &errOut)
+	require.NoError(t, err, "stderr: %s", &errOut)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	require.GreaterOrEqual(t, len(lines), 1+len(masters), out.String())
+	assert.Contains(t, lines[0], "AFTER")
+	target := "1000000" // max(highest 0 + margin 1,000,000, min 41 + 1)
+	for _, l := range lines[1 : 1+len(masters)] {
+		f := strings.Fields(l)
+		require.GreaterOrEqual(t, len(f), 4, l)
+		assert.Equal(t, "0", f[2], "BEFORE: %s", l)
+		assert.Equal(t, target, f[3], "AFTER is the target: %s", l)
+	}
+	assert.Contains(t, out.String(), "would be raised to "+target)
+
+	var help bytes.Buffer
+	require.ErrorIs(t, run(context.Background(), []string{"repair-fences", "--help"}, &bytes.Buffer{}, &help), flag.ErrHelp)
+	for _, f := range []string{"-masters", "-key-prefix", "-max-ttl", "-min", "-margin", "-dry-run", "-allow-missing", "-config"} {
+		assert.Contains(t, help.String(), f)
+	}
+	for _, f := range []string{"-listen", "-max-body-bytes", "-shutdown-timeout", "-drain-delay", "-log-level", "-default-ttl"} {
+		assert.NotContains(t, help.String(), f)
+	}
+
+	// Bad masters are still refused, naming the field.
+	err = run(context.Background(), []string{"repair-fences", "--masters", masters[0] + "," + masters[1]}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "masters: 2 given")
+	assert.NotContains(t, err.Error(), "api_keys")
 }

@@ -38,8 +38,14 @@ so the default margin (1,000,000) covers the fences granted in one interval;
 bound when you know it. Every master must answer unless --allow-missing
 (then a quorum), because one that is down may hold the highest counter.
 
-Flags (and every "redlockd serve" setting, to name the masters):
+It uses only masters, master_password, key_prefix and max_ttl from the
+config file or REDLOCKD_* (the other settings are not checked; no API key
+is needed). Flags:
 `
+
+// repairSettings are the settings repair-fences uses; master_password has
+// no flag (argv is visible to every local user) and nothing to validate.
+var repairSettings = []string{"masters", "master_password", "key_prefix", "max_ttl"}
 
 // repairFences runs `redlockd repair-fences`.
 func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -52,7 +58,7 @@ func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	dryRun := fs.Bool("dry-run", false, "read and report; write nothing")
 	timeout := fs.Duration("timeout", 2*time.Second, "per-master timeout of each command")
 	var cfg config.Config
-	cfg.RegisterFlags(fs)
+	cfg.RegisterFlagsFor(fs, repairSettings...)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, repairUsage)
 		fs.PrintDefaults()
@@ -71,7 +77,7 @@ func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	case *timeout <= 0:
 		return fmt.Errorf("repair-fences: --timeout must be > 0, got %v", *timeout)
 	}
-	cfg, err := config.Load(*path, os.LookupEnv, fs)
+	cfg, err := config.LoadFor(*path, os.LookupEnv, fs, repairSettings...)
 	if err != nil {
 		return err
 	}
@@ -120,7 +126,11 @@ func printRepair(w io.Writer, res *redlock.RepairResult, dry bool) {
 			result = "not written"
 		}
 		before, after, marker := "-", "-", m.Marker
-		if m.Answered {
+		switch {
+		case m.Answered && dry:
+			// What a repair would write.
+			before, after = fmt.Sprint(m.Before), fmt.Sprint(max(m.Before, res.Target))
+		case m.Answered:
 			before, after = fmt.Sprint(m.Before), fmt.Sprint(m.After)
 		}
 		if marker == "" {
