@@ -46,7 +46,8 @@ COMPOSE_PROJECT = redlockd
 COMPOSE_FILES   = -f docker-compose.yml
 COMPOSE_CMD     = $(COMPOSE) -p $(COMPOSE_PROJECT) $(COMPOSE_FILES)
 # Host ports of redlockd-a and redlockd-b (docker-compose.yml), and how long
-# `make up` waits for their /healthz, in seconds.
+# `make up` waits for them to be ready (/readyz 200: a quorum of masters
+# counting), in seconds.
 REDLOCKD_PORTS = 7071 7072
 UP_TIMEOUT     = 60
 
@@ -76,14 +77,16 @@ deps: ## Install redis-server and gcc (Debian/Ubuntu, as root) if missing
 
 # The test suite also needs promtool (Debian's prometheus package: the
 # rules' unit tests, and the real Prometheus the dashboard queries are
-# checked against), chromium (the dashboard's browser test), and python3
-# and php-cli (the examples/ run against a real daemon in apitest/).
-test-deps: deps ## Install prometheus (promtool), chromium, python3 and php-cli for the test suite (Debian/Ubuntu, as root) if missing
+# checked against), chromium (the dashboard's browser test), python3
+# and php-cli (the examples/ run against a real daemon in apitest/), and zsh
+# (the README's curl lines run in bash and zsh).
+test-deps: deps ## Install prometheus (promtool), chromium, python3, php-cli and zsh for the test suite (Debian/Ubuntu, as root) if missing
 	@missing=""; \
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	command -v python3 >/dev/null 2>&1 || missing="$$missing python3"; \
 	command -v php >/dev/null 2>&1 || missing="$$missing php-cli"; \
+	command -v zsh >/dev/null 2>&1 || missing="$$missing zsh"; \
 	if [ -n "$$missing" ]; then \
 		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 			echo "installing$$missing from Debian's packages"; \
@@ -176,7 +179,7 @@ image-redis: ## Build the Redis image from the host's Debian redis-server
 	docker/redis/mkrootfs.sh --tar $(REDIS_CONTEXT)/rootfs.tar $(REDIS_ROOTFS) $(REDIS_EXTRA)
 	$(DOCKER) build -f docker/redis/Dockerfile -t $(REDIS_IMAGE) $(REDIS_CONTEXT)
 
-up: ## Start 5 masters + 2 daemons, wait for /healthz on 127.0.0.1:7071 and :7072
+up: ## Start 5 masters + 2 daemons, wait until both are ready (/readyz 200) on 127.0.0.1:7071 and :7072
 	@# docker-compose v1 `up` pulls any image it does not have; never let it.
 	@for image in $(REDIS_IMAGE) $(REDLOCKD_IMAGE) $(if $(findstring chaos.compose,$(COMPOSE_FILES)),$(CHAOS_IMAGE)); do \
 		$(DOCKER) image inspect $$image >/dev/null 2>&1 || { \
@@ -184,18 +187,20 @@ up: ## Start 5 masters + 2 daemons, wait for /healthz on 127.0.0.1:7071 and :707
 				"or 'docker pull $$image' if you can reach its registry" >&2; exit 1; }; \
 	done
 	REDIS_IMAGE=$(REDIS_IMAGE) REDLOCKD_IMAGE=$(REDLOCKD_IMAGE) CHAOS_IMAGE=$(CHAOS_IMAGE) $(COMPOSE_CMD) up -d
-	@command -v curl >/dev/null || { echo "make up: curl is needed to wait for /healthz" >&2; exit 1; }; \
+	@command -v curl >/dev/null || { echo "make up: curl is needed to wait for /readyz" >&2; exit 1; }; \
 	deadline=$$(( $$(date +%s) + $(UP_TIMEOUT) )); \
 	for port in $(REDLOCKD_PORTS); do \
-		until curl -fsS -o /dev/null --max-time 2 http://127.0.0.1:$$port/healthz 2>/dev/null; do \
+		echo "make up: waiting for http://127.0.0.1:$$port/readyz (ready = a quorum of masters counting)"; \
+		until curl -fsS -o /dev/null --max-time 2 http://127.0.0.1:$$port/readyz 2>/dev/null; do \
 			if [ $$(date +%s) -ge $$deadline ]; then \
-				echo "make up: no answer on http://127.0.0.1:$$port/healthz after $(UP_TIMEOUT)s" >&2; \
+				echo "make up: http://127.0.0.1:$$port/readyz not ready after $(UP_TIMEOUT)s:" >&2; \
+				curl -sS --max-time 2 http://127.0.0.1:$$port/readyz >&2; echo >&2; \
 				$(COMPOSE_CMD) ps; $(COMPOSE_CMD) logs --no-color --tail=30 redlockd-a redlockd-b; \
 				exit 1; \
 			fi; \
 			sleep 1; \
 		done; \
-		echo "redlockd healthy on http://127.0.0.1:$$port"; \
+		echo "redlockd ready on http://127.0.0.1:$$port (quorum counting; /readyz 200)"; \
 	done
 
 image-prometheus: ## Build the Prometheus image from the host's Debian prometheus (PROMETHEUS_IMAGE)
