@@ -57,6 +57,10 @@ type handoffResult struct {
 	// InOrder counts rounds won by the waiter that had waited longest
 	// (meaningful where waiters queue: lib and one daemon).
 	InOrder int `json:"in_order"`
+	// OutOfOrder lists the rounds (from 1) that another waiter won, and
+	// OutOfOrderPos its place in the queue (0: the longest waiting).
+	OutOfOrder    []int `json:"out_of_order_rounds,omitempty"`
+	OutOfOrderPos []int `json:"out_of_order_positions,omitempty"`
 	// OtherReplica counts rounds won by a waiter on the daemon the release
 	// did not go through (http2 only).
 	OtherReplica int `json:"won_on_other_replica,omitempty"`
@@ -441,6 +445,9 @@ func runHandoff(ctx context.Context, tg handoffTarget, k, rounds int, limit time
 		}
 		if len(h.queue) > 0 && h.queue[0] == won.waiter {
 			h.res.InOrder++
+		} else {
+			h.res.OutOfOrder = append(h.res.OutOfOrder, len(lat))
+			h.res.OutOfOrderPos = append(h.res.OutOfOrderPos, slices.Index(h.queue, won.waiter))
 		}
 		if tg.replica(won.waiter) != 0 {
 			h.res.OtherReplica++
