@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +33,7 @@ const (
 	msgQuerySecret = "API keys and tokens must not be sent in the URL query string: send the API key in the X-API-Key header and the token in the JSON body"
 	msgPathSecret  = "API keys must not be sent in the URL: send the API key in the X-API-Key header"
 	msgTwoAPIKeys  = "send exactly one X-API-Key header"
+	msgBodyTimeout = "body: not received within the read timeout"
 )
 
 // call is what the log line and the metrics of one action API request need.
@@ -100,8 +102,11 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 	defer putBody(bb)
 	if status != 0 {
 		res, code := resBadRequest, codeBadRequest
-		if status == http.StatusRequestEntityTooLarge {
+		switch {
+		case status == http.StatusRequestEntityTooLarge:
 			res, code = resTooLarge, codeTooLarge
+		case msg == msgBodyTimeout:
+			res = resTimeout
 		}
 		s.fail(w, &c, status, res, code, msg)
 		return
@@ -229,7 +234,9 @@ func (s *Server) status(ctx context.Context, w http.ResponseWriter, c *call, req
 		return
 	}
 	setValidity(&d, time.Now(), before.Add(st.Validity))
-	d.ttl, d.hasTTL = d.validityMS/1000, true
+	// Whole seconds rounded up, and at least 1: a held lock never shows
+	// ttl 0. validity_ms and expire_at stay exact and conservative.
+	d.ttl, d.hasTTL = max((d.validityMS+999)/1000, 1), true
 	s.ok(w, c, resHeld, &d, "")
 }
 
@@ -549,6 +556,8 @@ func (s *Server) readBody(r *http.Request) (bb *bodyBuf, status int, msg string)
 	_, err := bb.ReadFrom(&bb.lim)
 	bb.lim.R = nil
 	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return bb, http.StatusBadRequest, msgBodyTimeout
 	case err != nil:
 		return bb, http.StatusBadRequest, "body: could not be read"
 	case int64(bb.Len()) > s.maxBody:

@@ -31,6 +31,10 @@ const (
 	resCancelled
 	resInternal
 	resTooManyWaiters
+	// resTimeout: the client did not send its body within the server's
+	// read timeout. Counted apart from bad input, and its duration (the
+	// timeout itself) is kept out of the latency histogram.
+	resTimeout
 	numResults
 )
 
@@ -38,7 +42,7 @@ var resultNames = [numResults]string{
 	"acquired", "not_acquired", "released", "not_released", "extended", "not_extended",
 	"held", "not_held", "bad_request", "unauthorized", "method_not_allowed",
 	"unsupported_media_type", "too_large", "quorum_unavailable", "cancelled", "internal",
-	"too_many_waiters",
+	"too_many_waiters", "timeout",
 }
 
 func (r result) String() string { return resultNames[r] }
@@ -55,7 +59,7 @@ func plausible(a action, r result) bool {
 		return a == actExtend
 	case resHeld, resNotHeld:
 		return a == actStatus
-	case resUnauthorized, resMethodNotAllowed, resUnsupportedMediaType, resTooLarge:
+	case resUnauthorized, resMethodNotAllowed, resUnsupportedMediaType, resTooLarge, resTimeout:
 		return a == actUnknown
 	case resQuorumUnavailable, resCancelled:
 		return a != actUnknown
@@ -78,9 +82,11 @@ func plausible(a action, r result) bool {
 //     bad_request (400), unauthorized (401), method_not_allowed (405),
 //     unsupported_media_type (415), too_large (413), too_many_waiters
 //     (429), quorum_unavailable (503), cancelled (the client went away),
-//     internal (500).
+//     internal (500), timeout (the body did not arrive within the read
+//     timeout; answered 400).
 //   - redlockd_request_duration_seconds{action} histogram, from the first
-//     byte of handling to the response (acquire includes wait_ms).
+//     byte of handling to the response (acquire includes wait_ms); timeouts
+//     are not observed: their duration is the client's, not the daemon's.
 //   - redlockd_requests_in_flight gauge.
 //   - redlockd_acquires_waiting gauge: acquires with wait_ms waiting (for
 //     a held lock, or for a quorum: a waiting acquire keeps waiting while
@@ -360,6 +366,9 @@ func (m *Metrics) request(a action, r result, d time.Duration) {
 	}
 	c.Inc()
 	m.counts[a][r].Add(1)
+	if r == resTimeout {
+		return
+	}
 	m.duration[a].Observe(d.Seconds())
 	m.durCount[a].Add(1)
 	m.durSumNS[a].Add(int64(d))
