@@ -230,17 +230,6 @@ func retryAfter(pttls []int64, quorum int) time.Duration {
 	return time.Duration(pttls[i]) * time.Millisecond
 }
 
-// parsePair decodes a {int, int} script reply.
-func parsePair(v any) (int64, int64) {
-	a, ok := v.([]any)
-	if !ok || len(a) != 2 {
-		return -1, 0
-	}
-	x, _ := a[0].(int64)
-	y, _ := a[1].(int64)
-	return x, y
-}
-
 func masterErr(c *Client, r reply) error {
 	var me *MasterError
 	if errors.As(r.err, &me) {

@@ -158,12 +158,12 @@ func lossFaults() []lossFault {
 		{"eviction (allkeys-lru, small maxmemory)", true, forceEviction},
 		{"REPLICAOF another master, then REPLICAOF NO ONE", true, func(t *testing.T, r *redis.Client, _, _ string) {
 			host, port, _ := strings.Cut(servers[0].Addr(), ":")
-			require.NoError(t, r.SlaveOf(ctx, host, port).Err())
-			t.Cleanup(func() { r.SlaveOf(ctx, "NO", "ONE") })
+			require.NoError(t, r.ReplicaOf(ctx, host, port).Err())
+			t.Cleanup(func() { r.ReplicaOf(ctx, "NO", "ONE") })
 			require.Eventually(t, func() bool {
 				return strings.Contains(r.Info(ctx, "replication").Val(), "master_link_status:up")
 			}, 10*time.Second, 10*time.Millisecond, "the sync completes")
-			require.NoError(t, r.SlaveOf(ctx, "NO", "ONE").Err())
+			require.NoError(t, r.ReplicaOf(ctx, "NO", "ONE").Err())
 		}},
 	}
 }
@@ -274,12 +274,12 @@ func TestReplicaIsNotAMaster(t *testing.T) {
 	c, _ := brandNewClient(t)
 	r := direct(t)[4]
 	host, port, _ := strings.Cut(servers[0].Addr(), ":")
-	require.NoError(t, r.SlaveOf(ctx, host, port).Err())
-	t.Cleanup(func() { r.SlaveOf(ctx, "NO", "ONE") })
+	require.NoError(t, r.ReplicaOf(ctx, host, port).Err())
+	t.Cleanup(func() { r.ReplicaOf(ctx, "NO", "ONE") })
 	require.Eventually(t, func() bool { return c.Masters()[4].State == MasterRepairing }, 5*time.Second, 10*time.Millisecond)
 	assert.Contains(t, c.Masters()[4].QuarantineReason, "slave")
 	assert.EqualValues(t, 1, c.DataLosses()[LossReplica])
-	require.NoError(t, r.SlaveOf(ctx, "NO", "ONE").Err())
+	require.NoError(t, r.ReplicaOf(ctx, "NO", "ONE").Err())
 	require.Eventually(t, func() bool { return c.Masters()[4].State == MasterQuarantined }, 5*time.Second, 10*time.Millisecond,
 		"a master again: repaired, then quarantined until its lease horizon")
 }

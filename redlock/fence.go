@@ -102,13 +102,6 @@ func (m *master) repairedRecently() {
 	}
 }
 
-// startedAgo is the master's uptime at its last probe.
-func (m *master) startedAgo() time.Duration {
-	m.st.mu.Lock()
-	defer m.st.mu.Unlock()
-	return m.st.uptime
-}
-
 // restoredFromSnapshot applies the marker rule's last case to a master seen
 // for the first time with a marker: when the marker was written more than a
 // second before the server last started (both by its clock; the start is

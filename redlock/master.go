@@ -287,10 +287,7 @@ func isConnError(err error) bool {
 		return false
 	}
 	var rerr redis.Error
-	if errors.As(err, &rerr) {
-		return false
-	}
-	return true
+	return !errors.As(err, &rerr)
 }
 
 func connErr(err error) error {

@@ -26,10 +26,6 @@ const DefaultRepairMargin int64 = 1_000_000
 // takes 285 years to get there.
 const MaxFence int64 = 1<<53 - 1
 
-// repairMarkerPrefix starts the marker value RepairFences writes:
-// "repaired <unix milliseconds by the master's clock>".
-const repairMarkerPrefix = "repaired "
-
 // RepairOptions configures RepairFences. The zero value uses the defaults.
 type RepairOptions struct {
 	// FenceKey and MarkerKey are the Client's (WithFenceKey,
@@ -315,22 +311,4 @@ func repairOne(ctx context.Context, r *redis.Client, o RepairOptions, target str
 	}
 	mr.After, _ = out[1].(int64)
 	return nil
-}
-
-// parseRepairMarker returns the time in a marker RepairFences wrote.
-func parseRepairMarker(v string) (time.Time, bool) {
-	return parseStamp(v, repairMarkerPrefix)
-}
-
-// parseStamp returns the time in "<prefix><unix ms>".
-func parseStamp(v, prefix string) (time.Time, bool) {
-	rest, ok := strings.CutPrefix(v, prefix)
-	if !ok {
-		return time.Time{}, false
-	}
-	ms, err := strconv.ParseInt(rest, 10, 64)
-	if err != nil || ms <= 0 {
-		return time.Time{}, false
-	}
-	return time.UnixMilli(ms), true
 }

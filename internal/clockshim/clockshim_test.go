@@ -254,7 +254,7 @@ func TestJumpForwardExpiresKeys(t *testing.T) {
 	if d := off - 5*time.Second; d < -100*time.Millisecond-unc || d > 100*time.Millisecond+unc {
 		t.Errorf("after Jump(+5s) TIME is %v ahead, want 5s ± 100ms", off)
 	}
-	if d := clk.Now().Sub(time.Now()) - 5*time.Second; d < -time.Millisecond || d > time.Millisecond {
+	if d := time.Until(clk.Now()) - 5*time.Second; d < -time.Millisecond || d > time.Millisecond {
 		t.Errorf("Clock.Now is %v off real+5s", d)
 	}
 
@@ -466,7 +466,7 @@ func TestClockFile(t *testing.T) {
 	if f = read(); f[1] != "1.1" || f[4] != "2" {
 		t.Errorf("after SetRate(1.1) file = %q, want rate 1.1 and the same epoch", f)
 	}
-	if d := clk.Now().Sub(time.Now()) - time.Second; d < 0 || d > 50*time.Millisecond {
+	if d := time.Until(clk.Now()) - time.Second; d < 0 || d > 50*time.Millisecond {
 		t.Errorf("Now - real = 1s + %v, want 1s + a little drift", d)
 	}
 	for _, bad := range []float64{-1, MaxRate + 1} {
