@@ -126,7 +126,7 @@ func plausible(a action, r result) bool {
 //   - redlock_quarantines_total counter, times a master was quarantined.
 //   - redlock_master_data_loss_total{reason} counter, times a master was
 //     found to have lost lock state, by how (restart, snapshot,
-//     state_missing, marker_replaced, evicted, replica).
+//     state_missing, marker_replaced, evicted, replica, rolled_back).
 //
 // From the redlock.Observer calls, per master (the label is host:port):
 //

@@ -33,6 +33,8 @@ var (
 	repairLua string
 	//go:embed scripts/vote_prelude.lua
 	votePreludeLua string
+	//go:embed scripts/horizon_read.lua
+	horizonReadLua string
 
 	// The vote scripts share one opening (vote_prelude.lua): the master's
 	// clock and the check that it still has the deployment's state.
@@ -60,7 +62,7 @@ type Client struct {
 
 	epoch       time.Time       // monotonic origin of quarantine deadlines
 	epochWall   int64           // epoch's wall clock, unix ns: our clock is epochWall + monotonic time since epoch
-	losses      [6]atomic.Int64 // per DataLossReasons
+	losses      [len(DataLossReasons)]atomic.Int64 // per DataLossReasons
 	kick        chan struct{}
 	probeMu     sync.Mutex // one probe round at a time
 	repairs     atomic.Int64

@@ -226,3 +226,34 @@ func TestStatusNeverCallsAHeldLockFree(t *testing.T) {
 		assert.False(t, st.Held, "the old rule calls the held lock free")
 	})
 }
+
+// TestClockBackThenForward: master 4's clock steps back 30s, lock A is
+// voted in meanwhile (its key on 4 set by the stepped-back clock), then the
+// clock steps forward to where it was: A's key on 4 expires 30s early,
+// while the offset is back where the last probe saw it. The vote that saw
+// the clock go back became the reference, so the step forward is seen by
+// the next vote (probes are an hour apart here). The negative control
+// turns the clock checks off.
+func TestClockBackThenForward(t *testing.T) {
+	scenario := func(t *testing.T, extra ...Option) error {
+		ctx := context.Background()
+		opts, rdbs, clock := skewedMasters(t)
+		c := clockClient(t, opts, append([]Option{WithHealthInterval(time.Hour), WithPerMasterTimeout(200 * time.Millisecond)}, extra...)...)
+		key := "clock:" + t.Name()
+		require.NoError(t, clock.Jump(-30*time.Second))
+		first := placeOnly(t, c, rdbs, key, 20*time.Second, 2, 3, 4)
+		require.NoError(t, clock.Jump(30*time.Second))
+		require.Eventually(t, func() bool { return rdbs[4].Exists(ctx, key).Val() == 0 }, 10*time.Second, time.Millisecond)
+		_, err := c.Acquire(ctx, key, 20*time.Second, WithRetry(NoRetry()))
+		require.Greater(t, first.Validity(), 15*time.Second)
+		return err
+	}
+	t.Run("protected", func(t *testing.T) {
+		err := scenario(t)
+		require.ErrorIs(t, err, ErrNotObtained)
+		require.ErrorIs(t, err, ErrMasterClockJump)
+	})
+	t.Run("negative control: clock checks off", func(t *testing.T) {
+		require.NoError(t, scenario(t, withGuardOff(guardswitch.ClockGuard)), "a second holder")
+	})
+}

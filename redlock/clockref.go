@@ -90,15 +90,16 @@ func (c *Client) reading(remote, sent, received time.Time) clockRef {
 }
 
 // jumpSince returns how far the master's clock moved forward from ref to
-// s beyond what the readings' uncertainty and drift_factor allow; ≤ 0 when
-// no jump is certain.
-func (c *Client) jumpSince(ref *clockRef, s clockRef) time.Duration {
+// s beyond what the readings' uncertainty and drift_factor allow (> 0: a
+// certain forward jump), and whether it certainly moved backward.
+func (c *Client) jumpSince(ref *clockRef, s clockRef) (forward time.Duration, backward bool) {
 	elapsed := s.at - ref.at
 	if elapsed < 0 {
 		elapsed = -elapsed
 	}
 	allow := ref.uncert + s.uncert + int64(float64(elapsed)*c.opts.driftFactor) + int64(clockResolution)
-	return time.Duration(s.offset - ref.offset - allow)
+	d := s.offset - ref.offset
+	return time.Duration(d - allow), d < -allow
 }
 
 // checkVoteClock is check 1 for a vote whose script read the master's
@@ -111,13 +112,17 @@ func (m *master) checkVoteClock(remote, sent, received time.Time) error {
 		c.kickHealth()
 		return ErrMasterClockUnknown
 	}
-	if j := c.jumpSince(ref, s); j > 0 {
+	fwd, back := c.jumpSince(ref, s)
+	if fwd > 0 {
 		m.clockJumped(time.Duration(s.offset-ref.offset), "a vote")
 		return ErrMasterClockJump
 	}
 	// A vote is a reading too: it keeps the reference fresh under load,
-	// when probes may be too slow to serve as one.
-	if s.uncert <= int64(c.maxUncertainty()/2) && time.Duration(s.at-ref.at) > c.maxRefAge()/4 {
+	// when probes may be too slow to serve as one; and one that shows the
+	// clock went back must become the reference at once, or a later step
+	// forward to where it was would look like no move at all (while the
+	// keys set in between expire early).
+	if back || s.uncert <= int64(c.maxUncertainty()/2) && time.Duration(s.at-ref.at) > c.maxRefAge()/4 {
 		m.st.ref.CompareAndSwap(ref, &s)
 	}
 	return nil
@@ -131,7 +136,7 @@ func (m *master) observeReading(s clockRef) {
 		return
 	}
 	if ref := m.st.ref.Load(); ref != nil && c.opts.voteClockGuard {
-		if j := c.jumpSince(ref, s); j > 0 {
+		if fwd, _ := c.jumpSince(ref, s); fwd > 0 {
 			m.clockJumped(time.Duration(s.offset-ref.offset), "a health probe")
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"log/slog"
@@ -36,13 +37,18 @@ const (
 	// LossEvicted: INFO's evicted_keys grew: lock keys (which all have a
 	// TTL, so volatile-* policies evict them too) may be gone.
 	LossEvicted DataLossReason = "evicted"
-	// LossReplica: the master reports role slave: its data is another
-	// server's.
+	// LossReplica: the master reports role slave, or its replication ID
+	// changed: its data is another server's, or was replaced by a sync.
 	LossReplica DataLossReason = "replica"
+	// LossRolledBack: the master's lease horizon, which only ever grows,
+	// went down: its data went back to an older copy without a restart
+	// (REPLICAOF a server holding an old snapshot, DEBUG RELOAD) or with
+	// one (a durable master restored from an older AOF or RDB file).
+	LossRolledBack DataLossReason = "rolled_back"
 )
 
 // DataLossReasons lists every DataLossReason, for metrics.
-var DataLossReasons = []DataLossReason{LossRestart, LossSnapshot, LossStateMissing, LossMarkerReplaced, LossEvicted, LossReplica}
+var DataLossReasons = [...]DataLossReason{LossRestart, LossSnapshot, LossStateMissing, LossMarkerReplaced, LossEvicted, LossReplica, LossRolledBack}
 
 // DataLosses returns how many times a master was found to have lost its
 // data, per reason, since New.
@@ -122,6 +128,10 @@ func (m *master) adoptRepair(value string, mk marker, now time.Time) {
 	m.expectedMarker.Store(&value)
 	m.st.repairedAt.Store(mk.at.UnixMilli())
 	m.st.evicted.Store(-1)
+	m.resetCountersSeen()
+	m.st.mu.Lock()
+	m.st.replID = "" // the next probe's is the baseline
+	m.st.mu.Unlock()
 	if m.st.repairPending.Load() {
 		lostAt := m.c.epochWall + m.st.lostAt.Load() // our clock
 		if ref := m.st.ref.Load(); ref != nil && mk.at.UnixNano() >= lostAt+ref.offset-int64(m.c.clockAllowance()) {
@@ -144,8 +154,14 @@ func (m *master) evictionsUnchanged(n int64, via string) bool {
 		m.st.evicted.CompareAndSwap(base, n)
 		return true
 	}
-	if n <= base {
+	if n == base {
 		return true
+	}
+	if n < base {
+		// The count went down without a restart: CONFIG RESETSTAT, which
+		// would hide evictions made just before it.
+		m.lostData(LossEvicted, fmt.Sprintf("evicted_keys went down from %d to %d (seen by %s; CONFIG RESETSTAT?): evictions just before it would be hidden", base, n, via))
+		return false
 	}
 	m.lostData(LossEvicted, fmt.Sprintf("evicted %d keys since it was last checked (seen by %s): lock keys may be gone; use maxmemory-policy noeviction", n-base, via))
 	return false
@@ -195,4 +211,63 @@ func clip(s string) string {
 		return s[:48] + "…"
 	}
 	return s
+}
+
+// countersSeen are the highest lease horizon and command count read from a
+// master, with the master's time of that read, to catch one that goes
+// down later.
+type countersSeen struct {
+	mu       sync.Mutex
+	horizon  int64 // unix ms by the master's clock
+	commands int64 // INFO stats total_commands_processed
+	at       int64 // the master's time of the read, unix µs
+}
+
+// countersGrow checks what a vote (or probe) read on m at the master's time
+// now against what was read before:
+//
+//   - the lease horizon h (read before the script raised it to raised)
+//     only ever grows (max-assign): a lower value read later means m's data went back in time (a rollback to an older copy:
+//     REPLICAOF a server holding an old snapshot and back, DEBUG RELOAD, a
+//     durable master restored from an older file);
+//   - total_commands_processed n only ever grows, except at a restart
+//     (caught by its run_id) or a CONFIG RESETSTAT, which also resets
+//     evicted_keys and so could hide evictions: treated as a loss. n < 0
+//     skips this check (a probe does not read it).
+//
+// Answers read out of order (a slower reply of an earlier script) are
+// judged by the master's time of the read.
+func (m *master) countersGrow(h, raised, n int64, now time.Time, via string) bool {
+	s := &m.st.countersSeen
+	at := now.UnixMicro()
+	s.mu.Lock()
+	prevH, prevN, prevAt := s.horizon, s.commands, s.at
+	later := at >= prevAt
+	if later {
+		s.horizon, s.at = max(h, raised, prevH), at
+		if n >= 0 {
+			s.commands = n
+		}
+	}
+	s.mu.Unlock()
+	switch {
+	case !later:
+		return true
+	case h < prevH:
+		m.lostData(LossRolledBack, fmt.Sprintf("data went back in time: its lease horizon fell from %d to %d (seen by %s; a rollback to an older copy of its data)", prevH, h, via))
+		return false
+	case n >= 0 && n < prevN:
+		m.lostData(LossEvicted, fmt.Sprintf("its statistics were reset (total_commands_processed fell from %d to %d, seen by %s; CONFIG RESETSTAT), which would hide evictions", prevN, n, via))
+		return false
+	}
+	return true
+}
+
+// resetCountersSeen forgets what was read: after a repair, the repaired
+// state is the new baseline.
+func (m *master) resetCountersSeen() {
+	s := &m.st.countersSeen
+	s.mu.Lock()
+	s.horizon, s.commands, s.at = 0, 0, 0
+	s.mu.Unlock()
 }

@@ -328,3 +328,54 @@ func TestHorizonWithoutQuorumFallsBackToMaxTTL(t *testing.T) {
 	st := c.Masters()[4]
 	assert.Greater(t, st.QuarantineLeft, 50*time.Minute, "two others cannot bound the outstanding locks: max TTL")
 }
+
+// TestRollbackToOlderData: master 4's data goes back to an older copy
+// without a restart (what REPLICAOF to a server holding its old snapshot,
+// then REPLICAOF NO ONE, or DEBUG RELOAD of an old dump do): its marker is
+// its own, but its lease horizon is older and the lock is gone. The
+// horizon only ever grows, so the vote that reads the older one is not
+// counted. The negative control turns the data-loss check off.
+func TestRollbackToOlderData(t *testing.T) {
+	scenario := func(t *testing.T, opts ...Option) (*Client, error) {
+		ctx := context.Background()
+		c, _ := brandNewClient(t, append(opts, WithHealthInterval(time.Hour))...)
+		r := direct(t)[4]
+		horizonKey := markerKeyOf([]Option{WithMarkerKey(c.opts.markerKey)}) + ":horizon"
+		old, err := r.Get(ctx, horizonKey).Result() // the "snapshot"
+		require.NoError(t, err)
+		key := newKey(t)
+		first := placeOn(t, c, key, 30*time.Second, 2, 3, 4)
+		require.NoError(t, r.Set(ctx, horizonKey, old, 0).Err())
+		require.NoError(t, r.Del(ctx, key).Err())
+		_, err = c.Acquire(ctx, key, 30*time.Second, WithRetry(NoRetry()))
+		require.Greater(t, first.Validity(), 20*time.Second)
+		return c, err
+	}
+	t.Run("protected", func(t *testing.T) {
+		c, err := scenario(t)
+		require.ErrorIs(t, err, ErrNotObtained)
+		require.ErrorIs(t, err, ErrMasterDataLost)
+		assert.EqualValues(t, 1, c.DataLosses()[LossRolledBack])
+	})
+	t.Run("negative control: data-loss check off", func(t *testing.T) {
+		_, err := scenario(t, withGuardOff(guardswitch.DataLossCheck))
+		require.NoError(t, err, "a second holder")
+	})
+}
+
+// TestResetStatHidesNoEviction: evictions followed by CONFIG RESETSTAT
+// (evicted_keys back to 0) are caught: the count went down.
+func TestResetStatHidesNoEviction(t *testing.T) {
+	ctx := context.Background()
+	c, opts := brandNewClient(t)
+	slow := sameDeployment(t, append(opts, WithHealthInterval(time.Hour))...)
+	key := newKey(t)
+	placeOn(t, c, key, 30*time.Second, 2, 3, 4)
+	warmUp(slow) // its baseline of evicted_keys, read by a vote
+	r := direct(t)[4]
+	forceEviction(t, r, "", key)
+	require.NoError(t, r.ConfigResetStat(ctx).Err())
+	_, err := slow.Acquire(ctx, key, 30*time.Second, WithRetry(NoRetry()))
+	require.ErrorIs(t, err, ErrNotObtained)
+	assert.Contains(t, []MasterState{MasterRepairing, MasterQuarantined}, slow.Masters()[4].State)
+}

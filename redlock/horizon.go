@@ -130,12 +130,17 @@ func (c *Client) repairMaster(m *master) {
 		keys = append(keys, c.opts.fenceKey)
 	}
 	out, err := repairScript.Run(ctx, m.probe, keys, strconv.FormatInt(r.counter, 10), ms, nonce[:16], ms, m.runID()).Slice()
-	if err != nil || len(out) != 2 {
+	if err != nil || len(out) != 3 {
 		c.opts.logger.Warn("master repair failed; retried next round", masterAttr(m), slog.Any("error", err))
 		return
 	}
 	value, _ := out[0].(string)
 	m.expectedMarker.Store(&value)
+	m.resetCountersSeen()
+	replID, _ := out[2].(string)
+	m.st.mu.Lock()
+	m.st.replID = replID
+	m.st.mu.Unlock()
 	if mk, ok := parseMarker(value); ok {
 		m.st.repairedAt.Store(mk.at.UnixMilli())
 	}

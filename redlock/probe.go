@@ -64,7 +64,7 @@ func (m *master) probeOnce() {
 	info := pipe.Info(ctx, "server", "stats", "replication")
 	cfg := pipe.ConfigGet(ctx, "*") // filtered below; one call instead of five
 	marker := pipe.Get(ctx, o.markerKey)
-	horizon := pipe.Exists(ctx, o.horizonKey)
+	horizon := pipe.Eval(ctx, horizonReadLua, []string{o.horizonKey})
 	var fence *redis.StringCmd
 	if o.fenceKey != "" {
 		fence = pipe.Get(ctx, o.fenceKey)
@@ -93,7 +93,7 @@ func (m *master) probeOnce() {
 		m.st.mu.Unlock()
 		m.setWarning("cluster", mode == "cluster", "runs in cluster mode: Redlock needs independent standalone masters")
 	}
-	stats := parseInfoFields(info.Val(), "evicted_keys", "role")
+	stats := parseInfoFields(info.Val(), "evicted_keys", "role", "master_replid", "master_replid2")
 	evicted, evErr := strconv.ParseInt(stats["evicted_keys"], 10, 64)
 	if evErr == nil {
 		m.st.lastEvicted.Store(evicted)
@@ -117,9 +117,24 @@ func (m *master) probeOnce() {
 		m.st.markerValue = markerValue
 		m.st.mu.Unlock()
 	}
-	hasHorizon, horizonErr := horizon.Result()
+	hr, horizonErr := horizon.Slice()
+	var horizonMS int64 = -1
+	var horizonAt time.Time
+	if horizonErr == nil && len(hr) == 3 {
+		sec, _ := hr[0].(int64)
+		usec, _ := hr[1].(int64)
+		horizonMS, _ = hr[2].(int64)
+		horizonAt = time.Unix(sec, usec*int64(time.Microsecond))
+	} else if horizonErr == nil {
+		horizonErr = errBadReply
+	}
+	replID := stats["master_replid"]
 	m.st.mu.Lock()
-	m.st.hasHorizon = horizonErr == nil && hasHorizon == 1
+	m.st.hasHorizon = horizonErr == nil && horizonMS >= 0
+	knownReplID := m.st.replID
+	if knownReplID == "" || strings.Trim(stats["master_replid2"], "0") == "" {
+		m.st.replID = replID // the baseline, or a new ID that loses nothing
+	}
 	m.st.mu.Unlock()
 	counterMissing := false
 	if fence != nil {
@@ -160,8 +175,15 @@ func (m *master) probeOnce() {
 		case role != "" && role != "master":
 			m.lostData(LossReplica, fmt.Sprintf("became a %s (REPLICAOF): its data is now another server's", role))
 		case !m.markerMatches(markerValue, remote, "a health probe"):
-		case hasHorizon == 0:
+		case knownReplID != "" && replID != "" && replID != knownReplID && strings.Trim(stats["master_replid2"], "0") != "":
+			// A new ID with a secondary one: it was promoted from replica
+			// (REPLICAOF ... then REPLICAOF NO ONE), so its data was another
+			// server's. (A master also takes a new ID, with none secondary,
+			// when its first replica attaches: that loses nothing.)
+			m.lostData(LossReplica, "its replication ID changed after a REPLICAOF and REPLICAOF NO ONE: its data was replaced by another server's")
+		case horizonMS < 0:
 			m.lostData(LossStateMissing, "data lost without restart: lease horizon missing (seen by a health probe)")
+		case !m.countersGrow(horizonMS, horizonMS, -1, horizonAt, "a health probe"):
 		case counterMissing:
 			m.lostData(LossStateMissing, "data lost without restart: fencing counter missing (seen by a health probe)")
 		case evErr == nil:

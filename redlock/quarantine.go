@@ -41,6 +41,12 @@ type masterState struct {
 	// repairedAt: the time of its last repair marker, unix ms by its clock;
 	// answers read before it are stale.
 	repairedAt atomic.Int64
+	// countersSeen: the highest lease horizon and command count read
+	// from it.
+	countersSeen countersSeen
+	// replID: its replication ID (INFO master_replid) when last known
+	// intact; "" before the first probe.
+	replID string
 	// lastEvicted: evicted_keys at the last probe.
 	lastEvicted atomic.Int64
 	// ref is the reference reading of its clock for the per-vote check;

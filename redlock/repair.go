@@ -306,7 +306,7 @@ func repairOne(ctx context.Context, r *redis.Client, o RepairOptions, target str
 	}
 	ms := strconv.FormatInt(hold, 10)
 	out, err := repairScript.Run(cctx, r, []string{o.MarkerKey, o.MarkerKey + ":horizon", o.FenceKey}, target, ms, nonce[:16], ms, runID).Slice()
-	if err != nil || len(out) != 2 {
+	if err != nil || len(out) != 3 {
 		return fmt.Errorf("raise fencing counter and write the repair marker: %w", err)
 	}
 	mr.After, _ = out[1].(int64)

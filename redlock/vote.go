@@ -20,12 +20,16 @@ type voteReply struct {
 	marker      string    // the marker's value, "" when missing
 	time        time.Time // the master's TIME when the script ran
 	evicted     int64     // INFO stats evicted_keys
+	horizon     int64     // the lease horizon before the script, unix ms by the master's clock
+	commands    int64     // INFO stats total_commands_processed
+	raised      int64     // the lease horizon after the script
 }
 
-// parseVote decodes {code, value, marker, sec, usec, evicted, extra}.
+// parseVote decodes {code, value, marker, sec, usec, evicted, extra,
+// horizon, commands, horizon after}.
 func parseVote(v any) (voteReply, bool) {
 	a, ok := v.([]any)
-	if !ok || len(a) != 7 {
+	if !ok || len(a) != 10 {
 		return voteReply{}, false
 	}
 	var r voteReply
@@ -37,6 +41,9 @@ func parseVote(v any) (voteReply, bool) {
 	r.time = time.Unix(sec, usec*int64(time.Microsecond))
 	r.evicted, _ = a[5].(int64)
 	r.extra, _ = a[6].(string)
+	r.horizon, _ = a[7].(int64)
+	r.commands, _ = a[8].(int64)
+	r.raised, _ = a[9].(int64)
 	return r, sec > 0
 }
 
@@ -82,6 +89,9 @@ func (m *master) checkVote(v voteReply, sent, received time.Time) error {
 			return ErrMasterDataLost
 		}
 		if !m.evictionsUnchanged(v.evicted, "a vote") {
+			return ErrMasterDataLost
+		}
+		if !m.countersGrow(v.horizon, v.raised, v.commands, v.time, "a vote") {
 			return ErrMasterDataLost
 		}
 	}

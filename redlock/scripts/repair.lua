@@ -7,7 +7,7 @@
 -- KEYS[1] marker, KEYS[2] lease horizon, KEYS[3] fencing counter (absent when fencing is off)
 -- ARGV[1] counter, ARGV[2] horizon in milliseconds from now, ARGV[3] nonce,
 -- ARGV[4] quarantine in milliseconds from now, ARGV[5] the server's run_id
--- Returns {marker, counter after}.
+-- Returns {marker, counter after, replication ID (INFO master_replid)}.
 local t = redis.call('TIME')
 local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local counter = 0
@@ -24,4 +24,5 @@ if tonumber(redis.call('GET', KEYS[2]) or '0') < h then
 end
 local v = 'repaired ' .. string.format('%d', ms) .. ' ' .. ARGV[3] .. ' ' .. string.format('%d', ms + tonumber(ARGV[4])) .. ' ' .. ARGV[5]
 redis.call('SET', KEYS[1], v)
-return {v, counter}
+local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') or ''
+return {v, counter, replid}

@@ -5,24 +5,37 @@
 -- KEYS[2] deployment marker ('' skips the check: negative controls only),
 -- KEYS[3] lease horizon (unix ms by this master's clock), KEYS[4] fencing
 -- counter (absent when fencing is off).
--- Every reply is {code, value, marker, sec, usec, evicted, extra}:
+-- Every reply is {code, value, marker, sec, usec, evicted, extra, horizon,
+-- commands, horizon after}:
 --   code, value, extra  the script's own result;
 --   marker              the marker's value, '' when missing;
 --   sec, usec           this master's TIME when the script ran;
---   evicted             INFO stats evicted_keys.
+--   evicted             INFO stats evicted_keys;
+--   horizon             the lease horizon before the script (it only ever
+--                       grows, so a lower value later means the data went
+--                       back in time: a rollback to older data);
+--   commands            INFO stats total_commands_processed (it only ever
+--                       grows, except at a restart or a CONFIG RESETSTAT,
+--                       which would also hide evictions);
+--   horizon after       the lease horizon after the script.
 local now = redis.call('TIME')
 local nowms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local marker = redis.call('GET', KEYS[2])
 local intact = KEYS[2] == '' or marker and redis.call('EXISTS', KEYS[3]) == 1 and (KEYS[4] == nil or redis.call('EXISTS', KEYS[4]) == 1)
-local evicted = tonumber(string.match(redis.call('INFO', 'stats'), 'evicted_keys:(%d+)')) or 0
+local stats = redis.call('INFO', 'stats')
+local evicted = tonumber(string.match(stats, 'evicted_keys:(%d+)')) or 0
+local commands = tonumber(string.match(stats, 'total_commands_processed:(%d+)')) or 0
+local horizon = tonumber(redis.call('GET', KEYS[3]) or '0')
+local horizonBefore = horizon
 local function reply(code, value, extra)
-  return {code, value, marker or '', tonumber(now[1]), tonumber(now[2]), evicted, extra or ''}
+  return {code, value, marker or '', tonumber(now[1]), tonumber(now[2]), evicted, extra or '', horizonBefore, commands, horizon}
 end
 -- raiseHorizon max-assigns the lease horizon to now + ms: no lock granted
 -- with this master's vote can outlive it (redlock/horizon.go).
 local function raiseHorizon(ms)
   local h = nowms + ms
-  if tonumber(redis.call('GET', KEYS[3]) or '0') < h then
+  if horizon < h then
+    horizon = h
     redis.call('SET', KEYS[3], string.format('%d', h))
   end
 end
