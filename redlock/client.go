@@ -60,8 +60,8 @@ type Client struct {
 	opts    options
 	seed    maphash.Seed
 
-	epoch       time.Time       // monotonic origin of quarantine deadlines
-	epochWall   int64           // epoch's wall clock, unix ns: our clock is epochWall + monotonic time since epoch
+	epoch       time.Time                          // monotonic origin of quarantine deadlines
+	epochWall   int64                              // epoch's wall clock, unix ns: our clock is epochWall + monotonic time since epoch
 	losses      [len(DataLossReasons)]atomic.Int64 // per DataLossReasons
 	kick        chan struct{}
 	probeMu     sync.Mutex // one probe round at a time
