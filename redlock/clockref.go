@@ -108,6 +108,13 @@ func (m *master) checkVoteClock(remote, sent, received time.Time) error {
 	c := m.c
 	ref := m.st.ref.Load()
 	s := c.reading(remote, sent, received)
+	if ref == nil && time.Duration(2*s.uncert) <= c.maxUncertainty() {
+		// No reading yet (its probes were too slow to give one): this vote
+		// is the first, as a probe's would have been. A jump from before
+		// any reading is the comparison with the other masters' to catch.
+		m.st.ref.CompareAndSwap(nil, &s)
+		return nil
+	}
 	if ref == nil || time.Duration(s.at-ref.at) > c.maxRefAge() || time.Duration(s.uncert+ref.uncert) > c.maxUncertainty() {
 		c.kickHealth()
 		return ErrMasterClockUnknown
