@@ -31,12 +31,19 @@ func clockClient(t *testing.T, opts []*redis.Options, copts ...Option) *Client {
 	return c
 }
 
-// placeOnly acquires key for ttl and deletes its key on every master not
-// in on: a lock that reached exactly those masters (its SET lost on the
-// way to the others), the case in which one faulty master decides.
+// placeOnly places a lock on exactly the masters in on, the case in which
+// one faulty master decides: while it is acquired, the other masters hold
+// a foreign key, so the lock is granted by the votes of on alone (every one
+// of them checked), as if its SET had been lost on the way to the others;
+// the foreign keys are then removed.
 func placeOnly(t *testing.T, c *Client, rdbs []*redis.Client, key string, ttl time.Duration, on ...int) *Lock {
 	t.Helper()
 	ctx := context.Background()
+	for i, r := range rdbs {
+		if !slices.Contains(on, i) {
+			require.NoError(t, r.Set(ctx, key, "foreign", time.Minute).Err())
+		}
+	}
 	// A wait only against a loaded machine: the key is new.
 	lock, err := c.Acquire(ctx, key, ttl, WithWait(5*time.Second))
 	require.NoError(t, err)
