@@ -118,9 +118,9 @@ func TestCancelledWaiterLeavesNothing(t *testing.T) {
 }
 
 // TestLostNotificationFallsBackToPolling: the pub/sub connections are
-// killed and the lock disappears without any notification (its keys
-// deleted behind the Client's back): the waiter still gets the lock, by
-// its fallback poll.
+// killed (the Client subscribes again on every master), then the lock
+// disappears without any notification (its keys deleted behind the
+// Client's back): the waiter still gets the lock, by its fallback poll.
 func TestLostNotificationFallsBackToPolling(t *testing.T) {
 	ctx := context.Background()
 	c, _ := brandNewClient(t)
@@ -133,8 +133,22 @@ func TestLostNotificationFallsBackToPolling(t *testing.T) {
 		got <- err
 	}()
 	waitingFor(t, c, 1)
-	for _, r := range direct(t) {
+	rdbs := direct(t)
+	subscribed := func() bool { // on every master
+		for _, r := range rdbs {
+			m, err := r.PubSubNumSub(ctx, c.releaseChannel()).Result()
+			if err != nil || m[c.releaseChannel()] != 1 {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, subscribed, 10*time.Second, 10*time.Millisecond)
+	for _, r := range rdbs {
 		require.NoError(t, r.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err())
+	}
+	require.Eventually(t, subscribed, 10*time.Second, 10*time.Millisecond, "subscribed again on every master")
+	for _, r := range rdbs {
 		require.NoError(t, r.Del(ctx, held.Key()).Err())
 	}
 	require.NoError(t, <-got)
