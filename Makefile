@@ -104,14 +104,16 @@ rules: ## Check the Prometheus rules and run their unit tests (promtool)
 	cd $(dir $(RULES)) && promtool test rules redlockd.rules.test.yml
 
 dev: deps ## Run five local redis-server masters and the daemon on 127.0.0.1:7070
-	$(GO) build -ldflags='$(VERSION_LDFLAGS)' -o bin/redlockd ./cmd/redlockd
+	@echo "make dev: building bin/redlockd (a first build compiles the dependencies: 1-2 minutes; each package is listed as it compiles)"
+	$(GO) build -v -ldflags='$(VERSION_LDFLAGS)' -o bin/redlockd ./cmd/redlockd
+	@echo "make dev: starting five redis-server masters and the daemon"
 	exec bin/redlockd dev $(DEV_ARGS)
 
 # The modules: the product (this directory), the drills (chaos/), the
 # benchmark (bench/) and the test-only dashtest/ and apitest/, each with its
 # own go.mod. `go test ./...` here does not enter the others, so each step
 # names them.
-MODULES = . chaos bench dashtest apitest
+MODULES = . chaos bench dashtest apitest tools/testprogress
 
 # staticcheck, pinned, run from the module proxy: it never enters a go.mod.
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -137,10 +139,19 @@ fuzz: ## Fuzz the request decoder and the lock-key encoding for FUZZTIME each
 # ~1 min to build the images the first time; skipped when no Docker engine
 # answers unless REDLOCK_REQUIRE_DOCKER=1). `make drills` runs only them.
 DRILLS = ^(TestDrills|TestDockerDrills)$$
-test: test-deps rules tidy-check lint fuzz ## Run the whole test suite (real redis-server masters, -race, fault drills, rules, dashboards, OpenAPI contract, examples)
+# `go test -json` through tools/testprogress: each package as it starts,
+# each test and drill row as it ends, and go test's own ok/FAIL line per
+# package. The go test exit status is checked too (a timeout, a vet error).
+TESTPROGRESS = bin/testprogress
+TEST_STATUS  = bin/.go-test-status
+
+$(TESTPROGRESS): tools/testprogress/main.go tools/testprogress/go.mod
+	cd tools/testprogress && $(GO) build -o $(CURDIR)/$(TESTPROGRESS) .
+
+test: test-deps rules tidy-check lint fuzz $(TESTPROGRESS) ## Run the whole test suite (real redis-server masters, -race, fault drills, rules, dashboards, OpenAPI contract, examples)
 	@for m in . chaos bench; do echo "go vet ($$m)"; (cd $$m && $(GO) vet ./...) || exit 1; done
-	$(GO) test -race -count=1 -p 1 -timeout 40m ./...
-	cd chaos && $(GO) test -race -count=1 -p 1 -timeout 40m ./...
+	{ $(GO) test -json -race -count=1 -p 1 -timeout 40m ./... 2>&1; echo $$? >$(TEST_STATUS); } | $(TESTPROGRESS) && [ "$$(cat $(TEST_STATUS))" = 0 ]
+	cd chaos && { $(GO) test -json -race -count=1 -p 1 -timeout 40m ./... 2>&1; echo $$? >$(CURDIR)/$(TEST_STATUS); } | $(CURDIR)/$(TESTPROGRESS) && [ "$$(cat $(CURDIR)/$(TEST_STATUS))" = 0 ]
 	$(MAKE) test-dashboards
 	$(MAKE) test-api
 

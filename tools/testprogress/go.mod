@@ -1,0 +1,3 @@
+module github.com/redlockd/redlockd/tools/testprogress
+
+go 1.26
