@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"net"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -32,7 +31,8 @@ func quiesce(ln net.Listener, limit time.Duration) {
 	}
 	var ferr error
 	if err := rc.Control(func(fd uintptr) {
-		ferr = syscall.AttachLsf(int(fd), []syscall.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}})
+		drop := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}
+		ferr = unix.SetsockoptSockFprog(int(fd), unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: 1, Filter: &drop[0]})
 	}); err != nil || ferr != nil {
 		return
 	}
