@@ -130,7 +130,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errBadReply})
 		default:
 			maybeHeld[r.idx] = v.code == 1
-			if err := m.checkVote(v, start, r.at); err != nil {
+			if err := m.checkVote(v, r.sent, r.at); err != nil {
 				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: err})
 			} else if !m.counts() {
 				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})

@@ -52,8 +52,11 @@ type master struct {
 type reply struct {
 	idx int
 	val any
-	err error     // *MasterError for transport problems, or a Redis error
-	at  time.Time // when the answer arrived (zero for failures)
+	err error // *MasterError for transport problems, or a Redis error
+	// sent and at are when the pipeline carrying the call was written and
+	// when its answers arrived (zero for failures): the script ran in
+	// between, which bounds its clock reading (clockref.go).
+	sent, at time.Time
 }
 
 // call is one script invocation bound for one master.
@@ -250,7 +253,7 @@ func (l *lane) exec(batch []*call) {
 			}
 			c.out <- reply{idx: c.idx, err: cerr}
 		} else {
-			c.out <- reply{idx: c.idx, val: c.cmd.Val(), at: received}
+			c.out <- reply{idx: c.idx, val: c.cmd.Val(), sent: now, at: received}
 		}
 		c.out = nil
 	}

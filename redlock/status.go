@@ -57,7 +57,7 @@ func (c *Client) Status(ctx context.Context, key string) (Status, error) {
 			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errBadReply})
 			return false
 		}
-		if err := m.checkVote(v, start, r.at); err != nil {
+		if err := m.checkVote(v, r.sent, r.at); err != nil {
 			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: err})
 			return false
 		}

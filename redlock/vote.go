@@ -65,7 +65,7 @@ var (
 )
 
 // checkVote runs the per-vote guards on a vote script's answer from m,
-// received at received for a fan-out started at sent. It returns nil when
+// whose pipeline was written at sent and answered at received. It returns nil when
 // the vote may count (if m counts at all), or why not. A master found to
 // have lost its data or to have jumped its clock is quarantined here, in
 // the same round trip as the vote, not at the next health probe.
