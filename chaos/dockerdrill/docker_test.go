@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -23,7 +24,11 @@ import (
 )
 
 const (
-	redisImage    = "redlockd/redis:local"
+	// The Redis image with the gettimeofday shim (internal/clockshim) in
+	// /usr/lib/redlock, for the clock rows: a tag of its own, since
+	// `make images` builds redlockd/redis:local without it.
+	redisImage    = "redlockd/redis:clockshim"
+	clockShimSO   = "dist/libclockshim.so"
 	redlockdImage = "redlockd/redlockd:local"
 	chaosImage    = "redlockd/chaos:local"
 	// The demo API key of docker/redlockd.compose.yaml (loopback only).
@@ -34,7 +39,8 @@ const (
 // The rows of the Docker drill, in this order, and the two
 // that need the chaos proxies in front of the masters
 // (docker/chaos.compose.yml).
-var scenarios = []string{"kill-2", "pause-2", "partition-2", "kill-3", "restart-empty", "restart-empty-noquarantine", "latency-2", "reset-2"}
+var scenarios = []string{"kill-2", "pause-2", "partition-2", "kill-3", "restart-empty", "restart-empty-noquarantine", "latency-2", "reset-2",
+	"data-wipe", "data-wipe-nocheck", "clock-jump-contender", "clock-jump-contender-novoteclock", "clock-jump-restart", "clock-jump-restart-noreference"}
 
 type quietLogger struct{}
 
@@ -80,7 +86,7 @@ func TestDockerDrills(t *testing.T) {
 		cmd.Env = append(os.Environ(),
 			"REDIS_IMAGE="+redisImage, "REDLOCKD_IMAGE="+redlockdImage, "CHAOS_IMAGE="+chaosImage,
 			"REDLOCKD_A_PORT="+strconv.Itoa(portA), "REDLOCKD_B_PORT="+strconv.Itoa(portB),
-			"CHAOS_CLOCK_DIR="+clockDir, "REDLOCKD_MAX_TTL=5", "REDIS_LD_PRELOAD=",
+			"CHAOS_CLOCK_DIR="+clockDir, "REDLOCKD_MAX_TTL=5", "REDIS_LD_PRELOAD=/usr/lib/redlock/"+filepath.Base(clockShimSO),
 		)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -131,7 +137,11 @@ func TestDockerDrills(t *testing.T) {
 	}
 	scs, err := chaos.Find(scenarios...)
 	require.NoError(t, err)
+	only := os.Getenv("CHAOS_SCENARIO") // as for TestDrills: name1,name2 runs only those rows
 	for _, sc := range scs {
+		if only != "" && !strings.Contains(","+only+",", ","+sc.Name+",") {
+			continue
+		}
 		t.Run(sc.Name, func(t *testing.T) {
 			res := chaos.Run(ctx, target, cfg, sc, out)
 			require.Empty(t, res.Skipped, "the compose target must support this row")
@@ -214,8 +224,8 @@ func stopStart(t *testing.T, ctx context.Context, target *chaos.DockerTarget) {
 // images are rebuilt every time (a static build from this tree, cached by
 // Go, then a FROM scratch image: seconds): an image left from another commit would
 // drill other code than the one under test. The Redis image, which only
-// packages the host's redis-server, is built when missing, or always with
-// REDLOCK_DOCKER_REBUILD=1.
+// packages the host's redis-server and the clock shim, is built when
+// missing, or always with REDLOCK_DOCKER_REBUILD=1.
 func ensureImages(t *testing.T, dc *docker.Client, root string) {
 	t.Helper()
 	targets := []string{"image-redlockd", "image-chaos"}
@@ -224,10 +234,10 @@ func ensureImages(t *testing.T, dc *docker.Client, root string) {
 		require.NoError(t, err)
 	}
 	if err != nil || os.Getenv("REDLOCK_DOCKER_REBUILD") == "1" {
-		targets = append(targets, "image-redis")
+		targets = append(targets, clockShimSO, "image-redis")
 	}
 	t.Logf("building %v (REDIS_IMAGE=%s REDLOCKD_IMAGE=%s CHAOS_IMAGE=%s)", targets, redisImage, redlockdImage, chaosImage)
-	cmd := exec.Command("make", append(targets, "REDIS_IMAGE="+redisImage, "REDLOCKD_IMAGE="+redlockdImage, "CHAOS_IMAGE="+chaosImage)...)
+	cmd := exec.Command("make", append(targets, "REDIS_IMAGE="+redisImage, "REDIS_EXTRA="+clockShimSO, "REDLOCKD_IMAGE="+redlockdImage, "CHAOS_IMAGE="+chaosImage)...)
 	cmd.Dir = root
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "make %v:\n%s", targets, out)
