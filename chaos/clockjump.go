@@ -103,7 +103,6 @@ func clockJumpContender(guard bool) *Scenario {
 // disagrees and does not vote, so B is refused. With that comparison off
 // (in the library client: the daemons keep theirs), master 4 counts and B
 // wins 0, 1 and 4 while A's lock is valid (I1).
-
 func clockJumpRestart(guard bool) *Scenario {
 	sc := &Scenario{
 		Name:    "clock-jump-restart",
@@ -122,9 +121,18 @@ func clockJumpRestart(guard bool) *Scenario {
 		if !ok {
 			return fmt.Errorf("the %s target cannot restart its daemons", d.T.Name())
 		}
-		// Long enough for a restart of the daemon containers on a loaded
-		// machine.
-		ttl := min(6*time.Second, d.Cfg.Client.MaxTTL)
+		if err := d.Mark(ctx, "daemons stopped", rs.StopDaemons); err != nil {
+			return err
+		}
+		stopped := true
+		defer func() {
+			if stopped { // a failure in between: the next row needs them
+				err = errors.Join(err, rs.StartDaemons(context.WithoutCancel(ctx)))
+			}
+		}()
+		// A's lease covers the daemons' start: seconds for a container on
+		// a loaded machine.
+		ttl := min(8*time.Second, d.Cfg.Client.MaxTTL)
 		dm, err := openDirect(ctx, d)
 		if err != nil {
 			return err
@@ -134,21 +142,15 @@ func clockJumpRestart(guard bool) *Scenario {
 		if err != nil {
 			return err
 		}
-		stop := func(ctx context.Context) error {
+		closeClients := func(context.Context) error {
 			for _, c := range d.clients { // they watch no more
 				_ = c.Close()
 			}
-			return rs.StopDaemons(ctx)
+			return nil
 		}
-		if err := d.Mark(ctx, "daemons and the drill's library clients stopped", stop); err != nil {
+		if err := d.Mark(ctx, "the drill's library clients stopped", closeClients); err != nil {
 			return err
 		}
-		stopped := true
-		defer func() {
-			if stopped { // a failure in between: the next row needs them
-				err = errors.Join(err, rs.StartDaemons(context.WithoutCancel(ctx)))
-			}
-		}()
 		if err := jump(ctx, d, dm, 4, key); err != nil {
 			return err
 		}
