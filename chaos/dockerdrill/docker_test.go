@@ -40,7 +40,7 @@ const (
 // that need the chaos proxies in front of the masters
 // (docker/chaos.compose.yml).
 var scenarios = []string{"kill-2", "pause-2", "partition-2", "kill-3", "restart-empty", "restart-empty-noquarantine", "latency-2", "reset-2",
-	"data-wipe", "data-wipe-nocheck", "clock-jump-contender", "clock-jump-contender-novoteclock", "clock-jump-restart", "clock-jump-restart-noreference"}
+	"data-wipe", "data-wipe-nocheck", "clock-jump-contender", "clock-jump-contender-novoteclock"}
 
 type quietLogger struct{}
 
