@@ -165,8 +165,27 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 	// marker rule). Bounded by the health timeout.
 	c.probeAll()
 	c.afterProbes()
+	c.warmLanes()
 	c.wg.Go(c.healthLoop)
 	return c, nil
+}
+
+// warmLanes opens the lanes' connections (dial, script load, run_id check in
+// onConnect) before New returns, bounded by the health timeout, so that
+// the first acquire does not pay for them within its per-master timeout.
+// go-redis opens MinIdleConns in the background, which a first request
+// right after startup can overtake.
+func (c *Client) warmLanes() {
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.healthTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, m := range c.masters {
+		if !m.up.Load() {
+			continue
+		}
+		wg.Go(func() { _ = m.rdb.Load().Ping(ctx).Err() })
+	}
+	wg.Wait()
 }
 
 func (o *options) validate() error {
