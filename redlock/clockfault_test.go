@@ -247,9 +247,19 @@ func TestClockBackThenForward(t *testing.T) {
 		opts, rdbs, clock := skewedMasters(t)
 		c := clockClient(t, opts, append([]Option{WithHealthInterval(time.Hour), WithPerMasterTimeout(200 * time.Millisecond)}, extra...)...)
 		key := "clock:" + t.Name()
+		// The shim applies a jump shortly after the control file changes:
+		// wait until master 4 answers with the stepped clock.
+		offsetNear := func(want time.Duration) func() bool {
+			return func() bool {
+				d := time.Until(rdbs[4].Time(ctx).Val()) + want
+				return d > -time.Second && d < time.Second
+			}
+		}
 		require.NoError(t, clock.Jump(-30*time.Second))
+		require.Eventually(t, offsetNear(30*time.Second), 10*time.Second, time.Millisecond)
 		first := placeOnly(t, c, rdbs, key, 20*time.Second, 2, 3, 4)
 		require.NoError(t, clock.Jump(30*time.Second))
+		require.Eventually(t, offsetNear(0), 10*time.Second, time.Millisecond)
 		require.Eventually(t, func() bool { return rdbs[4].Exists(ctx, key).Val() == 0 }, 10*time.Second, time.Millisecond)
 		_, err := c.Acquire(ctx, key, 20*time.Second, WithRetry(NoRetry()))
 		require.Greater(t, first.Validity(), 15*time.Second)

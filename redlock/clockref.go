@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"time"
@@ -108,14 +109,20 @@ func (m *master) checkVoteClock(remote, sent, received time.Time) error {
 	c := m.c
 	ref := m.st.ref.Load()
 	s := c.reading(remote, sent, received)
-	if ref == nil && time.Duration(2*s.uncert) <= c.maxUncertainty() {
-		// No reading yet (its probes were too slow to give one): this vote
-		// is the first, as a probe's would have been. A jump from before
-		// any reading is the comparison with the other masters' to catch.
-		m.st.ref.CompareAndSwap(nil, &s)
-		return nil
+	if ref == nil || time.Duration(s.at-ref.at) > c.maxRefAge() {
+		// No reading yet, or none recent (the master was paused, its probes
+		// too slow): this vote becomes the reference if its clock agrees
+		// with the other masters' recent readings (check 2, done here), or,
+		// when there are none yet, if it is the very first reading.
+		c.kickHealth()
+		switch agrees, known := c.agreesWithOthers(m, s); {
+		case agrees, !known && ref == nil && time.Duration(2*s.uncert) <= c.maxUncertainty():
+			m.st.ref.CompareAndSwap(ref, &s)
+			return nil
+		}
+		return ErrMasterClockUnknown
 	}
-	if ref == nil || time.Duration(s.at-ref.at) > c.maxRefAge() || time.Duration(s.uncert+ref.uncert) > c.maxUncertainty() {
+	if time.Duration(s.uncert+ref.uncert) > c.maxUncertainty() {
 		c.kickHealth()
 		return ErrMasterClockUnknown
 	}
@@ -237,4 +244,39 @@ func (c *Client) checkClockAgreement() {
 			m.st.clockHold.Store(false)
 		}
 	}
+}
+
+// agreesWithOthers is check 2 for one reading s of m against the median of
+// the other masters' recent references: known is false when fewer than a
+// quorum of them have one. Only precise readings are judged (both within
+// an eighth of the per-master timeout), with the same tolerance as check 2,
+// so a jump it lets through is within clockAllowance.
+func (c *Client) agreesWithOthers(m *master, s clockRef) (agrees, known bool) {
+	if !c.opts.clockReference {
+		return false, false
+	}
+	now := c.sinceEpoch()
+	offs := make([]clockRef, 0, len(c.masters))
+	for _, o := range c.masters {
+		if o == m {
+			continue
+		}
+		if r := o.st.ref.Load(); r != nil && time.Duration(now-r.at) <= c.maxRefAge() {
+			offs = append(offs, *r)
+		}
+	}
+	if len(offs) < c.quorum {
+		return false, false
+	}
+	slices.SortFunc(offs, func(a, b clockRef) int { return cmp.Compare(a.offset, b.offset) })
+	med := offs[len(offs)/2]
+	tight := int64(c.opts.perMasterTimeout / 8)
+	if s.uncert > tight || med.uncert > tight {
+		return false, true
+	}
+	d := s.offset - med.offset
+	if d < 0 {
+		d = -d
+	}
+	return d-s.uncert-med.uncert <= int64(c.opts.perMasterTimeout/4), true
 }
