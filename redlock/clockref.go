@@ -109,6 +109,11 @@ func (m *master) checkVoteClock(remote, sent, received time.Time) error {
 	c := m.c
 	ref := m.st.ref.Load()
 	s := c.reading(remote, sent, received)
+	if !m.st.clockJudged.Load() {
+		if agrees, _ := c.agreesWithOthers(m, s); agrees {
+			m.st.clockJudged.Store(true)
+		}
+	}
 	if ref == nil || time.Duration(s.at-ref.at) > c.maxRefAge() {
 		// No reading yet, or none recent (the master was paused, its probes
 		// too slow): this vote becomes the reference if its clock agrees
@@ -237,6 +242,7 @@ func (c *Client) checkClockAgreement() {
 			}
 			continue
 		}
+		m.st.clockJudged.Store(true)
 		if m.st.clockHold.Load() {
 			// It agrees again: locks set before it disagreed may have
 			// expired early on it; keep it out until they have all ended.

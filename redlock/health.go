@@ -94,6 +94,9 @@ func (c *Client) Masters() []MasterStatus {
 			st.State = MasterWaiting
 		case st.QuarantineLeft > 0 || hold:
 			st.State = MasterQuarantined
+		case m.c.opts.clockGuard && m.c.opts.clockReference && !m.st.clockJudged.Load():
+			// Its clock not yet compared with the other masters'.
+			st.State = MasterWaiting
 		default:
 			st.State = MasterUp
 		}

@@ -20,12 +20,20 @@ func (c *Client) afterProbes() {
 	c.probeMu.Lock()
 	defer c.probeMu.Unlock()
 	withMarker, answered := 0, 0
+	// allNew: every marker found was written moments ago by a Client
+	// creating a brand-new deployment, which writes them one master at a
+	// time: another daemon doing that now, not a majority that lost data.
+	allNew := true
 	for _, m := range c.masters {
 		m.st.mu.Lock()
 		if m.up.Load() {
 			answered++
 			if m.st.hasMarker {
 				withMarker++
+				mk, ok := parseMarker(m.st.markerValue)
+				if age := time.Since(mk.at); !ok || mk.repaired || age > newDeploymentWindow || age < -newDeploymentWindow {
+					allNew = false
+				}
 			}
 		}
 		m.st.mu.Unlock()
@@ -67,6 +75,8 @@ func (c *Client) afterProbes() {
 			m.firstSeenWithMarker()
 		case withMarker >= c.quorum:
 			m.lostData(LossStateMissing, "marker key missing while a quorum of the other masters have theirs (lost its data while unwatched)")
+		case withMarker > 0 && allNew:
+			continue // not seen: the markers are being written; the rule runs again next round
 		case withMarker > 0:
 			m.lostData(LossStateMissing, fmt.Sprintf("marker key missing on %d of %d masters: a majority lost its data; it cannot be repaired from a quorum, run `redlockd repair-fences`", len(c.masters)-withMarker, len(c.masters)))
 			c.opts.logger.Error("a majority of masters lost their data: they vote again only after `redlockd repair-fences` raises their fencing counters", masterAttr(m))
@@ -94,6 +104,11 @@ func (c *Client) afterProbes() {
 	}
 	c.spreadFence()
 }
+
+// newDeploymentWindow is how recent every marker must be for a partial set
+// of markers to be taken for a brand-new deployment still being written by
+// another Client rather than for a majority that lost its data.
+const newDeploymentWindow = 10 * time.Second
 
 // brandNew writes the deployment state (marker, lease horizon, fencing
 // counter) on a master of a brand-new deployment: no master has a marker

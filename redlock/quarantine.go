@@ -32,6 +32,10 @@ type masterState struct {
 	// clockHold: its clock disagrees with the other masters'; no vote
 	// counts until it agrees again (then horizonPending).
 	clockHold atomic.Bool
+	// clockJudged: its clock has been compared with the other masters'
+	// and agreed, at least once since it was first seen; until then it
+	// does not vote (a jump before this Client started would go unseen).
+	clockJudged atomic.Bool
 	// lostAt: when the pending loss or clock fault was seen (monotonic ns
 	// since the Client's epoch).
 	lostAt atomic.Int64
@@ -76,6 +80,9 @@ type masterState struct {
 // A quarantined master keeps receiving writes; only its votes are ignored.
 func (m *master) counts() bool {
 	if !m.up.Load() || !m.st.probed.Load() || m.st.repairPending.Load() || m.st.clockHold.Load() {
+		return false
+	}
+	if o := &m.c.opts; o.clockGuard && o.clockReference && !m.st.clockJudged.Load() {
 		return false
 	}
 	until := m.st.excludedUntil.Load()
