@@ -11,7 +11,6 @@ import (
 	"io"
 	"mime"
 	"net/http"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -50,8 +49,8 @@ type call struct {
 }
 
 // serveLock answers POST /v1/lock and POST /gateway/distlock. Checks run in
-// this order, the first failure answering: credentials in the query (400),
-// method (405), more than one X-API-Key (400), X-API-Key missing or unknown
+// this order, the first failure answering (after checkURL, which refuses
+// credentials in the URL for every route): method (405), more than one X-API-Key (400), X-API-Key missing or unknown
 // (401), Content-Type (415), body size (413), body (400); then the action,
 // whose answer is 200 when the masters answered, 503 when no quorum did.
 func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
@@ -59,10 +58,6 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 	c := call{result: resInternal, status: http.StatusInternalServerError}
 	defer func() { s.finish(r, &c, time.Since(start)) }()
 
-	if r.URL.RawQuery != "" && s.secretInQuery(r.URL.RawQuery) {
-		s.fail(w, &c, http.StatusBadRequest, resBadRequest, codeBadRequest, msgQuerySecret)
-		return
-	}
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
 		s.fail(w, &c, http.StatusMethodNotAllowed, resMethodNotAllowed, codeMethodNotAllowed,
@@ -443,35 +438,6 @@ func (s *Server) isAPIKey(v string) bool {
 	}
 	_, ok := s.account(v)
 	return ok
-}
-
-// secretInQuery reports whether a raw query string carries a credential:
-// a parameter whose name looks like one (secretName), or a parameter name
-// or value that is a configured API key (compared by SHA-256 in constant
-// time, both as sent and unescaped, so "?foo=<key>" and "?<key>" are
-// caught). Anything else, such as "?x=1", is allowed. Only requests with a
-// query string pay for this.
-func (s *Server) secretInQuery(raw string) bool {
-	for raw != "" {
-		var part string
-		part, raw, _ = cutAny(raw, "&;")
-		rawName, rawValue, _ := strings.Cut(part, "=")
-		name, value := rawName, rawValue
-		if n, err := url.QueryUnescape(rawName); err == nil {
-			name = n
-		}
-		if v, err := url.QueryUnescape(rawValue); err == nil {
-			value = v
-		}
-		if secretName(name) {
-			return true
-		}
-		if s.isAPIKey(name) || s.isAPIKey(value) ||
-			(rawName != name && s.isAPIKey(rawName)) || (rawValue != value && s.isAPIKey(rawValue)) {
-			return true
-		}
-	}
-	return false
 }
 
 // secretName reports whether a query parameter name (unescaped, or raw

@@ -331,7 +331,8 @@ func TestSecretInQuery(t *testing.T) {
 		"foo=" + testKeyGlobex:            false, // not a key of this server
 		"foo=":                            false,
 	} {
-		assert.Equal(t, want, s.secretInQuery(q), q)
+		c := urlKeyCheck{s: s, left: maxURLHashes}
+		assert.Equal(t, want, c.secretInQuery(q), q)
 	}
 }
 

@@ -23,6 +23,7 @@ const (
 	codeMethodNotAllowed = "method_not_allowed"     // 405
 	codeUnsupportedMedia = "unsupported_media_type" // 415
 	codeTooLarge         = "too_large"              // 413
+	codeURITooLong       = "uri_too_long"           // 414
 	codeQuorum           = "quorum_unavailable"     // 503
 	// codeTooManyWaiters: 429, too many acquires with wait_ms waiting.
 	codeTooManyWaiters = "too_many_waiters"

@@ -120,6 +120,9 @@ type Server struct {
 	inFlight  atomic.Int64
 	conns     connTracker
 	outage    outage // see lockerFailed
+	// urlHashes counts the URL parts checkURL hashed, for the tests of
+	// its bound.
+	urlHashes atomic.Int64
 }
 
 // New validates o and returns a Server; it does not listen yet. A nil
@@ -254,8 +257,15 @@ func (s *Server) routes(gatherer prometheus.Gatherer) http.Handler {
 	}
 	mux.HandleFunc("/", s.serveNotFound)
 	return s.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if msg := s.uncleanURLSecret(r); msg != "" {
-			writeError(w, http.StatusBadRequest, codeBadRequest, msg)
+		// Before routing, so that every route (and ServeMux's redirects,
+		// which repeat the path and query in Location) refuses the same
+		// URLs the same way.
+		if status, msg := s.checkURL(r); status != 0 {
+			code := codeBadRequest
+			if status == http.StatusRequestURITooLong {
+				code = codeURITooLong
+			}
+			writeError(w, status, code, msg)
 			return
 		}
 		mux.ServeHTTP(w, r)
@@ -267,47 +277,16 @@ const msgNotFound = "; the endpoints are POST /v1/lock, POST /gateway/distlock, 
 
 // serveNotFound answers a path no route matches with the JSON envelope:
 // 404, code not_found, a msg naming the path (cut to 64 bytes) and
-// listing the endpoints. A path with a configured API key as one of its
-// segments, or a query string with a credential, is refused with 400
-// instead, so that the key is never echoed.
+// listing the endpoints. checkURL has refused a path or query string that
+// carries an API key before, so the path is never a key.
 //
 // Paths ServeMux cleans ("//v1/lock", "/v1/./lock") are not answered here:
 // ServeMux redirects them to the clean path first (307, which clients
 // follow with the method and body). That is left as it is: the redirect
-// lands on the real endpoint, and uncleanURLSecret keeps it from echoing
-// a credential in Location.
+// lands on the real endpoint, and checkURL keeps it from echoing a
+// credential in Location.
 func (s *Server) serveNotFound(w http.ResponseWriter, r *http.Request) {
-	if msg := s.urlSecret(r); msg != "" {
-		writeError(w, http.StatusBadRequest, codeBadRequest, msg)
-		return
-	}
 	writeError(w, http.StatusNotFound, codeNotFound, "unknown path "+quoteCut(r.URL.Path, 64)+msgNotFound)
-}
-
-// urlSecret returns the 400 message for a URL that carries a credential —
-// a path segment that is a configured API key, or a query string that
-// secretInQuery refuses — and "" for any other URL.
-func (s *Server) urlSecret(r *http.Request) string {
-	for seg := range strings.SplitSeq(r.URL.Path, "/") {
-		if s.isAPIKey(seg) {
-			return msgPathSecret
-		}
-	}
-	if r.URL.RawQuery != "" && s.secretInQuery(r.URL.RawQuery) {
-		return msgQuerySecret
-	}
-	return ""
-}
-
-// uncleanURLSecret is urlSecret for the paths ServeMux would redirect
-// (every path it cleans contains "//" or "/."): its redirect repeats the
-// path and the query string in Location, which would echo a credential
-// sent there. Other paths cost two substring scans.
-func (s *Server) uncleanURLSecret(r *http.Request) string {
-	if p := r.URL.Path; !strings.Contains(p, "//") && !strings.Contains(p, "/.") {
-		return ""
-	}
-	return s.urlSecret(r)
 }
 
 // serveGetOnly answers a method other than GET or HEAD on a GET route:
