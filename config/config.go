@@ -29,7 +29,8 @@ type Config struct {
 	// "redlock:"; non-empty, at most 64 bytes, no spaces or control
 	// characters.
 	KeyPrefix string `yaml:"key_prefix"`
-	// PerMasterTimeout bounds each call to one master. Default 50ms;
+	// PerMasterTimeout bounds each call to one master, counted from when
+	// the command is written (redlock.WithPerMasterTimeout). Default 50ms;
 	// 1ms to 5s.
 	PerMasterTimeout Duration `yaml:"per_master_timeout"`
 	// DriftFactor is the share of the TTL allowed for clock drift between

@@ -211,7 +211,7 @@ func (c *Client) cleanup(keys []string, token string, maybeHeld []bool) {
 	defer timer.Stop()
 	for ; waiting > 0; waiting-- {
 		select {
-		case <-out:
+		case <-out.replies:
 		case <-timer.C:
 			return
 		}

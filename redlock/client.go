@@ -266,12 +266,22 @@ func (c *Client) laneOf(key string) int {
 	return int(maphash.String(c.seed, key) % uint64(c.opts.lanes))
 }
 
+// fan is one fan-out in flight: the channel on which every master it was
+// sent to answers exactly once, and its calls (indexed by master), whose
+// written stamps gather reads.
+type fan struct {
+	replies chan reply
+	calls   []call
+}
+
 // fanout sends one script call to every master (or, when only is not nil,
-// to the masters it marks) and returns the channel on which each of them
-// answers exactly once, and how many will answer. Every call for the same
-// key goes through the same lane of its master, which keeps their order.
-func (c *Client) fanout(script *redis.Script, keys []string, args []any, mustSend bool, start time.Time, only []bool) (chan reply, int) {
-	out := make(chan reply, len(c.masters))
+// to the masters it marks) and returns the fan-out, and how many masters
+// will answer. Every call for the same key goes through the same lane of
+// its master, which keeps their order. A call not written to its master
+// within the per-master timeout since start is not sent (except with
+// mustSend): it fails with ErrMasterTimeout.
+func (c *Client) fanout(script *redis.Script, keys []string, args []any, mustSend bool, start time.Time, only []bool) (*fan, int) {
+	f := &fan{replies: make(chan reply, len(c.masters)), calls: make([]call, len(c.masters))}
 	lane := c.laneOf(keys[0])
 	deadline := start.Add(c.opts.perMasterTimeout)
 	closed := false
@@ -286,22 +296,36 @@ func (c *Client) fanout(script *redis.Script, keys []string, args []any, mustSen
 			continue
 		}
 		sent++
-		cl := &call{script: script, keys: keys, args: args, mustSend: mustSend, deadline: deadline, idx: i, out: out}
+		cl := &f.calls[i]
+		cl.script, cl.keys, cl.args, cl.mustSend, cl.deadline, cl.idx, cl.out = script, keys, args, mustSend, deadline, i, f.replies
 		if closed {
 			m.fail(cl, ErrClosed)
 			continue
 		}
 		m.lanes[lane].submit(cl, start)
 	}
-	return out, sent
+	return f, sent
 }
 
 // gather reads the answers of a fan-out sent to the masters marked in only
-// (nil: all) from out until onReply reports true, every master answered,
-// the per-master timeout since start passed, or ctx ended. Masters that did
-// not answer are reported to onReply as ErrMasterTimeout (or the context's
-// error) so that the caller sees exactly one result per master.
-func (c *Client) gather(ctx context.Context, out <-chan reply, start time.Time, only []bool, onReply func(reply) (decided bool)) {
+// (nil: all) until onReply reports true, every master answered, the
+// per-master timeout passed for every master still silent, or ctx ended.
+// Masters that did not answer are reported to onReply as ErrMasterTimeout
+// (or the context's error) so that the caller sees exactly one result per
+// master.
+//
+// The per-master timeout counts from when the call was written to the
+// master's connection (call.written), not from start: on a saturated
+// machine a call can wait in this process — for its lane's previous
+// pipeline, for a CPU — and that wait says nothing about the master. A
+// call still unwritten at start + timeout is given up (the lane will not
+// send it either), so a stuck or paused master still costs at most twice
+// the timeout, and a known-down or busy one nothing (lane.submit). Answers
+// already received when a deadline passes are read before anything is
+// given up. Waiting longer never weakens a lock: every caller computes
+// validity from start to the moment it decides (Redlock step 3), and a
+// vote's clock reading is judged by its own round trip (clockref.go).
+func (c *Client) gather(ctx context.Context, f *fan, start time.Time, only []bool, onReply func(reply) (decided bool)) {
 	answered := make([]bool, len(c.masters))
 	left := 0
 	for i := range answered {
@@ -311,19 +335,42 @@ func (c *Client) gather(ctx context.Context, out <-chan reply, start time.Time, 
 			answered[i] = true
 		}
 	}
+	take := func(r reply) bool {
+		answered[r.idx] = true
+		left--
+		return onReply(r)
+	}
 	timer := time.NewTimer(time.Until(start.Add(c.opts.perMasterTimeout)))
 	defer timer.Stop()
 	var missing error
 loop:
 	for left > 0 {
 		select {
-		case r := <-out:
-			answered[r.idx] = true
-			left--
-			if onReply(r) {
+		case r := <-f.replies:
+			if take(r) {
 				return
 			}
 		case <-timer.C:
+			// select picks at random among ready cases: read what has
+			// arrived before judging who is late.
+			for drained := false; !drained && left > 0; {
+				select {
+				case r := <-f.replies:
+					if take(r) {
+						return
+					}
+				default:
+					drained = true
+				}
+			}
+			if left == 0 {
+				break loop
+			}
+			next := c.writtenDeadline(f, answered)
+			if wait := time.Until(next); wait > 0 {
+				timer.Reset(wait)
+				continue
+			}
 			missing = ErrMasterTimeout
 			break loop
 		case <-ctx.Done():
@@ -339,6 +386,25 @@ loop:
 			}
 		}
 	}
+}
+
+// writtenDeadline is the latest written + per-master timeout among the
+// calls of f that have not answered, or the zero time when none of them
+// was written.
+func (c *Client) writtenDeadline(f *fan, answered []bool) time.Time {
+	var latest int64
+	for i := range f.calls {
+		if answered[i] {
+			continue
+		}
+		if w := f.calls[i].written.Load(); w != 0 {
+			latest = max(latest, w+int64(c.opts.perMasterTimeout))
+		}
+	}
+	if latest == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, latest)
 }
 
 // masterAttr names a master in log records.

@@ -62,13 +62,18 @@ type reply struct {
 // call is one script invocation bound for one master.
 type call struct {
 	script   *redis.Script
-	keys     []string // shared by the calls of one fan-out; read-only
-	args     []any    // shared by the calls of one fan-out; read-only
-	mustSend bool     // releases are sent even late, to clean up after a slow SET
-	deadline time.Time
+	keys     []string  // shared by the calls of one fan-out; read-only
+	args     []any     // shared by the calls of one fan-out; read-only
+	mustSend bool      // releases are sent even late, to clean up after a slow SET
+	deadline time.Time // not sent after this (start of the fan-out + per-master timeout)
 	idx      int
 	out      chan<- reply // buffered to the number of masters; nil = nobody waits
 	cmd      *redis.Cmd
+	// written is when the lane wrote the call's pipeline (unix nanos; 0
+	// until then). gather waits for a written call until written + the
+	// per-master timeout: the timeout measures the master's answer, not
+	// the time the call spent queued in this process (see gather).
+	written atomic.Int64
 }
 
 func (m *master) fail(c *call, err error) {
@@ -229,6 +234,7 @@ func (l *lane) exec(batch []*call) {
 	pipe := m.rdb.Load().Pipeline()
 	for _, c := range send {
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		c.written.Store(now.UnixNano())
 	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && !isConnError(err) {

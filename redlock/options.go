@@ -73,6 +73,10 @@ func defaultOptions() options {
 // WithPerMasterTimeout bounds how long one attempt waits for each master's
 // answer (the Redis Redlock page: "small compared to the total lock
 // auto-release time"). Default 50ms. Release, extend and status use it too.
+// It counts from when the command is written to the master's connection;
+// a command this process could not write within d of the attempt's start
+// (its lane stuck behind a slow master) is given up then. A master that
+// is paused costs an attempt at most 2d; one known down costs nothing.
 func WithPerMasterTimeout(d time.Duration) Option {
 	return func(o *options) { o.perMasterTimeout = d }
 }
