@@ -16,6 +16,23 @@ type Config struct {
 	// Listen is the host:port the HTTP API listens on. Default
 	// "127.0.0.1:7070"; an empty host listens on every interface.
 	Listen string `yaml:"listen"`
+	// AdminListen, if set, is the host:port of the operator listener: the
+	// dashboard, /metrics, /v1/stats, /v1/history and POST /admin/reload
+	// move there from Listen (which keeps the lock API, /healthz, /readyz
+	// and /openapi.yaml). Default "" (no admin listener: the operator
+	// endpoints stay on Listen and /admin/reload is not served). Must
+	// differ from Listen.
+	AdminListen string `yaml:"admin_listen,omitempty"`
+	// AdminToken, if set, is required on every request to AdminListen, as
+	// "Authorization: Bearer <token>" or as the password of HTTP basic
+	// authentication (any user name). At least 16 bytes of printable
+	// ASCII. Needs AdminListen. Default none: the admin listener is then
+	// meant for loopback or a private network.
+	AdminToken string `yaml:"admin_token,omitempty"`
+	// AdminTokenFile names a file holding AdminToken (one line; a final
+	// newline is dropped), so that the token stays out of this file and
+	// the environment. Set AdminToken or AdminTokenFile, not both.
+	AdminTokenFile string `yaml:"admin_token_file,omitempty"`
 	// Masters are the host:port addresses of the independent Redis
 	// masters. Required: an odd number, at least 3, no duplicates. An even
 	// count tolerates no more failures than one master fewer.
@@ -160,11 +177,15 @@ func (k APIKey) String() string {
 
 const masked = "<secret>"
 
-// String renders c as YAML with the master password and plaintext API keys
-// replaced by "<secret>", so a Config can be printed or logged.
+// String renders c as YAML with the master password, the admin token and
+// plaintext API keys replaced by "<secret>", so a Config can be printed or
+// logged.
 func (c Config) String() string {
 	if c.MasterPassword != "" {
 		c.MasterPassword = masked
+	}
+	if c.AdminToken != "" {
+		c.AdminToken = masked
 	}
 	keys := make([]APIKey, len(c.APIKeys))
 	for i, k := range c.APIKeys {

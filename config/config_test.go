@@ -77,6 +77,19 @@ func TestValidate(t *testing.T) {
 			`listen: "127.0.0.1:70000": port must be a number from 0 to 65535`,
 		}},
 
+		// admin
+		{"admin listener", func(c *config.Config) { c.AdminListen = "127.0.0.1:7071"; c.AdminToken = secretKey2 }, nil},
+		{"admin listener bad", func(c *config.Config) { c.AdminListen = "localhost" }, []string{`admin_listen: "localhost": missing port`}},
+		{"admin listener is listen", func(c *config.Config) { c.AdminListen = c.Listen }, []string{
+			`admin_listen: "127.0.0.1:7070" is also listen: the operator listener needs an address of its own`,
+		}},
+		{"admin token without admin listener", func(c *config.Config) { c.AdminToken = secretKey2 }, []string{
+			"admin_token: needs admin_listen: the token guards the admin listener only",
+		}},
+		{"admin token short", func(c *config.Config) { c.AdminListen = ":7071"; c.AdminToken = "s3cret" }, []string{
+			"admin_token: too short (6 bytes, need ≥ 16)",
+		}},
+
 		// masters
 		{"masters none", func(c *config.Config) { c.Masters = nil }, []string{"masters: 0 given, need an odd number ≥ 3"}},
 		{"masters one", func(c *config.Config) { c.Masters = c.Masters[:1] }, []string{"masters: 1 given, need an odd number ≥ 3"}},

@@ -9,7 +9,8 @@ import (
 // os.LookupEnv) reports as set; a variable set to "" counts as set. The
 // variables are REDLOCKD_ + the upper-cased YAML field name:
 //
-//	REDLOCKD_LISTEN, REDLOCKD_MASTERS (comma-separated),
+//	REDLOCKD_LISTEN, REDLOCKD_ADMIN_LISTEN, REDLOCKD_ADMIN_TOKEN,
+//	REDLOCKD_ADMIN_TOKEN_FILE, REDLOCKD_MASTERS (comma-separated),
 //	REDLOCKD_MASTER_PASSWORD, REDLOCKD_API_KEYS ("name:key,name2:key2"),
 //	REDLOCKD_KEY_PREFIX, REDLOCKD_PER_MASTER_TIMEOUT, REDLOCKD_DRIFT_FACTOR,
 //	REDLOCKD_DEFAULT_TTL, REDLOCKD_MAX_TTL, REDLOCKD_MAX_WAIT,
@@ -18,8 +19,8 @@ import (
 //
 // REDLOCKD_MASTERS and REDLOCKD_API_KEYS replace the file's lists rather
 // than adding to them. Every bad value is reported, joined, each naming its
-// variable; the values of REDLOCKD_API_KEYS and REDLOCKD_MASTER_PASSWORD are
-// never repeated. ApplyEnv does not validate; see Validate.
+// variable; the values of REDLOCKD_API_KEYS, REDLOCKD_MASTER_PASSWORD and
+// REDLOCKD_ADMIN_TOKEN are never repeated. ApplyEnv does not validate; see Validate.
 func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	var errs []error
 	for i := range settings {

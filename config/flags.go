@@ -8,12 +8,14 @@ import (
 )
 
 // RegisterFlags adds to fs one flag per setting that may be given on the
-// command line: --listen, --masters (comma-separated), --key-prefix,
+// command line: --listen, --admin-listen, --admin-token-file, --masters
+// (comma-separated), --key-prefix,
 // --per-master-timeout, --drift-factor, --default-ttl, --max-ttl,
 // --max-wait, --max-body-bytes, --health-interval, --drain-delay,
 // --shutdown-timeout,
-// --log-format and --log-level. API keys and the master password have no
-// flag, since any local user can read a process's arguments.
+// --log-format and --log-level. API keys, the master password and the
+// admin token have no flag, since any local user can read a process's
+// arguments; their *_file variants do.
 //
 // The help texts show DefaultConfig's values as the defaults. Parsed values
 // stay in fs; c is neither read nor changed. Call [Config.ApplyFlags] after

@@ -70,8 +70,9 @@ func prefixErrors(path string, err error) error {
 // Load builds the daemon's Config: DefaultConfig, then the file at path
 // (skipped when path is ""), then the environment through lookup (skipped
 // when nil; normally os.LookupEnv), then the flags set in fs (skipped when
-// nil; fs must have been parsed, with flags from RegisterFlags), and
-// finally Validate. It stops at the first stage that fails and returns that
+// nil; fs must have been parsed, with flags from RegisterFlags), then the
+// secrets in *_file fields ([Config.ReadSecretFiles]), and finally
+// Validate. It stops at the first stage that fails and returns that
 // stage's errors, all of them, joined.
 func Load(path string, lookup func(string) (string, bool), fs *flag.FlagSet) (Config, error) {
 	return LoadFor(path, lookup, fs)
@@ -98,6 +99,9 @@ func LoadFor(path string, lookup func(string) (string, bool), fs *flag.FlagSet, 
 		if err := c.ApplyFlags(fs); err != nil {
 			return Config{}, err
 		}
+	}
+	if err := c.ReadSecretFiles(); err != nil {
+		return Config{}, err
 	}
 	if err := c.ValidateFields(fields...); err != nil {
 		return Config{}, err

@@ -25,6 +25,13 @@ func (s *setting) flagName() string { return strings.ReplaceAll(s.name, "_", "-"
 // settings is in Config's field order.
 var settings = []setting{
 	stringSetting("listen", "`host:port` the HTTP API listens on", func(c *Config) *string { return &c.Listen }),
+	stringSetting("admin_listen", "`host:port` of the operator listener (dashboard, /metrics, /v1/stats, /v1/history, /admin/reload); empty keeps them on listen", func(c *Config) *string { return &c.AdminListen }),
+	{
+		name:   "admin_token",
+		secret: true,
+		set:    func(c *Config, s string) error { c.AdminToken = s; return nil },
+	},
+	stringSetting("admin_token_file", "`file` holding the admin listener's bearer token", func(c *Config) *string { return &c.AdminTokenFile }),
 	{
 		name:  "masters",
 		flag:  true,

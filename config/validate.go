@@ -59,6 +59,7 @@ func (c *Config) Validate() error {
 		v.add("listen", "%s", p)
 	}
 
+	c.validateAdmin(&v)
 	c.validateMasters(&v)
 	c.validateAPIKeys(&v)
 
@@ -100,6 +101,23 @@ func (c *Config) Validate() error {
 	v.oneOf("log_level", c.LogLevel, logLevels)
 
 	return errors.Join(v.errs...)
+}
+
+func (c *Config) validateAdmin(v *validator) {
+	if c.AdminListen != "" {
+		if p := addrProblem(c.AdminListen, true); p != "" {
+			v.add("admin_listen", "%s", p)
+		} else if c.AdminListen == c.Listen {
+			v.add("admin_listen", "%q is also listen: the operator listener needs an address of its own", c.AdminListen)
+		}
+	}
+	if c.AdminToken != "" {
+		if c.AdminListen == "" {
+			v.add("admin_token", "needs admin_listen: the token guards the admin listener only")
+		} else {
+			v.plainKey("admin_token", c.AdminToken)
+		}
+	}
 }
 
 func (c *Config) validateMasters(v *validator) {

@@ -21,8 +21,10 @@
 //     reason, clock offset and drift, warnings; quorum; and charts of the
 //     history: state bands, quorum, outcome rates, acquire p50/p99, clock
 //     offset, drift and probe latency, drawn as SVG by its own script).
+//   - POST /admin/reload (admin listener only): read the configuration
+//     again and apply the API keys; see below.
 //   - Any other path: 404 with the JSON envelope, code not_found, a msg
-//     naming the path and listing these endpoints. A wrong method on a
+//     naming the path and listing the listener's endpoints. A wrong method on a
 //     known path is 405, code method_not_allowed. ServeMux's path cleaning still redirects first
 //     ("//v1/lock" → 307 to /v1/lock), which is left as it is, except that
 //     a URL carrying an API key (path segment or query) is refused with
@@ -31,6 +33,22 @@
 // Only the action API needs an API key. The others disclose master
 // addresses and aggregate counts, never a lock key or a token; expose them
 // only where that is acceptable.
+//
+// # The admin listener
+//
+// With Options.AdminListen, Serve opens a second listener for the operator
+// endpoints (adminRoutes in admin.go: the dashboard, /metrics, /v1/stats,
+// /v1/history and POST /admin/reload), which the public listener then no
+// longer serves; the admin listener also answers /healthz and /readyz. An
+// endpoint in that group that is not marked publicWithoutAdmin (anything
+// that changes state or shows more than the dashboard) exists only on an
+// admin listener. Options.AdminToken, if set, guards every admin request
+// (bearer token or basic-auth password, compared by SHA-256 in constant
+// time); otherwise the listener is meant for loopback or a private network,
+// as etcd's metrics listener and Prometheus's lifecycle endpoints are.
+// POST /admin/reload runs Options.Reload; SetAPIKeys swaps the accounts
+// atomically, so requests already authenticated finish and the next one
+// sees the new keys.
 //
 // # The action API
 //

@@ -418,16 +418,17 @@ func (s *Server) finish(r *http.Request, c *call, d time.Duration) {
 // hash is compared, in constant time, whatever matches.
 func (s *Server) account(key string) (string, bool) {
 	h := sha256.Sum256([]byte(key))
+	keys := *s.keys.Load()
 	found := -1
-	for i := range s.keys {
-		if subtle.ConstantTimeCompare(h[:], s.keys[i].Hash[:]) == 1 {
+	for i := range keys {
+		if subtle.ConstantTimeCompare(h[:], keys[i].Hash[:]) == 1 {
 			found = i
 		}
 	}
 	if found < 0 {
 		return "", false
 	}
-	return s.keys[found].Account, true
+	return keys[found].Account, true
 }
 
 // isAPIKey reports whether v is a configured API key (by hash, in

@@ -3,6 +3,7 @@ package daemon
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +17,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
 
 	"github.com/redlockd/redlockd/redlock"
@@ -88,15 +88,32 @@ type Options struct {
 	// Gatherer is what GET /metrics serves. Default: the registerer given
 	// to NewMetrics, which must then be a prometheus.Gatherer.
 	Gatherer prometheus.Gatherer
+	// AdminListen, if set, is the host:port of the admin listener, which
+	// Serve opens beside the public one: the operator endpoints (see
+	// adminRoutes) move there, with GET /healthz and GET /readyz. Default
+	// "": they stay on the public listener, and POST /admin/reload is not
+	// served.
+	AdminListen string
+	// AdminToken, if set, is required on every request to the admin
+	// listener ("Authorization: Bearer <token>", or basic authentication
+	// with the token as password). Needs AdminListen.
+	AdminToken string
+	// Reload is what POST /admin/reload runs: read the configuration again
+	// and apply what can change without a restart (SetAPIKeys, TLS
+	// certificates). A *ReloadError answers 400 (the new configuration was
+	// refused), any other error 500. Default nil: the endpoint answers 404.
+	Reload func(context.Context) (ReloadResult, error)
 }
 
 // Server is the HTTP daemon: the action API, health, metrics and the
-// dashboard. Create it with New; serve with Run or Serve, once.
+// dashboard, and optionally an admin listener for the operator endpoints.
+// Create it with New; serve with Run or Serve, once.
 type Server struct {
 	log             *zap.Logger
 	locker          Locker
 	metrics         *Metrics
-	keys            []APIKey
+	keys            atomic.Pointer[[]APIKey] // replaced whole by SetAPIKeys
+	keysMu          sync.Mutex               // serializes SetAPIKeys
 	prefix          string
 	lim             limits
 	maxBody         int64
@@ -106,6 +123,10 @@ type Server struct {
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
 	handler         http.Handler
+	adminHandler    http.Handler // nil without AdminListen
+	adminListen     string
+	adminTokenHash  *[32]byte
+	reload          func(context.Context) (ReloadResult, error)
 	history         *history
 	waiters         waiters
 
@@ -117,6 +138,7 @@ type Server struct {
 	// timeout.
 	stopWaits chan struct{}
 	addr      atomic.Pointer[string]
+	adminAddr atomic.Pointer[string]
 	inFlight  atomic.Int64
 	conns     connTracker
 	outage    outage // see lockerFailed
@@ -138,19 +160,29 @@ func New(logger *zap.Logger, o *Options) (*Server, error) {
 		log:             logger,
 		locker:          o.Locker,
 		metrics:         o.Metrics,
-		keys:            append([]APIKey(nil), o.APIKeys...),
 		prefix:          o.KeyPrefix,
 		maxBody:         o.MaxBodyBytes,
 		listen:          o.Listen,
 		shutdownTimeout: o.ShutdownTimeout,
 		drainDelay:      o.DrainDelay,
+		adminListen:     o.AdminListen,
+		reload:          o.Reload,
 		stopWaits:       make(chan struct{}),
 	}
 	if s.locker == nil {
 		return nil, errors.New("daemon: Options.Locker: required")
 	}
-	if err := checkAPIKeys(s.keys); err != nil {
+	keys := append([]APIKey(nil), o.APIKeys...)
+	if err := checkAPIKeys(keys); err != nil {
 		return nil, err
+	}
+	s.keys.Store(&keys)
+	if o.AdminToken != "" {
+		if o.AdminListen == "" {
+			return nil, errors.New("daemon: Options.AdminToken: needs AdminListen")
+		}
+		h := sha256.Sum256([]byte(o.AdminToken))
+		s.adminTokenHash = &h
 	}
 	maxTTL := o.MaxTTL
 	if maxTTL == 0 {
@@ -207,7 +239,7 @@ func New(logger *zap.Logger, o *Options) (*Server, error) {
 	}
 	s.metrics.bind(s.locker)
 	s.history = newHistory(s.metrics, s.locker, time.Now())
-	s.handler = s.routes(gatherer)
+	s.handler, s.adminHandler = s.routes(gatherer)
 	return s, nil
 }
 
@@ -235,31 +267,31 @@ func checkAPIKeys(keys []APIKey) error {
 	return nil
 }
 
-func (s *Server) routes(gatherer prometheus.Gatherer) http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("/v1/lock", s.serveLock)
-	mux.HandleFunc("/gateway/distlock", s.serveLock)
-	mux.HandleFunc("GET /healthz", s.serveHealthz)
-	mux.HandleFunc("GET /readyz", s.serveReadyz)
-	mux.HandleFunc("GET /v1/stats", s.serveStats)
-	mux.HandleFunc("GET /v1/history", s.serveHistory)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{
-		ErrorLog: zap.NewStdLog(s.log.Named("metrics")),
-	}))
-	mux.HandleFunc("GET /{$}", serveDashboard)
-	mux.HandleFunc("GET /dashboard.js", serveDashboardJS)
-	mux.HandleFunc("GET /openapi.yaml", serveOpenAPI)
-	// Every other path is a JSON 404 (see serveNotFound). The method-less
-	// twins of the GET routes keep a wrong method on a known path a 405,
-	// as ServeMux answers it, instead of falling through to the 404.
-	for _, p := range []string{"/healthz", "/readyz", "/v1/stats", "/v1/history", "/metrics", "/{$}", "/dashboard.js", "/openapi.yaml"} {
-		mux.HandleFunc(p, serveGetOnly)
+// routes builds the public handler and, with AdminListen, the admin
+// handler (see publicRoutes and adminRoutes).
+func (s *Server) routes(gatherer prometheus.Gatherer) (public, admin http.Handler) {
+	pub := s.publicRoutes()
+	adm := s.adminRoutes(gatherer)
+	if s.adminListen == "" {
+		for _, r := range adm {
+			if r.publicWithoutAdmin {
+				pub = append(pub, r)
+			}
+		}
+		return s.guard(s.checkURLs(s.mux(pub))), nil
 	}
-	mux.HandleFunc("/", s.serveNotFound)
-	return s.guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// Before routing, so that every route (and ServeMux's redirects,
-		// which repeat the path and query in Location) refuses the same
-		// URLs the same way.
+	probes := []route{
+		{pattern: "GET /healthz", handler: s.serveHealthz},
+		{pattern: "GET /readyz", handler: s.serveReadyz},
+	}
+	return s.guard(s.checkURLs(s.mux(pub))), s.guard(s.adminAuth(s.checkURLs(s.mux(append(probes, adm...)))))
+}
+
+// checkURLs refuses, before routing, the URLs checkURL refuses, so that
+// every route (and ServeMux's redirects, which repeat the path and query
+// in Location) refuses the same URLs the same way.
+func (s *Server) checkURLs(mux http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if status, msg := s.checkURL(r); status != 0 {
 			code := codeBadRequest
 			if status == http.StatusRequestURITooLong {
@@ -269,37 +301,40 @@ func (s *Server) routes(gatherer prometheus.Gatherer) http.Handler {
 			return
 		}
 		mux.ServeHTTP(w, r)
-	}))
+	})
 }
-
-// msgNotFound ends the 404 message: what there is.
-const msgNotFound = "; the endpoints are POST /v1/lock, POST /gateway/distlock, GET /healthz, GET /readyz, GET /metrics, GET /v1/stats, GET /v1/history, GET /openapi.yaml and GET / (dashboard)"
 
 // serveNotFound answers a path no route matches with the JSON envelope:
 // 404, code not_found, a msg naming the path (cut to 64 bytes) and
-// listing the endpoints. checkURL has refused a path or query string that
-// carries an API key before, so the path is never a key.
+// listing the listener's endpoints (endpoints, built by mux). checkURL
+// has refused a path or query string that carries an API key before, so
+// the path is never a key.
 //
 // Paths ServeMux cleans ("//v1/lock", "/v1/./lock") are not answered here:
 // ServeMux redirects them to the clean path first (307, which clients
 // follow with the method and body). That is left as it is: the redirect
 // lands on the real endpoint, and checkURL keeps it from echoing a
 // credential in Location.
-func (s *Server) serveNotFound(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusNotFound, codeNotFound, "unknown path "+quoteCut(r.URL.Path, 64)+msgNotFound)
-}
-
-// serveGetOnly answers a method other than GET or HEAD on a GET route:
-// 405 with Allow, as ServeMux would, in the JSON envelope with code
-// method_not_allowed.
-func serveGetOnly(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Allow", "GET, HEAD")
-	writeError(w, http.StatusMethodNotAllowed, codeMethodNotAllowed, "method "+quoteCut(r.Method, 16)+" not allowed on "+quoteCut(r.URL.Path, 64)+": use GET")
+func (s *Server) serveNotFound(w http.ResponseWriter, r *http.Request, endpoints string) {
+	writeError(w, http.StatusNotFound, codeNotFound, "unknown path "+quoteCut(r.URL.Path, 64)+endpoints)
 }
 
 // Handler returns the daemon's HTTP handler, for tests (httptest) and for
 // embedding. It never reports shutting down; only Run and Serve do.
 func (s *Server) Handler() http.Handler { return s.handler }
+
+// AdminHandler returns the admin listener's handler, or nil without
+// Options.AdminListen.
+func (s *Server) AdminHandler() http.Handler { return s.adminHandler }
+
+// AdminAddr returns the address of the admin listener once Serve has
+// opened it, or "".
+func (s *Server) AdminAddr() string {
+	if a := s.adminAddr.Load(); a != nil {
+		return *a
+	}
+	return ""
+}
 
 // Addr returns the address Run or Serve listens on, or "" before it does.
 func (s *Server) Addr() string {
@@ -339,6 +374,11 @@ func (s *Server) Run(ctx context.Context) error {
 //     still sending its request) are cut off: request contexts cancelled,
 //     connections closed, and a warning logs how many.
 //
+// With Options.AdminListen, Serve first opens the admin listener (an
+// error if it cannot) and serves the operator endpoints there until the
+// public listener has shut down; requests to it still running then get
+// one more second.
+//
 // Serve returns nil after a shutdown, also one that cut connections off,
 // and an error only if serving failed. It closes ln. A Server serves once.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
@@ -350,16 +390,29 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	s.addr.Store(&addr)
 	base, cancelBase := context.WithCancel(context.Background())
 	defer cancelBase()
-	srv := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
-		BaseContext:       func(net.Listener) context.Context { return base },
-		ConnState:         s.conns.track,
+	var admin *http.Server
+	adminErrc := make(chan error, 1)
+	if s.adminListen != "" {
+		aln, err := net.Listen("tcp", s.adminListen)
+		if err != nil {
+			_ = ln.Close()
+			return fmt.Errorf("daemon: admin listen on %s: %w", s.adminListen, err)
+		}
+		a := aln.Addr().String()
+		s.adminAddr.Store(&a)
+		admin = s.httpServer(s.adminHandler, base, nil)
+		go func() { adminErrc <- admin.Serve(aln) }()
+		defer func() {
+			// Operator requests are short; one still running after the
+			// public listener's shutdown gets a second, then is cut off.
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if admin.Shutdown(sctx) != nil {
+				_ = admin.Close()
+			}
+		}()
 	}
+	srv := s.httpServer(s.handler, base, s.conns.track)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	stopHistory := make(chan struct{})
@@ -372,12 +425,19 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		close(stopHistory)
 		<-historyDone
 	}()
-	s.log.Info("listening", zap.String("addr", addr))
+	if admin != nil {
+		s.log.Info("listening", zap.String("addr", addr), zap.String("admin_addr", s.AdminAddr()))
+	} else {
+		s.log.Info("listening", zap.String("addr", addr))
+	}
 
 	select {
 	case err := <-errc:
 		_ = srv.Close()
 		return fmt.Errorf("daemon: serve on %s: %w", addr, err)
+	case err := <-adminErrc:
+		_ = srv.Close()
+		return fmt.Errorf("daemon: serve admin on %s: %w", s.AdminAddr(), err)
 	case <-ctx.Done():
 	}
 	s.shuttingDown.Store(true)
@@ -394,6 +454,21 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	close(s.stopWaits)
 	return s.stop(srv, ln, errc, cancelBase)
+}
+
+// httpServer is the http.Server of one listener; connState tracks its
+// connections for a graceful shutdown (nil: not tracked).
+func (s *Server) httpServer(h http.Handler, base context.Context, connState func(net.Conn, http.ConnState)) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ConnState:         connState,
+	}
 }
 
 // stop ends serving once the drain delay is over. It closes the listener

@@ -648,7 +648,7 @@ func TestNotFoundJSON(t *testing.T) {
 		assert.Equal(t, "err", r.Env.Ret)
 		assert.Equal(t, codeNotFound, r.code())
 		assert.Equal(t, "null", string(r.Env.Data))
-		assert.Equal(t, "unknown path "+tc.name+msgNotFound, r.Env.Msg)
+		assert.Equal(t, "unknown path "+tc.name+"; the endpoints are POST /v1/lock, POST /gateway/distlock, GET /healthz, GET /readyz, GET /openapi.yaml, GET / (dashboard), GET /dashboard.js, GET /metrics, GET /v1/stats and GET /v1/history", r.Env.Msg)
 		for _, ep := range []string{"POST /v1/lock", "POST /gateway/distlock", "GET /healthz", "GET /readyz", "GET /metrics", "GET /"} {
 			assert.Contains(t, r.Env.Msg, ep)
 		}

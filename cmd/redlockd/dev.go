@@ -98,7 +98,7 @@ Ctrl-C stops the daemon and the masters.
 	// A second Ctrl-C while shutting down is ignored here; the deferred
 	// StopAll still runs, so no redis-server is left behind.
 	signal.Ignore(syscall.SIGHUP)
-	err = runDaemon(ctx, cfg, log, ln)
+	err = runDaemon(ctx, cfg, log, ln, nil)
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}

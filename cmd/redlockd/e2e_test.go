@@ -93,7 +93,7 @@ func startDaemon(t *testing.T, edit ...func(*config.Config)) (string, func() err
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runDaemon(ctx, cfg, zap.NewNop(), ln) }()
+	go func() { done <- runDaemon(ctx, cfg, zap.NewNop(), ln, nil) }()
 	stop := sync.OnceValue(func() error {
 		cancel()
 		select {

@@ -55,12 +55,15 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	log.Info("redlockd serving", zap.String("addr", ln.Addr().String()), zap.Strings("masters", cfg.Masters))
-	return runDaemon(ctx, cfg, log, ln)
+	load := func() (config.Config, error) { return config.Load(*path, os.LookupEnv, fs) }
+	return runDaemon(ctx, cfg, log, ln, load)
 }
 
 // runDaemon wires a redlock.Client and a daemon.Server from cfg and serves
-// on ln until ctx ends, then shuts down gracefully.
-func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.Listener) error {
+// on ln until ctx ends, then shuts down gracefully. With load (which
+// reads the configuration again), SIGHUP and POST /admin/reload reload it
+// (see reloader); without, SIGHUP is left alone.
+func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.Listener, load func() (config.Config, error)) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := daemon.NewMetrics(reg)
@@ -97,12 +100,14 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		return err
 	}
 
-	keys := make([]daemon.APIKey, len(cfg.APIKeys))
-	for i, k := range cfg.APIKeys {
-		keys[i] = daemon.APIKey{Account: k.Name, Hash: k.Hash()}
+	var rl *reloader
+	var reload func(context.Context) (daemon.ReloadResult, error)
+	if load != nil {
+		rl = &reloader{log: log.Named("reload"), load: load, cur: cfg}
+		reload = rl.reload
 	}
 	srv, err := daemon.New(log.Named("http"), &daemon.Options{
-		APIKeys:              keys,
+		APIKeys:              daemonKeys(cfg.APIKeys),
 		KeyPrefix:            cfg.KeyPrefix,
 		DefaultTTL:           cfg.EffectiveDefaultTTL(),
 		MaxTTL:               cfg.MaxTTL,
@@ -115,10 +120,17 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		Locker:               daemon.NewRedlockLocker(locker),
 		Metrics:              metrics,
 		Gatherer:             reg,
+		AdminListen:          cfg.AdminListen,
+		AdminToken:           cfg.AdminToken,
+		Reload:               reload,
 	})
 	if err != nil {
 		ln.Close()
 		return err
+	}
+	if rl != nil {
+		rl.srv = srv
+		defer rl.watchSIGHUP()()
 	}
 	return srv.Serve(ctx, ln)
 }

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+
+	"go.uber.org/zap"
+
+	"github.com/redlockd/redlockd/config"
+	"github.com/redlockd/redlockd/daemon"
+)
+
+// reloader applies a configuration read again (on SIGHUP or POST
+// /admin/reload) to a running daemon: the API keys at once, and the
+// settings that cannot change without a restart are named in the log. One
+// reload runs at a time.
+type reloader struct {
+	log  *zap.Logger
+	load func() (config.Config, error) // the serve command's file, env and flags
+	srv  *daemon.Server
+
+	mu  sync.Mutex
+	cur config.Config
+}
+
+// reloadable are the settings a reload applies; every other change waits
+// for a restart.
+var reloadable = []string{"api_keys"}
+
+// reload reads the configuration again and applies it. A configuration that
+// does not load or validate is refused (a *daemon.ReloadError) and the old
+// one stays in force. The log line names the accounts added, removed and
+// re-keyed, never a key.
+func (r *reloader) reload(_ context.Context) (daemon.ReloadResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	next, err := r.load()
+	if err != nil {
+		r.log.Error("reload refused: the configuration does not load; the old one stays in force", zap.Error(err))
+		return daemon.ReloadResult{}, &daemon.ReloadError{Err: err}
+	}
+	res, err := r.srv.SetAPIKeys(daemonKeys(next.APIKeys))
+	if err != nil {
+		r.log.Error("reload refused: the API keys; the old ones stay in force", zap.Error(err))
+		return daemon.ReloadResult{}, &daemon.ReloadError{Err: err}
+	}
+	res.Ignored = changedSettings(r.cur, next)
+	r.cur.APIKeys = next.APIKeys
+	warnPlaceholderKeys(r.log, next.APIKeys)
+	fields := []zap.Field{
+		zap.Int("accounts", res.Accounts),
+		zap.Strings("added", res.Added),
+		zap.Strings("removed", res.Removed),
+		zap.Strings("keys_changed", res.KeysChanged),
+	}
+	if _, set := os.LookupEnv("REDLOCKD_API_KEYS"); set {
+		r.log.Warn("REDLOCKD_API_KEYS is set: it replaces the file's api_keys, so a reload reads the same keys again; rotate keys in the file and unset the variable")
+	}
+	if len(res.Ignored) > 0 {
+		fields = append(fields, zap.Strings("changed_need_restart", res.Ignored))
+		r.log.Warn("reloaded; some changed settings take effect only at a restart", fields...)
+	} else {
+		r.log.Info("reloaded", fields...)
+	}
+	return res, nil
+}
+
+// watchSIGHUP reloads on every SIGHUP until the returned stop is called.
+// SIGHUP no longer ends the process once it returns.
+func (r *reloader) watchSIGHUP() (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.onSIGHUP(ctx, hup)
+	}()
+	return func() {
+		signal.Stop(hup)
+		cancel()
+		<-done
+	}
+}
+
+func (r *reloader) onSIGHUP(ctx context.Context, hup <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			r.log.Info("SIGHUP: reloading the configuration")
+			_, _ = r.reload(ctx) // logged by reload
+		}
+	}
+}
+
+// changedSettings names, by YAML name, the settings that differ between a
+// and b, other than the reloadable ones.
+func changedSettings(a, b config.Config) []string {
+	out := []string{}
+	va, vb := reflect.ValueOf(a), reflect.ValueOf(b)
+	t := va.Type()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		if name == "" || name == "-" {
+			continue
+		}
+		skip := false
+		for _, r := range reloadable {
+			skip = skip || r == name
+		}
+		if !skip && !reflect.DeepEqual(va.Field(i).Interface(), vb.Field(i).Interface()) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// daemonKeys are the daemon's accounts for the configured API keys.
+func daemonKeys(keys []config.APIKey) []daemon.APIKey {
+	out := make([]daemon.APIKey, len(keys))
+	for i, k := range keys {
+		out[i] = daemon.APIKey{Account: k.Name, Hash: k.Hash()}
+	}
+	return out
+}

@@ -1,0 +1,202 @@
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// adminURL is the admin listener of ts, once Serve has opened it.
+func adminURL(t *testing.T, ts *testServer) string {
+	t.Helper()
+	require.Eventually(t, func() bool { return ts.Server.AdminAddr() != "" }, 5*time.Second, time.Millisecond)
+	return "http://" + ts.Server.AdminAddr()
+}
+
+// raw sends method to url with header and returns the status and body.
+func (ts *testServer) raw(t *testing.T, method, url string, header map[string]string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	require.NoError(t, err)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := ts.client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+// With AdminListen, the operator endpoints move to the admin listener and
+// the public one keeps the lock API, health and the contract; each
+// listener's 404 lists what it serves.
+func TestAdminListenerMovesOperatorEndpoints(t *testing.T) {
+	f := newFakeLocker()
+	ts := newTestServer(t, f, func(o *Options) { o.AdminListen = "127.0.0.1:0" })
+	admin := adminURL(t, ts)
+
+	for _, p := range []string{"/metrics", "/v1/stats", "/v1/history", "/", "/dashboard.js"} {
+		st, body, _ := ts.raw(t, http.MethodGet, ts.URL+p, nil)
+		assert.Equal(t, http.StatusNotFound, st, "public %s: %s", p, body)
+		assert.Contains(t, body, "the endpoints are POST /v1/lock, POST /gateway/distlock, GET /healthz, GET /readyz and GET /openapi.yaml")
+		st, body, _ = ts.raw(t, http.MethodGet, admin+p, nil)
+		assert.Equal(t, http.StatusOK, st, "admin %s: %s", p, body)
+	}
+	for _, p := range []string{"/healthz", "/readyz"} {
+		st, _, _ := ts.raw(t, http.MethodGet, ts.URL+p, nil)
+		assert.Equal(t, http.StatusOK, st, "public %s", p)
+		st, _, _ = ts.raw(t, http.MethodGet, admin+p, nil)
+		assert.Equal(t, http.StatusOK, st, "admin %s (the dashboard reads it)", p)
+	}
+	r := ts.lock(t, testKeyAcme, `{"key":"k"}`)
+	assert.Equal(t, http.StatusOK, r.Status, r.Raw)
+
+	st, body, _ := ts.raw(t, http.MethodPost, admin+"/v1/lock", nil)
+	assert.Equal(t, http.StatusNotFound, st, "the lock API is not on the admin listener: %s", body)
+	assert.Contains(t, body, "GET /metrics, GET /v1/stats, GET /v1/history and POST /admin/reload")
+	st, body, h := ts.raw(t, http.MethodGet, admin+"/admin/reload", nil)
+	assert.Equal(t, http.StatusMethodNotAllowed, st, body)
+	assert.Equal(t, "POST", h.Get("Allow"))
+	st, body, _ = ts.raw(t, http.MethodPost, admin+"/admin/reload", nil)
+	assert.Equal(t, http.StatusNotFound, st, "no Reload configured: %s", body)
+	assert.Contains(t, body, "reload is not available")
+}
+
+// Without AdminListen nothing moves, and /admin/reload is not served.
+func TestNoAdminListenerNoAdminRoutes(t *testing.T) {
+	reloads := 0
+	ts := newTestServer(t, newFakeLocker(), func(o *Options) {
+		o.Reload = func(context.Context) (ReloadResult, error) { reloads++; return ReloadResult{}, nil }
+	})
+	st, body, _ := ts.raw(t, http.MethodPost, ts.URL+"/admin/reload", nil)
+	assert.Equal(t, http.StatusNotFound, st, body)
+	assert.NotContains(t, body, "/admin/reload\"") // named as the unknown path only
+	assert.NotContains(t, body, "POST /admin/reload")
+	assert.Zero(t, reloads)
+	for _, p := range []string{"/metrics", "/v1/stats", "/v1/history", "/"} {
+		st, _, _ := ts.raw(t, http.MethodGet, ts.URL+p, nil)
+		assert.Equal(t, http.StatusOK, st, p)
+	}
+	assert.Empty(t, ts.Server.AdminAddr())
+}
+
+// AdminToken guards every admin route, as a bearer token or a basic
+// authentication password; the public listener does not ask for it.
+func TestAdminToken(t *testing.T) {
+	const token = "admin-token-0123456789abcdef"
+	ts := newTestServer(t, newFakeLocker(), func(o *Options) {
+		o.AdminListen = "127.0.0.1:0"
+		o.AdminToken = token
+	})
+	admin := adminURL(t, ts)
+	for _, p := range []string{"/metrics", "/readyz", "/", "/nope"} {
+		for _, h := range []map[string]string{
+			nil,
+			{"Authorization": "Bearer wrong-token-0123456789abcdef"},
+			{"Authorization": "Bearer "},
+			{"Authorization": token},
+		} {
+			st, body, hdr := ts.raw(t, http.MethodGet, admin+p, h)
+			assert.Equal(t, http.StatusUnauthorized, st, "%s %v: %s", p, h, body)
+			assert.Contains(t, hdr.Get("WWW-Authenticate"), "Basic")
+			assert.NotContains(t, body, token)
+		}
+	}
+	st, _, _ := ts.raw(t, http.MethodGet, admin+"/metrics", map[string]string{"Authorization": "Bearer " + token})
+	assert.Equal(t, http.StatusOK, st)
+	req, err := http.NewRequest(http.MethodGet, admin+"/", nil)
+	require.NoError(t, err)
+	req.SetBasicAuth("anyone", token)
+	resp, err := ts.client.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "basic auth, for a browser")
+	st, _, _ = ts.raw(t, http.MethodGet, ts.URL+"/readyz", nil)
+	assert.Equal(t, http.StatusOK, st, "the public listener needs no admin token")
+
+	_, err = New(nil, &Options{APIKeys: validOptions(newFakeLocker()).APIKeys, Locker: newFakeLocker(), AdminToken: token})
+	assert.ErrorContains(t, err, "AdminToken: needs AdminListen")
+}
+
+// POST /admin/reload answers what Reload changed, 400 for a refused
+// config, 500 for a failure.
+func TestAdminReloadAnswers(t *testing.T) {
+	var next func() (ReloadResult, error)
+	ts := newTestServer(t, newFakeLocker(), func(o *Options) {
+		o.AdminListen = "127.0.0.1:0"
+		o.Reload = func(context.Context) (ReloadResult, error) { return next() }
+	})
+	admin := adminURL(t, ts)
+	next = func() (ReloadResult, error) {
+		return ReloadResult{Accounts: 2, Added: []string{"initech"}, Removed: []string{}, KeysChanged: []string{}, Certificates: true, Ignored: []string{"masters"}}, nil
+	}
+	st, body, _ := ts.raw(t, http.MethodPost, admin+"/admin/reload", nil)
+	require.Equal(t, http.StatusOK, st, body)
+	var env struct {
+		Ret  string
+		Data ReloadResult
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &env))
+	assert.Equal(t, "ok", env.Ret)
+	assert.Equal(t, []string{"initech"}, env.Data.Added)
+	assert.Equal(t, []string{"masters"}, env.Data.Ignored)
+
+	next = func() (ReloadResult, error) {
+		return ReloadResult{}, &ReloadError{Err: errors.New("redlockd.yaml: api_keys[1].key: too short (3 bytes, need ≥ 16)")}
+	}
+	st, body, _ = ts.raw(t, http.MethodPost, admin+"/admin/reload", nil)
+	assert.Equal(t, http.StatusBadRequest, st, body)
+	assert.Contains(t, body, "reload refused, nothing changed: redlockd.yaml: api_keys[1].key: too short")
+
+	next = func() (ReloadResult, error) { return ReloadResult{}, errors.New("disk on fire") }
+	st, body, _ = ts.raw(t, http.MethodPost, admin+"/admin/reload", nil)
+	assert.Equal(t, http.StatusInternalServerError, st, body)
+}
+
+// SetAPIKeys: a request whose key was accepted before finishes; from the
+// swap on, the removed key is refused and the new one is served.
+func TestSetAPIKeysInFlight(t *testing.T) {
+	f := newFakeLocker()
+	f.block = make(chan struct{})
+	f.blocked = make(chan struct{}, 1)
+	ts := newTestServer(t, f)
+
+	inflight := make(chan *response, 1)
+	go func() {
+		inflight <- ts.lock(t, testKeyAcme, `{"key":"slow"}`)
+	}()
+	<-f.blocked
+
+	const keyInitech = "initech-key-0123456789abcdef"
+	res, err := ts.Server.SetAPIKeys([]APIKey{
+		{Account: "globex", Hash: sha256.Sum256([]byte("globex-new-key-0123456789"))},
+		{Account: "initech", Hash: sha256.Sum256([]byte(keyInitech))},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, ReloadResult{Accounts: 2, Added: []string{"initech"}, Removed: []string{"acme"}, KeysChanged: []string{"globex"}, Ignored: []string{}}, res)
+
+	// Status: the fake blocks acquires only.
+	const status = `{"action":"status","key":"k"}`
+	assert.Equal(t, http.StatusUnauthorized, ts.lock(t, testKeyAcme, status).Status, "a removed account's key")
+	assert.Equal(t, http.StatusUnauthorized, ts.lock(t, testKeyGlobex, status).Status, "a replaced key")
+	assert.Equal(t, http.StatusOK, ts.lock(t, "globex-new-key-0123456789", status).Status)
+	assert.Equal(t, http.StatusOK, ts.lock(t, keyInitech, status).Status)
+
+	_, err = ts.Server.SetAPIKeys(nil)
+	assert.ErrorContains(t, err, "at least one")
+	assert.Equal(t, http.StatusOK, ts.lock(t, keyInitech, status).Status, "a refused set changes nothing")
+
+	close(f.block)
+	r := <-inflight
+	assert.Equal(t, http.StatusOK, r.Status, "the request accepted before the swap finished: %s", r.Raw)
+}
