@@ -32,6 +32,7 @@ const (
 	msgQuerySecret = "API keys and tokens must not be sent in the URL query string: send the API key in the X-API-Key header and the token in the JSON body"
 	msgPathSecret  = "API keys must not be sent in the URL: send the API key in the X-API-Key header"
 	msgTwoAPIKeys  = "send exactly one X-API-Key header"
+	msgTwoFramings = "a request must not have both Content-Length and Transfer-Encoding (RFC 9112 section 6.1); the connection is closed"
 	msgBodyTimeout = "body: not received within the read timeout"
 )
 

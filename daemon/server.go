@@ -414,7 +414,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	srv := s.httpServer(s.handler, base, s.conns.track)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- srv.Serve(framingListener{ln}) }()
 	stopHistory := make(chan struct{})
 	historyDone := make(chan struct{})
 	go func() {
@@ -467,7 +467,11 @@ func (s *Server) httpServer(h http.Handler, base context.Context, connState func
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          zap.NewStdLog(s.log.Named("http")),
 		BaseContext:       func(net.Listener) context.Context { return base },
+		ConnContext:       framingContext,
 		ConnState:         connState,
+		// OPTIONS * reaches the handler like every request, so that the
+		// framing scan and the handler count the same requests.
+		DisableGeneralOptionsHandler: true,
 	}
 }
 
@@ -581,6 +585,16 @@ func (s *Server) waitIdle(limit time.Duration) {
 // guard counts in-flight requests and turns a panic into a logged 500.
 func (s *Server) guard(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch framingOf(r.Context()) {
+		case framingBoth:
+			// Neither the body nor what follows it is read: the
+			// connection closes after this answer (see framing.go).
+			w.Header()["Connection"] = hvClose
+			writeError(w, http.StatusBadRequest, codeBadRequest, msgTwoFramings)
+			return
+		case framingLast:
+			w.Header()["Connection"] = hvClose
+		}
 		s.inFlight.Add(1)
 		s.metrics.inFlight.Inc()
 		gw := guardPool.Get().(*guardWriter)
