@@ -16,6 +16,17 @@ type Config struct {
 	// Listen is the host:port the HTTP API listens on. Default
 	// "127.0.0.1:7070"; an empty host listens on every interface.
 	Listen string `yaml:"listen"`
+	// TLSCertFile and TLSKeyFile, if set (both or neither), are the PEM
+	// certificate chain and key the listeners serve HTTPS with (TLS 1.2 at
+	// least; both the public and the admin listener). Read again on
+	// SIGHUP and POST /admin/reload: new connections get the new
+	// certificate, open ones keep theirs. Default none: plain HTTP.
+	TLSCertFile string `yaml:"tls_cert_file,omitempty"`
+	TLSKeyFile  string `yaml:"tls_key_file,omitempty"`
+	// TLSClientCAFile, if set, is a PEM file of CA certificates: every
+	// client must then present a certificate signed by one of them (mutual
+	// TLS), on both listeners. Needs TLSCertFile. Default none.
+	TLSClientCAFile string `yaml:"tls_client_ca_file,omitempty"`
 	// AdminListen, if set, is the host:port of the operator listener: the
 	// dashboard, /metrics, /v1/stats, /v1/history and POST /admin/reload
 	// move there from Listen (which keeps the lock API, /healthz, /readyz

@@ -77,6 +77,14 @@ func TestValidate(t *testing.T) {
 			`listen: "127.0.0.1:70000": port must be a number from 0 to 65535`,
 		}},
 
+		// TLS
+		{"tls", func(c *config.Config) { c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile = "c.pem", "k.pem", "ca.pem" }, nil},
+		{"tls cert without key", func(c *config.Config) { c.TLSCertFile = "c.pem" }, []string{"tls_key_file: required with tls_cert_file"}},
+		{"tls key without cert", func(c *config.Config) { c.TLSKeyFile = "k.pem" }, []string{"tls_cert_file: required with tls_key_file"}},
+		{"tls client CA without TLS", func(c *config.Config) { c.TLSClientCAFile = "ca.pem" }, []string{
+			"tls_client_ca_file: needs tls_cert_file and tls_key_file: client certificates are checked only over TLS",
+		}},
+
 		// admin
 		{"admin listener", func(c *config.Config) { c.AdminListen = "127.0.0.1:7071"; c.AdminToken = secretKey2 }, nil},
 		{"admin listener bad", func(c *config.Config) { c.AdminListen = "localhost" }, []string{`admin_listen: "localhost": missing port`}},

@@ -8,7 +8,8 @@ import (
 )
 
 // RegisterFlags adds to fs one flag per setting that may be given on the
-// command line: --listen, --admin-listen, --admin-token-file, --masters
+// command line: --listen, --tls-cert-file, --tls-key-file,
+// --tls-client-ca-file, --admin-listen, --admin-token-file, --masters
 // (comma-separated), --key-prefix,
 // --per-master-timeout, --drift-factor, --default-ttl, --max-ttl,
 // --max-wait, --max-body-bytes, --health-interval, --drain-delay,

@@ -25,6 +25,9 @@ func (s *setting) flagName() string { return strings.ReplaceAll(s.name, "_", "-"
 // settings is in Config's field order.
 var settings = []setting{
 	stringSetting("listen", "`host:port` the HTTP API listens on", func(c *Config) *string { return &c.Listen }),
+	stringSetting("tls_cert_file", "PEM certificate `file` the listeners serve HTTPS with (with tls-key-file)", func(c *Config) *string { return &c.TLSCertFile }),
+	stringSetting("tls_key_file", "PEM private key `file` of tls-cert-file", func(c *Config) *string { return &c.TLSKeyFile }),
+	stringSetting("tls_client_ca_file", "PEM `file` of the CAs client certificates must chain to (mutual TLS)", func(c *Config) *string { return &c.TLSClientCAFile }),
 	stringSetting("admin_listen", "`host:port` of the operator listener (dashboard, /metrics, /v1/stats, /v1/history, /admin/reload); empty keeps them on listen", func(c *Config) *string { return &c.AdminListen }),
 	{
 		name:   "admin_token",

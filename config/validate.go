@@ -59,6 +59,7 @@ func (c *Config) Validate() error {
 		v.add("listen", "%s", p)
 	}
 
+	c.validateTLS(&v)
 	c.validateAdmin(&v)
 	c.validateMasters(&v)
 	c.validateAPIKeys(&v)
@@ -101,6 +102,18 @@ func (c *Config) Validate() error {
 	v.oneOf("log_level", c.LogLevel, logLevels)
 
 	return errors.Join(v.errs...)
+}
+
+func (c *Config) validateTLS(v *validator) {
+	switch {
+	case c.TLSCertFile != "" && c.TLSKeyFile == "":
+		v.add("tls_key_file", "required with tls_cert_file")
+	case c.TLSCertFile == "" && c.TLSKeyFile != "":
+		v.add("tls_cert_file", "required with tls_key_file")
+	}
+	if c.TLSClientCAFile != "" && c.TLSCertFile == "" {
+		v.add("tls_client_ca_file", "needs tls_cert_file and tls_key_file: client certificates are checked only over TLS")
+	}
 }
 
 func (c *Config) validateAdmin(v *validator) {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -103,6 +104,9 @@ type Options struct {
 	// certificates). A *ReloadError answers 400 (the new configuration was
 	// refused), any other error 500. Default nil: the endpoint answers 404.
 	Reload func(context.Context) (ReloadResult, error)
+	// TLS, if set, makes both listeners serve HTTPS (TLS 1.2 at least,
+	// HTTP/1.1) with its certificates; see ServerTLS. Default: plain HTTP.
+	TLS *ServerTLS
 }
 
 // Server is the HTTP daemon: the action API, health, metrics and the
@@ -127,6 +131,7 @@ type Server struct {
 	adminListen     string
 	adminTokenHash  *[32]byte
 	reload          func(context.Context) (ReloadResult, error)
+	tls             *ServerTLS
 	history         *history
 	waiters         waiters
 
@@ -167,6 +172,7 @@ func New(logger *zap.Logger, o *Options) (*Server, error) {
 		drainDelay:      o.DrainDelay,
 		adminListen:     o.AdminListen,
 		reload:          o.Reload,
+		tls:             o.TLS,
 		stopWaits:       make(chan struct{}),
 	}
 	if s.locker == nil {
@@ -401,7 +407,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		a := aln.Addr().String()
 		s.adminAddr.Store(&a)
 		admin = s.httpServer(s.adminHandler, base, nil)
-		go func() { adminErrc <- admin.Serve(aln) }()
+		go func() { adminErrc <- admin.Serve(s.withTLS(aln)) }()
 		defer func() {
 			// Operator requests are short; one still running after the
 			// public listener's shutdown gets a second, then is cut off.
@@ -414,7 +420,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	srv := s.httpServer(s.handler, base, s.conns.track)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(framingListener{ln}) }()
+	// ln itself stays for stop: quiesce works on the TCP listener. The
+	// framing scan reads inside TLS: it follows the plaintext requests.
+	go func() { errc <- srv.Serve(framingListener{s.withTLS(ln)}) }()
 	stopHistory := make(chan struct{})
 	historyDone := make(chan struct{})
 	go func() {
@@ -454,6 +462,14 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	close(s.stopWaits)
 	return s.stop(srv, ln, errc, cancelBase)
+}
+
+// withTLS wraps ln in TLS when Options.TLS is set.
+func (s *Server) withTLS(ln net.Listener) net.Listener {
+	if s.tls == nil {
+		return ln
+	}
+	return tls.NewListener(ln, s.tls.Config())
 }
 
 // httpServer is the http.Server of one listener; connState tracks its

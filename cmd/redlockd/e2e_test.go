@@ -130,13 +130,19 @@ var httpClient = &http.Client{Timeout: 30 * time.Second}
 
 func post(t *testing.T, url, apiKey, body string) (int, envelope, http.Header) {
 	t.Helper()
+	return postWith(t, httpClient, url, apiKey, body)
+}
+
+// postWith is post with client c.
+func postWith(t *testing.T, c *http.Client, url, apiKey, body string) (int, envelope, http.Header) {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	require.NoError(t, err)
 	if apiKey != "" {
 		req.Header.Set("X-API-Key", apiKey)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := httpClient.Do(req)
+	resp, err := c.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)

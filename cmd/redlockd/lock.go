@@ -2,15 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -59,7 +63,11 @@ const lockUsage = `Usage:
 
 The daemon and API key come from --url and --api-key, or from REDLOCKD_URL
 and REDLOCKD_API_KEY (prefer the variable: a flag shows in ps). --token
-defaults to REDLOCK_TOKEN.
+defaults to REDLOCK_TOKEN. For a daemon serving HTTPS (an https:// URL),
+--tls-ca (REDLOCKD_TLS_CA) names the PEM file of the CA that signed its
+certificate (default: the system's CAs), and --tls-cert and --tls-key
+(REDLOCKD_TLS_CERT, REDLOCKD_TLS_KEY) a client certificate for a daemon
+that requires one (tls_client_ca_file).
 
 run acquires the lock, starts the command with REDLOCK_KEY, REDLOCK_FENCE
 (the fencing token) and REDLOCK_VALID_UNTIL (Unix seconds, the validity at
@@ -95,6 +103,7 @@ Flags:
 // lockFlags are the flags shared by every lock subcommand.
 type lockFlags struct {
 	url, apiKey, key, namespace, token string
+	tlsCA, tlsCert, tlsKey             string
 	ttl, wait, grace                   time.Duration
 }
 
@@ -120,6 +129,9 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&f.apiKey, "api-key", "", "API key (default $REDLOCKD_API_KEY)")
 	fs.StringVar(&f.key, "key", "", "lock key (required)")
 	fs.StringVar(&f.namespace, "namespace", "", "namespace within the API key's account")
+	fs.StringVar(&f.tlsCA, "tls-ca", os.Getenv("REDLOCKD_TLS_CA"), "PEM `file` of the CA of the daemon's HTTPS certificate (default $REDLOCKD_TLS_CA, else the system's CAs)")
+	fs.StringVar(&f.tlsCert, "tls-cert", os.Getenv("REDLOCKD_TLS_CERT"), "PEM client certificate `file`, for a daemon that requires one (default $REDLOCKD_TLS_CERT)")
+	fs.StringVar(&f.tlsKey, "tls-key", os.Getenv("REDLOCKD_TLS_KEY"), "PEM `file` of the client certificate's key (default $REDLOCKD_TLS_KEY)")
 	switch sub {
 	case "run":
 		fs.DurationVar(&f.ttl, "ttl", 0, "lock TTL, whole seconds (required), e.g. 5m; extended at about ttl/3")
@@ -150,7 +162,15 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := f.check(sub, fs.NArg()); err != nil {
 		return &exitError{code: exitUsage, err: fmt.Errorf("lock %s: %w", sub, err)}
 	}
-	c, err := client.New(f.url, f.apiKey, client.WithUserAgent("redlockd-lock/1"))
+	copts := []client.Option{client.WithUserAgent("redlockd-lock/1")}
+	if f.tlsCA != "" || f.tlsCert != "" {
+		hc, err := f.httpsClient()
+		if err != nil {
+			return &exitError{code: exitUsage, err: fmt.Errorf("lock %s: %w", sub, err)}
+		}
+		copts = append(copts, client.WithHTTPClient(hc))
+	}
+	c, err := client.New(f.url, f.apiKey, copts...)
 	if err != nil {
 		return &exitError{code: exitUsage, err: fmt.Errorf("lock %s: %w", sub, err)}
 	}
@@ -208,6 +228,10 @@ func (f *lockFlags) check(sub string, nargs int) error {
 		return fmt.Errorf("--wait: %v is negative", f.wait)
 	case f.grace < 0:
 		return fmt.Errorf("--grace: %v is negative", f.grace)
+	case (f.tlsCert == "") != (f.tlsKey == ""):
+		return errors.New("--tls-cert and --tls-key (REDLOCKD_TLS_CERT, REDLOCKD_TLS_KEY): give both or neither")
+	case (f.tlsCA != "" || f.tlsCert != "") && !strings.HasPrefix(f.url, "https://"):
+		return errors.New("--tls-ca, --tls-cert: the URL must start with https://")
 	case (sub == "extend" || sub == "release") && f.token == "":
 		return errors.New("--token or REDLOCK_TOKEN: required")
 	case sub == "run" && nargs == 0:
@@ -216,6 +240,32 @@ func (f *lockFlags) check(sub string, nargs int) error {
 		return errors.New("unexpected arguments")
 	}
 	return nil
+}
+
+// httpsClient is an HTTP client that trusts --tls-ca (the system's CAs
+// without it) and presents --tls-cert when given. Errors name the file.
+func (f *lockFlags) httpsClient() (*http.Client, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.tlsCA != "" {
+		pem, err := os.ReadFile(f.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca: %s: no PEM certificate in it", f.tlsCA)
+		}
+	}
+	if f.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", f.tlsCert, f.tlsKey, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = cfg
+	return &http.Client{Transport: tr}, nil
 }
 
 // field is one member of a printed data object, in order.

@@ -16,13 +16,15 @@ import (
 )
 
 // reloader applies a configuration read again (on SIGHUP or POST
-// /admin/reload) to a running daemon: the API keys at once, and the
-// settings that cannot change without a restart are named in the log. One
-// reload runs at a time.
+// /admin/reload) to a running daemon: the listeners' TLS certificate files
+// are read again and the API keys replaced, at once; the settings that
+// cannot change without a restart are named in the log. One reload runs at
+// a time.
 type reloader struct {
 	log  *zap.Logger
 	load func() (config.Config, error) // the serve command's file, env and flags
 	srv  *daemon.Server
+	tls  *daemon.ServerTLS // nil without TLS
 
 	mu  sync.Mutex
 	cur config.Config
@@ -44,11 +46,19 @@ func (r *reloader) reload(_ context.Context) (daemon.ReloadResult, error) {
 		r.log.Error("reload refused: the configuration does not load; the old one stays in force", zap.Error(err))
 		return daemon.ReloadResult{}, &daemon.ReloadError{Err: err}
 	}
+	// The certificates first: when they cannot be read, nothing changes.
+	if r.tls != nil {
+		if err := r.tls.Reload(); err != nil {
+			r.log.Error("reload refused: the TLS certificate; the old one and the old keys stay in force", zap.Error(err))
+			return daemon.ReloadResult{}, &daemon.ReloadError{Err: err}
+		}
+	}
 	res, err := r.srv.SetAPIKeys(daemonKeys(next.APIKeys))
 	if err != nil {
 		r.log.Error("reload refused: the API keys; the old ones stay in force", zap.Error(err))
 		return daemon.ReloadResult{}, &daemon.ReloadError{Err: err}
 	}
+	res.Certificates = r.tls != nil
 	res.Ignored = changedSettings(r.cur, next)
 	r.cur.APIKeys = next.APIKeys
 	warnPlaceholderKeys(r.log, next.APIKeys)
@@ -57,6 +67,10 @@ func (r *reloader) reload(_ context.Context) (daemon.ReloadResult, error) {
 		zap.Strings("added", res.Added),
 		zap.Strings("removed", res.Removed),
 		zap.Strings("keys_changed", res.KeysChanged),
+	}
+	if r.tls != nil {
+		subject, notAfter := r.tls.Certificate()
+		fields = append(fields, zap.String("certificate", subject), zap.Time("certificate_not_after", notAfter))
 	}
 	if _, set := os.LookupEnv("REDLOCKD_API_KEYS"); set {
 		r.log.Warn("REDLOCKD_API_KEYS is set: it replaces the file's api_keys, so a reload reads the same keys again; rotate keys in the file and unset the variable")

@@ -100,10 +100,20 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		return err
 	}
 
+	var srvTLS *daemon.ServerTLS
+	if cfg.TLSCertFile != "" {
+		srvTLS, err = daemon.NewServerTLS(daemon.TLSFiles{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, ClientCAFile: cfg.TLSClientCAFile})
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("tls_cert_file, tls_key_file, tls_client_ca_file: %w", err)
+		}
+		subject, notAfter := srvTLS.Certificate()
+		log.Info("serving HTTPS", zap.String("certificate", subject), zap.Time("not_after", notAfter), zap.Bool("client_certificates_required", cfg.TLSClientCAFile != ""))
+	}
 	var rl *reloader
 	var reload func(context.Context) (daemon.ReloadResult, error)
 	if load != nil {
-		rl = &reloader{log: log.Named("reload"), load: load, cur: cfg}
+		rl = &reloader{log: log.Named("reload"), load: load, cur: cfg, tls: srvTLS}
 		reload = rl.reload
 	}
 	srv, err := daemon.New(log.Named("http"), &daemon.Options{
@@ -123,6 +133,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		AdminListen:          cfg.AdminListen,
 		AdminToken:           cfg.AdminToken,
 		Reload:               reload,
+		TLS:                  srvTLS,
 	})
 	if err != nil {
 		ln.Close()

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/internal/certgen"
+)
+
+// httpsClient trusts ca and presents cert (when not empty), on a
+// keep-alive transport of its own.
+func httpsClient(t *testing.T, ca *certgen.CA, cert certgen.Pair) *http.Client {
+	t.Helper()
+	pem, err := os.ReadFile(ca.CertFile)
+	require.NoError(t, err)
+	cfg := &tls.Config{RootCAs: x509.NewCertPool()}
+	require.True(t, cfg.RootCAs.AppendCertsFromPEM(pem))
+	if cert.CertFile != "" {
+		c, err := tls.LoadX509KeyPair(cert.CertFile, cert.KeyFile)
+		require.NoError(t, err)
+		cfg.Certificates = []tls.Certificate{c}
+	}
+	tr := &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 1}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+// serverSerial GETs url and returns the serial of the server's certificate.
+func serverSerial(t *testing.T, c *http.Client, url string) string {
+	t.Helper()
+	resp, err := c.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, url)
+	return resp.TLS.PeerCertificates[0].SerialNumber.String()
+}
+
+// TestServeHTTPSWithClientCertificates runs the real binary with HTTPS and
+// mutual TLS on both listeners: a client without a certificate is refused,
+// `redlockd lock` works with --tls-ca/--tls-cert/--tls-key, and SIGHUP
+// swaps the certificate without dropping the open keep-alive connection;
+// a broken certificate file is refused and the old certificate stays.
+func TestServeHTTPSWithClientCertificates(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certgen.NewCA(dir, "ca")
+	require.NoError(t, err)
+	server, err := ca.Issue("server", "127.0.0.1")
+	require.NoError(t, err)
+	client, err := ca.Issue("client")
+	require.NoError(t, err)
+
+	cfgFile := filepath.Join(dir, "redlockd.yaml")
+	yaml := reloadConfig(fmt.Sprintf("e2e%d:", prefixSeq.Add(1)), [2]string{"acme", keyA}) +
+		fmt.Sprintf("tls_cert_file: %s\ntls_key_file: %s\ntls_client_ca_file: %s\n", server.CertFile, server.KeyFile, ca.CertFile)
+	require.NoError(t, os.WriteFile(cfgFile, []byte(yaml), 0o600))
+	addr, adminAddr := freeAddr(t), freeAddr(t)
+	base, admin := "https://"+addr, "https://"+adminAddr
+	good := httpsClient(t, ca, client)
+	d := startBinary(t, base, good, nil, "--config", cfgFile, "--listen", addr, "--admin-listen", adminAddr, "--drain-delay", "0s")
+
+	serial1 := serverSerial(t, good, base+"/readyz")
+	assert.Equal(t, serial1, serverSerial(t, good, admin+"/metrics"), "the admin listener serves the same certificate")
+	_, err = httpsClient(t, ca, certgen.Pair{}).Get(base + "/readyz")
+	assert.Error(t, err, "no client certificate")
+
+	// The lock CLI over HTTPS with a client certificate.
+	lockCLI := func(args ...string) (string, int) {
+		cmd := exec.Command(binary, append([]string{"lock", "acquire", "--key", "tls:cli", "--ttl", "5s"}, args...)...)
+		cmd.Env = append(os.Environ(), "REDLOCKD_API_KEY="+keyA)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return string(out), ee.ExitCode()
+		}
+		require.NoError(t, err)
+		return string(out), 0
+	}
+	out, code := lockCLI("--url", base, "--tls-ca", ca.CertFile, "--tls-cert", client.CertFile, "--tls-key", client.KeyFile)
+	assert.Equal(t, 0, code, out)
+	assert.Contains(t, out, `"acquired":true`)
+	out, code = lockCLI("--url", base, "--tls-ca", ca.CertFile)
+	assert.Equal(t, exitUnavailable, code, "no client certificate: the handshake fails: %s", out)
+	out, code = lockCLI("--url", "http://"+addr, "--tls-ca", ca.CertFile)
+	assert.Equal(t, exitUsage, code, out)
+	assert.Contains(t, out, "the URL must start with https://")
+	out, code = lockCLI("--url", base, "--tls-ca", ca.CertFile, "--tls-cert", client.CertFile)
+	assert.Equal(t, exitUsage, code, out)
+	assert.Contains(t, out, "give both or neither")
+
+	// A new certificate in the same files, then SIGHUP.
+	_, err = ca.Issue("server", "127.0.0.1")
+	require.NoError(t, err)
+	require.NoError(t, d.cmd.Process.Signal(syscall.SIGHUP))
+	require.Eventually(t, func() bool { return d.logs.count(`"msg":"reloaded"`) == 1 }, 10*time.Second, 10*time.Millisecond, "%s", d.logs)
+	assert.Equal(t, serial1, serverSerial(t, good, base+"/readyz"), "the open connection was kept")
+	serial2 := serverSerial(t, httpsClient(t, ca, client), base+"/readyz")
+	assert.NotEqual(t, serial1, serial2, "a new connection gets the new certificate")
+
+	// A broken certificate file: refused, the certificate in use stays.
+	require.NoError(t, os.WriteFile(server.CertFile, []byte("-----BEGIN CERTIFICATE-----\nnope\n"), 0o600))
+	require.NoError(t, d.cmd.Process.Signal(syscall.SIGHUP))
+	require.Eventually(t, func() bool { return d.logs.count("reload refused") == 1 }, 10*time.Second, 10*time.Millisecond, "%s", d.logs)
+	assert.Equal(t, serial2, serverSerial(t, httpsClient(t, ca, client), base+"/readyz"))
+	st, env, _ := postWith(t, good, lockURL(base), keyA, `{"action":"status","key":"tls:cli"}`)
+	assert.Equal(t, http.StatusOK, st, env.Msg)
+
+	require.NoError(t, d.stop(t), "%s", d.logs)
+	key, err := os.ReadFile(server.KeyFile)
+	require.NoError(t, err)
+	assert.NotContains(t, d.logs.String(), strings.TrimSpace(string(key))[30:70], "the key's content in the log")
+}

@@ -1,0 +1,142 @@
+package daemon
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/internal/certgen"
+)
+
+// tlsClient trusts ca and presents cert when it is not empty. Each client
+// has its own transport, so its connections are its own.
+func tlsClient(t *testing.T, ca *certgen.CA, cert certgen.Pair, edit ...func(*tls.Config)) *http.Client {
+	t.Helper()
+	pem, err := os.ReadFile(ca.CertFile)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(pem))
+	cfg := &tls.Config{RootCAs: pool}
+	if cert.CertFile != "" {
+		c, err := tls.LoadX509KeyPair(cert.CertFile, cert.KeyFile)
+		require.NoError(t, err)
+		cfg.Certificates = []tls.Certificate{c}
+	}
+	for _, e := range edit {
+		e(cfg)
+	}
+	tr := &http.Transport{TLSClientConfig: cfg}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+// peerSerial GETs url and returns the status and the serial number of the
+// certificate the server presented.
+func peerSerial(t *testing.T, c *http.Client, url string) (int, string) {
+	t.Helper()
+	resp, err := c.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, resp.TLS.PeerCertificates[0].SerialNumber.String()
+}
+
+// Both listeners serve HTTPS with the configured certificate, require a
+// client certificate from the client CA, refuse TLS 1.1, and after Reload
+// new handshakes get the new certificate while an open keep-alive
+// connection keeps working on the old one.
+func TestServerTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certgen.NewCA(dir, "ca")
+	require.NoError(t, err)
+	server, err := ca.Issue("server", "127.0.0.1")
+	require.NoError(t, err)
+	client, err := ca.Issue("client")
+	require.NoError(t, err)
+	other, err := certgen.NewCA(t.TempDir(), "other")
+	require.NoError(t, err)
+	stranger, err := other.Issue("stranger")
+	require.NoError(t, err)
+
+	st, err := NewServerTLS(TLSFiles{CertFile: server.CertFile, KeyFile: server.KeyFile, ClientCAFile: ca.CertFile})
+	require.NoError(t, err)
+	ts := newTestServer(t, newFakeLocker(), func(o *Options) {
+		o.TLS = st
+		o.AdminListen = "127.0.0.1:0"
+	})
+	require.Eventually(t, func() bool { return ts.Server.AdminAddr() != "" }, 5*time.Second, time.Millisecond)
+	base := strings.Replace(ts.URL, "http://", "https://", 1)
+	admin := "https://" + ts.Server.AdminAddr()
+
+	good := tlsClient(t, ca, client)
+	code, serial1 := peerSerial(t, good, base+"/readyz")
+	assert.Equal(t, http.StatusOK, code)
+	code, _ = peerSerial(t, good, admin+"/metrics")
+	assert.Equal(t, http.StatusOK, code, "the admin listener serves TLS too")
+
+	for name, c := range map[string]*http.Client{
+		"no client certificate":              tlsClient(t, ca, certgen.Pair{}),
+		"a client certificate of another CA": tlsClient(t, ca, stranger),
+		"TLS 1.1":                            tlsClient(t, ca, client, func(c *tls.Config) { c.MaxVersion = tls.VersionTLS11 }),
+	} {
+		_, err := c.Get(base + "/readyz")
+		assert.Error(t, err, name)
+	}
+	// Plain HTTP on the TLS port gets no answer it could read.
+	if resp, err := http.Get("http://" + ts.Server.Addr() + "/readyz"); err == nil {
+		resp.Body.Close()
+		assert.NotEqual(t, http.StatusOK, resp.StatusCode, "plain HTTP on the TLS port")
+	}
+
+	// A new certificate; the keep-alive connection of good stays open.
+	_, err = ca.Issue("server", "127.0.0.1")
+	require.NoError(t, err)
+	require.NoError(t, st.Reload())
+	code, again := peerSerial(t, good, base+"/readyz")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, serial1, again, "the open connection was not dropped: same handshake")
+	code, serial2 := peerSerial(t, tlsClient(t, ca, client), base+"/readyz")
+	assert.Equal(t, http.StatusOK, code)
+	assert.NotEqual(t, serial1, serial2, "a new connection gets the new certificate")
+
+	// A broken file: Reload fails and the certificate in use stays.
+	require.NoError(t, os.WriteFile(server.CertFile, []byte("not a certificate"), 0o600))
+	err = st.Reload()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), server.CertFile)
+	code, serial3 := peerSerial(t, tlsClient(t, ca, client), base+"/readyz")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, serial2, serial3)
+}
+
+func TestNewServerTLSErrors(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certgen.NewCA(dir, "ca")
+	require.NoError(t, err)
+	server, err := ca.Issue("server", "127.0.0.1")
+	require.NoError(t, err)
+	keyPEM, err := os.ReadFile(server.KeyFile)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		files TLSFiles
+		want  string
+	}{
+		{TLSFiles{CertFile: server.CertFile}, "a certificate file and a key file are both required"},
+		{TLSFiles{CertFile: dir + "/nope.crt", KeyFile: server.KeyFile}, dir + "/nope.crt"},
+		{TLSFiles{CertFile: server.KeyFile, KeyFile: server.KeyFile}, server.KeyFile},
+		{TLSFiles{CertFile: server.CertFile, KeyFile: server.KeyFile, ClientCAFile: server.KeyFile}, "no PEM certificate in it"},
+	} {
+		_, err := NewServerTLS(tc.files)
+		require.Error(t, err, "%+v", tc.files)
+		assert.Contains(t, err.Error(), tc.want)
+		assert.NotContains(t, err.Error(), string(keyPEM[40:80]), "the key's content")
+	}
+}
