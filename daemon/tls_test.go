@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"bufio"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
@@ -95,6 +96,28 @@ func TestServerTLS(t *testing.T) {
 		resp.Body.Close()
 		assert.NotEqual(t, http.StatusOK, resp.StatusCode, "plain HTTP on the TLS port")
 	}
+
+	// The framing checks read inside TLS: both framing headers are refused
+	// and the connection closed, the pipelined request never served.
+	cert, err := tls.LoadX509KeyPair(client.CertFile, client.KeyFile)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	caPEM, err := os.ReadFile(ca.CertFile)
+	require.NoError(t, err)
+	pool.AppendCertsFromPEM(caPEM)
+	conn, err := tls.Dial("tcp", ts.Server.Addr(), &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}})
+	require.NoError(t, err)
+	require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
+	_, err = io.WriteString(conn, rawLock("tls-smuggle", "Content-Length: 4", "Transfer-Encoding: chunked")+rawLock("tls-smuggled-next"))
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	_, err = http.ReadResponse(br, nil)
+	assert.Error(t, err, "nothing served after the refused request; the connection closed")
+	conn.Close()
 
 	// A new certificate; the keep-alive connection of good stays open.
 	_, err = ca.Issue("server", "127.0.0.1")
