@@ -384,6 +384,11 @@ type Status struct {
 	// ValidUntil is when that validity ends, counted from before the
 	// request was sent; zero when not held.
 	ValidUntil time.Time
+	// Fence is the holder's fencing token (the one its acquire returned),
+	// for checking a resource's fencing column; 0 when not held or when
+	// the daemon does not report it (the holder's acquire has not finished,
+	// or an older daemon). The holder's token is never revealed.
+	Fence int64
 }
 
 // Status reads whether the lock key is held, by anyone. Errors:
@@ -405,6 +410,9 @@ func (c *Client) Status(ctx context.Context, key string, opts ...LockOption) (St
 	if st.Held && d.ValidityMS != nil {
 		st.Validity = time.Duration(*d.ValidityMS) * time.Millisecond
 		st.ValidUntil = a.sentAt.Add(st.Validity)
+	}
+	if st.Held {
+		st.Fence = d.Fence
 	}
 	return st, nil
 }

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strings"
 	"sync/atomic"
@@ -69,6 +70,7 @@ func TestLeaseLifecycle(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, st.Held)
 	assert.Greater(t, st.Validity, 25*time.Second)
+	assert.Equal(t, l.Fence(), st.Fence, "status shows the holder's fence")
 
 	before := l.ValidUntil()
 	require.NoError(t, l.Extend(ctx, 60*time.Second))
@@ -82,6 +84,7 @@ func TestLeaseLifecycle(t *testing.T) {
 	e, err := c.Extend(ctx, "order:pay:1", l.Token(), 60*time.Second, client.WithNamespace("shop"))
 	require.NoError(t, err)
 	assert.Equal(t, l.Token(), e.Token())
+	assert.Equal(t, l.Fence(), e.Fence(), "extend reports the holder's fence")
 	assert.True(t, e.ValidUntil().After(before))
 	require.NoError(t, e.Release(ctx))
 	<-e.Done()
@@ -100,6 +103,45 @@ func TestLeaseLifecycle(t *testing.T) {
 	st, err = c.Status(ctx, "order:pay:1", client.WithNamespace("shop"))
 	require.NoError(t, err)
 	assert.False(t, st.Held)
+	assert.Zero(t, st.Fence)
+}
+
+// TestStatusFenceAcrossDaemons: two daemons on the same masters and key
+// prefix; the fence of a lock taken through one is what the other's
+// status and extend report, and a newer holder's fence replaces it.
+func TestStatusFenceAcrossDaemons(t *testing.T) {
+	prefix := fmt.Sprintf("client%d:", prefixSeq.Add(1))
+	var ds [2]*testdaemon.Daemon
+	for i := range ds {
+		d, err := testdaemon.Start(testdaemon.Options{Binary: binary, Masters: masterAddrs(), KeyPrefix: prefix, LogPath: t.TempDir() + "/daemon.log"})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = d.Stop() })
+		ds[i] = d
+	}
+	a, b := newClient(t, ds[0]), newClient(t, ds[1])
+	ctx := context.Background()
+
+	l, err := a.Acquire(ctx, "job:x", 30*time.Second)
+	require.NoError(t, err)
+	st, err := b.Status(ctx, "job:x")
+	require.NoError(t, err)
+	assert.Equal(t, l.Fence(), st.Fence)
+	e, err := b.Extend(ctx, "job:x", l.Token(), 60*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, l.Fence(), e.Fence())
+	require.NoError(t, l.Release(ctx))
+	st, err = b.Status(ctx, "job:x")
+	require.NoError(t, err)
+	assert.False(t, st.Held)
+	assert.Zero(t, st.Fence)
+
+	n, err := b.Acquire(ctx, "job:x", 30*time.Second)
+	require.NoError(t, err)
+	require.Greater(t, n.Fence(), l.Fence())
+	st, err = a.Status(ctx, "job:x")
+	require.NoError(t, err)
+	assert.Equal(t, n.Fence(), st.Fence)
+	require.NoError(t, n.Release(ctx))
 }
 
 func TestTypedErrors(t *testing.T) {

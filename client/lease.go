@@ -54,8 +54,9 @@ func (l *Lease) Token() string { return l.token }
 
 // Fence returns the fencing token of the acquire: strictly greater than the
 // fence of any earlier lock on the same key that has ended. Pass it to the
-// resource the lock protects. 0 for a Lease returned by Client.Extend:
-// extend does not report the fence.
+// resource the lock protects. A Lease returned by Client.Extend carries
+// the fence the daemon reports with the extend (the acquire's), or 0 when
+// it reports none (fencing off, or an older daemon).
 func (l *Lease) Fence() int64 { return l.fence }
 
 // TTL returns the TTL of the last successful acquire or extend, as the

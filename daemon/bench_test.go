@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -229,33 +228,13 @@ func BenchmarkHTTP(b *testing.B) {
 	}
 }
 
-// benchMasters are five redis-server masters, started by the first
-// benchmark that needs them and stopped after every test and benchmark.
-var benchMasters struct {
-	once    sync.Once
-	servers []*redisproc.Server
-	err     error
-}
-
-func init() {
-	testMainSetup = append(testMainSetup, func() (func(), error) {
-		return func() {
-			if benchMasters.servers != nil {
-				_ = redisproc.StopAll(benchMasters.servers)
-			}
-		}, nil
-	})
-}
-
 func startBenchMasters(b *testing.B) []*redisproc.Server {
 	b.Helper()
-	benchMasters.once.Do(func() {
-		benchMasters.servers, benchMasters.err = redisproc.StartN(5, redisproc.Options{})
-	})
-	if benchMasters.err != nil {
-		b.Skip("needs redis-server:", benchMasters.err)
+	servers, err := realMasters()
+	if err != nil {
+		b.Skip("needs redis-server:", err)
 	}
-	return benchMasters.servers
+	return servers
 }
 
 // BenchmarkHTTPRedis is one acquire+release cycle over loopback HTTP with

@@ -230,6 +230,9 @@ func (s *Server) status(ctx context.Context, w http.ResponseWriter, c *call, req
 		return
 	}
 	setValidity(&d, time.Now(), before.Add(st.Validity))
+	// The holder's fence, stored with its lock (redlock/fence.go), never
+	// its token; absent (0) while the masters read do not have it yet.
+	d.fence = st.Fence
 	// Whole seconds rounded up, and at least 1: a held lock never shows
 	// ttl 0. validity_ms and expire_at stay exact and conservative.
 	d.ttl, d.hasTTL = max((d.validityMS+999)/1000, 1), true

@@ -68,6 +68,9 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if key == "" {
 		return nil, fmt.Errorf("%w: key must not be empty", ErrInvalid)
 	}
+	if c.reservedKey(key) {
+		return nil, fmt.Errorf("%w: key %q is one of the Client's own keys (marker, lease horizon, fencing counter, or a fence record \"<fence key>:…\")", ErrInvalid, key)
+	}
 	if ttl < MinTTL {
 		return nil, fmt.Errorf("%w: ttl %v is below the minimum %v", ErrInvalid, ttl, MinTTL)
 	}
@@ -175,7 +178,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 		return &Lock{c: c, key: key, token: token, fence: fence, ttl: ttl, validUntil: start.Add(ttl - c.drift(ttl))}, nil
 	}
 
-	c.cleanup(keys, token, maybeHeld)
+	c.cleanup(key, token, maybeHeld)
 	switch {
 	case fenceFailed:
 		// A quorum voted but too few stored the fencing token in time.
@@ -202,11 +205,11 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 // token may have been set, on a context of its own, and waits (bounded by
 // the per-master timeout) for the answers. The releases are queued behind
 // their SETs on the same lane, so none can overtake the SET it cleans up.
-func (c *Client) cleanup(keys []string, token string, maybeHeld []bool) {
+func (c *Client) cleanup(key, token string, maybeHeld []bool) {
 	if !slices.Contains(maybeHeld, true) {
 		return
 	}
-	out, waiting := c.fanout(releaseScript, keys[:1], []any{token}, true, time.Now(), maybeHeld)
+	out, waiting := c.fanout(releaseScript, c.releaseKeys(key), []any{token}, true, time.Now(), maybeHeld)
 	timer := time.NewTimer(c.opts.perMasterTimeout)
 	defer timer.Stop()
 	for ; waiting > 0; waiting-- {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -249,8 +250,9 @@ func (c *Client) drift(ttl time.Duration) time.Duration {
 	return time.Duration(float64(ttl)*c.opts.driftFactor) + 2*time.Millisecond + c.clockAllowance()
 }
 
-// voteKeys returns the KEYS of the vote scripts for the lock key:
-// {key, marker, lease horizon[, fencing counter]} (vote_prelude.lua).
+// voteKeys returns the KEYS of the vote scripts and of the fence write-back
+// for the lock key: {key, marker, lease horizon[, fencing counter, fence
+// record]} (vote_prelude.lua, fence.lua).
 func (c *Client) voteKeys(key string) []string {
 	marker := c.opts.markerKey
 	if !c.opts.dataLossGuard {
@@ -259,7 +261,29 @@ func (c *Client) voteKeys(key string) []string {
 	if c.opts.fenceKey == "" {
 		return []string{key, marker, c.opts.horizonKey}
 	}
-	return []string{key, marker, c.opts.horizonKey, c.opts.fenceKey}
+	return []string{key, marker, c.opts.horizonKey, c.opts.fenceKey, c.fenceRecordKey(key)}
+}
+
+// releaseKeys returns the KEYS of the release script: {key[, fence record]}.
+func (c *Client) releaseKeys(key string) []string {
+	if c.opts.fenceKey == "" {
+		return []string{key}
+	}
+	return []string{key, c.fenceRecordKey(key)}
+}
+
+// fenceRecordKey is the key of the lock key's fence record (fence.go):
+// "<fence key>:<key>". Acquire refuses lock keys of that form.
+func (c *Client) fenceRecordKey(key string) string {
+	return c.opts.fenceKey + ":" + key
+}
+
+// reservedKey reports whether key is one of the Client's own keys: the
+// marker, the lease horizon, the fencing counter or a fence record.
+func (c *Client) reservedKey(key string) bool {
+	o := &c.opts
+	return key == o.markerKey || key == o.horizonKey ||
+		o.fenceKey != "" && (key == o.fenceKey || strings.HasPrefix(key, o.fenceKey+":"))
 }
 
 func (c *Client) laneOf(key string) int {

@@ -19,23 +19,30 @@ import (
 // positive: the quorum-th longest remaining TTL among them minus the
 // elapsed time and the drift allowance.
 //
+// The fence stored with the lock (fence.go) keeps the lock's expiry, and
+// the returned Lock's Fence is the one its Acquire returned: the extending
+// quorum meets the quorum the fence was written to. It is 0 when fencing is
+// off, or when no extending master has the fence stored (the lock was
+// acquired by a version of this package that did not store it).
+//
 // Errors: an *OutcomeError matching ErrNotHeld when a quorum answered but
 // fewer than a quorum held the token; one matching ErrQuorumUnavailable when
 // fewer than a quorum answered; ErrInvalid for bad arguments.
 func (c *Client) Extend(ctx context.Context, key, token string, ttl time.Duration) (*Lock, error) {
-	validUntil, err := c.extend(ctx, key, token, ttl)
+	validUntil, fence, err := c.extend(ctx, key, token, ttl)
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{c: c, key: key, token: token, ttl: ttl, validUntil: validUntil}, nil
+	return &Lock{c: c, key: key, token: token, fence: fence, ttl: ttl, validUntil: validUntil}, nil
 }
 
-func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duration) (time.Time, error) {
+// extend returns the new end of validity and the fence stored with the lock.
+func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duration) (time.Time, int64, error) {
 	if key == "" || token == "" {
-		return time.Time{}, fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
+		return time.Time{}, 0, fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
 	}
 	if ttl < MinTTL || c.drift(ttl) >= ttl || ttl > c.opts.maxTTL {
-		return time.Time{}, fmt.Errorf("%w: ttl %v is outside %v to %v or leaves no validity", ErrInvalid, ttl, MinTTL, c.opts.maxTTL)
+		return time.Time{}, 0, fmt.Errorf("%w: ttl %v is outside %v to %v or leaves no validity", ErrInvalid, ttl, MinTTL, c.opts.maxTTL)
 	}
 	n := len(c.masters)
 	start := time.Now()
@@ -46,6 +53,7 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 	out, _ := c.fanout(extendScript, c.voteKeys(key), []any{token, strconv.FormatInt(ttl.Milliseconds(), 10), keepLonger}, false, start, nil)
 	res := OutcomeError{Op: "extend", Quorum: c.quorum, Masters: n}
 	var lefts []int64 // remaining TTL after the extend on each counted yes vote
+	var fence int64
 	c.gather(ctx, out, start, nil, func(r reply) bool {
 		m := c.masters[r.idx]
 		v, ok := parseVote(r.val)
@@ -63,6 +71,9 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 				countScriptResult(&res, v.code)
 				if v.code == 1 {
 					lefts = append(lefts, v.value)
+					if f, err := strconv.ParseInt(v.extra, 10, 64); err == nil {
+						fence = max(fence, f)
+					}
 				}
 			}
 		}
@@ -76,7 +87,7 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 	if res.Votes >= c.quorum {
 		left := time.Duration(quorumth(lefts, c.quorum)) * time.Millisecond
 		if validity := left - time.Since(start) - c.drift(left); validity > 0 {
-			return start.Add(left - c.drift(left)), nil
+			return start.Add(left - c.drift(left)), fence, nil
 		}
 		res.Kind = ErrQuorumUnavailable
 		res.Failures = append(res.Failures, fmt.Errorf("validity ≤ 0 after %v", time.Since(start)))
@@ -87,10 +98,10 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 		res.Kind = ErrQuorumUnavailable
 	}
 	if ctx.Err() != nil {
-		return time.Time{}, fmt.Errorf("%w: %w", &res, ctx.Err())
+		return time.Time{}, 0, fmt.Errorf("%w: %w", &res, ctx.Err())
 	}
 	sortFailures(res.Failures)
-	return time.Time{}, &res
+	return time.Time{}, 0, &res
 }
 
 // quorumth returns the quorum-th largest of vs: the value that at least a

@@ -46,6 +46,43 @@ import (
 // with the number of keys and never resets when a lock expires; two
 // different keys may receive the same fence, which is harmless because
 // fences are compared per resource.
+//
+// The fence stored with the lock (Status.Fence, Extend's Lock.Fence).
+//
+// The write-back also stores f with the lock, on each master where it
+// succeeds, in the lock's fence record "<fence key>:<lock key>" holding
+// "<f> <token>" with the lock's own PTTL, set in the same script that
+// checked the token holds the lock. Extend gives the record the lock's new
+// PTTL in the script that extends the lock, release deletes it in the
+// script that deletes the lock, and a record expires with its lock (never
+// before it, at most a millisecond or two after). So a record is present on
+// a master while the lock it was written for is. A master that has not run the write-back yet
+// has no record for the token, or a stale one of an earlier holder.
+//
+// Claim: a status that finds the lock held reports either the fence its
+// holder's Acquire returned, or 0 — never another fence.
+//
+// Proof: Held means a quorum H of counting masters hold one token T. A
+// record counts only when the token in it is the one in the lock key on the
+// same master, read in the same script, so every fence reported for T was
+// written by T's own write-back; T's acquire computed one f and wrote only
+// f, and tokens are random and never reused, so every reported fence is f.
+// Not 0 when T's Acquire succeeded: it wrote the record to a quorum Q3
+// while T held the lock there, and those records live as long as T's keys
+// on Q3; H and Q3 are majorities of the same N masters, so they share a
+// master, which reports f. An extending quorum meets Q3 the same way.
+//
+// When 0 is reported for a held lock: T's write-back has not reached the
+// masters of H yet (its Acquire has not returned), a master of Q3 lost its
+// data (it does not count), or the lock was acquired, or extended, by a
+// daemon from before fence records (a rolling upgrade): that daemon's
+// release and extend do not know the record, so after its extend the
+// record expires before the lock, and after its release the record stays
+// until its own expiry, bound to a token no lock holds any more. Its
+// compare-and-delete and compare-and-extend still work on a lock a newer
+// daemon wrote: the lock key still holds the bare token. The record costs
+// one more key per held lock on each master (about as much memory as the
+// lock key itself).
 
 // errFenceLockGone: the fence write-back found the lock no longer held by
 // its token on that master (it expired or was evicted in between).

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Release runs the compare-and-delete script (never a bare DEL) on every
-// master in parallel, each bounded by the per-master timeout, and returns
+// Release runs the compare-and-delete script (never a bare DEL; it deletes
+// the lock's fence record with it, fence.go) on every master in parallel, each bounded by the per-master timeout, and returns
 // how many masters held this token and deleted it. A master that is slow or
 // stuck still receives the release later, after any SET queued before it.
 //
@@ -22,7 +22,7 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 	}
 	n := len(c.masters)
 	start := time.Now()
-	out, _ := c.fanout(releaseScript, []string{key}, []any{token, c.releaseChannel()}, true, start, nil)
+	out, _ := c.fanout(releaseScript, c.releaseKeys(key), []any{token, c.releaseChannel()}, true, start, nil)
 	res := OutcomeError{Op: "release", Quorum: c.quorum, Masters: n}
 	answered := 0
 	c.gather(ctx, out, start, nil, func(r reply) bool {

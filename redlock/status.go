@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -25,73 +27,135 @@ type Status struct {
 	// longest PTTL among the holders, minus the read's elapsed time and the
 	// drift allowance; 0 when not held or about to end.
 	Validity time.Duration
+	// Fence is the holder's fencing token, the one its Acquire returned
+	// (fence.go says why it is the holder's and no other). 0 when not held,
+	// when fencing is off, and when no holder that answered has the fence
+	// stored with the lock: its acquire has not finished writing it back,
+	// or the lock was acquired or last extended by a version of this
+	// package that did not store it.
+	Fence int64
 }
 
-// Status reads the lock key on every master (value hash and PTTL, in one
-// script) and decides by quorum either way: held when a quorum holds the
-// same token, free when so few masters hold any token that even the
-// masters that did not answer could not make up a quorum. Otherwise it
-// cannot tell, and returns an *OutcomeError matching ErrQuorumUnavailable
-// (with the holders and the failures): a status never calls a held lock
-// free.
+// Status reads the lock key on every master (value hash, PTTL and the
+// fence stored with the lock, in one script) and decides by quorum either
+// way: held when a quorum holds the same token, free when so few masters
+// hold any token that even the masters that did not answer could not make
+// up a quorum. Otherwise it cannot tell, and returns an *OutcomeError
+// matching ErrQuorumUnavailable (with the holders and the failures): a
+// status never calls a held lock free.
 func (c *Client) Status(ctx context.Context, key string) (Status, error) {
 	if key == "" {
 		return Status{}, fmt.Errorf("%w: key must not be empty", ErrInvalid)
 	}
-	n := len(c.masters)
 	start := time.Now()
 	out, _ := c.fanout(statusScript, c.voteKeys(key), nil, false, start, nil)
-	res := OutcomeError{Op: "status", Quorum: c.quorum, Masters: n}
-	pttls := map[string][]int64{}
-	var st Status
-	var best string
-	absent := 0
-	c.gather(ctx, out, start, nil, func(r reply) bool {
-		m := c.masters[r.idx]
-		v, ok := parseVote(r.val)
-		switch {
-		case r.err != nil:
-			res.Failures = append(res.Failures, masterErr(c, r))
-			return false
-		case !ok:
-			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errBadReply})
-			return false
-		}
-		if err := m.checkVote(v, r.sent, r.at); err != nil {
-			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: err})
-			return false
-		}
-		if !m.counts() {
-			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
-			return false
-		}
-		st.Answered++
-		if v.code != 1 {
-			absent++
-			return absent >= c.quorum
-		}
-		pttl := v.value
-		if pttl < 0 { // no expiry: never set by us, but count it as held for ever
-			pttl = noExpiryMS
-		}
-		pttls[v.extra] = append(pttls[v.extra], pttl)
-		if len(pttls[v.extra]) > st.Holders {
-			st.Holders, best = len(pttls[v.extra]), v.extra
-		}
-		return st.Holders >= c.quorum
-	})
+	t := c.newStatusTally()
+	c.gather(ctx, out, start, nil, func(r reply) bool { return t.add(r, true) })
+	return t.result(start)
+}
+
+// statusTally decides one lock's status from the masters' answers to the
+// status script (Client.Status, and Client.List for each candidate).
+type statusTally struct {
+	c      *Client
+	st     Status
+	pttls  map[string][]int64 // per token hash: the holders' PTTLs in ms
+	fences map[string]int64   // per token hash: the fence stored with it
+	best   string             // the token hash held by the most masters
+	absent int
+	// holds is the token hash each counting master holds ("" when it holds
+	// none or its answer does not count).
+	holds []string
+	res   OutcomeError
+}
+
+func (c *Client) newStatusTally() *statusTally {
+	return &statusTally{
+		c:      c,
+		pttls:  map[string][]int64{},
+		fences: map[string]int64{},
+		holds:  make([]string, len(c.masters)),
+		res:    OutcomeError{Op: "status", Quorum: c.quorum, Masters: len(c.masters)},
+	}
+}
+
+// add counts one master's answer and, with early, reports whether the
+// outcome is decided (a quorum holds one token, or a quorum holds none).
+func (t *statusTally) add(r reply, early bool) bool {
+	c := t.c
+	m := c.masters[r.idx]
+	v, ok := parseVote(r.val)
+	switch {
+	case r.err != nil:
+		t.res.Failures = append(t.res.Failures, masterErr(c, r))
+		return false
+	case !ok:
+		t.res.Failures = append(t.res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errBadReply})
+		return false
+	}
+	if err := m.checkVote(v, r.sent, r.at); err != nil {
+		t.res.Failures = append(t.res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: err})
+		return false
+	}
+	if !m.counts() {
+		t.res.Failures = append(t.res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
+		return false
+	}
+	t.st.Answered++
+	if v.code != 1 {
+		t.absent++
+		return early && t.absent >= c.quorum
+	}
+	pttl := v.value
+	if pttl < 0 { // no expiry: never set by us, but count it as held for ever
+		pttl = noExpiryMS
+	}
+	hash, fence := splitFence(v.extra)
+	t.holds[r.idx] = hash
+	t.pttls[hash] = append(t.pttls[hash], pttl)
+	if fence > 0 {
+		// Every record of one token holds the same fence (fence.go); max
+		// only makes the choice independent of the answers' order.
+		t.fences[hash] = max(t.fences[hash], fence)
+	}
+	if len(t.pttls[hash]) > t.st.Holders {
+		t.st.Holders, t.best = len(t.pttls[hash]), hash
+	}
+	return early && t.st.Holders >= c.quorum
+}
+
+// result decides from the answers counted so far, for a read started at
+// start.
+func (t *statusTally) result(start time.Time) (Status, error) {
+	c, st := t.c, t.st
 	if st.Holders >= c.quorum {
-		ttl := time.Duration(quorumth(pttls[best], c.quorum)) * time.Millisecond
+		ttl := time.Duration(quorumth(t.pttls[t.best], c.quorum)) * time.Millisecond
 		st.Held, st.Validity = true, max(ttl-time.Since(start)-c.drift(ttl), 0)
+		st.Fence = t.fences[t.best]
 		return st, nil
 	}
-	unanswered := n - st.Answered
+	unanswered := len(c.masters) - st.Answered
 	if st.Holders+unanswered < c.quorum || !c.opts.statusNeedsQuorum && st.Answered >= c.quorum {
 		return st, nil // no token can be on a quorum: free
 	}
+	res := t.res
 	res.Kind = ErrQuorumUnavailable
 	res.Votes = st.Holders
-	res.Refused = absent
+	res.Refused = t.absent
 	sortFailures(res.Failures)
 	return st, &res
+}
+
+// splitFence splits the status script's extra, "<sha1 of the token>[
+// <fence>]", into the hash and the fence (0 when absent).
+func splitFence(extra string) (hash string, fence int64) {
+	hash, f, ok := strings.Cut(extra, " ")
+	if !ok {
+		return extra, 0
+	}
+	fence, err := strconv.ParseInt(f, 10, 64)
+	if err != nil || fence < 0 {
+		return hash, 0
+	}
+	return hash, fence
 }

@@ -206,8 +206,11 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		now := time.Now()
 		v := max(st.ValidUntil.Sub(now), 0)
-		return printData(stdout, "status", f.key, "held", true, []field{
-			{"ttl", v.Milliseconds() / 1000}, {"expire_at", now.Add(v).Unix()}, {"validity_ms", v.Milliseconds()}})
+		fs := []field{{"ttl", v.Milliseconds() / 1000}, {"expire_at", now.Add(v).Unix()}}
+		if st.Fence != 0 {
+			fs = append(fs, field{"fence", st.Fence})
+		}
+		return printData(stdout, "status", f.key, "held", true, append(fs, field{"validity_ms", v.Milliseconds()}))
 	}
 }
 

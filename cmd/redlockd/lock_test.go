@@ -204,6 +204,7 @@ func TestLockOneShot(t *testing.T) {
 	assert.Greater(t, d["validity_ms"], 55000.0)
 	token, _ := d["token"].(string)
 	require.Len(t, token, 32)
+	fence := d["fence"]
 
 	code, out, _ = runLock(t, base, "acquire", "--key", "job:oneshot", "--namespace", "ns")
 	assert.Equal(t, 75, code)
@@ -215,6 +216,7 @@ func TestLockOneShot(t *testing.T) {
 	assert.Equal(t, 0, code)
 	require.NoError(t, json.Unmarshal([]byte(out), &d), out)
 	assert.Equal(t, true, d["held"])
+	assert.Equal(t, fence, d["fence"], "status prints the holder's fence")
 	assert.NotContains(t, out, token)
 
 	code, out, _ = runLock(t, base, "extend", "--key", "job:oneshot", "--namespace", "ns", "--token", token, "--ttl", "120s")
@@ -222,6 +224,7 @@ func TestLockOneShot(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(out), &d), out)
 	assert.Equal(t, true, d["extended"])
 	assert.EqualValues(t, 120, d["ttl"])
+	assert.Equal(t, fence, d["fence"])
 
 	// The token from the environment, as a script passes it on.
 	rel := exec.Command(binary, "lock", "release", "--key", "job:oneshot", "--namespace", "ns")

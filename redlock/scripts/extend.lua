@@ -2,11 +2,15 @@
 -- max(remaining, ARGV[2]). It never shortens a lock (a failed extend must not
 -- cut the validity its holder was last told), never revives an expired key
 -- and never touches another owner's key. Follows vote_prelude.lua.
--- KEYS[1] lock key, KEYS[2..4] as in the prelude
+-- The lock's fence record (fence.lua), when it belongs to this token, is given
+-- the lock's remaining time, so the two keep one expiry.
+-- KEYS[1] lock key, KEYS[2..4] as in the prelude, KEYS[5] the lock's fence
+-- record (absent when fencing is off)
 -- ARGV[1] token, ARGV[2] requested TTL in milliseconds, ARGV[3] '0' to set
 -- the TTL to ARGV[2] even when shorter (negative controls only)
 -- Returns the prelude's reply with code
---    1  extended (or already longer); value = its remaining milliseconds after
+--    1  extended (or already longer); value = its remaining milliseconds after;
+--       extra = the holder's fence when its fence record is here, else ''
 --    0  absent (expired or released)
 --   -1  held by another token
 --   -2  this master lost its data; nothing written
@@ -22,7 +26,16 @@ if v == ARGV[1] then
     left = ttl
   end
   raiseHorizon(left)
-  return reply(1, left)
+  local fence = ''
+  local f = KEYS[5] and redis.call('GET', KEYS[5])
+  if f then
+    local sp = string.find(f, ' ', 1, true)
+    if sp and string.sub(f, sp + 1) == v and left > 0 then
+      redis.call('PEXPIRE', KEYS[5], left)
+      fence = string.sub(f, 1, sp - 1)
+    end
+  end
+  return reply(1, left, fence)
 end
 if v then
   return reply(-1, 0)

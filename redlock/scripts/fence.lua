@@ -1,8 +1,11 @@
 -- Write a fencing token back: raise the counter to ARGV[2] (never lower it),
 -- but only where this token still holds the lock, so a write-back can never
 -- outlive or outrun the acquire it belongs to, and only where this master
--- still has the deployment's state.
--- KEYS[1] lock key, KEYS[2] marker ('' skips the check: negative controls only), KEYS[3] lease horizon, KEYS[4] fencing counter
+-- still has the deployment's state. Store the fence with the lock in its
+-- fence record "<fence> <token>", expiring with the lock (status reports it;
+-- the token in it ties it to this holder, fence.go).
+-- KEYS[1] lock key, KEYS[2] marker ('' skips the check: negative controls only), KEYS[3] lease horizon, KEYS[4] fencing counter,
+-- KEYS[5] the lock's fence record (absent: not stored)
 -- ARGV[1] token, ARGV[2] fencing token
 -- Returns 1 written (or already ≥), 0 the lock is not held by this token,
 -- -2 this master lost its data (marker, horizon or counter missing).
@@ -15,5 +18,13 @@ end
 local cur = tonumber(redis.call('GET', KEYS[4]) or '0')
 if cur < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[4], ARGV[2])
+end
+if KEYS[5] then
+  -- The lock's PTTL: the record expires with the lock (within the
+  -- millisecond that may tick between the two calls, never before it).
+  local left = redis.call('PTTL', KEYS[1])
+  if left > 0 then
+    redis.call('SET', KEYS[5], ARGV[2] .. ' ' .. ARGV[1], 'PX', left)
+  end
 end
 return 1

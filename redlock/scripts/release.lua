@@ -1,12 +1,17 @@
 -- Compare-and-delete: remove the lock only if it still holds this token,
 -- and tell the waiters (Client.Acquire with WithWait, in every daemon) that
 -- it is free.
--- KEYS[1] lock key; ARGV[1] token, ARGV[2] release channel (absent: no
--- notification, for the clean-up after a failed acquire)
+-- KEYS[1] lock key, KEYS[2] the lock's fence record (fence.lua; absent when
+-- fencing is off), deleted with the lock
+-- ARGV[1] token, ARGV[2] release channel (absent: no notification, for the
+-- clean-up after a failed acquire)
 -- Returns 1 deleted, 0 absent (expired or released), -1 held by another token.
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', KEYS[1])
+  if KEYS[2] then
+    redis.call('DEL', KEYS[2])
+  end
   if ARGV[2] then
     redis.call('PUBLISH', ARGV[2], KEYS[1])
   end

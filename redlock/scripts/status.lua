@@ -1,9 +1,12 @@
 -- Read one master's view of a lock atomically, without revealing the token:
 -- only its SHA-1 leaves the master, enough to tell whether a quorum agrees.
 -- Follows vote_prelude.lua.
--- KEYS[1] lock key, KEYS[2..4] as in the prelude
+-- KEYS[1] lock key, KEYS[2..4] as in the prelude, KEYS[5] the lock's fence
+-- record (fence.lua; absent when fencing is off)
 -- Returns the prelude's reply with code
---    1  held; value = remaining milliseconds (PTTL, -1 without expiry), extra = sha1(token)
+--    1  held; value = remaining milliseconds (PTTL, -1 without expiry),
+--       extra = sha1(token), followed by ' ' and the holder's fence when
+--       the fence record holds it for this very token
 --    0  absent
 --   -2  this master lost its data: its answer says nothing about the lock
 if not intact then
@@ -11,6 +14,14 @@ if not intact then
 end
 local v = redis.call('GET', KEYS[1])
 if v then
-  return reply(1, redis.call('PTTL', KEYS[1]), redis.sha1hex(v))
+  local extra = redis.sha1hex(v)
+  local f = KEYS[5] and redis.call('GET', KEYS[5])
+  if f then
+    local sp = string.find(f, ' ', 1, true)
+    if sp and string.sub(f, sp + 1) == v then
+      extra = extra .. ' ' .. string.sub(f, 1, sp - 1)
+    end
+  end
+  return reply(1, redis.call('PTTL', KEYS[1]), extra)
 end
 return reply(0, 0)

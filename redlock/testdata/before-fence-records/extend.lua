@@ -1,0 +1,30 @@
+-- Compare-and-extend: if the lock still holds this token, make its TTL
+-- max(remaining, ARGV[2]). It never shortens a lock (a failed extend must not
+-- cut the validity its holder was last told), never revives an expired key
+-- and never touches another owner's key. Follows vote_prelude.lua.
+-- KEYS[1] lock key, KEYS[2..4] as in the prelude
+-- ARGV[1] token, ARGV[2] requested TTL in milliseconds, ARGV[3] '0' to set
+-- the TTL to ARGV[2] even when shorter (negative controls only)
+-- Returns the prelude's reply with code
+--    1  extended (or already longer); value = its remaining milliseconds after
+--    0  absent (expired or released)
+--   -1  held by another token
+--   -2  this master lost its data; nothing written
+if not intact then
+  return reply(-2, 0)
+end
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  local ttl = tonumber(ARGV[2])
+  local left = redis.call('PTTL', KEYS[1])
+  if left >= 0 and (left < ttl or ARGV[3] == '0') then
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    left = ttl
+  end
+  raiseHorizon(left)
+  return reply(1, left)
+end
+if v then
+  return reply(-1, 0)
+end
+return reply(0, 0)

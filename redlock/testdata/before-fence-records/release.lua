@@ -1,0 +1,18 @@
+-- Compare-and-delete: remove the lock only if it still holds this token,
+-- and tell the waiters (Client.Acquire with WithWait, in every daemon) that
+-- it is free.
+-- KEYS[1] lock key; ARGV[1] token, ARGV[2] release channel (absent: no
+-- notification, for the clean-up after a failed acquire)
+-- Returns 1 deleted, 0 absent (expired or released), -1 held by another token.
+local v = redis.call('GET', KEYS[1])
+if v == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  if ARGV[2] then
+    redis.call('PUBLISH', ARGV[2], KEYS[1])
+  end
+  return 1
+end
+if v then
+  return -1
+end
+return 0
