@@ -79,6 +79,16 @@ type Config struct {
 	// beyond). Defaults 10000 and 1000; 1 to 1000000.
 	MaxWaiters           int `yaml:"max_waiters"`
 	MaxWaitersPerAccount int `yaml:"max_waiters_per_account"`
+	// AuthFailuresPerMinute, AuthFailureBurst and AuthFailureSources limit
+	// failed authentications per source (client IPv4 address or IPv6
+	// /64): each request without a valid X-API-Key takes one of
+	// AuthFailureBurst tokens, refilled at AuthFailuresPerMinute; a source
+	// with none left gets 429 too_many_auth_failures, whatever key it
+	// sends, until one is back. At most AuthFailureSources sources are
+	// remembered. Defaults 60, 20 and 10000; 1 to 1000000 each.
+	AuthFailuresPerMinute int `yaml:"auth_failures_per_minute"`
+	AuthFailureBurst      int `yaml:"auth_failure_burst"`
+	AuthFailureSources    int `yaml:"auth_failure_sources"`
 	// MaxBodyBytes is the largest request body accepted. Default 16384;
 	// 1024 to 1048576 (1 MiB).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
@@ -135,21 +145,24 @@ const (
 // have no default, so it does not pass Validate on its own.
 func DefaultConfig() Config {
 	return Config{
-		Listen:               defaultListen,
-		KeyPrefix:            defaultKeyPrefix,
-		PerMasterTimeout:     Duration(defaultPerMasterTimeout),
-		DriftFactor:          defaultDriftFactor,
-		DefaultTTL:           defaultDefaultTTL,
-		MaxTTL:               defaultMaxTTL,
-		MaxWait:              Duration(defaultMaxWait),
-		MaxBodyBytes:         defaultMaxBodyBytes,
-		MaxWaiters:           10000,
-		MaxWaitersPerAccount: 1000,
-		HealthInterval:       Duration(defaultHealthInterval),
-		DrainDelay:           Duration(defaultDrainDelay),
-		ShutdownTimeout:      Duration(defaultShutdownTimeout),
-		LogFormat:            defaultLogFormat,
-		LogLevel:             defaultLogLevel,
+		Listen:                defaultListen,
+		KeyPrefix:             defaultKeyPrefix,
+		PerMasterTimeout:      Duration(defaultPerMasterTimeout),
+		DriftFactor:           defaultDriftFactor,
+		DefaultTTL:            defaultDefaultTTL,
+		MaxTTL:                defaultMaxTTL,
+		MaxWait:               Duration(defaultMaxWait),
+		MaxBodyBytes:          defaultMaxBodyBytes,
+		MaxWaiters:            10000,
+		MaxWaitersPerAccount:  1000,
+		AuthFailuresPerMinute: 60,
+		AuthFailureBurst:      20,
+		AuthFailureSources:    10000,
+		HealthInterval:        Duration(defaultHealthInterval),
+		DrainDelay:            Duration(defaultDrainDelay),
+		ShutdownTimeout:       Duration(defaultShutdownTimeout),
+		LogFormat:             defaultLogFormat,
+		LogLevel:              defaultLogLevel,
 	}
 }
 

@@ -208,6 +208,9 @@ func TestValidate(t *testing.T) {
 		// TTLs
 		{"max_ttl 0", func(c *config.Config) { c.MaxTTL = 0 }, []string{"max_ttl: 0 is below the minimum of 1"}},
 		{"max_ttl high", func(c *config.Config) { c.MaxTTL = 86401 }, []string{"max_ttl: 86401 is above the limit of 86400"}},
+		{"auth_failures_per_minute 0", func(c *config.Config) { c.AuthFailuresPerMinute = 0 }, []string{"auth_failures_per_minute: 0 is below the minimum of 1"}},
+		{"auth_failure_burst high", func(c *config.Config) { c.AuthFailureBurst = 1_000_001 }, []string{"auth_failure_burst: 1000001 is above the limit of 1000000"}},
+		{"auth_failure_sources 0", func(c *config.Config) { c.AuthFailureSources = 0 }, []string{"auth_failure_sources: 0 is below the minimum of 1"}},
 		{"default_ttl 0", func(c *config.Config) { c.DefaultTTL = 0 }, []string{"default_ttl: 0 is below the minimum of 1"}},
 		{"built-in default_ttl follows max_ttl down", func(c *config.Config) { c.MaxTTL = 10 }, nil},
 		{"chosen default_ttl above max_ttl", func(c *config.Config) { c.MaxTTL = 10; c.DefaultTTL = 60 }, []string{

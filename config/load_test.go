@@ -188,44 +188,50 @@ func TestApplyEnv(t *testing.T) {
 	}{
 		{"nothing set", nil, func(c *config.Config) {}, nil},
 		{"every variable", map[string]string{
-			"REDLOCKD_LISTEN":                  ":8080",
-			"REDLOCKD_MASTERS":                 "a:1, b:2 ,c:3",
-			"REDLOCKD_MASTER_PASSWORD":         secretPassword,
-			"REDLOCKD_API_KEYS":                "shop:" + secretKey + ",ops:" + secretKey2,
-			"REDLOCKD_KEY_PREFIX":              "rl:",
-			"REDLOCKD_PER_MASTER_TIMEOUT":      "20ms",
-			"REDLOCKD_DRIFT_FACTOR":            "0.02",
-			"REDLOCKD_DEFAULT_TTL":             "15",
-			"REDLOCKD_MAX_TTL":                 "600",
-			"REDLOCKD_MAX_WAIT":                "0",
-			"REDLOCKD_MAX_WAITERS":             "50",
-			"REDLOCKD_MAX_WAITERS_PER_ACCOUNT": "5",
-			"REDLOCKD_MAX_BODY_BYTES":          "2048",
-			"REDLOCKD_HEALTH_INTERVAL":         "500ms",
-			"REDLOCKD_DRAIN_DELAY":             "5s",
-			"REDLOCKD_SHUTDOWN_TIMEOUT":        "3s",
-			"REDLOCKD_LOG_FORMAT":              "console",
-			"REDLOCKD_LOG_LEVEL":               "debug",
+			"REDLOCKD_LISTEN":                   ":8080",
+			"REDLOCKD_MASTERS":                  "a:1, b:2 ,c:3",
+			"REDLOCKD_MASTER_PASSWORD":          secretPassword,
+			"REDLOCKD_API_KEYS":                 "shop:" + secretKey + ",ops:" + secretKey2,
+			"REDLOCKD_KEY_PREFIX":               "rl:",
+			"REDLOCKD_PER_MASTER_TIMEOUT":       "20ms",
+			"REDLOCKD_DRIFT_FACTOR":             "0.02",
+			"REDLOCKD_DEFAULT_TTL":              "15",
+			"REDLOCKD_MAX_TTL":                  "600",
+			"REDLOCKD_MAX_WAIT":                 "0",
+			"REDLOCKD_MAX_WAITERS":              "50",
+			"REDLOCKD_MAX_WAITERS_PER_ACCOUNT":  "5",
+			"REDLOCKD_AUTH_FAILURES_PER_MINUTE": "6",
+			"REDLOCKD_AUTH_FAILURE_BURST":       "7",
+			"REDLOCKD_AUTH_FAILURE_SOURCES":     "8",
+			"REDLOCKD_MAX_BODY_BYTES":           "2048",
+			"REDLOCKD_HEALTH_INTERVAL":          "500ms",
+			"REDLOCKD_DRAIN_DELAY":              "5s",
+			"REDLOCKD_SHUTDOWN_TIMEOUT":         "3s",
+			"REDLOCKD_LOG_FORMAT":               "console",
+			"REDLOCKD_LOG_LEVEL":                "debug",
 		}, func(c *config.Config) {
 			*c = config.Config{
-				Listen:               ":8080",
-				Masters:              []string{"a:1", "b:2", "c:3"},
-				MasterPassword:       secretPassword,
-				APIKeys:              []config.APIKey{{Name: "shop", Key: secretKey}, {Name: "ops", Key: secretKey2}},
-				KeyPrefix:            "rl:",
-				PerMasterTimeout:     config.Duration(20 * time.Millisecond),
-				DriftFactor:          0.02,
-				DefaultTTL:           15,
-				MaxTTL:               600,
-				MaxWait:              0,
-				MaxWaiters:           50,
-				MaxWaitersPerAccount: 5,
-				MaxBodyBytes:         2048,
-				HealthInterval:       config.Duration(500 * time.Millisecond),
-				DrainDelay:           config.Duration(5 * time.Second),
-				ShutdownTimeout:      config.Duration(3 * time.Second),
-				LogFormat:            "console",
-				LogLevel:             "debug",
+				Listen:                ":8080",
+				Masters:               []string{"a:1", "b:2", "c:3"},
+				MasterPassword:        secretPassword,
+				APIKeys:               []config.APIKey{{Name: "shop", Key: secretKey}, {Name: "ops", Key: secretKey2}},
+				KeyPrefix:             "rl:",
+				PerMasterTimeout:      config.Duration(20 * time.Millisecond),
+				DriftFactor:           0.02,
+				DefaultTTL:            15,
+				MaxTTL:                600,
+				MaxWait:               0,
+				MaxWaiters:            50,
+				MaxWaitersPerAccount:  5,
+				AuthFailuresPerMinute: 6,
+				AuthFailureBurst:      7,
+				AuthFailureSources:    8,
+				MaxBodyBytes:          2048,
+				HealthInterval:        config.Duration(500 * time.Millisecond),
+				DrainDelay:            config.Duration(5 * time.Second),
+				ShutdownTimeout:       config.Duration(3 * time.Second),
+				LogFormat:             "console",
+				LogLevel:              "debug",
 			}
 		}, nil},
 		{"a key may contain a colon", map[string]string{"REDLOCKD_API_KEYS": "shop:" + secretKey + ":x"}, func(c *config.Config) {
@@ -279,7 +285,8 @@ func TestApplyFlags(t *testing.T) {
 	fs := parsedFlags(t,
 		"--listen=:8080", "--masters", "a:1,b:2,c:3", "--per-master-timeout=20ms", "--drift-factor=0.02",
 		"--default-ttl=15", "--max-ttl=600", "--max-wait=1m", "--log-format=console", "--log-level=warn",
-		"--key-prefix=rl:", "--health-interval=2s", "--shutdown-timeout=3s", "--max-body-bytes=2048")
+		"--key-prefix=rl:", "--health-interval=2s", "--shutdown-timeout=3s", "--max-body-bytes=2048",
+		"--auth-failures-per-minute=6", "--auth-failure-burst=7", "--auth-failure-sources=8")
 	got := config.DefaultConfig()
 	if err := got.ApplyFlags(fs); err != nil {
 		t.Fatal(err)
@@ -298,6 +305,7 @@ func TestApplyFlags(t *testing.T) {
 	want.HealthInterval = config.Duration(2 * time.Second)
 	want.ShutdownTimeout = config.Duration(3 * time.Second)
 	want.MaxBodyBytes = 2048
+	want.AuthFailuresPerMinute, want.AuthFailureBurst, want.AuthFailureSources = 6, 7, 8
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ApplyFlags =\n%+v\nwant\n%+v", got, want)
 	}

@@ -87,6 +87,9 @@ var settings = []setting{
 	durationSetting("max_wait", "cap on a request's wait_ms, a `duration` from 0 to 10m", func(c *Config) *Duration { return &c.MaxWait }),
 	intSetting("max_waiters", "most acquires with wait_ms waiting in this daemon, a `number` from 1 to 1000000", func(c *Config) *int { return &c.MaxWaiters }),
 	intSetting("max_waiters_per_account", "most acquires with wait_ms waiting for one account, a `number` from 1 to 1000000", func(c *Config) *int { return &c.MaxWaitersPerAccount }),
+	intSetting("auth_failures_per_minute", "failed authentications allowed per source (IPv4 address, IPv6 /64) per minute once its burst is spent, a `number` from 1 to 1000000", func(c *Config) *int { return &c.AuthFailuresPerMinute }),
+	intSetting("auth_failure_burst", "failed authentications a source may make at once before it gets 429, a `number` from 1 to 1000000", func(c *Config) *int { return &c.AuthFailureBurst }),
+	intSetting("auth_failure_sources", "most sources whose failed authentications are remembered, a `number` from 1 to 1000000", func(c *Config) *int { return &c.AuthFailureSources }),
 	{
 		name:  "max_body_bytes",
 		flag:  true,

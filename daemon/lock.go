@@ -32,6 +32,7 @@ const (
 	msgQuerySecret = "API keys and tokens must not be sent in the URL query string: send the API key in the X-API-Key header and the token in the JSON body"
 	msgPathSecret  = "API keys must not be sent in the URL: send the API key in the X-API-Key header"
 	msgTwoAPIKeys  = "send exactly one X-API-Key header"
+	msgAuthLimited = "too many requests without a valid API key from this address; retry after Retry-After with a valid key in the X-API-Key header"
 	msgTwoFramings = "a request must not have both Content-Length and Transfer-Encoding (RFC 9112 section 6.1); the connection is closed"
 	msgBodyTimeout = "body: not received within the read timeout"
 )
@@ -51,8 +52,9 @@ type call struct {
 
 // serveLock answers POST /v1/lock and POST /gateway/distlock. Checks run in
 // this order, the first failure answering (after checkURL, which refuses
-// credentials in the URL for every route): method (405), more than one X-API-Key (400), X-API-Key missing or unknown
-// (401), Content-Type (415), body size (413), body (400); then the action,
+// credentials in the URL for every route): method (405), more than one
+// X-API-Key (400), a source with too many failed authentications (429),
+// X-API-Key missing or unknown (401), Content-Type (415), body size (413), body (400); then the action,
 // whose answer is 200 when the masters answered, 503 when no quorum did.
 func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
@@ -77,13 +79,30 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 	if len(apiKeys) == 1 {
 		apiKey = apiKeys[0]
 	}
+	src, srcOK := authSource(r.RemoteAddr)
+	if srcOK {
+		if wait, blocked := s.authLim.blocked(src, start); blocked {
+			s.authFailed(r, authSourceLimited, "")
+			w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+			s.fail(w, &c, http.StatusTooManyRequests, resAuthLimited, codeTooManyAuthFailures, msgAuthLimited)
+			return
+		}
+	}
 	if apiKey == "" {
+		if srcOK {
+			s.authLim.failed(src, start)
+		}
+		s.authFailed(r, authMissingKey, "")
 		s.fail(w, &c, http.StatusUnauthorized, resUnauthorized, codeUnauthorized,
 			"missing API key: send it in the X-API-Key header")
 		return
 	}
 	account, ok := s.account(apiKey)
 	if !ok {
+		if srcOK {
+			s.authLim.failed(src, start)
+		}
+		s.authFailed(r, authUnknownKey, apiKey)
 		s.fail(w, &c, http.StatusUnauthorized, resUnauthorized, codeUnauthorized,
 			"unknown API key: send a valid key in the X-API-Key header")
 		return

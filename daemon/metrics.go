@@ -35,6 +35,9 @@ const (
 	// read timeout. Counted apart from bad input, and its duration (the
 	// timeout itself) is kept out of the latency histogram.
 	resTimeout
+	// resAuthLimited: 429, too many failed authentications from the
+	// request's source; its key was not looked at.
+	resAuthLimited
 	numResults
 )
 
@@ -42,7 +45,7 @@ var resultNames = [numResults]string{
 	"acquired", "not_acquired", "released", "not_released", "extended", "not_extended",
 	"held", "not_held", "bad_request", "unauthorized", "method_not_allowed",
 	"unsupported_media_type", "too_large", "quorum_unavailable", "cancelled", "internal",
-	"too_many_waiters", "timeout",
+	"too_many_waiters", "timeout", "auth_limited",
 }
 
 func (r result) String() string { return resultNames[r] }
@@ -59,7 +62,7 @@ func plausible(a action, r result) bool {
 		return a == actExtend
 	case resHeld, resNotHeld:
 		return a == actStatus
-	case resUnauthorized, resMethodNotAllowed, resUnsupportedMediaType, resTooLarge, resTimeout:
+	case resUnauthorized, resMethodNotAllowed, resUnsupportedMediaType, resTooLarge, resTimeout, resAuthLimited:
 		return a == actUnknown
 	case resQuorumUnavailable, resCancelled:
 		return a != actUnknown
@@ -83,7 +86,11 @@ func plausible(a action, r result) bool {
 //     unsupported_media_type (415), too_large (413), too_many_waiters
 //     (429), quorum_unavailable (503), cancelled (the client went away),
 //     internal (500), timeout (the body did not arrive within the read
-//     timeout; answered 400).
+//     timeout; answered 400), auth_limited (429: too many failed
+//     authentications from the request's source).
+//   - redlockd_auth_failures_total{reason} counter: requests refused at
+//     authentication, by reason: missing_key and unknown_key (401),
+//     source_limited (429, the key not looked at). None reaches a master.
 //   - redlockd_request_duration_seconds{action} histogram, from the first
 //     byte of handling to the response (acquire includes wait_ms); timeouts
 //     are not observed: their duration is the client's, not the daemon's.
@@ -142,25 +149,26 @@ func plausible(a action, r result) bool {
 // Observer calls that arrive before the masters' addresses are known (see
 // SetMasters) are not recorded.
 type Metrics struct {
-	requests   *prometheus.CounterVec
-	byPair     [numActions][numResults]prometheus.Counter
-	counts     [numActions][numResults]atomic.Uint64
-	duration   [numActions]prometheus.Observer
-	durCount   [numActions]atomic.Uint64
-	durSumNS   [numActions]atomic.Int64
-	inFlight   prometheus.Gauge
-	waiting    prometheus.Gauge
-	rtt        *prometheus.HistogramVec
-	commands   *prometheus.CounterVec
-	batchErrs  *prometheus.CounterVec
-	probeRTT   *prometheus.HistogramVec
-	probes     *prometheus.CounterVec
-	gatherer   prometheus.Gatherer // the registerer, when it is also a Gatherer
-	started    time.Time
-	mastersMu  sync.Mutex // serializes SetMasters
-	perMaster  atomic.Pointer[[]masterMetrics]
-	locker     atomic.Pointer[lockerBox]
-	lockerDesc lockerDescs
+	requests     *prometheus.CounterVec
+	byPair       [numActions][numResults]prometheus.Counter
+	counts       [numActions][numResults]atomic.Uint64
+	duration     [numActions]prometheus.Observer
+	durCount     [numActions]atomic.Uint64
+	durSumNS     [numActions]atomic.Int64
+	authFailures [numAuthFailures]prometheus.Counter
+	inFlight     prometheus.Gauge
+	waiting      prometheus.Gauge
+	rtt          *prometheus.HistogramVec
+	commands     *prometheus.CounterVec
+	batchErrs    *prometheus.CounterVec
+	probeRTT     *prometheus.HistogramVec
+	probes       *prometheus.CounterVec
+	gatherer     prometheus.Gatherer // the registerer, when it is also a Gatherer
+	started      time.Time
+	mastersMu    sync.Mutex // serializes SetMasters
+	perMaster    atomic.Pointer[[]masterMetrics]
+	locker       atomic.Pointer[lockerBox]
+	lockerDesc   lockerDescs
 }
 
 // masterStates are the values of redlock_master_state's state label: one
@@ -261,6 +269,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"master", "result"}),
 		started: time.Now(),
 	}
+	authFailures := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redlockd_auth_failures_total",
+		Help: "Action API requests refused at authentication, by reason (missing_key, unknown_key, source_limited).",
+	}, []string{"reason"})
+	for f := range numAuthFailures {
+		m.authFailures[f] = authFailures.WithLabelValues(f.String())
+	}
 	m.lockerDesc = newLockerDescs()
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "redlockd_request_duration_seconds",
@@ -275,7 +290,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			}
 		}
 	}
-	reg.MustRegister(m.requests, duration, m.inFlight, m.waiting, m.rtt, m.commands, m.batchErrs, m.probeRTT, m.probes, lockerCollector{m})
+	reg.MustRegister(m.requests, duration, authFailures, m.inFlight, m.waiting, m.rtt, m.commands, m.batchErrs, m.probeRTT, m.probes, lockerCollector{m})
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		m.gatherer = g
 	}

@@ -27,7 +27,10 @@ const (
 	codeQuorum           = "quorum_unavailable"     // 503
 	// codeTooManyWaiters: 429, too many acquires with wait_ms waiting.
 	codeTooManyWaiters = "too_many_waiters"
-	codeInternal       = "internal" // 500
+	// codeTooManyAuthFailures: 429, too many requests without a valid API
+	// key from one source.
+	codeTooManyAuthFailures = "too_many_auth_failures"
+	codeInternal            = "internal" // 500
 	// codeCancelled answers a request whose client went away (HTTP 499, as
 	// nginx logs it); nobody reads it, but the log and metrics do.
 	codeCancelled = "cancelled"

@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/redlockd/redlockd/redlock"
 )
@@ -95,6 +96,16 @@ type Options struct {
 	// "": they stay on the public listener, and POST /admin/reload is not
 	// served.
 	AdminListen string
+	// AuthFailuresPerMinute, AuthFailureBurst and AuthFailureSources limit
+	// failed authentications per source (client IPv4 address or IPv6 /64):
+	// each request to the action API without a valid X-API-Key takes a
+	// token from its source's bucket (AuthFailureBurst tokens, refilled at
+	// AuthFailuresPerMinute); a source with none left gets 429
+	// too_many_auth_failures, whatever key it sends, until one is back. At
+	// most AuthFailureSources sources are remembered (the one that failed
+	// least recently is forgotten first). Defaults 60, 20 and 10000; not
+	// negative.
+	AuthFailuresPerMinute, AuthFailureBurst, AuthFailureSources int
 	// AdminToken, if set, is required on every request to the admin
 	// listener ("Authorization: Bearer <token>", or basic authentication
 	// with the token as password). Needs AdminListen.
@@ -147,6 +158,10 @@ type Server struct {
 	inFlight  atomic.Int64
 	conns     connTracker
 	outage    outage // see lockerFailed
+	authLim   *authLimiter
+	// authLog logs failed authentications, at most a few lines a second
+	// (see authFailed).
+	authLog *zap.Logger
 	// urlHashes counts the URL parts checkURL hashed, for the tests of
 	// its bound.
 	urlHashes atomic.Int64
@@ -207,6 +222,15 @@ func New(logger *zap.Logger, o *Options) (*Server, error) {
 	if o.MaxWaiters < 0 || o.MaxWaitersPerAccount < 0 {
 		return nil, fmt.Errorf("daemon: Options.MaxWaiters %d, MaxWaitersPerAccount %d: must not be negative", o.MaxWaiters, o.MaxWaitersPerAccount)
 	}
+	if o.AuthFailuresPerMinute < 0 || o.AuthFailureBurst < 0 || o.AuthFailureSources < 0 {
+		return nil, fmt.Errorf("daemon: Options.AuthFailuresPerMinute %d, AuthFailureBurst %d, AuthFailureSources %d: must not be negative",
+			o.AuthFailuresPerMinute, o.AuthFailureBurst, o.AuthFailureSources)
+	}
+	s.authLim = newAuthLimiter(cmp.Or(o.AuthFailuresPerMinute, DefaultAuthFailuresPerMinute),
+		cmp.Or(o.AuthFailureBurst, DefaultAuthFailureBurst), cmp.Or(o.AuthFailureSources, DefaultAuthFailureSources))
+	s.authLog = logger.Named("auth").WithOptions(zap.WrapCore(func(c zapcore.Core) zapcore.Core {
+		return zapcore.NewSamplerWithOptions(c, time.Second, authLogsPerSecond, 0)
+	}))
 	s.waiters = waiters{max: cmp.Or(o.MaxWaiters, DefaultMaxWaiters), perAccount: cmp.Or(o.MaxWaitersPerAccount, DefaultMaxWaitersPerAccount)}
 	if o.MaxWait < 0 {
 		return nil, fmt.Errorf("daemon: Options.MaxWait: %v is negative", o.MaxWait)

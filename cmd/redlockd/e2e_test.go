@@ -68,6 +68,12 @@ func daemonURL(t *testing.T, edit ...func(*config.Config)) string {
 // test did not.
 func startDaemon(t *testing.T, edit ...func(*config.Config)) (string, func() error) {
 	t.Helper()
+	return startDaemonLog(t, zap.NewNop(), edit...)
+}
+
+// startDaemonLog is startDaemon with the daemon logging to log.
+func startDaemonLog(t *testing.T, log *zap.Logger, edit ...func(*config.Config)) (string, func() error) {
+	t.Helper()
 	cfg := config.DefaultConfig()
 	cfg.Listen = "127.0.0.1:0"
 	cfg.APIKeys = []config.APIKey{{Name: "acme", Key: keyA}, {Name: "globex", Key: keyB}}
@@ -93,7 +99,7 @@ func startDaemon(t *testing.T, edit ...func(*config.Config)) (string, func() err
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runDaemon(ctx, cfg, zap.NewNop(), ln, nil) }()
+	go func() { done <- runDaemon(ctx, cfg, log, ln, nil) }()
 	stop := sync.OnceValue(func() error {
 		cancel()
 		select {
