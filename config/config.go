@@ -103,6 +103,15 @@ type Config struct {
 	// ShutdownTimeout is how long in-flight requests may run after the
 	// drain delay. Default 10s; must be positive.
 	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// AccountDefaults are the limits of every account that does not set
+	// its own (see Limits): no quota and no rate limit by default, and
+	// max_locks DefaultMaxLocks.
+	AccountDefaults Limits `yaml:"account_defaults"`
+	// LimitsSyncInterval is how often each daemon writes its accounts'
+	// call counts and lock changes to the masters and reads the other
+	// daemons'. Default 100ms; 10ms to 10s. It bounds how far replicas
+	// can overshoot a shared limit (see the README's "Quotas and limits").
+	LimitsSyncInterval Duration `yaml:"limits_sync_interval"`
 	// LogFormat is "json" (default) or "console".
 	LogFormat string `yaml:"log_format"`
 	// LogLevel is "debug", "info" (default), "warn" or "error".
@@ -122,6 +131,8 @@ type APIKey struct {
 	// for files that should not hold the key itself:
 	//	printf %s "$KEY" | sha256sum
 	KeySHA256 string `yaml:"key_sha256,omitempty"`
+	// Limits override account_defaults for this account, field by field.
+	Limits `yaml:",inline"`
 }
 
 // Built-in defaults; DefaultConfig and the flag help texts use them.
@@ -161,6 +172,8 @@ func DefaultConfig() Config {
 		HealthInterval:        Duration(defaultHealthInterval),
 		DrainDelay:            Duration(defaultDrainDelay),
 		ShutdownTimeout:       Duration(defaultShutdownTimeout),
+		AccountDefaults:       Limits{MaxLocks: intPtr(DefaultMaxLocks)},
+		LimitsSyncInterval:    Duration(defaultLimitsSyncInterval),
 		LogFormat:             defaultLogFormat,
 		LogLevel:              defaultLogLevel,
 	}

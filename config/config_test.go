@@ -243,6 +243,49 @@ func TestValidate(t *testing.T) {
 			`log_level: "INFO" is not one of: debug, info, warn, error`,
 		}},
 
+		// account limits
+		{"quota calls 0 with a window", func(c *config.Config) {
+			c.AccountDefaults.Quota = &config.Quota{Calls: 0, Per: ms(time.Hour)}
+		}, []string{"account_defaults.quota.calls: 0 is below the minimum of 1"}},
+		{"quota without a window", func(c *config.Config) { c.APIKeys[0].Quota = &config.Quota{Calls: 10} }, []string{
+			"api_keys[0].quota.per: 0s is below the minimum of 1s",
+		}},
+		{"quota window too long", func(c *config.Config) {
+			c.APIKeys[0].Quota = &config.Quota{Calls: 10, Per: ms(800 * time.Hour)}
+		}, []string{"api_keys[0].quota.per: 800h0m0s is above the limit of 744h0m0s"}},
+		{"quota calls too many", func(c *config.Config) {
+			c.AccountDefaults.Quota = &config.Quota{Calls: 2e12, Per: ms(time.Hour)}
+		}, []string{"account_defaults.quota.calls: 2000000000000 is above the limit of 1000000000000"}},
+		{"quota unlimited", func(c *config.Config) { c.APIKeys[0].Quota = &config.Quota{} }, nil},
+		{"rate negative", func(c *config.Config) { c.AccountDefaults.Rate = ptr(-1.0) }, []string{
+			"account_defaults.rate: -1 is out of range, need 0 (no limit) to 1000000 calls per second",
+		}},
+		{"rate too high", func(c *config.Config) { c.APIKeys[0].Rate = ptr(2e6) }, []string{
+			"api_keys[0].rate: 2e+06 is out of range, need 0 (no limit) to 1000000 calls per second",
+		}},
+		{"burst 0", func(c *config.Config) { c.APIKeys[0].Rate = ptr(5.0); c.APIKeys[0].Burst = ptr(0) }, []string{
+			"api_keys[0].burst: 0 is below the minimum of 1",
+		}},
+		{"burst without a rate", func(c *config.Config) { c.APIKeys[0].Burst = ptr(10) }, []string{
+			"api_keys[0].burst: set, but no rate applies to this account (rate here or in account_defaults): a burst needs a rate",
+		}},
+		{"default burst without a default rate", func(c *config.Config) { c.AccountDefaults.Burst = ptr(10) }, []string{
+			"account_defaults.burst: set, but account_defaults.rate is not: a burst needs a rate",
+		}},
+		{"burst with the default rate", func(c *config.Config) { c.AccountDefaults.Rate = ptr(5.0); c.APIKeys[0].Burst = ptr(10) }, nil},
+		{"max_locks negative", func(c *config.Config) { c.APIKeys[0].MaxLocks = ptr(-1) }, []string{
+			"api_keys[0].max_locks: -1 is below the minimum of 0",
+		}},
+		{"max_locks too high", func(c *config.Config) { c.AccountDefaults.MaxLocks = ptr(200_000_000) }, []string{
+			"account_defaults.max_locks: 200000000 is above the limit of 100000000",
+		}},
+		{"limits_sync_interval low", func(c *config.Config) { c.LimitsSyncInterval = ms(time.Millisecond) }, []string{
+			"limits_sync_interval: 1ms is below the minimum of 10ms",
+		}},
+		{"limits_sync_interval high", func(c *config.Config) { c.LimitsSyncInterval = ms(time.Minute) }, []string{
+			"limits_sync_interval: 1m0s is above the limit of 10s",
+		}},
+
 		{"all problems at once, in field order", func(c *config.Config) {
 			c.Masters = []string{"127.0.0.1:6379", "127.0.0.1"}
 			c.APIKeys[0].Key = "short"
@@ -372,5 +415,24 @@ func TestValidateFields(t *testing.T) {
 	}
 	if err := c.ValidateFields(); err == nil || !strings.Contains(err.Error(), "api_keys") || !strings.Contains(err.Error(), "listen") {
 		t.Errorf("ValidateFields() = %v, want every problem", err)
+	}
+}
+
+func TestAccountLimits(t *testing.T) {
+	c := validConfig()
+	if got := c.AccountLimits(c.APIKeys[0]); got != (config.AccountLimits{MaxLocks: config.DefaultMaxLocks}) {
+		t.Errorf("defaults: %+v, want only max_locks %d", got, config.DefaultMaxLocks)
+	}
+	c.AccountDefaults = config.Limits{
+		Quota: &config.Quota{Calls: 100, Per: config.Duration(time.Hour)}, Rate: ptr(2.5), MaxLocks: ptr(7),
+	}
+	own := config.APIKey{Name: "own", Limits: config.Limits{Quota: &config.Quota{}, Burst: ptr(9), MaxLocks: ptr(0)}}
+	if got, want := c.AccountLimits(c.APIKeys[0]), (config.AccountLimits{
+		QuotaCalls: 100, QuotaPer: time.Hour, Rate: 2.5, Burst: 3, MaxLocks: 7,
+	}); got != want {
+		t.Errorf("inherited: %+v, want %+v (burst: the rate rounded up)", got, want)
+	}
+	if got, want := c.AccountLimits(own), (config.AccountLimits{Rate: 2.5, Burst: 9}); got != want {
+		t.Errorf("overridden: %+v, want %+v (quota unlimited, no lock cap)", got, want)
 	}
 }

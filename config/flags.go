@@ -13,10 +13,11 @@ import (
 // (comma-separated), --key-prefix,
 // --per-master-timeout, --drift-factor, --default-ttl, --max-ttl,
 // --max-wait, --max-body-bytes, --health-interval, --drain-delay,
-// --shutdown-timeout,
-// --log-format and --log-level. API keys, the master password and the
-// admin token have no flag, since any local user can read a process's
-// arguments; their *_file variants do.
+// --shutdown-timeout, --account-defaults-quota, --account-defaults-rate,
+// --account-defaults-burst, --account-defaults-max-locks,
+// --limits-sync-interval, --log-format and --log-level. API keys, the
+// master password and the admin token have no flag, since any local user
+// can read a process's arguments; their *_file variants do.
 //
 // The help texts show DefaultConfig's values as the defaults. Parsed values
 // stay in fs; c is neither read nor changed. Call [Config.ApplyFlags] after

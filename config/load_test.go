@@ -188,27 +188,32 @@ func TestApplyEnv(t *testing.T) {
 	}{
 		{"nothing set", nil, func(c *config.Config) {}, nil},
 		{"every variable", map[string]string{
-			"REDLOCKD_LISTEN":                   ":8080",
-			"REDLOCKD_MASTERS":                  "a:1, b:2 ,c:3",
-			"REDLOCKD_MASTER_PASSWORD":          secretPassword,
-			"REDLOCKD_API_KEYS":                 "shop:" + secretKey + ",ops:" + secretKey2,
-			"REDLOCKD_KEY_PREFIX":               "rl:",
-			"REDLOCKD_PER_MASTER_TIMEOUT":       "20ms",
-			"REDLOCKD_DRIFT_FACTOR":             "0.02",
-			"REDLOCKD_DEFAULT_TTL":              "15",
-			"REDLOCKD_MAX_TTL":                  "600",
-			"REDLOCKD_MAX_WAIT":                 "0",
-			"REDLOCKD_MAX_WAITERS":              "50",
-			"REDLOCKD_MAX_WAITERS_PER_ACCOUNT":  "5",
-			"REDLOCKD_AUTH_FAILURES_PER_MINUTE": "6",
-			"REDLOCKD_AUTH_FAILURE_BURST":       "7",
-			"REDLOCKD_AUTH_FAILURE_SOURCES":     "8",
-			"REDLOCKD_MAX_BODY_BYTES":           "2048",
-			"REDLOCKD_HEALTH_INTERVAL":          "500ms",
-			"REDLOCKD_DRAIN_DELAY":              "5s",
-			"REDLOCKD_SHUTDOWN_TIMEOUT":         "3s",
-			"REDLOCKD_LOG_FORMAT":               "console",
-			"REDLOCKD_LOG_LEVEL":                "debug",
+			"REDLOCKD_LISTEN":                     ":8080",
+			"REDLOCKD_MASTERS":                    "a:1, b:2 ,c:3",
+			"REDLOCKD_MASTER_PASSWORD":            secretPassword,
+			"REDLOCKD_API_KEYS":                   "shop:" + secretKey + ",ops:" + secretKey2,
+			"REDLOCKD_KEY_PREFIX":                 "rl:",
+			"REDLOCKD_PER_MASTER_TIMEOUT":         "20ms",
+			"REDLOCKD_DRIFT_FACTOR":               "0.02",
+			"REDLOCKD_DEFAULT_TTL":                "15",
+			"REDLOCKD_MAX_TTL":                    "600",
+			"REDLOCKD_MAX_WAIT":                   "0",
+			"REDLOCKD_MAX_WAITERS":                "50",
+			"REDLOCKD_MAX_WAITERS_PER_ACCOUNT":    "5",
+			"REDLOCKD_AUTH_FAILURES_PER_MINUTE":   "6",
+			"REDLOCKD_AUTH_FAILURE_BURST":         "7",
+			"REDLOCKD_AUTH_FAILURE_SOURCES":       "8",
+			"REDLOCKD_MAX_BODY_BYTES":             "2048",
+			"REDLOCKD_HEALTH_INTERVAL":            "500ms",
+			"REDLOCKD_DRAIN_DELAY":                "5s",
+			"REDLOCKD_SHUTDOWN_TIMEOUT":           "3s",
+			"REDLOCKD_ACCOUNT_DEFAULTS_QUOTA":     "5000/1h",
+			"REDLOCKD_ACCOUNT_DEFAULTS_RATE":      "2.5",
+			"REDLOCKD_ACCOUNT_DEFAULTS_BURST":     "7",
+			"REDLOCKD_ACCOUNT_DEFAULTS_MAX_LOCKS": "40",
+			"REDLOCKD_LIMITS_SYNC_INTERVAL":       "250ms",
+			"REDLOCKD_LOG_FORMAT":                 "console",
+			"REDLOCKD_LOG_LEVEL":                  "debug",
 		}, func(c *config.Config) {
 			*c = config.Config{
 				Listen:                ":8080",
@@ -230,8 +235,13 @@ func TestApplyEnv(t *testing.T) {
 				HealthInterval:        config.Duration(500 * time.Millisecond),
 				DrainDelay:            config.Duration(5 * time.Second),
 				ShutdownTimeout:       config.Duration(3 * time.Second),
-				LogFormat:             "console",
-				LogLevel:              "debug",
+				AccountDefaults: config.Limits{
+					Quota: &config.Quota{Calls: 5000, Per: config.Duration(time.Hour)},
+					Rate:  ptr(2.5), Burst: ptr(7), MaxLocks: ptr(40),
+				},
+				LimitsSyncInterval: config.Duration(250 * time.Millisecond),
+				LogFormat:          "console",
+				LogLevel:           "debug",
 			}
 		}, nil},
 		{"a key may contain a colon", map[string]string{"REDLOCKD_API_KEYS": "shop:" + secretKey + ":x"}, func(c *config.Config) {
@@ -442,4 +452,45 @@ func TestLoad(t *testing.T) {
 			t.Errorf("Load error = %v, want %q", err, want)
 		}
 	})
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestLoadFileLimits(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "c.yaml")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	c, err := config.LoadFile(write(`
+account_defaults:
+  quota: {calls: 1000, per: 24h}
+  rate: 20
+api_keys:
+  - name: a
+    key_sha256: "` + strings.Repeat("a", 64) + `"
+    quota: unlimited
+    burst: 50
+    max_locks: 3
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.AccountLimits(c.APIKeys[0]), (config.AccountLimits{Rate: 20, Burst: 50, MaxLocks: 3}); got != want {
+		t.Errorf("limits %+v, want %+v", got, want)
+	}
+	if got := c.AccountDefaults.Quota; got == nil || *got != (config.Quota{Calls: 1000, Per: config.Duration(24 * time.Hour)}) {
+		t.Errorf("default quota %+v", got)
+	}
+	_, err = config.LoadFile(write("account_defaults:\n  quota: 1000\n"))
+	if err == nil || !strings.Contains(err.Error(), `line 2: quota: want {calls: 100000, per: 24h} or "unlimited"`) {
+		t.Errorf("a bare number as quota: %v", err)
+	}
+	_, err = config.LoadFile(write("account_defaults:\n  quota: {calls: 10, per: 10}\n"))
+	if err == nil || !strings.Contains(err.Error(), `no unit`) {
+		t.Errorf("a window without a unit: %v", err)
+	}
 }

@@ -19,8 +19,13 @@ type setting struct {
 	get    func(c *Config) string // the flag help's default
 }
 
-func (s *setting) envName() string  { return "REDLOCKD_" + strings.ToUpper(s.name) }
-func (s *setting) flagName() string { return strings.ReplaceAll(s.name, "_", "-") }
+// A setting of a nested field is named by its YAML path with dots
+// ("account_defaults.rate"); its variable and flag spell the dot like an
+// underscore (REDLOCKD_ACCOUNT_DEFAULTS_RATE, --account-defaults-rate).
+func (s *setting) envName() string {
+	return "REDLOCKD_" + strings.ToUpper(strings.ReplaceAll(s.name, ".", "_"))
+}
+func (s *setting) flagName() string { return strings.NewReplacer("_", "-", ".", "-").Replace(s.name) }
 
 // settings is in Config's field order.
 var settings = []setting{
@@ -107,6 +112,49 @@ var settings = []setting{
 	durationSetting("health_interval", "how often every master is probed, a `duration` from 50ms to 1m", func(c *Config) *Duration { return &c.HealthInterval }),
 	durationSetting("drain_delay", "how long after SIGTERM the daemon keeps serving with /readyz 503 and every answer closing its connection, a `duration` from 0 to 5m", func(c *Config) *Duration { return &c.DrainDelay }),
 	durationSetting("shutdown_timeout", "how long in-flight requests may run after the drain delay, a `duration` above 0", func(c *Config) *Duration { return &c.ShutdownTimeout }),
+	{
+		name:  "account_defaults.quota",
+		flag:  true,
+		usage: "every account's call quota unless its api_keys entry sets one: `calls/window` such as 100000/24h, or unlimited",
+		set: func(c *Config, s string) error {
+			q, err := parseQuota(s)
+			if err != nil {
+				return err
+			}
+			c.AccountDefaults.Quota = &q
+			return nil
+		},
+		get: func(c *Config) string {
+			if c.AccountDefaults.Quota == nil {
+				return unlimited
+			}
+			return c.AccountDefaults.Quota.String()
+		},
+	},
+	{
+		name:  "account_defaults.rate",
+		flag:  true,
+		usage: "every account's rate limit unless its api_keys entry sets one, in `calls` per second (token bucket); 0 for none",
+		set: func(c *Config, s string) error {
+			f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+			if err != nil {
+				return errors.New("want a number of calls per second such as 200")
+			}
+			c.AccountDefaults.Rate = &f
+			return nil
+		},
+		get: func(c *Config) string {
+			if c.AccountDefaults.Rate == nil {
+				return "0"
+			}
+			return strconv.FormatFloat(*c.AccountDefaults.Rate, 'g', -1, 64)
+		},
+	},
+	optionalIntSetting("account_defaults.burst", "every account's token bucket size (calls at once) unless its api_keys entry sets one, a `number` from 1; default the rate rounded up",
+		func(c *Config) **int { return &c.AccountDefaults.Burst }),
+	optionalIntSetting("account_defaults.max_locks", "most locks one account holds at once across all daemons unless its api_keys entry sets it, a `number`; 0 for no cap",
+		func(c *Config) **int { return &c.AccountDefaults.MaxLocks }),
+	durationSetting("limits_sync_interval", "how often quotas, rates and lock counts are synced with the masters, a `duration` from 10ms to 10s", func(c *Config) *Duration { return &c.LimitsSyncInterval }),
 	stringSetting("log_format", "log `format`: json or console", func(c *Config) *string { return &c.LogFormat }),
 	stringSetting("log_level", "log `level`: debug, info, warn or error", func(c *Config) *string { return &c.LogLevel }),
 }
@@ -135,6 +183,28 @@ func intSetting(name, usage string, field func(*Config) *int) setting {
 			return nil
 		},
 		get: func(c *Config) string { return strconv.Itoa(*field(c)) },
+	}
+}
+
+func optionalIntSetting(name, usage string, field func(*Config) **int) setting {
+	return setting{
+		name:  name,
+		flag:  true,
+		usage: usage,
+		set: func(c *Config, s string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil {
+				return errors.New("want a whole number")
+			}
+			*field(c) = &n
+			return nil
+		},
+		get: func(c *Config) string {
+			if p := *field(c); p != nil {
+				return strconv.Itoa(*p)
+			}
+			return ""
+		},
 	}
 }
 

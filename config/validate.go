@@ -101,6 +101,11 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		v.add("shutdown_timeout", "%v must be more than 0", c.ShutdownTimeout)
 	}
+	v.limits("account_defaults", c.AccountDefaults)
+	if c.AccountDefaults.Burst != nil && c.AccountLimits(APIKey{}).Rate == 0 {
+		v.add("account_defaults.burst", "set, but account_defaults.rate is not: a burst needs a rate")
+	}
+	v.duration("limits_sync_interval", c.LimitsSyncInterval, minLimitsSyncInterval, maxLimitsSyncInterval)
 	v.oneOf("log_format", c.LogFormat, logFormats)
 	v.oneOf("log_level", c.LogLevel, logLevels)
 
@@ -184,6 +189,11 @@ func (c *Config) validateAPIKeys(v *validator) {
 			} else {
 				names[k.Name] = i
 			}
+		}
+
+		v.limits(field, k.Limits)
+		if k.Burst != nil && c.AccountLimits(k).Rate == 0 {
+			v.add(field+".burst", "set, but no rate applies to this account (rate here or in account_defaults): a burst needs a rate")
 		}
 
 		keyOK := false
