@@ -180,5 +180,4 @@ func (v *validator) limits(field string, l Limits) {
 	}
 }
 
-func floatPtr(f float64) *float64 { return &f }
-func intPtr(n int) *int           { return &n }
+func intPtr(n int) *int { return &n }

@@ -172,6 +172,9 @@ func (s *Server) SetAPIKeys(keys []APIKey) (ReloadResult, error) {
 	if err := checkAPIKeys(keys); err != nil {
 		return ReloadResult{}, err
 	}
+	if err := checkLimits(keys, s.limits.store); err != nil {
+		return ReloadResult{}, err
+	}
 	s.keysMu.Lock()
 	defer s.keysMu.Unlock()
 	old := map[string][32]byte{}
@@ -194,6 +197,7 @@ func (s *Server) SetAPIKeys(keys []APIKey) (ReloadResult, error) {
 	}
 	slices.Sort(res.Removed)
 	s.keys.Store(&keys)
+	s.limits.setKeys(keys)
 	return res, nil
 }
 

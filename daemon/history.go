@@ -28,8 +28,8 @@ const (
 
 // history is a ring of historySamples samples, each with one masterSample
 // per master, all allocated by newHistory and reused: its memory is fixed
-// at historySamples × (152 + 40 × masters) bytes on 64-bit platforms
-// (309 KiB for five masters) however long the daemon runs. Sampling reads
+// at historySamples × (168 + 40 × masters) bytes on 64-bit platforms
+// (323 KiB for five masters) however long the daemon runs. Sampling reads
 // the Locker's snapshot and the metrics' counters; the request path never
 // touches it.
 type history struct {

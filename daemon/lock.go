@@ -48,6 +48,10 @@ type call struct {
 	// line is written.
 	token string
 	err   error // for warn and error lines
+	// limits is the account's limits state, nil when it has none; remain
+	// is remain_quota for the answer.
+	limits *accountState
+	remain int64
 }
 
 // serveLock answers POST /v1/lock and POST /gateway/distlock. Checks run in
@@ -58,7 +62,7 @@ type call struct {
 // whose answer is 200 when the masters answered, 503 when no quorum did.
 func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	c := call{result: resInternal, status: http.StatusInternalServerError}
+	c := call{result: resInternal, status: http.StatusInternalServerError, remain: RemainQuota}
 	defer func() { s.finish(r, &c, time.Since(start)) }()
 
 	if r.Method != http.MethodPost {
@@ -108,6 +112,9 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.account = account
+	if c.limits = s.limits.state(account); c.limits != nil {
+		c.remain = c.limits.remain(start)
+	}
 	if ct := headerValue(r.Header, hdrContentType); ct != "" && !isJSONContentType(ct) {
 		s.fail(w, &c, http.StatusUnsupportedMediaType, resUnsupportedMediaType, codeUnsupportedMedia,
 			`Content-Type must be application/json (with curl: -H "Content-Type: application/json")`)
@@ -133,6 +140,9 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.token = req.token
+	if c.limits != nil && !s.admit(w, &c, start) {
+		return
+	}
 	rk := redisKey(s.prefix, account, req.namespace, req.key)
 	ctx := r.Context()
 	switch req.action {
@@ -152,6 +162,7 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 	if ar.Wait > 0 {
 		ok, why := s.waiters.enter(c.account)
 		if !ok {
+			s.refund(c)
 			w.Header().Set("Retry-After", "1")
 			s.fail(w, c, http.StatusTooManyRequests, resTooManyWaiters, codeTooManyWaiters, why)
 			return
@@ -163,7 +174,17 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 		}()
 		ar.StopWaiting = s.stopWaits
 	}
+	if c.limits != nil {
+		if r, ok := c.limits.reserveLock(); !ok {
+			s.refund(c)
+			s.refuse(w, c, r)
+			return
+		}
+	}
 	lease, err := s.locker.Acquire(ctx, ar)
+	if c.limits != nil {
+		c.limits.lockDone(rk, lease.Token)
+	}
 	d := lockData{action: actAcquire, key: req.key, outcome: outAcquired}
 	if err == nil {
 		c.token = lease.Token
@@ -195,6 +216,9 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 func (s *Server) release(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
 	_, err := s.locker.Release(ctx, rk, req.token)
 	d := lockData{action: actRelease, key: req.key, outcome: outReleased}
+	if c.limits != nil && (err == nil || errors.Is(err, redlock.ErrNotHeld)) {
+		c.limits.lockChanged(rk, req.token, err == nil)
+	}
 	if err == nil {
 		d.ok = true
 		s.ok(w, c, resReleased, &d, "")
@@ -213,6 +237,9 @@ func (s *Server) release(ctx context.Context, w http.ResponseWriter, c *call, re
 func (s *Server) extend(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
 	lease, err := s.locker.Extend(ctx, rk, req.token, time.Duration(req.ttl)*time.Second)
 	d := lockData{action: actExtend, key: req.key, outcome: outExtended}
+	if err == nil && c.limits != nil {
+		c.limits.lockChanged(rk, req.token, false)
+	}
 	if err == nil {
 		d.ok, d.fence = true, lease.Fence
 		setValidity(&d, time.Now(), lease.ValidUntil)
@@ -391,12 +418,12 @@ func (s *Server) internal(w http.ResponseWriter, c *call, err error) {
 func (s *Server) ok(w http.ResponseWriter, c *call, res result, d *lockData, msg string) {
 	s.outage.end()
 	c.result, c.status = res, http.StatusOK
-	writeData(w, d, msg)
+	writeData(w, d, quotaMsg(msg, c), c.remain)
 }
 
 func (s *Server) fail(w http.ResponseWriter, c *call, status int, res result, code, msg string) {
 	c.result, c.status = res, status
-	writeError(w, status, code, msg)
+	writeErrorQuota(w, status, code, msg, c.remain)
 }
 
 // finish records the request's metrics and logs it: every request at

@@ -38,6 +38,11 @@ const (
 	// resAuthLimited: 429, too many failed authentications from the
 	// request's source; its key was not looked at.
 	resAuthLimited
+	// resQuotaExhausted, resRateLimited, resTooManyLocks: 429, refused by
+	// the account's limits before the masters were asked.
+	resQuotaExhausted
+	resRateLimited
+	resTooManyLocks
 	numResults
 )
 
@@ -45,7 +50,7 @@ var resultNames = [numResults]string{
 	"acquired", "not_acquired", "released", "not_released", "extended", "not_extended",
 	"held", "not_held", "bad_request", "unauthorized", "method_not_allowed",
 	"unsupported_media_type", "too_large", "quorum_unavailable", "cancelled", "internal",
-	"too_many_waiters", "timeout", "auth_limited",
+	"too_many_waiters", "timeout", "auth_limited", "quota_exhausted", "rate_limited", "too_many_locks",
 }
 
 func (r result) String() string { return resultNames[r] }
@@ -66,8 +71,10 @@ func plausible(a action, r result) bool {
 		return a == actUnknown
 	case resQuorumUnavailable, resCancelled:
 		return a != actUnknown
-	case resTooManyWaiters:
+	case resTooManyWaiters, resTooManyLocks:
 		return a == actAcquire
+	case resQuotaExhausted, resRateLimited:
+		return a != actUnknown
 	}
 	return true // bad_request, internal
 }
@@ -146,9 +153,17 @@ func plausible(a action, r result) bool {
 //     trips.
 //   - redlock_master_probes_total{master,result} counter: result up or down.
 //
+// Account limits (quota, rate, max_locks): see limitMetrics in
+// limitmetrics.go: redlockd_quota_remaining{account},
+// redlockd_quota_limit{account}, redlockd_quota_exhausted_total{account},
+// redlockd_rate_limited_total{account}, redlockd_locks_held{account},
+// redlockd_max_locks{account}, redlockd_too_many_locks_total{account},
+// redlockd_limits_sync_total{result}.
+//
 // Observer calls that arrive before the masters' addresses are known (see
 // SetMasters) are not recorded.
 type Metrics struct {
+	limits       *limitMetrics
 	requests     *prometheus.CounterVec
 	byPair       [numActions][numResults]prometheus.Counter
 	counts       [numActions][numResults]atomic.Uint64
@@ -291,6 +306,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}
 	}
 	reg.MustRegister(m.requests, duration, authFailures, m.inFlight, m.waiting, m.rtt, m.commands, m.batchErrs, m.probeRTT, m.probes, lockerCollector{m})
+	m.limits = newLimitMetrics()
+	reg.MustRegister(m.limits.collectors()...)
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		m.gatherer = g
 	}
@@ -465,6 +482,8 @@ type statsBody struct {
 	UptimeSeconds float64                       `json:"uptime_seconds"`
 	Requests      map[string]map[string]uint64  `json:"requests"`
 	Duration      map[string]statsDurationEntry `json:"duration"`
+	// Accounts are the accounts with a quota, rate limit or max_locks.
+	Accounts map[string]accountStats `json:"accounts"`
 }
 
 type statsDurationEntry struct {
@@ -477,6 +496,7 @@ func (m *Metrics) stats() statsBody {
 		UptimeSeconds: time.Since(m.started).Seconds(),
 		Requests:      map[string]map[string]uint64{},
 		Duration:      map[string]statsDurationEntry{},
+		Accounts:      m.limits.limiter.Load().accountStats(),
 	}
 	for a := range numActions {
 		for r := range numResults {

@@ -7,12 +7,11 @@ import (
 	"unicode/utf8"
 )
 
-// RemainQuota is the value of remain_quota in every response of this
-// version. There is no quota or rate limit yet, so nothing is counted and
-// nothing can run out: -1 means "unlimited, not counted". When quotas land,
-// remain_quota will be the number of requests the API key may still make
-// in its current window (0 = the next one is refused with 429), and -1 will
-// keep meaning that the key has no quota.
+// RemainQuota is remain_quota for an account without a quota, and for
+// answers that name no account (401, and what is refused before the API
+// key is read): unlimited, not counted. An account with a quota gets the
+// calls it has left in the current window after this call; 0 means the
+// next call is refused with 429 quota_exhausted.
 const RemainQuota = -1
 
 // Stable error codes (the envelope's "code").
@@ -30,7 +29,12 @@ const (
 	// codeTooManyAuthFailures: 429, too many requests without a valid API
 	// key from one source.
 	codeTooManyAuthFailures = "too_many_auth_failures"
-	codeInternal            = "internal" // 500
+	// codeQuotaExhausted, codeRateLimited, codeTooManyLocks: 429, the
+	// account's limits (limits.go).
+	codeQuotaExhausted = "quota_exhausted"
+	codeRateLimited    = "rate_limited"
+	codeTooManyLocks   = "too_many_locks"
+	codeInternal       = "internal" // 500
 	// codeCancelled answers a request whose client went away (HTTP 499, as
 	// nginx logs it); nobody reads it, but the log and metrics do.
 	codeCancelled = "cancelled"
@@ -76,7 +80,7 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }
 
 // writeData writes a 200 {"ret":"ok"} envelope. The JSON is built by hand
 // (the shapes are fixed and small) to keep reflection off the request path.
-func writeData(w http.ResponseWriter, d *lockData, msg string) {
+func writeData(w http.ResponseWriter, d *lockData, msg string, remainQuota int64) {
 	bp := bufPool.Get().(*[]byte)
 	b := (*bp)[:0]
 	b = append(b, `{"ret":"ok","data":{"action":"`...)
@@ -116,15 +120,22 @@ func writeData(w http.ResponseWriter, d *lockData, msg string) {
 	b = append(b, `},"msg":`...)
 	b = appendJSONString(b, msg)
 	b = append(b, `,"remain_quota":`...)
-	b = strconv.AppendInt(b, RemainQuota, 10)
+	b = strconv.AppendInt(b, remainQuota, 10)
 	b = append(b, "}\n"...)
 	writeJSON(w, http.StatusOK, b)
 	*bp = b
 	bufPool.Put(bp)
 }
 
-// writeError writes a {"ret":"err"} envelope with data null.
+// writeError writes a {"ret":"err"} envelope with data null and
+// remain_quota -1.
 func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeErrorQuota(w, status, code, msg, RemainQuota)
+}
+
+// writeErrorQuota is writeError for an account's answer, with its
+// remain_quota.
+func writeErrorQuota(w http.ResponseWriter, status int, code, msg string, remainQuota int64) {
 	bp := bufPool.Get().(*[]byte)
 	b := (*bp)[:0]
 	b = append(b, `{"ret":"err","data":null,"msg":`...)
@@ -132,7 +143,7 @@ func writeError(w http.ResponseWriter, status int, code, msg string) {
 	b = append(b, `,"code":`...)
 	b = appendJSONString(b, code)
 	b = append(b, `,"remain_quota":`...)
-	b = strconv.AppendInt(b, RemainQuota, 10)
+	b = strconv.AppendInt(b, remainQuota, 10)
 	b = append(b, "}\n"...)
 	writeJSON(w, status, b)
 	*bp = b

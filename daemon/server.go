@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -32,6 +33,9 @@ type APIKey struct {
 	// Hash is the SHA-256 of the key clients send in X-API-Key. The daemon
 	// never holds the key itself and compares hashes in constant time.
 	Hash [32]byte
+	// Limits are the account's quota, rate limit and cap on held locks;
+	// the zero value limits nothing. Any limit needs Options.LimitStore.
+	Limits AccountLimits
 }
 
 // Defaults for Options fields left at their zero value.
@@ -118,6 +122,13 @@ type Options struct {
 	// TLS, if set, makes both listeners serve HTTPS (TLS 1.2 at least,
 	// HTTP/1.1) with its certificates; see ServerTLS. Default: plain HTTP.
 	TLS *ServerTLS
+	// LimitStore keeps the accounts' limits on the masters, shared by every
+	// daemon serving them (see limits.go). Required when an account has a
+	// limit; it stays the caller's to Close, after Serve has returned.
+	LimitStore *LimitStore
+	// LimitsSyncInterval is how often the limits are synced with the
+	// masters. Default 100ms (DefaultLimitsSyncInterval).
+	LimitsSyncInterval time.Duration
 }
 
 // Server is the HTTP daemon: the action API, health, metrics and the
@@ -145,6 +156,7 @@ type Server struct {
 	tls             *ServerTLS
 	history         *history
 	waiters         waiters
+	limits          *limiter
 
 	serving      atomic.Bool
 	shuttingDown atomic.Bool
@@ -267,10 +279,46 @@ func New(logger *zap.Logger, o *Options) (*Server, error) {
 	if gatherer == nil {
 		return nil, errors.New("daemon: Options.Gatherer: required when the registerer given to NewMetrics is not a prometheus.Gatherer")
 	}
+	if err := s.newLimiter(o); err != nil {
+		return nil, err
+	}
 	s.metrics.bind(s.locker)
 	s.history = newHistory(s.metrics, s.locker, time.Now())
 	s.handler, s.adminHandler = s.routes(gatherer)
 	return s, nil
+}
+
+func (s *Server) newLimiter(o *Options) error {
+	interval := cmp.Or(o.LimitsSyncInterval, DefaultLimitsSyncInterval)
+	if interval < 0 {
+		return fmt.Errorf("daemon: Options.LimitsSyncInterval: %v is negative", interval)
+	}
+	keys := *s.keys.Load()
+	if err := checkLimits(keys, o.LimitStore); err != nil {
+		return err
+	}
+	s.limits = newLimiter(s.log.Named("limits"), o.LimitStore, s.prefix, interval, s.metrics)
+	s.limits.setKeys(keys)
+	s.metrics.limits.limiter.Store(s.limits)
+	return nil
+}
+
+// checkLimits checks the accounts' limits; any limit needs a store.
+func checkLimits(keys []APIKey, store *LimitStore) error {
+	for i, k := range keys {
+		l := k.Limits
+		switch {
+		case l.QuotaCalls < 0 || l.Rate < 0 || math.IsNaN(l.Rate) || l.Burst < 0 || l.MaxLocks < 0:
+			return fmt.Errorf("daemon: Options.APIKeys[%d] (%s).Limits: negative", i, k.Account)
+		case (l.QuotaCalls > 0) != (l.QuotaWindow >= time.Millisecond):
+			return fmt.Errorf("daemon: Options.APIKeys[%d] (%s).Limits: QuotaCalls %d and QuotaWindow %v: set both (the window at least 1ms) or neither", i, k.Account, l.QuotaCalls, l.QuotaWindow)
+		case l.Rate > 0 && l.Burst < 1:
+			return fmt.Errorf("daemon: Options.APIKeys[%d] (%s).Limits.Burst: %d, need at least 1 with a rate", i, k.Account, l.Burst)
+		case l.any() && store == nil:
+			return fmt.Errorf("daemon: Options.LimitStore: required, since account %s has limits", k.Account)
+		}
+	}
+	return nil
 }
 
 func checkAPIKeys(keys []APIKey) error {
@@ -443,6 +491,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}()
 	}
 	srv := s.httpServer(s.handler, base, s.conns.track)
+	// The limits' first sync runs before the first request is served.
+	s.limits.start()
+	defer s.limits.close()
 	errc := make(chan error, 1)
 	// ln itself stays for stop: quiesce works on the TCP listener. The
 	// framing scan reads inside TLS: it follows the plaintext requests.

@@ -31,8 +31,9 @@ type reloader struct {
 }
 
 // reloadable are the settings a reload applies; every other change waits
-// for a restart.
-var reloadable = []string{"api_keys"}
+// for a restart. The accounts' limits (on api_keys entries and in
+// account_defaults) go with the keys.
+var reloadable = []string{"api_keys", "account_defaults"}
 
 // reload reads the configuration again and applies it. A configuration that
 // does not load or validate is refused (a *daemon.ReloadError) and the old
@@ -53,14 +54,14 @@ func (r *reloader) reload(_ context.Context) (daemon.ReloadResult, error) {
 			return daemon.ReloadResult{}, &daemon.ReloadError{Err: err}
 		}
 	}
-	res, err := r.srv.SetAPIKeys(daemonKeys(next.APIKeys))
+	res, err := r.srv.SetAPIKeys(daemonKeys(next))
 	if err != nil {
 		r.log.Error("reload refused: the API keys; the old ones stay in force", zap.Error(err))
 		return daemon.ReloadResult{}, &daemon.ReloadError{Err: err}
 	}
 	res.Certificates = r.tls != nil
 	res.Ignored = changedSettings(r.cur, next)
-	r.cur.APIKeys = next.APIKeys
+	r.cur.APIKeys, r.cur.AccountDefaults = next.APIKeys, next.AccountDefaults
 	warnPlaceholderKeys(r.log, next.APIKeys)
 	fields := []zap.Field{
 		zap.Int("accounts", res.Accounts),
@@ -136,11 +137,15 @@ func changedSettings(a, b config.Config) []string {
 	return out
 }
 
-// daemonKeys are the daemon's accounts for the configured API keys.
-func daemonKeys(keys []config.APIKey) []daemon.APIKey {
-	out := make([]daemon.APIKey, len(keys))
-	for i, k := range keys {
-		out[i] = daemon.APIKey{Account: k.Name, Hash: k.Hash()}
+// daemonKeys are the daemon's accounts for the configured API keys, each
+// with its limits (its own, else account_defaults).
+func daemonKeys(cfg config.Config) []daemon.APIKey {
+	out := make([]daemon.APIKey, len(cfg.APIKeys))
+	for i, k := range cfg.APIKeys {
+		l := cfg.AccountLimits(k)
+		out[i] = daemon.APIKey{Account: k.Name, Hash: k.Hash(), Limits: daemon.AccountLimits{
+			QuotaCalls: l.QuotaCalls, QuotaWindow: l.QuotaPer, Rate: l.Rate, Burst: l.Burst, MaxLocks: l.MaxLocks,
+		}}
 	}
 	return out
 }

@@ -116,8 +116,16 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		rl = &reloader{log: log.Named("reload"), load: load, cur: cfg, tls: srvTLS}
 		reload = rl.reload
 	}
+	// The accounts' limits live on the same masters, on connections of
+	// their own; a master is given twice the per-master timeout per sync.
+	limitStore, err := daemon.NewLimitStore(masters, max(2*time.Duration(cfg.PerMasterTimeout), 50*time.Millisecond))
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer limitStore.Close()
 	srv, err := daemon.New(log.Named("http"), &daemon.Options{
-		APIKeys:               daemonKeys(cfg.APIKeys),
+		APIKeys:               daemonKeys(cfg),
 		KeyPrefix:             cfg.KeyPrefix,
 		DefaultTTL:            cfg.EffectiveDefaultTTL(),
 		MaxTTL:                cfg.MaxTTL,
@@ -137,6 +145,8 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		AdminToken:            cfg.AdminToken,
 		Reload:                reload,
 		TLS:                   srvTLS,
+		LimitStore:            limitStore,
+		LimitsSyncInterval:    time.Duration(cfg.LimitsSyncInterval),
 	})
 	if err != nil {
 		ln.Close()

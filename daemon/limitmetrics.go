@@ -1,0 +1,200 @@
+package daemon
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// limitMetrics are the per-account limit metrics (see Metrics):
+//
+//   - redlockd_quota_remaining{account} gauge: calls left in the current
+//     quota window, as this daemon knows it (accounts with a quota only).
+//   - redlockd_quota_limit{account} gauge: the quota per window.
+//   - redlockd_quota_exhausted_total{account} counter: calls refused 429
+//     quota_exhausted.
+//   - redlockd_rate_limited_total{account} counter: calls refused 429
+//     rate_limited.
+//   - redlockd_locks_held{account} gauge: locks the account holds across
+//     the deployment, as this daemon knows it (accounts with max_locks).
+//   - redlockd_max_locks{account} gauge: the cap.
+//   - redlockd_too_many_locks_total{account} counter: acquires refused 429
+//     too_many_locks.
+//   - redlockd_limits_sync_total{result} counter: sync rounds with the
+//     masters, result ok (a quorum answered) or no_quorum.
+type limitMetrics struct {
+	rateLimited, quotaExhausted, tooManyLocks *prometheus.CounterVec
+	rounds                                    *prometheus.CounterVec
+	roundOK, roundNoQuorum                    prometheus.Counter
+	limiter                                   atomic.Pointer[limiter]
+	remain, quotaLimit, held, maxLocks        *prometheus.Desc
+}
+
+// accountMetrics are one account's counters, for /metrics and /v1/stats.
+type accountMetrics struct {
+	rateLimited, quotaExhausted, tooManyLocks prometheus.Counter
+	nRateLimited, nQuotaExhausted, nTooMany   atomic.Uint64
+}
+
+func newLimitMetrics() *limitMetrics {
+	account := []string{"account"}
+	rounds := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "redlockd_limits_sync_total",
+		Help: "Rounds syncing account limits with the masters, by result: ok (a quorum answered) or no_quorum.",
+	}, []string{"result"})
+	lm := &limitMetrics{
+		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlockd_rate_limited_total",
+			Help: "Calls refused 429 rate_limited, by account.",
+		}, account),
+		quotaExhausted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlockd_quota_exhausted_total",
+			Help: "Calls refused 429 quota_exhausted, by account.",
+		}, account),
+		tooManyLocks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "redlockd_too_many_locks_total",
+			Help: "Acquires refused 429 too_many_locks, by account.",
+		}, account),
+		roundOK:       rounds.WithLabelValues("ok"),
+		roundNoQuorum: rounds.WithLabelValues("no_quorum"),
+		remain:        prometheus.NewDesc("redlockd_quota_remaining", "Calls left in the account's current quota window, as this daemon knows it.", account, nil),
+		quotaLimit:    prometheus.NewDesc("redlockd_quota_limit", "The account's quota: calls per window.", account, nil),
+		held:          prometheus.NewDesc("redlockd_locks_held", "Locks the account holds across the deployment, as this daemon knows it.", account, nil),
+		maxLocks:      prometheus.NewDesc("redlockd_max_locks", "The most locks the account may hold at once.", account, nil),
+	}
+	lm.rounds = rounds
+	return lm
+}
+
+func (lm *limitMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{lm.rateLimited, lm.quotaExhausted, lm.tooManyLocks, lm.rounds, limitCollector{lm}}
+}
+
+// accountMetrics creates the account's series, so that they read 0 rather
+// than missing before the first refusal.
+func (m *Metrics) accountMetrics(account string) *accountMetrics {
+	lm := m.limits
+	return &accountMetrics{
+		rateLimited:    lm.rateLimited.WithLabelValues(account),
+		quotaExhausted: lm.quotaExhausted.WithLabelValues(account),
+		tooManyLocks:   lm.tooManyLocks.WithLabelValues(account),
+	}
+}
+
+func (m *Metrics) limitsRound(ok bool) {
+	if ok {
+		m.limits.roundOK.Inc()
+	} else {
+		m.limits.roundNoQuorum.Inc()
+	}
+}
+
+// refused counts a call refused by the account's limits.
+func (am *accountMetrics) refused(r result) {
+	switch r {
+	case resRateLimited:
+		am.rateLimited.Inc()
+		am.nRateLimited.Add(1)
+	case resQuotaExhausted:
+		am.quotaExhausted.Inc()
+		am.nQuotaExhausted.Add(1)
+	case resTooManyLocks:
+		am.tooManyLocks.Inc()
+		am.nTooMany.Add(1)
+	}
+}
+
+// limitCollector reads the accounts' remaining quota and held locks at
+// scrape time.
+type limitCollector struct{ lm *limitMetrics }
+
+func (c limitCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.lm.remain
+	ch <- c.lm.quotaLimit
+	ch <- c.lm.held
+	ch <- c.lm.maxLocks
+}
+
+func (c limitCollector) Collect(ch chan<- prometheus.Metric) {
+	l := c.lm.limiter.Load()
+	if l == nil {
+		return
+	}
+	now := time.Now()
+	for _, st := range l.accounts.Load().states {
+		if st.lim.QuotaCalls > 0 {
+			ch <- prometheus.MustNewConstMetric(c.lm.remain, prometheus.GaugeValue, float64(st.remain(now)), st.name)
+			ch <- prometheus.MustNewConstMetric(c.lm.quotaLimit, prometheus.GaugeValue, float64(st.lim.QuotaCalls), st.name)
+		}
+		if st.lim.MaxLocks > 0 {
+			ch <- prometheus.MustNewConstMetric(c.lm.held, prometheus.GaugeValue, float64(st.locksHeld()), st.name)
+			ch <- prometheus.MustNewConstMetric(c.lm.maxLocks, prometheus.GaugeValue, float64(st.lim.MaxLocks), st.name)
+		}
+	}
+}
+
+// locksHeld is the held-lock estimate without this daemon's acquires in
+// flight.
+func (st *accountState) locksHeld() int64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.heldEstimate() - st.reserved
+}
+
+// accountStats is one account in GET /v1/stats.
+type accountStats struct {
+	// QuotaLimit and QuotaRemaining are absent without a quota;
+	// QuotaResetsAt is the end of the window, Unix seconds.
+	QuotaLimit     *int64   `json:"quota_limit,omitempty"`
+	QuotaWindowS   *float64 `json:"quota_window_seconds,omitempty"`
+	QuotaRemaining *int64   `json:"quota_remaining,omitempty"`
+	QuotaResetsAt  *int64   `json:"quota_resets_at,omitempty"`
+	Rate           *float64 `json:"rate,omitempty"`
+	Burst          *int     `json:"burst,omitempty"`
+	RateTokens     *float64 `json:"rate_tokens,omitempty"`
+	MaxLocks       *int     `json:"max_locks,omitempty"`
+	LocksHeld      *int64   `json:"locks_held,omitempty"`
+	QuotaExhausted uint64   `json:"quota_exhausted"`
+	RateLimited    uint64   `json:"rate_limited"`
+	TooManyLocks   uint64   `json:"too_many_locks"`
+}
+
+// accountStats lists the accounts that have limits.
+func (l *limiter) accountStats() map[string]accountStats {
+	out := map[string]accountStats{}
+	if l == nil {
+		return out
+	}
+	now := time.Now()
+	for _, st := range l.accounts.Load().states {
+		var a accountStats
+		if st.lim.QuotaCalls > 0 {
+			calls, window, remain := st.lim.QuotaCalls, st.lim.QuotaWindow.Seconds(), st.remain(now)
+			resets := time.UnixMilli(windowStart(now, st.lim.QuotaWindow)).Add(st.lim.QuotaWindow).Unix()
+			a.QuotaLimit, a.QuotaWindowS, a.QuotaRemaining, a.QuotaResetsAt = &calls, &window, &remain, &resets
+		}
+		if st.lim.Rate > 0 {
+			rate, burst, tokens := st.lim.Rate, st.lim.Burst, st.bucket(now)
+			a.Rate, a.Burst, a.RateTokens = &rate, &burst, &tokens
+		}
+		if st.lim.MaxLocks > 0 {
+			ml, held := st.lim.MaxLocks, st.locksHeld()
+			a.MaxLocks, a.LocksHeld = &ml, &held
+		}
+		a.QuotaExhausted = st.metrics.nQuotaExhausted.Load()
+		a.RateLimited = st.metrics.nRateLimited.Load()
+		a.TooManyLocks = st.metrics.nTooMany.Load()
+		out[st.name] = a
+	}
+	return out
+}
+
+// bucket is the rate limit's tokens now: calls that may come at once.
+// Negative while other daemons' calls are being paid back.
+func (st *accountState) bucket(now time.Time) float64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.refill(now)
+	return st.tokens
+}

@@ -1,0 +1,661 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// AccountLimits are what one account may use. Zero fields mean "no limit".
+type AccountLimits struct {
+	// QuotaCalls is the number of calls allowed per QuotaWindow. Windows
+	// start at multiples of QuotaWindow since the Unix epoch, by each
+	// daemon's wall clock. Both or neither are set.
+	QuotaCalls  int64
+	QuotaWindow time.Duration
+	// Rate is a token bucket's refill, in calls per second, and Burst its
+	// size. Burst ≥ 1 when Rate is set.
+	Rate  float64
+	Burst int
+	// MaxLocks caps the locks the account holds at once.
+	MaxLocks int
+}
+
+func (l AccountLimits) any() bool { return l.QuotaCalls > 0 || l.Rate > 0 || l.MaxLocks > 0 }
+
+// DefaultLimitsSyncInterval is Options.LimitsSyncInterval when left 0.
+const DefaultLimitsSyncInterval = 100 * time.Millisecond
+
+// Limits shared by several daemons
+//
+// Each daemon decides alone, from what it knows, whether a call is within
+// its account's limits: a refusal costs nothing on the masters, and an
+// admitted call costs no extra round trip. What it knows is synced with the
+// masters by a loop (limiter.run) every Options.LimitsSyncInterval, one
+// pipelined batch per master per round:
+//
+//   - Calls (quota and rate) are G-counters. Each daemon has a random id
+//     and owns one field per bucket (a quota window, or one second for the
+//     rate) in a hash on every master; it writes its own absolute count
+//     there, only ever raising it (scripts/count_sync.lua). A field on any
+//     master is therefore never above the truth. Reading, a daemon keeps
+//     for each other daemon the largest value any master has reported:
+//     never an overcount, whichever masters are down, late or restarted
+//     empty. Once a quorum of masters has acknowledged a daemon's write,
+//     every later read that reaches a quorum sees it (two quorums share a
+//     master), so with at most N−quorum masters down, a daemon's view of
+//     the others lags by at most one interval plus one round trip.
+//   - Held locks are a sorted set per account on every master, token →
+//     end, reconciled against the lock keys themselves
+//     (scripts/held_sync.lua): a lock counts on a master while its key
+//     there holds its token, and leaves the count when it is released or
+//     expires. The count is the largest over the masters that answered,
+//     taken only from rounds a quorum answered: that is the lock keys this
+//     account keeps on the most loaded master, which is what the cap
+//     protects. Between rounds, a daemon adds the locks it granted and
+//     subtracts those it released; its acquires in flight hold a slot.
+//
+// Overshoot. A daemon does not see what the others admitted since their
+// last round reached it, so together n daemons can admit, beyond a limit:
+//
+//   - quota: the calls the other n−1 admitted in the last interval plus a
+//     round trip (L); with a rate limit, at most (n−1) × (burst + rate × L);
+//   - rate: over any span T, at most burst + rate × T + (n−1) × (burst +
+//     rate × L), and in a steady stream (n−1) × rate × L: each bucket
+//     refills at the full rate and is debited what the others spent once
+//     it sees it, so the long-run rate is the configured one;
+//   - max_locks: the locks the other n−1 granted in the last L.
+//
+// With the default interval of 100 ms, two daemons and rate 200/s, burst
+// 400: at most 420 calls more than one bucket would allow. A daemon
+// restarted keeps nothing locally, but the counts are on the masters: its
+// first round runs before it serves (Server.Serve), and its last when it
+// stops.
+type limiter struct {
+	log      *zap.Logger
+	store    *LimitStore
+	prefix   string
+	id       string // this daemon's field in the shared counters
+	interval time.Duration
+	quorum   int
+	metrics  *Metrics
+	accounts atomic.Pointer[limitAccounts]
+
+	mu      sync.Mutex // serializes rounds and setKeys
+	backlog []map[*accountState][]heldOp
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// limitAccounts are the accounts with any limit, as of the last setKeys.
+type limitAccounts struct {
+	states []*accountState // in APIKeys order
+	byName map[string]*accountState
+}
+
+// heldOp is a lock whose presence in the held set must be reconciled.
+type heldOp struct{ key, token string }
+
+// maxBacklog bounds the held-set changes kept for a master that does not
+// answer, per account; older ones are dropped (their locks then leave that
+// master's count when they expire).
+const maxBacklog = 4096
+
+// maxOpsPerCall bounds the locks one held_sync call reconciles.
+const maxOpsPerCall = 512
+
+func newLimiter(log *zap.Logger, store *LimitStore, prefix string, interval time.Duration, m *Metrics) *limiter {
+	var idb [8]byte
+	_, _ = rand.Read(idb[:])
+	l := &limiter{
+		log: log, store: store, prefix: prefix, id: hex.EncodeToString(idb[:]),
+		interval: interval, metrics: m,
+		stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	l.accounts.Store(&limitAccounts{byName: map[string]*accountState{}})
+	if store != nil {
+		l.quorum = store.Masters()/2 + 1
+		l.backlog = make([]map[*accountState][]heldOp, store.Masters())
+		for i := range l.backlog {
+			l.backlog[i] = map[*accountState][]heldOp{}
+		}
+	}
+	return l
+}
+
+// setKeys makes keys' limits the ones in force. An account whose limits
+// did not change keeps what this daemon knows of it; one whose limits
+// changed starts afresh from the masters' counts at the next round.
+func (l *limiter) setKeys(keys []APIKey) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := l.accounts.Load()
+	next := &limitAccounts{byName: map[string]*accountState{}}
+	now := time.Now()
+	for _, k := range keys {
+		if !k.Limits.any() {
+			continue
+		}
+		st := old.byName[k.Account]
+		if st == nil || st.lim != k.Limits {
+			st = l.newState(k, now)
+		}
+		next.states = append(next.states, st)
+		next.byName[k.Account] = st
+	}
+	for _, b := range l.backlog {
+		for st := range b {
+			if next.byName[st.name] != st {
+				delete(b, st)
+			}
+		}
+	}
+	l.accounts.Store(next)
+}
+
+func (l *limiter) newState(k APIKey, now time.Time) *accountState {
+	st := &accountState{name: k.Account, lim: k.Limits, others: map[string]int64{}, seen: map[int64]map[string]int64{}}
+	st.tokens, st.refilled = float64(k.Limits.Burst), now
+	st.quotaKey = func(start int64) string { return quotaKey(l.prefix, k.Account, k.Limits.QuotaWindow, start) }
+	st.heldKey = heldKey(l.prefix, k.Account)
+	st.metrics = l.metrics.accountMetrics(k.Account)
+	return st
+}
+
+// state returns the account's limits state, nil when it has no limits.
+func (l *limiter) state(account string) *accountState {
+	return l.accounts.Load().byName[account]
+}
+
+// accountState is what one daemon knows of one account's use.
+type accountState struct {
+	name     string
+	lim      AccountLimits
+	quotaKey func(start int64) string
+	heldKey  string
+	metrics  *accountMetrics
+
+	mu sync.Mutex
+	// Quota: the current window and the calls in it.
+	window    int64            // start, Unix ms
+	own       int64            // this daemon's calls
+	others    map[string]int64 // other daemons' calls, the largest value read
+	othersSum int64
+	// Rate: the bucket, and the calls per second for the shared counter.
+	tokens    float64
+	refilled  time.Time
+	ownSec    [2]secCount                // this daemon's calls in the last two seconds
+	seen      map[int64]map[string]int64 // second → other daemon → calls read
+	baselined bool                       // the first read of the others was taken as a baseline
+	// Held locks.
+	held      int64 // from the last round a quorum answered
+	heldKnown bool
+	reserved  int64 // acquires in flight
+	acq, rel  int64 // granted / released since the round in flight started
+	sentAcq   int64 // granted / released that the round in flight reports
+	sentRel   int64
+	ops       []heldOp // not yet sent
+}
+
+type secCount struct{ sec, n int64 }
+
+// refusal says why a call was refused; the zero value admits it.
+type refusal struct {
+	code, msg  string
+	res        result
+	retryAfter time.Duration
+}
+
+// admit charges one call to st, or refuses it (quota, then rate) without
+// charging. remain is remain_quota after the call (-1 without a quota).
+func (st *accountState) admit(now time.Time) (remain int64, r refusal) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	remain = -1
+	if st.lim.QuotaCalls > 0 {
+		st.rollWindow(now)
+		used := st.own + st.othersSum
+		if used >= st.lim.QuotaCalls {
+			end := time.UnixMilli(st.window).Add(st.lim.QuotaWindow)
+			return 0, refusal{
+				code: codeQuotaExhausted, res: resQuotaExhausted,
+				msg:        "not enough calls, 0 left: the quota of " + itoa(st.lim.QuotaCalls) + " calls per " + fmtWindow(st.lim.QuotaWindow) + " is used up; it resets at " + end.UTC().Format(time.RFC3339),
+				retryAfter: end.Sub(now),
+			}
+		}
+		remain = st.lim.QuotaCalls - used - 1
+	}
+	if st.lim.Rate > 0 {
+		st.refill(now)
+		if st.tokens < 1 {
+			wait := time.Duration((1 - st.tokens) / st.lim.Rate * float64(time.Second))
+			if st.lim.QuotaCalls > 0 {
+				remain++ // not charged
+			}
+			return remain, refusal{
+				code: codeRateLimited, res: resRateLimited,
+				msg:        "rate limited: more than " + fmtRate(st.lim.Rate) + " calls per second (burst " + itoa(int64(st.lim.Burst)) + ") for this account; retry after Retry-After seconds",
+				retryAfter: wait,
+			}
+		}
+		st.tokens--
+		sec := now.Unix()
+		switch {
+		case st.ownSec[1].sec == sec:
+			st.ownSec[1].n++
+		default:
+			st.ownSec[0] = st.ownSec[1]
+			st.ownSec[1] = secCount{sec, 1}
+		}
+	}
+	if st.lim.QuotaCalls > 0 {
+		st.own++
+	}
+	return remain, refusal{}
+}
+
+// refund gives back a call admit charged, for a call refused before it
+// reached the masters (too many waiters or locks).
+func (st *accountState) refund(now time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.lim.QuotaCalls > 0 && st.window == windowStart(now, st.lim.QuotaWindow) && st.own > 0 {
+		st.own--
+	}
+	if st.lim.Rate > 0 {
+		st.tokens = min(st.tokens+1, float64(st.lim.Burst))
+		if st.ownSec[1].sec == now.Unix() && st.ownSec[1].n > 0 {
+			st.ownSec[1].n--
+		}
+	}
+}
+
+// remain is remain_quota without a call, for answers refused before admit
+// was reached, and for the metric.
+func (st *accountState) remain(now time.Time) int64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.lim.QuotaCalls <= 0 {
+		return -1
+	}
+	st.rollWindow(now)
+	return max(st.lim.QuotaCalls-st.own-st.othersSum, 0)
+}
+
+func windowStart(now time.Time, w time.Duration) int64 {
+	ms := now.UnixMilli()
+	wm := w.Milliseconds()
+	return ms - ms%wm
+}
+
+func (st *accountState) rollWindow(now time.Time) {
+	if w := windowStart(now, st.lim.QuotaWindow); w != st.window {
+		st.window, st.own, st.othersSum = w, 0, 0
+		clear(st.others)
+	}
+}
+
+func (st *accountState) refill(now time.Time) {
+	if d := now.Sub(st.refilled); d > 0 {
+		st.tokens = min(st.tokens+d.Seconds()*st.lim.Rate, float64(st.lim.Burst))
+		st.refilled = now
+	}
+}
+
+// reserveLock takes a held-lock slot for an acquire, or says why not.
+func (st *accountState) reserveLock() (refusal, bool) {
+	if st.lim.MaxLocks <= 0 {
+		return refusal{}, true
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if n := st.heldEstimate(); n >= int64(st.lim.MaxLocks) {
+		return refusal{
+			code: codeTooManyLocks, res: resTooManyLocks,
+			msg:        "too many locks: this account holds " + itoa(n) + " and its limit (max_locks) is " + itoa(int64(st.lim.MaxLocks)) + "; release some, or wait for them to expire",
+			retryAfter: time.Second,
+		}, false
+	}
+	st.reserved++
+	return refusal{}, true
+}
+
+// heldEstimate is the locks the account holds, as far as this daemon
+// knows, plus its acquires in flight. st.mu is held.
+func (st *accountState) heldEstimate() int64 {
+	return max(st.held+st.sentAcq+st.acq-st.sentRel-st.rel, 0) + st.reserved
+}
+
+// lockDone ends a reservation: granted with a lease, or not (token "").
+func (st *accountState) lockDone(key, token string) {
+	if st.lim.MaxLocks <= 0 {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.reserved--
+	if token != "" {
+		st.acq++
+		st.ops = append(st.ops, heldOp{key, token})
+	}
+}
+
+// lockChanged records a release (released true) or an extend of a lock.
+func (st *accountState) lockChanged(key, token string, released bool) {
+	if st.lim.MaxLocks <= 0 {
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if released {
+		st.rel++
+	}
+	st.ops = append(st.ops, heldOp{key, token})
+}
+
+// run syncs every interval until stop is closed.
+func (l *limiter) run() {
+	defer close(l.done)
+	t := time.NewTicker(l.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			l.round(context.Background())
+		}
+	}
+}
+
+// roundState is what one round sends for one account.
+type roundState struct {
+	st        *accountState
+	window    int64
+	quotaOp   int // index in counts, -1 when none
+	rateSecs  [2]int64
+	rateOps   [2]int // -1 when none
+	heldCalls []int  // per master: index in held[i], -1 when none
+	ops       []heldOp
+}
+
+// round runs one sync with the masters: writes this daemon's counts and
+// lock changes, reads everyone's. It reports whether a quorum answered.
+func (l *limiter) round(ctx context.Context) bool {
+	if l.store == nil {
+		return true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	states := l.accounts.Load().states
+	if len(states) == 0 {
+		return true
+	}
+	now := time.Now()
+	n := l.store.Masters()
+	var counts []countOp
+	held := make([][]heldCall, n)
+	rs := make([]roundState, len(states))
+	for ai, st := range states {
+		r := &rs[ai]
+		r.st, r.quotaOp, r.rateOps = st, -1, [2]int{-1, -1}
+		st.mu.Lock()
+		if st.lim.QuotaCalls > 0 {
+			st.rollWindow(now)
+			r.window = st.window
+			end := time.UnixMilli(st.window).Add(st.lim.QuotaWindow)
+			r.quotaOp = len(counts)
+			counts = append(counts, countOp{key: st.quotaKey(st.window), own: st.own, ttlMS: end.Sub(now).Milliseconds() + 60_000})
+		}
+		if st.lim.Rate > 0 {
+			sec := now.Unix()
+			for i, s := range [2]int64{sec - 1, sec} {
+				r.rateSecs[i] = s
+				own := int64(0)
+				for _, c := range st.ownSec {
+					if c.sec == s {
+						own = c.n
+					}
+				}
+				r.rateOps[i] = len(counts)
+				counts = append(counts, countOp{key: rateKey(l.prefix, st.name, s), own: own, ttlMS: 5000})
+			}
+		}
+		if st.lim.MaxLocks > 0 {
+			r.ops = st.ops
+			st.ops = nil
+			st.sentAcq, st.sentRel = st.acq, st.rel
+			st.acq, st.rel = 0, 0
+		}
+		st.mu.Unlock()
+		if st.lim.MaxLocks > 0 {
+			r.heldCalls = make([]int, n)
+			for i := range n {
+				ops := append(l.backlog[i][st], r.ops...)
+				if len(ops) > maxOpsPerCall {
+					// The rest waits in the backlog for the next round.
+					l.backlog[i][st] = ops[maxOpsPerCall:]
+					ops = ops[:maxOpsPerCall]
+				} else {
+					delete(l.backlog[i], st)
+				}
+				hc := heldCall{key: st.heldKey}
+				for _, op := range ops {
+					hc.lockKeys = append(hc.lockKeys, op.key)
+					hc.tokens = append(hc.tokens, op.token)
+				}
+				r.heldCalls[i] = len(held[i])
+				held[i] = append(held[i], hc)
+			}
+		}
+	}
+
+	rctx, cancel := context.WithTimeout(ctx, max(4*l.store.timeout, time.Second))
+	replies := l.store.sync(rctx, l.id, counts, held)
+	cancel()
+
+	answered := 0
+	for i, rep := range replies {
+		if rep.ok {
+			answered++
+			continue
+		}
+		// This master missed the held-set changes: keep them for it.
+		for ai := range rs {
+			r := &rs[ai]
+			if r.heldCalls == nil {
+				continue
+			}
+			hc := held[i][r.heldCalls[i]]
+			b := l.backlog[i][r.st]
+			for j := range hc.lockKeys {
+				b = append(b, heldOp{hc.lockKeys[j], hc.tokens[j]})
+			}
+			if len(b) > maxBacklog {
+				b = b[len(b)-maxBacklog:]
+			}
+			l.backlog[i][r.st] = b
+		}
+	}
+	quorum := answered >= l.quorum
+	l.metrics.limitsRound(quorum)
+	if !quorum {
+		var errs []error
+		for _, rep := range replies {
+			if rep.err != nil {
+				errs = append(errs, rep.err)
+			}
+		}
+		l.log.Debug("limits sync: no quorum of masters answered", zap.Int("answered", answered), zap.Errors("errors", errs))
+	}
+	for ai := range rs {
+		l.merge(&rs[ai], replies, quorum, now)
+	}
+	return quorum
+}
+
+// merge folds one round's answers into an account's state.
+func (l *limiter) merge(r *roundState, replies []masterReply, quorum bool, now time.Time) {
+	st := r.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if r.quotaOp >= 0 && st.window == r.window {
+		for _, rep := range replies {
+			if !rep.ok {
+				continue
+			}
+			for id, v := range rep.counts[r.quotaOp] {
+				if id != l.id && v > st.others[id] {
+					st.othersSum += v - st.others[id]
+					st.others[id] = v
+				}
+			}
+		}
+	}
+	if r.rateOps[0] >= 0 {
+		debit := int64(0)
+		for i, sec := range r.rateSecs {
+			seen := st.seen[sec]
+			if seen == nil {
+				seen = map[string]int64{}
+				st.seen[sec] = seen
+			}
+			for _, rep := range replies {
+				if !rep.ok {
+					continue
+				}
+				for id, v := range rep.counts[r.rateOps[i]] {
+					if id != l.id && v > seen[id] {
+						debit += v - seen[id]
+						seen[id] = v
+					}
+				}
+			}
+		}
+		for sec := range st.seen {
+			if sec < r.rateSecs[0] {
+				delete(st.seen, sec)
+			}
+		}
+		// The first reading is a baseline: a bucket starts full, as if
+		// nobody had called before.
+		if st.baselined {
+			st.refill(now)
+			// The debt is bounded, so that a burst through other daemons
+			// delays this one by at most two bursts' worth.
+			st.tokens = max(st.tokens-float64(debit), -float64(st.lim.Burst))
+		}
+		st.baselined = st.baselined || quorum
+	}
+	if st.lim.MaxLocks > 0 {
+		if quorum {
+			best := int64(0)
+			for i, rep := range replies {
+				if rep.ok {
+					best = max(best, rep.held[r.heldCalls[i]])
+				}
+			}
+			st.held, st.heldKnown = best, true
+		} else {
+			st.acq += st.sentAcq
+			st.rel += st.sentRel
+		}
+		st.sentAcq, st.sentRel = 0, 0
+	}
+}
+
+// start runs a first round, so that a daemon (re)started knows what the
+// others used before it serves, and starts the loop.
+func (l *limiter) start() {
+	if l.store == nil {
+		close(l.done)
+		return
+	}
+	if !l.round(context.Background()) {
+		l.log.Warn("limits: no quorum of masters answered the first sync; counting from what this daemon sees until one does")
+	}
+	go l.run()
+}
+
+// close stops the loop and writes this daemon's last counts.
+func (l *limiter) close() {
+	if l.store == nil {
+		return
+	}
+	close(l.stop)
+	<-l.done
+	l.round(context.Background())
+}
+
+func fmtWindow(d time.Duration) string {
+	switch {
+	case d%(24*time.Hour) == 0:
+		return itoa(int64(d/(24*time.Hour))) + "d"
+	case d%time.Hour == 0:
+		return itoa(int64(d/time.Hour)) + "h"
+	case d%time.Minute == 0:
+		return itoa(int64(d/time.Minute)) + "m"
+	}
+	return d.String()
+}
+
+func fmtRate(r float64) string {
+	if r == math.Trunc(r) {
+		return itoa(int64(r))
+	}
+	return strconv.FormatFloat(r, 'g', -1, 64)
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// admit charges the call to its account's quota and rate, or answers 429
+// and reports false. It runs once the request is known to be valid, before
+// the masters are asked.
+func (s *Server) admit(w http.ResponseWriter, c *call, now time.Time) bool {
+	remain, r := c.limits.admit(now)
+	c.remain = remain
+	if r.code == "" {
+		return true
+	}
+	s.refuse(w, c, r)
+	return false
+}
+
+// refund gives back what admit charged, for a call refused before it
+// reached the masters.
+func (s *Server) refund(c *call) {
+	if c.limits == nil {
+		return
+	}
+	c.limits.refund(time.Now())
+	if c.remain >= 0 {
+		c.remain++
+	}
+}
+
+// refuse answers 429 for a limit, with Retry-After in whole seconds
+// (rounded up, at least 1).
+func (s *Server) refuse(w http.ResponseWriter, c *call, r refusal) {
+	c.limits.metrics.refused(r.res)
+	secs := max(int64((r.retryAfter+time.Second-1)/time.Second), 1)
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	s.fail(w, c, http.StatusTooManyRequests, r.res, r.code, r.msg)
+}
+
+// quotaMsg is an answer's msg with the seed API's quota note when the
+// account's quota is low (under a tenth left): "enough calls, N left". A
+// msg the action already has (a held lock, a wrong token) is kept as it is.
+func quotaMsg(msg string, c *call) string {
+	if msg != "" || c.limits == nil || c.remain < 0 || c.remain*10 >= c.limits.lim.QuotaCalls {
+		return msg
+	}
+	return "enough calls, " + itoa(c.remain) + " left"
+}

@@ -1,0 +1,208 @@
+package daemon
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed scripts/count_sync.lua
+	countSyncLua string
+	//go:embed scripts/held_sync.lua
+	heldSyncLua string
+
+	countSyncScript = redis.NewScript(countSyncLua)
+	heldSyncScript  = redis.NewScript(heldSyncLua)
+)
+
+// LimitStore keeps the accounts' shared limit state on the masters: the
+// call counters of quotas and rate limits, and the sets of held locks. Every
+// daemon serving the same masters with the same key prefix shares it; see
+// limits.go for how counts are read and why they are bounded. Create it
+// with NewLimitStore and Close it after the Server has stopped.
+//
+// It has connections of its own to every master, so that its batches never
+// queue behind lock votes. It is used only by the Server's sync loop, once
+// per Options.LimitsSyncInterval, never on a request's path.
+type LimitStore struct {
+	clients []*redis.Client
+	timeout time.Duration
+}
+
+// NewLimitStore connects (lazily) to the masters, in the same order as the
+// Locker's. timeout bounds each master's part of a sync round; a master
+// that does not answer within it is skipped for that round. It must be
+// positive; redlockd uses twice the per-master timeout, at least 50ms.
+func NewLimitStore(masters []*redis.Options, timeout time.Duration) (*LimitStore, error) {
+	if len(masters) == 0 {
+		return nil, errors.New("daemon: NewLimitStore: no masters")
+	}
+	if timeout <= 0 {
+		return nil, fmt.Errorf("daemon: NewLimitStore: timeout %v must be positive", timeout)
+	}
+	s := &LimitStore{timeout: timeout}
+	for _, m := range masters {
+		o := *m
+		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeout, timeout, timeout
+		o.MaxRetries = -1
+		o.PoolSize = 2
+		o.ContextTimeoutEnabled = true
+		s.clients = append(s.clients, redis.NewClient(&o))
+	}
+	return s, nil
+}
+
+// Close closes the connections.
+func (s *LimitStore) Close() error {
+	var errs []error
+	for _, c := range s.clients {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Masters is the number of masters.
+func (s *LimitStore) Masters() int { return len(s.clients) }
+
+// countOp writes this daemon's count in one bucket and reads the bucket.
+type countOp struct {
+	key   string
+	own   int64
+	ttlMS int64
+}
+
+// heldCall syncs one account's held-lock set on one master.
+type heldCall struct {
+	key      string
+	lockKeys []string
+	tokens   []string
+}
+
+// masterReply is one master's answer to a sync round; ok is false when it
+// did not answer (down, slow, or an error), and the rest is then empty.
+type masterReply struct {
+	ok     bool
+	counts []map[string]int64 // per countOp: daemon id → count
+	held   []int64            // per heldCall: locks not ended
+	err    error
+}
+
+// sync runs one round on every master at once: counts (the same for every
+// master) and held[i] (master i's calls), pipelined in one round trip per
+// master. It returns when every master has answered or failed.
+func (s *LimitStore) sync(ctx context.Context, id string, counts []countOp, held [][]heldCall) []masterReply {
+	replies := make([]masterReply, len(s.clients))
+	var wg sync.WaitGroup
+	for i, c := range s.clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mctx, cancel := context.WithTimeout(ctx, s.timeout)
+			defer cancel()
+			replies[i] = syncMaster(mctx, c, id, counts, held[i])
+		}()
+	}
+	wg.Wait()
+	return replies
+}
+
+func syncMaster(ctx context.Context, c *redis.Client, id string, counts []countOp, held []heldCall) masterReply {
+	r, err := pipeSync(ctx, c, id, counts, held)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		// A master restarted or flushed its scripts: load them and retry
+		// once.
+		if err = loadScripts(ctx, c); err == nil {
+			r, err = pipeSync(ctx, c, id, counts, held)
+		}
+	}
+	if err != nil {
+		return masterReply{err: err}
+	}
+	return r
+}
+
+func loadScripts(ctx context.Context, c *redis.Client) error {
+	if err := countSyncScript.Load(ctx, c).Err(); err != nil {
+		return err
+	}
+	return heldSyncScript.Load(ctx, c).Err()
+}
+
+func pipeSync(ctx context.Context, c *redis.Client, id string, counts []countOp, held []heldCall) (masterReply, error) {
+	pipe := c.Pipeline()
+	countCmds := make([]*redis.Cmd, len(counts))
+	for i, op := range counts {
+		countCmds[i] = countSyncScript.EvalSha(ctx, pipe, []string{op.key}, id, op.own, op.ttlMS)
+	}
+	heldCmds := make([]*redis.Cmd, len(held))
+	for i, h := range held {
+		keys := make([]string, 0, 1+len(h.lockKeys))
+		keys = append(keys, h.key)
+		keys = append(keys, h.lockKeys...)
+		args := make([]any, len(h.tokens))
+		for j, t := range h.tokens {
+			args[j] = t
+		}
+		heldCmds[i] = heldSyncScript.EvalSha(ctx, pipe, keys, args...)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return masterReply{}, err
+	}
+	r := masterReply{ok: true, counts: make([]map[string]int64, len(counts)), held: make([]int64, len(held))}
+	for i, cmd := range countCmds {
+		vals, err := cmd.StringSlice()
+		if err != nil {
+			return masterReply{}, err
+		}
+		m := make(map[string]int64, len(vals)/2)
+		for j := 0; j+1 < len(vals); j += 2 {
+			n, err := strconv.ParseInt(vals[j+1], 10, 64)
+			if err != nil {
+				return masterReply{}, fmt.Errorf("count of %q in %s: %w", vals[j], counts[i].key, err)
+			}
+			m[vals[j]] = n
+		}
+		r.counts[i] = m
+	}
+	for i, cmd := range heldCmds {
+		n, err := cmd.Int64()
+		if err != nil {
+			return masterReply{}, err
+		}
+		r.held[i] = n
+	}
+	return r, nil
+}
+
+// Keys of the limit state, under the key prefix beside the lock keys
+// (keys.go); none starts with "lock:", so none can equal a lock key. The
+// account is length-prefixed as in lock keys, so accounts never share one.
+//
+//	<prefix>quota:<len>:<account>:<window ms>:<window start, Unix ms>   hash: daemon id → calls
+//	<prefix>rate:<len>:<account>:<Unix second>                          hash: daemon id → calls
+//	<prefix>held:<len>:<account>                                        sorted set: token → end (ms)
+func quotaKey(prefix, account string, window time.Duration, start int64) string {
+	return limitKey(prefix, "quota:", account) + ":" + strconv.FormatInt(window.Milliseconds(), 10) + ":" + strconv.FormatInt(start, 10)
+}
+
+func rateKey(prefix, account string, second int64) string {
+	return limitKey(prefix, "rate:", account) + ":" + strconv.FormatInt(second, 10)
+}
+
+func heldKey(prefix, account string) string { return limitKey(prefix, "held:", account) }
+
+func limitKey(prefix, space, account string) string {
+	var b strings.Builder
+	b.WriteString(prefix)
+	b.WriteString(space)
+	writePart(&b, account)
+	return b.String()
+}

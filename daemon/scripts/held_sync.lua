@@ -1,0 +1,35 @@
+-- Bring this master's record of one account's held locks up to date with
+-- the lock keys on this master, and count the locks. The record is a sorted
+-- set: member = the lock's token, score = when the lock ends on this master
+-- (its TIME in milliseconds + the key's PTTL), so locks that expire leave
+-- the count by themselves.
+-- KEYS[1] the account's set (<prefix>held:…)
+-- KEYS[2..n] lock keys of locks acquired, extended or released since the
+--            last sync; ARGV[i-1] is the token of KEYS[i]
+-- Each lock is (re)added with its key's end when its key holds its token
+-- here, and removed otherwise (released, expired, taken over, or never
+-- written on this master). Order does not matter: a release synced before
+-- its acquire leaves nothing behind. Nothing but KEYS[1] is written.
+-- Returns the number of locks in the set that have not ended.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i = 2, #KEYS do
+  local token = ARGV[i - 1]
+  local pttl = -2
+  if redis.call('GET', KEYS[i]) == token then
+    pttl = redis.call('PTTL', KEYS[i])
+  end
+  if pttl > 0 then
+    redis.call('ZADD', KEYS[1], now + pttl, token)
+  else
+    redis.call('ZREM', KEYS[1], token)
+  end
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local n = redis.call('ZCARD', KEYS[1])
+if n > 0 then
+  -- The set goes away with its last lock.
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIRE', KEYS[1], math.max(tonumber(last[2]) - now, 1) + 1000)
+end
+return n
