@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -260,5 +261,80 @@ func TestContract(t *testing.T) {
 			return x.status == 503
 		}, 20*time.Second, 20*time.Millisecond)
 		c.checkAnswer(t, x, true)
+	})
+}
+
+// TestContractLimits drives the account limits of a real daemon, set by
+// environment variables, to each 429 and validates every answer, with its
+// remain_quota and Retry-After, against the contract.
+func TestContractLimits(t *testing.T) {
+	c := loadContract(t)
+	key := testdaemon.APIKey
+	remain := func(t *testing.T, x *exchange) int {
+		t.Helper()
+		var env struct {
+			RemainQuota int    `json:"remain_quota"`
+			Code        string `json:"code"`
+		}
+		require.NoError(t, json.Unmarshal(x.answer, &env), "%s", x.answer)
+		return env.RemainQuota
+	}
+	code := func(t *testing.T, x *exchange) string {
+		t.Helper()
+		var env struct {
+			Code string `json:"code"`
+		}
+		require.NoError(t, json.Unmarshal(x.answer, &env), "%s", x.answer)
+		return env.Code
+	}
+
+	t.Run("quota and max_locks", func(t *testing.T) {
+		d := startDaemon(t, "REDLOCKD_ACCOUNT_DEFAULTS_QUOTA=4/744h", "REDLOCKD_ACCOUNT_DEFAULTS_MAX_LOCKS=1")
+		url := d.URL + "/v1/lock"
+		x := send(t, "POST", url, key, jsonCT, `{"key":"limits:1","ttl":30}`)
+		require.Equal(t, 200, x.status, "%s", x.answer)
+		c.checkAnswer(t, x, true)
+		assert.Equal(t, 3, remain(t, x))
+
+		x = send(t, "POST", url, key, jsonCT, `{"key":"limits:2","ttl":30}`)
+		require.Equal(t, 429, x.status, "%s", x.answer)
+		c.checkAnswer(t, x, true)
+		assert.Equal(t, "too_many_locks", code(t, x))
+		assert.Equal(t, 3, remain(t, x), "a refused call is not counted")
+		assert.Equal(t, "1", x.header.Get("Retry-After"))
+
+		for want := 2; want >= 0; want-- {
+			x = send(t, "POST", url, key, jsonCT, `{"action":"status","key":"limits:1"}`)
+			require.Equal(t, 200, x.status, "%s", x.answer)
+			c.checkAnswer(t, x, true)
+			assert.Equal(t, want, remain(t, x))
+		}
+		assert.Contains(t, string(x.answer), `"msg":"enough calls, 0 left"`)
+
+		x = send(t, "POST", url, key, jsonCT, `{"action":"status","key":"limits:1"}`)
+		require.Equal(t, 429, x.status, "%s", x.answer)
+		c.checkAnswer(t, x, true)
+		assert.Equal(t, "quota_exhausted", code(t, x))
+		assert.Equal(t, 0, remain(t, x))
+		assert.Contains(t, string(x.answer), `"msg":"not enough calls, 0 left: the quota of 4 calls per 31d is used up`)
+		ra, err := strconv.Atoi(x.header.Get("Retry-After"))
+		require.NoError(t, err)
+		assert.True(t, ra >= 1 && ra <= 744*3600, "Retry-After %d: until the window resets", ra)
+	})
+
+	t.Run("rate", func(t *testing.T) {
+		d := startDaemon(t, "REDLOCKD_ACCOUNT_DEFAULTS_RATE=0.1", "REDLOCKD_ACCOUNT_DEFAULTS_BURST=1")
+		url := d.URL + "/v1/lock"
+		x := send(t, "POST", url, key, jsonCT, `{"action":"status","key":"limits:r"}`)
+		require.Equal(t, 200, x.status, "%s", x.answer)
+		c.checkAnswer(t, x, true)
+		assert.Equal(t, -1, remain(t, x), "no quota")
+		x = send(t, "POST", url, key, jsonCT, `{"action":"status","key":"limits:r"}`)
+		require.Equal(t, 429, x.status, "%s", x.answer)
+		c.checkAnswer(t, x, true)
+		assert.Equal(t, "rate_limited", code(t, x))
+		ra, err := strconv.Atoi(x.header.Get("Retry-After"))
+		require.NoError(t, err)
+		assert.True(t, ra >= 9 && ra <= 10, "Retry-After %d: a token every 10 s", ra)
 	})
 }

@@ -49,14 +49,16 @@ func masterAddrs() []string {
 }
 
 // startDaemon runs the real `redlockd serve` over the five masters with a
-// key prefix of its own, stopped at cleanup.
-func startDaemon(t *testing.T) *testdaemon.Daemon {
+// key prefix of its own and env (REDLOCKD_* settings) added to its
+// environment, stopped at cleanup.
+func startDaemon(t *testing.T, env ...string) *testdaemon.Daemon {
 	t.Helper()
 	d, err := testdaemon.Start(testdaemon.Options{
 		Binary:    binary,
 		Masters:   masterAddrs(),
 		KeyPrefix: fmt.Sprintf("apitest%d:", prefixSeq.Add(1)),
 		LogPath:   t.TempDir() + "/daemon.log",
+		Env:       env,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() {
