@@ -66,8 +66,12 @@
 // 415 unsupported_media_type, 503 quorum_unavailable (header Retry-After)
 // and 500 internal, which is always a bug and is logged with the cause.
 //
-// remain_quota: see RemainQuota. There are no quotas yet; it is always -1,
-// meaning "not limited, not counted".
+// remain_quota: the calls the account has left in its quota window after
+// this call, or -1 (RemainQuota) when it has no quota. An account's quota,
+// rate limit and cap on held locks (AccountLimits) are shared by every
+// daemon on the same masters; see limits.go. Calls past them are refused
+// with 429 quota_exhausted, rate_limited or too_many_locks (header
+// Retry-After) before any master is asked.
 //
 // data carries: action; key (the caller's key, not the Redis key);
 // acquired / released / extended / held; token (a successful acquire only);

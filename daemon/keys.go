@@ -9,9 +9,11 @@ import (
 // lockSpace is the part of every lock's Redis key that follows the
 // configured prefix. The other keys under the same prefix, the fencing
 // counter "<prefix>fence", the fence stored with each lock
-// "<prefix>fence:<lock key>" (redlock/fence.go) and the marker
-// "<prefix>marker" (cmd/redlockd serve), do not start with "lock:", so a
-// lock key can never equal one of them; new bookkeeping keys must not start
+// "<prefix>fence:<lock key>" (redlock/fence.go), the marker
+// "<prefix>marker" (cmd/redlockd serve) and the accounts' limits
+// "<prefix>quota:…", "<prefix>rate:…" and "<prefix>held:…"
+// (limitstore.go), do not start with "lock:", so a lock key can never
+// equal one of them; new bookkeeping keys must not start
 // with "lock:" either.
 const lockSpace = "lock:"
 

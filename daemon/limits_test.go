@@ -59,8 +59,11 @@ func startLimitDaemon(t *testing.T, servers []*redisproc.Server, lim AccountLimi
 	for i, s := range servers {
 		masters[i] = &redis.Options{Addr: s.Addr()}
 	}
+	// What is tested is the limits, not the timeouts: a per-master
+	// timeout as long as the other real-daemon tests use keeps a loaded
+	// machine from turning answers into 503s.
 	locker, err := redlock.New(masters, redlock.WithMarkerKey(testPrefix+"marker"), redlock.WithFenceKey(testPrefix+"fence"),
-		redlock.WithHealthInterval(100*time.Millisecond))
+		redlock.WithHealthInterval(100*time.Millisecond), redlock.WithPerMasterTimeout(500*time.Millisecond))
 	require.NoError(t, err)
 	store, err := NewLimitStore(masters, 100*time.Millisecond)
 	require.NoError(t, err)
