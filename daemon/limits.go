@@ -162,7 +162,7 @@ func (l *limiter) setKeys(keys []APIKey) {
 }
 
 func (l *limiter) newState(k APIKey, now time.Time) *accountState {
-	st := &accountState{name: k.Account, lim: k.Limits, others: map[string]int64{}, seen: map[int64]map[string]int64{}}
+	st := &accountState{name: k.Account, lim: k.Limits, others: map[string]int64{}, seen: map[int64]map[string]int64{}, ownSec: map[int64]int64{}}
 	st.tokens, st.refilled = float64(k.Limits.Burst), now
 	st.quotaKey = func(start int64) string { return quotaKey(l.prefix, k.Account, k.Limits.QuotaWindow, start) }
 	st.heldKey = heldKey(l.prefix, k.Account)
@@ -192,7 +192,8 @@ type accountState struct {
 	// Rate: the bucket, and the calls per second for the shared counter.
 	tokens    float64
 	refilled  time.Time
-	ownSec    [2]secCount                // this daemon's calls in the last two seconds
+	ownSec    map[int64]int64            // second → this daemon's calls, the last rateSpan seconds
+	rateRead  int64                      // the last second a round read
 	seen      map[int64]map[string]int64 // second → other daemon → calls read
 	baselined bool                       // the first read of the others was taken as a baseline
 	// Held locks.
@@ -205,7 +206,10 @@ type accountState struct {
 	ops       []heldOp // not yet sent
 }
 
-type secCount struct{ sec, n int64 }
+// rateSpan is how many seconds of the shared rate counter a round reads
+// at most (and how long its buckets live): every second since the last
+// round, so that a round delayed by a slow master misses nobody's calls.
+const rateSpan = 5
 
 // refusal says why a call was refused; the zero value admits it.
 type refusal struct {
@@ -247,14 +251,7 @@ func (st *accountState) admit(now time.Time) (remain int64, r refusal) {
 			}
 		}
 		st.tokens--
-		sec := now.Unix()
-		switch {
-		case st.ownSec[1].sec == sec:
-			st.ownSec[1].n++
-		default:
-			st.ownSec[0] = st.ownSec[1]
-			st.ownSec[1] = secCount{sec, 1}
-		}
+		st.ownSec[now.Unix()]++
 	}
 	if st.lim.QuotaCalls > 0 {
 		st.own++
@@ -272,8 +269,8 @@ func (st *accountState) refund(now time.Time) {
 	}
 	if st.lim.Rate > 0 {
 		st.tokens = min(st.tokens+1, float64(st.lim.Burst))
-		if st.ownSec[1].sec == now.Unix() && st.ownSec[1].n > 0 {
-			st.ownSec[1].n--
+		if st.ownSec[now.Unix()] > 0 {
+			st.ownSec[now.Unix()]--
 		}
 	}
 }
@@ -381,8 +378,8 @@ type roundState struct {
 	st        *accountState
 	window    int64
 	quotaOp   int // index in counts, -1 when none
-	rateSecs  [2]int64
-	rateOps   [2]int // -1 when none
+	rateSecs  []int64
+	rateOps   []int
 	heldCalls []int  // per master: index in held[i], -1 when none
 	ops       []heldOp
 }
@@ -406,7 +403,7 @@ func (l *limiter) round(ctx context.Context) bool {
 	rs := make([]roundState, len(states))
 	for ai, st := range states {
 		r := &rs[ai]
-		r.st, r.quotaOp, r.rateOps = st, -1, [2]int{-1, -1}
+		r.st, r.quotaOp = st, -1
 		st.mu.Lock()
 		if st.lim.QuotaCalls > 0 {
 			st.rollWindow(now)
@@ -417,16 +414,15 @@ func (l *limiter) round(ctx context.Context) bool {
 		}
 		if st.lim.Rate > 0 {
 			sec := now.Unix()
-			for i, s := range [2]int64{sec - 1, sec} {
-				r.rateSecs[i] = s
-				own := int64(0)
-				for _, c := range st.ownSec {
-					if c.sec == s {
-						own = c.n
-					}
+			for s := range st.ownSec {
+				if s <= sec-rateSpan {
+					delete(st.ownSec, s)
 				}
-				r.rateOps[i] = len(counts)
-				counts = append(counts, countOp{key: rateKey(l.prefix, st.name, s), own: own, ttlMS: 5000})
+			}
+			for s := max(st.rateRead-1, sec-rateSpan+1); s <= sec; s++ {
+				r.rateSecs = append(r.rateSecs, s)
+				r.rateOps = append(r.rateOps, len(counts))
+				counts = append(counts, countOp{key: rateKey(l.prefix, st.name, s), own: st.ownSec[s], ttlMS: rateSpan * 1000})
 			}
 		}
 		if st.lim.MaxLocks > 0 {
@@ -520,7 +516,7 @@ func (l *limiter) merge(r *roundState, replies []masterReply, quorum bool, now t
 			}
 		}
 	}
-	if r.rateOps[0] >= 0 {
+	if len(r.rateOps) > 0 {
 		debit := int64(0)
 		for i, sec := range r.rateSecs {
 			seen := st.seen[sec]
@@ -541,9 +537,12 @@ func (l *limiter) merge(r *roundState, replies []masterReply, quorum bool, now t
 			}
 		}
 		for sec := range st.seen {
-			if sec < r.rateSecs[0] {
+			if sec <= r.rateSecs[len(r.rateSecs)-1]-rateSpan {
 				delete(st.seen, sec)
 			}
+		}
+		if quorum {
+			st.rateRead = r.rateSecs[len(r.rateSecs)-1]
 		}
 		// The first reading is a baseline: a bucket starts full, as if
 		// nobody had called before.

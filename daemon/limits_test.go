@@ -502,3 +502,36 @@ func TestNewValidatesLimits(t *testing.T) {
 		assert.Contains(t, err.Error(), tc.want)
 	}
 }
+
+// A reload (SetAPIKeys) applies new limits at once: a quota given to an
+// account that had none, and the default cap of an account added.
+func TestSetAPIKeysChangesLimits(t *testing.T) {
+	servers := limitMasters(t)
+	awayFromWindowEnd(t, time.Hour)
+	d := startLimitDaemon(t, servers, AccountLimits{}, limitsInterval)
+	okRemain(t, d.lock(t, statusBody("before")), -1)
+
+	const initechKey = "initech-key-0123456789abcdef"
+	_, err := d.srv.SetAPIKeys([]APIKey{
+		{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme)), Limits: AccountLimits{QuotaCalls: 2, QuotaWindow: time.Hour}},
+		{Account: "initech", Hash: sha256.Sum256([]byte(initechKey)), Limits: AccountLimits{MaxLocks: 1}},
+	})
+	require.NoError(t, err)
+	okRemain(t, d.lock(t, statusBody("after")), 1)
+	okRemain(t, d.lock(t, statusBody("after")), 0)
+	r := d.lock(t, statusBody("after"))
+	require.Equal(t, http.StatusTooManyRequests, r.Status, r.Raw)
+	assert.Equal(t, "quota_exhausted", r.code())
+
+	okRemain(t, d.lockAs(t, initechKey, `{"key":"i1","ttl":30}`), -1)
+	r = d.lockAs(t, initechKey, `{"key":"i2","ttl":30}`)
+	require.Equal(t, http.StatusTooManyRequests, r.Status, r.Raw)
+	assert.Equal(t, "too_many_locks", r.code())
+
+	// Limits that cannot work are refused, and the old keys stay.
+	_, err = d.srv.SetAPIKeys([]APIKey{{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme)), Limits: AccountLimits{Rate: 1}}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "Limits.Burst: 0, need at least 1 with a rate")
+	r = d.lock(t, statusBody("after"))
+	assert.Equal(t, "quota_exhausted", r.code(), "the refused reload changed nothing")
+}
