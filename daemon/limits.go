@@ -231,7 +231,7 @@ func (st *accountState) admit(now time.Time) (remain int64, r refusal) {
 			end := time.UnixMilli(st.window).Add(st.lim.QuotaWindow)
 			return 0, refusal{
 				code: codeQuotaExhausted, res: resQuotaExhausted,
-				msg:        "not enough calls, 0 left: the quota of " + itoa(st.lim.QuotaCalls) + " calls per " + fmtWindow(st.lim.QuotaWindow) + " is used up; it resets at " + end.UTC().Format(time.RFC3339),
+				msg:        "not enough calls, 0 left: the quota of " + fmtInt(st.lim.QuotaCalls) + " calls per " + fmtWindow(st.lim.QuotaWindow) + " is used up; it resets at " + end.UTC().Format(time.RFC3339),
 				retryAfter: end.Sub(now),
 			}
 		}
@@ -246,7 +246,7 @@ func (st *accountState) admit(now time.Time) (remain int64, r refusal) {
 			}
 			return remain, refusal{
 				code: codeRateLimited, res: resRateLimited,
-				msg:        "rate limited: more than " + fmtRate(st.lim.Rate) + " calls per second (burst " + itoa(int64(st.lim.Burst)) + ") for this account; retry after Retry-After seconds",
+				msg:        "rate limited: more than " + fmtRate(st.lim.Rate) + " calls per second (burst " + fmtInt(int64(st.lim.Burst)) + ") for this account; retry after Retry-After seconds",
 				retryAfter: wait,
 			}
 		}
@@ -317,7 +317,7 @@ func (st *accountState) reserveLock() (refusal, bool) {
 	if n := st.heldEstimate(); n >= int64(st.lim.MaxLocks) {
 		return refusal{
 			code: codeTooManyLocks, res: resTooManyLocks,
-			msg:        "too many locks: this account holds " + itoa(n) + " and its limit (max_locks) is " + itoa(int64(st.lim.MaxLocks)) + "; release some, or wait for them to expire",
+			msg:        "too many locks: this account holds " + fmtInt(n) + " and its limit (max_locks) is " + fmtInt(int64(st.lim.MaxLocks)) + "; release some, or wait for them to expire",
 			retryAfter: time.Second,
 		}, false
 	}
@@ -380,7 +380,7 @@ type roundState struct {
 	quotaOp   int // index in counts, -1 when none
 	rateSecs  []int64
 	rateOps   []int
-	heldCalls []int  // per master: index in held[i], -1 when none
+	heldCalls []int // per master: index in held[i], -1 when none
 	ops       []heldOp
 }
 
@@ -597,23 +597,23 @@ func (l *limiter) close() {
 func fmtWindow(d time.Duration) string {
 	switch {
 	case d%(24*time.Hour) == 0:
-		return itoa(int64(d/(24*time.Hour))) + "d"
+		return fmtInt(int64(d/(24*time.Hour))) + "d"
 	case d%time.Hour == 0:
-		return itoa(int64(d/time.Hour)) + "h"
+		return fmtInt(int64(d/time.Hour)) + "h"
 	case d%time.Minute == 0:
-		return itoa(int64(d/time.Minute)) + "m"
+		return fmtInt(int64(d/time.Minute)) + "m"
 	}
 	return d.String()
 }
 
 func fmtRate(r float64) string {
 	if r == math.Trunc(r) {
-		return itoa(int64(r))
+		return fmtInt(int64(r))
 	}
 	return strconv.FormatFloat(r, 'g', -1, 64)
 }
 
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+func fmtInt(n int64) string { return strconv.FormatInt(n, 10) }
 
 // admit charges the call to its account's quota and rate, or answers 429
 // and reports false. It runs once the request is known to be valid, before
@@ -656,5 +656,5 @@ func quotaMsg(msg string, c *call) string {
 	if msg != "" || c.limits == nil || c.remain < 0 || c.remain*10 >= c.limits.lim.QuotaCalls {
 		return msg
 	}
-	return "enough calls, " + itoa(c.remain) + " left"
+	return "enough calls, " + fmtInt(c.remain) + " left"
 }
