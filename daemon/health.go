@@ -12,11 +12,12 @@ import (
 // readyBody is GET /readyz:
 //
 //	{"ready":true,"status":"ready",
-//	 "quorum":{"needed":3,"counting":4,"up":5,"masters":5,"available":true},
+//	 "quorum":{"needed":3,"counting":4,"writable":4,"up":5,"masters":5,"available":true},
 //	 "masters":[{"index":0,"addr":"127.0.0.1:6379","state":"up","drifting":false,
 //	             "counts":true,"quarantine_reason":"","quarantine_left_s":0,
 //	             "clock_offset_ms":0.412,"drift_ratio":0.000013,"warnings":[],
 //	             "run_id":"5b6c4f1e","uptime_s":3600,"durable":false,
+//	             "refusing_writes":false,"write_refusal":"",
 //	             "latency_ms":0.213,"last_error":"","checked_at_ms":1735689600123}, …]}
 //
 // status is "ready", "no_quorum" or "shutting_down"; ready is true only for
@@ -24,8 +25,9 @@ import (
 //
 // quorum: needed is N/2+1 of ALL configured masters; counting is how many
 // masters' votes count right now (up, not quarantined, not awaiting a
-// fencing repair); up is how many answer at all; available is counting >=
-// needed, and /readyz is 503 when it is false.
+// fencing repair); writable is how many of those accept writes (not
+// refusing them for OOM); up is how many answer at all; available is
+// writable >= needed, and /readyz is 503 when it is false.
 //
 // Per master:
 //   - state is "up", "down", "quarantined" (it receives writes but its votes
@@ -33,7 +35,9 @@ import (
 //     quarantine_reason: a restart without its data, a clock jump, drift) or
 //     "repairing" (it lost its data; its votes count again once its fencing
 //     counter is repaired from a quorum, or by `redlockd repair-fences` when
-//     a majority lost its data) or "waiting" (no master that answers has a
+//     a majority lost its data) or "oom" (it answers and its votes count,
+//     but it refuses writes: used memory above maxmemory under
+//     noeviction; refusing_writes and write_refusal say so) or "waiting" (no master that answers has a
 //     marker yet and some have not answered: a brand-new deployment, or one
 //     whose silent masters kept the only markers). A down master may be quarantined
 //     too: quarantine_reason and quarantine_left_s say so whatever the state.
@@ -64,6 +68,7 @@ type readyBody struct {
 type readyQuorum struct {
 	Needed    int  `json:"needed"`
 	Counting  int  `json:"counting"`
+	Writable  int  `json:"writable"`
 	Up        int  `json:"up"`
 	Masters   int  `json:"masters"`
 	Available bool `json:"available"`
@@ -83,6 +88,8 @@ type readyMaster struct {
 	RunID            string   `json:"run_id"`
 	UptimeS          int64    `json:"uptime_s"`
 	Durable          bool     `json:"durable"`
+	RefusingWrites   bool     `json:"refusing_writes"`
+	WriteRefusal     string   `json:"write_refusal"`
 	LatencyMS        float64  `json:"latency_ms"`
 	LastError        string   `json:"last_error"`
 	CheckedAtMS      int64    `json:"checked_at_ms,omitempty"`
@@ -99,6 +106,10 @@ func masterState(st *redlock.MasterStatus) redlock.MasterState {
 	}
 	return redlock.MasterDown
 }
+
+// writable reports whether a master can vote for an acquire now: its
+// votes count and it accepts writes (not OOM).
+func writable(st *redlock.MasterStatus) bool { return st.Counting && !st.RefusingWrites }
 
 // quarantineSeconds is d in whole seconds, rounded up, so that a
 // quarantine still in force never shows as 0.
@@ -122,19 +133,21 @@ func finite(f float64) float64 {
 
 func readyMasterOf(st *redlock.MasterStatus) readyMaster {
 	rm := readyMaster{
-		Index:         st.Index,
-		Addr:          st.Addr,
-		State:         string(masterState(st)),
-		Drifting:      st.Drifting,
-		Counts:        st.Counting,
-		ClockOffsetMS: millis(st.ClockOffset),
-		DriftRatio:    finite(math.Round(st.DriftRatio*1e9) / 1e9),
-		Warnings:      append([]string{}, st.Warnings...),
-		RunID:         st.RunID[:min(8, len(st.RunID))],
-		UptimeS:       int64(st.Uptime / time.Second),
-		Durable:       st.Durable,
-		LatencyMS:     millis(st.Latency),
-		LastError:     st.LastError,
+		Index:          st.Index,
+		Addr:           st.Addr,
+		State:          string(masterState(st)),
+		Drifting:       st.Drifting,
+		Counts:         st.Counting,
+		ClockOffsetMS:  millis(st.ClockOffset),
+		DriftRatio:     finite(math.Round(st.DriftRatio*1e9) / 1e9),
+		Warnings:       append([]string{}, st.Warnings...),
+		RunID:          st.RunID[:min(8, len(st.RunID))],
+		UptimeS:        int64(st.Uptime / time.Second),
+		Durable:        st.Durable,
+		RefusingWrites: st.RefusingWrites,
+		WriteRefusal:   st.WriteRefusal,
+		LatencyMS:      millis(st.Latency),
+		LastError:      st.LastError,
 	}
 	// The reason stays while the master is repairing, after its
 	// quarantine time ran out: it says what the operator must do.
@@ -174,8 +187,11 @@ func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 		if st.Counting {
 			body.Quorum.Counting++
 		}
+		if writable(st) {
+			body.Quorum.Writable++
+		}
 	}
-	body.Quorum.Available = body.Quorum.Counting >= body.Quorum.Needed
+	body.Quorum.Available = body.Quorum.Writable >= body.Quorum.Needed
 	status := http.StatusOK
 	switch {
 	case s.shuttingDown.Load():

@@ -35,7 +35,7 @@ func TestReadyz(t *testing.T) {
 	assert.Equal(t, http.StatusOK, status)
 	assert.True(t, b.Ready)
 	assert.Equal(t, "ready", b.Status)
-	assert.Equal(t, readyQuorum{Needed: 3, Counting: 5, Up: 5, Masters: 5, Available: true}, b.Quorum)
+	assert.Equal(t, readyQuorum{Needed: 3, Counting: 5, Writable: 5, Up: 5, Masters: 5, Available: true}, b.Quorum)
 	require.Len(t, b.Masters, 5)
 	assert.Equal(t, "127.0.0.1:1379", b.Masters[0].Addr)
 	assert.Equal(t, "up", b.Masters[0].State)
@@ -94,7 +94,7 @@ func TestReadyzQuarantine(t *testing.T) {
 
 	status, b, raw := ready()
 	assert.Equal(t, http.StatusOK, status, "three of five still count")
-	assert.Equal(t, readyQuorum{Needed: 3, Counting: 3, Up: 5, Masters: 5, Available: true}, b.Quorum)
+	assert.Equal(t, readyQuorum{Needed: 3, Counting: 3, Writable: 3, Up: 5, Masters: 5, Available: true}, b.Quorum)
 	q := b.Masters[2]
 	assert.Equal(t, "quarantined", q.State)
 	assert.False(t, q.Counts)
@@ -129,7 +129,7 @@ func TestReadyzQuarantine(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, status, "4 up but only 2 counting of 3 needed")
 	assert.False(t, b.Ready)
 	assert.Equal(t, "no_quorum", b.Status)
-	assert.Equal(t, readyQuorum{Needed: 3, Counting: 2, Up: 4, Masters: 5, Available: false}, b.Quorum)
+	assert.Equal(t, readyQuorum{Needed: 3, Counting: 2, Writable: 2, Up: 4, Masters: 5, Available: false}, b.Quorum)
 	assert.Equal(t, reason, b.Masters[2].QuarantineReason, "the reason is shown when not ready")
 	assert.Len(t, b.Masters[2].Warnings, 1)
 

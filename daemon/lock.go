@@ -372,9 +372,11 @@ func quorumMessage(err error) string {
 		return fmt.Sprintf("cannot tell whether the lock is held: %d master(s) hold it, %d answered it is free, %d could not answer or do not count (%d of %d needed either way); retry later",
 			oe.Votes, oe.Refused, len(oe.Failures), oe.Quorum, oe.Masters)
 	}
-	var down, excluded, slow, other int
+	var down, excluded, slow, oom, other int
 	for _, f := range oe.Failures {
 		switch {
+		case errors.Is(f, redlock.ErrMasterOOM):
+			oom++
 		case errors.Is(f, redlock.ErrMasterQuarantined):
 			excluded++
 		case errors.Is(f, redlock.ErrMasterTimeout), errors.Is(f, redlock.ErrMasterBusy):
@@ -399,7 +401,7 @@ func quorumMessage(err error) string {
 	for _, p := range []struct {
 		n    int
 		what string
-	}{{down, " down"}, {excluded, " not counted (quarantined, repairing or waiting; see /readyz)"}, {slow, " timed out"}, {other, " other"}} {
+	}{{down, " down"}, {oom, " refusing writes (OOM: used memory above maxmemory; see /readyz)"}, {excluded, " not counted (quarantined, repairing or waiting; see /readyz)"}, {slow, " timed out"}, {other, " other"}} {
 		if p.n > 0 {
 			b = append(b, sep...)
 			b = strconv.AppendInt(b, int64(p.n), 10)

@@ -113,7 +113,7 @@ func plausible(a action, r result) bool {
 //     accepts connections.
 //   - redlock_master_state{master,state} gauge, 1 for the state the
 //     master is in now and 0 for the others: up, down, quarantined,
-//     repairing, waiting (as in GET /readyz). A master that stays
+//     repairing, waiting, oom (as in GET /readyz). A master that stays
 //     repairing needs a fencing repair (see redlockd repair-fences).
 //   - redlock_master_counts{master} gauge, 1 when its votes count towards
 //     the quorum now (up, not quarantined, not awaiting a fencing repair).
@@ -131,8 +131,13 @@ func plausible(a action, r result) bool {
 //   - redlock_master_warnings{master} gauge, the number of configuration
 //     warnings (evicting maxmemory-policy, replica, cluster mode, same
 //     server as another address); GET /readyz has their text.
+//   - redlock_master_refusing_writes{master} gauge, 1 while the master
+//     refuses writes (OOM: used memory above maxmemory under noeviction);
+//     GET /readyz has the reason.
+//   - redlock_master_write_refusals_total{master} counter, votes the
+//     master refused with an OOM error.
 //   - redlock_quorum_available gauge, 1 when at least a quorum of masters
-//     counts (GET /readyz is 503 otherwise).
+//     counts and accepts writes (GET /readyz is 503 otherwise).
 //   - redlock_quorum_counting gauge, how many masters' votes count.
 //   - redlock_quorum_needed gauge, the quorum (N/2+1 of all masters).
 //   - redlock_fence_repairs_total counter, fencing counters of masters that
@@ -191,11 +196,13 @@ type Metrics struct {
 // instead of missing.
 var masterStates = []redlock.MasterState{
 	redlock.MasterUp, redlock.MasterDown, redlock.MasterQuarantined, redlock.MasterRepairing, redlock.MasterWaiting,
+	redlock.MasterOOM,
 }
 
 // lockerDescs describe the scrape-time metrics read from the Locker.
 type lockerDescs struct {
 	up, counts, quarantined, quarantineLeft, drifting *prometheus.Desc
+	refusingWrites, writeRefusals                     *prometheus.Desc
 	state                                             *prometheus.Desc
 	clockOffset, driftRatio, warnings                 *prometheus.Desc
 	quorumAvailable, quorumCounting, quorumNeeded     *prometheus.Desc
@@ -210,6 +217,8 @@ func newLockerDescs() lockerDescs {
 		counts:          prometheus.NewDesc("redlock_master_counts", "1 when the master's votes count towards the quorum now.", master, nil),
 		quarantined:     prometheus.NewDesc("redlock_master_quarantined", "1 while the master is quarantined or awaits a fencing repair: its votes do not count.", master, nil),
 		quarantineLeft:  prometheus.NewDesc("redlock_master_quarantine_remaining_seconds", "How long the master's quarantine still lasts; 0 when none.", master, nil),
+		refusingWrites:  prometheus.NewDesc("redlock_master_refusing_writes", "1 while the master refuses writes: used memory above maxmemory under noeviction (OOM); acquires and extends get no vote from it.", master, nil),
+		writeRefusals:   prometheus.NewDesc("redlock_master_write_refusals_total", "Votes the master refused with an OOM error (used memory above maxmemory).", master, nil),
 		drifting:        prometheus.NewDesc("redlock_master_drifting", "1 when the master's clock rate differs from ours by more than the drift factor.", master, nil),
 		clockOffset:     prometheus.NewDesc("redlock_master_clock_offset_seconds", "The master's wall clock minus ours at the last probe.", master, nil),
 		driftRatio:      prometheus.NewDesc("redlock_master_clock_drift_ratio", "Rate of change of the master's clock offset (0.01 = 10ms per second).", master, nil),
@@ -413,6 +422,7 @@ func (c lockerCollector) Describe(ch chan<- *prometheus.Desc) {
 	d := &c.m.lockerDesc
 	for _, desc := range []*prometheus.Desc{
 		d.up, d.state, d.counts, d.quarantined, d.quarantineLeft, d.drifting,
+		d.refusingWrites, d.writeRefusals,
 		d.clockOffset, d.driftRatio, d.warnings,
 		d.quorumAvailable, d.quorumCounting, d.quorumNeeded,
 		d.fenceRepairs, d.quarantines, d.dataLoss,
@@ -430,12 +440,17 @@ func (c lockerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
 	}
-	counting := 0
+	counting, writableN := 0, 0
 	for _, st := range box.l.Masters() {
 		a := st.Addr
 		if st.Counting {
 			counting++
 		}
+		if writable(&st) {
+			writableN++
+		}
+		gauge(d.refusingWrites, b2f(st.RefusingWrites), a)
+		ch <- prometheus.MustNewConstMetric(d.writeRefusals, prometheus.CounterValue, float64(st.WriteRefusals), a)
 		state := masterState(&st)
 		gauge(d.up, b2f(st.Up), a)
 		known := false
@@ -457,7 +472,7 @@ func (c lockerCollector) Collect(ch chan<- prometheus.Metric) {
 	// Available is decided from the same snapshot, as in GET /readyz, so
 	// that the two and redlock_quorum_counting never disagree.
 	needed := box.l.Quorum()
-	gauge(d.quorumAvailable, b2f(counting >= needed))
+	gauge(d.quorumAvailable, b2f(writableN >= needed))
 	gauge(d.quorumCounting, float64(counting))
 	gauge(d.quorumNeeded, float64(needed))
 	ch <- prometheus.MustNewConstMetric(d.fenceRepairs, prometheus.CounterValue, float64(box.l.FenceRepairs()))

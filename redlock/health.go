@@ -26,6 +26,11 @@ const (
 	// MasterQuarantined: its votes are excluded for a while (restart
 	// without data, clock jump, drift).
 	MasterQuarantined MasterState = "quarantined"
+	// MasterOOM: it answers and its votes count, but it refuses writes:
+	// its used memory is above maxmemory under maxmemory-policy
+	// noeviction, so acquires and extends get no vote from it
+	// (RefusingWrites, WriteRefusal).
+	MasterOOM MasterState = "oom"
 	// MasterUp: it answers and its votes count.
 	MasterUp MasterState = "up"
 )
@@ -57,15 +62,23 @@ type MasterStatus struct {
 	Durable bool
 	// Warnings are configuration problems: an evicting maxmemory-policy, a
 	// replica, cluster mode, an address that is the same server as another.
-	Warnings  []string
-	Latency   time.Duration // round trip of the last probe
-	CheckedAt time.Time     // when the last probe finished; zero before the first
-	LastError string        // the last probe or connection error, "" if none
+	Warnings []string
+	// RefusingWrites: it answers but refuses writes (OOM: used memory
+	// above maxmemory under noeviction), seen by a vote or a probe;
+	// WriteRefusal says why and what to do. WriteRefusals counts the votes
+	// it refused for that so far.
+	RefusingWrites bool
+	WriteRefusal   string
+	WriteRefusals  int64
+	Latency        time.Duration // round trip of the last probe
+	CheckedAt      time.Time     // when the last probe finished; zero before the first
+	LastError      string        // the last probe or connection error, "" if none
 }
 
 // Masters returns a snapshot of every master's health, in configuration order.
 func (c *Client) Masters() []MasterStatus {
 	out := make([]MasterStatus, len(c.masters))
+	now := time.Now()
 	for i, m := range c.masters {
 		st := MasterStatus{Index: i, Addr: m.addr, Up: m.up.Load(), Counting: m.counts(), Latency: time.Duration(m.latencyNS.Load())}
 		if t := m.checkedAt.Load(); t != 0 {
@@ -80,6 +93,8 @@ func (c *Client) Masters() []MasterStatus {
 		st.Drifting = m.st.drifting
 		st.ClockOffset, st.DriftRatio = m.st.clock.offset, m.st.clock.rate
 		st.Warnings = append([]string(nil), m.st.warnings...)
+		st.RefusingWrites, st.WriteRefusal = m.refusingWritesLocked(now)
+		st.WriteRefusals = m.st.oomRefusals.Load()
 		hold := m.st.clockHold.Load()
 		if st.QuarantineLeft > 0 || m.st.repairPending.Load() || hold {
 			st.QuarantineReason = m.st.quarantineReason
@@ -97,6 +112,8 @@ func (c *Client) Masters() []MasterStatus {
 		case m.c.opts.clockGuard && m.c.opts.clockReference && !m.st.clockJudged.Load():
 			// Its clock not yet compared with the other masters'.
 			st.State = MasterWaiting
+		case st.RefusingWrites:
+			st.State = MasterOOM
 		default:
 			st.State = MasterUp
 		}

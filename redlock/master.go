@@ -254,11 +254,15 @@ func (l *lane) exec(batch []*call) {
 			continue
 		}
 		if cerr := c.cmd.Err(); cerr != nil {
-			if isConnError(cerr) {
+			switch {
+			case isConnError(cerr):
 				cerr = &MasterError{Index: m.idx, Addr: m.addr, Err: cerr}
+			case isOOM(cerr):
+				cerr = m.voteOOM(cerr)
 			}
 			c.out <- reply{idx: c.idx, err: cerr}
 		} else {
+			m.voteWrote()
 			c.out <- reply{idx: c.idx, val: c.cmd.Val(), sent: now, at: received}
 		}
 		c.out = nil

@@ -51,7 +51,7 @@ func (c *Client) probeAll() {
 	wg.Wait()
 }
 
-// probeOnce runs PING, INFO (server, stats, replication), CONFIG GET (where
+// probeOnce runs PING, INFO (server, stats, replication, memory), CONFIG GET (where
 // allowed) and GETs of the marker, lease horizon and fencing counter in one
 // pipeline, then TIME alone.
 func (m *master) probeOnce() {
@@ -61,7 +61,7 @@ func (m *master) probeOnce() {
 	start := time.Now()
 	pipe := m.probe.Pipeline()
 	ping := pipe.Ping(ctx)
-	info := pipe.Info(ctx, "server", "stats", "replication")
+	info := pipe.Info(ctx, "server", "stats", "replication", "memory")
 	cfg := pipe.ConfigGet(ctx, "*") // filtered below; one call instead of five
 	marker := pipe.Get(ctx, o.markerKey)
 	horizon := pipe.Eval(ctx, horizonReadLua, []string{o.horizonKey})
@@ -93,7 +93,9 @@ func (m *master) probeOnce() {
 		m.st.mu.Unlock()
 		m.setWarning("cluster", mode == "cluster", "runs in cluster mode: Redlock needs independent standalone masters")
 	}
-	stats := parseInfoFields(info.Val(), "evicted_keys", "role", "master_replid", "master_replid2")
+	stats := parseInfoFields(info.Val(), "evicted_keys", "role", "master_replid", "master_replid2",
+		"used_memory", "maxmemory", "maxmemory_policy", "mem_not_counted_for_evict")
+	m.observeMemory(stats)
 	evicted, evErr := strconv.ParseInt(stats["evicted_keys"], 10, 64)
 	if evErr == nil {
 		m.st.lastEvicted.Store(evicted)

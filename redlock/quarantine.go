@@ -36,6 +36,10 @@ type masterState struct {
 	// and agreed, at least once since it was first seen; until then it
 	// does not vote (a jump before this Client started would go unseen).
 	clockJudged atomic.Bool
+	// oomVoteAt: unix nanos of the last vote refused for OOM, 0 once a
+	// vote was answered since; oomRefusals counts such votes (oom.go).
+	oomVoteAt   atomic.Int64
+	oomRefusals atomic.Int64
 	// lostAt: when the pending loss or clock fault was seen (monotonic ns
 	// since the Client's epoch).
 	lostAt atomic.Int64
@@ -57,7 +61,11 @@ type masterState struct {
 	// lastReading the last probe's reading, whatever its round trip.
 	ref, lastReading atomic.Pointer[clockRef]
 
-	mu               sync.Mutex
+	mu sync.Mutex
+	// oomProbe: the last probe found used memory above maxmemory under
+	// noeviction; oomReason says so (oom.go).
+	oomProbe         bool
+	oomReason        string
 	runID            string
 	uptime           time.Duration
 	durable          bool // appendonly yes + appendfsync always: a restart keeps data

@@ -7,8 +7,8 @@
   const pollMS = 1000;
   const SVG = "http://www.w3.org/2000/svg";
   const palette = ["#1565c0", "#2e7d32", "#c62828", "#ef6c00", "#6a1b9a", "#00838f", "#ad1457", "#5d4037", "#9e9d24", "#37474f"];
-  const stateColor = { up: "#43a047", down: "#c62828", quarantined: "#ef6c00", repairing: "#8d4a00", waiting: "#90a4ae", drifting: "#6a1b9a" };
-  const stateBadge = { up: "ok", down: "bad", quarantined: "warn", repairing: "warn", waiting: "idle" };
+  const stateColor = { up: "#43a047", down: "#c62828", quarantined: "#ef6c00", repairing: "#8d4a00", waiting: "#90a4ae", oom: "#ad1457", drifting: "#6a1b9a" };
+  const stateBadge = { up: "ok", down: "bad", quarantined: "warn", repairing: "warn", waiting: "idle", oom: "bad" };
   const resultColor = { acquired: "#2e7d32", not_acquired: "#90a4ae", released: "#1565c0", not_released: "#78909c",
     extended: "#00838f", not_extended: "#b0bec5", held: "#5d4037", not_held: "#a1887f", quorum_unavailable: "#c62828",
     bad_request: "#ef6c00", unauthorized: "#ad1457", internal: "#000", cancelled: "#9e9d24" };
@@ -221,7 +221,7 @@
     timeAxis(s, xs, h);
     s.setAttribute("data-points", points);
     f.box.appendChild(s);
-    legend(f.box, ["up", "down", "quarantined", "repairing", "waiting", "drifting"].map(function (st) {
+    legend(f.box, ["up", "down", "quarantined", "repairing", "waiting", "oom", "drifting"].map(function (st) {
       return { name: st, color: stateColor[st] };
     }));
   }
@@ -267,9 +267,10 @@
     const names = { ready: "ready", no_quorum: "no quorum", shutting_down: "shutting down" };
     badge.textContent = names[r.status] || r.status;
     badge.className = "badge " + (r.ready ? "ok" : r.status === "shutting_down" ? "warn" : "bad");
-    const q = r.quorum, margin = q.counting - q.needed;
+    const q = r.quorum, writable = q.writable === undefined ? q.counting : q.writable, margin = writable - q.needed;
     const qe = document.getElementById("quorum");
-    let text = q.counting + " of " + q.masters + " masters counting, " + q.needed + " needed (" + q.up + " up) — ";
+    let text = q.counting + " of " + q.masters + " masters counting, " + q.needed + " needed (" + q.up + " up" +
+      (writable < q.counting ? ", " + (q.counting - writable) + " refusing writes (OOM)" : "") + ") — ";
     if (margin < 0) { text += "no quorum: locks cannot be granted"; qe.className = "bad"; }
     else if (margin === 0) { text += "margin 0: one more failure stops locking"; qe.className = "warn"; }
     else { text += "can lose " + margin + " more"; qe.className = ""; }
@@ -301,6 +302,12 @@
         q.appendChild(el("div", "reason muted", "repaired from a quorum automatically; if most masters lost their data, run redlockd repair-fences"));
       }
       card.appendChild(q);
+    }
+    if (m.refusing_writes) {
+      const o = el("div", "quarantine oom");
+      o.appendChild(el("span", "countdown", "refusing writes (OOM)"));
+      if (m.write_refusal) o.appendChild(el("div", "reason", m.write_refusal));
+      card.appendChild(o);
     }
     const dl = el("dl");
     const row = function (k, v) { dl.appendChild(el("dt", "", k)); dl.appendChild(el("dd", "", v)); };
