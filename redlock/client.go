@@ -36,6 +36,8 @@ var (
 	votePreludeLua string
 	//go:embed scripts/horizon_read.lua
 	horizonReadLua string
+	//go:embed scripts/scan.lua
+	scanLua string
 
 	// The vote scripts share one opening (vote_prelude.lua): the master's
 	// clock and the check that it still has the deployment's state.
@@ -44,13 +46,14 @@ var (
 	statusScript  = redis.NewScript(votePreludeLua + statusLua)
 	releaseScript = redis.NewScript(releaseLua)
 	fenceScript   = redis.NewScript(fenceLua)
+	scanScript    = redis.NewScript(scanLua)
 
 	fenceRepairScript = redis.NewScript(fenceRepairLua)
 	markerScript      = redis.NewScript(markerLua)
 	repairScript      = redis.NewScript(repairLua)
 
 	// laneScripts are loaded on every new lane connection.
-	laneScripts = []string{votePreludeLua + acquireLua, releaseLua, votePreludeLua + extendLua, votePreludeLua + statusLua, fenceLua}
+	laneScripts = []string{votePreludeLua + acquireLua, releaseLua, votePreludeLua + extendLua, votePreludeLua + statusLua, fenceLua, scanLua}
 )
 
 // Client runs the Redlock algorithm over N independent Redis masters.
