@@ -30,8 +30,9 @@ type Config struct {
 	// AdminListen, if set, is the host:port of the operator listener: the
 	// dashboard, /metrics, /v1/stats, /v1/history and POST /admin/reload
 	// move there from Listen (which keeps the lock API, /healthz, /readyz
-	// and /openapi.yaml). Default "" (no admin listener: the operator
-	// endpoints stay on Listen and /admin/reload is not served). Must
+	// and /openapi.yaml), with GET /admin/locks. Default "" (no admin
+	// listener: the operator endpoints stay on Listen and /admin/reload
+	// and /admin/locks are not served). Must
 	// differ from Listen.
 	AdminListen string `yaml:"admin_listen,omitempty"`
 	// AdminToken, if set, is required on every request to AdminListen, as

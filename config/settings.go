@@ -33,7 +33,7 @@ var settings = []setting{
 	stringSetting("tls_cert_file", "PEM certificate `file` the listeners serve HTTPS with (with tls-key-file)", func(c *Config) *string { return &c.TLSCertFile }),
 	stringSetting("tls_key_file", "PEM private key `file` of tls-cert-file", func(c *Config) *string { return &c.TLSKeyFile }),
 	stringSetting("tls_client_ca_file", "PEM `file` of the CAs client certificates must chain to (mutual TLS)", func(c *Config) *string { return &c.TLSClientCAFile }),
-	stringSetting("admin_listen", "`host:port` of the operator listener (dashboard, /metrics, /v1/stats, /v1/history, /admin/reload); empty keeps them on listen", func(c *Config) *string { return &c.AdminListen }),
+	stringSetting("admin_listen", "`host:port` of the operator listener (dashboard, /metrics, /v1/stats, /v1/history, /admin/reload, /admin/locks); empty keeps them on listen", func(c *Config) *string { return &c.AdminListen }),
 	{
 		name:   "admin_token",
 		secret: true,

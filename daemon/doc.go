@@ -23,6 +23,10 @@
 //     offset, drift and probe latency, drawn as SVG by its own script).
 //   - POST /admin/reload (admin listener only): read the configuration
 //     again and apply the API keys; see below.
+//   - GET /admin/locks?account=&namespace=&cursor=&limit= (admin listener
+//     only): one page of the locks held for an account, with namespace,
+//     key, remaining TTL and fence, never a token (serveLockList in
+//     locklist.go).
 //   - Any other path: 404 with the JSON envelope, code not_found, a msg
 //     naming the path and listing the listener's endpoints. A wrong method on a
 //     known path is 405, code method_not_allowed. ServeMux's path cleaning still redirects first
@@ -31,14 +35,15 @@
 //     400 rather than echoed in Location.
 //
 // Only the action API needs an API key. The others disclose master
-// addresses and aggregate counts, never a lock key or a token; expose them
-// only where that is acceptable.
+// addresses and aggregate counts, never a token, and a lock key only on
+// the admin listener (GET /admin/locks); expose them only where that is
+// acceptable.
 //
 // # The admin listener
 //
 // With Options.AdminListen, Serve opens a second listener for the operator
 // endpoints (adminRoutes in admin.go: the dashboard, /metrics, /v1/stats,
-// /v1/history and POST /admin/reload), which the public listener then no
+// /v1/history, POST /admin/reload and GET /admin/locks), which the public listener then no
 // longer serves; the admin listener also answers /healthz and /readyz. An
 // endpoint in that group that is not marked publicWithoutAdmin (anything
 // that changes state or shows more than the dashboard) exists only on an

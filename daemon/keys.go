@@ -74,8 +74,9 @@ func partLen(s string) int {
 
 var errNotLockKey = errors.New("not a lock key of this prefix")
 
-// decodeRedisKey inverts redisKey for a given prefix. It exists to state,
-// and test, that redisKey is injective; the daemon never needs to decode.
+// decodeRedisKey inverts redisKey for a given prefix: it shows that
+// redisKey is injective, and gives the lock listing (GET /admin/locks) the
+// namespace and key of each lock it finds.
 func decodeRedisKey(prefix, rk string) (account, namespace, key string, err error) {
 	if len(rk) < len(prefix)+len(lockSpace) || rk[:len(prefix)] != prefix || rk[len(prefix):len(prefix)+len(lockSpace)] != lockSpace {
 		return "", "", "", errNotLockKey

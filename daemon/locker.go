@@ -27,6 +27,11 @@ type Locker interface {
 	Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error)
 	// Status is a majority read of key; it never reveals the token.
 	Status(ctx context.Context, key string) (redlock.Status, error)
+	// List is one page of the locks held whose keys start with prefix, as
+	// redlock.Client.List: cursor "" starts, count is 1 to
+	// redlock.MaxListCount; errors match redlock.ErrInvalid (a bad cursor
+	// or count, the message naming it) or redlock.ErrQuorumUnavailable.
+	List(ctx context.Context, prefix, cursor string, count int) (redlock.ListPage, error)
 	// Masters is a health snapshot of every master, in configuration order:
 	// State, Counting, quarantine, clock and warnings as redlock.MasterStatus
 	// documents them. The daemon derives quorum availability from it (at
@@ -110,6 +115,10 @@ func (l redlockLocker) Extend(ctx context.Context, key, token string, ttl time.D
 
 func (l redlockLocker) Status(ctx context.Context, key string) (redlock.Status, error) {
 	return l.c.Status(ctx, key)
+}
+
+func (l redlockLocker) List(ctx context.Context, prefix, cursor string, count int) (redlock.ListPage, error) {
+	return l.c.List(ctx, prefix, cursor, count)
 }
 
 func (l redlockLocker) Masters() []redlock.MasterStatus { return l.c.Masters() }

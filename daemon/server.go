@@ -97,8 +97,8 @@ type Options struct {
 	// AdminListen, if set, is the host:port of the admin listener, which
 	// Serve opens beside the public one: the operator endpoints (see
 	// adminRoutes) move there, with GET /healthz and GET /readyz. Default
-	// "": they stay on the public listener, and POST /admin/reload is not
-	// served.
+	// "": they stay on the public listener, and POST /admin/reload and
+	// GET /admin/locks are not served.
 	AdminListen string
 	// AuthFailuresPerMinute, AuthFailureBurst and AuthFailureSources limit
 	// failed authentications per source (client IPv4 address or IPv6 /64):

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -336,6 +337,31 @@ func (f *fakeLocker) Status(ctx context.Context, key string) (redlock.Status, er
 		return redlock.Status{Answered: 5}, nil
 	}
 	return redlock.Status{Held: true, Holders: 5, Answered: 5, Validity: time.Until(l.until)}, nil
+}
+
+// List pages through the held keys with prefix in key order; the cursor
+// is the last key returned.
+func (f *fakeLocker) List(ctx context.Context, prefix, cursor string, count int) (redlock.ListPage, error) {
+	if f.down.Load() {
+		return redlock.ListPage{}, f.outcome("list", redlock.ErrQuorumUnavailable)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var keys []string
+	for k := range f.locks {
+		if _, ok := f.holder(k); ok && strings.HasPrefix(k, prefix) && k > cursor {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	var p redlock.ListPage
+	for _, k := range keys[:min(count, len(keys))] {
+		p.Locks = append(p.Locks, redlock.ListedLock{Key: k, Validity: time.Until(f.locks[k].until)})
+	}
+	if len(keys) > count {
+		p.Cursor = keys[count-1]
+	}
+	return p, nil
 }
 
 // Masters reports each master's extra status with the state and vote

@@ -1,0 +1,175 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
+
+	"github.com/redlockd/redlockd/redlock"
+)
+
+// Bounds of GET /admin/locks.
+const (
+	// DefaultListLimit is the page size of a listing without limit.
+	DefaultListLimit = 100
+	// MaxListLimit is the largest limit a listing accepts.
+	MaxListLimit = redlock.MaxListCount
+	// maxAccountBytes bounds the account parameter; accounts come from
+	// the configuration, so anything longer is a mistake.
+	maxAccountBytes = 256
+)
+
+// listedLock is one lock in the answer of GET /admin/locks. The holder's
+// token is never shown.
+type listedLock struct {
+	Namespace  string `json:"namespace"`
+	Key        string `json:"key"`
+	TTL        int64  `json:"ttl"`
+	ExpireAt   int64  `json:"expire_at"`
+	ValidityMS int64  `json:"validity_ms"`
+	Fence      int64  `json:"fence,omitempty"`
+}
+
+// lockList is the answer of GET /admin/locks.
+type lockList struct {
+	Account    string       `json:"account"`
+	Namespace  *string      `json:"namespace,omitempty"`
+	Locks      []listedLock `json:"locks"`
+	NextCursor string       `json:"next_cursor"`
+}
+
+// serveLockList answers GET /admin/locks?account=A[&namespace=N][&cursor=C][&limit=L]:
+// one page of the locks held for account A (in namespace N only when
+// namespace is given, "" being the default namespace), each with its
+// namespace, key, remaining TTL (whole seconds rounded up, as status),
+// expire_at, validity_ms and fence. next_cursor continues the listing; ""
+// when it is complete. limit is 1 to MaxListLimit, default
+// DefaultListLimit; a page may hold fewer locks, even none, while the
+// listing goes on.
+//
+// Cost per page: one SCAN step (MATCH on the account's key prefix, COUNT
+// limit) on one master and one pipelined status read of what it returned
+// on every master (redlock.Client.List, which says what a listing
+// guarantees while locks come and go). Bad parameters are answered 400
+// naming the parameter; no quorum 503.
+func (s *Server) serveLockList(w http.ResponseWriter, r *http.Request) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeBadRequest, "query string: not valid URL encoding")
+		return
+	}
+	for name, vs := range q {
+		switch name {
+		case "account", "namespace", "cursor", "limit":
+			if len(vs) > 1 {
+				writeError(w, http.StatusBadRequest, codeBadRequest, name+": given more than once")
+				return
+			}
+		default:
+			writeError(w, http.StatusBadRequest, codeBadRequest, "unknown parameter "+quoteCut(name, 32)+"; the parameters are account, namespace, cursor, limit")
+			return
+		}
+	}
+	account := q.Get("account")
+	if msg := checkQueryText("account", account, 1, maxAccountBytes); msg != "" {
+		writeError(w, http.StatusBadRequest, codeBadRequest, msg)
+		return
+	}
+	if !s.hasAccount(account) {
+		writeError(w, http.StatusBadRequest, codeBadRequest, "account: "+quoteCut(account, 64)+" is not a configured account")
+		return
+	}
+	prefix := s.prefix + lockSpace + encPart(account) + ":"
+	ans := lockList{Account: account, Locks: []listedLock{}}
+	if vs, ok := q["namespace"]; ok {
+		ns := vs[0]
+		if msg := checkQueryText("namespace", ns, 0, maxNamespaceBytes); msg != "" {
+			writeError(w, http.StatusBadRequest, codeBadRequest, msg)
+			return
+		}
+		prefix += encPart(ns) + ":"
+		ans.Namespace = &ns
+	}
+	limit := DefaultListLimit
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > MaxListLimit {
+			writeError(w, http.StatusBadRequest, codeBadRequest, fmt.Sprintf("limit: must be an integer from 1 to %d, got %s", MaxListLimit, quoteCut(v[0], 32)))
+			return
+		}
+		limit = n
+	}
+	before := time.Now()
+	page, err := s.locker.List(r.Context(), prefix, q.Get("cursor"), limit)
+	switch {
+	case err == nil:
+	case errors.Is(err, redlock.ErrInvalid):
+		// redlock's message names the argument: "cursor: …".
+		writeError(w, http.StatusBadRequest, codeBadRequest, strings.TrimPrefix(err.Error(), redlock.ErrInvalid.Error()+": "))
+		return
+	case r.Context().Err() != nil:
+		writeError(w, statusClientClosed, codeCancelled, "request cancelled")
+		return
+	case errors.Is(err, redlock.ErrQuorumUnavailable):
+		s.log.Warn("lock listing: no quorum", zap.Error(err))
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, codeQuorum, "cannot list the locks: "+quorumMessage(err)+"; retry with the same cursor")
+		return
+	default:
+		s.log.Error("lock listing", zap.Error(err))
+		writeError(w, http.StatusInternalServerError, codeInternal, "internal error; it has been logged")
+		return
+	}
+	now := time.Now()
+	for _, l := range page.Locks {
+		acct, ns, key, err := decodeRedisKey(s.prefix, l.Key)
+		if err != nil || acct != account {
+			continue // not a lock key: List matched the prefix only
+		}
+		var d lockData
+		setValidity(&d, now, before.Add(l.Validity))
+		ans.Locks = append(ans.Locks, listedLock{
+			Namespace: ns, Key: key,
+			TTL:        max((d.validityMS+999)/1000, 1),
+			ExpireAt:   d.expireAt,
+			ValidityMS: d.validityMS,
+			Fence:      l.Fence,
+		})
+	}
+	ans.NextCursor = page.Cursor
+	writeJSONValue(w, http.StatusOK, &ans)
+}
+
+// checkQueryText applies checkText's rules to a query parameter.
+func checkQueryText(field, s string, minBytes, maxBytes int) string {
+	v := jsonValue{kind: kString, str: s, notText: !utf8.ValidString(s)}
+	if err := checkText(field, &v, minBytes, maxBytes); err != nil {
+		return err.msg
+	}
+	return ""
+}
+
+// hasAccount reports whether account is configured (now: a reload may have
+// changed the accounts).
+func (s *Server) hasAccount(account string) bool {
+	for _, k := range *s.keys.Load() {
+		if k.Account == account {
+			return true
+		}
+	}
+	return false
+}
+
+// encPart is writePart's encoding of one part of a lock key.
+func encPart(s string) string {
+	var b strings.Builder
+	writePart(&b, s)
+	return b.String()
+}
