@@ -63,7 +63,9 @@ const MinTTL = 10 * time.Millisecond
 // masters answering is an *OutcomeError matching ErrQuorumUnavailable (with
 // a *MasterError per failed master); a cancelled or expired ctx is joined
 // in, so errors.Is(err, context.Canceled) works. Bad arguments match
-// ErrInvalid.
+// ErrInvalid, among them a key that is one of the Client's own (the
+// marker, lease horizon and fencing counter keys, and fence records
+// "<fence key>:…").
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
 	if key == "" {
 		return nil, fmt.Errorf("%w: key must not be empty", ErrInvalid)

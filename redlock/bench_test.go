@@ -62,3 +62,51 @@ func BenchmarkAcquireRelease(b *testing.B) {
 }
 
 var benchOpts []Option
+
+// BenchmarkList measures a whole listing of 1,000 held locks in pages of
+// 100 (10 SCAN steps per scanned master, one status read per page on every
+// master) against the five test masters, and reports the time per page:
+//
+//	go test -run '^$' -bench List -benchtime 20x ./redlock
+func BenchmarkList(b *testing.B) {
+	c, err := New(masterOptions(), benchOpts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	prefix := fmt.Sprintf("benchlist:%d:", time.Now().UnixNano())
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range 1000 {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if _, err := c.Acquire(ctx, fmt.Sprintf("%s%d", prefix, i), time.Minute, WithWait(time.Second)); err != nil {
+				b.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	pages, listed := 0, 0
+	b.ResetTimer()
+	for b.Loop() {
+		cursor := ""
+		for {
+			p, err := c.List(ctx, prefix, cursor, 100)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pages++
+			listed += len(p.Locks)
+			if cursor = p.Cursor; cursor == "" {
+				break
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(pages), "µs/page")
+	b.ReportMetric(float64(pages)/float64(b.N), "pages/listing")
+	if listed != 1000*b.N {
+		b.Fatalf("listed %d locks in %d listings, want 1000 each", listed, b.N)
+	}
+}
