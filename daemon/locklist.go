@@ -18,7 +18,7 @@ import (
 // Bounds of GET /admin/locks.
 const (
 	// DefaultListLimit is the page size of a listing without limit.
-	DefaultListLimit = 100
+	DefaultListLimit = 50
 	// MaxListLimit is the largest limit a listing accepts.
 	MaxListLimit = redlock.MaxListCount
 	// maxAccountBytes bounds the account parameter; accounts come from
