@@ -35,7 +35,8 @@ var countdownRe = regexp.MustCompile(`^(?:(\d+)m )?(\d+)s left$`)
 // TestDashboardInBrowser drives the daemon's page at / in headless
 // Chromium against dev-style masters under a small workload: five masters
 // shown, every chart has points, an evicting maxmemory-policy shows as a
-// warning on its master, a master whose clock runs fast shows drifting; a
+// warning on its master, a master whose memory is full shows oom with the
+// reason, a master whose clock runs fast shows drifting; a
 // killed master shows down within 3 s; a
 // master restarted empty shows quarantined with a countdown. It saves
 // screenshots at 1280×800 and 390×844, then restarts the daemon: the page
@@ -97,6 +98,29 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	poll(t, bctx, "eviction warning on master 3", 10*time.Second,
 		`Array.from(document.querySelectorAll('#masters .master[data-index="3"] .warnings li')).some(function (li) { return li.textContent.indexOf("allkeys-lru") >= 0; })`)
+
+	// Master 1's memory is full (maxmemory below what it uses, noeviction):
+	// it refuses writes, and the page shows it as oom with the reason, in
+	// the state band too, until the limit is lifted.
+	m1 := d.masters[1]
+	configSet := func(port int, name, value string) {
+		t.Helper()
+		out, err := exec.Command(redisCLI, "-p", strconv.Itoa(port), "config", "set", name, value).CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "OK" {
+			t.Fatalf("redis-cli config set %s %s: %v: %s", name, value, err, out)
+		}
+	}
+	configSet(m1.Port(), "maxmemory-policy", "noeviction")
+	configSet(m1.Port(), "maxmemory", "102400")
+	poll(t, bctx, "master 1 shows oom with the reason", 10*time.Second,
+		`(document.querySelector('#masters .master[data-index="1"] .state') || {}).textContent === "oom" &&
+		 (document.querySelector('#masters .master[data-index="1"] .oom .reason') || {textContent: ""}).textContent.indexOf("maxmemory") >= 0 &&
+		 document.querySelectorAll('#c-states rect[data-state="oom"]').length > 0`)
+	t.Logf("master 1: %s", step(t, bctx, "read the oom reason", 10*time.Second,
+		chromedp.Text(chromedp.CSS(`#masters .master[data-index="1"] .oom .reason`))))
+	configSet(m1.Port(), "maxmemory", "0")
+	poll(t, bctx, "master 1 back up once memory is free", 10*time.Second,
+		`(document.querySelector('#masters .master[data-index="1"] .state') || {}).textContent === "up"`)
 
 	// Master 4's clock runs 5% fast, five times the drift factor: the page
 	// marks it drifting, on its card and in the state band.
