@@ -39,6 +39,14 @@
 // LossMargin of its end with no extend confirmed), and Lock.Err says why
 // (ErrLost, or ErrReleased after Release). Stop the work when Done closes.
 //
+// # Reading locks without holding them
+//
+// Client.Status is a quorum read of one lock: held or not, the time left,
+// and the holder's fencing token (Status.Fence), never its token.
+// Client.List pages through the locks held under a key prefix at a bounded
+// cost per page (one SCAN step on one master of a quorum, and one status
+// read of what it found), for operators; ListPage.Cursor continues it.
+//
 // # Errors
 //
 // Errors are told apart with errors.Is and errors.As: ErrNotObtained (any
