@@ -68,6 +68,10 @@ func TestStatusFence(t *testing.T) {
 		}
 		return true
 	}, time.Second, 5*time.Millisecond, "extend gives the record the lock's PTTL")
+	for _, i := range written {
+		lp, rp := rdbs[i].PTTL(ctx, key).Val(), rdbs[i].PTTL(ctx, rec).Val()
+		assert.InDelta(t, lp.Milliseconds(), rp.Milliseconds(), 3, "master %d: lock and record PTTL after the extend", i)
+	}
 	st, err = c.Status(ctx, key)
 	require.NoError(t, err)
 	assert.Equal(t, lock.Fence(), st.Fence)
