@@ -49,8 +49,35 @@ type Config struct {
 	// masters. Required: an odd number, at least 3, no duplicates. An even
 	// count tolerates no more failures than one master fewer.
 	Masters []string `yaml:"masters"`
+	// MasterUsername, if set, is the Redis ACL user the daemon
+	// authenticates as on every master (AUTH username password); it needs
+	// MasterPassword. Default: Redis's default user. The README gives the
+	// least-privilege ACL line for it.
+	MasterUsername string `yaml:"master_username,omitempty"`
 	// MasterPassword, if set, is sent with AUTH to every master.
 	MasterPassword string `yaml:"master_password,omitempty"`
+	// MasterPasswordFile names a file holding MasterPassword (one line; a
+	// final newline is dropped). Set MasterPassword or MasterPasswordFile,
+	// not both.
+	MasterPasswordFile string `yaml:"master_password_file,omitempty"`
+	// MasterTLS makes every connection to the masters TLS (TLS 1.2 at
+	// least), verifying the masters' certificates against MasterTLSCAFile
+	// (default: the system's CAs) and the name MasterTLSServerName
+	// (default: each master's host). Default false.
+	MasterTLS bool `yaml:"master_tls,omitempty"`
+	// MasterTLSCAFile is a PEM file of the CAs the masters' certificates
+	// chain to. Needs MasterTLS.
+	MasterTLSCAFile string `yaml:"master_tls_ca_file,omitempty"`
+	// MasterTLSServerName, if set, is the name every master's certificate
+	// must carry, for masters addressed by IP whose certificates name a
+	// host. Needs MasterTLS.
+	MasterTLSServerName string `yaml:"master_tls_server_name,omitempty"`
+	// MasterTLSCertFile and MasterTLSKeyFile (both or neither) are the
+	// client certificate presented to masters that require one
+	// (tls-auth-clients yes, Redis's default). Read again on SIGHUP and
+	// POST /admin/reload for new connections. Needs MasterTLS.
+	MasterTLSCertFile string `yaml:"master_tls_cert_file,omitempty"`
+	MasterTLSKeyFile  string `yaml:"master_tls_key_file,omitempty"`
 	// APIKeys are the accounts (tenants) allowed to call the API. At least
 	// one; names and keys unique.
 	APIKeys []APIKey `yaml:"api_keys"`

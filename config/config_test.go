@@ -85,6 +85,25 @@ func TestValidate(t *testing.T) {
 			"tls_client_ca_file: needs tls_cert_file and tls_key_file: client certificates are checked only over TLS",
 		}},
 
+		// master auth and TLS
+		{"master ACL user and TLS", func(c *config.Config) {
+			c.MasterUsername, c.MasterTLS, c.MasterTLSCAFile, c.MasterTLSServerName = "redlockd", true, "ca.pem", "redis.internal"
+			c.MasterTLSCertFile, c.MasterTLSKeyFile = "c.pem", "k.pem"
+		}, nil},
+		{"master user without password", func(c *config.Config) { c.MasterUsername, c.MasterPassword = "redlockd", "" }, []string{
+			"master_username: needs master_password or master_password_file",
+		}},
+		{"master user with a space", func(c *config.Config) { c.MasterUsername = "red lockd" }, []string{
+			"master_username: only printable ASCII without spaces is allowed (Redis ACL user names)",
+		}},
+		{"master TLS files without master_tls", func(c *config.Config) { c.MasterTLSCAFile, c.MasterTLSServerName = "ca.pem", "r" }, []string{
+			"master_tls_ca_file: needs master_tls: true",
+			"master_tls_server_name: needs master_tls: true",
+		}},
+		{"master TLS cert without key", func(c *config.Config) { c.MasterTLS, c.MasterTLSCertFile = true, "c.pem" }, []string{
+			"master_tls_key_file: required with master_tls_cert_file",
+		}},
+
 		// admin
 		{"admin listener", func(c *config.Config) { c.AdminListen = "127.0.0.1:7071"; c.AdminToken = secretKey2 }, nil},
 		{"admin listener bad", func(c *config.Config) { c.AdminListen = "localhost" }, []string{`admin_listen: "localhost": missing port`}},

@@ -10,7 +10,9 @@ import (
 // RegisterFlags adds to fs one flag per setting that may be given on the
 // command line: --listen, --tls-cert-file, --tls-key-file,
 // --tls-client-ca-file, --admin-listen, --admin-token-file, --masters
-// (comma-separated), --key-prefix,
+// (comma-separated), --master-username, --master-password-file,
+// --master-tls, --master-tls-ca-file, --master-tls-server-name,
+// --master-tls-cert-file, --master-tls-key-file, --key-prefix,
 // --per-master-timeout, --drift-factor, --default-ttl, --max-ttl,
 // --max-wait, --max-body-bytes, --health-interval, --drain-delay,
 // --shutdown-timeout, --account-defaults-quota, --account-defaults-rate,
@@ -76,6 +78,9 @@ func (f *flagValue) String() string {
 	}
 	return f.value
 }
+
+// IsBoolFlag lets a boolean setting's flag be given alone (--master-tls).
+func (f *flagValue) IsBoolFlag() bool { return f.s != nil && f.s.boolean }
 
 // Set checks s by applying it to a scratch Config, so that a bad value
 // fails in fs.Parse with the flag package's usual message.

@@ -20,11 +20,13 @@ type secretFile struct {
 }
 
 var secretFiles = []secretFile{
+	{"master_password", "master_password_file", func(c *Config) *string { return &c.MasterPassword }, func(c *Config) string { return c.MasterPasswordFile }},
 	{"admin_token", "admin_token_file", func(c *Config) *string { return &c.AdminToken }, func(c *Config) string { return c.AdminTokenFile }},
 }
 
 // ReadSecretFiles reads every *_file field that is set into its secret
-// field (admin_token_file into AdminToken), so that secrets can stay out
+// field (master_password_file into MasterPassword, admin_token_file into
+// AdminToken), so that secrets can stay out
 // of the YAML file and the environment. The file holds the secret alone;
 // one final newline (LF or CRLF) is dropped. Setting both a secret and its
 // file is an error, as is an empty or unreadable file; errors name the

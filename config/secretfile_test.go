@@ -58,6 +58,18 @@ func TestReadSecretFiles(t *testing.T) {
 		assertNoSecrets(t, err)
 	}
 
+	// master_password_file, and a flag --master-tls given alone.
+	pw := file("master-password", secretPassword+"\n")
+	path0 := writeFile(t, strings.Replace(validYAML, "master_password: "+secretPassword, "master_password_file: "+pw, 1))
+	fs := parsedFlags(t, "--master-tls", "--master-username=redlockd")
+	got0, err := config.Load(path0, nil, fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got0.MasterPassword != secretPassword || !got0.MasterTLS || got0.MasterUsername != "redlockd" {
+		t.Errorf("Load: password from file %v, master_tls %v, username %q", got0.MasterPassword == secretPassword, got0.MasterTLS, got0.MasterUsername)
+	}
+
 	// Load reads the files before it validates.
 	path := writeFile(t, validYAML+"admin_listen: 127.0.0.1:7071\nadmin_token_file: "+ok+"\n")
 	got, err := config.Load(path, nil, nil)

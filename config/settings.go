@@ -11,12 +11,13 @@ import (
 // too, can set. Its environment variable is REDLOCKD_ + the upper-cased
 // YAML name; its flag is the YAML name with dashes.
 type setting struct {
-	name   string // YAML field name
-	flag   bool   // also a flag; secrets are not, as argv is visible to every local user
-	secret bool   // the value never appears in an error
-	usage  string // flag help; a `quoted` word names the value's type
-	set    func(c *Config, s string) error
-	get    func(c *Config) string // the flag help's default
+	name    string // YAML field name
+	flag    bool   // also a flag; secrets are not, as argv is visible to every local user
+	secret  bool   // the value never appears in an error
+	boolean bool   // a flag that may be given without a value (--master-tls)
+	usage   string // flag help; a `quoted` word names the value's type
+	set     func(c *Config, s string) error
+	get     func(c *Config) string // the flag help's default
 }
 
 // A setting of a nested field is named by its YAML path with dots
@@ -54,11 +55,32 @@ var settings = []setting{
 		},
 		get: func(c *Config) string { return strings.Join(c.Masters, ",") },
 	},
+	stringSetting("master_username", "Redis ACL `user` to authenticate as on every master (needs master_password)", func(c *Config) *string { return &c.MasterUsername }),
 	{
 		name:   "master_password",
 		secret: true,
 		set:    func(c *Config, s string) error { c.MasterPassword = s; return nil },
 	},
+	stringSetting("master_password_file", "`file` holding the masters' password", func(c *Config) *string { return &c.MasterPasswordFile }),
+	{
+		name:    "master_tls",
+		flag:    true,
+		boolean: true,
+		usage:   "connect to the masters with TLS",
+		set: func(c *Config, s string) error {
+			b, err := strconv.ParseBool(strings.TrimSpace(s))
+			if err != nil {
+				return errors.New("want true or false")
+			}
+			c.MasterTLS = b
+			return nil
+		},
+		get: func(c *Config) string { return strconv.FormatBool(c.MasterTLS) },
+	},
+	stringSetting("master_tls_ca_file", "PEM `file` of the CAs the masters' certificates chain to (default: the system's CAs)", func(c *Config) *string { return &c.MasterTLSCAFile }),
+	stringSetting("master_tls_server_name", "`name` every master's certificate must carry (default: each master's host)", func(c *Config) *string { return &c.MasterTLSServerName }),
+	stringSetting("master_tls_cert_file", "PEM client certificate `file` for the masters (with master-tls-key-file)", func(c *Config) *string { return &c.MasterTLSCertFile }),
+	stringSetting("master_tls_key_file", "PEM `file` of master-tls-cert-file's key", func(c *Config) *string { return &c.MasterTLSKeyFile }),
 	{
 		name:   "api_keys",
 		secret: true,

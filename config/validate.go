@@ -62,6 +62,7 @@ func (c *Config) Validate() error {
 	c.validateTLS(&v)
 	c.validateAdmin(&v)
 	c.validateMasters(&v)
+	c.validateMasterAuth(&v)
 	c.validateAPIKeys(&v)
 
 	switch {
@@ -162,6 +163,44 @@ func (c *Config) validateMasters(v *validator) {
 			continue
 		}
 		seen[id] = i
+	}
+}
+
+// MasterSettings are the YAML names of the settings that say how to reach
+// and authenticate to the masters: what a command that only talks to the
+// masters (repair-fences) validates, beside its own.
+var MasterSettings = []string{
+	"masters", "master_username", "master_password", "master_password_file",
+	"master_tls", "master_tls_ca_file", "master_tls_server_name", "master_tls_cert_file", "master_tls_key_file",
+}
+
+func (c *Config) validateMasterAuth(v *validator) {
+	if u := c.MasterUsername; u != "" {
+		switch {
+		case len(u) > maxNameLen*2:
+			v.add("master_username", "%d bytes, the limit is %d", len(u), maxNameLen*2)
+		case strings.IndexFunc(u, func(r rune) bool { return r <= ' ' || r > '~' }) >= 0:
+			v.add("master_username", "only printable ASCII without spaces is allowed (Redis ACL user names)")
+		case c.MasterPassword == "":
+			v.add("master_username", "needs master_password or master_password_file")
+		}
+	}
+	if !c.MasterTLS {
+		for _, f := range []struct{ name, value string }{
+			{"master_tls_ca_file", c.MasterTLSCAFile}, {"master_tls_server_name", c.MasterTLSServerName},
+			{"master_tls_cert_file", c.MasterTLSCertFile}, {"master_tls_key_file", c.MasterTLSKeyFile},
+		} {
+			if f.value != "" {
+				v.add(f.name, "needs master_tls: true")
+			}
+		}
+		return
+	}
+	switch {
+	case c.MasterTLSCertFile != "" && c.MasterTLSKeyFile == "":
+		v.add("master_tls_key_file", "required with master_tls_cert_file")
+	case c.MasterTLSCertFile == "" && c.MasterTLSKeyFile != "":
+		v.add("master_tls_cert_file", "required with master_tls_key_file")
 	}
 }
 

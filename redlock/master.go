@@ -36,6 +36,9 @@ type master struct {
 	// probe is the health connection, used only under Client.probeMu.
 	probe     *redis.Client
 	probeOpts redis.Options
+	// noConfigGet: the master's ACL refused CONFIG GET, so probes no
+	// longer send it (its settings stay unchecked; see probeOnce).
+	noConfigGet atomic.Bool
 
 	st masterState
 	// expectedMarker is the marker value the master is known to carry; nil

@@ -62,7 +62,10 @@ func (m *master) probeOnce() {
 	pipe := m.probe.Pipeline()
 	ping := pipe.Ping(ctx)
 	info := pipe.Info(ctx, "server", "stats", "replication", "memory")
-	cfg := pipe.ConfigGet(ctx, "*") // filtered below; one call instead of five
+	var cfg *redis.MapStringStringCmd
+	if !m.noConfigGet.Load() {
+		cfg = pipe.ConfigGet(ctx, "*") // filtered below; one call instead of five
+	}
 	marker := pipe.Get(ctx, o.markerKey)
 	horizon := pipe.Eval(ctx, horizonReadLua, []string{o.horizonKey})
 	var fence *redis.StringCmd
@@ -105,12 +108,21 @@ func (m *master) probeOnce() {
 	m.st.role = role
 	m.st.mu.Unlock()
 	m.setWarning("replica", role != "" && role != "master", fmt.Sprintf("is a %s, not a master: its keys come from another server", role))
-	if conf, err := cfg.Result(); err == nil {
-		evicting := conf["maxmemory"] != "0" && conf["maxmemory"] != "" && conf["maxmemory-policy"] != "noeviction"
-		m.setWarning("eviction", evicting, fmt.Sprintf("maxmemory-policy %s can evict lock keys (they all have a TTL): use noeviction", conf["maxmemory-policy"]))
-		m.st.mu.Lock()
-		m.st.durable = conf["appendonly"] == "yes" && conf["appendfsync"] == "always"
-		m.st.mu.Unlock()
+	if cfg != nil {
+		conf, err := cfg.Result()
+		switch {
+		case err == nil:
+			evicting := conf["maxmemory"] != "0" && conf["maxmemory"] != "" && conf["maxmemory-policy"] != "noeviction"
+			m.setWarning("eviction", evicting, fmt.Sprintf("maxmemory-policy %s can evict lock keys (they all have a TTL): use noeviction", conf["maxmemory-policy"]))
+			m.st.mu.Lock()
+			m.st.durable = conf["appendonly"] == "yes" && conf["appendfsync"] == "always"
+			m.st.mu.Unlock()
+		case strings.HasPrefix(err.Error(), "NOPERM"):
+			// A least-privilege ACL user: not asked again. Durable stays
+			// false, so a restart is taken as a loss of data (the safe side).
+			m.noConfigGet.Store(true)
+			m.c.opts.logger.Info("master: CONFIG GET not allowed for this user: its maxmemory-policy and appendfsync are not checked, and a restart is treated as data loss", masterAttr(m))
+		}
 	}
 	markerValue, markerErr := marker.Result()
 	if markerErr == nil || errors.Is(markerErr, redis.Nil) {

@@ -162,6 +162,27 @@ func postWith(t *testing.T, c *http.Client, url, apiKey, body string) (int, enve
 
 func lockURL(base string) string { return base + "/v1/lock" }
 
+// tryPost is postWith for goroutines other than the test's: it returns
+// an error instead of failing the test.
+func tryPost(c *http.Client, url, apiKey, body string) (envelope, error) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return envelope{}, err
+	}
+	req.Header.Set("X-API-Key", apiKey)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return envelope{}, err
+	}
+	defer resp.Body.Close()
+	var env envelope
+	if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+		return envelope{}, fmt.Errorf("status %d: %w", resp.StatusCode, err)
+	}
+	return env, nil
+}
+
 // rawKeys lists every key on every running master.
 func rawKeys(t *testing.T) map[int][]string {
 	t.Helper()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"os"
 	"os/signal"
 	"reflect"
@@ -17,7 +18,8 @@ import (
 
 // reloader applies a configuration read again (on SIGHUP or POST
 // /admin/reload) to a running daemon: the listeners' TLS certificate files
-// are read again and the API keys replaced, at once; the settings that
+// and the masters' client certificate are read again (new connections use
+// them) and the API keys replaced, at once; the settings that
 // cannot change without a restart are named in the log. One reload runs at
 // a time.
 type reloader struct {
@@ -25,6 +27,8 @@ type reloader struct {
 	load func() (config.Config, error) // the serve command's file, env and flags
 	srv  *daemon.Server
 	tls  *daemon.ServerTLS // nil without TLS
+	// masterCert is the client certificate for the masters; nil without.
+	masterCert *masterClientCert
 
 	mu  sync.Mutex
 	cur config.Config
@@ -48,6 +52,13 @@ func (r *reloader) reload(_ context.Context) (daemon.ReloadResult, error) {
 		return daemon.ReloadResult{}, &daemon.ReloadError{Err: err}
 	}
 	// The certificates first: when they cannot be read, nothing changes.
+	var masterCert *tls.Certificate
+	if r.masterCert != nil {
+		if masterCert, err = r.masterCert.read(); err != nil {
+			r.log.Error("reload refused: the masters' client certificate; the old one and the old keys stay in force", zap.Error(err))
+			return daemon.ReloadResult{}, &daemon.ReloadError{Err: err}
+		}
+	}
 	if r.tls != nil {
 		if err := r.tls.Reload(); err != nil {
 			r.log.Error("reload refused: the TLS certificate; the old one and the old keys stay in force", zap.Error(err))
@@ -59,7 +70,10 @@ func (r *reloader) reload(_ context.Context) (daemon.ReloadResult, error) {
 		r.log.Error("reload refused: the API keys; the old ones stay in force", zap.Error(err))
 		return daemon.ReloadResult{}, &daemon.ReloadError{Err: err}
 	}
-	res.Certificates = r.tls != nil
+	if masterCert != nil {
+		r.masterCert.cur.Store(masterCert)
+	}
+	res.Certificates = r.tls != nil || masterCert != nil
 	res.Ignored = changedSettings(r.cur, next)
 	r.cur.APIKeys, r.cur.AccountDefaults = next.APIKeys, next.AccountDefaults
 	warnPlaceholderKeys(r.log, next.APIKeys)

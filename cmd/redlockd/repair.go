@@ -10,8 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/redlockd/redlockd/config"
 	"github.com/redlockd/redlockd/redlock"
 )
@@ -38,14 +36,17 @@ so the default margin (1,000,000) covers the fences granted in one interval;
 bound when you know it. Every master must answer unless --allow-missing
 (then a quorum), because one that is down may hold the highest counter.
 
-It uses only masters, master_password, key_prefix and max_ttl from the
-config file or REDLOCKD_* (the other settings are not checked; no API key
-is needed). Flags:
+It uses only masters, key_prefix, max_ttl and how to reach the masters
+(master_username, master_password or master_password_file, master_tls and
+the master_tls_* files) from the config file or REDLOCKD_* (the other
+settings are not checked; no API key is needed). A master that refuses
+the credentials or TLS stops it before anything is written. Flags:
 `
 
-// repairSettings are the settings repair-fences uses; master_password has
-// no flag (argv is visible to every local user) and nothing to validate.
-var repairSettings = []string{"masters", "master_password", "key_prefix", "max_ttl"}
+// repairSettings are the settings repair-fences uses: how to reach the
+// masters (config.MasterSettings), key_prefix and max_ttl.
+// master_password has no flag (argv is visible to every local user).
+var repairSettings = append([]string{"key_prefix", "max_ttl"}, config.MasterSettings...)
 
 // repairFences runs `redlockd repair-fences`.
 func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -81,9 +82,12 @@ func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	masters := make([]*redis.Options, len(cfg.Masters))
-	for i, addr := range cfg.Masters {
-		masters[i] = &redis.Options{Addr: addr, Password: cfg.MasterPassword}
+	masters, _, err := masterOptions(cfg)
+	if err != nil {
+		return fmt.Errorf("repair-fences: %w", err)
+	}
+	if err := checkMasterAccess(ctx, masters); err != nil {
+		return fmt.Errorf("repair-fences: nothing written: %w", err)
 	}
 	res, err := redlock.RepairFences(ctx, masters, redlock.RepairOptions{
 		FenceKey:     cfg.KeyPrefix + "fence",

@@ -70,9 +70,14 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	metrics.SetMasters(cfg.Masters)
 
 	redis.SetLogger(zapRedisLogger{log.Named("go-redis")})
-	masters := make([]*redis.Options, len(cfg.Masters))
-	for i, addr := range cfg.Masters {
-		masters[i] = &redis.Options{Addr: addr, Password: cfg.MasterPassword}
+	masters, masterCert, err := masterOptions(cfg)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	if err := checkMasterAccess(ctx, masters); err != nil {
+		ln.Close()
+		return err
 	}
 	locker, err := redlock.New(masters,
 		redlock.WithPerMasterTimeout(time.Duration(cfg.PerMasterTimeout)),
@@ -113,7 +118,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	var rl *reloader
 	var reload func(context.Context) (daemon.ReloadResult, error)
 	if load != nil {
-		rl = &reloader{log: log.Named("reload"), load: load, cur: cfg, tls: srvTLS}
+		rl = &reloader{log: log.Named("reload"), load: load, cur: cfg, tls: srvTLS, masterCert: masterCert}
 		reload = rl.reload
 	}
 	// The accounts' limits live on the same masters, on connections of

@@ -2,7 +2,10 @@ package redisproc
 
 import (
 	"bufio"
+	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -64,6 +67,25 @@ type Options struct {
 	Env []string
 	// Logf, if set, receives one line per start, stop, kill and retry.
 	Logf func(format string, args ...any)
+	// TLS, if set, makes the server speak TLS only: --port 0 --tls-port
+	// <port> with its files. The readiness probe then connects with TLS.
+	TLS *TLS
+	// Password, if set, is the default user's password (--requirepass);
+	// the readiness probe authenticates with it.
+	Password string
+}
+
+// TLS is the TLS setup of a server (redis.conf's tls-* settings).
+type TLS struct {
+	// CertFile and KeyFile are the server's certificate and key (PEM);
+	// CAFile the CA clients' certificates must chain to, which the
+	// readiness probe also trusts for the server's certificate.
+	CertFile, KeyFile, CAFile string
+	// AuthClients is tls-auth-clients: "yes" (clients must present a
+	// certificate signed by CAFile), "optional" or "no". Default "yes",
+	// as Redis's. The readiness probe presents CertFile and KeyFile as
+	// its client certificate, which must therefore allow client auth.
+	AuthClients string
 }
 
 // Server is one redis-server process on 127.0.0.1. Its port is fixed for its
@@ -467,15 +489,23 @@ func (s *Server) launch() error {
 	}
 	logStart := fi.Size() // earlier runs' output is not this run's story
 
-	args := append([]string{
-		"--port", strconv.Itoa(s.port),
+	args := []string{"--port", strconv.Itoa(s.port)}
+	if t := s.opts.TLS; t != nil {
+		args = []string{"--port", "0", "--tls-port", strconv.Itoa(s.port),
+			"--tls-cert-file", t.CertFile, "--tls-key-file", t.KeyFile, "--tls-ca-cert-file", t.CAFile,
+			"--tls-auth-clients", cmp.Or(t.AuthClients, "yes")}
+	}
+	if s.opts.Password != "" {
+		args = append(args, "--requirepass", s.opts.Password)
+	}
+	args = append(append(args,
 		"--bind", "127.0.0.1",
 		"--dir", data,
 		"--save", "",
 		"--appendonly", "no",
 		"--daemonize", "no",
 		"--protected-mode", "no",
-	}, s.opts.ExtraArgs...)
+	), s.opts.ExtraArgs...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = data
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -495,7 +525,7 @@ func (s *Server) launch() error {
 		close(p.done)
 	}()
 
-	if err := waitReady(p, s.addr); err != nil {
+	if err := waitReady(p, s.addr, &s.opts); err != nil {
 		p.signal(syscall.SIGKILL)
 		select {
 		case <-p.done:
@@ -515,13 +545,13 @@ func (s *Server) launch() error {
 }
 
 // waitReady polls addr until the process p itself answers PING.
-func waitReady(p *process, addr string) error {
+func waitReady(p *process, addr string, o *Options) error {
 	deadline := time.Now().Add(readyTimeout)
 	for {
 		if p.exited() {
 			return fmt.Errorf("pid %d exited before answering PING: %v", p.pid, p.err)
 		}
-		pid, err := probe(p.done, addr)
+		pid, err := probe(p.done, addr, o)
 		if err == nil {
 			if pid == p.pid {
 				return nil
@@ -542,7 +572,7 @@ func waitReady(p *process, addr string) error {
 // process_id of the server that answered +PONG. It gives up after
 // probeTimeout or as soon as abort is closed (our process exited, so
 // whatever holds the port is not it).
-func probe(abort <-chan struct{}, addr string) (int, error) {
+func probe(abort <-chan struct{}, addr string, o *Options) (int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
 	go func() {
@@ -552,8 +582,7 @@ func probe(abort <-chan struct{}, addr string) (int, error) {
 		case <-ctx.Done():
 		}
 	}()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	conn, err := dialProbe(ctx, addr, o.TLS)
 	if err != nil {
 		return 0, err
 	}
@@ -561,10 +590,23 @@ func probe(abort <-chan struct{}, addr string) (int, error) {
 	// Unblocks the reads below on timeout or abort.
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	if _, err := io.WriteString(conn, "PING\r\nINFO server\r\n"); err != nil {
+	cmds := "PING\r\nINFO server\r\n"
+	if o.Password != "" {
+		cmds = fmt.Sprintf("*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n", len(o.Password), o.Password) + cmds
+	}
+	if _, err := io.WriteString(conn, cmds); err != nil {
 		return 0, err
 	}
 	r := bufio.NewReader(conn)
+	if o.Password != "" {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return 0, err
+		}
+		if line = strings.TrimRight(line, "\r\n"); line != "+OK" {
+			return 0, fmt.Errorf("AUTH answered %q", line)
+		}
+	}
 	line, err := r.ReadString('\n')
 	if err != nil {
 		return 0, err
@@ -590,6 +632,29 @@ func probe(abort <-chan struct{}, addr string) (int, error) {
 		}
 	}
 	return 0, errors.New("INFO server has no process_id")
+}
+
+// dialProbe connects to addr, with TLS when t is set.
+func dialProbe(ctx context.Context, addr string, t *TLS) (net.Conn, error) {
+	var d net.Dialer
+	if t == nil {
+		return d.DialContext(ctx, "tcp", addr)
+	}
+	pem, err := os.ReadFile(t.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{RootCAs: x509.NewCertPool()}
+	if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s: no PEM certificate in it", t.CAFile)
+	}
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Certificates = []tls.Certificate{cert}
+	td := tls.Dialer{NetDialer: &d, Config: cfg}
+	return td.DialContext(ctx, "tcp", addr)
 }
 
 // readTail returns the last logTailBytes of path written after offset.

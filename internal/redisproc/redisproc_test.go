@@ -3,6 +3,8 @@ package redisproc
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +20,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
+
+	"github.com/redlockd/redlockd/internal/certgen"
 )
 
 // helperEnv makes the test binary act as a parent that starts one server
@@ -465,7 +469,7 @@ func TestStartRetriesOnTakenPort(t *testing.T) {
 		defer func() { foreign.Process.Kill(); foreign.Wait() }()
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		for deadline := time.Now().Add(5 * time.Second); ; {
-			if pid, err := probe(nil, addr); err == nil && pid == foreign.Process.Pid {
+			if pid, err := probe(nil, addr, &Options{}); err == nil && pid == foreign.Process.Pid {
 				break
 			} else if time.Now().After(deadline) {
 				t.Fatalf("foreign redis did not come up: %v", err)
@@ -570,5 +574,57 @@ func TestParentDeathKillsServer(t *testing.T) {
 			t.Fatalf("redis-server pid %d outlived its killed parent", pid)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A TLS-only server with a password: Start waits until it answers over
+// TLS, a client with the CA, a client certificate and the password is
+// served, a plain one is not, and Restart keeps the setup.
+func TestTLSAndPassword(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certgen.NewCA(dir, "ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ca.Issue("redis", "127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(Options{TLS: &TLS{CertFile: server.CertFile, KeyFile: server.KeyFile, CAFile: ca.CertFile}, Password: "admin-password"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+
+	pem, err := os.ReadFile(ca.CertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(server.CertFile, server.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &tls.Config{RootCAs: x509.NewCertPool(), Certificates: []tls.Certificate{cert}}
+	cfg.RootCAs.AppendCertsFromPEM(pem)
+	ping := func(o *redis.Options) error {
+		o.Addr, o.MaxRetries, o.DialTimeout = s.Addr(), -1, time.Second
+		r := redis.NewClient(o)
+		defer r.Close()
+		return r.Ping(context.Background()).Err()
+	}
+	if err := ping(&redis.Options{TLSConfig: cfg, Password: "admin-password"}); err != nil {
+		t.Errorf("TLS client with the password: %v", err)
+	}
+	if err := ping(&redis.Options{TLSConfig: cfg}); err == nil || !strings.Contains(err.Error(), "NOAUTH") {
+		t.Errorf("TLS client without the password: %v, want NOAUTH", err)
+	}
+	if err := ping(&redis.Options{Password: "admin-password"}); err == nil {
+		t.Error("a plain client was served by a TLS-only server")
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ping(&redis.Options{TLSConfig: cfg, Password: "admin-password"}); err != nil {
+		t.Errorf("after Restart: %v", err)
 	}
 }

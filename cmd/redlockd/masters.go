@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockd/redlockd/config"
+)
+
+// masterClientCert is the client certificate presented to the masters,
+// read from its files again by reload; each new connection presents the
+// last one read.
+type masterClientCert struct {
+	certFile, keyFile string
+	cur               atomic.Pointer[tls.Certificate]
+}
+
+func (m *masterClientCert) read() (*tls.Certificate, error) {
+	c, err := tls.LoadX509KeyPair(m.certFile, m.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("master_tls_cert_file %s, master_tls_key_file %s: %w", m.certFile, m.keyFile, err)
+	}
+	return &c, nil
+}
+
+func (m *masterClientCert) get(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	return m.cur.Load(), nil
+}
+
+// masterOptions are the go-redis options of every master: address, ACL
+// user and password, and TLS (with the client certificate, returned for
+// reload; nil without one). Errors name the setting and the file.
+func masterOptions(cfg config.Config) ([]*redis.Options, *masterClientCert, error) {
+	var tlsCfg *tls.Config
+	var cert *masterClientCert
+	if cfg.MasterTLS {
+		// ServerName empty: crypto/tls takes each master's host from its
+		// address (an IP is checked against the certificate's IP SANs).
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: cfg.MasterTLSServerName}
+		if cfg.MasterTLSCAFile != "" {
+			pem, err := os.ReadFile(cfg.MasterTLSCAFile)
+			if err != nil {
+				return nil, nil, fmt.Errorf("master_tls_ca_file: %w", err)
+			}
+			tlsCfg.RootCAs = x509.NewCertPool()
+			if !tlsCfg.RootCAs.AppendCertsFromPEM(pem) {
+				return nil, nil, fmt.Errorf("master_tls_ca_file: %s: no PEM certificate in it", cfg.MasterTLSCAFile)
+			}
+		}
+		if cfg.MasterTLSCertFile != "" {
+			cert = &masterClientCert{certFile: cfg.MasterTLSCertFile, keyFile: cfg.MasterTLSKeyFile}
+			c, err := cert.read()
+			if err != nil {
+				return nil, nil, err
+			}
+			cert.cur.Store(c)
+			tlsCfg.GetClientCertificate = cert.get
+		}
+	}
+	opts := make([]*redis.Options, len(cfg.Masters))
+	for i, addr := range cfg.Masters {
+		opts[i] = &redis.Options{Addr: addr, Username: cfg.MasterUsername, Password: cfg.MasterPassword}
+		if tlsCfg != nil {
+			opts[i].TLSConfig = tlsCfg.Clone()
+		}
+	}
+	return opts, cert, nil
+}
+
+// masterCheckTimeout bounds checkMasterAccess's connection to each master.
+const masterCheckTimeout = 2 * time.Second
+
+// checkMasterAccess connects to every master once, as the daemon will, and
+// returns an error naming each master that refuses the daemon's
+// credentials or TLS — a wrong password or ACL user, a certificate signed
+// by another CA, a missing client certificate, TLS against a plain port or
+// the reverse — with the settings to check. A configuration mistake is
+// then a startup error, not a master shown down and 503s later. Masters
+// that are down or do not answer in time are not an error here: the
+// daemon starts and counts them when they come up.
+func checkMasterAccess(ctx context.Context, masters []*redis.Options) error {
+	errs := make([]error, len(masters))
+	var wg sync.WaitGroup
+	for i, mo := range masters {
+		wg.Go(func() {
+			o := *mo
+			o.MaxRetries = -1
+			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = masterCheckTimeout, masterCheckTimeout, masterCheckTimeout
+			o.PoolSize, o.MinIdleConns, o.DialerRetries = 1, 0, 1
+			o.DisableIdentity = true
+			r := redis.NewClient(&o)
+			defer r.Close()
+			cctx, cancel := context.WithTimeout(ctx, masterCheckTimeout)
+			defer cancel()
+			if problem := accessProblem(r.Ping(cctx).Err(), o.TLSConfig != nil); problem != "" {
+				errs[i] = fmt.Errorf("masters[%d] (%s): %s", i, mo.Addr, problem)
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("masters refuse the daemon's credentials or TLS:\n%w", err)
+	}
+	return nil
+}
+
+// accessProblem says what a PING's error tells about the credentials or
+// TLS, with the settings to check, or "" when it is not such a refusal.
+func accessProblem(err error, useTLS bool) string {
+	if err == nil {
+		return ""
+	}
+	msg := err.Error()
+	var (
+		unknownCA *x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		verify    *tls.CertificateVerificationError
+		alert     tls.AlertError
+		record    tls.RecordHeaderError
+		op        *net.OpError
+	)
+	switch {
+	case strings.HasPrefix(msg, "WRONGPASS"), strings.HasPrefix(msg, "NOAUTH"),
+		strings.HasPrefix(msg, "ERR AUTH"), strings.Contains(msg, "invalid password"):
+		return "refused the credentials (" + msg + "): check master_username and master_password"
+	case strings.HasPrefix(msg, "NOPERM"):
+		return "the ACL user may not run PING (" + msg + "): give it the README's ACL line"
+	case errors.As(err, &unknownCA), errors.As(err, &hostname), errors.As(err, &invalid), errors.As(err, &verify):
+		return "its TLS certificate was not accepted (" + msg + "): check master_tls_ca_file and master_tls_server_name"
+	case errors.As(err, &alert), errors.As(err, &op) && op.Op == "remote error":
+		// crypto/tls reports an alert from the peer as a *net.OpError
+		// "remote error" ("tls: certificate required").
+		return "it refused the TLS handshake (" + msg + "): if it requires a client certificate (tls-auth-clients), set master_tls_cert_file and master_tls_key_file"
+	case errors.As(err, &record):
+		return "it does not speak TLS (" + msg + "): check master_tls and the port"
+	case !useTLS && (errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET)):
+		// A TLS-only Redis closes a connection whose first bytes are not
+		// a TLS handshake.
+		return "it closed the connection at once (" + msg + "): if it serves TLS only, set master_tls: true"
+	}
+	return ""
+}

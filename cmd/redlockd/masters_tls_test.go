@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/internal/certgen"
+	"github.com/redlockd/redlockd/internal/redisproc"
+)
+
+// readmeACLLine is the README's least-privilege ACL line, as written.
+func readmeACLLine(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	var found []string
+	for l := range strings.SplitSeq(string(raw), "\n") {
+		if strings.HasPrefix(l, "user redlockd on ") {
+			found = append(found, l)
+		}
+	}
+	require.Len(t, found, 1, "the README has one ACL line starting with \"user redlockd on \"")
+	return found[0]
+}
+
+// aclMasters are TLS-only masters (client certificates required) whose
+// default user has adminPassword and that have the README's ACL user with
+// password.
+type aclMasters struct {
+	servers  []*redisproc.Server
+	ca       *certgen.CA
+	admin    *tls.Config // the test's own TLS client config
+	password string
+}
+
+const aclAdminPassword = "acl-test-admin-password"
+
+func startACLMasters(t *testing.T, dir string, n int, password string) *aclMasters {
+	t.Helper()
+	line := readmeACLLine(t)
+	const placeholder = ">CHANGE-ME-master-password"
+	require.Contains(t, line, placeholder)
+	line = strings.Replace(line, placeholder, ">"+password, 1)
+	fields := strings.Fields(line)
+	require.Equal(t, "user", fields[0])
+
+	ca, err := certgen.NewCA(dir, "redis-ca")
+	require.NoError(t, err)
+	srv, err := ca.Issue("redis", "127.0.0.1")
+	require.NoError(t, err)
+	servers, err := redisproc.StartN(n, redisproc.Options{
+		TLS:       &redisproc.TLS{CertFile: srv.CertFile, KeyFile: srv.KeyFile, CAFile: ca.CertFile},
+		Password:  aclAdminPassword,
+		ExtraArgs: append([]string{"--user"}, fields[1:]...),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, redisproc.StopAll(servers)) })
+	pem, err := os.ReadFile(ca.CertFile)
+	require.NoError(t, err)
+	cert, err := tls.LoadX509KeyPair(srv.CertFile, srv.KeyFile)
+	require.NoError(t, err)
+	admin := &tls.Config{RootCAs: x509.NewCertPool(), Certificates: []tls.Certificate{cert}}
+	admin.RootCAs.AppendCertsFromPEM(pem)
+	return &aclMasters{servers: servers, ca: ca, admin: admin, password: password}
+}
+
+// adminClient is a client of master i as its default (all-powerful) user.
+func (m *aclMasters) adminClient(i int) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: m.servers[i].Addr(), Password: aclAdminPassword, TLSConfig: m.admin.Clone(), MaxRetries: -1})
+}
+
+// aclLog returns, per master, the commands its ACL refused (ACL LOG's
+// "object" of each entry whose reason is "command"), and the keys and
+// channels refused as "key:…" and "channel:…".
+func (m *aclMasters) aclLog(t *testing.T) [][]string {
+	t.Helper()
+	out := make([][]string, len(m.servers))
+	for i := range m.servers {
+		r := m.adminClient(i)
+		entries, err := r.ACLLog(context.Background(), 128).Result()
+		r.Close()
+		require.NoError(t, err)
+		for _, e := range entries {
+			what := e.Object
+			if e.Reason != "command" {
+				what = e.Reason + ":" + e.Object
+			}
+			out[i] = append(out[i], what)
+		}
+	}
+	return out
+}
+
+// masterConfig is a config file for the masters m, TLS on both sides.
+func (m *aclMasters) config(t *testing.T, dir string, edit func(*strings.Builder)) string {
+	t.Helper()
+	pwFile := filepath.Join(dir, "master-password")
+	require.NoError(t, os.WriteFile(pwFile, []byte(m.password+"\n"), 0o600))
+	client, err := m.ca.Issue("redlockd-client")
+	require.NoError(t, err)
+	var b strings.Builder
+	b.WriteString("per_master_timeout: 500ms\nhealth_interval: 50ms\nmax_ttl: 60\nmasters:\n")
+	for _, s := range m.servers {
+		fmt.Fprintf(&b, "  - %q\n", s.Addr())
+	}
+	fmt.Fprintf(&b, "api_keys:\n  - name: acme\n    key: %q\n", keyA)
+	fmt.Fprintf(&b, "master_username: redlockd\nmaster_password_file: %s\nmaster_tls: true\nmaster_tls_ca_file: %s\nmaster_tls_cert_file: %s\nmaster_tls_key_file: %s\n",
+		pwFile, m.ca.CertFile, client.CertFile, client.KeyFile)
+	if edit != nil {
+		edit(&b)
+	}
+	path := filepath.Join(dir, "redlockd.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o600))
+	return path
+}
+
+// TestMastersTLSWithREADMEACLUser runs the real binary with TLS on both
+// sides: HTTPS with client certificates to the daemon, and TLS-only masters
+// (client certificates required) reached as the README's least-privilege
+// ACL user, password from a file. Every action, a waiter woken by a
+// release (pub/sub), and repair-fences work, and the masters' ACL LOG
+// shows no refused command but CONFIG GET (left out of the line on
+// purpose), asked once per master.
+func TestMastersTLSWithREADMEACLUser(t *testing.T) {
+	dir := t.TempDir()
+	m := startACLMasters(t, dir, 3, "redlockd-master-password-0123")
+	httpCA, err := certgen.NewCA(dir, "http-ca")
+	require.NoError(t, err)
+	httpServer, err := httpCA.Issue("http-server", "127.0.0.1")
+	require.NoError(t, err)
+	httpClientCert, err := httpCA.Issue("http-client")
+	require.NoError(t, err)
+	cfgFile := m.config(t, dir, func(b *strings.Builder) {
+		fmt.Fprintf(b, "tls_cert_file: %s\ntls_key_file: %s\ntls_client_ca_file: %s\n", httpServer.CertFile, httpServer.KeyFile, httpCA.CertFile)
+	})
+	addr := freeAddr(t)
+	base := "https://" + addr
+	c := httpsClient(t, httpCA, httpClientCert)
+	d := startBinary(t, base, c, nil, "--config", cfgFile, "--listen", addr, "--drain-delay", "0s")
+	lock := lockURL(base)
+
+	st, env, _ := postWith(t, c, lock, keyA, `{"key":"acl:job","ttl":30}`)
+	require.Equal(t, http.StatusOK, st, "%s\n%s", env.Msg, d.logs)
+	require.Equal(t, true, env.Data["acquired"], env.Msg)
+	token := env.Data["token"].(string)
+	st, env, _ = postWith(t, c, lock, keyA, `{"action":"status","key":"acl:job"}`)
+	require.Equal(t, http.StatusOK, st, env.Msg)
+	assert.Equal(t, true, env.Data["held"])
+	st, env, _ = postWith(t, c, lock, keyA, `{"action":"extend","key":"acl:job","ttl":40,"token":"`+token+`"}`)
+	require.Equal(t, http.StatusOK, st, env.Msg)
+	assert.Equal(t, true, env.Data["extended"])
+	st, env, _ = postWith(t, c, lock, keyA, `{"key":"acl:job","ttl":30}`)
+	require.Equal(t, http.StatusOK, st, env.Msg)
+	assert.Equal(t, false, env.Data["acquired"])
+
+	// A waiter, woken by the release through pub/sub on the masters.
+	waiter := make(chan envelope, 1)
+	go func() {
+		env, err := tryPost(c, lock, keyA, `{"key":"acl:job","ttl":30,"wait_ms":20000}`)
+		if err != nil {
+			env.Msg = err.Error()
+		}
+		waiter <- env
+	}()
+	require.Eventually(t, func() bool {
+		resp, err := c.Get(base + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(raw), "\nredlockd_acquires_waiting 1\n")
+	}, 10*time.Second, 10*time.Millisecond, "the waiter is waiting")
+	st, env, _ = postWith(t, c, lock, keyA, `{"action":"release","key":"acl:job","token":"`+token+`"}`)
+	require.Equal(t, http.StatusOK, st, env.Msg)
+	assert.Equal(t, true, env.Data["released"])
+	select {
+	case env := <-waiter:
+		assert.Equal(t, true, env.Data["acquired"], "%+v", env)
+		st, env, _ = postWith(t, c, lock, keyA, `{"action":"release","key":"acl:job","token":"`+env.Data["token"].(string)+`"}`)
+		require.Equal(t, http.StatusOK, st, env.Msg)
+	case <-time.After(15 * time.Second):
+		t.Fatal("the waiter was not served")
+	}
+	require.NoError(t, d.stop(t), "%s", d.logs)
+	assert.Contains(t, d.logs.String(), "CONFIG GET not allowed for this user")
+	assert.NotContains(t, d.logs.String(), m.password)
+
+	// repair-fences, as the same user, with the same file.
+	var out, errOut strings.Builder
+	require.NoError(t, run(context.Background(), []string{"repair-fences", "--config", cfgFile}, &out, &errOut), "%s%s", &out, &errOut)
+	assert.Contains(t, out.String(), "repaired:")
+
+	for i, refused := range m.aclLog(t) {
+		for _, what := range refused {
+			assert.Equal(t, "config|get", what, "master %d's ACL refused something other than CONFIG GET", i)
+		}
+	}
+	// The user really is limited: another key prefix is refused.
+	r := redis.NewClient(&redis.Options{Addr: m.servers[0].Addr(), Username: "redlockd", Password: m.password, TLSConfig: m.admin.Clone(), MaxRetries: -1})
+	defer r.Close()
+	err = r.Set(context.Background(), "other:key", "x", 0).Err()
+	assert.ErrorContains(t, err, "NOPERM")
+	assert.ErrorContains(t, r.FlushAll(context.Background()).Err(), "NOPERM")
+}
+
+// TestMastersRefuseCredentialsAtStartup: a wrong password, a master
+// certificate from another CA, no client certificate, and plain TCP to a
+// TLS-only master each stop `redlockd serve` and `repair-fences` at
+// startup with an error naming the master and the settings to check — no
+// hang, no daemon serving 503s.
+func TestMastersRefuseCredentialsAtStartup(t *testing.T) {
+	dir := t.TempDir()
+	m := startACLMasters(t, dir, 3, "redlockd-master-password-0123")
+	other, err := certgen.NewCA(t.TempDir(), "other-ca")
+	require.NoError(t, err)
+
+	for _, tc := range []struct {
+		name string
+		edit func(cfg string) string
+		want string
+	}{
+		{"wrong password", func(cfg string) string {
+			pw := filepath.Join(t.TempDir(), "pw")
+			require.NoError(t, os.WriteFile(pw, []byte("not-the-password\n"), 0o600))
+			return replaceLine(cfg, "master_password_file:", "master_password_file: "+pw)
+		}, "refused the credentials (WRONGPASS invalid username-password pair or user is disabled.): check master_username and master_password"},
+		{"wrong user", func(cfg string) string {
+			return replaceLine(cfg, "master_username:", "master_username: nobody")
+		}, "refused the credentials (WRONGPASS"},
+		{"CA of another authority", func(cfg string) string {
+			return replaceLine(cfg, "master_tls_ca_file:", "master_tls_ca_file: "+other.CertFile)
+		}, "its TLS certificate was not accepted (tls: failed to verify certificate: x509: certificate signed by unknown authority): check master_tls_ca_file and master_tls_server_name"},
+		{"wrong server name", func(cfg string) string {
+			return cfg + "master_tls_server_name: redis.example\n"
+		}, "x509: certificate is not valid for any names, but wanted to match redis.example): check master_tls_ca_file and master_tls_server_name"},
+		{"no client certificate", func(cfg string) string {
+			return replaceLine(replaceLine(cfg, "master_tls_cert_file:", ""), "master_tls_key_file:", "")
+		}, "it refused the TLS handshake (remote error: tls: certificate required): if it requires a client certificate (tls-auth-clients), set master_tls_cert_file and master_tls_key_file"},
+		{"plain TCP to a TLS-only master", func(cfg string) string {
+			for _, f := range []string{"master_tls:", "master_tls_ca_file:", "master_tls_cert_file:", "master_tls_key_file:"} {
+				cfg = replaceLine(cfg, f, "")
+			}
+			return cfg
+		}, "if it serves TLS only, set master_tls: true"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			good, err := os.ReadFile(m.config(t, t.TempDir(), nil))
+			require.NoError(t, err)
+			path := filepath.Join(t.TempDir(), "redlockd.yaml")
+			require.NoError(t, os.WriteFile(path, []byte(tc.edit(string(good))), 0o600))
+			for _, args := range [][]string{
+				{"serve", "--config", path, "--listen", "127.0.0.1:0"},
+				{"repair-fences", "--config", path, "--dry-run"},
+			} {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
+				require.NoError(t, ctx.Err(), "%s did not stop at once: %s", args[0], out)
+				cancel()
+				var ee *exec.ExitError
+				require.True(t, errors.As(err, &ee), "%s: exits with an error: %v\n%s", args[0], err, out)
+				assert.Equal(t, 1, ee.ExitCode(), "%s", out)
+				assert.Contains(t, string(out), "masters[0] ("+m.servers[0].Addr()+"): ", args[0])
+				assert.Contains(t, string(out), tc.want, args[0])
+				assert.NotContains(t, string(out), m.password)
+				assert.NotContains(t, string(out), "not-the-password")
+			}
+		})
+	}
+}
+
+// replaceLine replaces the line of s that starts with prefix by with (a
+// line of its own, or nothing when with is empty).
+func replaceLine(s, prefix, with string) string {
+	var out []string
+	for l := range strings.SplitSeq(s, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			if with == "" {
+				continue
+			}
+			l = with
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
+}
