@@ -118,7 +118,8 @@ func (m *aclMasters) config(t *testing.T, dir string, edit func(*strings.Builder
 	for _, s := range m.servers {
 		fmt.Fprintf(&b, "  - %q\n", s.Addr())
 	}
-	fmt.Fprintf(&b, "api_keys:\n  - name: acme\n    key: %q\n", keyA)
+	// Limits on: their scripts run as the ACL user too.
+	fmt.Fprintf(&b, "api_keys:\n  - name: acme\n    key: %q\n    quota: {calls: 100000, per: 1h}\n    rate: 1000\n    max_locks: 100\n", keyA)
 	fmt.Fprintf(&b, "master_username: redlockd\nmaster_password_file: %s\nmaster_tls: true\nmaster_tls_ca_file: %s\nmaster_tls_cert_file: %s\nmaster_tls_key_file: %s\n",
 		pwFile, m.ca.CertFile, client.CertFile, client.KeyFile)
 	if edit != nil {
@@ -167,6 +168,27 @@ func TestMastersTLSWithREADMEACLUser(t *testing.T) {
 	st, env, _ = postWith(t, c, lock, keyA, `{"key":"acl:job","ttl":30}`)
 	require.Equal(t, http.StatusOK, st, env.Msg)
 	assert.Equal(t, false, env.Data["acquired"])
+	// While the lock is held, the limits' sync writes the account's
+	// counters and held-locks set on every master.
+	require.Eventually(t, func() bool {
+		for i := range m.servers {
+			r := m.adminClient(i)
+			n, err := r.Keys(context.Background(), "redlock:*").Result()
+			r.Close()
+			if err != nil {
+				return false
+			}
+			kinds := map[string]bool{}
+			for _, k := range n {
+				kind, _, _ := strings.Cut(strings.TrimPrefix(k, "redlock:"), ":")
+				kinds[kind] = true
+			}
+			if !kinds["held"] || !kinds["quota"] || !kinds["rate"] {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 20*time.Millisecond, "the limits' keys on every master")
 
 	// A waiter, woken by the release through pub/sub on the masters.
 	waiter := make(chan envelope, 1)
