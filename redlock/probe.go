@@ -51,8 +51,8 @@ func (c *Client) probeAll() {
 	wg.Wait()
 }
 
-// probeOnce runs PING, INFO (server, stats, replication, memory), CONFIG GET (where
-// allowed) and GETs of the marker, lease horizon and fencing counter in one
+// probeOnce runs PING, INFO (server, stats, replication, memory), CONFIG
+// GET (where the ACL allows it: appendfsync) and GETs of the marker, lease horizon and fencing counter in one
 // pipeline, then TIME alone.
 func (m *master) probeOnce() {
 	o := &m.c.opts
@@ -108,12 +108,15 @@ func (m *master) probeOnce() {
 	m.st.role = role
 	m.st.mu.Unlock()
 	m.setWarning("replica", role != "" && role != "master", fmt.Sprintf("is a %s, not a master: its keys come from another server", role))
+	// From INFO memory, which every user that may run INFO can read.
+	if lim, ok := stats["maxmemory"]; ok {
+		evicting := lim != "0" && lim != "" && stats["maxmemory_policy"] != "noeviction"
+		m.setWarning("eviction", evicting, fmt.Sprintf("maxmemory-policy %s can evict lock keys (they all have a TTL): use noeviction", stats["maxmemory_policy"]))
+	}
 	if cfg != nil {
 		conf, err := cfg.Result()
 		switch {
 		case err == nil:
-			evicting := conf["maxmemory"] != "0" && conf["maxmemory"] != "" && conf["maxmemory-policy"] != "noeviction"
-			m.setWarning("eviction", evicting, fmt.Sprintf("maxmemory-policy %s can evict lock keys (they all have a TTL): use noeviction", conf["maxmemory-policy"]))
 			m.st.mu.Lock()
 			m.st.durable = conf["appendonly"] == "yes" && conf["appendfsync"] == "always"
 			m.st.mu.Unlock()
@@ -121,7 +124,7 @@ func (m *master) probeOnce() {
 			// A least-privilege ACL user: not asked again. Durable stays
 			// false, so a restart is taken as a loss of data (the safe side).
 			m.noConfigGet.Store(true)
-			m.c.opts.logger.Info("master: CONFIG GET not allowed for this user: its maxmemory-policy and appendfsync are not checked, and a restart is treated as data loss", masterAttr(m))
+			m.c.opts.logger.Info("master: CONFIG GET not allowed for this user: its appendfsync is not checked, and a restart is treated as data loss", masterAttr(m))
 		}
 	}
 	markerValue, markerErr := marker.Result()
