@@ -11,6 +11,10 @@
 //     flags given on the command line override, so a flag's default never
 //     hides a value from the file or the environment.
 //
+// Secrets may instead be read from files named by *_file settings
+// (master_password_file, admin_token_file; [Config.ReadSecretFiles]), so
+// that they stay out of the YAML file and the environment.
+//
 // [Load] runs that chain and then [Config.Validate], which reports every
 // problem at once (joined with errors.Join), each as a [*FieldError] naming
 // the field by its YAML path: `masters[2]: "127.0.0.1": missing port`.
@@ -18,7 +22,8 @@
 // What this package guarantees and what it does not:
 //
 //   - Error messages never contain an API key, a key_sha256 value, the master
-//     password or an API key's name (a misplaced key is easily pasted into
+//     password, the admin token, the content of a *_file secret or an API
+//     key's name (a misplaced key is easily pasted into
 //     the name field). Master addresses that look like URLs are not echoed
 //     either, since a URL can carry a password. Config and APIKey implement
 //     fmt.Stringer with secrets masked, but a Config handed to a reflection

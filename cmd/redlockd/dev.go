@@ -29,8 +29,9 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	binary := fs.String("redis-server", "redis-server", "redis-server binary")
 	logFormat := fs.String("log-format", "console", "log format: console or json")
 	maxTTL := fs.Int("max-ttl", 600, "largest ttl in seconds, and how long a master restarted empty is quarantined (serve's default is 86400)")
+	useTLS := fs.Bool("tls", false, "TLS on both sides: a throwaway CA, TLS-only masters that require client certificates and know only the README's least-privilege ACL user, and HTTPS with client certificates")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: redlockd dev [flags]\n\nStarts local redis-server masters on free loopback ports (no persistence, in a\ntemp dir) and the daemon, prints the URL, the dev API key and a curl line.\nCtrl-C stops everything it started.\n\nFlags:")
+		fmt.Fprintln(stderr, "Usage: redlockd dev [flags]\n\nStarts local redis-server masters on free loopback ports (no persistence, in a\ntemp dir) and the daemon, prints the URL, the dev API key and a curl line.\nWith --tls, everything speaks TLS (certificates made at startup, in a temp dir).\nCtrl-C stops everything it started.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -52,11 +53,23 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for i := range cfg.Masters {
 		cfg.Masters[i] = fmt.Sprintf("127.0.0.1:%d", 1+i)
 	}
+	procOpts := redisproc.Options{Binary: *binary}
+	var certs *devCerts
+	if *useTLS {
+		dir, err := os.MkdirTemp("", "redlockd-dev-tls-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		if certs, err = devTLS(dir, &cfg, &procOpts); err != nil {
+			return err
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
 
-	servers, err := redisproc.StartN(*n, redisproc.Options{Binary: *binary})
+	servers, err := redisproc.StartN(*n, procOpts)
 	if err != nil {
 		return err
 	}
@@ -80,7 +93,25 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
 		fmt.Fprintf(stderr, "redlockd dev: WARNING: listening on %s, not loopback, with a public dev API key\n", ln.Addr())
 	}
-	url := "http://" + ln.Addr().String()
+	if certs != nil {
+		printDevTLS(stdout, ln.Addr().String(), *apiKey, cfg.Masters, certs)
+	} else {
+		printDev(stdout, ln.Addr().String(), *apiKey, cfg.Masters)
+	}
+
+	// A second Ctrl-C while shutting down is ignored here; the deferred
+	// StopAll still runs, so no redis-server is left behind.
+	signal.Ignore(syscall.SIGHUP)
+	err = runDaemon(ctx, cfg, log, ln, nil)
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	_ = os.Stdout.Sync()
+	return err
+}
+
+func printDev(stdout io.Writer, addr, apiKey string, masters []string) {
+	url := "http://" + addr
 	fmt.Fprintf(stdout, `redlockd dev is running.
 
   URL       %s
@@ -93,15 +124,5 @@ Try:
 Dashboard %s/   Ready %s/readyz   Metrics %s/metrics
 Ctrl-C stops the daemon and the masters.
 
-`, url, *apiKey, cfg.Masters, url, *apiKey, url, url, url)
-
-	// A second Ctrl-C while shutting down is ignored here; the deferred
-	// StopAll still runs, so no redis-server is left behind.
-	signal.Ignore(syscall.SIGHUP)
-	err = runDaemon(ctx, cfg, log, ln, nil)
-	if errors.Is(err, context.Canceled) {
-		err = nil
-	}
-	_ = os.Stdout.Sync()
-	return err
+`, url, apiKey, masters, url, apiKey, url, url, url)
 }
