@@ -265,7 +265,12 @@ func (l *lane) exec(batch []*call) {
 			}
 			c.out <- reply{idx: c.idx, err: cerr}
 		} else {
-			m.voteWrote()
+			if c.script == acquireScript {
+				// Its SET ran (whatever it answered): writes are accepted.
+				// Releases and status reads succeed under OOM too, so they
+				// say nothing.
+				m.voteWrote()
+			}
 			c.out <- reply{idx: c.idx, val: c.cmd.Val(), sent: now, at: received}
 		}
 		c.out = nil

@@ -44,8 +44,8 @@ func (m *master) voteOOM(err error) error {
 	return &MasterError{Index: m.idx, Addr: m.addr, Err: fmt.Errorf("%w: %v", ErrMasterOOM, err)}
 }
 
-// voteWrote records that a vote on m was answered without an error: the
-// master accepts writes again.
+// voteWrote records that an acquire vote on m was answered without an
+// error: its SET ran, so the master accepts writes again.
 func (m *master) voteWrote() {
 	if m.st.oomVoteAt.Load() != 0 {
 		m.st.oomVoteAt.Store(0)
