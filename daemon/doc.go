@@ -34,6 +34,14 @@
 //     a URL carrying an API key (path segment or query) is refused with
 //     400 rather than echoed in Location.
 //
+// On every route, before routing and before any authentication, the URL
+// is checked at a cost that does not grow with the request (checkURL in
+// urlcheck.go): a path or query string over 1024 bytes is 414
+// uri_too_long, more than 16 query parameters 400, and a credential in
+// the URL 400 (see below), the same message on every route. A request
+// with both Content-Length and Transfer-Encoding is refused with 400 and
+// its connection closed (framing.go).
+//
 // Only the action API needs an API key. The others disclose master
 // addresses and aggregate counts, never a token, and a lock key only on
 // the admin listener (GET /admin/locks); expose them only where that is
@@ -90,14 +98,17 @@
 //
 // # Decisions where the design left room
 //
-//   - Checks run in this order, the first failure answering: an API key or
-//     token in the query string (any parameter whose name contains "key" or
-//     "token", any case, or whose name or value is a configured API key,
-//     compared by SHA-256 in constant time; 400, the value is never
-//     echoed), method (405), more than one X-API-Key header (400, "send
-//     exactly one X-API-Key header": ambiguous credentials are refused, not
-//     resolved), X-API-Key missing or unknown (401), Content-Type (415),
-//     body size (413), body (400).
+//   - Checks run in this order, the first failure answering: the URL (as on
+//     every route: an API key or token in the query string — any parameter
+//     whose name contains "key" or "token", any case, or whose name or
+//     value is a configured API key, compared by SHA-256 in constant time,
+//     at most 8 parts of the URL hashed — or a path segment that is one;
+//     400, the value is never echoed), method (405), more than one
+//     X-API-Key header (400, "send exactly one X-API-Key header":
+//     ambiguous credentials are refused, not resolved), a source with too
+//     many failed authentications (429 too_many_auth_failures, the key not
+//     looked at; authlimit.go), X-API-Key missing or unknown (401),
+//     Content-Type (415), body size (413), body (400).
 //   - Content-Type may be absent (the body must still be JSON); if present
 //     it must be application/json, optionally with charset=utf-8. Anything
 //     else, including curl -d's default form type, is 415.
