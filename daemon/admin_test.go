@@ -200,3 +200,15 @@ func TestSetAPIKeysInFlight(t *testing.T) {
 	r := <-inflight
 	assert.Equal(t, http.StatusOK, r.Status, "the request accepted before the swap finished: %s", r.Raw)
 }
+
+// The admin listener refuses ambiguous framing as the public one does:
+// 400, and the connection closed before the pipelined request.
+func TestAdminListenerFraming(t *testing.T) {
+	ts := newTestServer(t, newFakeLocker(), func(o *Options) { o.AdminListen = "127.0.0.1:0" })
+	admin := &testServer{URL: adminURL(t, ts)}
+	next := "GET /metrics HTTP/1.1\r\nHost: redlockd\r\n\r\n"
+	answers, closed := rawExchange(t, admin, "POST /admin/reload HTTP/1.1\r\nHost: redlockd\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"+next)
+	require.Len(t, answers, 1, "nothing pipelined after it served")
+	assert.Equal(t, http.StatusBadRequest, answers[0].StatusCode)
+	assert.True(t, closed)
+}

@@ -479,7 +479,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		a := aln.Addr().String()
 		s.adminAddr.Store(&a)
 		admin = s.httpServer(s.adminHandler, base, nil)
-		go func() { adminErrc <- admin.Serve(s.withTLS(aln)) }()
+		go func() { adminErrc <- admin.Serve(framingListener{s.withTLS(aln)}) }()
 		defer func() {
 			// Operator requests are short; one still running after the
 			// public listener's shutdown gets a second, then is cut off.
