@@ -133,8 +133,9 @@ func (m *aclMasters) config(t *testing.T, dir string, edit func(*strings.Builder
 // TestMastersTLSWithREADMEACLUser runs the real binary with TLS on both
 // sides: HTTPS with client certificates to the daemon, and TLS-only masters
 // (client certificates required) reached as the README's least-privilege
-// ACL user, password from a file. Every action, a waiter woken by a
-// release (pub/sub), and repair-fences work, and the masters' ACL LOG
+// ACL user, password from a file. Every action with the account's limits
+// on, a waiter woken by a release (pub/sub), the admin listing of locks
+// and repair-fences work, and the masters' ACL LOG
 // shows no refused command but CONFIG GET (left out of the line on
 // purpose), asked once per master.
 func TestMastersTLSWithREADMEACLUser(t *testing.T) {
@@ -149,10 +150,10 @@ func TestMastersTLSWithREADMEACLUser(t *testing.T) {
 	cfgFile := m.config(t, dir, func(b *strings.Builder) {
 		fmt.Fprintf(b, "tls_cert_file: %s\ntls_key_file: %s\ntls_client_ca_file: %s\n", httpServer.CertFile, httpServer.KeyFile, httpCA.CertFile)
 	})
-	addr := freeAddr(t)
+	addr, adminAddr := freeAddr(t), freeAddr(t)
 	base := "https://" + addr
 	c := httpsClient(t, httpCA, httpClientCert)
-	d := startBinary(t, base, c, nil, "--config", cfgFile, "--listen", addr, "--drain-delay", "0s")
+	d := startBinary(t, base, c, nil, "--config", cfgFile, "--listen", addr, "--admin-listen", adminAddr, "--drain-delay", "0s")
 	lock := lockURL(base)
 
 	st, env, _ := postWith(t, c, lock, keyA, `{"key":"acl:job","ttl":30}`)
@@ -189,6 +190,13 @@ func TestMastersTLSWithREADMEACLUser(t *testing.T) {
 		}
 		return true
 	}, 10*time.Second, 20*time.Millisecond, "the limits' keys on every master")
+	// The operators' listing of the account's locks.
+	resp, err := c.Get("https://" + adminAddr + "/admin/locks?account=acme")
+	require.NoError(t, err)
+	listing, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", listing)
+	assert.Contains(t, string(listing), `"acl:job"`)
 
 	// A waiter, woken by the release through pub/sub on the masters.
 	waiter := make(chan envelope, 1)
@@ -200,7 +208,7 @@ func TestMastersTLSWithREADMEACLUser(t *testing.T) {
 		waiter <- env
 	}()
 	require.Eventually(t, func() bool {
-		resp, err := c.Get(base + "/metrics")
+		resp, err := c.Get("https://" + adminAddr + "/metrics")
 		if err != nil {
 			return false
 		}
