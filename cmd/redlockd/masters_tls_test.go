@@ -190,6 +190,8 @@ func TestMastersTLSWithREADMEACLUser(t *testing.T) {
 		}
 		return true
 	}, 10*time.Second, 20*time.Millisecond, "the limits' keys on every master")
+	assert.Positive(t, metricOf(t, c, "https://"+adminAddr+"/metrics", `redlockd_tls_certificate_expiry_timestamp_seconds{certificate="masters_client"}`))
+
 	// The operators' listing of the account's locks.
 	resp, err := c.Get("https://" + adminAddr + "/admin/locks?account=acme")
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/redlockd/redlockd/config"
@@ -29,6 +30,7 @@ type reloader struct {
 	tls  *daemon.ServerTLS // nil without TLS
 	// masterCert is the client certificate for the masters; nil without.
 	masterCert *masterClientCert
+	count      *prometheus.CounterVec // by result: ok, refused
 
 	mu  sync.Mutex
 	cur config.Config
@@ -43,9 +45,19 @@ var reloadable = []string{"api_keys", "account_defaults"}
 // does not load or validate is refused (a *daemon.ReloadError) and the old
 // one stays in force. The log line names the accounts added, removed and
 // re-keyed, never a key.
-func (r *reloader) reload(_ context.Context) (daemon.ReloadResult, error) {
+func (r *reloader) reload(ctx context.Context) (daemon.ReloadResult, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	res, err := r.apply(ctx)
+	result := "ok"
+	if err != nil {
+		result = "refused"
+	}
+	r.count.WithLabelValues(result).Inc()
+	return res, err
+}
+
+func (r *reloader) apply(_ context.Context) (daemon.ReloadResult, error) {
 	next, err := r.load()
 	if err != nil {
 		r.log.Error("reload refused: the configuration does not load; the old one stays in force", zap.Error(err))

@@ -115,10 +115,11 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		subject, notAfter := srvTLS.Certificate()
 		log.Info("serving HTTPS", zap.String("certificate", subject), zap.Time("not_after", notAfter), zap.Bool("client_certificates_required", cfg.TLSClientCAFile != ""))
 	}
+	registerTLSMetrics(reg, srvTLS, masterCert)
 	var rl *reloader
 	var reload func(context.Context) (daemon.ReloadResult, error)
 	if load != nil {
-		rl = &reloader{log: log.Named("reload"), load: load, cur: cfg, tls: srvTLS, masterCert: masterCert}
+		rl = &reloader{log: log.Named("reload"), load: load, cur: cfg, tls: srvTLS, masterCert: masterCert, count: newReloadCounter(reg)}
 		reload = rl.reload
 	}
 	// The accounts' limits live on the same masters, on connections of

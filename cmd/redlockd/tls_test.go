@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,6 +38,36 @@ func httpsClient(t *testing.T, ca *certgen.CA, cert certgen.Pair) *http.Client {
 	tr := &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 1}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+// metricOf returns the value of the series (name{labels}) in url's
+// Prometheus text, or fails the test.
+func metricOf(t *testing.T, c *http.Client, url, series string) float64 {
+	t.Helper()
+	resp, err := c.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	for l := range strings.SplitSeq(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err, l)
+			return f
+		}
+	}
+	t.Fatalf("no series %s in %s", series, url)
+	return 0
+}
+
+// serverNotAfter is the NotAfter of the certificate url's server presents.
+func serverNotAfter(t *testing.T, c *http.Client, url string) float64 {
+	t.Helper()
+	resp, err := c.Get(url)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body) // so that the connection is reused
+	resp.Body.Close()
+	return float64(resp.TLS.PeerCertificates[0].NotAfter.Unix())
 }
 
 // serverSerial GETs url and returns the serial of the server's certificate.
@@ -74,6 +105,8 @@ func TestServeHTTPSWithClientCertificates(t *testing.T) {
 	d := startBinary(t, base, good, nil, "--config", cfgFile, "--listen", addr, "--admin-listen", adminAddr, "--drain-delay", "0s")
 
 	serial1 := serverSerial(t, good, base+"/readyz")
+	const expiry = `redlockd_tls_certificate_expiry_timestamp_seconds{certificate="listener"}`
+	assert.Equal(t, serverNotAfter(t, good, base+"/readyz"), metricOf(t, good, admin+"/metrics", expiry))
 	assert.Equal(t, serial1, serverSerial(t, good, admin+"/metrics"), "the admin listener serves the same certificate")
 	_, err = httpsClient(t, ca, certgen.Pair{}).Get(base + "/readyz")
 	assert.Error(t, err, "no client certificate")
@@ -110,12 +143,15 @@ func TestServeHTTPSWithClientCertificates(t *testing.T) {
 	assert.Equal(t, serial1, serverSerial(t, good, base+"/readyz"), "the open connection was kept")
 	serial2 := serverSerial(t, httpsClient(t, ca, client), base+"/readyz")
 	assert.NotEqual(t, serial1, serial2, "a new connection gets the new certificate")
+	assert.Equal(t, serverNotAfter(t, httpsClient(t, ca, client), base+"/readyz"), metricOf(t, good, admin+"/metrics", expiry), "the new certificate's end")
+	assert.EqualValues(t, 1, metricOf(t, good, admin+"/metrics", `redlockd_config_reloads_total{result="ok"}`))
 
 	// A broken certificate file: refused, the certificate in use stays.
 	require.NoError(t, os.WriteFile(server.CertFile, []byte("-----BEGIN CERTIFICATE-----\nnope\n"), 0o600))
 	require.NoError(t, d.cmd.Process.Signal(syscall.SIGHUP))
 	require.Eventually(t, func() bool { return d.logs.count("reload refused") == 1 }, 10*time.Second, 10*time.Millisecond, "%s", d.logs)
 	assert.Equal(t, serial2, serverSerial(t, httpsClient(t, ca, client), base+"/readyz"))
+	assert.EqualValues(t, 1, metricOf(t, good, admin+"/metrics", `redlockd_config_reloads_total{result="refused"}`))
 	st, env, _ := postWith(t, good, lockURL(base), keyA, `{"action":"status","key":"tls:cli"}`)
 	assert.Equal(t, http.StatusOK, st, env.Msg)
 
