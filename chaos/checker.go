@@ -25,7 +25,8 @@ import (
 //	   the fault until every client counts it again, or until a stall the
 //	   PING monitor saw ended, plus CheckParams.HealGrace;
 //	I6 with more faulty, no acquire succeeds, and single attempts fail fast
-//	   (within twice the per-master timeout plus FastSlack).
+//	   (within twice the per-master timeout plus FastSlack), unless a
+//	   stall of the machine (History.Unexplained) overlapped the attempt.
 const (
 	I1 = "I1"
 	I2 = "I2"
@@ -355,7 +356,7 @@ func checkI6(h History, p CheckParams) []Violation {
 			})
 			continue
 		}
-		if fast := 2*op.PMT + p.FastSlack; op.Probe && op.Latency() > fast {
+		if fast := 2*op.PMT + p.FastSlack; op.Probe && op.Latency() > fast && !stalledDuring(h.Unexplained, op.Invoke, op.Return) {
 			out = append(out, Violation{
 				Invariant: I6, Key: op.Key, Ops: []int{op.ID},
 				Detail: fmt.Sprintf("acquire through %s with no quorum possible took %v to fail (fast bound %v)", op.Via, op.Latency().Round(time.Millisecond), fast),
@@ -363,6 +364,18 @@ func checkI6(h History, p CheckParams) []Violation {
 		}
 	}
 	return out
+}
+
+// stalledDuring reports whether a stall of the machine (a master no
+// injected fault covered, slow to answer the PING monitor) overlapped
+// [from, to]: a slow failure then measures the machine, not the daemon.
+func stalledDuring(stalls []Stall, from, to time.Duration) bool {
+	for _, s := range stalls {
+		if s.From <= to && from <= s.To {
+			return true
+		}
+	}
+	return false
 }
 
 // extendSpans returns spans with every interval's end moved grace later.

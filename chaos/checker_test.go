@@ -195,3 +195,28 @@ func TestRecorderHistory(t *testing.T) {
 	assert.Equal(t, 0, minFaulty(h.Lower, 0, 3*sec, 5*sec), "master 2 healed at 4s")
 	assert.Equal(t, 1, maxFaulty(h.Lower, 0, 500*time.Millisecond, 3*sec))
 }
+
+// TestCheckI6FastFailAndMachineStalls: with three masters faulty, a probe
+// that takes longer than twice the per-master timeout plus FastSlack to
+// fail is a violation, unless a stall of the machine the PING monitor saw
+// (a master no injected fault covered) overlapped it.
+func TestCheckI6FastFailAndMachineStalls(t *testing.T) {
+	rec := NewRecorder()
+	rec.Faulted("kill", AllViews, 0, 0, 0, 1, 2)
+	rec.Healing("restart", AllViews, 8*sec, 8*sec, 0, 1, 2)
+	rec.Stalled(3, 5*sec, 5300*time.Millisecond) // master 3 has no fault: the machine
+	slowFail := func(id int, inv time.Duration) Op {
+		return Op{ID: id, Client: 1, Via: "lib/a", Kind: "acquire", Key: "probe", Probe: true, Group: id,
+			Invoke: inv, Return: inv + 450*time.Millisecond, Outcome: "quorum", Bound: sec, PMT: 50 * time.Millisecond}
+	}
+	h := rec.History(nil)
+	h.Ops = []Op{slowFail(1, 2*sec), slowFail(2, 4900*time.Millisecond), slowFail(3, 5200*time.Millisecond), slowFail(4, 7*sec)}
+	h.End = 8 * sec
+	var ids []int
+	for _, v := range Check(h, CheckParams{Masters: 5, FastSlack: 300 * time.Millisecond}) {
+		if v.Invariant == I6 {
+			ids = append(ids, v.Ops...)
+		}
+	}
+	assert.Equal(t, []int{1, 4}, ids, "only the slow failures no machine stall overlapped")
+}

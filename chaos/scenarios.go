@@ -190,21 +190,22 @@ func resetScenario() *Scenario {
 // and 2 only: view a is cut off from masters 3 and 4 while A acquires, so
 // master 2 is pivotal — with 3 and 4 free, master 2 decides whether
 // another client can win a quorum while A's lock is valid. A writes
-// "begin" to the Resource at once.
-func arrangeHolder(ctx context.Context, d *Drill, key string, ttl time.Duration, between func() error) (grant, int, error) {
+// "begin" to the Resource at once. granted, when not nil, runs as soon as
+// A holds the lock, before view a reaches masters 3 and 4 again.
+func arrangeHolder(ctx context.Context, d *Drill, key string, ttl time.Duration, granted func() error) (grant, int, error) {
 	if err := d.Fault(ctx, "view a cut off from masters 3,4 while A acquires", 0, []int{3, 4}, bind(d, partition(0, true))); err != nil {
 		return grant{}, 0, err
-	}
-	if between != nil {
-		if err := between(); err != nil {
-			return grant{}, 0, err
-		}
 	}
 	// Retrying for a while: with two masters cut off, one slow answer
 	// from 0, 1 or 2 on a loaded machine fails an attempt.
 	g, id, err := d.Acquire(ctx, d.Lib(0), 0, key, ttl, 2*time.Second)
 	if err != nil {
 		return grant{}, 0, fmt.Errorf("arrangement failed: A could not acquire %s on masters 0-2: %w", key, err)
+	}
+	if granted != nil {
+		if err := granted(); err != nil {
+			return grant{}, 0, err
+		}
 	}
 	d.Write(key, g, 0, id, "begin")
 	if err := d.Lift(ctx, "view a reaches masters 3,4 again", 0, []int{3, 4}, bind(d, partition(0, false))); err != nil {
@@ -297,9 +298,12 @@ func restartPivot(quarantine bool) *Scenario {
 	return sc
 }
 
-// clockFast: master 2's clock runs 10% fast from just before A acquires,
-// so A's key on master 2 expires after TTL/1.1 of real time, before A's
-// validity (TTL − 1% − 2ms) ends. With the clock guard the drift is seen
+// clockFast: master 2's clock runs 10% fast from just after A acquires,
+// so A's key on master 2 expires after about TTL/1.1 of real time, before
+// A's validity (TTL − 1% − 2ms) ends. (Started just before A acquired, as
+// it once was, the fault raced A: on a loaded machine A's first attempt
+// failed, and by its retry the guard had — rightly — quarantined master 2,
+// so the arrangement failed.) With the clock guard the drift is seen
 // within a second and master 2 is quarantined, so B is refused; without
 // it B wins 2, 3, 4 while A's lock is valid (I1).
 func clockFast(guard bool) *Scenario {
@@ -321,7 +325,7 @@ func clockFast(guard bool) *Scenario {
 		// gather two seconds of the true rate first, so that it sees the
 		// fast clock one or two seconds after the change (at a 150ms or
 		// a 1s health interval), well before A's key on master 2 expires
-		// 3.6s after it.
+		// about 3.6s after it.
 		if err := d.SleepUntil(ctx, 2*time.Second); err != nil {
 			return err
 		}
