@@ -18,6 +18,21 @@ import (
 	"time"
 )
 
+// noLimits runs a daemon whose account has no quota, rate limit or lock
+// cap (the default max_locks is 10000): the daemon as it was before
+// account limits, the reference for the httpq target.
+var noLimits = []string{"REDLOCKD_ACCOUNT_DEFAULTS_MAX_LOCKS=0"}
+
+// withLimits gives the account a quota, a rate limit and a lock cap that
+// a benchmark never reaches, so that every call is counted, admitted and
+// synced with the masters but none is refused.
+var withLimits = []string{
+	"REDLOCKD_ACCOUNT_DEFAULTS_QUOTA=1000000000000/24h",
+	"REDLOCKD_ACCOUNT_DEFAULTS_RATE=1000000",
+	"REDLOCKD_ACCOUNT_DEFAULTS_BURST=10000000",
+	"REDLOCKD_ACCOUNT_DEFAULTS_MAX_LOCKS=100000000",
+}
+
 // daemonProc is a `redlockd serve` child process with its default settings,
 // masters and one API key given through REDLOCKD_* variables.
 type daemonProc struct {
@@ -41,8 +56,9 @@ func buildDaemon(root, dir string) (string, error) {
 }
 
 // startDaemon starts bin, logging to dir/<name>.log, with one account
-// "bench" whose API key is key ("": a new random one).
-func startDaemon(bin, dir, name, key string, masters []string) (*daemonProc, error) {
+// "bench" whose API key is key ("": a new random one) and env (REDLOCKD_*
+// settings) added to its environment.
+func startDaemon(bin, dir, name, key string, masters []string, env ...string) (*daemonProc, error) {
 	if key == "" {
 		var b [16]byte
 		if _, err := rand.Read(b[:]); err != nil {
@@ -73,6 +89,7 @@ func startDaemon(bin, dir, name, key string, masters []string) (*daemonProc, err
 			"REDLOCKD_MASTERS="+strings.Join(masters, ","),
 			"REDLOCKD_API_KEYS=bench:"+key,
 		)
+		d.cmd.Env = append(d.cmd.Env, env...)
 		d.cmd.Stdout, d.cmd.Stderr = log, log
 		d.cmd.SysProcAttr = childAttr()
 		if err := d.cmd.Start(); err != nil {

@@ -604,7 +604,7 @@ func (e *env) runHandoff(ctx context.Context, addrs []string, rep *report) error
 			hc := newHTTPClient(max(slices.Max(e.cfg.handoff), handoffLoadWaiters) + 16)
 			cleanup = append(cleanup, hc.CloseIdleConnections)
 			progress("starting a second daemon replica for the hand-off cell")
-			b, err := startDaemon(e.daemonBin, e.dir, "redlockd-b", e.daemon.apiKey, addrs)
+			b, err := startDaemon(e.daemonBin, e.dir, "redlockd-b", e.daemon.apiKey, addrs, noLimits...)
 			if err != nil {
 				return err
 			}

@@ -72,7 +72,7 @@ func main() {
 	flag.DurationVar(&cfg.dur, "duration", 3*time.Second, "how long each cell runs")
 	flag.StringVar(&conc, "conc", "1,16,64,256", "comma-separated concurrencies (workers per cell)")
 	flag.StringVar(&scen, "scenarios", "healthy,pause1,pause2", "comma-separated scenarios: healthy, pause1 (master 0 paused), pause2 (masters 0 and 1 paused)")
-	flag.StringVar(&targets, "targets", "lib,http,redsync,floor", "comma-separated targets: lib, http, redsync, floor")
+	flag.StringVar(&targets, "targets", "lib,http,httpq,redsync,floor", "comma-separated targets: lib, http (the daemon without account limits), httpq (with a quota, a rate limit and max_locks, never reached), redsync, floor")
 	flag.StringVar(&down3, "down3", "pause,kill", `three-masters-down drill: "pause" (SIGSTOP 0,1,2), "kill" (SIGKILL, run last), both, or "" to skip`)
 	flag.StringVar(&cfg.jsonPath, "json", filepath.Join("results", "latest.json"), "where to write the JSON results")
 	flag.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of this process; samples carry the label target=lib|http|redsync|floor (go tool pprof -tagfocus=target=lib -top FILE); worker goroutines also carry cell=<scenario>/c<N> (the library's own lanes carry target=lib only)")
@@ -93,7 +93,7 @@ func main() {
 		cfg.scenarios, err = parseList(scen, "healthy", "pause1", "pause2")
 	}
 	if err == nil {
-		cfg.targets, err = parseList(targets, "lib", "http", "redsync", "floor")
+		cfg.targets, err = parseList(targets, "lib", "http", "httpq", "redsync", "floor")
 	}
 	if err == nil {
 		cfg.down3, err = parseList(down3, "pause", "kill")
@@ -217,11 +217,26 @@ func (e *env) startTargets(ctx context.Context, addrs []string, dir string) (map
 				return nil, err
 			}
 			e.daemonBin, e.dir = bin, dir
-			if e.daemon, err = startDaemon(bin, dir, "redlockd", "", addrs); err != nil {
+			if e.daemon, err = startDaemon(bin, dir, "redlockd", "", addrs, noLimits...); err != nil {
 				return nil, err
 			}
 			e.httpc = newHTTPClient(slices.Max(e.cfg.conc))
-			tgs[name] = httpTarget(e.daemon, e.httpc, lockTTL)
+			tgs[name] = httpTarget(name, e.daemon, e.httpc, lockTTL)
+		case "httpq":
+			bin := e.daemonBin
+			if bin == "" {
+				var err error
+				if bin, err = buildDaemon(e.cfg.root, dir); err != nil {
+					return nil, err
+				}
+			}
+			progress("starting a daemon with a quota, a rate limit and max_locks")
+			var err error
+			if e.daemonQ, err = startDaemon(bin, dir, "redlockd-q", "", addrs, withLimits...); err != nil {
+				return nil, err
+			}
+			e.httpcQ = newHTTPClient(slices.Max(e.cfg.conc))
+			tgs[name] = httpTarget(name, e.daemonQ, e.httpcQ, lockTTL)
 		case "redsync":
 			for _, a := range addrs {
 				e.rdbs = append(e.rdbs, redis.NewClient(&redis.Options{Addr: a}))
@@ -297,7 +312,9 @@ func (e *env) runCells(ctx context.Context, tgs map[string]target, rep *report) 
 func (e *env) runDown3(ctx context.Context, tgs map[string]target, rep *report) error {
 	var targets []string
 	for _, name := range e.cfg.targets {
-		if name != "floor" { // the floor uses master 4 alone; it has no quorum to lose
+		// The floor uses master 4 alone: it has no quorum to lose. httpq
+		// answers a lost quorum as http does.
+		if name != "floor" && name != "httpq" {
 			targets = append(targets, name)
 		}
 	}
@@ -360,6 +377,8 @@ type env struct {
 	// the hand-off cell starts a second replica from them.
 	daemonBin, dir string
 	httpc          *http.Client
+	daemonQ        *daemonProc // the httpq target
+	httpcQ         *http.Client
 	rdbs           []*redis.Client
 	floor          *redis.Client
 }
@@ -373,6 +392,12 @@ func (e *env) close() {
 	}
 	if e.daemon != nil {
 		e.daemon.stop()
+	}
+	if e.httpcQ != nil {
+		e.httpcQ.CloseIdleConnections()
+	}
+	if e.daemonQ != nil {
+		e.daemonQ.stop()
 	}
 	for _, r := range e.rdbs {
 		r.Close()

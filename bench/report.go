@@ -104,6 +104,9 @@ func (r *report) finish() {
 	if x, ok := ratio(r.cell("healthy", "http", 64), r.cell("healthy", "redsync", 64)); ok {
 		r.Checks = append(r.Checks, check{"daemon over HTTP, c=64 healthy: ≥ 1× go-redsync in-process ops/s", fmt.Sprintf("%.2f×", x), x >= 1})
 	}
+	if x, ok := ratio(r.cell("healthy", "httpq", 64), r.cell("healthy", "http", 64)); ok {
+		r.Checks = append(r.Checks, check{"daemon with a quota, a rate limit and max_locks, c=64 healthy: ≥ 90% of its ops/s without", fmt.Sprintf("%.0f%%", 100*x), x >= 0.9})
+	}
 	for _, d := range r.Down3 {
 		if (d.Target == "lib" || d.Target == "http") && d.AcquireErrors > 0 {
 			r.Checks = append(r.Checks, check{

@@ -41,7 +41,7 @@ func libTarget(c *redlock.Client, ttl time.Duration) target {
 }
 
 // httpTarget: the daemon over keep-alive HTTP, POST /v1/lock.
-func httpTarget(d *daemonProc, client *http.Client, ttl time.Duration) target {
+func httpTarget(name string, d *daemonProc, client *http.Client, ttl time.Duration) target {
 	url := d.url + "/v1/lock"
 	ttlS := strconv.FormatInt(int64(ttl/time.Second), 10)
 	call := func(ctx context.Context, body string) (*lockResponse, error) {
@@ -69,7 +69,7 @@ func httpTarget(d *daemonProc, client *http.Client, ttl time.Duration) target {
 		}
 		return &lr, nil
 	}
-	return target{name: "http", acquire: func(ctx context.Context, key string) (func(context.Context) error, error) {
+	return target{name: name, acquire: func(ctx context.Context, key string) (func(context.Context) error, error) {
 		lr, err := call(ctx, `{"key":"`+key+`","action":"acquire","ttl":`+ttlS+`}`)
 		if err != nil {
 			return nil, err

@@ -87,6 +87,15 @@ func TestDashboardInBrowser(t *testing.T) {
 	}))`))
 	t.Logf("points per chart: %v", points)
 
+	// The accounts table shows the account's limits as GET /v1/stats has
+	// them: a quota with calls left, the rate, and no refusals.
+	poll(t, bctx, "accounts table", 10*time.Second, `(function () {
+		const rows = document.querySelectorAll("#accounts tbody tr");
+		if (document.getElementById("accounts-box").hidden || rows.length !== 1) return false;
+		const c = Array.from(rows[0].cells).map(function (td) { return td.textContent; });
+		return c[0] === "dash" && / \/ 1000000000$/.test(c[1]) && c[3] === "100000/s (100000)" && / \/ 100000$/.test(c[5]) && c[6] === "0 · 0 · 0";
+	})()`)
+
 	// An evicting maxmemory-policy on master 3: the page shows the warning
 	// on that master's card.
 	m3 := d.masters[3]

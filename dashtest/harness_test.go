@@ -143,6 +143,9 @@ func startDeployment(t *testing.T) *deployment {
 		fmt.Fprintf(&cfg, "  - %q\n", m.Addr())
 	}
 	fmt.Fprintf(&cfg, "api_keys:\n  - name: dash\n    key: %q\nmax_ttl: 600\nhealth_interval: 1s\nlog_format: json\n", apiKey)
+	// Limits the workload never reaches, so that the accounts' series and
+	// the page's accounts table have something to show.
+	cfg.WriteString("account_defaults:\n  quota: {calls: 1000000000, per: 24h}\n  rate: 100000\n  max_locks: 100000\n")
 	dir := t.TempDir()
 	d.cfgPath = filepath.Join(dir, "redlockd.yaml")
 	d.logPath = filepath.Join(dir, "redlockd.log")

@@ -1,6 +1,6 @@
 // The redlockd dashboard. Every second it reads GET /readyz (masters and
-// quorum now) and GET /v1/history?since_ms=… (the samples it has not seen
-// yet), keeps the last 15 minutes and draws them as SVG. Every value goes
+// quorum now), GET /v1/history?since_ms=… (the samples it has not seen
+// yet) and GET /v1/stats (the accounts' limits), keeps the last 15 minutes and draws them as SVG. Every value goes
 // into the page through textContent or an attribute, never as HTML.
 "use strict";
 (function () {
@@ -11,7 +11,8 @@
   const stateBadge = { up: "ok", down: "bad", quarantined: "warn", repairing: "warn", waiting: "idle", oom: "bad" };
   const resultColor = { acquired: "#2e7d32", not_acquired: "#90a4ae", released: "#1565c0", not_released: "#78909c",
     extended: "#00838f", not_extended: "#b0bec5", held: "#5d4037", not_held: "#a1887f", quorum_unavailable: "#c62828",
-    bad_request: "#ef6c00", unauthorized: "#ad1457", internal: "#000", cancelled: "#9e9d24" };
+    bad_request: "#ef6c00", unauthorized: "#ad1457", internal: "#000", cancelled: "#9e9d24",
+    quota_exhausted: "#6a1b9a", rate_limited: "#ab47bc", too_many_locks: "#4a148c" };
 
   let hist = null; // the history the page holds, columns as in /v1/history
   let ready = null; // the last /readyz body
@@ -345,6 +346,33 @@
     c.className = rate("quorum_unavailable") > 0 ? "alert" : "";
   }
 
+  // ---- accounts ----
+
+  // showAccounts fills the accounts table from GET /v1/stats: quota left
+  // (red under a tenth), rate and bucket, held locks against max_locks, and
+  // the calls refused by each limit since the daemon started.
+  function showAccounts(st) {
+    const box = document.getElementById("accounts-box");
+    const names = Object.keys((st && st.accounts) || {}).sort();
+    box.hidden = names.length === 0;
+    const body = document.querySelector("#accounts tbody");
+    body.replaceChildren();
+    names.forEach(function (n) {
+      const a = st.accounts[n];
+      const tr = el("tr");
+      tr.append(el("td", "", n));
+      const q = el("td", "", a.quota_limit === undefined ? "unlimited" : a.quota_remaining + " / " + a.quota_limit);
+      if (a.quota_limit !== undefined && a.quota_remaining * 10 < a.quota_limit) q.className = "low";
+      tr.append(q);
+      tr.append(el("td", "", a.quota_resets_at === undefined ? "–" : new Date(a.quota_resets_at * 1000).toLocaleString()));
+      tr.append(el("td", "", a.rate === undefined ? "unlimited" : a.rate + "/s (" + a.burst + ")"));
+      tr.append(el("td", "", a.rate_tokens === undefined ? "–" : fmt(a.rate_tokens)));
+      tr.append(el("td", "", a.max_locks === undefined ? "no cap" : a.locks_held + " / " + a.max_locks));
+      tr.append(el("td", "", a.quota_exhausted + " · " + a.rate_limited + " · " + a.too_many_locks));
+      body.append(tr);
+    });
+  }
+
   // ---- loop ----
 
   async function getJSON(url) {
@@ -357,10 +385,11 @@
   async function refresh() {
     try {
       const since = hist && hist.t.length ? "?since_ms=" + hist.t[hist.t.length - 1] : "";
-      const [r, h] = await Promise.all([getJSON("readyz"), getJSON("v1/history" + since)]);
+      const [r, h, st] = await Promise.all([getJSON("readyz"), getJSON("v1/history" + since), getJSON("v1/stats")]);
       ready = r;
       merge(h);
       showReady(r);
+      showAccounts(st);
       showCallers();
       drawCharts();
       document.getElementById("updated").textContent = new Date().toLocaleTimeString();
