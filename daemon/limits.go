@@ -618,10 +618,15 @@ func fmtInt(n int64) string { return strconv.FormatInt(n, 10) }
 // admit charges the call to its account's quota and rate, or answers 429
 // and reports false. It runs once the request is known to be valid, before
 // the masters are asked.
-func (s *Server) admit(w http.ResponseWriter, c *call, now time.Time) bool {
+//
+// A release is never refused: it gives a lock back, and refusing it would
+// keep the lock (and its slot under max_locks) until its TTL ends. It is
+// charged like any call while the quota and the bucket allow, and free
+// once they are spent.
+func (s *Server) admit(w http.ResponseWriter, c *call, a action, now time.Time) bool {
 	remain, r := c.limits.admit(now)
 	c.remain = remain
-	if r.code == "" {
+	if r.code == "" || a == actRelease {
 		return true
 	}
 	s.refuse(w, c, r)

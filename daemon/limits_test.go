@@ -535,3 +535,24 @@ func TestSetAPIKeysChangesLimits(t *testing.T) {
 	r = d.lock(t, statusBody("after"))
 	assert.Equal(t, "quota_exhausted", r.code(), "the refused reload changed nothing")
 }
+
+// A release is never refused for quota or rate: refusing it would keep
+// the lock, and its max_locks slot, until the TTL ends.
+func TestReleaseNeverRefusedByLimits(t *testing.T) {
+	servers := limitMasters(t)
+	awayFromWindowEnd(t, time.Hour)
+	d := startLimitDaemon(t, servers, AccountLimits{QuotaCalls: 2, QuotaWindow: time.Hour, Rate: 0.01, Burst: 2, MaxLocks: 1}, limitsInterval)
+	r := d.lock(t, `{"key":"rel","ttl":30}`)
+	okRemain(t, r, 1)
+	token := r.data(t)["token"].(string)
+	okRemain(t, d.lock(t, statusBody("rel")), 0)
+	r = d.lock(t, statusBody("rel"))
+	require.Equal(t, http.StatusTooManyRequests, r.Status, r.Raw)
+	assert.Equal(t, "quota_exhausted", r.code())
+
+	r = d.lock(t, `{"action":"release","key":"rel","token":"`+token+`"}`)
+	okRemain(t, r, 0)
+	assert.Equal(t, true, r.data(t)["released"], r.Raw)
+	assert.Empty(t, keysOn(t, servers, testPrefix+"lock:*rel*"), "the release reached the masters")
+	require.Eventually(t, func() bool { return *d.stats(t).LocksHeld == 0 }, 5*time.Second, 5*time.Millisecond, "the slot came back")
+}

@@ -140,7 +140,7 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.token = req.token
-	if c.limits != nil && !s.admit(w, &c, start) {
+	if c.limits != nil && !s.admit(w, &c, req.action, start) {
 		return
 	}
 	rk := redisKey(s.prefix, account, req.namespace, req.key)
