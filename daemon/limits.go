@@ -203,7 +203,8 @@ type accountState struct {
 	acq, rel  int64 // granted / released since the round in flight started
 	sentAcq   int64 // granted / released that the round in flight reports
 	sentRel   int64
-	ops       []heldOp // not yet sent
+	ops       []heldOp       // not yet sent; a zero heldOp was dropped
+	pending   map[string]int // token → index in ops of the acquires not yet sent
 }
 
 // rateSpan is how many seconds of the shared rate counter a round reads
@@ -341,17 +342,30 @@ func (st *accountState) lockDone(key, token string) {
 	st.reserved--
 	if token != "" {
 		st.acq++
+		if st.pending == nil {
+			st.pending = map[string]int{}
+		}
+		st.pending[token] = len(st.ops)
 		st.ops = append(st.ops, heldOp{key, token})
 	}
 }
 
 // lockChanged records a release (released true) or an extend of a lock.
+// A lock granted and released since the last round never reaches the
+// masters' sets: both changes are dropped, which keeps short locks from
+// costing the masters anything more.
 func (st *accountState) lockChanged(key, token string, released bool) {
 	if st.lim.MaxLocks <= 0 {
 		return
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if i, ok := st.pending[token]; ok && released {
+		delete(st.pending, token)
+		st.ops[i] = heldOp{}
+		st.acq--
+		return
+	}
 	if released {
 		st.rel++
 	}
@@ -426,8 +440,14 @@ func (l *limiter) round(ctx context.Context) bool {
 			}
 		}
 		if st.lim.MaxLocks > 0 {
-			r.ops = st.ops
+			r.ops = st.ops[:0:0]
+			for _, op := range st.ops {
+				if op.token != "" {
+					r.ops = append(r.ops, op)
+				}
+			}
 			st.ops = nil
+			clear(st.pending)
 			st.sentAcq, st.sentRel = st.acq, st.rel
 			st.acq, st.rel = 0, 0
 		}
