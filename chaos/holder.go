@@ -59,14 +59,40 @@ func (dm direct) Close() {
 // ttl, then deletes the key directly on every master not in on: A's lock
 // lives on those masters only, as if its SET had been lost on its way to
 // the others. A writes "begin" to the Resource at once.
+//
+// A grant needs only a quorum of yes votes, so on a loaded machine A's SET
+// may not have reached every master in on (a call not written within the
+// per-master timeout is never sent); then A's lock would live on fewer
+// masters than the row assumes, and a correct contender could rightly win
+// it. placeOnly checks each master in on for A's token first and, where
+// one lacks it, releases and acquires again (for up to 5s): the rows'
+// verdicts rest on the placement they describe.
 func placeOnly(ctx context.Context, d *Drill, dm direct, key string, ttl time.Duration, on []int) (holder, error) {
 	a := holder{client: d.NewClientID()}
-	// Retrying for a while: one slow answer on a loaded machine fails an
-	// attempt.
-	var err error
-	a.g, a.id, err = d.Acquire(ctx, d.Lib(0), a.client, key, ttl, 2*time.Second)
-	if err != nil {
-		return holder{}, fmt.Errorf("arrangement failed: A could not acquire %s: %w", key, err)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		// Retrying for a while: one slow answer on a loaded machine fails
+		// an attempt.
+		var err error
+		a.g, a.id, err = d.Acquire(ctx, d.Lib(0), a.client, key, ttl, 2*time.Second)
+		if err != nil {
+			return holder{}, fmt.Errorf("arrangement failed: A could not acquire %s: %w", key, err)
+		}
+		missing := -1
+		for _, m := range on {
+			if v, err := dm[m].Get(ctx, d.T.Space().LockKey(key)).Result(); err != nil || v != a.g.token {
+				missing = m
+				break
+			}
+		}
+		if missing < 0 {
+			break
+		}
+		d.Notef("A's SET on %s did not reach master %d (slow machine): released and acquired again", key, missing)
+		_ = d.Release(ctx, d.Lib(0), a.client, key, a.g, a.id)
+		if time.Now().After(deadline) {
+			return holder{}, fmt.Errorf("arrangement failed: A's lock on %s never reached every master of %v in 5s", key, on)
+		}
 	}
 	d.Write(key, a.g, a.client, a.id, "begin")
 	var off []int
@@ -79,7 +105,7 @@ func placeOnly(ctx context.Context, d *Drill, dm direct, key string, ttl time.Du
 	}
 	what := fmt.Sprintf("A's SET lost on its way to masters %s (its key deleted there)", strings.Join(names, ","))
 	// Not an availability fault: those masters answer and vote.
-	err = d.Mark(ctx, what, func(ctx context.Context) error {
+	err := d.Mark(ctx, what, func(ctx context.Context) error {
 		return eachMaster(ctx, off, func(ctx context.Context, m int) error {
 			return dm[m].Del(ctx, d.T.Space().LockKey(key)).Err()
 		})
