@@ -35,7 +35,9 @@ func clockClient(t *testing.T, opts []*redis.Options, copts ...Option) *Client {
 // one faulty master decides: while it is acquired, the other masters hold
 // a foreign key, so the lock is granted by the votes of on alone (every one
 // of them checked), as if its SET had been lost on the way to the others;
-// the foreign keys are then removed.
+// the foreign keys are then removed, once the SETs refused there have run
+// (settle): Acquire decides at quorum, and a SET still on its way to a
+// foreign master would otherwise land after the foreign key is gone.
 func placeOnly(t *testing.T, c *Client, rdbs []*redis.Client, key string, ttl time.Duration, on ...int) *Lock {
 	t.Helper()
 	ctx := context.Background()
@@ -47,12 +49,35 @@ func placeOnly(t *testing.T, c *Client, rdbs []*redis.Client, key string, ttl ti
 	// A wait only against a loaded machine: the key is new.
 	lock, err := c.Acquire(ctx, key, ttl, WithWait(5*time.Second))
 	require.NoError(t, err)
+	settle(t, c, key)
 	for i, r := range rdbs {
 		if !slices.Contains(on, i) {
 			require.NoError(t, r.Del(ctx, key).Err())
 		}
 	}
 	return lock
+}
+
+// settle returns once every master has run every command c sent for key
+// before the call. Acquire (like extend and status) decides at quorum and
+// leaves the slower masters' SETs on their way; a test that then changes
+// key or flushes a master behind the Client's back must wait for them, or
+// a late SET lands after the change. The barrier is the Client's lane
+// order (a lane carries one key's commands to its master in order): a
+// compare-and-delete for a token nobody holds, answered by every master.
+// A master that misses the per-master timeout still gets that release,
+// queued behind the SETs, so settle asks again until all have answered one.
+func settle(t *testing.T, c *Client, key string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(ct *assert.CollectT) {
+		tok, err := RandomToken()
+		require.NoError(ct, err)
+		_, err = c.Release(context.Background(), key, tok)
+		var oe *OutcomeError
+		require.ErrorAs(ct, err, &oe)
+		require.ErrorIs(ct, err, ErrNotHeld)
+		require.Equal(ct, len(c.masters), oe.Absent+oe.Foreign, "every master answers a release for %s: %v", key, err)
+	}, 10*time.Second, time.Millisecond)
 }
 
 // TestClockJumpSeenByTheVote: lock A (ttl 20s) on exactly masters 2, 3, 4;

@@ -124,14 +124,19 @@ func (m *master) markerMatches(value string, now time.Time, via string) bool {
 // wrote on m as m's marker, and keeps m's votes out until the marker's
 // <until>. A pending repair of this Client is done by it when the marker
 // was written after this Client saw the loss.
+//
+// The baselines are reset before the marker is stored: a probe or vote that
+// sees the adopted marker must not judge what it read against the state
+// from before the repair (that would count the loss the repair ended as a
+// new one).
 func (m *master) adoptRepair(value string, mk marker, now time.Time) {
-	m.expectedMarker.Store(&value)
 	m.st.repairedAt.Store(mk.at.UnixMilli())
 	m.st.evicted.Store(-1)
 	m.resetCountersSeen()
 	m.st.mu.Lock()
 	m.st.replID = "" // the next probe's is the baseline
 	m.st.mu.Unlock()
+	m.expectedMarker.Store(&value)
 	if m.st.repairPending.Load() {
 		lostAt := m.c.epochWall + m.st.lostAt.Load() // our clock
 		if ref := m.st.ref.Load(); ref != nil && mk.at.UnixNano() >= lostAt+ref.offset-int64(m.c.clockAllowance()) {

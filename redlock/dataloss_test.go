@@ -107,6 +107,7 @@ func TestFlushAllThreeAtOnceKeepsFencesUp(t *testing.T) {
 		}
 		first, err := c.Acquire(ctx, key, 30*time.Second)
 		require.NoError(t, err)
+		settle(t, c, key) // no SET of first's still on its way to be applied after the flush
 		rdbs := direct(t)
 		for i := range 3 {
 			require.NoError(t, rdbs[i].FlushAll(ctx).Err())
@@ -282,6 +283,58 @@ func TestReplicaIsNotAMaster(t *testing.T) {
 	require.NoError(t, r.ReplicaOf(ctx, "NO", "ONE").Err())
 	require.Eventually(t, func() bool { return c.Masters()[4].State == MasterQuarantined }, 5*time.Second, 10*time.Millisecond,
 		"a master again: repaired, then quarantined until its lease horizon")
+}
+
+// TestPromotedReplicaCountedOnce: master 4 is made a replica of master 0
+// and promoted again (REPLICAOF, then REPLICAOF NO ONE). Client a sees the
+// loss (its marker is master 0's); before a repairs it, Client b (another
+// daemon) does; a's next probe adopts b's repair marker, which ends a's
+// pending repair. That same probe must not judge master 4's replication
+// ID, which changed with the fault, against the one known from before the
+// repair: one fault, one loss counted by each daemon (the metric
+// redlock_master_data_loss_total that operators alert on). a's health loop
+// is held off (probeMu) so that the order is this one every time.
+func TestPromotedReplicaCountedOnce(t *testing.T) {
+	a, opts := brandNewClient(t, WithHealthInterval(time.Hour))
+	b := sameDeployment(t, opts...)
+	require.Eventually(t, func() bool { return b.Masters()[4].State == MasterUp }, 10*time.Second, 10*time.Millisecond, "%v", states(b))
+	var promote lossFault
+	for _, f := range lossFaults() {
+		if strings.HasPrefix(f.name, "REPLICAOF") {
+			promote = f
+		}
+	}
+	promote.apply(t, direct(t)[4], markerKeyOf(opts), "")
+
+	a.probeMu.Lock() // a's health loop waits; a probes master 4 by hand
+	held := true
+	defer func() {
+		if held {
+			a.probeMu.Unlock()
+		}
+	}()
+	m := a.masters[4]
+	m.probeOnce()
+	require.EqualValues(t, 1, a.DataLosses()[LossMarkerReplaced], "a sees the loss: %v", a.DataLosses())
+	require.True(t, m.st.repairPending.Load())
+
+	b.kickHealth()
+	require.Eventually(t, func() bool { return b.FenceRepairs() == 1 }, 10*time.Second, 10*time.Millisecond, "b repairs master 4")
+	m.probeOnce()
+	losses := func() (n int64) {
+		for _, v := range a.DataLosses() {
+			n += v
+		}
+		return n
+	}
+	require.EqualValues(t, 1, losses(), "one fault, one loss: %v", a.DataLosses())
+	require.False(t, m.st.repairPending.Load(), "a adopted b's repair")
+	assert.EqualValues(t, 1, a.FenceRepairs())
+	a.probeMu.Unlock()
+	held = false
+
+	a.probeAll() // a later round takes the promoted master's ID as the baseline
+	assert.EqualValues(t, 1, losses(), "one fault, one loss: %v", a.DataLosses())
 }
 
 // TestQuarantineLastsUntilTheLeaseHorizon: a master that lost its data is

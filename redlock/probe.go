@@ -145,13 +145,9 @@ func (m *master) probeOnce() {
 	} else if horizonErr == nil {
 		horizonErr = errBadReply
 	}
-	replID := stats["master_replid"]
+	replID, replID2 := stats["master_replid"], stats["master_replid2"]
 	m.st.mu.Lock()
 	m.st.hasHorizon = horizonErr == nil && horizonMS >= 0
-	knownReplID := m.st.replID
-	if knownReplID == "" || strings.Trim(stats["master_replid2"], "0") == "" {
-		m.st.replID = replID // the baseline, or a new ID that loses nothing
-	}
 	m.st.mu.Unlock()
 	counterMissing := false
 	if fence != nil {
@@ -187,27 +183,45 @@ func (m *master) probeOnce() {
 	// scripts check the same at every vote; this catches masters that
 	// receive no votes. Only the repair path ever writes that state back.
 	readable := (markerErr == nil || errors.Is(markerErr, redis.Nil)) && horizonErr == nil && timeErr == nil
-	if o.dataLossGuard && (m.expectedMarker.Load() != nil || m.st.repairPending.Load()) && readable {
-		switch {
-		case role != "" && role != "master":
-			m.lostData(LossReplica, fmt.Sprintf("became a %s (REPLICAOF): its data is now another server's", role))
-		case !m.markerMatches(markerValue, remote, "a health probe"):
-		case knownReplID != "" && replID != "" && replID != knownReplID && strings.Trim(stats["master_replid2"], "0") != "":
-			// A new ID with a secondary one: it was promoted from replica
-			// (REPLICAOF ... then REPLICAOF NO ONE), so its data was another
-			// server's. (A master also takes a new ID, with none secondary,
-			// when its first replica attaches: that loses nothing.)
-			m.lostData(LossReplica, "its replication ID changed after a REPLICAOF and REPLICAOF NO ONE: its data was replaced by another server's")
-		case horizonMS < 0:
-			m.lostData(LossStateMissing, "data lost without restart: lease horizon missing (seen by a health probe)")
-		case !m.countersGrow(horizonMS, horizonMS, -1, horizonAt, "a health probe"):
-		case counterMissing:
-			m.lostData(LossStateMissing, "data lost without restart: fencing counter missing (seen by a health probe)")
-		case evErr == nil:
-			m.evictionsUnchanged(evicted, "a health probe")
-		}
+	guarded := o.dataLossGuard && (m.expectedMarker.Load() != nil || m.st.repairPending.Load()) && readable
+	switch {
+	case !guarded:
+		m.promoted(replID, replID2) // keeps the known replication ID current
+	case role != "" && role != "master":
+		m.lostData(LossReplica, fmt.Sprintf("became a %s (REPLICAOF): its data is now another server's", role))
+	case !m.markerMatches(markerValue, remote, "a health probe"):
+	case m.promoted(replID, replID2):
+		m.lostData(LossReplica, "its replication ID changed after a REPLICAOF and REPLICAOF NO ONE: its data was replaced by another server's")
+	case horizonMS < 0:
+		m.lostData(LossStateMissing, "data lost without restart: lease horizon missing (seen by a health probe)")
+	case !m.countersGrow(horizonMS, horizonMS, -1, horizonAt, "a health probe"):
+	case counterMissing:
+		m.lostData(LossStateMissing, "data lost without restart: fencing counter missing (seen by a health probe)")
+	case evErr == nil:
+		m.evictionsUnchanged(evicted, "a health probe")
 	}
 	m.setUp()
+}
+
+// promoted reports whether m's replication ID id (with secondary ID id2,
+// read by a probe) shows that m was promoted from replica since the ID
+// known when it was last intact: a new ID with a secondary one comes from
+// REPLICAOF ... then REPLICAOF NO ONE, so its data was another server's. A
+// master also takes a new ID, with none secondary, when its first replica
+// attaches: that loses nothing and becomes the known ID, as does the first
+// ID seen and the first one seen after a repair (adoptRepair forgets the
+// known ID). The known ID is read here, after markerMatches: a probe that
+// adopts a repair marker must not judge the ID against the one from
+// before the repair, or the loss the repair ended is counted again.
+func (m *master) promoted(id, id2 string) bool {
+	m.st.mu.Lock()
+	defer m.st.mu.Unlock()
+	known := m.st.replID
+	if known == "" || strings.Trim(id2, "0") == "" {
+		m.st.replID = id
+		return false
+	}
+	return id != "" && id != known
 }
 
 // parseInfoFields returns the values of the named fields in an INFO reply.
