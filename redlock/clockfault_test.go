@@ -299,3 +299,68 @@ func TestClockBackThenForward(t *testing.T) {
 		require.NoError(t, scenario(t, withGuardOff(guardswitch.ClockGuard)), "a second holder")
 	})
 }
+
+// TestStaleClockRenewedWithTwoMastersDown: masters 1 and 3 are down (no
+// recent clock reference), and master 0's reference is older than
+// maxRefAge, as when its probes were too slow. A precise vote of master 0
+// that agrees with both other recent references (masters 2 and 4: with m,
+// a quorum) renews its reference and counts: the deployment survives the
+// loss of two masters without losing a third to a stale reading. The
+// negative controls: a vote whose clock jumped forward, and a sane vote
+// next to an other whose clock jumped (beyond N − quorum faults: fail
+// closed), are both refused and renew nothing; and with only one recent
+// other there is nothing to judge by. The references are set by hand (the
+// health loop is held off) so that every case is exactly this one.
+func TestStaleClockRenewedWithTwoMastersDown(t *testing.T) {
+	c := newClient(t, WithHealthInterval(time.Hour))
+	c.probeMu.Lock() // no probe round replaces the references below
+	t.Cleanup(c.probeMu.Unlock)
+	const pmt = 500 * time.Millisecond // newClient's per-master timeout
+	ms := int64(time.Millisecond)
+	jump := int64(30 * time.Second)
+	at := func() int64 { return c.sinceEpoch() }
+	ref := func(offset int64) *clockRef { return &clockRef{at: at(), offset: offset, uncert: ms} }
+	stale := func() *clockRef { return &clockRef{at: at() - int64(c.maxRefAge()) - int64(time.Second), uncert: ms} }
+	m := c.masters[0]
+	// vote returns what checkVoteClock says of a vote of m whose master
+	// clock reads offset ahead of ours, in a 2ms round trip just now.
+	vote := func(offset int64) error {
+		sent := time.Now()
+		received := sent.Add(2 * time.Millisecond)
+		mid := sent.Add(time.Millisecond)
+		remote := time.Unix(0, c.epochWall+int64(mid.Sub(c.epoch))+offset)
+		return m.checkVoteClock(remote, sent, received)
+	}
+	setup := func(other2, other4 *clockRef) *clockRef {
+		old := stale()
+		m.st.ref.Store(old)
+		c.masters[1].st.ref.Store(stale())
+		c.masters[3].st.ref.Store(stale())
+		c.masters[2].st.ref.Store(other2)
+		c.masters[4].st.ref.Store(other4)
+		return old
+	}
+	require.Less(t, 2*ms, int64(pmt/8), "the votes below are precise")
+
+	t.Run("a sane clock is renewed", func(t *testing.T) {
+		old := setup(ref(0), ref(0))
+		require.NoError(t, vote(0))
+		assert.NotSame(t, old, m.st.ref.Load(), "the vote became the reference")
+		require.NoError(t, vote(0), "and the next vote is checked against it")
+	})
+	t.Run("negative control: a jumped clock is refused", func(t *testing.T) {
+		old := setup(ref(0), ref(0))
+		require.ErrorIs(t, vote(jump), ErrMasterClockUnknown)
+		assert.Same(t, old, m.st.ref.Load())
+	})
+	t.Run("negative control: a jumped other fails closed", func(t *testing.T) {
+		old := setup(ref(0), ref(jump))
+		require.ErrorIs(t, vote(0), ErrMasterClockUnknown)
+		assert.Same(t, old, m.st.ref.Load())
+	})
+	t.Run("negative control: one recent other judges nothing", func(t *testing.T) {
+		old := setup(ref(0), stale())
+		require.ErrorIs(t, vote(0), ErrMasterClockUnknown)
+		assert.Same(t, old, m.st.ref.Load())
+	})
+}

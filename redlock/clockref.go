@@ -252,10 +252,19 @@ func (c *Client) checkClockAgreement() {
 	}
 }
 
-// agreesWithOthers is check 2 for one reading s of m against the median of
-// the other masters' recent references: known is false when fewer than a
-// quorum of them have one. Only precise readings are judged (both within
-// an eighth of the per-master timeout), with the same tolerance as check 2,
+// agreesWithOthers is check 2 for one reading s of m against the other
+// masters' recent references: known is false when fewer than quorum − 1
+// of them have one. With at least a quorum of them, s must agree with
+// their median (a minority of faulty clocks among them cannot move it).
+// With exactly quorum − 1 (e.g. N − quorum masters down, the failures the
+// deployment is built to survive), s must agree with every one of them:
+// m and they make a quorum, and a master whose clock jumped disagrees with
+// every sane one, so it passes only if all quorum − 1 others jumped alike
+// — a quorum of faulty masters, beyond what any check can cover. A sane m
+// next to a faulty other fails closed (its vote waits for the next probe's
+// reading), which costs availability only beyond N − quorum faults. Only
+// precise readings are judged (s and every reference used within an
+// eighth of the per-master timeout), with the same tolerance as check 2,
 // so a jump it lets through is within clockAllowance.
 func (c *Client) agreesWithOthers(m *master, s clockRef) (agrees, known bool) {
 	if !c.opts.clockReference {
@@ -271,18 +280,26 @@ func (c *Client) agreesWithOthers(m *master, s clockRef) (agrees, known bool) {
 			offs = append(offs, *r)
 		}
 	}
-	if len(offs) < c.quorum {
+	if len(offs) < c.quorum-1 {
 		return false, false
 	}
-	slices.SortFunc(offs, func(a, b clockRef) int { return cmp.Compare(a.offset, b.offset) })
-	med := offs[len(offs)/2]
+	judge := offs // every one of quorum − 1
+	if len(offs) >= c.quorum {
+		slices.SortFunc(offs, func(a, b clockRef) int { return cmp.Compare(a.offset, b.offset) })
+		judge = offs[len(offs)/2 : len(offs)/2+1] // their median
+	}
 	tight := int64(c.opts.perMasterTimeout / 8)
-	if s.uncert > tight || med.uncert > tight {
+	if s.uncert > tight {
 		return false, true
 	}
-	d := s.offset - med.offset
-	if d < 0 {
-		d = -d
+	for _, r := range judge {
+		d := s.offset - r.offset
+		if d < 0 {
+			d = -d
+		}
+		if r.uncert > tight || d-s.uncert-r.uncert > int64(c.opts.perMasterTimeout/4) {
+			return false, true
+		}
 	}
-	return d-s.uncert-med.uncert <= int64(c.opts.perMasterTimeout/4), true
+	return true, true
 }
