@@ -137,17 +137,30 @@ func (m *master) adoptRepair(value string, mk marker, now time.Time) {
 	m.st.replID = "" // the next probe's is the baseline
 	m.st.mu.Unlock()
 	m.expectedMarker.Store(&value)
+	completed := false
 	if m.st.repairPending.Load() {
 		lostAt := m.c.epochWall + m.st.lostAt.Load() // our clock
 		if ref := m.st.ref.Load(); ref != nil && mk.at.UnixNano() >= lostAt+ref.offset-int64(m.c.clockAllowance()) {
 			m.st.repairPending.Store(false)
 			m.st.repairWarned.Store(false)
 			m.c.repairs.Add(1)
+			completed = true
 			m.c.opts.logger.Warn("master repaired by another redlockd or by `redlockd repair-fences`", masterAttr(m))
 		}
 	}
-	if left := mk.until.Sub(now); left > 0 {
-		m.quarantine("repaired after losing its data or a clock fault; locks it lost may still be valid until its lease horizon", left+m.c.clockAllowance())
+	const why = "repaired after losing its data or a clock fault; locks it lost may still be valid until its lease horizon"
+	left := max(mk.until.Sub(now), 0)
+	switch {
+	case completed && !m.st.horizonPending.Load():
+		// The repair this Client was waiting for: its <until> (the lease
+		// horizon of a quorum, read after the loss this Client saw)
+		// replaces the provisional max TTL quarantine lostData set, as
+		// this Client's own repairMaster would (setQuarantine). Keeping
+		// the longer one left the master out for max_ttl on whichever
+		// replica lost the race to repair it.
+		m.setQuarantine(why, left+m.c.clockAllowance())
+	case left > 0:
+		m.quarantine(why, left+m.c.clockAllowance())
 	}
 }
 

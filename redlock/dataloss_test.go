@@ -431,3 +431,46 @@ func TestResetStatHidesNoEviction(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotObtained)
 	assert.Contains(t, []MasterState{MasterRepairing, MasterQuarantined}, slow.Masters()[4].State)
 }
+
+// TestAdoptedRepairReplacesTheProvisionalQuarantine: a daemon that saw a
+// master lose its data keeps it out for max TTL (an hour here) until it
+// knows the lease horizon; when another daemon's repair marker arrives
+// first, its <until> (seconds here) replaces that provisional quarantine,
+// as this daemon's own repair would. Before, it kept the hour: which
+// replica won the race to repair decided whether the master was out for
+// seconds or for max_ttl. The loss is set up by hand (lostData without its
+// health round), because this Client's own repair would otherwise win the
+// race within milliseconds.
+func TestAdoptedRepairReplacesTheProvisionalQuarantine(t *testing.T) {
+	c := newClient(t, WithHealthInterval(time.Hour), WithMaxTTL(time.Hour))
+	warmUp(c)
+	m := c.masters[4]
+	require.NotNil(t, m.st.ref.Load(), "a clock reading")
+	m.st.repairPending.Store(true)
+	m.st.lostAt.Store(c.sinceEpoch())
+	m.quarantine("lost its data (test)", time.Hour)
+	require.Greater(t, m.quarantineLeft(), 59*time.Minute)
+
+	// Another daemon's repair, written just after the loss, keeps the
+	// master out for 5s more.
+	now := time.Now()
+	value := fmt.Sprintf("repaired %d 0123456789abcdef %d %s", now.Add(10*time.Millisecond).UnixMilli(), now.Add(5*time.Second).UnixMilli(), m.runID())
+	mk, ok := parseMarker(value)
+	require.True(t, ok)
+	m.adoptRepair(value, mk, now)
+	assert.False(t, m.st.repairPending.Load(), "the repair is done")
+	assert.Less(t, m.quarantineLeft(), 6*time.Second, "the repair's <until>, not the provisional max TTL")
+	assert.Greater(t, m.quarantineLeft(), 4*time.Second, "but not shorter")
+
+	// A marker written before the loss is no repair of it: the
+	// provisional quarantine stays.
+	m.st.repairPending.Store(true)
+	m.st.lostAt.Store(c.sinceEpoch())
+	m.quarantine("lost its data again (test)", time.Hour)
+	old := fmt.Sprintf("repaired %d 0123456789abcdef %d %s", now.Add(-time.Minute).UnixMilli(), now.Add(5*time.Second).UnixMilli(), m.runID())
+	mk, ok = parseMarker(old)
+	require.True(t, ok)
+	m.adoptRepair(old, mk, time.Now())
+	assert.True(t, m.st.repairPending.Load())
+	assert.Greater(t, m.quarantineLeft(), 59*time.Minute)
+}

@@ -144,6 +144,33 @@ func TestRepairQuarantineSurvivesDaemonRestart(t *testing.T) {
 	assert.Equal(t, []MasterState{MasterUp, MasterUp}, states(later)[3:], "the masters that kept their data count at once")
 }
 
+// TestRepairFencesTwiceKeepsTheQuarantine: a second repair-fences run
+// finds the first one's repair markers in place (so it takes those masters
+// for ones that kept their data) and must not end their quarantine: a
+// Client started after it still keeps the wiped masters out for max TTL.
+// Before the repair script kept the later <until>, the second run wrote
+// <until> = now and the later Client counted them at once.
+func TestRepairFencesTwiceKeepsTheQuarantine(t *testing.T) {
+	ctx := context.Background()
+	marker := "marker:" + newKey(t)
+	lostMajority(t, marker)
+	_, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: marker, MaxTTL: time.Hour})
+	require.NoError(t, err)
+	res, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: marker, MaxTTL: time.Hour})
+	require.NoError(t, err)
+	for i := range 3 {
+		mk, ok := parseMarker(res.Masters[i].Marker)
+		require.True(t, ok && mk.repaired, "master %d: the second run found the first one's marker: %q", i, res.Masters[i].Marker)
+	}
+	later := newClient(t, WithMarkerKey(marker), WithMaxTTL(time.Hour))
+	st := later.Masters()
+	for i := range 3 {
+		assert.Equal(t, MasterQuarantined, st[i].State, "master %d", i)
+		assert.Greater(t, st[i].QuarantineLeft, 59*time.Minute, "master %d", i)
+	}
+	assert.Equal(t, []MasterState{MasterUp, MasterUp}, states(later)[3:])
+}
+
 // TestParseMarker: every marker format, and what is not a marker.
 func TestParseMarker(t *testing.T) {
 	now := time.UnixMilli(time.Now().UnixMilli())

@@ -3,7 +3,11 @@
 -- marker "repaired <unix ms> <nonce> <until unix ms> <run_id>", all by this
 -- master's own clock. Every Client keeps the master's votes out until
 -- <until>; the run_id ties the marker to this server, so a copy of another
--- master's data (REPLICAOF) is never taken for a repair.
+-- master's data (REPLICAOF) is never taken for a repair. A repair never
+-- shortens a quarantine: when the marker found is a repair marker whose
+-- <until> is later, that <until> is kept (a second `redlockd repair-fences`,
+-- which finds every marker in place, once wrote <until> = now and so let
+-- every daemon started after it count the wiped masters at once).
 -- KEYS[1] marker, KEYS[2] lease horizon, KEYS[3] fencing counter (absent when fencing is off)
 -- ARGV[1] counter, ARGV[2] horizon in milliseconds from now, ARGV[3] nonce,
 -- ARGV[4] quarantine in milliseconds from now, ARGV[5] the server's run_id
@@ -22,7 +26,15 @@ local h = ms + tonumber(ARGV[2])
 if tonumber(redis.call('GET', KEYS[2]) or '0') < h then
   redis.call('SET', KEYS[2], string.format('%d', h))
 end
-local v = 'repaired ' .. string.format('%d', ms) .. ' ' .. ARGV[3] .. ' ' .. string.format('%d', ms + tonumber(ARGV[4])) .. ' ' .. ARGV[5]
+local untl = ms + tonumber(ARGV[4])
+local old = redis.call('GET', KEYS[1])
+if old then
+  local u = string.match(old, '^repaired %d+ %S+ (%d+)')
+  if u and tonumber(u) > untl then
+    untl = tonumber(u)
+  end
+end
+local v = 'repaired ' .. string.format('%d', ms) .. ' ' .. ARGV[3] .. ' ' .. string.format('%d', untl) .. ' ' .. ARGV[5]
 redis.call('SET', KEYS[1], v)
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') or ''
 return {v, counter, replid}
