@@ -383,10 +383,11 @@ func (s *Server) checkURLs(mux http.Handler) http.Handler {
 }
 
 // serveNotFound answers a path no route matches with the JSON envelope:
-// 404, code not_found, a msg naming the path (cut to 64 bytes) and
-// listing the listener's endpoints (endpoints, built by mux). checkURL
-// has refused a path or query string that carries an API key before, so
-// the path is never a key.
+// 404, code not_found, a msg naming the path (cut to maxPathEcho bytes)
+// and listing the listener's endpoints (endpoints, built by mux). checkURL
+// has refused a path whose segment is an API key before; a key inside a
+// segment ("/v1/x<key>", "/v1/lock;api_key=<key>") is not a segment, and
+// the cut keeps it from being echoed whole.
 //
 // Paths ServeMux cleans ("//v1/lock", "/v1/./lock") are not answered here:
 // ServeMux redirects them to the clean path first (307, which clients
@@ -394,8 +395,13 @@ func (s *Server) checkURLs(mux http.Handler) http.Handler {
 // lands on the real endpoint, and checkURL keeps it from echoing a
 // credential in Location.
 func (s *Server) serveNotFound(w http.ResponseWriter, r *http.Request, endpoints string) {
-	writeError(w, http.StatusNotFound, codeNotFound, "unknown path "+quoteCut(r.URL.Path, 64)+endpoints)
+	writeError(w, http.StatusNotFound, codeNotFound, "unknown path "+quoteCut(r.URL.Path, maxPathEcho)+endpoints)
 }
+
+// maxPathEcho is how much of an unknown path a 404 repeats: one byte less
+// than the shortest API key (config: 16 bytes), so that no key sent
+// anywhere in a path comes back whole.
+const maxPathEcho = 15
 
 // Handler returns the daemon's HTTP handler, for tests (httptest) and for
 // embedding. It never reports shutting down; only Run and Serve do.
