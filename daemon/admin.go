@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -121,21 +122,38 @@ func methodNotAllowed(methods []string) http.HandlerFunc {
 // adminAuth requires the admin token on every request, as a bearer token
 // or as the password of basic authentication (so that a browser can open
 // the dashboard: it asks once and sends it with the page's own requests).
-// Tokens are compared by SHA-256 in constant time.
+// Tokens are compared by SHA-256 in constant time. The scheme name is
+// matched case-insensitively (RFC 9110 §11.1). Failures count against the
+// source's failed-authentication bucket like bad API keys do, and a
+// source out of tokens gets 429 before its token is looked at.
 func (s *Server) adminAuth(next http.Handler) http.Handler {
 	if s.adminTokenHash == nil {
 		return next
 	}
 	want := *s.adminTokenHash
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		now := time.Now()
+		src, srcOK := authSource(r.RemoteAddr)
+		if srcOK {
+			if wait, blocked := s.authLim.blocked(src, now); blocked {
+				s.authFailed(r, authSourceLimited, "")
+				w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+				writeError(w, http.StatusTooManyRequests, codeTooManyAuthFailures, msgAuthLimited)
+				return
+			}
+		}
 		got := ""
 		if _, pw, ok := r.BasicAuth(); ok {
 			got = pw
-		} else if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		} else if scheme, v, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
 			got = strings.TrimSpace(v)
 		}
 		h := sha256.Sum256([]byte(got))
 		if got == "" || subtle.ConstantTimeCompare(h[:], want[:]) != 1 {
+			if srcOK {
+				s.authLim.failed(src, now)
+			}
+			s.authFailed(r, authAdminToken, "")
 			w.Header().Set("WWW-Authenticate", `Basic realm="redlockd admin", charset="UTF-8"`)
 			writeError(w, http.StatusUnauthorized, codeUnauthorized, "admin endpoints need the admin token: send Authorization: Bearer <token>")
 			return

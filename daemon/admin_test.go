@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -126,6 +127,38 @@ func TestAdminToken(t *testing.T) {
 
 	_, err = New(nil, &Options{APIKeys: validOptions(newFakeLocker()).APIKeys, Locker: newFakeLocker(), AdminToken: token})
 	assert.ErrorContains(t, err, "AdminToken: needs AdminListen")
+}
+
+// TestAdminTokenFailuresLimited: the scheme name is case-insensitive, and
+// wrong admin tokens count against the source's failed-authentication
+// bucket like bad API keys: after the burst (20 by default) the source gets
+// 429 with Retry-After, whatever token it sends, and every failure is in
+// redlockd_auth_failures_total{reason="admin_token"}.
+func TestAdminTokenFailuresLimited(t *testing.T) {
+	const token = "admin-token-0123456789abcdef"
+	ts := newTestServer(t, newFakeLocker(), func(o *Options) {
+		o.AdminListen = "127.0.0.1:0"
+		o.AdminToken = token
+	})
+	admin := adminURL(t, ts)
+	for _, scheme := range []string{"Bearer", "bearer", "BEARER"} {
+		st, body, _ := ts.raw(t, http.MethodGet, admin+"/metrics", map[string]string{"Authorization": scheme + " " + token})
+		assert.Equal(t, http.StatusOK, st, "%s: %.200s", scheme, body)
+	}
+	statuses := map[int]int{}
+	for range 25 {
+		st, _, hdr := ts.raw(t, http.MethodGet, admin+"/metrics", map[string]string{"Authorization": "Bearer wrong-token-0123456789abcdef"})
+		statuses[st]++
+		if st == http.StatusTooManyRequests {
+			assert.NotEmpty(t, hdr.Get("Retry-After"))
+		}
+	}
+	assert.Equal(t, map[int]int{http.StatusUnauthorized: DefaultAuthFailureBurst, http.StatusTooManyRequests: 25 - DefaultAuthFailureBurst}, statuses)
+	st, _, _ := ts.raw(t, http.MethodGet, admin+"/metrics", map[string]string{"Authorization": "Bearer " + token})
+	assert.Equal(t, http.StatusTooManyRequests, st, "a limited source is refused before its token is looked at")
+	var m dto.Metric
+	require.NoError(t, ts.Server.metrics.authFailures[authAdminToken].Write(&m))
+	assert.Equal(t, float64(DefaultAuthFailureBurst), m.GetCounter().GetValue())
 }
 
 // POST /admin/reload answers what Reload changed, 400 for a refused

@@ -134,10 +134,11 @@ const (
 	authMissingKey    authFailure = iota // no X-API-Key (401)
 	authUnknownKey                       // an X-API-Key no account has (401)
 	authSourceLimited                    // refused unread: its source failed too often (429)
+	authAdminToken                       // an admin request without the admin token (401)
 	numAuthFailures
 )
 
-var authFailureNames = [numAuthFailures]string{"missing_key", "unknown_key", "source_limited"}
+var authFailureNames = [numAuthFailures]string{"missing_key", "unknown_key", "source_limited", "admin_token"}
 
 func (f authFailure) String() string { return authFailureNames[f] }
 

@@ -97,7 +97,8 @@ func plausible(a action, r result) bool {
 //     authentications from the request's source).
 //   - redlockd_auth_failures_total{reason} counter: requests refused at
 //     authentication, by reason: missing_key and unknown_key (401),
-//     source_limited (429, the key not looked at). None reaches a master.
+//     source_limited (429, the key not looked at), admin_token (401 on
+//     the admin listener). None reaches a master.
 //   - redlockd_request_duration_seconds{action} histogram, from the first
 //     byte of handling to the response (acquire includes wait_ms); timeouts
 //     are not observed: their duration is the client's, not the daemon's.
@@ -295,7 +296,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	authFailures := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "redlockd_auth_failures_total",
-		Help: "Action API requests refused at authentication, by reason (missing_key, unknown_key, source_limited).",
+		Help: "Action API requests refused at authentication, by reason (missing_key, unknown_key, source_limited, admin_token).",
 	}, []string{"reason"})
 	for f := range numAuthFailures {
 		m.authFailures[f] = authFailures.WithLabelValues(f.String())
