@@ -247,7 +247,7 @@ func (st *accountState) admit(now time.Time) (remain int64, r refusal) {
 			}
 			return remain, refusal{
 				code: codeRateLimited, res: resRateLimited,
-				msg:        "rate limited: more than " + fmtRate(st.lim.Rate) + " calls per second (burst " + fmtInt(int64(st.lim.Burst)) + ") for this account; retry after Retry-After seconds",
+				msg:        "rate limited: more than " + fmtRate(st.lim.Rate) + " calls per second (burst " + fmtInt(int64(st.lim.Burst)) + ") for this account; retry after " + fmtInt(max(int64((wait+time.Second-1)/time.Second), 1)) + " s (Retry-After)",
 				retryAfter: wait,
 			}
 		}
