@@ -23,7 +23,8 @@ import (
 //	   succeeds (a probe: up to three single attempts). Liveness is judged
 //	   against what the daemon could know: a master counts as faulty from
 //	   the fault until every client counts it again, or until a stall the
-//	   PING monitor saw ended, plus CheckParams.HealGrace;
+//	   PING monitor saw ended, plus CheckParams.HealGrace. A probe the end
+//	   of the row cut short (Op.Unfinished) is not judged;
 //	I6 with more faulty, no acquire succeeds, and single attempts fail fast
 //	   (within twice the per-master timeout plus FastSlack), unless a
 //	   stall of the machine (History.Unexplained) overlapped the attempt.
@@ -302,6 +303,7 @@ func checkI5(h History, p CheckParams) []Violation {
 	type probe struct {
 		first, last *Op
 		ok          bool
+		unfinished  bool
 	}
 	probes := map[int]*probe{}
 	var order []int
@@ -318,13 +320,14 @@ func checkI5(h History, p CheckParams) []Violation {
 		}
 		pr.last = op
 		pr.ok = pr.ok || op.OK
+		pr.unfinished = pr.unfinished || op.Unfinished
 	}
 	tolerated := p.Masters - (p.Masters/2 + 1)
 	upper := extendSpans(h.Upper, p.HealGrace)
 	var out []Violation
 	for _, g := range order {
 		pr := probes[g]
-		if pr.ok {
+		if pr.ok || pr.unfinished {
 			continue
 		}
 		if n := maxFaulty(upper, pr.first.View, pr.first.Invoke, pr.last.Return); n <= tolerated {

@@ -220,3 +220,18 @@ func TestCheckI6FastFailAndMachineStalls(t *testing.T) {
 	}
 	assert.Equal(t, []int{1, 4}, ids, "only the slow failures no machine stall overlapped")
 }
+
+// TestCheckI5SkipsUnfinishedProbes: a probe whose workload stopped after
+// one failed attempt (the end of a row) got fewer attempts than a probe is
+// owed and is not judged; the same probe finished is.
+func TestCheckI5SkipsUnfinishedProbes(t *testing.T) {
+	h := History{Ops: []Op{failedProbe(1, 2*sec), failedProbe(2, 3*sec)}, End: 4 * sec}
+	h.Ops[1].Unfinished = true
+	var ids []int
+	for _, v := range Check(h, CheckParams{Masters: 5, FastSlack: 300 * time.Millisecond}) {
+		if v.Invariant == I5 {
+			ids = append(ids, v.Ops[0])
+		}
+	}
+	assert.Equal(t, []int{1}, ids)
+}

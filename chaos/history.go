@@ -38,6 +38,10 @@ type Op struct {
 	Excused bool          `json:"excused,omitempty"`
 	// PMT is the per-master timeout of whoever answered the call.
 	PMT time.Duration `json:"pmt_ns"`
+	// Unfinished marks a failed probe attempt after which the workload
+	// stopped, so its probe got fewer attempts than a probe is owed
+	// (prober): I5 does not judge such a probe.
+	Unfinished bool `json:"unfinished,omitempty"`
 }
 
 // Latency is Return − Invoke.
@@ -95,6 +99,16 @@ func (r *Recorder) Add(op Op) int {
 	op.ID = len(r.ops) + 1
 	r.ops = append(r.ops, op)
 	return op.ID
+}
+
+// Unfinished marks Op id, a failed probe attempt, as the last its probe
+// made before the workload stopped (see Op.Unfinished).
+func (r *Recorder) Unfinished(id int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if id >= 1 && id <= len(r.ops) {
+		r.ops[id-1].Unfinished = true
+	}
 }
 
 // Excuse marks Op id as delayed on purpose by a fault (exempt from I3).
