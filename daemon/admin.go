@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -133,14 +132,10 @@ func (s *Server) adminAuth(next http.Handler) http.Handler {
 	want := *s.adminTokenHash
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		now := time.Now()
-		src, srcOK := authSource(r.RemoteAddr)
-		if srcOK {
-			if wait, blocked := s.authLim.blocked(src, now); blocked {
-				s.authFailed(r, authSourceLimited, "")
-				w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
-				writeError(w, http.StatusTooManyRequests, codeTooManyAuthFailures, msgAuthLimited)
-				return
-			}
+		src, srcOK, limited := s.authSourceLimited(w, r, now)
+		if limited {
+			writeError(w, http.StatusTooManyRequests, codeTooManyAuthFailures, msgAuthLimited)
+			return
 		}
 		got := ""
 		if _, pw, ok := r.BasicAuth(); ok {
@@ -150,9 +145,7 @@ func (s *Server) adminAuth(next http.Handler) http.Handler {
 		}
 		h := sha256.Sum256([]byte(got))
 		if got == "" || subtle.ConstantTimeCompare(h[:], want[:]) != 1 {
-			if srcOK {
-				s.authLim.failed(src, now)
-			}
+			s.authMiss(src, srcOK, now)
 			s.authFailed(r, authAdminToken, "")
 			w.Header().Set("WWW-Authenticate", `Basic realm="redlockd admin", charset="UTF-8"`)
 			writeError(w, http.StatusUnauthorized, codeUnauthorized, "admin endpoints need the admin token: send Authorization: Bearer <token>")

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"net/netip"
+	"strconv"
 	"sync"
 	"time"
 
@@ -163,4 +164,30 @@ func (s *Server) authFailed(r *http.Request, why authFailure, key string) {
 		fields = append(fields, zap.String("key_sha256", hex.EncodeToString(h[:4])))
 	}
 	ce.Write(fields...)
+}
+
+// authSourceLimited is the failed-authentication check both listeners run
+// before looking at a credential: r's source (ok false when RemoteAddr has
+// none) and whether it is out of tokens — then the refusal is counted and
+// Retry-After set, and the caller answers 429.
+func (s *Server) authSourceLimited(w http.ResponseWriter, r *http.Request, now time.Time) (src netip.Prefix, ok, limited bool) {
+	src, ok = authSource(r.RemoteAddr)
+	if !ok {
+		return src, false, false
+	}
+	wait, blocked := s.authLim.blocked(src, now)
+	if !blocked {
+		return src, true, false
+	}
+	s.authFailed(r, authSourceLimited, "")
+	w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
+	return src, true, true
+}
+
+// authMiss takes a token from the source's bucket for a failed
+// authentication (a no-op without a source).
+func (s *Server) authMiss(src netip.Prefix, ok bool, now time.Time) {
+	if ok {
+		s.authLim.failed(src, now)
+	}
 }

@@ -83,19 +83,13 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 	if len(apiKeys) == 1 {
 		apiKey = apiKeys[0]
 	}
-	src, srcOK := authSource(r.RemoteAddr)
-	if srcOK {
-		if wait, blocked := s.authLim.blocked(src, start); blocked {
-			s.authFailed(r, authSourceLimited, "")
-			w.Header().Set("Retry-After", strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10))
-			s.fail(w, &c, http.StatusTooManyRequests, resAuthLimited, codeTooManyAuthFailures, msgAuthLimited)
-			return
-		}
+	src, srcOK, limited := s.authSourceLimited(w, r, start)
+	if limited {
+		s.fail(w, &c, http.StatusTooManyRequests, resAuthLimited, codeTooManyAuthFailures, msgAuthLimited)
+		return
 	}
 	if apiKey == "" {
-		if srcOK {
-			s.authLim.failed(src, start)
-		}
+		s.authMiss(src, srcOK, start)
 		s.authFailed(r, authMissingKey, "")
 		s.fail(w, &c, http.StatusUnauthorized, resUnauthorized, codeUnauthorized,
 			"missing API key: send it in the X-API-Key header")
@@ -103,9 +97,7 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 	}
 	account, ok := s.account(apiKey)
 	if !ok {
-		if srcOK {
-			s.authLim.failed(src, start)
-		}
+		s.authMiss(src, srcOK, start)
 		s.authFailed(r, authUnknownKey, apiKey)
 		s.fail(w, &c, http.StatusUnauthorized, resUnauthorized, codeUnauthorized,
 			"unknown API key: send a valid key in the X-API-Key header")
