@@ -95,20 +95,10 @@ var settings = []setting{
 	},
 	stringSetting("key_prefix", "`prefix` of every Redis key the daemon writes", func(c *Config) *string { return &c.KeyPrefix }),
 	durationSetting("per_master_timeout", "bound on each call to one master, a `duration` from 1ms to 5s", func(c *Config) *Duration { return &c.PerMasterTimeout }),
-	{
-		name:  "drift_factor",
-		flag:  true,
-		usage: "share of the TTL allowed for clock drift, 0 ≤ `factor` < 0.5",
-		set: func(c *Config, s string) error {
-			f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-			if err != nil {
-				return errors.New("want a number such as 0.01")
-			}
-			c.DriftFactor = f
-			return nil
-		},
-		get: func(c *Config) string { return strconv.FormatFloat(c.DriftFactor, 'g', -1, 64) },
-	},
+	parsedSetting("drift_factor", "share of the TTL allowed for clock drift, 0 ≤ `factor` < 0.5",
+		floatParser("want a number such as 0.01"),
+		func(c *Config, f float64) { c.DriftFactor = f },
+		func(c *Config) string { return formatFloat(c.DriftFactor) }),
 	intSetting("default_ttl", "lock TTL in `seconds` when a request gives none, 1 to 86400 (lowered to max-ttl if that is smaller)", func(c *Config) *int { return &c.DefaultTTL }),
 	intSetting("max_ttl", "longest lock TTL in `seconds` a request may ask for, 1 to 86400", func(c *Config) *int { return &c.MaxTTL }),
 	durationSetting("max_wait", "cap on a request's wait_ms, a `duration` from 0 to 10m", func(c *Config) *Duration { return &c.MaxWait }),
@@ -117,20 +107,9 @@ var settings = []setting{
 	intSetting("auth_failures_per_minute", "failed authentications allowed per source (IPv4 address, IPv6 /64) per minute once its burst is spent, a `number` from 1 to 1000000", func(c *Config) *int { return &c.AuthFailuresPerMinute }),
 	intSetting("auth_failure_burst", "failed authentications a source may make at once before it gets 429, a `number` from 1 to 1000000", func(c *Config) *int { return &c.AuthFailureBurst }),
 	intSetting("auth_failure_sources", "most sources whose failed authentications are remembered, a `number` from 1 to 1000000", func(c *Config) *int { return &c.AuthFailureSources }),
-	{
-		name:  "max_body_bytes",
-		flag:  true,
-		usage: "largest request body in `bytes`, 1024 to 1048576",
-		set: func(c *Config, s string) error {
-			n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
-			if err != nil {
-				return errors.New("want a whole number")
-			}
-			c.MaxBodyBytes = n
-			return nil
-		},
-		get: func(c *Config) string { return strconv.FormatInt(c.MaxBodyBytes, 10) },
-	},
+	parsedSetting("max_body_bytes", "largest request body in `bytes`, 1024 to 1048576", parseInt64,
+		func(c *Config, n int64) { c.MaxBodyBytes = n },
+		func(c *Config) string { return strconv.FormatInt(c.MaxBodyBytes, 10) }),
 	durationSetting("health_interval", "how often every master is probed, a `duration` from 50ms to 1m", func(c *Config) *Duration { return &c.HealthInterval }),
 	durationSetting("drain_delay", "how long after SIGTERM the daemon keeps serving with /readyz 503 and every answer closing its connection, a `duration` from 0 to 5m", func(c *Config) *Duration { return &c.DrainDelay }),
 	durationSetting("shutdown_timeout", "how long in-flight requests may run after the drain delay, a `duration` above 0", func(c *Config) *Duration { return &c.ShutdownTimeout }),
@@ -153,25 +132,15 @@ var settings = []setting{
 			return c.AccountDefaults.Quota.String()
 		},
 	},
-	{
-		name:  "account_defaults.rate",
-		flag:  true,
-		usage: "every account's rate limit unless its api_keys entry sets one, in `calls` per second (token bucket); 0 for none",
-		set: func(c *Config, s string) error {
-			f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-			if err != nil {
-				return errors.New("want a number of calls per second such as 200")
-			}
-			c.AccountDefaults.Rate = &f
-			return nil
-		},
-		get: func(c *Config) string {
+	parsedSetting("account_defaults.rate", "every account's rate limit unless its api_keys entry sets one, in `calls` per second (token bucket); 0 for none",
+		floatParser("want a number of calls per second such as 200"),
+		func(c *Config, f float64) { c.AccountDefaults.Rate = &f },
+		func(c *Config) string {
 			if c.AccountDefaults.Rate == nil {
 				return "0"
 			}
-			return strconv.FormatFloat(*c.AccountDefaults.Rate, 'g', -1, 64)
-		},
-	},
+			return formatFloat(*c.AccountDefaults.Rate)
+		}),
 	optionalIntSetting("account_defaults.burst", "every account's token bucket size (calls at once) unless its api_keys entry sets one, a `number` from 1; default the rate rounded up",
 		func(c *Config) **int { return &c.AccountDefaults.Burst }),
 	optionalIntSetting("account_defaults.max_locks", "most locks one account holds at once across all daemons unless its api_keys entry sets it, a `number`; 0 for no cap",
@@ -191,61 +160,80 @@ func stringSetting(name, usage string, field func(*Config) *string) setting {
 	}
 }
 
-func intSetting(name, usage string, field func(*Config) *int) setting {
+// parsedSetting is a flag setting whose value parse reads from the text and
+// store puts into the Config; get gives the flag help's default. Every
+// number and duration setting goes through it. parse's error is the whole
+// message after the setting's name, so it must not quote the text.
+func parsedSetting[T any](name, usage string, parse func(string) (T, error), store func(*Config, T), get func(*Config) string) setting {
 	return setting{
 		name:  name,
 		flag:  true,
 		usage: usage,
 		set: func(c *Config, s string) error {
-			n, err := strconv.Atoi(strings.TrimSpace(s))
+			v, err := parse(s)
 			if err != nil {
-				return errors.New("want a whole number")
+				return err
 			}
-			*field(c) = n
+			store(c, v)
 			return nil
 		},
-		get: func(c *Config) string { return strconv.Itoa(*field(c)) },
+		get: get,
 	}
 }
 
+func intSetting(name, usage string, field func(*Config) *int) setting {
+	return parsedSetting(name, usage, parseInt,
+		func(c *Config, n int) { *field(c) = n },
+		func(c *Config) string { return strconv.Itoa(*field(c)) })
+}
+
+// optionalIntSetting sets a field that is nil until given; its flag help
+// shows no default while it is nil.
 func optionalIntSetting(name, usage string, field func(*Config) **int) setting {
-	return setting{
-		name:  name,
-		flag:  true,
-		usage: usage,
-		set: func(c *Config, s string) error {
-			n, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil {
-				return errors.New("want a whole number")
-			}
-			*field(c) = &n
-			return nil
-		},
-		get: func(c *Config) string {
+	return parsedSetting(name, usage, parseInt,
+		func(c *Config, n int) { *field(c) = &n },
+		func(c *Config) string {
 			if p := *field(c); p != nil {
 				return strconv.Itoa(*p)
 			}
 			return ""
-		},
-	}
+		})
 }
 
 func durationSetting(name, usage string, field func(*Config) *Duration) setting {
-	return setting{
-		name:  name,
-		flag:  true,
-		usage: usage + ` (with a unit: "50ms", "1s")`,
-		set: func(c *Config, s string) error {
-			d, err := parseDuration(s)
-			if err != nil {
-				return err
-			}
-			*field(c) = d
-			return nil
-		},
-		get: func(c *Config) string { return field(c).String() },
+	return parsedSetting(name, usage+` (with a unit: "50ms", "1s")`, parseDuration,
+		func(c *Config, d Duration) { *field(c) = d },
+		func(c *Config) string { return field(c).String() })
+}
+
+func parseInt(s string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		return 0, errors.New("want a whole number")
+	}
+	return n, nil
+}
+
+func parseInt64(s string) (int64, error) {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return 0, errors.New("want a whole number")
+	}
+	return n, nil
+}
+
+// floatParser parses a float64 and, on a malformed one, says want.
+func floatParser(want string) func(string) (float64, error) {
+	return func(s string) (float64, error) {
+		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil {
+			return 0, errors.New(want)
+		}
+		return f, nil
 	}
 }
+
+func formatFloat(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
 
 // splitList splits a comma-separated list, trimming spaces around entries.
 // An empty string is an empty list; an empty entry is an error.
