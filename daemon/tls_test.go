@@ -3,7 +3,6 @@ package daemon
 import (
 	"bufio"
 	"crypto/tls"
-	"crypto/x509"
 	"io"
 	"net/http"
 	"os"
@@ -21,16 +20,8 @@ import (
 // has its own transport, so its connections are its own.
 func tlsClient(t *testing.T, ca *certgen.CA, cert certgen.Pair, edit ...func(*tls.Config)) *http.Client {
 	t.Helper()
-	pem, err := os.ReadFile(ca.CertFile)
+	cfg, err := ca.ClientConfig(cert)
 	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	require.True(t, pool.AppendCertsFromPEM(pem))
-	cfg := &tls.Config{RootCAs: pool}
-	if cert.CertFile != "" {
-		c, err := tls.LoadX509KeyPair(cert.CertFile, cert.KeyFile)
-		require.NoError(t, err)
-		cfg.Certificates = []tls.Certificate{c}
-	}
 	for _, e := range edit {
 		e(cfg)
 	}
@@ -99,13 +90,9 @@ func TestServerTLS(t *testing.T) {
 
 	// The framing checks read inside TLS: both framing headers are refused
 	// and the connection closed, the pipelined request never served.
-	cert, err := tls.LoadX509KeyPair(client.CertFile, client.KeyFile)
+	dialCfg, err := ca.ClientConfig(client)
 	require.NoError(t, err)
-	pool := x509.NewCertPool()
-	caPEM, err := os.ReadFile(ca.CertFile)
-	require.NoError(t, err)
-	pool.AppendCertsFromPEM(caPEM)
-	conn, err := tls.Dial("tcp", ts.Server.Addr(), &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}})
+	conn, err := tls.Dial("tcp", ts.Server.Addr(), dialCfg)
 	require.NoError(t, err)
 	require.NoError(t, conn.SetDeadline(time.Now().Add(5*time.Second)))
 	_, err = io.WriteString(conn, rawLock("tls-smuggle", "Content-Length: 4", "Transfer-Encoding: chunked")+rawLock("tls-smuggled-next"))

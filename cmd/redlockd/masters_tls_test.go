@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -70,12 +69,8 @@ func startACLMasters(t *testing.T, dir string, n int, password string) *aclMaste
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, redisproc.StopAll(servers)) })
-	pem, err := os.ReadFile(ca.CertFile)
+	admin, err := ca.ClientConfig(srv)
 	require.NoError(t, err)
-	cert, err := tls.LoadX509KeyPair(srv.CertFile, srv.KeyFile)
-	require.NoError(t, err)
-	admin := &tls.Config{RootCAs: x509.NewCertPool(), Certificates: []tls.Certificate{cert}}
-	admin.RootCAs.AppendCertsFromPEM(pem)
 	return &aclMasters{servers: servers, ca: ca, admin: admin, password: password}
 }
 

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -26,15 +24,8 @@ import (
 // keep-alive transport of its own.
 func httpsClient(t *testing.T, ca *certgen.CA, cert certgen.Pair) *http.Client {
 	t.Helper()
-	pem, err := os.ReadFile(ca.CertFile)
+	cfg, err := ca.ClientConfig(cert)
 	require.NoError(t, err)
-	cfg := &tls.Config{RootCAs: x509.NewCertPool()}
-	require.True(t, cfg.RootCAs.AppendCertsFromPEM(pem))
-	if cert.CertFile != "" {
-		c, err := tls.LoadX509KeyPair(cert.CertFile, cert.KeyFile)
-		require.NoError(t, err)
-		cfg.Certificates = []tls.Certificate{c}
-	}
 	tr := &http.Transport{TLSClientConfig: cfg, MaxIdleConnsPerHost: 1}
 	t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr, Timeout: 30 * time.Second}

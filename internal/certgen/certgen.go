@@ -1,14 +1,16 @@
 // Package certgen makes a throwaway certificate authority and the
-// certificates it signs, as PEM files, for tests and `redlockd dev --tls`:
-// TLS to the masters and to the daemon without openssl. Keys are ECDSA
-// P-256; certificates are valid from an hour ago for a day. Nothing here
-// is meant for production certificates.
+// certificates it signs, as PEM files, and client configurations that
+// trust it, for tests and `redlockd dev --tls`: TLS to the masters and to
+// the daemon without openssl. Keys are ECDSA P-256; certificates are valid
+// from an hour ago for a day. Nothing here is meant for production
+// certificates.
 package certgen
 
 import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -104,6 +106,28 @@ func (ca *CA) Issue(name string, hosts ...string) (Pair, error) {
 		return Pair{}, err
 	}
 	return p, nil
+}
+
+// ClientConfig is a TLS client configuration that trusts the certificates
+// in ca.CertFile and, when cert names files, presents cert. It reads only
+// CertFile, so &CA{CertFile: f} serves for a CA known by its file alone.
+func (ca *CA) ClientConfig(cert Pair) (*tls.Config, error) {
+	caPEM, err := os.ReadFile(ca.CertFile)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{RootCAs: x509.NewCertPool()}
+	if !cfg.RootCAs.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("%s: no PEM certificate in it", ca.CertFile)
+	}
+	if cert.CertFile != "" {
+		c, err := tls.LoadX509KeyPair(cert.CertFile, cert.KeyFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{c}
+	}
+	return cfg, nil
 }
 
 func serial() *big.Int {

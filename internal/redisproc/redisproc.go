@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/redlockd/redlockd/internal/certgen"
 )
 
 // ErrNotInstalled is returned, wrapped, by Start and StartN when the
@@ -640,19 +641,11 @@ func dialProbe(ctx context.Context, addr string, t *TLS) (net.Conn, error) {
 	if t == nil {
 		return d.DialContext(ctx, "tcp", addr)
 	}
-	pem, err := os.ReadFile(t.CAFile)
+	ca := &certgen.CA{CertFile: t.CAFile}
+	cfg, err := ca.ClientConfig(certgen.Pair{CertFile: t.CertFile, KeyFile: t.KeyFile})
 	if err != nil {
 		return nil, err
 	}
-	cfg := &tls.Config{RootCAs: x509.NewCertPool()}
-	if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%s: no PEM certificate in it", t.CAFile)
-	}
-	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Certificates = []tls.Certificate{cert}
 	td := tls.Dialer{NetDialer: &d, Config: cfg}
 	return td.DialContext(ctx, "tcp", addr)
 }

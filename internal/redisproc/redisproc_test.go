@@ -3,8 +3,6 @@ package redisproc
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -596,16 +594,10 @@ func TestTLSAndPassword(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Stop() })
 
-	pem, err := os.ReadFile(ca.CertFile)
+	cfg, err := ca.ClientConfig(server)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, err := tls.LoadX509KeyPair(server.CertFile, server.KeyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := &tls.Config{RootCAs: x509.NewCertPool(), Certificates: []tls.Certificate{cert}}
-	cfg.RootCAs.AppendCertsFromPEM(pem)
 	ping := func(o *redis.Options) error {
 		o.Addr, o.MaxRetries, o.DialTimeout = s.Addr(), -1, time.Second
 		r := redis.NewClient(o)
