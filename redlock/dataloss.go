@@ -83,6 +83,9 @@ func (m *master) lostData(why DataLossReason, reason string) {
 	if m.st.repairPending.Swap(true) {
 		return // this loss is already being handled
 	}
+	m.st.mu.Lock()
+	m.st.lossRunID = "" // set by the callers whose loss is a restart
+	m.st.mu.Unlock()
 	m.st.lostAt.Store(m.c.sinceEpoch())
 	m.c.countLoss(why)
 	m.quarantine(reason, m.c.opts.maxTTL)
@@ -138,15 +141,12 @@ func (m *master) adoptRepair(value string, mk marker, now time.Time) {
 	m.st.mu.Unlock()
 	m.expectedMarker.Store(&value)
 	completed := false
-	if m.st.repairPending.Load() {
-		lostAt := m.c.epochWall + m.st.lostAt.Load() // our clock
-		if ref := m.st.ref.Load(); ref != nil && mk.at.UnixNano() >= lostAt+ref.offset-int64(m.c.clockAllowance()) {
-			m.st.repairPending.Store(false)
-			m.st.repairWarned.Store(false)
-			m.c.repairs.Add(1)
-			completed = true
-			m.c.opts.logger.Warn("master repaired by another redlockd or by `redlockd repair-fences`", masterAttr(m))
-		}
+	if m.st.repairPending.Load() && m.repairFollowsLoss(mk) {
+		m.st.repairPending.Store(false)
+		m.st.repairWarned.Store(false)
+		m.c.repairs.Add(1)
+		completed = true
+		m.c.opts.logger.Warn("master repaired by another redlockd or by `redlockd repair-fences`", masterAttr(m))
 	}
 	const why = "repaired after losing its data or a clock fault; locks it lost may still be valid until its lease horizon"
 	left := max(mk.until.Sub(now), 0)
@@ -162,6 +162,48 @@ func (m *master) adoptRepair(value string, mk marker, now time.Time) {
 	case left > 0:
 		m.quarantine(why, left+m.c.clockAllowance())
 	}
+}
+
+// lossAfterStartOf notes that the server process with run_id id started
+// after m's pending loss, if one is pending: after a restart that lost the
+// data, the new process; after any other loss, a process that replaced the
+// one on which the loss was seen (that one answered after the loss, so its
+// successor started later).
+func (m *master) lossAfterStartOf(id string) {
+	if !m.st.repairPending.Load() {
+		return
+	}
+	m.st.mu.Lock()
+	m.st.lossRunID = id
+	m.st.mu.Unlock()
+}
+
+// repairFollowsLoss reports whether the repair marker mk (whose run_id is
+// m's current one) was written after m's pending loss happened, so that it
+// repairs that loss. Either of two proofs:
+//
+//   - The marker carries the run_id of a process that started after the
+//     loss (lossRunID): a restart is itself the loss, and a marker is
+//     written by the process it names. This holds however late this
+//     Client saw the restart: an operator's repair-fences often reaches a
+//     restarted master before this Client's next probe does, and the time
+//     rule below would then reject that repair for good (the master stayed
+//     "repairing" until the next repair-fences).
+//   - The marker's time, by m's clock, is at or after the moment this
+//     Client saw the loss, converted to m's clock through the clock
+//     reference and less the reading's allowance: the loss happened
+//     before it was seen. Losses within one process (FLUSHALL, evictions,
+//     clock faults) have only this proof.
+func (m *master) repairFollowsLoss(mk marker) bool {
+	m.st.mu.Lock()
+	lossRunID := m.st.lossRunID
+	m.st.mu.Unlock()
+	if lossRunID != "" && mk.runID == lossRunID {
+		return true
+	}
+	lostAt := m.c.epochWall + m.st.lostAt.Load() // our clock
+	ref := m.st.ref.Load()
+	return ref != nil && mk.at.UnixNano() >= lostAt+ref.offset-int64(m.c.clockAllowance())
 }
 
 // evictionsUnchanged reports whether m's evicted_keys (read by a vote or a

@@ -163,5 +163,6 @@ func (m *master) restoredFromSnapshot() bool {
 		return false // every lock it could have missed has expired
 	}
 	m.lostData(LossSnapshot, fmt.Sprintf("restarted %v ago with data older than its restart (marker written %v before it): an RDB snapshot or an AOF not fsynced always may miss recent locks", uptime, started.Sub(at).Round(time.Second)))
+	m.lossAfterStartOf(m.runID())
 	return true
 }

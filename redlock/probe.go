@@ -248,10 +248,10 @@ func (m *master) observeRunID(id, via string) {
 		return
 	}
 	m.c.opts.logger.Warn("master restarted", masterAttr(m), slog.String("seen_by", via))
-	if durable {
-		return
+	if !durable {
+		m.lostData(LossRestart, fmt.Sprintf("restarted without durable persistence (run_id changed, seen by %s)", via))
 	}
-	m.lostData(LossRestart, fmt.Sprintf("restarted without durable persistence (run_id changed, seen by %s)", via))
+	m.lossAfterStartOf(id)
 }
 
 // onConnect runs on every new lane connection before any command: it loads

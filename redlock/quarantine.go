@@ -43,6 +43,13 @@ type masterState struct {
 	// lostAt: when the pending loss or clock fault was seen (monotonic ns
 	// since the Client's epoch).
 	lostAt atomic.Int64
+	// lossRunID (under mu): the run_id of a server process that started
+	// after the pending loss happened, "" when none is known: the process
+	// whose start was the loss (a restart without durable persistence, a
+	// restart from an old snapshot), or any later one. A repair marker
+	// carrying it was written after the loss, however late this Client saw
+	// the loss (adoptRepair).
+	lossRunID string
 	// evicted: INFO's evicted_keys when the master was last known intact;
 	// -1 before the first probe.
 	evicted atomic.Int64

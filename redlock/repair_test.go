@@ -125,6 +125,93 @@ func TestMajorityLossFailsClosedUntilRepaired(t *testing.T) {
 	assert.Equal(t, []MasterState{MasterUp, MasterUp, MasterUp, MasterUp, MasterUp}, states(later))
 }
 
+// TestRepairBeforeTheClientSawTheRestart: three masters restart empty and
+// the operator's repair-fences reaches them before the running Client's
+// next probe does, as in the Docker drill, where the drill runs it the
+// moment the fresh containers answer PING. The Client then sees the
+// restart (run_id changed) and the repair marker in one probe. The marker
+// carries the new process's run_id, so it was written after the restart
+// that lost the data: the repair is adopted and the masters count again
+// once its quarantine is over. Before, the Client required the marker to be
+// younger than the moment it saw the loss; it never was, and the masters
+// stayed "repairing" (fail closed, for good) until a second repair-fences.
+func TestRepairBeforeTheClientSawTheRestart(t *testing.T) {
+	ctx := context.Background()
+	marker := "marker:" + newKey(t)
+	plantMarker(marker)
+	// One health round at start; the test runs the later ones itself.
+	c := newClient(t, WithMarkerKey(marker), WithHealthInterval(time.Hour), WithMaxTTL(time.Hour))
+	warmUp(c)
+	require.True(t, c.QuorumAvailable())
+	restartEmpty(t, 0, 1, 2)
+	res, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: marker, MaxTTL: time.Second})
+	require.NoError(t, err)
+	for i, mr := range res.Masters {
+		require.NoError(t, mr.Err, "master %d", i)
+	}
+	// The Client sees the restart later than the repair by more than its
+	// clock allowance (in the drill: 123ms, a probe interval's chance), so
+	// the repair is, by the clocks, older than the loss as the Client saw
+	// it.
+	time.Sleep(c.clockAllowance() + 100*time.Millisecond)
+
+	c.probeAll()
+	st := c.Masters()
+	for i := range 3 {
+		assert.NotEqual(t, MasterRepairing, st[i].State, "master %d: the repair is adopted (%s)", i, st[i].QuarantineReason)
+		assert.False(t, st[i].Counting, "master %d: not before the repair's quarantine ends", i)
+	}
+	require.Eventually(t, func() bool {
+		c.probeAll()
+		for _, m := range c.Masters() {
+			if !m.Counting {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 50*time.Millisecond, "the repaired masters count once the repair's quarantine is over: %v", states(c))
+	lock, err := c.Acquire(ctx, newKey(t), time.Second)
+	require.NoError(t, err)
+	assert.Greater(t, lock.Fence(), res.Target, "fences continue above the repair target")
+	require.NoError(t, lock.Release(ctx))
+}
+
+// TestRepairFollowsLoss: the two proofs that a repair marker was written
+// after a pending loss. A marker of the process that started with the
+// restart is one whatever its time; a marker of the process before it is
+// judged by its time; and a later loss within one process (FLUSHALL after
+// the restart was repaired) forgets the run_id proof of the earlier one.
+func TestRepairFollowsLoss(t *testing.T) {
+	c := newClient(t, WithHealthInterval(time.Hour), WithMaxTTL(time.Hour))
+	warmUp(c)
+	m := c.masters[4]
+	require.NotNil(t, m.st.ref.Load(), "a clock reading")
+	before := m.runID()
+	const after = "0000000000000000000000000000000000000001"
+	m.observeRunID(after, "a test")
+	require.True(t, m.st.repairPending.Load(), "a restart without durable persistence is a loss")
+	now := time.Now()
+	marker := func(at time.Time, runID string) (string, marker) {
+		v := fmt.Sprintf("repaired %d 0123456789abcdef %d %s", at.UnixMilli(), now.Add(time.Second).UnixMilli(), runID)
+		mk, ok := parseMarker(v)
+		require.True(t, ok, v)
+		return v, mk
+	}
+	_, mk := marker(now.Add(-time.Minute), before)
+	assert.False(t, m.repairFollowsLoss(mk), "the old process's marker, older than the loss")
+	_, mk = marker(now.Add(time.Minute), before)
+	assert.True(t, m.repairFollowsLoss(mk), "the time rule: a marker younger than the loss")
+	fresh, mk := marker(now.Add(-time.Minute), after)
+	assert.True(t, m.repairFollowsLoss(mk), "the new process's marker, whatever its time")
+
+	m.adoptRepair(fresh, mk, now)
+	require.False(t, m.st.repairPending.Load(), "adopted and completed")
+	m.lostData(LossStateMissing, "a test")
+	assert.False(t, m.repairFollowsLoss(mk), "a marker from before this loss, on the same process")
+	m.lossAfterStartOf("0000000000000000000000000000000000000002")
+	assert.False(t, m.repairFollowsLoss(mk), "a later process's run_id is not this marker's")
+}
+
 // TestRepairQuarantineSurvivesDaemonRestart: the quarantine a repair
 // writes on a master (the repair marker's until) holds for a Client started
 // later, which never saw the loss.
