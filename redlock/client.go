@@ -38,6 +38,8 @@ var (
 	horizonReadLua string
 	//go:embed scripts/scan.lua
 	scanLua string
+	//go:embed scripts/max_ttl.lua
+	maxTTLLua string
 
 	// The vote scripts share one opening (vote_prelude.lua): the master's
 	// clock and the check that it still has the deployment's state.
@@ -51,6 +53,7 @@ var (
 	fenceRepairScript = redis.NewScript(fenceRepairLua)
 	markerScript      = redis.NewScript(markerLua)
 	repairScript      = redis.NewScript(repairLua)
+	maxTTLScript      = redis.NewScript(maxTTLLua)
 
 	// laneScripts are loaded on every new lane connection.
 	laneScripts = []string{votePreludeLua + acquireLua, releaseLua, votePreludeLua + extendLua, votePreludeLua + statusLua, fenceLua, scanLua}
@@ -64,13 +67,17 @@ type Client struct {
 	opts    options
 	seed    maphash.Seed
 
-	epoch       time.Time                          // monotonic origin of quarantine deadlines
-	epochWall   int64                              // epoch's wall clock, unix ns: our clock is epochWall + monotonic time since epoch
-	losses      [len(DataLossReasons)]atomic.Int64 // per DataLossReasons
-	kick        chan struct{}
-	probeMu     sync.Mutex // one probe round at a time
-	repairs     atomic.Int64
-	quarantines atomic.Int64
+	epoch     time.Time                          // monotonic origin of quarantine deadlines
+	epochWall int64                              // epoch's wall clock, unix ns: our clock is epochWall + monotonic time since epoch
+	losses    [len(DataLossReasons)]atomic.Int64 // per DataLossReasons
+	kick      chan struct{}
+	probeMu   sync.Mutex // one probe round at a time
+	repairs   atomic.Int64
+	// mastersMaxTTL: the longest max TTL (ns) another client registered on
+	// the masters (maxttl.go); maxTTLWarned: that was logged.
+	mastersMaxTTL atomic.Int64
+	maxTTLWarned  atomic.Bool
+	quarantines   atomic.Int64
 
 	waits    waitQueues
 	attempts atomic.Int64 // acquire attempts (fan-outs), for tests
@@ -102,6 +109,7 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 		return nil, err
 	}
 	o.horizonKey = o.markerKey + ":horizon"
+	o.maxTTLKey = o.markerKey + ":max_ttl"
 	n := len(masters)
 	if n < 3 || n%2 == 0 {
 		return nil, fmt.Errorf("%w: masters: %d given, need an odd number ≥ 3", ErrInvalid, n)
@@ -282,10 +290,11 @@ func (c *Client) fenceRecordKey(key string) string {
 }
 
 // reservedKey reports whether key is one of the Client's own keys: the
-// marker, the lease horizon, the fencing counter or a fence record.
+// marker, the lease horizon, the max TTL registry, the fencing counter or a
+// fence record.
 func (c *Client) reservedKey(key string) bool {
 	o := &c.opts
-	return key == o.markerKey || key == o.horizonKey ||
+	return key == o.markerKey || key == o.horizonKey || key == o.maxTTLKey ||
 		o.fenceKey != "" && (key == o.fenceKey || strings.HasPrefix(key, o.fenceKey+":"))
 }
 

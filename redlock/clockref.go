@@ -182,7 +182,7 @@ func (m *master) holdUntilHorizon(reason string) {
 		return
 	}
 	m.st.lostAt.Store(m.c.sinceEpoch())
-	m.quarantine(reason, m.c.opts.maxTTL)
+	m.quarantine(reason, m.c.lossTTL())
 	m.c.kickHealth()
 }
 

@@ -88,7 +88,7 @@ func (m *master) lostData(why DataLossReason, reason string) {
 	m.st.mu.Unlock()
 	m.st.lostAt.Store(m.c.sinceEpoch())
 	m.c.countLoss(why)
-	m.quarantine(reason, m.c.opts.maxTTL)
+	m.quarantine(reason, m.c.lossTTL())
 	m.c.kickHealth()
 }
 

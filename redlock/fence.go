@@ -134,7 +134,7 @@ func (m *master) repairedRecently() {
 		return
 	}
 	// INFO's uptime is rounded down: one more second.
-	if left := m.c.opts.maxTTL - uptime + time.Second; left > 0 {
+	if left := m.c.lossTTL() - uptime + time.Second; left > 0 {
 		m.quarantine("repaired by an operator after losing its data; locks it lost may still be valid", left)
 	}
 }
@@ -158,7 +158,7 @@ func (m *master) restoredFromSnapshot() bool {
 	if !ok || started.IsZero() || durable || !at.Before(started.Add(-time.Second)) {
 		return false
 	}
-	left := m.c.opts.maxTTL - uptime + time.Second // uptime is rounded down
+	left := m.c.lossTTL() - uptime + time.Second // uptime is rounded down
 	if left <= 0 {
 		return false // every lock it could have missed has expired
 	}

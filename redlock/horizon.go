@@ -41,15 +41,18 @@ import (
 //
 // When fewer than a quorum of the others can be read, m stays out for max
 // TTL from the loss (the Redis Redlock page's "delayed restart"), and never
-// longer than that in any case. The quarantine is written on m itself (the
+// longer than that in any case. "Max TTL" there is the longest any client of
+// the masters allows, which may be another client's (maxttl.go): a lock
+// granted before the loss ends at most that long after it. The quarantine is written on m itself (the
 // repair marker's <until>), so every daemon, including one started later,
 // keeps m out until then.
 
 // othersRead is what repairMaster reads from the other counting masters.
 type othersRead struct {
 	answers int
-	counter int64     // highest fencing counter
-	until   time.Time // latest end of a lease horizon, by our monotonic clock
+	counter int64         // highest fencing counter
+	until   time.Time     // latest end of a lease horizon, by our monotonic clock
+	maxTTL  time.Duration // longest max TTL registered (maxttl.go)
 }
 
 // readOthers reads the fencing counter, the lease horizon and the clock of
@@ -67,6 +70,7 @@ func (c *Client) readOthers(ctx context.Context, m *master) othersRead {
 		}
 		horizon := pipe.Get(ctx, c.opts.horizonKey)
 		tm := pipe.Time(ctx)
+		registered := pipe.Eval(ctx, maxTTLLua, []string{c.opts.maxTTLKey}, 0)
 		_, _ = pipe.Exec(ctx)
 		received := time.Now()
 		h, err := horizon.Int64()
@@ -85,6 +89,9 @@ func (c *Client) readOthers(ctx context.Context, m *master) othersRead {
 			r.counter = max(r.counter, v)
 		}
 		r.answers++
+		if ms, err := registered.Int64(); err == nil {
+			r.maxTTL = max(r.maxTTL, time.Duration(ms)*time.Millisecond)
+		}
 		left := max(time.Duration(h-now.UnixMilli())*time.Millisecond, 0)
 		end := received.Add(left + time.Duration(float64(left)*c.opts.driftFactor) + c.drift(0))
 		if end.After(r.until) {
@@ -97,7 +104,8 @@ func (c *Client) readOthers(ctx context.Context, m *master) othersRead {
 // repairMaster brings back a master that lost its data (repairPending) or
 // whose keys may have expired early (horizonPending): it raises m's
 // fencing counter to the highest a quorum of the others holds, sets its
-// quarantine to their lease horizon (capped at max TTL from the loss), and
+// quarantine to their lease horizon (capped at the longest registered max
+// TTL from the loss, maxttl.go), and
 // writes m's horizon and the repair marker carrying that quarantine.
 // Without a quorum to read from, a lost master waits for an operator's
 // RepairFences; a clock-faulted one keeps its max TTL quarantine and is
@@ -106,8 +114,8 @@ func (c *Client) repairMaster(m *master) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.healthTimeout)
 	defer cancel()
 	lost := m.st.repairPending.Load()
-	capAt := c.epoch.Add(time.Duration(m.st.lostAt.Load()) + c.opts.maxTTL)
 	r := c.readOthers(ctx, m)
+	capAt := c.epoch.Add(time.Duration(m.st.lostAt.Load()) + max(c.lossTTL(), r.maxTTL))
 	until, source := capAt, "max TTL (no quorum of the other masters to read a lease horizon from)"
 	switch {
 	case r.answers >= c.quorum:

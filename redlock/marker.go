@@ -163,7 +163,7 @@ func (m *master) firstSeenWithMarker() {
 	case !hasHorizon:
 		// A deployment from before lease horizons: assume a lock may be
 		// held for max TTL from now.
-		if !m.writeMarker(c.opts.maxTTL) {
+		if !m.writeMarker(c.lossTTL()) {
 			return
 		}
 	}

@@ -38,7 +38,10 @@ type master struct {
 	probeOpts redis.Options
 	// noConfigGet: the master's ACL refused CONFIG GET, so probes no
 	// longer send it (its settings stay unchecked; see probeOnce).
-	noConfigGet atomic.Bool
+	// maxTTLRefused: the master refused the max TTL registration
+	// (maxttl.go); logged once until it accepts one again.
+	maxTTLRefused atomic.Bool
+	noConfigGet   atomic.Bool
 
 	st masterState
 	// expectedMarker is the marker value the master is known to carry; nil

@@ -31,6 +31,7 @@ type options struct {
 	markerKey        string
 	maxTTL           time.Duration
 	horizonKey       string // markerKey + ":horizon"
+	maxTTLKey        string // markerKey + ":max_ttl" (scripts/max_ttl.lua)
 	quarantine       bool
 	clockGuard       bool
 	// Guards that exist on/off only so that tests and drills can show the
@@ -169,9 +170,13 @@ func WithMarkerKey(key string) Option {
 }
 
 // WithMaxTTL caps the TTL Acquire and Extend accept, and is how long a
-// master that lost its data (or whose clock jumped) is quarantined: the
-// longest a lock it held could still be valid. Default DefaultMaxTTL (24h). Set it to the
-// longest TTL your callers really use: a lower value shortens quarantines.
+// master that lost its data (or whose clock jumped) is quarantined at most:
+// the longest a lock it held could still be valid. Default DefaultMaxTTL
+// (24h). Set it to the longest TTL your callers really use: a lower value
+// shortens quarantines. The Client registers it on the masters (the
+// marker key + ":max_ttl"), and quarantines use the longest max TTL any
+// client of the masters registered, so a client with a shorter one is
+// never the weak link.
 func WithMaxTTL(d time.Duration) Option {
 	return func(o *options) { o.maxTTL = d }
 }

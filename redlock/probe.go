@@ -72,6 +72,7 @@ func (m *master) probeOnce() {
 	if o.fenceKey != "" {
 		fence = pipe.Get(ctx, o.fenceKey)
 	}
+	maxTTL := pipe.Eval(ctx, maxTTLLua, []string{o.maxTTLKey}, o.maxTTL.Milliseconds())
 	_, _ = pipe.Exec(ctx)
 	d := time.Since(start)
 	m.checkedAt.Store(time.Now().UnixNano())
@@ -88,6 +89,7 @@ func (m *master) probeOnce() {
 		return
 	}
 	m.latencyNS.Store(int64(d))
+	m.registeredMaxTTL(maxTTL)
 
 	if id, uptime, mode, ok := parseInfoServer(info.Val()); ok {
 		m.observeRunID(id, "health probe")

@@ -68,7 +68,8 @@ type MasterRepair struct {
 	Answered bool
 	Err      error
 
-	lost bool // marker, lease horizon or fencing counter missing
+	lost             bool          // marker, lease horizon or fencing counter missing
+	registeredMaxTTL time.Duration // longest max TTL registered on it
 }
 
 // RepairResult reports a RepairFences run.
@@ -77,7 +78,12 @@ type RepairResult struct {
 	// master's counter was raised to (at least): max(Highest+Margin, Min+1).
 	Highest, Target int64
 	Answered        int // masters that answered the read
-	Masters         []MasterRepair
+	// RegisteredMaxTTL is the longest max TTL a client registered on the
+	// masters (maxttl.go). The repaired masters stay out for the longer of
+	// it and MaxTTL: a client allowing longer locks than MaxTTL may hold one
+	// the repaired masters lost.
+	RegisteredMaxTTL time.Duration
+	Masters          []MasterRepair
 }
 
 // RepairFences is the operator's repair after more than N − quorum masters
@@ -186,7 +192,11 @@ func readCounters(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 			fence := pipe.Get(cctx, o.FenceKey)
 			marker := pipe.Get(cctx, o.MarkerKey)
 			horizon := pipe.Exists(cctx, o.MarkerKey+":horizon")
+			registered := pipe.Eval(cctx, maxTTLLua, []string{o.MarkerKey + ":max_ttl"}, 0)
 			_, _ = pipe.Exec(cctx)
+			if ms, err := registered.Int64(); err == nil {
+				mr.registeredMaxTTL = time.Duration(ms) * time.Millisecond
+			}
 			v, err := fence.Int64()
 			if errors.Is(err, redis.Nil) {
 				v, err = 0, nil
@@ -209,6 +219,7 @@ func readCounters(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 		if mr.Answered {
 			res.Answered++
 			res.Highest = max(res.Highest, mr.Before)
+			res.RegisteredMaxTTL = max(res.RegisteredMaxTTL, mr.registeredMaxTTL)
 		}
 	}
 }
@@ -249,7 +260,7 @@ func writeRepairs(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 		}
 		g.Go(func() {
 			mr := &res.Masters[i]
-			if err := repairOne(ctx, r, o, target, mr); err != nil {
+			if err := repairOne(ctx, r, o, target, res.RegisteredMaxTTL, mr); err != nil {
 				mr.Err = err
 			}
 		})
@@ -272,7 +283,7 @@ func writeRepairs(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 // second ago is waited for: a Client compares the marker's time with the
 // start time it derives from INFO's whole-second uptime, which may be up to
 // a second late.
-func repairOne(ctx context.Context, r *redis.Client, o RepairOptions, target string, mr *MasterRepair) error {
+func repairOne(ctx context.Context, r *redis.Client, o RepairOptions, target string, registered time.Duration, mr *MasterRepair) error {
 	for {
 		cctx, cancel := context.WithTimeout(ctx, o.Timeout)
 		info, err := r.Info(cctx, "server").Result()
@@ -298,7 +309,7 @@ func repairOne(ctx context.Context, r *redis.Client, o RepairOptions, target str
 	runID, _, _, _ := parseInfoServer(info)
 	var hold int64 // a master that kept its data is not quarantined
 	if mr.lost {
-		hold = o.MaxTTL.Milliseconds()
+		hold = max(o.MaxTTL, registered).Milliseconds()
 	}
 	nonce, err := RandomToken()
 	if err != nil {

@@ -52,7 +52,9 @@ func TestNewDeploymentWaitsForEveryMaster(t *testing.T) {
 // and fencing counters are gone, and two masters keep theirs.
 func lostMajority(t *testing.T, marker string) int64 {
 	plantMarker(marker)
-	c := newClient(t, WithMarkerKey(marker), WithHealthInterval(20*time.Millisecond))
+	// Max TTL 1s, as the Clients of the tests that use it: the max TTL
+	// registered on the masters bounds the repair's quarantine.
+	c := newClient(t, WithMarkerKey(marker), WithHealthInterval(20*time.Millisecond), WithMaxTTL(time.Second))
 	fence := takeFences(t, c, newKey(t), 10)
 	// The last fence was written back to a quorum, which may be masters
 	// 0, 1 and 2 alone; the health loop copies it to the others. Wait for
@@ -140,11 +142,11 @@ func TestRepairBeforeTheClientSawTheRestart(t *testing.T) {
 	marker := "marker:" + newKey(t)
 	plantMarker(marker)
 	// One health round at start; the test runs the later ones itself.
-	c := newClient(t, WithMarkerKey(marker), WithHealthInterval(time.Hour), WithMaxTTL(time.Hour))
+	c := newClient(t, WithMarkerKey(marker), WithHealthInterval(time.Hour), WithMaxTTL(2*time.Second))
 	warmUp(c)
 	require.True(t, c.QuorumAvailable())
 	restartEmpty(t, 0, 1, 2)
-	res, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: marker, MaxTTL: time.Second})
+	res, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: marker, MaxTTL: 2 * time.Second})
 	require.NoError(t, err)
 	for i, mr := range res.Masters {
 		require.NoError(t, mr.Err, "master %d", i)

@@ -101,6 +101,10 @@ func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	})
 	if res != nil {
 		printRepair(stdout, res, *dryRun && err == nil)
+		if maxTTL := time.Duration(cfg.MaxTTL) * time.Second; res.RegisteredMaxTTL > maxTTL {
+			fmt.Fprintf(stdout, "a client of these masters registered a max TTL of %v, longer than max_ttl %v: masters that lost their data stay out for %v\n",
+				res.RegisteredMaxTTL, maxTTL, res.RegisteredMaxTTL)
+		}
 	}
 	if err != nil {
 		if errors.Is(err, redlock.ErrQuorumUnavailable) {

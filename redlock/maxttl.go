@@ -1,0 +1,73 @@
+package redlock
+
+import (
+	"github.com/redis/go-redis/v9"
+
+	"log/slog"
+	"time"
+)
+
+// A master that lost its data may have lost locks granted before the loss;
+// each ends at most one max TTL after it was granted, so the quarantine
+// that keeps the master's vote out is bounded by "the loss + max TTL"
+// (horizon.go). That bound must be the longest TTL any client of these
+// masters may grant, not this Client's own max TTL: a daemon with max_ttl
+// 5s and a library client allowing 12s share the masters, and the daemon's
+// own bound would let a contender's vote count 5s after the loss while the
+// library's 12s lock still stands (the Docker drill's restart-empty row
+// showed exactly that overlap).
+//
+// So every Client registers its max TTL on every master at every health
+// probe (scripts/max_ttl.lua: a sorted set of max TTLs, each kept until its
+// last registration plus itself, which is the longest any lock granted by
+// a client with that max TTL can outlive the client's last probe), and a
+// loss quarantine is bounded by the longest registered (lossTTL). A client
+// registers before its first vote counts (the first probe round runs
+// before New returns, and a master votes only once probed), so every
+// master that voted for a lock carries its client's registration; the
+// repair reads a quorum of the others, which meets the lock's quorum, and
+// bounds the quarantine by the longest it finds there too (readOthers).
+
+// lossTTL is the longest a lock may outlive its grant on these masters, as
+// far as this Client knows: its own max TTL, or a longer one another client
+// registered.
+func (c *Client) lossTTL() time.Duration {
+	return max(c.opts.maxTTL, time.Duration(c.mastersMaxTTL.Load()))
+}
+
+// noteMastersMaxTTL records the longest max TTL (ms) a master's registry
+// holds. It only grows: an entry that expired on one master may still be
+// live on another.
+func (c *Client) noteMastersMaxTTL(ms int64) {
+	d := time.Duration(ms) * time.Millisecond
+	for {
+		cur := c.mastersMaxTTL.Load()
+		if int64(d) <= cur {
+			return
+		}
+		if c.mastersMaxTTL.CompareAndSwap(cur, int64(d)) {
+			break
+		}
+	}
+	if d > c.opts.maxTTL && !c.maxTTLWarned.Swap(true) {
+		c.opts.logger.Warn("another client of these masters allows locks longer than this client's max TTL: a master that loses its data is quarantined for up to that longer TTL",
+			slog.Duration("max_ttl", c.opts.maxTTL), slog.Duration("longest_registered", d))
+	}
+}
+
+// registeredMaxTTL takes the answer of a probe's registration (max_ttl.lua):
+// the longest max TTL registered on m. A master that refuses the
+// registration (an ACL without ZADD, say) is logged once: a lock granted
+// with its vote by a client with a longer max TTL would not be known to a
+// Client that repairs another master from it.
+func (m *master) registeredMaxTTL(cmd *redis.Cmd) {
+	ms, err := cmd.Int64()
+	if err != nil {
+		if !m.maxTTLRefused.Swap(true) {
+			m.c.opts.logger.Warn("master refused this client's max TTL registration; loss quarantines may not know a longer TTL another client uses", masterAttr(m), slog.Any("error", err))
+		}
+		return
+	}
+	m.maxTTLRefused.Store(false)
+	m.c.noteMastersMaxTTL(ms)
+}
