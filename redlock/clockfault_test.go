@@ -161,6 +161,16 @@ func TestSmallJumpIsCoveredByTheAllowance(t *testing.T) {
 		key := "clock:" + t.Name()
 		first := placeOnly(t, c, rdbs, key, time.Second, 2, 3, 4)
 		require.NoError(t, clock.Jump(jump))
+		// The shim re-reads its control file at most every 10ms: wait
+		// until master 4 runs on the jumped clock before B's first try.
+		// B waits (WithWait) for the expiry its first refusal reports; a
+		// first try that saw master 4's old clock waited for the keys'
+		// natural expiry, and the negative control then missed (B won just
+		// after A's validity, not before) about half the time.
+		require.Eventually(t, func() bool {
+			now, err := rdbs[4].Time(context.Background()).Result()
+			return err == nil && now.Sub(time.Now()) > jump/2
+		}, 5*time.Second, time.Millisecond, "master 4's clock jumped %v", jump)
 		_, err := c.Acquire(context.Background(), key, time.Second, WithWait(10*time.Second), WithRetry(LinearBackoff(time.Millisecond)))
 		require.NoError(t, err)
 		return first, time.Now()
