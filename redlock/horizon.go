@@ -41,11 +41,11 @@ import (
 //
 // When fewer than a quorum of the others can be read, m stays out for max
 // TTL from the loss (the Redis Redlock page's "delayed restart"), and never
-// longer than that in any case. "Max TTL" there is the longest any client of
-// the masters allows, which may be another client's (maxttl.go): a lock
-// granted before the loss ends at most that long after it. The quarantine is written on m itself (the
-// repair marker's <until>), so every daemon, including one started later,
-// keeps m out until then.
+// longer than that in any case. "Max TTL" there is the longest any client
+// of the masters allows, which may be another client's (maxttl.go): a lock
+// granted before the loss ends at most that long after it. The quarantine
+// is written on m itself (the repair marker's <until>), so every daemon,
+// including one started later, keeps m out until then.
 
 // othersRead is what repairMaster reads from the other counting masters.
 type othersRead struct {
@@ -105,8 +105,8 @@ func (c *Client) readOthers(ctx context.Context, m *master) othersRead {
 // whose keys may have expired early (horizonPending): it raises m's
 // fencing counter to the highest a quorum of the others holds, sets its
 // quarantine to their lease horizon (capped at the longest registered max
-// TTL from the loss, maxttl.go), and
-// writes m's horizon and the repair marker carrying that quarantine.
+// TTL from the loss, maxttl.go), and writes m's horizon and the repair
+// marker carrying that quarantine.
 // Without a quorum to read from, a lost master waits for an operator's
 // RepairFences; a clock-faulted one keeps its max TTL quarantine and is
 // marked so. Runs under probeMu; retried every round until it succeeds.
