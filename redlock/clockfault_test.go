@@ -169,7 +169,7 @@ func TestSmallJumpIsCoveredByTheAllowance(t *testing.T) {
 		// after A's validity, not before) about half the time.
 		require.Eventually(t, func() bool {
 			now, err := rdbs[4].Time(context.Background()).Result()
-			return err == nil && now.Sub(time.Now()) > jump/2
+			return err == nil && time.Until(now) > jump/2
 		}, 5*time.Second, time.Millisecond, "master 4's clock jumped %v", jump)
 		_, err := c.Acquire(context.Background(), key, time.Second, WithWait(10*time.Second), WithRetry(LinearBackoff(time.Millisecond)))
 		require.NoError(t, err)
