@@ -89,8 +89,8 @@ func (c *Client) readOthers(ctx context.Context, m *master) othersRead {
 			r.counter = max(r.counter, v)
 		}
 		r.answers++
-		if ms, err := registered.Int64(); err == nil {
-			r.maxTTL = max(r.maxTTL, time.Duration(ms)*time.Millisecond)
+		if d, err := registryAnswer(registered); err == nil {
+			r.maxTTL = max(r.maxTTL, d)
 		}
 		left := max(time.Duration(h-now.UnixMilli())*time.Millisecond, 0)
 		end := received.Add(left + time.Duration(float64(left)*c.opts.driftFactor) + c.drift(0))

@@ -1,10 +1,10 @@
 package redlock
 
 import (
-	"github.com/redis/go-redis/v9"
-
 	"log/slog"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // A master that lost its data may have lost locks granted before the loss;
@@ -38,8 +38,7 @@ func (c *Client) lossTTL() time.Duration {
 // noteMastersMaxTTL records the longest max TTL (ms) a master's registry
 // holds. It only grows: an entry that expired on one master may still be
 // live on another.
-func (c *Client) noteMastersMaxTTL(ms int64) {
-	d := time.Duration(ms) * time.Millisecond
+func (c *Client) noteMastersMaxTTL(d time.Duration) {
 	for {
 		cur := c.mastersMaxTTL.Load()
 		if int64(d) <= cur {
@@ -61,7 +60,7 @@ func (c *Client) noteMastersMaxTTL(ms int64) {
 // with its vote by a client with a longer max TTL would not be known to a
 // Client that repairs another master from it.
 func (m *master) registeredMaxTTL(cmd *redis.Cmd) {
-	ms, err := cmd.Int64()
+	d, err := registryAnswer(cmd)
 	if err != nil {
 		if !m.maxTTLRefused.Swap(true) {
 			m.c.opts.logger.Warn("master refused this client's max TTL registration; loss quarantines may not know a longer TTL another client uses", masterAttr(m), slog.Any("error", err))
@@ -69,5 +68,13 @@ func (m *master) registeredMaxTTL(cmd *redis.Cmd) {
 		return
 	}
 	m.maxTTLRefused.Store(false)
-	m.c.noteMastersMaxTTL(ms)
+	m.c.noteMastersMaxTTL(d)
+}
+
+// registryAnswer reads a max_ttl.lua answer (ms) as a duration: the one
+// conversion for the probe's registration, a repair's read of the others
+// and RepairFences.
+func registryAnswer(cmd *redis.Cmd) (time.Duration, error) {
+	ms, err := cmd.Int64()
+	return time.Duration(ms) * time.Millisecond, err
 }

@@ -194,8 +194,8 @@ func readCounters(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 			horizon := pipe.Exists(cctx, o.MarkerKey+":horizon")
 			registered := pipe.Eval(cctx, maxTTLLua, []string{o.MarkerKey + ":max_ttl"}, 0)
 			_, _ = pipe.Exec(cctx)
-			if ms, err := registered.Int64(); err == nil {
-				mr.registeredMaxTTL = time.Duration(ms) * time.Millisecond
+			if d, err := registryAnswer(registered); err == nil {
+				mr.registeredMaxTTL = d
 			}
 			v, err := fence.Int64()
 			if errors.Is(err, redis.Nil) {
