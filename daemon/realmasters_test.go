@@ -110,3 +110,21 @@ func (d *deployment) kill(t *testing.T, idx ...int) {
 		}
 	})
 }
+
+// waitPTTLAbove waits (up to 5 s) until key's PTTL on every running master
+// is above min.
+func (d *deployment) waitPTTLAbove(t *testing.T, key string, min time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	for _, s := range d.servers {
+		if !s.Running() {
+			continue
+		}
+		r := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+		require.Eventually(t, func() bool {
+			pttl, err := r.PTTL(ctx, key).Result()
+			return err == nil && pttl > min
+		}, 5*time.Second, 5*time.Millisecond, "PTTL of %s on %s", key, s.Addr())
+		_ = r.Close()
+	}
+}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,6 +37,12 @@ func TestStatusFenceAcrossDaemons(t *testing.T) {
 	ext := okData(t, b.lock(t, testKeyAcme, `{"action":"extend","key":"order:pay:1","token":"`+token+`","ttl":60}`))
 	require.Equal(t, true, ext["extended"])
 	assert.Equal(t, fence, num(t, ext, "fence"), "extend reports the holder's fence")
+	// Extend answers once a quorum has extended; its writes to the other
+	// masters may still be in flight, and status decides at the first
+	// quorum of answers, so a status read at once may meet an old PTTL
+	// and report the (correct, conservative) 30 s. Wait until every
+	// master has the extension, then status must show it.
+	d.waitPTTLAbove(t, redisKey(d.prefix, "acme", "", "order:pay:1"), 30*time.Second)
 	st = okData(t, a.lock(t, testKeyAcme, `{"action":"status","key":"order:pay:1"}`))
 	assert.Equal(t, fence, num(t, st, "fence"), "the fence survives the extend")
 	assert.Greater(t, num(t, st, "ttl"), int64(30))
