@@ -195,6 +195,7 @@ func TestContract(t *testing.T) {
 			{`{"key":"k","wait_ms":30001}`, 400, false},
 			{`{"key":"k","namespace":"` + strings.Repeat("n", 129) + `"}`, 400, true},
 			{`{"key":"k","action":"lock"}`, 400, true},
+			{`{"action":"","key":"k","ttl":30}`, 400, true},
 			{`{"key":"k","Key":"k"}`, 400, true},
 			{`{"key":"k","key":"k"}`, 400, false},
 			{`{"action":"release","key":"k"}`, 400, false},

@@ -118,8 +118,10 @@
 //     30.5, 30.0, 1e3 and true are refused. A body that is not well-formed
 //     JSON is "malformed JSON at byte N"; "must be a JSON object, got …"
 //     is only said of well-formed JSON of another type.
-//   - An empty action means acquire. token is required (32 lowercase hex)
-//     for release and extend and ignored by acquire and status. ttl is
+//   - An absent (or null) action means acquire; an empty string is refused
+//     like any other value outside acquire, release, extend, status. An
+//     empty namespace is the same as none. token is required (32 lowercase
+//     hex) for release and extend and ignored by acquire and status. ttl is
 //     used by acquire and extend and ignored by release and status; wait_ms
 //     is used by acquire and ignored by the others. Ignored means entirely:
 //     any value of any type (out of range, a string, an object) is accepted

@@ -124,17 +124,20 @@ func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badReques
 	}
 
 	var req lockRequest
-	switch f.action.str {
-	case "", "acquire":
+	// An absent (or null) action means acquire, the documented default. An
+	// empty string is not absent: like any other value outside the enum it
+	// is refused.
+	switch s := f.action.str; {
+	case f.action.absent() || s == "acquire":
 		req.action = actAcquire
-	case "release":
+	case s == "release":
 		req.action = actRelease
-	case "extend":
+	case s == "extend":
 		req.action = actExtend
-	case "status":
+	case s == "status":
 		req.action = actStatus
 	default:
-		return req, actUnknown, bad("action: %s is not one of acquire, release, extend, status", quoteShort(f.action.str))
+		return req, actUnknown, bad("action: %s is not one of acquire, release, extend, status", quoteShort(s))
 	}
 	a := req.action
 	if f.key.absent() {

@@ -57,6 +57,8 @@ func badInputs() []badInput {
 		{name: "action unknown", body: `{"key":"a","action":"foo"}`, msg: `action: "foo" is not one of acquire, release, extend, status`},
 		{name: "action wrong case", body: `{"key":"a","action":"ACQUIRE"}`, msg: `action: "ACQUIRE" is not one of`},
 		{name: "action long is cut", body: `{"key":"a","action":"` + strings.Repeat("z", 100) + `"}`, msg: `action: "` + strings.Repeat("z", 32) + `"… is not one of`},
+		{name: "action empty", body: `{"key":"a","action":""}`, msg: `action: "" is not one of acquire, release, extend, status`},
+		{name: "action empty with ttl", body: `{"action":"","key":"k","ttl":30}`, msg: `action: "" is not one of acquire, release, extend, status`},
 		{name: "action number", body: `{"key":"a","action":1}`, msg: "action: must be a string, got a number"},
 		// ttl
 		{name: "ttl string", body: `{"key":"a","ttl":"30"}`, msg: "ttl: must be an integer number of seconds, got a string"},
@@ -234,7 +236,8 @@ func TestParseAccepts(t *testing.T) {
 		want lockRequest
 	}{
 		{`{"key":"order:pay:10086"}`, lockRequest{action: actAcquire, key: "order:pay:10086", ttl: 30}},
-		{` { "action" : "" , "key" : "k" , "ttl" : 86400 } `, lockRequest{action: actAcquire, key: "k", ttl: 86400}},
+		{` { "action" : "acquire" , "key" : "k" , "ttl" : 86400 } `, lockRequest{action: actAcquire, key: "k", ttl: 86400}},
+		{`{"key":"k","namespace":""}`, lockRequest{action: actAcquire, key: "k", ttl: 30}}, // an empty namespace is the same as none
 		{`{"action":null,"key":"k","ttl":null,"namespace":null,"wait_ms":null,"token":null}`, lockRequest{action: actAcquire, key: "k", ttl: 30}},
 		{`{"action":"acquire","key":"k","wait_ms":1000,"token":"ignored for acquire"}`, lockRequest{action: actAcquire, key: "k", ttl: 30, waitMS: 1000}},
 		{`{"action":"release","key":"k","token":"` + goodToken + `"}`, lockRequest{action: actRelease, key: "k", token: goodToken}},
