@@ -93,10 +93,13 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
 		fmt.Fprintf(stderr, "redlockd dev: WARNING: listening on %s, not loopback, with a public dev API key\n", ln.Addr())
 	}
+	// The printed curl line must work as printed: its ttl is the daemon's
+	// default (30, lowered to --max-ttl when that is smaller).
+	ttl := cfg.EffectiveDefaultTTL()
 	if certs != nil {
-		printDevTLS(stdout, ln.Addr().String(), *apiKey, cfg.Masters, certs)
+		printDevTLS(stdout, ln.Addr().String(), *apiKey, ttl, cfg.Masters, certs)
 	} else {
-		printDev(stdout, ln.Addr().String(), *apiKey, cfg.Masters)
+		printDev(stdout, ln.Addr().String(), *apiKey, ttl, cfg.Masters)
 	}
 
 	// A second Ctrl-C while shutting down is ignored here; the deferred
@@ -110,7 +113,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-func printDev(stdout io.Writer, addr, apiKey string, masters []string) {
+func printDev(stdout io.Writer, addr, apiKey string, ttl int, masters []string) {
 	url := "http://" + addr
 	fmt.Fprintf(stdout, `redlockd dev is running.
 
@@ -119,10 +122,10 @@ func printDev(stdout io.Writer, addr, apiKey string, masters []string) {
   masters   %v
 
 Try:
-  curl -s -X POST %s/v1/lock -H 'X-API-Key: %s' -H 'Content-Type: application/json' -d '{"action":"acquire","key":"order:pay:10086","ttl":30}'
+  curl -s -X POST %s/v1/lock -H 'X-API-Key: %s' -H 'Content-Type: application/json' -d '{"action":"acquire","key":"order:pay:10086","ttl":%d}'
 
 Dashboard %s/   Ready %s/readyz   Metrics %s/metrics
 Ctrl-C stops the daemon and the masters.
 
-`, url, apiKey, masters, url, apiKey, url, url, url)
+`, url, apiKey, masters, url, apiKey, ttl, url, url, url)
 }

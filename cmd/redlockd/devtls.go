@@ -68,7 +68,7 @@ func randomSecret() string {
 	return hex.EncodeToString(b)
 }
 
-func printDevTLS(stdout io.Writer, addr, apiKey string, masters []string, c *devCerts) {
+func printDevTLS(stdout io.Writer, addr, apiKey string, ttl int, masters []string, c *devCerts) {
 	url := "https://" + addr
 	tlsFlags := fmt.Sprintf("--cacert %s --cert %s --key %s", c.ca, c.client.CertFile, c.client.KeyFile)
 	fmt.Fprintf(stdout, `redlockd dev is running, TLS on both sides.
@@ -80,14 +80,14 @@ func printDevTLS(stdout io.Writer, addr, apiKey string, masters []string, c *dev
   masters   %v   (TLS only, ACL user "redlockd")
 
 Try:
-  curl -s %s -X POST %s/v1/lock -H 'X-API-Key: %s' -H 'Content-Type: application/json' -d '{"action":"acquire","key":"order:pay:10086","ttl":30}'
+  curl -s %s -X POST %s/v1/lock -H 'X-API-Key: %s' -H 'Content-Type: application/json' -d '{"action":"acquire","key":"order:pay:10086","ttl":%d}'
   REDLOCKD_URL=%s REDLOCKD_API_KEY=%s REDLOCKD_TLS_CA=%s REDLOCKD_TLS_CERT=%s REDLOCKD_TLS_KEY=%s redlockd lock status --key order:pay:10086
 
 Dashboard %s/ (the browser needs the client certificate)   Ready %s/readyz   Metrics %s/metrics
 Ctrl-C stops the daemon and the masters, and deletes the certificates.
 
 `, url, apiKey, c.ca, c.client.CertFile, c.client.KeyFile, masters,
-		tlsFlags, url, apiKey,
+		tlsFlags, url, apiKey, ttl,
 		url, apiKey, c.ca, c.client.CertFile, c.client.KeyFile,
 		url, url, url)
 }

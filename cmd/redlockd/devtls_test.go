@@ -1,12 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"os"
-	"os/exec"
 	"regexp"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,31 +22,8 @@ func TestDevACLIsTheREADMEs(t *testing.T) {
 // files work; Ctrl-C stops it and deletes the certificates.
 func TestDevTLS(t *testing.T) {
 	addr := freeAddr(t)
-	cmd := exec.Command(binary, "dev", "--tls", "--masters", "3", "--listen", addr, "--log-format", "json")
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	logs := &syncBuffer{}
-	cmd.Stderr = logs
-	require.NoError(t, cmd.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-	})
-
-	var banner strings.Builder
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		banner.WriteString(sc.Text() + "\n")
-		if strings.HasPrefix(sc.Text(), "Ctrl-C stops") {
-			break
-		}
-	}
-	go func() { // keep draining, so the child never blocks on stdout
-		for sc.Scan() {
-		}
-	}()
-	out := banner.String()
+	d := startDev(t, "--tls", "--masters", "3", "--listen", addr, "--log-format", "json", "--max-ttl", "5")
+	out, logs := d.banner, d.logs
 	ca := regexp.MustCompile(`(?m)^  CA +(\S+)$`).FindStringSubmatch(out)
 	client := regexp.MustCompile(`(?m)^  client +(\S+) +(\S+)$`).FindStringSubmatch(out)
 	require.NotNil(t, ca, "%s\n%s", out, logs)
@@ -72,13 +45,12 @@ func TestDevTLS(t *testing.T) {
 	require.Equal(t, 200, st, env.Msg)
 	assert.Equal(t, true, env.Data["acquired"])
 
-	require.NoError(t, cmd.Process.Signal(syscall.SIGINT))
-	select {
-	case err := <-exited:
-		require.NoError(t, err, "%s", logs)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("dev did not stop on SIGINT: %s", logs)
-	}
-	_, err = os.Stat(ca[1])
+	// The printed curl line's body works as printed under --max-ttl 5.
+	st, env, _ = postWith(t, c, lockURL(base), DevAPIKey, d.tryBody(t))
+	require.Equal(t, 200, st, env.Msg)
+	assert.Equal(t, true, env.Data["acquired"], env.Msg)
+
+	d.stop(t)
+	_, err := os.Stat(ca[1])
 	assert.True(t, os.IsNotExist(err), "the certificates are deleted: %v", err)
 }
