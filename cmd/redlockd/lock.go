@@ -160,19 +160,19 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		f.apiKey = os.Getenv("REDLOCKD_API_KEY")
 	}
 	if err := f.check(sub, fs.NArg()); err != nil {
-		return &exitError{code: exitUsage, err: fmt.Errorf("lock %s: %w", sub, err)}
+		return &exitError{code: exitUsage, err: cliWrap(err, "lock "+sub)}
 	}
 	copts := []client.Option{client.WithUserAgent("redlockd-lock/1")}
 	if f.tlsCA != "" || f.tlsCert != "" {
 		hc, err := f.httpsClient()
 		if err != nil {
-			return &exitError{code: exitUsage, err: fmt.Errorf("lock %s: %w", sub, err)}
+			return &exitError{code: exitUsage, err: cliWrap(err, "lock "+sub)}
 		}
 		copts = append(copts, client.WithHTTPClient(hc))
 	}
 	c, err := client.New(f.url, f.apiKey, copts...)
 	if err != nil {
-		return &exitError{code: exitUsage, err: fmt.Errorf("lock %s: %w", sub, err)}
+		return &exitError{code: exitUsage, err: cliWrap(err, "lock "+sub)}
 	}
 	opts := []client.LockOption{client.WithNamespace(f.namespace), client.WithWait(f.wait)}
 	switch sub {
@@ -319,13 +319,85 @@ func lockFailed(stdout io.Writer, action, key string, err error) error {
 			more = []field{{"retry_after", int64(ce.RetryAfter / time.Second)}}
 		}
 		_ = printData(stdout, action, key, "acquired", false, more)
-		return &exitError{code: exitBusy, err: err}
+		return &exitError{code: exitBusy, err: actionFailed(err, "lock "+action, action)}
 	case errors.Is(err, client.ErrNotHeld):
 		outcome := map[string]string{"extend": "extended", "release": "released"}[action]
 		_ = printData(stdout, action, key, outcome, false, nil)
-		return &exitError{code: exitNotHeld, err: err}
+		return &exitError{code: exitNotHeld, err: actionFailed(err, "lock "+action, action)}
 	}
-	return &exitError{code: exitCode(err), err: err}
+	return &exitError{code: exitCode(err), err: actionFailed(err, "lock "+action, action)}
+}
+
+// clientPrefix starts the text of every error of package client, as Go
+// packages' errors name their package. The command line names the program
+// once, in main ("redlockd: …"), so what it prints leaves this out.
+const clientPrefix = "redlockd: "
+
+// cliError is an error as the command line says it, over the error it
+// came from (which errors.Is and errors.As still see).
+type cliError struct {
+	msg string
+	err error
+}
+
+func (e *cliError) Error() string { return e.msg }
+func (e *cliError) Unwrap() error { return e.err }
+
+// cliWrap is fmt.Errorf(prefix+": %w", err) but says err as cliText does.
+func cliWrap(err error, prefix string) error {
+	return &cliError{msg: prefix + ": " + cliText(err), err: err}
+}
+
+// actionFailed is cliWrap for a failed call of action, whose client error
+// already starts with the action's name: "lock acquire: HTTP 503 …", not
+// "lock acquire: acquire: HTTP 503 …".
+func actionFailed(err error, prefix, action string) error {
+	return &cliError{msg: prefix + ": " + strings.TrimPrefix(cliText(err), action+": "), err: err}
+}
+
+// cliText is err's text for the command line: without the clientPrefix of
+// each error of package client in it (an *client.Error, the sentinel it
+// matches, a sentinel wrapped or joined), and on one line (errors.Join
+// puts its errors on lines of their own).
+func cliText(err error) string {
+	s := err.Error()
+	for _, ce := range clientErrors(err, nil) {
+		t := ce.Error()
+		s = strings.ReplaceAll(s, t, strings.TrimPrefix(t, clientPrefix))
+	}
+	return strings.ReplaceAll(s, "\n", "; ")
+}
+
+// clientErrors lists the errors of package client in err's tree, each
+// before the errors its text contains (an *client.Error before its Kind).
+func clientErrors(err error, list []error) []error {
+	if err == nil {
+		return list
+	}
+	if ce, ok := err.(*client.Error); ok {
+		list = clientErrors(ce.Kind, append(list, err))
+	} else if isClientSentinel(err) {
+		list = append(list, err)
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		list = clientErrors(u.Unwrap(), list)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			list = clientErrors(e, list)
+		}
+	}
+	return list
+}
+
+func isClientSentinel(err error) bool {
+	for _, s := range []error{client.ErrLockHeld, client.ErrNotHeld, client.ErrUnavailable,
+		client.ErrUnauthorized, client.ErrInvalid, client.ErrLost, client.ErrReleased} {
+		if err == s {
+			return true
+		}
+	}
+	return false
 }
 
 // exitCode is the exit code of an error that is not an outcome.
@@ -363,7 +435,7 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 		if errors.Is(err, client.ErrLockHeld) {
 			return &exitError{code: exitBusy, err: fmt.Errorf("lock run: %q is held by another owner; the command did not run", f.key)}
 		}
-		return &exitError{code: exitCode(err), err: fmt.Errorf("lock run: acquire: %w", err)}
+		return &exitError{code: exitCode(err), err: actionFailed(err, "lock run: acquire", "acquire")}
 	}
 	release := func() { releaseNow(l, stderr) }
 
@@ -412,7 +484,7 @@ wait:
 		case <-done:
 			done = nil
 			lost = l.Err()
-			fmt.Fprintf(stderr, "redlockd lock run: lock %q lost: %v; sending SIGTERM to the command (pid %d), SIGKILL in %v\n", f.key, lost, pgid, f.grace)
+			fmt.Fprintf(stderr, "redlockd lock run: lock %q lost: %s; sending SIGTERM to the command (pid %d), SIGKILL in %v\n", f.key, cliText(lost), pgid, f.grace)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			timer = time.NewTimer(f.grace)
 			kill = timer.C
@@ -434,7 +506,7 @@ wait:
 	stopKeep()
 	release()
 	if lost != nil {
-		return &exitError{code: exitLost, err: fmt.Errorf("lock run: the lock was lost while the command ran (%w); the command was stopped", lost)}
+		return &exitError{code: exitLost, err: &cliError{msg: fmt.Sprintf("lock run: the lock was lost while the command ran (%s); the command was stopped", cliText(lost)), err: lost}}
 	}
 	var ee *exec.ExitError
 	if errors.As(werr, &ee) {
@@ -482,6 +554,6 @@ func releaseNow(l *client.Lease, stderr io.Writer) {
 	rctx, cancel := context.WithTimeout(context.Background(), client.DefaultRequestTimeout)
 	defer cancel()
 	if err := l.Release(rctx); err != nil && lost == nil {
-		fmt.Fprintf(stderr, "redlockd lock run: release: %v (the lock ends with its TTL)\n", err)
+		fmt.Fprintf(stderr, "redlockd lock run: release: %s (the lock ends with its TTL)\n", strings.TrimPrefix(cliText(err), "release: "))
 	}
 }

@@ -279,6 +279,10 @@ func commandLost(t *testing.T, base string, ignoreTERM bool, lose func()) *lockP
 	lose()
 	assert.Equal(t, 78, p.wait(t), "stderr: %s", p.stderr.String())
 	assert.Contains(t, p.stderr.String(), `lock "job:lost" lost`)
+	for _, line := range strings.Split(p.stderr.String(), "\n") {
+		// (the command's shell may print lines of its own, e.g. "Terminated")
+		assert.LessOrEqual(t, strings.Count(line, "redlockd"), 1, "lock run names the program once a line: %q", line)
+	}
 	assert.Equal(t, "TERM\n", waitFile(t, dir+"/term"), "the command got SIGTERM first")
 	assert.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "the command is gone")
 	return p
