@@ -220,6 +220,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("%w: logger must not be nil", ErrInvalid)
 	case o.maxTTL < MinTTL:
 		return fmt.Errorf("%w: max TTL %v is below the minimum %v", ErrInvalid, o.maxTTL, MinTTL)
+	case o.maxTTL > MaxTTLCeiling:
+		return fmt.Errorf("%w: max TTL %v is above the ceiling %v", ErrInvalid, o.maxTTL, MaxTTLCeiling)
 	case o.markerKey == "":
 		return fmt.Errorf("%w: marker key must not be empty", ErrInvalid)
 	}

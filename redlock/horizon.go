@@ -70,7 +70,7 @@ func (c *Client) readOthers(ctx context.Context, m *master) othersRead {
 		}
 		horizon := pipe.Get(ctx, c.opts.horizonKey)
 		tm := pipe.Time(ctx)
-		registered := pipe.Eval(ctx, maxTTLLua, []string{c.opts.maxTTLKey}, 0)
+		registered := pipe.Eval(ctx, maxTTLLua, []string{c.opts.maxTTLKey}, 0, maxTTLCeilingMS)
 		_, _ = pipe.Exec(ctx)
 		received := time.Now()
 		h, err := horizon.Int64()
@@ -89,7 +89,7 @@ func (c *Client) readOthers(ctx context.Context, m *master) othersRead {
 			r.counter = max(r.counter, v)
 		}
 		r.answers++
-		if d, err := registryAnswer(registered); err == nil {
+		if d, _, err := registryAnswer(registered); err == nil {
 			r.maxTTL = max(r.maxTTL, d)
 		}
 		left := max(time.Duration(h-now.UnixMilli())*time.Millisecond, 0)

@@ -39,8 +39,10 @@ type master struct {
 	// noConfigGet: the master's ACL refused CONFIG GET, so probes no
 	// longer send it (its settings stay unchecked; see probeOnce).
 	// maxTTLRefused: the master refused the max TTL registration
-	// (maxttl.go); logged once until it accepts one again.
+	// (maxttl.go); logged once until it accepts one again. maxTTLOdd:
+	// its registry held entries no Client writes; logged once.
 	maxTTLRefused atomic.Bool
+	maxTTLOdd     atomic.Bool
 	noConfigGet   atomic.Bool
 
 	st masterState

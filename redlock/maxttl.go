@@ -60,7 +60,7 @@ func (c *Client) noteMastersMaxTTL(d time.Duration) {
 // with its vote by a client with a longer max TTL would not be known to a
 // Client that repairs another master from it.
 func (m *master) registeredMaxTTL(cmd *redis.Cmd) {
-	d, err := registryAnswer(cmd)
+	d, odd, err := registryAnswer(cmd)
 	if err != nil {
 		if !m.maxTTLRefused.Swap(true) {
 			m.c.opts.logger.Warn("master refused this client's max TTL registration; loss quarantines may not know a longer TTL another client uses", masterAttr(m), slog.Any("error", err))
@@ -68,13 +68,29 @@ func (m *master) registeredMaxTTL(cmd *redis.Cmd) {
 		return
 	}
 	m.maxTTLRefused.Store(false)
+	if odd > 0 && !m.maxTTLOdd.Swap(true) {
+		m.c.opts.logger.Warn("the max TTL registry on this master holds entries no client writes (not a number, ≤ 0, or above the ceiling): skipped, or counted as the ceiling",
+			masterAttr(m), slog.String("key", m.c.opts.maxTTLKey), slog.Int64("entries", odd), slog.Duration("ceiling", MaxTTLCeiling))
+	}
 	m.c.noteMastersMaxTTL(d)
 }
 
-// registryAnswer reads a max_ttl.lua answer (ms) as a duration: the one
+// maxTTLCeilingMS is MaxTTLCeiling in ms, max_ttl.lua's ARGV[2].
+var maxTTLCeilingMS = MaxTTLCeiling.Milliseconds()
+
+// registryAnswer reads a max_ttl.lua answer, {longest max TTL in ms, entries
+// skipped or capped}, as a duration within [0, MaxTTLCeiling]: the one
 // conversion for the probe's registration, a repair's read of the others
-// and RepairFences.
-func registryAnswer(cmd *redis.Cmd) (time.Duration, error) {
-	ms, err := cmd.Int64()
-	return time.Duration(ms) * time.Millisecond, err
+// and RepairFences. The script already caps; capping again here keeps
+// lostAt + the answer from overflowing whatever a master returns.
+func registryAnswer(cmd *redis.Cmd) (d time.Duration, odd int64, err error) {
+	v, err := cmd.Int64Slice()
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(v) != 2 {
+		return 0, 0, errBadReply
+	}
+	ms := min(max(v[0], 0), maxTTLCeilingMS)
+	return time.Duration(ms) * time.Millisecond, v[1], nil
 }

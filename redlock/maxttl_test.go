@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -51,9 +52,11 @@ func TestMaxTTLRegistry(t *testing.T) {
 	key := "marker:" + newKey(t) + ":max_ttl"
 	run := func(ms int64) int64 {
 		t.Helper()
-		v, err := maxTTLScript.Run(ctx, rdb, []string{key}, ms).Int64()
+		v, err := maxTTLScript.Run(ctx, rdb, []string{key}, ms, maxTTLCeilingMS).Int64Slice()
 		require.NoError(t, err)
-		return v
+		require.Len(t, v, 2)
+		assert.Zero(t, v[1], "no odd entries")
+		return v[0]
 	}
 	assert.Zero(t, run(0), "nothing registered")
 	assert.Equal(t, int64(400), run(400))
@@ -88,4 +91,53 @@ func TestRepairFencesUsesTheLongestRegisteredMaxTTL(t *testing.T) {
 	for i := range 3 {
 		assert.Greater(t, later.Masters()[i].QuarantineLeft, 59*time.Minute, "master %d", i)
 	}
+}
+
+// TestMaxTTLRegistryDistrustsPlantedEntries: entries no Client writes (a
+// member that is not a number or not positive, one far beyond the
+// ceiling, a score of +inf) are skipped or counted as MaxTTLCeiling. Before
+// the cap, a planted 999999999999999999 ms overflowed time.Duration
+// (repair-fences printed "556601h…") and a +inf score made PEXPIRE fail,
+// which stopped every registration on that master.
+func TestMaxTTLRegistryDistrustsPlantedEntries(t *testing.T) {
+	ctx := context.Background()
+	marker := "marker:" + newKey(t)
+	key := marker + ":max_ttl"
+	rdb := direct(t)[0]
+	future := float64(time.Now().Add(time.Hour).UnixMilli())
+	require.NoError(t, rdb.ZAdd(ctx, key,
+		redis.Z{Score: future, Member: "999999999999999999"},
+		redis.Z{Score: future, Member: "-5"},
+		redis.Z{Score: future, Member: "abc"},
+		redis.Z{Score: future, Member: "nan"},
+		redis.Z{Score: math.Inf(1), Member: "2000"},
+	).Err())
+
+	v, err := maxTTLScript.Run(ctx, rdb, []string{key}, 1000, maxTTLCeilingMS).Int64Slice()
+	require.NoError(t, err, "registration still works")
+	assert.Equal(t, []int64{maxTTLCeilingMS, 5}, v, "the huge member counts as the ceiling; four entries are odd (huge, -5, abc, nan) plus the +inf score")
+	pttl, err := rdb.PTTL(ctx, key).Result()
+	require.NoError(t, err)
+	assert.Positive(t, pttl, "PEXPIRE took a finite expiry")
+	assert.LessOrEqual(t, pttl, MaxTTLCeiling+time.Second)
+	score, err := rdb.ZScore(ctx, key, "1000").Result()
+	require.NoError(t, err, "this Client's entry was added")
+	assert.InDelta(t, float64(time.Now().Add(time.Second).UnixMilli()), score, 5000)
+
+	c := newClient(t, WithMarkerKey(marker), WithHealthInterval(time.Hour))
+	assert.Equal(t, MaxTTLCeiling, c.lossTTL(), "no overflow: the Client believes the ceiling")
+	res, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: marker, MaxTTL: time.Second, DryRun: true})
+	require.NoError(t, err)
+	assert.Equal(t, MaxTTLCeiling, res.RegisteredMaxTTL)
+}
+
+// TestMaxTTLCeiling: New and RepairFences refuse a max TTL above the
+// ceiling, naming the limit.
+func TestMaxTTLCeiling(t *testing.T) {
+	_, err := New(masterOptions(), WithMaxTTL(MaxTTLCeiling+time.Millisecond))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Contains(t, err.Error(), "above the ceiling 8760h0m0s")
+	_, err = RepairFences(context.Background(), masterOptions(), RepairOptions{MaxTTL: MaxTTLCeiling + time.Millisecond})
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Contains(t, err.Error(), "repair max TTL must be in [0, 8760h0m0s]")
 }

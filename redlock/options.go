@@ -12,6 +12,11 @@ import (
 // seconds, defaults to it and may not exceed it.
 const DefaultMaxTTL = 24 * time.Hour
 
+// MaxTTLCeiling is the longest max TTL New accepts: a year. It also bounds
+// what a Client believes of the max TTL registry (maxttl.go): an entry
+// above it cannot be a Client's, and counts as the ceiling.
+const MaxTTLCeiling = 365 * 24 * time.Hour
+
 // Option configures a Client. Every With* documents its default.
 type Option func(*options)
 

@@ -72,7 +72,7 @@ func (m *master) probeOnce() {
 	if o.fenceKey != "" {
 		fence = pipe.Get(ctx, o.fenceKey)
 	}
-	maxTTL := pipe.Eval(ctx, maxTTLLua, []string{o.maxTTLKey}, o.maxTTL.Milliseconds())
+	maxTTL := pipe.Eval(ctx, maxTTLLua, []string{o.maxTTLKey}, o.maxTTL.Milliseconds(), maxTTLCeilingMS)
 	_, _ = pipe.Exec(ctx)
 	d := time.Since(start)
 	m.checkedAt.Store(time.Now().UnixNano())

@@ -153,8 +153,8 @@ func (o *RepairOptions) setDefaults() error {
 		return fmt.Errorf("%w: repair min must be in [0, %d], got %d", ErrInvalid, MaxFence-1, o.Min)
 	case o.Timeout < 0:
 		return fmt.Errorf("%w: repair timeout must be ≥ 0, got %v", ErrInvalid, o.Timeout)
-	case o.MaxTTL < 0:
-		return fmt.Errorf("%w: repair max TTL must be ≥ 0, got %v", ErrInvalid, o.MaxTTL)
+	case o.MaxTTL < 0 || o.MaxTTL > MaxTTLCeiling:
+		return fmt.Errorf("%w: repair max TTL must be in [0, %v], got %v", ErrInvalid, MaxTTLCeiling, o.MaxTTL)
 	}
 	if o.MaxTTL == 0 {
 		o.MaxTTL = 24 * time.Hour
@@ -192,9 +192,9 @@ func readCounters(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 			fence := pipe.Get(cctx, o.FenceKey)
 			marker := pipe.Get(cctx, o.MarkerKey)
 			horizon := pipe.Exists(cctx, o.MarkerKey+":horizon")
-			registered := pipe.Eval(cctx, maxTTLLua, []string{o.MarkerKey + ":max_ttl"}, 0)
+			registered := pipe.Eval(cctx, maxTTLLua, []string{o.MarkerKey + ":max_ttl"}, 0, maxTTLCeilingMS)
 			_, _ = pipe.Exec(cctx)
-			if d, err := registryAnswer(registered); err == nil {
+			if d, _, err := registryAnswer(registered); err == nil {
 				mr.registeredMaxTTL = d
 			}
 			v, err := fence.Int64()
