@@ -148,8 +148,9 @@ func (m *master) adoptRepair(value string, mk marker, now time.Time) {
 		completed = true
 		m.c.opts.logger.Warn("master repaired by another redlockd or by `redlockd repair-fences`", masterAttr(m))
 	}
-	const why = "repaired after losing its data or a clock fault; locks it lost may still be valid until its lease horizon"
-	left := max(mk.until.Sub(now), 0)
+	why := m.c.repairReason(mk)
+	left := max(m.c.repairEnd(mk).Sub(now), 0)
+	m.notedOperatorRepair(mk, now)
 	switch {
 	case completed && !m.st.horizonPending.Load():
 		// The repair this Client was waiting for: its <until> (the lease
@@ -161,6 +162,44 @@ func (m *master) adoptRepair(value string, mk marker, now time.Time) {
 		m.setQuarantine(why, left+m.c.clockAllowance())
 	case left > 0:
 		m.quarantine(why, left+m.c.clockAllowance())
+	}
+}
+
+// repairReason is the quarantine reason for a master repaired by the
+// marker mk.
+func (c *Client) repairReason(mk marker) string {
+	if mk.byOperator {
+		return fmt.Sprintf("repaired by `redlockd repair-fences` after losing its data; locks it lost may still be valid until the longest max TTL (%v) after the repair",
+			max(mk.until.Sub(mk.at), c.lossTTL()).Round(time.Millisecond))
+	}
+	return "repaired after losing its data or a clock fault; locks it lost may still be valid until its lease horizon"
+}
+
+// notedOperatorRepair remembers, when mk is an operator's repair marker
+// read on m at the master's time now, when it was written (by this
+// Client's monotonic clock): should this Client later see a longer max
+// TTL registered (the registry is rebuilt by the clients' probes after a
+// majority lost it), the quarantine grows to that TTL after the repair
+// (longerMaxTTLSeen).
+func (m *master) notedOperatorRepair(mk marker, now time.Time) {
+	if !mk.repaired || !mk.byOperator {
+		m.st.operatorRepairAt.Store(0)
+		return
+	}
+	m.st.operatorRepairAt.Store(max(m.c.sinceEpoch()-int64(now.Sub(mk.at)), 1))
+}
+
+// longerMaxTTLSeen extends the quarantine of every master repaired by an
+// operator to the longer loss bound d after the repair (repairEnd).
+func (c *Client) longerMaxTTLSeen(d time.Duration) {
+	for _, m := range c.masters {
+		at := m.st.operatorRepairAt.Load()
+		if at == 0 {
+			continue
+		}
+		if left := time.Duration(at + int64(d) - c.sinceEpoch()); left > 0 {
+			m.quarantine(fmt.Sprintf("repaired by `redlockd repair-fences` after losing its data; a client registered a max TTL of %v since: locks it lost may still be valid until then after the repair", d), left+c.clockAllowance())
+		}
 	}
 }
 
@@ -235,15 +274,18 @@ func (m *master) runID() string {
 
 // marker is a parsed deployment marker:
 //
-//	redlockd <unix ms> [<nonce>]                        first written
-//	repaired <unix ms> [<nonce> <until unix ms> <run_id>] written by a repair
+//	redlockd <unix ms> [<nonce>]                                    first written
+//	repaired <unix ms> [<nonce> <until unix ms> <run_id> [operator]] written by a repair
 //
-// All times by the master's own clock.
+// All times by the master's own clock. "operator" marks RepairFences'
+// markers: their <until> is the operator's max TTL from the repair, not a
+// quorum's lease horizon (repairEnd).
 type marker struct {
-	repaired bool
-	at       time.Time
-	until    time.Time // zero when absent
-	runID    string
+	repaired   bool
+	at         time.Time
+	until      time.Time // zero when absent
+	runID      string
+	byOperator bool
 }
 
 func parseMarker(v string) (marker, bool) {
@@ -256,13 +298,39 @@ func parseMarker(v string) (marker, bool) {
 		return marker{}, false
 	}
 	mk := marker{repaired: f[0] == "repaired", at: time.UnixMilli(ms)}
-	if mk.repaired && len(f) == 5 {
+	if mk.repaired && (len(f) == 5 || len(f) == 6 && f[5] == "operator") {
 		if u, err := strconv.ParseInt(f[3], 10, 64); err == nil {
 			mk.until = time.UnixMilli(u)
 		}
 		mk.runID = f[4]
+		mk.byOperator = len(f) == 6
 	}
 	return mk, true
+}
+
+// repairEnd is when the repair marker mk lets its master's votes count
+// again, by the master's clock. A Client's repair wrote <until> from a
+// quorum's lease horizons, which bound every lock the master may have
+// lost. An operator's (RepairFences) wrote the operator's max TTL from the
+// repair: after the loss of a majority the max TTL registry may have gone
+// with the data, and the operator may have given a shorter max TTL than a
+// client uses, so this Client keeps the master out at least its own bound
+// (lossTTL: its max TTL or a longer one it saw registered) after the
+// repair, which followed the loss. A wipe of every master with
+// repair-fences --max-ttl 5 at once let a daemon with max_ttl 40 grant a
+// key again 5.7 s later while its 30 s lock stood.
+func (c *Client) repairEnd(mk marker) time.Time {
+	if mk.byOperator {
+		return latest(mk.until, mk.at.Add(c.lossTTL()))
+	}
+	return mk.until
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // clip shortens a value read from a master for a log line or reason.

@@ -137,7 +137,7 @@ func (c *Client) repairMaster(m *master) {
 	if c.opts.fenceKey != "" {
 		keys = append(keys, c.opts.fenceKey)
 	}
-	out, err := repairScript.Run(ctx, m.probe, keys, strconv.FormatInt(r.counter, 10), ms, nonce[:16], ms, m.runID()).Slice()
+	out, err := repairScript.Run(ctx, m.probe, keys, strconv.FormatInt(r.counter, 10), ms, nonce[:16], ms, m.runID(), "").Slice()
 	if err != nil || len(out) != 3 {
 		c.opts.logger.Warn("master repair failed; retried next round", masterAttr(m), slog.Any("error", err))
 		return
@@ -151,13 +151,19 @@ func (c *Client) repairMaster(m *master) {
 	m.st.mu.Unlock()
 	if mk, ok := parseMarker(value); ok {
 		m.st.repairedAt.Store(mk.at.UnixMilli())
+		m.notedOperatorRepair(mk, mk.at) // written just now
 	}
 	m.st.evicted.Store(m.st.lastEvicted.Load())
 	m.st.mu.Lock()
 	reason := strings.TrimSuffix(m.st.quarantineReason, ";")
 	m.st.mu.Unlock()
-	if i := strings.Index(reason, "; counts again"); i >= 0 {
-		reason = reason[:i]
+	// Repaired now: what it waited for and the operator's step no longer
+	// apply (the reason kept "run `redlockd repair-fences`" after a
+	// Client repaired the master itself).
+	for _, tail := range []string{"; counts again", noQuorumToRepairReason} {
+		if i := strings.Index(reason, tail); i >= 0 {
+			reason = reason[:i]
+		}
 	}
 	m.setQuarantine(fmt.Sprintf("%s; counts again when every lock it may have held has ended (%s)", reason, source), hold)
 	m.st.repairWarned.Store(false)
@@ -167,6 +173,10 @@ func (c *Client) repairMaster(m *master) {
 		c.opts.logger.Info("master repaired: fencing counter, lease horizon and marker", masterAttr(m), slog.Int64("counter", r.counter), slog.Duration("quarantine", hold))
 	}
 }
+
+// noQuorumToRepairReason is what noQuorumToRepair adds to the quarantine
+// reason, and repairMaster takes away.
+const noQuorumToRepairReason = "; no quorum of counting masters to repair it from: run `redlockd repair-fences`"
 
 // noQuorumToRepair notes that a lost master's repair must wait: no quorum of
 // counting masters kept their data (a majority lost it), so only an
@@ -181,8 +191,8 @@ func (c *Client) noQuorumToRepair(m *master, answers int) {
 		return
 	}
 	m.st.mu.Lock()
-	if !strings.Contains(m.st.quarantineReason, "repair-fences") {
-		m.st.quarantineReason += "; no quorum of counting masters to repair it from: run `redlockd repair-fences`"
+	if !strings.Contains(m.st.quarantineReason, noQuorumToRepairReason) {
+		m.st.quarantineReason += noQuorumToRepairReason
 	}
 	m.st.mu.Unlock()
 	c.opts.logger.Warn("master repair postponed: no quorum to read from; retried every probe round (after the loss of a majority: redlockd repair-fences)", masterAttr(m), slog.Int("answers", answers))

@@ -171,8 +171,9 @@ func (m *master) firstSeenWithMarker() {
 	if mk, ok := parseMarker(v); ok && !mk.until.IsZero() {
 		if r := m.st.lastReading.Load(); r != nil {
 			now := time.Unix(0, c.epochWall+r.at+r.offset)
-			if left := mk.until.Sub(now); left > 0 {
-				m.quarantine("repaired after losing its data or a clock fault; locks it lost may still be valid until its lease horizon", left+c.clockAllowance())
+			m.notedOperatorRepair(mk, now)
+			if left := c.repairEnd(mk).Sub(now); left > 0 {
+				m.quarantine(c.repairReason(mk), left+c.clockAllowance())
 			}
 		}
 	} else if ok && mk.repaired {

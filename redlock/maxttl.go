@@ -48,6 +48,7 @@ func (c *Client) noteMastersMaxTTL(d time.Duration) {
 			break
 		}
 	}
+	c.longerMaxTTLSeen(d)
 	if d > c.opts.maxTTL && !c.maxTTLWarned.Swap(true) {
 		c.opts.logger.Warn("another client of these masters allows locks longer than this client's max TTL: a master that loses its data is quarantined for up to that longer TTL",
 			slog.Duration("max_ttl", c.opts.maxTTL), slog.Duration("longest_registered", d))

@@ -56,6 +56,11 @@ type masterState struct {
 	// repairedAt: the time of its last repair marker, unix ms by its clock;
 	// answers read before it are stale.
 	repairedAt atomic.Int64
+	// operatorRepairAt: when the operator's repair marker it carries was
+	// written, in ns since the Client's epoch (monotonic, converted from
+	// the master's clock); 0 when its marker is not one
+	// (notedOperatorRepair).
+	operatorRepairAt atomic.Int64
 	// countersSeen: the highest lease horizon and command count read
 	// from it.
 	countersSeen countersSeen

@@ -69,6 +69,7 @@ type MasterRepair struct {
 	Err      error
 
 	lost             bool          // marker, lease horizon or fencing counter missing
+	counterMissing   bool          // the fencing counter key is missing
 	registeredMaxTTL time.Duration // longest max TTL registered on it
 }
 
@@ -211,7 +212,8 @@ func readCounters(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 				return
 			}
 			mr.Before, mr.After, mr.Answered = v, v, true
-			mr.lost = mr.Marker == "" || horizon.Val() == 0 || errors.Is(fence.Err(), redis.Nil)
+			mr.counterMissing = errors.Is(fence.Err(), redis.Nil)
+			mr.lost = mr.Marker == "" || horizon.Val() == 0 || mr.counterMissing
 		})
 	}
 	g.Wait()
@@ -245,7 +247,24 @@ func (res *RepairResult) setTarget(o RepairOptions) error {
 	if res.Answered < n && !o.AllowMissing {
 		return fmt.Errorf("%w: %d of %d masters answered; a master that is down may hold the highest counter: bring it back, or allow missing masters (--allow-missing; and give the floor you know with --min)", ErrQuorumUnavailable, res.Answered, n)
 	}
+	if o.Min == 0 && !res.anyCounter() {
+		// Highest + Margin would start the fences again at Margin: below
+		// what a deployment repaired once before has issued (a wipe of
+		// every master, repaired from nothing, sent fence 1000018 back to
+		// 1000001).
+		return fmt.Errorf("%w: no master that answered kept its fencing counter %q, so the newest fence issued is unknown and a repair from 0 could issue fences the protected resources have already seen; give the highest fence they accepted with --min (RepairOptions.Min; any value ≥ 1 if no fence was ever used); nothing written", ErrInvalid, o.FenceKey)
+	}
 	return nil
+}
+
+// anyCounter reports whether an answering master holds the fencing counter.
+func (res *RepairResult) anyCounter() bool {
+	for _, mr := range res.Masters {
+		if mr.Answered && !mr.counterMissing {
+			return true
+		}
+	}
+	return false
 }
 
 // writeRepairs raises every answering master's counter to res.Target and
@@ -309,6 +328,14 @@ func repairOne(ctx context.Context, r *redis.Client, o RepairOptions, target str
 	runID, _, _, _ := parseInfoServer(info)
 	var hold int64 // a master that kept its data is not quarantined
 	if mr.lost {
+		// Read the registry again: after a wipe the clients' probes
+		// register anew within a health interval, and the wait above
+		// usually gives them that time. The Clients also keep their own
+		// bound after an operator's repair (repairEnd); this shortens
+		// what a Client that never knew the longer TTL would accept.
+		if d, _, err := registryAnswer(maxTTLScript.Eval(cctx, r, []string{o.MarkerKey + ":max_ttl"}, 0, maxTTLCeilingMS)); err == nil {
+			registered = max(registered, d)
+		}
 		hold = max(o.MaxTTL, registered).Milliseconds()
 	}
 	nonce, err := RandomToken()
@@ -316,7 +343,11 @@ func repairOne(ctx context.Context, r *redis.Client, o RepairOptions, target str
 		return err
 	}
 	ms := strconv.FormatInt(hold, 10)
-	out, err := repairScript.Run(cctx, r, []string{o.MarkerKey, o.MarkerKey + ":horizon", o.FenceKey}, target, ms, nonce[:16], ms, runID).Slice()
+	by := "" // a master that kept its data lost no lock: nothing to bound
+	if mr.lost {
+		by = "operator"
+	}
+	out, err := repairScript.Run(cctx, r, []string{o.MarkerKey, o.MarkerKey + ":horizon", o.FenceKey}, target, ms, nonce[:16], ms, runID, by).Slice()
 	if err != nil || len(out) != 3 {
 		return fmt.Errorf("raise fencing counter and write the repair marker: %w", err)
 	}

@@ -122,8 +122,9 @@ func TestMajorityLossFailsClosedUntilRepaired(t *testing.T) {
 	require.NoError(t, lock.Release(ctx))
 
 	// A Client started now finds every marker, and the repair's
-	// quarantine (written on the masters) is over.
-	later := newClient(t, WithMarkerKey(marker), WithMaxTTL(time.Hour))
+	// quarantine (written on the masters, and its own max TTL after the
+	// operator's repair: repairEnd) is over.
+	later := newClient(t, WithMarkerKey(marker), WithMaxTTL(time.Second))
 	assert.Equal(t, []MasterState{MasterUp, MasterUp, MasterUp, MasterUp, MasterUp}, states(later))
 }
 
@@ -228,7 +229,7 @@ func TestRepairQuarantineSurvivesDaemonRestart(t *testing.T) {
 	for i := range 3 {
 		assert.Equal(t, MasterQuarantined, st[i].State, "master %d", i)
 		assert.Greater(t, st[i].QuarantineLeft, 59*time.Minute, "master %d", i)
-		assert.Contains(t, st[i].QuarantineReason, "repaired after losing its data")
+		assert.Contains(t, st[i].QuarantineReason, "repaired by `redlockd repair-fences` after losing its data")
 	}
 	assert.Equal(t, []MasterState{MasterUp, MasterUp}, states(later)[3:], "the masters that kept their data count at once")
 }
@@ -460,4 +461,208 @@ func TestMarkerCarriesTheMasterTime(t *testing.T) {
 		assert.False(t, at.Before(now.Add(-uptime)), "master %d: written after its start", i)
 		assert.False(t, at.After(now), "master %d", i)
 	}
+}
+
+// wipeAllAndRepair restarts every master empty while lock (granted by a
+// Client whose health probes are far apart, so it has not registered its
+// max TTL again) stands, and runs RepairFences with an operator's max TTL
+// of 10ms and the fence of lock as --min: the max TTL registry went with
+// the data, so the repair markers say 10ms.
+func wipeAllAndRepair(t *testing.T, marker string, lock *Lock) *RepairResult {
+	t.Helper()
+	restartEmpty(t, 0, 1, 2, 3, 4)
+	res, err := RepairFences(context.Background(), masterOptions(), RepairOptions{MarkerKey: marker, MaxTTL: 10 * time.Millisecond, Min: lock.Fence()})
+	require.NoError(t, err)
+	return res
+}
+
+// TestOperatorRepairKeepsTheClientsOwnMaxTTL: every master is wiped while a
+// Client with max TTL 4s holds a 3s lock, and the operator runs
+// repair-fences with a max TTL shorter than that at once, before any
+// client registered its max TTL again. The Client adopts the repair but
+// keeps the masters out until its own max TTL after the repair: no master
+// counts again while the 3s lock may stand. The new-user run saw the
+// negative control's behaviour: a daemon with max_ttl 40 adopted a
+// repair-fences --max-ttl 5 and granted the key again 5.7s later while its
+// 30s lock stood.
+func TestOperatorRepairKeepsTheClientsOwnMaxTTL(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		operator bool // leave the markers as RepairFences wrote them
+	}{
+		{"protected", true},
+		{"negative control: markers without the operator tag", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			marker := "marker:" + newKey(t)
+			plantMarker(marker)
+			c := newClient(t, WithMarkerKey(marker), WithMaxTTL(4*time.Second), WithHealthInterval(time.Hour))
+			key := newKey(t)
+			lock, err := c.Acquire(ctx, key, 3*time.Second)
+			require.NoError(t, err)
+			res := wipeAllAndRepair(t, marker, lock)
+			assert.Zero(t, res.RegisteredMaxTTL, "the registry went with the data")
+			rdbs := direct(t)
+			for i, r := range rdbs {
+				v := r.Get(ctx, marker).Val()
+				require.True(t, strings.HasSuffix(v, " operator"), "master %d marker %q", i, v)
+				if !tc.operator {
+					require.NoError(t, r.Set(ctx, marker, strings.TrimSuffix(v, " operator"), 0).Err())
+				}
+			}
+
+			// The Client's next vote sees the restarts (new connections),
+			// and its probe adopts the repairs.
+			_, err = c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
+			require.Error(t, err)
+			require.Eventually(t, func() bool {
+				for i := range c.masters {
+					if c.masters[i].st.repairPending.Load() {
+						return false
+					}
+				}
+				return true
+			}, 10*time.Second, 10*time.Millisecond, "the Client adopts the repair: %v", states(c))
+			countsAgain := time.Now().Add(c.Masters()[0].QuarantineLeft)
+			for i, st := range c.Masters() {
+				countsAgain = earliest(countsAgain, time.Now().Add(st.QuarantineLeft))
+				if tc.operator {
+					assert.Contains(t, st.QuarantineReason, "repair-fences", "master %d", i)
+				}
+			}
+			if !tc.operator {
+				assert.True(t, countsAgain.Before(lock.ValidUntil()), "the old rule lets the masters vote while the lock stands")
+				require.Eventually(t, c.QuorumAvailable, 2*time.Second, 5*time.Millisecond)
+				got, err := c.Acquire(ctx, key, time.Second)
+				require.NoError(t, err, "negative control: a second holder")
+				assert.True(t, time.Now().Before(lock.ValidUntil()), "granted while the first lock stands")
+				_ = got.Release(ctx)
+				return
+			}
+			assert.True(t, countsAgain.After(lock.ValidUntil()), "no master counts before the 3s lock has ended: counts again at %v, lock until %v",
+				countsAgain.Format(time.StampMilli), lock.ValidUntil().Format(time.StampMilli))
+			_, err = c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
+			require.ErrorIs(t, err, ErrQuorumUnavailable)
+			assert.True(t, time.Now().Before(lock.ValidUntil()), "refused while the first lock stood")
+		})
+	}
+}
+
+func earliest(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// TestOperatorRepairGrowsWithALaterRegistration: after the wipe and the
+// operator's short repair, a Client with max TTL 3s starts and keeps the
+// masters out for its own bound after the repair; then another client,
+// which allows 9s locks and held one on the wiped masters, registers again.
+// The first Client must then keep the masters out for 9s after the repair:
+// that client's lock may still stand.
+func TestOperatorRepairGrowsWithALaterRegistration(t *testing.T) {
+	ctx := context.Background()
+	marker := "marker:" + newKey(t)
+	plantMarker(marker)
+	long := newClient(t, WithMarkerKey(marker), WithMaxTTL(9*time.Second), WithHealthInterval(time.Hour))
+	lock, err := long.Acquire(ctx, newKey(t), 8*time.Second)
+	require.NoError(t, err)
+	res := wipeAllAndRepair(t, marker, lock)
+	require.Zero(t, res.RegisteredMaxTTL, "the registry went with the data")
+
+	short := newClient(t, WithMarkerKey(marker), WithMaxTTL(3*time.Second), WithHealthInterval(20*time.Millisecond))
+	for i, st := range short.Masters() {
+		assert.Equal(t, MasterQuarantined, st.State, "master %d", i)
+		assert.Less(t, st.QuarantineLeft, 3500*time.Millisecond, "master %d: its own 3s bound until it learns of the longer one", i)
+	}
+
+	// The long client's probe registers 9s again; the short one reads it.
+	long.kickHealth()
+	require.Eventually(t, func() bool { return short.lossTTL() == 9*time.Second }, 5*time.Second, 10*time.Millisecond)
+	for i, st := range short.Masters() {
+		assert.True(t, time.Now().Add(st.QuarantineLeft).After(lock.ValidUntil()), "master %d stays out until the 8s lock has ended", i)
+	}
+}
+
+// TestRepairFencesRefusesWithoutACounterOrMin: when no master kept its
+// fencing counter, the newest fence is unknown: RepairFences refuses
+// without Min, writing nothing, and repairs with it (fences continue above
+// Min). Before, it raised the counters to the margin alone, and after an
+// earlier repair had taken them past it the fences went back.
+func TestRepairFencesRefusesWithoutACounterOrMin(t *testing.T) {
+	ctx := context.Background()
+	marker := "marker:" + newKey(t)
+	plantMarker(marker)
+	fenceKey := "fence:" + newKey(t)
+	rdbs := direct(t)
+	for _, r := range rdbs {
+		require.NoError(t, r.Set(ctx, fenceKey, 0, 0).Err()) // the deployment's counter, as plantMarker plants the default one
+	}
+	c := newClient(t, WithMarkerKey(marker), WithFenceKey(fenceKey), WithMaxTTL(time.Second))
+	lock, err := c.Acquire(ctx, newKey(t), time.Second)
+	require.NoError(t, err)
+	require.NoError(t, lock.Release(ctx))
+	require.NoError(t, c.Close())
+	for _, r := range rdbs {
+		require.NoError(t, r.Set(ctx, fenceKey, DefaultRepairMargin+17, 0).Err()) // an earlier repair's counters
+	}
+	restartEmpty(t, 0, 1, 2, 3, 4)
+
+	_, err = RepairFences(ctx, masterOptions(), RepairOptions{FenceKey: fenceKey, MarkerKey: marker, MaxTTL: time.Second})
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Contains(t, err.Error(), "--min")
+	for i, r := range rdbs {
+		assert.Zero(t, r.Exists(ctx, fenceKey, marker).Val(), "master %d: nothing written", i)
+	}
+
+	res, err := RepairFences(ctx, masterOptions(), RepairOptions{FenceKey: fenceKey, MarkerKey: marker, MaxTTL: time.Second, Min: DefaultRepairMargin + 17})
+	require.NoError(t, err)
+	assert.Equal(t, DefaultRepairMargin+18, res.Target)
+	for i, r := range rdbs {
+		v, err := r.Get(ctx, fenceKey).Int64()
+		require.NoError(t, err)
+		assert.Equal(t, DefaultRepairMargin+18, v, "master %d", i)
+	}
+}
+
+// TestSelfRepairDropsTheOperatorHint: master 2 restarts empty while 3 and 4
+// are paused, so no quorum of counting masters can repair it and its
+// reason says to run repair-fences. Once 3 and 4 answer again the Client
+// repairs master 2 itself, and the reason must no longer send the operator
+// to repair-fences (/readyz kept that hint after the repair).
+func TestSelfRepairDropsTheOperatorHint(t *testing.T) {
+	marker := "marker:" + newKey(t)
+	plantMarker(marker)
+	c := newClient(t, WithMarkerKey(marker), WithMaxTTL(10*time.Second), WithHealthInterval(20*time.Millisecond))
+	// A lock raises the lease horizon, so the repair leaves master 2
+	// quarantined (and its reason shown) until the lock ends.
+	lock, err := c.Acquire(context.Background(), newKey(t), 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, servers[3].Pause())
+	require.NoError(t, servers[4].Pause())
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			assert.NoError(t, servers[3].Resume())
+			assert.NoError(t, servers[4].Resume())
+		}
+	}
+	t.Cleanup(resume)
+	restartEmpty(t, 2)
+	require.Eventually(t, func() bool {
+		st := c.Masters()[2]
+		return st.State == MasterRepairing && strings.Contains(st.QuarantineReason, "run `redlockd repair-fences`")
+	}, 10*time.Second, 10*time.Millisecond, "no quorum to repair from: %+v", c.Masters()[2])
+
+	resume()
+	require.Eventually(t, func() bool { return !c.masters[2].st.repairPending.Load() }, 10*time.Second, 10*time.Millisecond,
+		"the Client repairs master 2 from 0, 1, 3 and 4: %v", states(c))
+	st := c.Masters()[2]
+	require.Equal(t, MasterQuarantined, st.State, "until the lock's end: %+v", st)
+	assert.NotContains(t, st.QuarantineReason, "repair-fences", "repaired by the Client itself")
+	assert.Contains(t, st.QuarantineReason, "counts again when every lock it may have held has ended")
+	assert.True(t, time.Now().Add(st.QuarantineLeft).After(lock.ValidUntil()))
 }

@@ -87,8 +87,18 @@ func TestRepairFencesNeedsOnlyMasters(t *testing.T) {
 	}
 	assert.Contains(t, out.String(), "would be raised to "+target)
 
+	// No master holds a counter under this prefix: without --min the
+	// newest fence is unknown, and repair-fences refuses.
+	err = run(context.Background(), []string{"repair-fences", "--masters", strings.Join(masters, ","),
+		"--key-prefix", "repairdry:"}, &bytes.Buffer{}, &bytes.Buffer{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--min")
+	assert.Contains(t, err.Error(), "nothing written")
+
 	var help bytes.Buffer
 	require.ErrorIs(t, run(context.Background(), []string{"repair-fences", "--help"}, &bytes.Buffer{}, &help), flag.ErrHelp)
+	assert.Contains(t, help.String(), "after the repair")
+	assert.NotContains(t, help.String(), "since it restarted")
 	for _, f := range []string{"-masters", "-key-prefix", "-max-ttl", "-min", "-margin", "-dry-run", "-allow-missing", "-config"} {
 		assert.Contains(t, help.String(), f)
 	}

@@ -24,17 +24,22 @@ on every master, raises it everywhere to
 
     max(highest found + margin, min + 1)
 
-and writes the marker (KEY_PREFIX + "marker") "repaired <time>". Running
-daemons accept the repair at their next probe and count each repaired master
-once max_ttl has passed since it restarted (locks it lost may be valid until
-then); daemons started later do the same.
+and writes the marker (KEY_PREFIX + "marker") "repaired <time> … operator".
+Running daemons accept the repair at their next probe and count each
+repaired master once the longest max TTL has passed after the repair (locks
+it lost may be valid until then): max_ttl given here, the longest a client
+registered on the masters, or a daemon's own max_ttl if longer (the
+registry goes with the data when every master is wiped); daemons started
+later do the same.
 
 The newest fence may have lived only on the masters that lost their data.
 The daemons copy the highest counter to every master each health interval,
 so the default margin (1,000,000) covers the fences granted in one interval;
 --min, the highest fence your protected resource accepted, is the certain
-bound when you know it. Every master must answer unless --allow-missing
-(then a quorum), because one that is down may hold the highest counter.
+bound when you know it, and is required when no master kept its counter
+(every master lost its data: a repair from 0 could send fences back). Every
+master must answer unless --allow-missing (then a quorum), because one that
+is down may hold the highest counter.
 
 It uses only masters, key_prefix, max_ttl and how to reach the masters
 (master_username, master_password or master_password_file, master_tls and

@@ -1,16 +1,23 @@
 -- Bring a master that lost its data back into the deployment: raise its
 -- fencing counter and lease horizon (max-assign), then write the repair
--- marker "repaired <unix ms> <nonce> <until unix ms> <run_id>", all by this
--- master's own clock. Every Client keeps the master's votes out until
--- <until>; the run_id ties the marker to this server, so a copy of another
--- master's data (REPLICAOF) is never taken for a repair. A repair never
+-- marker "repaired <unix ms> <nonce> <until unix ms> <run_id>[ operator]",
+-- all by this master's own clock. Every Client keeps the master's votes out
+-- until <until>; the run_id ties the marker to this server, so a copy of
+-- another master's data (REPLICAOF) is never taken for a repair. "operator"
+-- marks `redlockd repair-fences`' repairs of masters that lost their data,
+-- whose <until> is the operator's
+-- max TTL rather than a quorum's lease horizon: a Client that knows a
+-- longer max TTL keeps the master out for that long after the repair. A
+-- repair never
 -- shortens a quarantine: when the marker found is a repair marker whose
 -- <until> is later, that <until> is kept (a second `redlockd repair-fences`,
 -- which finds every marker in place, once wrote <until> = now and so let
 -- every daemon started after it count the wiped masters at once).
 -- KEYS[1] marker, KEYS[2] lease horizon, KEYS[3] fencing counter (absent when fencing is off)
 -- ARGV[1] counter, ARGV[2] horizon in milliseconds from now, ARGV[3] nonce,
--- ARGV[4] quarantine in milliseconds from now, ARGV[5] the server's run_id
+-- ARGV[4] quarantine in milliseconds from now, ARGV[5] the server's run_id,
+-- ARGV[6] "operator" for repair-fences on a master that lost its data, ""
+-- otherwise
 -- Returns {marker, counter after, replication ID (INFO master_replid)}.
 local t = redis.call('TIME')
 local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -27,14 +34,18 @@ if tonumber(redis.call('GET', KEYS[2]) or '0') < h then
   redis.call('SET', KEYS[2], string.format('%d', h))
 end
 local untl = ms + tonumber(ARGV[4])
+local by = ARGV[6] or ''
 local old = redis.call('GET', KEYS[1])
 if old then
   local u = string.match(old, '^repaired %d+ %S+ (%d+)')
   if u and tonumber(u) > untl then
     untl = tonumber(u)
+    -- The <until> kept is the operator's: so is the rule that reads it.
+    if string.match(old, ' operator$') then by = 'operator' end
   end
 end
 local v = 'repaired ' .. string.format('%d', ms) .. ' ' .. ARGV[3] .. ' ' .. string.format('%d', untl) .. ' ' .. ARGV[5]
+if by == 'operator' then v = v .. ' operator' end
 redis.call('SET', KEYS[1], v)
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') or ''
 return {v, counter, replid}
