@@ -11,7 +11,7 @@ import (
 
 // readyBody is GET /readyz:
 //
-//	{"ready":true,"status":"ready",
+//	{"ready":true,"status":"ready","waiting":0,"longest_max_ttl_s":86400,
 //	 "quorum":{"needed":3,"counting":4,"writable":4,"up":5,"masters":5,"available":true},
 //	 "masters":[{"index":0,"addr":"127.0.0.1:6379","state":"up","drifting":false,
 //	             "counts":true,"quarantine_reason":"","quarantine_left_s":0,
@@ -35,7 +35,10 @@ import (
 //     quarantine_reason: a restart without its data, a clock jump, drift) or
 //     "repairing" (it lost its data; its votes count again once its fencing
 //     counter is repaired from a quorum, or by `redlockd repair-fences` when
-//     a majority lost its data) or "oom" (it answers and its votes count,
+//     a majority lost its data, and then after the quarantine the repair
+//     sets; quarantine_left_s of a repairing master is what remains of its
+//     provisional quarantine, the longest max TTL from the loss, and 0 once
+//     that has passed: it still waits for the repair) or "oom" (it answers and its votes count,
 //     but it refuses writes: used memory above maxmemory under
 //     noeviction; refusing_writes and write_refusal say so) or "waiting" (no master that answers has a
 //     marker yet and some have not answered: a brand-new deployment, or one
@@ -61,9 +64,19 @@ type readyBody struct {
 	Quorum readyQuorum `json:"quorum"`
 	// Waiting is how many acquires with wait_ms wait in this daemon; with
 	// no quorum they keep waiting within their wait_ms.
-	Waiting int           `json:"waiting"`
-	Masters []readyMaster `json:"masters"`
+	Waiting int `json:"waiting"`
+	// LongestMaxTTLS is the longest max TTL the daemon knows of on its
+	// masters, in seconds: its max_ttl, or a longer one another client
+	// registered (redlock.Client.LongestMaxTTL). It bounds how long a
+	// master that lost its data stays out. Absent when the Locker does not
+	// tell.
+	LongestMaxTTLS int64         `json:"longest_max_ttl_s,omitempty"`
+	Masters        []readyMaster `json:"masters"`
 }
+
+// longestMaxTTLer is a Locker that tells the longest max TTL it knows of
+// (redlockLocker does).
+type longestMaxTTLer interface{ LongestMaxTTL() time.Duration }
 
 type readyQuorum struct {
 	Needed    int  `json:"needed"`
@@ -177,6 +190,9 @@ func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 		Quorum:  readyQuorum{Needed: s.locker.Quorum(), Masters: len(ms)},
 		Waiting: s.waiters.waiting(),
 		Masters: make([]readyMaster, len(ms)),
+	}
+	if l, ok := s.locker.(longestMaxTTLer); ok {
+		body.LongestMaxTTLS = quarantineSeconds(l.LongestMaxTTL())
 	}
 	for i := range ms {
 		st := &ms[i]

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -332,4 +333,32 @@ func TestMasterStateUnlisted(t *testing.T) {
 	assert.Contains(t, r.Raw, `redlock_master_state{master="127.0.0.1:1379",state="fencing"} 1`)
 	assert.Contains(t, r.Raw, `redlock_master_state{master="127.0.0.1:1379",state="up"} 0`)
 	assert.NotContains(t, r.Raw, `redlock_master_state{master="127.0.0.1:2379",state="fencing"}`)
+}
+
+// TestReadyzLongestMaxTTL: /readyz shows the longest max TTL the daemon
+// knows of on its real masters: its own, then a longer one another client
+// registered at its probe.
+func TestReadyzLongestMaxTTL(t *testing.T) {
+	d := newDeployment(t)
+	masters := make([]*redis.Options, len(d.servers))
+	for i, s := range d.servers {
+		masters[i] = &redis.Options{Addr: s.Addr()}
+	}
+	client := func(maxTTL time.Duration) *redlock.Client {
+		c, err := redlock.New(masters, redlock.WithFenceKey(d.prefix+"fence"), redlock.WithMarkerKey(d.prefix+"marker"),
+			redlock.WithMaxTTL(maxTTL), redlock.WithHealthInterval(20*time.Millisecond))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	ts := newTestServer(t, NewRedlockLocker(client(time.Minute)), func(o *Options) { o.KeyPrefix = d.prefix })
+	longest := func() int64 {
+		var b readyBody
+		require.NoError(t, json.Unmarshal([]byte(ts.do(t, http.MethodGet, "/readyz", "", nil).Raw), &b))
+		return b.LongestMaxTTLS
+	}
+	assert.Equal(t, int64(60), longest(), "its own max_ttl")
+	client(2 * time.Hour) // registers at its first probe, before New returns
+	require.Eventually(t, func() bool { return longest() == 7200 }, 5*time.Second, 20*time.Millisecond,
+		"another client's longer max TTL, read at the daemon's next probe")
 }

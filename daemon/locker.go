@@ -87,6 +87,9 @@ func NewRedlockLocker(c *redlock.Client) Locker { return redlockLocker{c} }
 
 type redlockLocker struct{ c *redlock.Client }
 
+// LongestMaxTTL is redlock.Client.LongestMaxTTL (/readyz shows it).
+func (l redlockLocker) LongestMaxTTL() time.Duration { return l.c.LongestMaxTTL() }
+
 func (l redlockLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
 	var lk *redlock.Lock
 	var err error

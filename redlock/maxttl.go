@@ -35,6 +35,13 @@ func (c *Client) lossTTL() time.Duration {
 	return max(c.opts.maxTTL, time.Duration(c.mastersMaxTTL.Load()))
 }
 
+// LongestMaxTTL returns the longest max TTL this Client knows of on its
+// masters: its own (WithMaxTTL), or a longer one another client registered
+// (at most MaxTTLCeiling). A master that lost its data is kept out for up
+// to that long when no quorum of lease horizons bounds the locks it lost,
+// and at least that long after an operator's RepairFences.
+func (c *Client) LongestMaxTTL() time.Duration { return c.lossTTL() }
+
 // noteMastersMaxTTL records the longest max TTL (ms) a master's registry
 // holds. It only grows: an entry that expired on one master may still be
 // live on another.
