@@ -131,10 +131,12 @@ func (m *master) markerMatches(value string, now time.Time, via string) bool {
 // The baselines are reset before the marker is stored: a probe or vote that
 // sees the adopted marker must not judge what it read against the state
 // from before the repair (that would count the loss the repair ended as a
-// new one).
+// new one). The eviction baseline is the marker's ev=, the count when the
+// repair was written, so evictions after the repair are losses however
+// late this Client adopts it.
 func (m *master) adoptRepair(value string, mk marker, now time.Time) {
 	m.st.repairedAt.Store(mk.at.UnixMilli())
-	m.st.evicted.Store(-1)
+	m.st.evicted.Store(mk.evicted) // -1 (the next read is the baseline) for a marker without ev=
 	m.resetCountersSeen()
 	m.st.mu.Lock()
 	m.st.replID = "" // the next probe's is the baseline
@@ -274,17 +276,20 @@ func (m *master) runID() string {
 
 // marker is a parsed deployment marker:
 //
-//	redlockd <unix ms> [<nonce>]                                    first written
-//	repaired <unix ms> [<nonce> <until unix ms> <run_id> [operator]] written by a repair
+//	redlockd <unix ms> [<nonce>]                                                  first written
+//	repaired <unix ms> [<nonce> <until unix ms> <run_id> [ev=<n>] [operator]]     written by a repair
 //
-// All times by the master's own clock. "operator" marks RepairFences'
-// markers: their <until> is the operator's max TTL from the repair, not a
-// quorum's lease horizon (repairEnd).
+// All times by the master's own clock. ev= is the master's INFO
+// evicted_keys when the repair wrote the marker: the eviction baseline of
+// a Client that adopts it. "operator" marks RepairFences' markers: their
+// <until> is the operator's max TTL from the repair, not a quorum's lease
+// horizon (repairEnd).
 type marker struct {
 	repaired   bool
 	at         time.Time
 	until      time.Time // zero when absent
 	runID      string
+	evicted    int64 // -1 when absent
 	byOperator bool
 }
 
@@ -297,14 +302,30 @@ func parseMarker(v string) (marker, bool) {
 	if err != nil || ms <= 0 {
 		return marker{}, false
 	}
-	mk := marker{repaired: f[0] == "repaired", at: time.UnixMilli(ms)}
-	if mk.repaired && (len(f) == 5 || len(f) == 6 && f[5] == "operator") {
-		if u, err := strconv.ParseInt(f[3], 10, 64); err == nil {
-			mk.until = time.UnixMilli(u)
-		}
-		mk.runID = f[4]
-		mk.byOperator = len(f) == 6
+	mk := marker{repaired: f[0] == "repaired", at: time.UnixMilli(ms), evicted: -1}
+	if !mk.repaired || len(f) < 5 {
+		return mk, true
 	}
+	// The optional fields after the run_id; a marker with any other is
+	// not read as a repair of this version's (no run_id: never adopted).
+	evicted, byOperator := int64(-1), false
+	for _, x := range f[5:] {
+		if n, ok := strings.CutPrefix(x, "ev="); ok {
+			v, err := strconv.ParseInt(n, 10, 64)
+			if err != nil || v < 0 {
+				return mk, true
+			}
+			evicted = v
+		} else if x == "operator" {
+			byOperator = true
+		} else {
+			return mk, true
+		}
+	}
+	if u, err := strconv.ParseInt(f[3], 10, 64); err == nil {
+		mk.until = time.UnixMilli(u)
+	}
+	mk.runID, mk.evicted, mk.byOperator = f[4], evicted, byOperator
 	return mk, true
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -267,16 +269,32 @@ func TestParseMarker(t *testing.T) {
 	ms := now.UnixMilli()
 	mk, ok := parseMarker(fmt.Sprintf("redlockd %d", ms))
 	require.True(t, ok)
-	assert.Equal(t, marker{at: now}, mk)
+	assert.Equal(t, marker{at: now, evicted: -1}, mk)
 	mk, ok = parseMarker(fmt.Sprintf("redlockd %d 0123456789abcdef", ms))
 	require.True(t, ok)
-	assert.Equal(t, marker{at: now}, mk)
+	assert.Equal(t, marker{at: now, evicted: -1}, mk)
 	mk, ok = parseMarker(fmt.Sprintf("repaired %d", ms))
 	require.True(t, ok)
-	assert.Equal(t, marker{repaired: true, at: now}, mk)
+	assert.Equal(t, marker{repaired: true, at: now, evicted: -1}, mk)
 	mk, ok = parseMarker(fmt.Sprintf("repaired %d 0123456789abcdef %d abc123", ms, ms+5000))
 	require.True(t, ok)
-	assert.Equal(t, marker{repaired: true, at: now, until: now.Add(5 * time.Second), runID: "abc123"}, mk)
+	assert.Equal(t, marker{repaired: true, at: now, until: now.Add(5 * time.Second), runID: "abc123", evicted: -1}, mk)
+	mk, ok = parseMarker(fmt.Sprintf("repaired %d 0123456789abcdef %d abc123 ev=42", ms, ms+5000))
+	require.True(t, ok)
+	assert.Equal(t, marker{repaired: true, at: now, until: now.Add(5 * time.Second), runID: "abc123", evicted: 42}, mk)
+	mk, ok = parseMarker(fmt.Sprintf("repaired %d 0123456789abcdef %d abc123 ev=0 operator", ms, ms+5000))
+	require.True(t, ok)
+	assert.Equal(t, marker{repaired: true, at: now, until: now.Add(5 * time.Second), runID: "abc123", evicted: 0, byOperator: true}, mk)
+	mk, ok = parseMarker(fmt.Sprintf("repaired %d 0123456789abcdef %d abc123 operator", ms, ms+5000))
+	require.True(t, ok)
+	assert.Equal(t, marker{repaired: true, at: now, until: now.Add(5 * time.Second), runID: "abc123", evicted: -1, byOperator: true}, mk)
+	// An unknown trailing field, or a bad ev=: a marker, but no run_id, so
+	// never adopted as a repair.
+	for _, tail := range []string{"what", "ev=-1", "ev=x", "operator extra"} {
+		mk, ok = parseMarker(fmt.Sprintf("repaired %d 0123456789abcdef %d abc123 %s", ms, ms+5000, tail))
+		require.True(t, ok, tail)
+		assert.Empty(t, mk.runID, tail)
+	}
 	for _, v := range []string{"", "redlockd", "repaired ", "repaired x", "repaired -5", "other 5"} {
 		_, ok = parseMarker(v)
 		assert.False(t, ok, "%q", v)
@@ -665,4 +683,85 @@ func TestSelfRepairDropsTheOperatorHint(t *testing.T) {
 	assert.NotContains(t, st.QuarantineReason, "repair-fences", "repaired by the Client itself")
 	assert.Contains(t, st.QuarantineReason, "counts again when every lock it may have held has ended")
 	assert.True(t, time.Now().Add(st.QuarantineLeft).After(lock.ValidUntil()))
+}
+
+// TestEvictionsBetweenRepairAndAdoptionAreSeen: masters 0-2 restart empty,
+// the operator repairs, and master 3 (which kept its data) evicts keys
+// before the running Client's next probe adopts the repair there. The
+// repair marker carries master 3's evicted_keys at the repair (ev=), so
+// the adopting Client counts the evictions since as a loss. Before, it
+// took the count it read at adoption as the baseline and never saw them.
+func TestEvictionsBetweenRepairAndAdoptionAreSeen(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		strip bool // remove ev= from master 3's marker, as an older repair wrote it
+	}{
+		{"protected", false},
+		{"negative control: a marker without ev=", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			marker := "marker:" + newKey(t)
+			plantMarker(marker)
+			c := newClient(t, WithMarkerKey(marker), WithMaxTTL(time.Second), WithHealthInterval(time.Hour))
+			restartEmpty(t, 0, 1, 2)
+			_, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: marker, MaxTTL: time.Second})
+			require.NoError(t, err)
+			r := direct(t)[3]
+			v := r.Get(ctx, marker).Val()
+			require.Contains(t, v, " ev=", "master 3's repair marker")
+			if tc.strip {
+				f := strings.Fields(v)
+				require.NoError(t, r.Set(ctx, marker, strings.Join(f[:5], " "), 0).Err())
+			}
+			evictSome(t, r)
+
+			before := c.DataLosses()[LossEvicted]
+			// Two whole probe rounds, run here (the health loop's are an
+			// hour apart): the first adopts the repair on master 3.
+			c.probeAll()
+			c.probeAll()
+			exp := c.masters[3].expectedMarker.Load()
+			require.NotNil(t, exp)
+			require.True(t, strings.HasPrefix(*exp, "repaired "), "the Client adopted master 3's repair: %q", *exp)
+			if tc.strip {
+				assert.Equal(t, before, c.DataLosses()[LossEvicted], "negative control: the evictions go unseen")
+				return
+			}
+			assert.Greater(t, c.DataLosses()[LossEvicted], before, "the evictions since the repair are a loss: %v", states(c))
+			assert.Contains(t, c.Masters()[3].QuarantineReason, "evicted")
+		})
+	}
+}
+
+// evictSome makes r evict keys: volatile-lru (only keys with a TTL, so the
+// marker and counters stay), maxmemory just above use, then filler keys
+// with a TTL until evicted_keys grows; maxmemory is lifted again after.
+func evictSome(t *testing.T, r *redis.Client) {
+	t.Helper()
+	ctx := context.Background()
+	evicted := func() int64 {
+		n, err := strconv.ParseInt(parseInfoFields(r.Info(ctx, "stats").Val(), "evicted_keys")["evicted_keys"], 10, 64)
+		require.NoError(t, err)
+		return n
+	}
+	start := evicted()
+	used, err := strconv.ParseInt(parseInfoFields(r.Info(ctx, "memory").Val(), "used_memory")["used_memory"], 10, 64)
+	require.NoError(t, err)
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err())
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+2<<20, 10)).Err())
+	t.Cleanup(func() {
+		r.ConfigSet(ctx, "maxmemory", "0")
+		r.ConfigSet(ctx, "maxmemory-policy", "noeviction")
+		keys, _ := r.Keys(ctx, "evfiller:*").Result()
+		if len(keys) > 0 {
+			r.Unlink(ctx, keys...)
+		}
+	})
+	filler := strings.Repeat("x", 16<<10)
+	for i := 0; evicted() == start; i++ {
+		require.Less(t, i, 20000, "nothing was evicted")
+		require.NoError(t, r.Set(ctx, fmt.Sprintf("evfiller:%d", i), filler, time.Minute).Err())
+	}
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory", "0").Err())
 }

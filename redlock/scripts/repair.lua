@@ -1,7 +1,7 @@
 -- Bring a master that lost its data back into the deployment: raise its
 -- fencing counter and lease horizon (max-assign), then write the repair
--- marker "repaired <unix ms> <nonce> <until unix ms> <run_id>[ operator]",
--- all by this master's own clock. Every Client keeps the master's votes out
+-- marker "repaired <unix ms> <nonce> <until unix ms> <run_id> ev=<evicted
+-- keys>[ operator]", all by this master's own clock. Every Client keeps the master's votes out
 -- until <until>; the run_id ties the marker to this server, so a copy of
 -- another master's data (REPLICAOF) is never taken for a repair. "operator"
 -- marks `redlockd repair-fences`' repairs of masters that lost their data,
@@ -41,10 +41,13 @@ if old then
   if u and tonumber(u) > untl then
     untl = tonumber(u)
     -- The <until> kept is the operator's: so is the rule that reads it.
-    if string.match(old, ' operator$') then by = 'operator' end
+    if string.find(' ' .. old .. ' ', ' operator ', 1, true) then by = 'operator' end
   end
 end
-local v = 'repaired ' .. string.format('%d', ms) .. ' ' .. ARGV[3] .. ' ' .. string.format('%d', untl) .. ' ' .. ARGV[5]
+-- ev=<evicted_keys> now: a Client adopting the marker takes it as the
+-- baseline, so evictions between this repair and its adoption are seen.
+local ev = string.match(redis.call('INFO', 'stats'), 'evicted_keys:(%d+)') or '0'
+local v = 'repaired ' .. string.format('%d', ms) .. ' ' .. ARGV[3] .. ' ' .. string.format('%d', untl) .. ' ' .. ARGV[5] .. ' ev=' .. ev
 if by == 'operator' then v = v .. ' operator' end
 redis.call('SET', KEYS[1], v)
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') or ''
