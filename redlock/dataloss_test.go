@@ -64,6 +64,7 @@ func TestFlushAllWithoutRestart(t *testing.T) {
 		key := newKey(t)
 		first, err := c.Acquire(ctx, key, 30*time.Second)
 		require.NoError(t, err)
+		settle(t, c, key) // no SET of first's still on its way to be applied after a flush
 		rdbs := direct(t)
 		require.NoError(t, rdbs[0].FlushAll(ctx).Err())
 		require.NoError(t, rdbs[1].FlushAll(ctx).Err())

@@ -175,6 +175,7 @@ func TestOldDaemonExtend(t *testing.T) {
 
 	lock, err := c.Acquire(ctx, key, 300*time.Millisecond)
 	require.NoError(t, err)
+	settle(t, c, key) // Acquire answers at quorum: the other masters' SETs land just after
 	old := redis.NewScript(votePreludeLua + oldExtendLua)
 	keys := c.voteKeys(key)[:4] // the old daemon's KEYS: no record
 	for i, r := range rdbs {
