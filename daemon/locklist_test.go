@@ -26,8 +26,11 @@ func (d *deployment) adminServer(t *testing.T, opts ...func(*Options)) (*testSer
 }
 
 // acquireAll acquires every key (namespace, key) for the API key and
-// returns the fences by namespace+"/"+key.
-func acquireAll(t *testing.T, ts *testServer, apiKey string, ttl int, locks [][2]string) map[string]int64 {
+// returns the fences by namespace+"/"+key, once every running master holds
+// every one of them: an acquire answers at quorum, and a SET landing on a
+// master after a listing scanned it changes the lock's holders during the
+// listing, which the listing does not promise to list.
+func (d *deployment) acquireAll(t *testing.T, ts *testServer, apiKey string, ttl int, locks [][2]string) map[string]int64 {
 	t.Helper()
 	out := map[string]int64{}
 	var mu sync.Mutex
@@ -48,6 +51,13 @@ func acquireAll(t *testing.T, ts *testServer, apiKey string, ttl int, locks [][2
 	}
 	wg.Wait()
 	require.Len(t, out, len(locks))
+	account := map[string]string{testKeyAcme: "acme", testKeyGlobex: "globex"}[apiKey]
+	require.NotEmpty(t, account)
+	keys := make([]string, len(locks))
+	for i, l := range locks {
+		keys[i] = redisKey(d.prefix, account, l[0], l[1])
+	}
+	d.waitPTTLAbove(t, 0, keys...)
 	return out
 }
 
@@ -97,9 +107,9 @@ func TestLockList(t *testing.T) {
 	ts, admin := d.adminServer(t)
 	locks := append(keyList("", 90, "order:pay:%d"), keyList("shop", 40, "stock:sku_%d")...)
 	locks = append(locks, [2]string{"a", "b:c"}, [2]string{"a:b", "c"}) // injective encoding
-	want := acquireAll(t, ts, testKeyAcme, 60, locks)
+	want := d.acquireAll(t, ts, testKeyAcme, 60, locks)
 	// Another account, with keys and namespaces that are acme's too.
-	acquireAll(t, ts, testKeyGlobex, 60, append(keyList("", 20, "order:pay:%d"), keyList("shop", 5, "stock:sku_%d")...))
+	d.acquireAll(t, ts, testKeyGlobex, 60, append(keyList("", 20, "order:pay:%d"), keyList("shop", 5, "stock:sku_%d")...))
 
 	got, all := listPages(t, ts, admin, url.Values{"account": {"acme"}}, 37)
 	assert.Equal(t, want, got)
@@ -130,9 +140,10 @@ func TestLockList(t *testing.T) {
 func TestLockListExpiredAndReleased(t *testing.T) {
 	d := newDeployment(t)
 	ts, admin := d.adminServer(t)
-	acquireAll(t, ts, testKeyAcme, 60, keyList("", 3, "keep:%d"))
-	short := acquireAll(t, ts, testKeyAcme, 1, keyList("", 3, "short:%d"))
+	d.acquireAll(t, ts, testKeyAcme, 60, keyList("", 3, "keep:%d"))
+	short := d.acquireAll(t, ts, testKeyAcme, 1, keyList("", 3, "short:%d"))
 	rel := okData(t, ts.lock(t, testKeyAcme, `{"key":"released","ttl":60}`))
+	d.waitPTTLAbove(t, 0, redisKey(d.prefix, "acme", "", "released")) // see acquireAll
 	got, _ := listPages(t, ts, admin, url.Values{"account": {"acme"}}, 50)
 	assert.Len(t, got, 7)
 	r := okData(t, ts.lock(t, testKeyAcme, `{"action":"release","key":"released","token":"`+rel["token"].(string)+`"}`))
@@ -153,7 +164,7 @@ func TestLockListMasterDown(t *testing.T) {
 	d := newDeployment(t)
 	d.kill(t, 0)
 	ts, admin := d.adminServer(t)
-	want := acquireAll(t, ts, testKeyAcme, 60, keyList("ns", 50, "k%d"))
+	want := d.acquireAll(t, ts, testKeyAcme, 60, keyList("ns", 50, "k%d"))
 	got, _ := listPages(t, ts, admin, url.Values{"account": {"acme"}}, 20)
 	assert.Equal(t, want, got)
 }
@@ -186,7 +197,7 @@ func TestLockListBadParameters(t *testing.T) {
 		}
 	}
 	// A cursor of another account's listing is refused, not followed.
-	acquireAll(t, ts, testKeyGlobex, 60, keyList("", 5, "k%d"))
+	d.acquireAll(t, ts, testKeyGlobex, 60, keyList("", 5, "k%d"))
 	st, body, _ := ts.raw(t, http.MethodGet, admin+"/admin/locks?account=globex&limit=2", nil)
 	require.Equal(t, http.StatusOK, st, body)
 	var page lockList

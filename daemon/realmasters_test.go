@@ -111,9 +111,13 @@ func (d *deployment) kill(t *testing.T, idx ...int) {
 	})
 }
 
-// waitPTTLAbove waits (up to 5 s) until key's PTTL on every running master
-// is above min.
-func (d *deployment) waitPTTLAbove(t *testing.T, key string, min time.Duration) {
+// waitPTTLAbove waits (up to 5 s) until each key's PTTL on every running
+// master is above min. Acquire, extend and release answer once a quorum
+// of masters has, and their writes to the others land just after: a test
+// that reads what every master holds (a status or listing through another
+// Client, or the masters themselves) waits for them here. With min 0 it
+// waits until every running master holds every key.
+func (d *deployment) waitPTTLAbove(t *testing.T, min time.Duration, keys ...string) {
 	t.Helper()
 	ctx := context.Background()
 	for _, s := range d.servers {
@@ -122,9 +126,22 @@ func (d *deployment) waitPTTLAbove(t *testing.T, key string, min time.Duration) 
 		}
 		r := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
 		require.Eventually(t, func() bool {
-			pttl, err := r.PTTL(ctx, key).Result()
-			return err == nil && pttl > min
-		}, 5*time.Second, 5*time.Millisecond, "PTTL of %s on %s", key, s.Addr())
+			cmds, err := r.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for _, k := range keys {
+					p.PTTL(ctx, k)
+				}
+				return nil
+			})
+			if err != nil {
+				return false
+			}
+			for _, c := range cmds {
+				if c.(*redis.DurationCmd).Val() <= min {
+					return false
+				}
+			}
+			return true
+		}, 5*time.Second, 5*time.Millisecond, "PTTL of %d keys (%q…) above %v on %s", len(keys), keys[0], min, s.Addr())
 		_ = r.Close()
 	}
 }

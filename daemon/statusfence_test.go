@@ -42,7 +42,7 @@ func TestStatusFenceAcrossDaemons(t *testing.T) {
 	// quorum of answers, so a status read at once may meet an old PTTL
 	// and report the (correct, conservative) 30 s. Wait until every
 	// master has the extension, then status must show it.
-	d.waitPTTLAbove(t, redisKey(d.prefix, "acme", "", "order:pay:1"), 30*time.Second)
+	d.waitPTTLAbove(t, 30*time.Second, redisKey(d.prefix, "acme", "", "order:pay:1"))
 	st = okData(t, a.lock(t, testKeyAcme, `{"action":"status","key":"order:pay:1"}`))
 	assert.Equal(t, fence, num(t, st, "fence"), "the fence survives the extend")
 	assert.Greater(t, num(t, st, "ttl"), int64(30))
