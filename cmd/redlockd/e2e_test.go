@@ -200,6 +200,23 @@ func rawKeys(t *testing.T) map[int][]string {
 	return out
 }
 
+// waitOnEveryMaster waits (up to 5 s) until every running master holds
+// key. An acquire answers once a quorum has voted, and its SETs to the
+// other masters land just after: a test that reads what every master
+// holds waits for them here.
+func waitOnEveryMaster(t *testing.T, key string) {
+	t.Helper()
+	for _, s := range servers {
+		if !s.Running() {
+			continue
+		}
+		r := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+		require.Eventually(t, func() bool { return r.Exists(context.Background(), key).Val() == 1 }, 5*time.Second, 5*time.Millisecond,
+			"%s on %s", key, s.Addr())
+		r.Close()
+	}
+}
+
 func keysContaining(t *testing.T, part string) int {
 	n := 0
 	for _, keys := range rawKeys(t) {
