@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/redlockd/redlockd/redlock"
 )
 
 // holder is client A of an arranged row: its grant, the Op ID of its
@@ -66,7 +68,11 @@ func (dm direct) Close() {
 // masters than the row assumes, and a correct contender could rightly win
 // it. placeOnly checks each master in on for A's token first and, where
 // one lacks it, releases and acquires again (for up to 5s): the rows'
-// verdicts rest on the placement they describe.
+// verdicts rest on the placement they describe. The grant also leaves the
+// SETs to the masters outside its quorum on their way: placeOnly waits for
+// them (settle) before it reads the masters, so that "missing" means lost,
+// and before it deletes the key, so that no late SET puts A's lock back
+// on a master of off.
 func placeOnly(ctx context.Context, d *Drill, dm direct, key string, ttl time.Duration, on []int) (holder, error) {
 	a := holder{client: d.NewClientID()}
 	deadline := time.Now().Add(5 * time.Second)
@@ -77,6 +83,9 @@ func placeOnly(ctx context.Context, d *Drill, dm direct, key string, ttl time.Du
 		a.g, a.id, err = d.Acquire(ctx, d.Lib(0), a.client, key, ttl, 2*time.Second)
 		if err != nil {
 			return holder{}, fmt.Errorf("arrangement failed: A could not acquire %s: %w", key, err)
+		}
+		if err := settle(ctx, d, key, deadline); err != nil {
+			return holder{}, err
 		}
 		missing := -1
 		for _, m := range on {
@@ -111,6 +120,32 @@ func placeOnly(ctx context.Context, d *Drill, dm direct, key string, ttl time.Du
 		})
 	})
 	return a, err
+}
+
+// settle returns once every master has run every command the library
+// client of view 0 sent for key before the call (or dropped those it never
+// sent), or fails at deadline. The barrier is that client's lane order: a
+// lane carries one key's commands to its master in order, so a
+// compare-and-delete for a token nobody holds, answered by every master,
+// comes after them. It changes no lock and is not part of the history.
+func settle(ctx context.Context, d *Drill, key string, deadline time.Time) error {
+	for {
+		tok, err := redlock.RandomToken()
+		if err != nil {
+			return err
+		}
+		_, err = d.Client(0).Release(ctx, d.T.Space().LockKey(key), tok)
+		var oe *redlock.OutcomeError
+		if errors.As(err, &oe) && errors.Is(err, redlock.ErrNotHeld) && oe.Absent+oe.Foreign == d.T.Masters() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("arrangement failed: not every master answered a release for %s in 5s: %v", key, err)
+		}
+		if err := d.Sleep(ctx, 2*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // keyGone waits, at most 5s, until master m no longer holds key (its
