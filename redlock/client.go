@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -229,10 +230,13 @@ func (o *options) validate() error {
 }
 
 // Close stops the health loop and the lanes (queued commands fail with
-// ErrClosed) and closes every connection. It does not release held locks.
+// ErrClosed) and closes every connection. It does not release held locks,
+// but first waits, at most the per-master timeout, for releases already
+// on their way (flushReleases).
 func (c *Client) Close() error {
 	var errs []error
 	c.closeOnce.Do(func() {
+		c.flushReleases()
 		close(c.closed)
 		// Closing the connections first unblocks a lane stuck on a paused
 		// master, so Close does not wait for the stall timeout.
@@ -447,3 +451,36 @@ func (c *Client) writtenDeadline(f *fan, answered []bool) time.Time {
 
 // masterAttr names a master in log records.
 func masterAttr(m *master) slog.Attr { return slog.String("master", m.addr) }
+
+// flushReleases waits, at most the per-master timeout, until no lane of a
+// master that is up has a release queued or a pipeline in flight. A Release
+// returns once a quorum deleted the key, while its deletes on the other
+// masters are still on their way; closing the connections under them would
+// leave the key there until its TTL (a contender would then find fewer free
+// masters).
+func (c *Client) flushReleases() {
+	deadline := time.Now().Add(c.opts.perMasterTimeout)
+	for c.releasesPending() && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (c *Client) releasesPending() bool {
+	for _, m := range c.masters {
+		if !m.up.Load() {
+			continue
+		}
+		for _, l := range m.lanes {
+			if l.busySince.Load() != 0 {
+				return true
+			}
+			l.mu.Lock()
+			queued := slices.ContainsFunc(l.queue, func(c *call) bool { return c.mustSend })
+			l.mu.Unlock()
+			if queued {
+				return true
+			}
+		}
+	}
+	return false
+}
