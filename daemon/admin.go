@@ -124,13 +124,16 @@ func methodNotAllowed(methods []string) http.HandlerFunc {
 // Tokens are compared by SHA-256 in constant time. The scheme name is
 // matched case-insensitively (RFC 9110 §11.1). Failures count against the
 // source's failed-authentication bucket like bad API keys do, and a
-// source out of tokens gets 429 before its token is looked at.
+// source out of tokens gets 429 before its token is looked at. The token
+// is the one in force when the request arrives (see SetAdminToken);
+// without one, requests pass.
 func (s *Server) adminAuth(next http.Handler) http.Handler {
-	if s.adminTokenHash == nil {
-		return next
-	}
-	want := *s.adminTokenHash
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		want := s.adminToken.Load()
+		if want == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
 		now := time.Now()
 		src, srcOK, limited := s.authSourceLimited(w, r, now)
 		if limited {
@@ -168,6 +171,9 @@ type ReloadResult struct {
 	// Certificates is true when the listener's TLS certificate (and client
 	// CA) were read again.
 	Certificates bool `json:"certificates"`
+	// AdminTokenChanged is true when the admin listener's token was
+	// replaced (or set where there was none).
+	AdminTokenChanged bool `json:"admin_token_changed"`
 	// Ignored names the changed settings that take effect only at a
 	// restart.
 	Ignored []string `json:"ignored"`
@@ -211,6 +217,31 @@ func (s *Server) SetAPIKeys(keys []APIKey) (ReloadResult, error) {
 	s.keys.Store(&keys)
 	s.limits.setKeys(keys)
 	return res, nil
+}
+
+// SetAdminToken replaces the admin token (Options.AdminToken): the next
+// admin request must carry the new one, and one that carries the old token
+// gets 401; a request already admitted finishes. Only the token's SHA-256
+// is kept, and requests compare it in constant time without a lock.
+//
+// An empty token is refused while a token is in force: it would open the
+// admin listener to anyone who reaches it, which a reload must not do
+// behind the operator's back (start without a token for that). A token
+// where there was none is accepted; it needs an admin listener
+// (Options.AdminListen), as in New. On error nothing changes.
+func (s *Server) SetAdminToken(token string) error {
+	if token == "" {
+		if s.adminToken.Load() != nil {
+			return errors.New("daemon: SetAdminToken: an empty token would leave the admin listener unauthenticated; restart without Options.AdminToken for that")
+		}
+		return nil
+	}
+	if s.adminListen == "" {
+		return errors.New("daemon: SetAdminToken: needs Options.AdminListen")
+	}
+	h := sha256.Sum256([]byte(token))
+	s.adminToken.Store(&h)
+	return nil
 }
 
 // reloadTimeout bounds one POST /admin/reload.

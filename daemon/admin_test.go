@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -127,6 +128,89 @@ func TestAdminToken(t *testing.T) {
 
 	_, err = New(nil, &Options{APIKeys: validOptions(newFakeLocker()).APIKeys, Locker: newFakeLocker(), AdminToken: token})
 	assert.ErrorContains(t, err, "AdminToken: needs AdminListen")
+}
+
+// SetAdminToken replaces the admin token for the next request: the old one
+// gets 401 and the new one 200; a token where there was none closes the
+// listener; an empty token while one is in force is refused and changes
+// nothing; without an admin listener a token is refused.
+func TestSetAdminToken(t *testing.T) {
+	const tok1, tok2 = "admin-token-one-0123456789abcdef", "admin-token-two-0123456789abcdef"
+	ts := newTestServer(t, newFakeLocker(), func(o *Options) { o.AdminListen = "127.0.0.1:0" })
+	admin := adminURL(t, ts)
+	status := func(token string) int {
+		t.Helper()
+		var h map[string]string
+		if token != "" {
+			h = map[string]string{"Authorization": "Bearer " + token}
+		}
+		st, _, _ := ts.raw(t, http.MethodGet, admin+"/v1/stats", h)
+		return st
+	}
+	require.Equal(t, http.StatusOK, status(""), "no token yet")
+	require.NoError(t, ts.Server.SetAdminToken(""), "none to remove: nothing to refuse")
+	assert.Equal(t, http.StatusOK, status(""))
+
+	require.NoError(t, ts.Server.SetAdminToken(tok1))
+	assert.Equal(t, http.StatusUnauthorized, status(""), "a token where there was none")
+	assert.Equal(t, http.StatusOK, status(tok1))
+
+	require.NoError(t, ts.Server.SetAdminToken(tok2))
+	assert.Equal(t, http.StatusUnauthorized, status(tok1), "the old token, at once")
+	assert.Equal(t, http.StatusOK, status(tok2))
+
+	err := ts.Server.SetAdminToken("")
+	require.ErrorContains(t, err, "an empty token would leave the admin listener unauthenticated")
+	assert.NotContains(t, err.Error(), tok2)
+	assert.Equal(t, http.StatusUnauthorized, status(""), "a refused removal changes nothing")
+	assert.Equal(t, http.StatusOK, status(tok2))
+
+	noAdmin := newTestServer(t, newFakeLocker())
+	assert.ErrorContains(t, noAdmin.Server.SetAdminToken(tok1), "needs Options.AdminListen")
+}
+
+// Admin requests read the token while SetAdminToken replaces it, without a
+// lock (run with -race): a request with one of the two tokens gets 200 or
+// 401, a third token always 401, and the last token set is the one in
+// force.
+func TestSetAdminTokenConcurrent(t *testing.T) {
+	tokens := [2]string{"admin-token-one-0123456789abcdef", "admin-token-two-0123456789abcdef"}
+	ts := newTestServer(t, newFakeLocker(), func(o *Options) {
+		o.AdminListen = "127.0.0.1:0"
+		o.AdminToken = tokens[0]
+		o.AuthFailureBurst = 1000 // the 401s here are expected, not an attack
+	})
+	admin := adminURL(t, ts)
+	get := func(token string) int {
+		st, _, _ := ts.raw(t, http.MethodGet, admin+"/healthz", map[string]string{"Authorization": "Bearer " + token})
+		return st
+	}
+	readersDone := make(chan struct{})
+	var rotator, readers sync.WaitGroup
+	rotator.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-readersDone:
+				assert.NoError(t, ts.Server.SetAdminToken(tokens[1]))
+				return
+			default:
+			}
+			assert.NoError(t, ts.Server.SetAdminToken(tokens[i%2]))
+		}
+	})
+	for g := range 4 {
+		readers.Go(func() {
+			for i := range 50 {
+				assert.Contains(t, []int{http.StatusOK, http.StatusUnauthorized}, get(tokens[(g+i)%2]))
+				assert.Equal(t, http.StatusUnauthorized, get("admin-token-three-0123456789abc"))
+			}
+		})
+	}
+	readers.Wait()
+	close(readersDone)
+	rotator.Wait()
+	assert.Equal(t, http.StatusOK, get(tokens[1]), "the last one set")
+	assert.Equal(t, http.StatusUnauthorized, get(tokens[0]))
 }
 
 // TestAdminTokenFailuresLimited: the scheme name is case-insensitive, and

@@ -60,8 +60,10 @@
 // time); otherwise the listener is meant for loopback or a private network,
 // as etcd's metrics listener and Prometheus's lifecycle endpoints are.
 // POST /admin/reload runs Options.Reload; SetAPIKeys swaps the accounts
-// atomically, so requests already authenticated finish and the next one
-// sees the new keys.
+// and SetAdminToken the admin token atomically, so requests already
+// authenticated finish and the next one sees the new keys or token.
+// SetAdminToken refuses to remove a token: only a restart opens the admin
+// listener.
 //
 // # The action API
 //

@@ -112,12 +112,14 @@ type Options struct {
 	AuthFailuresPerMinute, AuthFailureBurst, AuthFailureSources int
 	// AdminToken, if set, is required on every request to the admin
 	// listener ("Authorization: Bearer <token>", or basic authentication
-	// with the token as password). Needs AdminListen.
+	// with the token as password). Needs AdminListen. SetAdminToken
+	// replaces it.
 	AdminToken string
 	// Reload is what POST /admin/reload runs: read the configuration again
-	// and apply what can change without a restart (SetAPIKeys, TLS
-	// certificates). A *ReloadError answers 400 (the new configuration was
-	// refused), any other error 500. Default nil: the endpoint answers 404.
+	// and apply what can change without a restart (SetAPIKeys,
+	// SetAdminToken, TLS certificates). A *ReloadError answers 400 (the new
+	// configuration was refused), any other error 500. Default nil: the
+	// endpoint answers 404.
 	Reload func(context.Context) (ReloadResult, error)
 	// TLS, if set, makes both listeners serve HTTPS (TLS 1.2 at least,
 	// HTTP/1.1) with its certificates; see ServerTLS. Default: plain HTTP.
@@ -151,7 +153,7 @@ type Server struct {
 	handler         http.Handler
 	adminHandler    http.Handler // nil without AdminListen
 	adminListen     string
-	adminTokenHash  *[32]byte
+	adminToken      atomic.Pointer[[32]byte] // SHA-256 of the admin token, nil without; see SetAdminToken
 	reload          func(context.Context) (ReloadResult, error)
 	tls             *ServerTLS
 	history         *history
@@ -215,7 +217,7 @@ func New(logger *zap.Logger, o *Options) (*Server, error) {
 			return nil, errors.New("daemon: Options.AdminToken: needs AdminListen")
 		}
 		h := sha256.Sum256([]byte(o.AdminToken))
-		s.adminTokenHash = &h
+		s.adminToken.Store(&h)
 	}
 	maxTTL := o.MaxTTL
 	if maxTTL == 0 {
