@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -18,6 +20,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/config"
 )
 
 // syncBuffer is a bytes.Buffer safe for a child's stderr and a test's reads.
@@ -229,5 +233,182 @@ func TestReloadRotatesKeys(t *testing.T) {
 	logs := d.logs.String()
 	for _, k := range []string{keyA, keyB, keyA2, keyInitech, "xk9q2"} {
 		assert.NotContains(t, logs, k, "a key in the log")
+	}
+}
+
+// lastLogLine is the last JSON log line whose msg is msg, decoded.
+func lastLogLine(t *testing.T, logs, msg string) map[string]any {
+	t.Helper()
+	var line map[string]any
+	for l := range strings.SplitSeq(logs, "\n") {
+		if strings.Contains(l, `"msg":"`+msg+`"`) {
+			line = nil
+			require.NoError(t, json.Unmarshal([]byte(l), &line), l)
+		}
+	}
+	require.NotNil(t, line, "no %q line in %s", msg, logs)
+	return line
+}
+
+// TestReloadRotatesAdminToken runs the real binary with an admin listener
+// and rotates its admin token with SIGHUP and POST /admin/reload: in the
+// file, then through admin_token_file (path and content). The old token
+// gets 401 and the new one 200 from the reload on; a reload refused for
+// another setting (a bad api_keys entry in the same edit) or because it
+// removes the token leaves the old token in force, the latter with an
+// error naming the field; no token, nor the start of its SHA-256, reaches
+// the log.
+func TestReloadRotatesAdminToken(t *testing.T) {
+	const (
+		tok1 = "admin-token-one-0123456789abcdef"
+		tok2 = "admin-token-two-0123456789abcdef"
+		tok3 = "admin-token-three-0123456789abcd" // refused with a bad API key
+		tok4 = "admin-token-four-0123456789abcde" // from admin_token_file
+		tok5 = "admin-token-five-0123456789abcde" // the file rewritten
+	)
+	prefix := fmt.Sprintf("e2e%d:", prefixSeq.Add(1))
+	dir := t.TempDir()
+	path, tokenFile := filepath.Join(dir, "redlockd.yaml"), filepath.Join(dir, "admin-token")
+	accounts := [][2]string{{"acme", keyA}}
+	write := func(tokenLine string, accounts ...[2]string) {
+		t.Helper()
+		require.NoError(t, os.WriteFile(path, []byte(reloadConfig(prefix, accounts...)+tokenLine), 0o600))
+	}
+	write(fmt.Sprintf("admin_token: %q\n", tok1), accounts...)
+
+	addr, adminAddr := freeAddr(t), freeAddr(t)
+	base, admin := "http://"+addr, "http://"+adminAddr
+	d := startBinary(t, base, httpClient, nil, "--config", path, "--listen", addr, "--admin-listen", adminAddr, "--drain-delay", "0s")
+
+	// do sends method to an admin path with the token (none when "") and
+	// returns the status and body.
+	do := func(method, p, token string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, admin+p, nil)
+		require.NoError(t, err)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := httpClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		raw, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(raw)
+	}
+	stats := func(token string) int {
+		t.Helper()
+		st, _ := do(http.MethodGet, "/v1/stats", token)
+		return st
+	}
+	sighup := func(msg string, n int) {
+		t.Helper()
+		require.NoError(t, d.cmd.Process.Signal(syscall.SIGHUP))
+		require.Eventually(t, func() bool { return d.logs.count(msg) == n }, 10*time.Second, 10*time.Millisecond, "log: %s", d.logs)
+	}
+	require.Equal(t, http.StatusOK, stats(tok1))
+	require.Equal(t, http.StatusUnauthorized, stats(tok2))
+
+	// Rotate in the file; SIGHUP.
+	write(fmt.Sprintf("admin_token: %q\n", tok2), accounts...)
+	sighup(`"msg":"reloaded"`, 1)
+	line := lastLogLine(t, d.logs.String(), "reloaded")
+	assert.Equal(t, true, line["admin_token_changed"])
+	assert.NotContains(t, line, "changed_need_restart", "admin_token is reloadable")
+	assert.Equal(t, http.StatusUnauthorized, stats(tok1), "the old token, at once")
+	assert.Equal(t, http.StatusOK, stats(tok2), "the new token, at once")
+
+	// A new token with a bad API key in the same edit: refused whole.
+	write(fmt.Sprintf("admin_token: %q\n", tok3), [2]string{"acme", "xk9q2"})
+	sighup("reload refused", 1)
+	assert.Contains(t, d.logs.String(), "api_keys[0].key: too short (5 bytes, need ≥ 16)")
+	assert.Equal(t, http.StatusOK, stats(tok2), "the token from before the refused reload")
+	assert.Equal(t, http.StatusUnauthorized, stats(tok3))
+	st, env, _ := post(t, lockURL(base), keyA, `{"action":"status","key":"k"}`)
+	assert.Equal(t, http.StatusOK, st, "the keys from before too: %s", env.Msg)
+
+	// Removing the token: refused, naming the field; the listener stays
+	// closed to requests without it.
+	write("", accounts...)
+	st, body := do(http.MethodPost, "/admin/reload", tok2)
+	assert.Equal(t, http.StatusBadRequest, st, body)
+	assert.Contains(t, body, "reload refused, nothing changed: admin_token: removed, but a reload does not remove the admin token")
+	require.Eventually(t, func() bool { return d.logs.count("reload refused") == 2 }, 10*time.Second, 10*time.Millisecond, "logged too: %s", d.logs)
+	assert.Equal(t, http.StatusUnauthorized, stats(""))
+	assert.Equal(t, http.StatusOK, stats(tok2))
+
+	// To admin_token_file, with POST /admin/reload (sent with the token in
+	// force, answered after the swap).
+	require.NoError(t, os.WriteFile(tokenFile, []byte(tok4+"\n"), 0o600))
+	write(fmt.Sprintf("admin_token_file: %q\n", tokenFile), accounts...)
+	st, body = do(http.MethodPost, "/admin/reload", tok2)
+	require.Equal(t, http.StatusOK, st, body)
+	assert.Contains(t, body, `"admin_token_changed":true`)
+	assert.Equal(t, http.StatusUnauthorized, stats(tok2))
+	assert.Equal(t, http.StatusOK, stats(tok4))
+
+	// The file rewritten, the config untouched: read again on SIGHUP.
+	require.NoError(t, os.WriteFile(tokenFile, []byte(tok5+"\n"), 0o600))
+	sighup(`"msg":"reloaded"`, 3)
+	assert.Equal(t, true, lastLogLine(t, d.logs.String(), "reloaded")["admin_token_changed"])
+	assert.Equal(t, http.StatusUnauthorized, stats(tok4))
+	assert.Equal(t, http.StatusOK, stats(tok5))
+
+	// A reload that changes nothing says so.
+	st, body = do(http.MethodPost, "/admin/reload", tok5)
+	require.Equal(t, http.StatusOK, st, body)
+	assert.Contains(t, body, `"admin_token_changed":false`)
+
+	// Removing admin_token_file: refused, naming it.
+	write("", accounts...)
+	sighup("reload refused", 3)
+	assert.Contains(t, d.logs.String(), "admin_token_file: removed, but a reload does not remove the admin token")
+	assert.Equal(t, http.StatusOK, stats(tok5))
+
+	require.NoError(t, d.stop(t), "exit 0: %s", d.logs)
+	logs := d.logs.String()
+	for _, tok := range []string{tok1, tok2, tok3, tok4, tok5} {
+		assert.NotContains(t, logs, tok, "a token in the log")
+		sum := sha256.Sum256([]byte(tok))
+		assert.NotContains(t, logs, hex.EncodeToString(sum[:4]), "a token's hash prefix in the log")
+	}
+}
+
+// adminTokenChange applies a new or first token on a daemon with an admin
+// listener, refuses a removal naming the field the token came from, and
+// leaves a token for a daemon without an admin listener to the restart
+// that opens one.
+func TestAdminTokenChange(t *testing.T) {
+	const tok, tok2 = "admin-token-one-0123456789abcdef", "admin-token-two-0123456789abcdef"
+	withAdmin := func(token, file string) config.Config {
+		return config.Config{AdminListen: "127.0.0.1:7071", AdminToken: token, AdminTokenFile: file}
+	}
+	for _, c := range []struct {
+		name                string
+		cur, next           config.Config
+		apply, needsRestart bool
+		err                 string
+	}{
+		{name: "unchanged", cur: withAdmin(tok, ""), next: withAdmin(tok, "")},
+		{name: "none, unchanged", cur: withAdmin("", ""), next: withAdmin("", "")},
+		{name: "rotated", cur: withAdmin(tok, ""), next: withAdmin(tok2, ""), apply: true},
+		{name: "file rewritten", cur: withAdmin(tok, "/a"), next: withAdmin(tok2, "/a"), apply: true},
+		{name: "file moved, same token", cur: withAdmin(tok, "/a"), next: withAdmin(tok, "/b")},
+		{name: "first token", cur: withAdmin("", ""), next: withAdmin(tok, ""), apply: true},
+		{name: "removed", cur: withAdmin(tok, ""), next: withAdmin("", ""), err: "admin_token: removed, but a reload does not remove the admin token"},
+		{name: "file removed", cur: withAdmin(tok, "/a"), next: withAdmin("", ""), err: "admin_token_file: removed"},
+		{name: "no admin listener yet", cur: config.Config{}, next: withAdmin(tok, ""), needsRestart: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			apply, needsRestart, err := adminTokenChange(c.cur, c.next)
+			if c.err != "" {
+				require.ErrorContains(t, err, c.err)
+				assert.NotContains(t, err.Error(), tok)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, c.apply, apply, "apply")
+			assert.Equal(t, c.needsRestart, needsRestart, "needs restart")
+		})
 	}
 }
