@@ -54,7 +54,8 @@ func (c *Client) afterProbes() {
 		//   - with our marker: it kept its data since a redlockd wrote it,
 		//     unless its marker is older than its start (restoredFromSnapshot)
 		//     or its fencing counter is gone; a repair marker's quarantine
-		//     is kept (firstSeenWithMarker);
+		//     is kept (firstSeenWithMarker). Both need a reading of its
+		//     clock: until one, it is not seen;
 		//   - without, while a quorum of the others have theirs: it
 		//     lost its data while no redlockd was watching; quarantined,
 		//     and repaired from that quorum (repairMaster);
@@ -71,6 +72,12 @@ func (c *Client) afterProbes() {
 		switch {
 		case role != "" && role != "master":
 			m.lostData(LossReplica, fmt.Sprintf("is a %s (REPLICAOF): its data is another server's", role))
+		case has && m.st.lastReading.Load() == nil:
+			// Its clock was never read (the probe's TIME, a round trip of
+			// its own, timed out): a repair marker's <until> and the
+			// restart-from-snapshot check both need it, and the master
+			// counted at once without them. The rule runs again next round.
+			continue
 		case has:
 			m.firstSeenWithMarker()
 		case withMarker >= c.quorum:
