@@ -133,17 +133,26 @@ func (m *master) markerMatches(value string, now time.Time, via string) bool {
 // from before the repair (that would count the loss the repair ended as a
 // new one). The eviction baseline is the marker's ev=, the count when the
 // repair was written, so evictions after the repair are losses however
-// late this Client adopts it.
+// late this Client adopts it. Not for a marker without a quarantine:
+// `redlockd repair-fences` writes one on every master it finds intact,
+// which it cannot tell from one that evicted keys or rolled back since this
+// Client last read it; such a marker ends no loss, and what this Client
+// read before is how a loss that happened before it is seen. Resetting
+// there let a rollback just before a repair-fences run go unseen by every
+// Client, and a second holder in.
 func (m *master) adoptRepair(value string, mk marker, now time.Time) {
 	m.st.repairedAt.Store(mk.at.UnixMilli())
-	m.st.evicted.Store(mk.evicted) // -1 (the next read is the baseline) for a marker without ev=
-	m.resetCountersSeen()
-	m.st.mu.Lock()
-	m.st.replID = "" // the next probe's is the baseline
-	m.st.mu.Unlock()
+	covers := m.c.repairEnd(mk).After(mk.at) // a repair of a master that lost its data
+	if covers {
+		m.st.evicted.Store(mk.evicted) // -1 (the next read is the baseline) for a marker without ev=
+		m.resetCountersSeen()
+		m.st.mu.Lock()
+		m.st.replID = "" // the next probe's is the baseline
+		m.st.mu.Unlock()
+	}
 	m.expectedMarker.Store(&value)
 	completed := false
-	if m.st.repairPending.Load() && m.repairFollowsLoss(mk) {
+	if m.st.repairPending.Load() && covers && m.repairFollowsLoss(mk) {
 		m.st.repairPending.Store(false)
 		m.st.repairWarned.Store(false)
 		m.c.repairs.Add(1)

@@ -765,3 +765,38 @@ func evictSome(t *testing.T, r *redis.Client) {
 	}
 	require.NoError(t, r.ConfigSet(ctx, "maxmemory", "0").Err())
 }
+
+// TestOperatorRepairOfAnIntactMasterKeepsWhatTheClientRead: master 3 rolls
+// back to an older copy of its data (its lease horizon lower, a 20s lock on
+// masters 1, 2 and 3 gone from it), and an operator runs repair-fences
+// before the Client looks at master 3 again. repair-fences finds the
+// marker, horizon and counter there, so it takes master 3 for one that
+// kept its data and writes a repair marker without a quarantine. The
+// Client adopted that marker by forgetting what it had read from master 3
+// (the horizon it compares with): the rollback went unseen, and the lock
+// was granted again on masters 0, 3 and 4 while it stood.
+func TestOperatorRepairOfAnIntactMasterKeepsWhatTheClientRead(t *testing.T) {
+	ctx := context.Background()
+	c, _ := brandNewClient(t, WithHealthInterval(time.Hour))
+	r := direct(t)[3]
+	old, err := r.Get(ctx, c.opts.horizonKey).Result() // the older copy
+	require.NoError(t, err)
+	key := newKey(t)
+	first := placeOn(t, c, key, 20*time.Second, 1, 2, 3)
+	require.NoError(t, r.Set(ctx, c.opts.horizonKey, old, 0).Err())
+	require.NoError(t, r.Del(ctx, key).Err())
+	res, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: c.opts.markerKey, FenceKey: c.opts.fenceKey, MaxTTL: time.Minute})
+	require.NoError(t, err)
+	mk, ok := parseMarker(res.Masters[3].Marker)
+	require.True(t, ok && !mk.repaired, "master 3 looked intact to repair-fences: %q", res.Masters[3].Marker)
+
+	c.probeAll() // the Client's next look at master 3
+	c.afterProbes()
+	assert.EqualValues(t, 1, c.DataLosses()[LossRolledBack], "%v", c.DataLosses())
+	second, err := c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	if err == nil {
+		_ = second.Release(ctx)
+	}
+	require.ErrorIs(t, err, ErrNotObtained, "no second holder while the first lock stands")
+	assert.True(t, time.Now().Before(first.ValidUntil()))
+}
