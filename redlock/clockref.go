@@ -19,7 +19,8 @@ import (
 //
 //  1. Every vote script returns the master's TIME (vote_prelude.lua). The
 //     vote counts only if the master's offset from our clock has not moved
-//     forward since the last reading (a probe's or an earlier vote's) by
+//     forward since the reference (what the readings so far, a probe's or
+//     an earlier vote's, say together: narrowed) by
 //     more than the two readings' uncertainty (half of each round trip: the
 //     master read its clock somewhere within it) plus drift_factor × the
 //     time between them. Otherwise the vote is discarded and the master
@@ -141,10 +142,45 @@ func (m *master) checkVoteClock(remote, sent, received time.Time) error {
 	// clock went back must become the reference at once, or a later step
 	// forward to where it was would look like no move at all (while the
 	// keys set in between expire early).
-	if back || s.uncert <= int64(c.maxUncertainty()/2) && time.Duration(s.at-ref.at) > c.maxRefAge()/4 {
+	switch {
+	case back:
 		m.st.ref.CompareAndSwap(ref, &s)
+	case s.uncert <= int64(c.maxUncertainty()/2) && time.Duration(s.at-ref.at) > c.maxRefAge()/4:
+		n := c.narrowed(ref, s)
+		m.st.ref.CompareAndSwap(ref, &n)
 	}
 	return nil
+}
+
+// narrowed is the reference that ref and a later reading s, which showed
+// no jump either way, give together: the offsets s allows (offset ±
+// uncert) that ref allows too, once widened by drift_factor × the time
+// between them. Replacing the reference by each new reading instead lets
+// a clock creep forward by up to the readings' uncertainty at every step,
+// each step unseen: a master behind a slow link (readings too imprecise
+// for check 2) whose clock ran 25% fast went unseen for seconds, and its
+// keys expired while their holders were still told they were valid
+// (TestFastClockOverASlowLink). The intersection moves no faster than a
+// sane clock, so the forward jumps that check 1 misses add up to no more
+// than one: the bound in clockAllowance.
+func (c *Client) narrowed(ref *clockRef, s clockRef) clockRef {
+	elapsed := s.at - ref.at
+	if elapsed < 0 {
+		elapsed = -elapsed
+	}
+	grow := int64(float64(elapsed) * c.opts.driftFactor)
+	lo := max(ref.offset-ref.uncert-grow, s.offset-s.uncert)
+	hi := min(ref.offset+ref.uncert+grow, s.offset+s.uncert)
+	if lo > hi {
+		// Apart by less than clockResolution (or a step back too small
+		// to be certain): the edge of ref's reach nearest to s.
+		if s.offset > ref.offset {
+			lo = hi
+		} else {
+			hi = lo
+		}
+	}
+	return clockRef{at: s.at, offset: lo + (hi-lo)/2, uncert: (hi - lo + 1) / 2}
 }
 
 // observeReading is check 1 for a probe's TIME reading; a usable reading
@@ -154,12 +190,17 @@ func (m *master) observeReading(s clockRef) {
 	if time.Duration(2*s.uncert) > c.maxUncertainty() {
 		return
 	}
+	next := &s
 	if ref := m.st.ref.Load(); ref != nil && c.opts.voteClockGuard {
-		if fwd, _ := c.jumpSince(ref, s); fwd > 0 {
+		switch fwd, back := c.jumpSince(ref, s); {
+		case fwd > 0:
 			m.clockJumped(time.Duration(s.offset-ref.offset), "a health probe")
+		case !back:
+			n := c.narrowed(ref, s)
+			next = &n
 		}
 	}
-	m.st.ref.Store(&s)
+	m.st.ref.Store(next)
 }
 
 // clockJumped quarantines a master whose clock jumped forward by delta:
