@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -138,4 +139,34 @@ func TestFastClockOverASlowLink(t *testing.T) {
 	require.Greater(t, first.Validity(), time.Duration(0), "B asked while A was valid")
 	require.ErrorIs(t, err, ErrNotObtained)
 	assert.False(t, c.Masters()[4].Counting, "master 4 is held out")
+}
+
+// TestClockForwardThenBackBetweenReadings: master 4's clock jumps 30s
+// forward, A's key there expires, and the clock jumps back before any
+// reading of it (probes an hour apart). The offset is where the last
+// reading saw it: nothing tells B's vote from a sane one, and B wins
+// while A is valid. A known gap (README, "Clock faults": "Not seen"),
+// kept as its reproduction: REDLOCK_KNOWN_GAPS=1 runs it, and it fails.
+func TestClockForwardThenBackBetweenReadings(t *testing.T) {
+	if os.Getenv("REDLOCK_KNOWN_GAPS") == "" {
+		t.Skip("known gap (README, Clock faults: a jump forward undone before any reading); REDLOCK_KNOWN_GAPS=1 runs it")
+	}
+	ctx := context.Background()
+	opts, rdbs, clock := skewedMasters(t)
+	c := clockClient(t, opts, WithHealthInterval(time.Hour), WithPerMasterTimeout(200*time.Millisecond))
+	key := "clock:" + t.Name()
+	first := placeOnly(t, c, rdbs, key, 20*time.Second, 2, 3, 4)
+	offsetNear := func(want time.Duration) func() bool {
+		return func() bool {
+			d := time.Until(rdbs[4].Time(ctx).Val()) - want
+			return d > -time.Second && d < time.Second
+		}
+	}
+	require.NoError(t, clock.Jump(30*time.Second))
+	require.Eventually(t, func() bool { return rdbs[4].Exists(ctx, key).Val() == 0 }, 10*time.Second, time.Millisecond)
+	require.NoError(t, clock.Jump(-30*time.Second))
+	require.Eventually(t, offsetNear(0), 10*time.Second, time.Millisecond)
+	_, err := c.Acquire(ctx, key, 20*time.Second, WithRetry(NoRetry()))
+	require.Greater(t, first.Validity(), 15*time.Second)
+	require.ErrorIs(t, err, ErrNotObtained, "a second holder while A is valid")
 }
