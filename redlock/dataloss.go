@@ -378,34 +378,53 @@ type countersSeen struct {
 	mu       sync.Mutex
 	horizon  int64 // unix ms by the master's clock
 	commands int64 // INFO stats total_commands_processed
+	counter  int64 // the fencing counter: the highest read, or written back and acknowledged
 	at       int64 // the master's time of the read, unix µs
+}
+
+// counterRead is what one vote or probe read of a master's counters; -1
+// for what it did not read.
+type counterRead struct {
+	horizon, raised int64 // the lease horizon before and after the script
+	commands        int64 // INFO stats total_commands_processed
+	counter         int64 // the fencing counter
 }
 
 // countersGrow checks what a vote (or probe) read on m at the master's time
 // now against what was read before:
 //
-//   - the lease horizon h (read before the script raised it to raised)
-//     only ever grows (max-assign): a lower value read later means m's data went back in time (a rollback to an older copy:
-//     REPLICAOF a server holding an old snapshot and back, DEBUG RELOAD, a
-//     durable master restored from an older file);
-//   - total_commands_processed n only ever grows, except at a restart
+//   - the lease horizon (read before the script raised it) only ever
+//     grows (max-assign): a lower value read later means m's data went
+//     back in time (a rollback to an older copy: REPLICAOF a server holding
+//     an old snapshot and back, DEBUG RELOAD, a durable master restored
+//     from an older file);
+//   - the fencing counter only ever grows too (max-assign writes, no TTL),
+//     and it grows with every lock granted with m's vote (the write-back),
+//     so it also shows a rollback the horizon hides: a longer lock granted
+//     before the older copy was taken keeps the horizon where it was, while
+//     the shorter locks granted since, and their keys, are gone. The
+//     highest value known includes write-backs m acknowledged
+//     (counterAtLeast). counter < 0 skips this check (fencing off);
+//   - total_commands_processed only ever grows, except at a restart
 //     (caught by its run_id) or a CONFIG RESETSTAT, which also resets
-//     evicted_keys and so could hide evictions: treated as a loss. n < 0
-//     skips this check (a probe does not read it).
+//     evicted_keys and so could hide evictions: treated as a loss.
+//     commands < 0 skips this check (a probe does not read it).
 //
 // Answers read out of order (a slower reply of an earlier script) are
 // judged by the master's time of the read.
-func (m *master) countersGrow(h, raised, n int64, now time.Time, via string) bool {
+func (m *master) countersGrow(r counterRead, now time.Time, via string) bool {
 	s := &m.st.countersSeen
 	at := now.UnixMicro()
+	h, n := r.horizon, r.commands
 	s.mu.Lock()
-	prevH, prevN, prevAt := s.horizon, s.commands, s.at
+	prevH, prevN, prevC, prevAt := s.horizon, s.commands, s.counter, s.at
 	later := at >= prevAt
 	if later {
-		s.horizon, s.at = max(h, raised, prevH), at
+		s.horizon, s.at = max(h, r.raised, prevH), at
 		if n >= 0 {
 			s.commands = n
 		}
+		s.counter = max(r.counter, prevC)
 	}
 	s.mu.Unlock()
 	switch {
@@ -414,6 +433,9 @@ func (m *master) countersGrow(h, raised, n int64, now time.Time, via string) boo
 	case h < prevH:
 		m.lostData(LossRolledBack, fmt.Sprintf("data went back in time: its lease horizon fell from %d to %d (seen by %s; a rollback to an older copy of its data)", prevH, h, via))
 		return false
+	case r.counter >= 0 && r.counter < prevC:
+		m.lostData(LossRolledBack, fmt.Sprintf("data went back in time: its fencing counter fell from %d to %d (seen by %s; a rollback to an older copy of its data)", prevC, r.counter, via))
+		return false
 	case n >= 0 && n < prevN:
 		m.lostData(LossEvicted, fmt.Sprintf("its statistics were reset (total_commands_processed fell from %d to %d, seen by %s; CONFIG RESETSTAT), which would hide evictions", prevN, n, via))
 		return false
@@ -421,11 +443,23 @@ func (m *master) countersGrow(h, raised, n int64, now time.Time, via string) boo
 	return true
 }
 
+// counterAtLeast notes that m acknowledged, at the master's time now, a
+// fence write-back of f: its counter is at least f from then on.
+func (m *master) counterAtLeast(f int64, now time.Time) {
+	s := &m.st.countersSeen
+	at := now.UnixMicro()
+	s.mu.Lock()
+	if at >= s.at {
+		s.counter, s.at = max(s.counter, f), at
+	}
+	s.mu.Unlock()
+}
+
 // resetCountersSeen forgets what was read: after a repair, the repaired
 // state is the new baseline.
 func (m *master) resetCountersSeen() {
 	s := &m.st.countersSeen
 	s.mu.Lock()
-	s.horizon, s.commands, s.at = 0, 0, 0
+	s.horizon, s.commands, s.counter, s.at = 0, 0, 0, 0
 	s.mu.Unlock()
 }

@@ -475,3 +475,72 @@ func TestAdoptedRepairReplacesTheProvisionalQuarantine(t *testing.T) {
 	assert.True(t, m.st.repairPending.Load())
 	assert.Greater(t, m.quarantineLeft(), 59*time.Minute)
 }
+
+// TestRollbackUnderADominatingHorizon: master 4 goes back to a copy of its
+// data taken after a 30s lock raised its lease horizon, losing a 5s lock
+// granted since (on masters 2, 3, 4). The 5s lock did not raise the
+// horizon, so the older copy shows the same horizon and the horizon check
+// cannot see the rollback; the fencing counter, raised by the 5s lock's
+// write-back, went back, and that is seen. Found by an adversarial review:
+// a second holder was granted with 4.8s of the 5s lock left, and the same
+// fence. Without fencing there is no counter: the negative control shows
+// that rollback going unseen.
+func TestRollbackUnderADominatingHorizon(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		opts    []Option
+		another bool // the contender goes through another Client
+		caught  bool
+	}{
+		{"same client", nil, false, true},
+		{"another daemon that probed since the grant", nil, true, true},
+		{"negative control: fencing off", []Option{WithFenceKey("")}, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			c, opts := brandNewClient(t, append([]Option{WithHealthInterval(time.Hour)}, tc.opts...)...)
+			contender := c
+			if tc.another {
+				contender = sameDeployment(t, append(opts, WithHealthInterval(20*time.Millisecond))...)
+			}
+			r := direct(t)[4]
+			horizonKey := c.opts.horizonKey
+			placeOn(t, c, newKey(t), 30*time.Second, 2, 3, 4) // raises the horizon 30s ahead
+			oldH, err := r.Get(ctx, horizonKey).Result()      // the older copy
+			require.NoError(t, err)
+			var oldF string
+			if c.opts.fenceKey != "" {
+				oldF = r.Get(ctx, c.opts.fenceKey).Val()
+			}
+			key := newKey(t)
+			lost := placeOn(t, c, key, 5*time.Second, 2, 3, 4)
+			require.Equal(t, oldH, r.Get(ctx, horizonKey).Val(), "the 5s lock did not raise the horizon")
+			if tc.another {
+				require.Eventually(t, func() bool {
+					s := &contender.masters[4].st.countersSeen
+					s.mu.Lock()
+					defer s.mu.Unlock()
+					return s.counter >= lost.Fence()
+				}, 5*time.Second, 5*time.Millisecond, "the other daemon's probe read master 4's counter since the grant")
+			}
+			// Back to the older copy: the horizon as it was, the 5s lock
+			// gone, the counter back.
+			require.NoError(t, r.Set(ctx, horizonKey, oldH, 0).Err())
+			if oldF != "" {
+				require.NoError(t, r.Set(ctx, c.opts.fenceKey, oldF, 0).Err())
+			}
+			require.NoError(t, r.Del(ctx, key).Err())
+
+			second, err := contender.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+			if !tc.caught {
+				require.NoError(t, err, "negative control: a second holder")
+				assert.True(t, time.Now().Before(lost.ValidUntil()), "while the 5s lock stands")
+				_ = second.Release(ctx)
+				return
+			}
+			require.Error(t, err, "no second holder while the 5s lock stands")
+			assert.Equal(t, int64(1), contender.DataLosses()[LossRolledBack], "master 4's rollback is seen")
+			assert.Contains(t, contender.Masters()[4].QuarantineReason, "fencing counter fell")
+		})
+	}
+}

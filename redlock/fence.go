@@ -107,8 +107,10 @@ func (c *Client) writeFence(ctx context.Context, keys []string, token string, fe
 			failed++
 			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
 		default:
-			if v, _ := r.val.(int64); v == 1 {
+			v, at := parseFenceReply(r.val)
+			if v == 1 {
 				written++
+				m.counterAtLeast(fence, at)
 			} else if v == codeLost {
 				failed++
 				m.lostData(LossStateMissing, "data lost without restart: marker, lease horizon or fencing counter missing (seen by a fence write-back)")
@@ -165,4 +167,17 @@ func (m *master) restoredFromSnapshot() bool {
 	m.lostData(LossSnapshot, fmt.Sprintf("restarted %v ago with data older than its restart (marker written %v before it): an RDB snapshot or an AOF not fsynced always may miss recent locks", uptime, started.Sub(at).Round(time.Second)))
 	m.lossAfterStartOf(m.runID())
 	return true
+}
+
+// parseFenceReply decodes fence.lua's {code, sec, usec}; code 0 for a reply
+// of another shape.
+func parseFenceReply(v any) (code int64, at time.Time) {
+	a, ok := v.([]any)
+	if !ok || len(a) != 3 {
+		return 0, time.Time{}
+	}
+	code, _ = a[0].(int64)
+	sec, _ := a[1].(int64)
+	usec, _ := a[2].(int64)
+	return code, time.Unix(sec, usec*int64(time.Microsecond))
 }

@@ -67,7 +67,11 @@ func (m *master) probeOnce() {
 		cfg = pipe.ConfigGet(ctx, "*") // filtered below; one call instead of five
 	}
 	marker := pipe.Get(ctx, o.markerKey)
-	horizon := pipe.Eval(ctx, horizonReadLua, []string{o.horizonKey})
+	horizonKeys := []string{o.horizonKey}
+	if o.fenceKey != "" {
+		horizonKeys = append(horizonKeys, o.fenceKey)
+	}
+	horizon := pipe.Eval(ctx, horizonReadLua, horizonKeys)
 	var fence *redis.StringCmd
 	if o.fenceKey != "" {
 		fence = pipe.Get(ctx, o.fenceKey)
@@ -137,12 +141,13 @@ func (m *master) probeOnce() {
 		m.st.mu.Unlock()
 	}
 	hr, horizonErr := horizon.Slice()
-	var horizonMS int64 = -1
+	var horizonMS, counterValue int64 = -1, -1
 	var horizonAt time.Time
-	if horizonErr == nil && len(hr) == 3 {
+	if horizonErr == nil && len(hr) == 4 {
 		sec, _ := hr[0].(int64)
 		usec, _ := hr[1].(int64)
 		horizonMS, _ = hr[2].(int64)
+		counterValue, _ = hr[3].(int64)
 		horizonAt = time.Unix(sec, usec*int64(time.Microsecond))
 	} else if horizonErr == nil {
 		horizonErr = errBadReply
@@ -196,7 +201,7 @@ func (m *master) probeOnce() {
 		m.lostData(LossReplica, "its replication ID changed after a REPLICAOF and REPLICAOF NO ONE: its data was replaced by another server's")
 	case horizonMS < 0:
 		m.lostData(LossStateMissing, "data lost without restart: lease horizon missing (seen by a health probe)")
-	case !m.countersGrow(horizonMS, horizonMS, -1, horizonAt, "a health probe"):
+	case !m.countersGrow(counterRead{horizon: horizonMS, raised: horizonMS, commands: -1, counter: counterValue}, horizonAt, "a health probe"):
 	case counterMissing:
 		m.lostData(LossStateMissing, "data lost without restart: fencing counter missing (seen by a health probe)")
 	case evErr == nil:

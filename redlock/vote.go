@@ -23,13 +23,14 @@ type voteReply struct {
 	horizon     int64     // the lease horizon before the script, unix ms by the master's clock
 	commands    int64     // INFO stats total_commands_processed
 	raised      int64     // the lease horizon after the script
+	counter     int64     // the fencing counter; -1 when fencing is off
 }
 
 // parseVote decodes {code, value, marker, sec, usec, evicted, extra,
-// horizon, commands, horizon after}.
+// horizon, commands, horizon after, counter}.
 func parseVote(v any) (voteReply, bool) {
 	a, ok := v.([]any)
-	if !ok || len(a) != 10 {
+	if !ok || len(a) != 11 {
 		return voteReply{}, false
 	}
 	var r voteReply
@@ -44,6 +45,7 @@ func parseVote(v any) (voteReply, bool) {
 	r.horizon, _ = a[7].(int64)
 	r.commands, _ = a[8].(int64)
 	r.raised, _ = a[9].(int64)
+	r.counter, _ = a[10].(int64)
 	return r, sec > 0
 }
 
@@ -91,7 +93,7 @@ func (m *master) checkVote(v voteReply, sent, received time.Time) error {
 		if !m.evictionsUnchanged(v.evicted, "a vote") {
 			return ErrMasterDataLost
 		}
-		if !m.countersGrow(v.horizon, v.raised, v.commands, v.time, "a vote") {
+		if !m.countersGrow(counterRead{horizon: v.horizon, raised: v.raised, commands: v.commands, counter: v.counter}, v.time, "a vote") {
 			return ErrMasterDataLost
 		}
 	}

@@ -7,13 +7,19 @@
 -- KEYS[1] lock key, KEYS[2] marker ('' skips the check: negative controls only), KEYS[3] lease horizon, KEYS[4] fencing counter,
 -- KEYS[5] the lock's fence record (absent: not stored)
 -- ARGV[1] token, ARGV[2] fencing token
--- Returns 1 written (or already ≥), 0 the lock is not held by this token,
--- -2 this master lost its data (marker, horizon or counter missing).
+-- Returns {code, sec, usec}: code 1 written (or already ≥), 0 the lock is
+-- not held by this token, -2 this master lost its data (marker, horizon or
+-- counter missing); sec, usec this master's TIME (after 1, its counter is
+-- at least ARGV[2] from then on, unless it loses data).
+local t = redis.call('TIME')
+local function reply(code)
+  return {code, tonumber(t[1]), tonumber(t[2])}
+end
 if KEYS[2] ~= '' and redis.call('EXISTS', KEYS[2], KEYS[3], KEYS[4]) ~= 3 then
-  return -2
+  return reply(-2)
 end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
+  return reply(0)
 end
 local cur = tonumber(redis.call('GET', KEYS[4]) or '0')
 if cur < tonumber(ARGV[2]) then
@@ -27,4 +33,4 @@ if KEYS[5] then
     redis.call('SET', KEYS[5], ARGV[2] .. ' ' .. ARGV[1], 'PX', left)
   end
 end
-return 1
+return reply(1)
