@@ -2,9 +2,11 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -543,4 +545,35 @@ func TestRollbackUnderADominatingHorizon(t *testing.T) {
 			assert.Contains(t, contender.Masters()[4].QuarantineReason, "fencing counter fell")
 		})
 	}
+}
+
+// TestFirstSeenRetriedWhenTheHorizonCannotBeWritten: master 0 carries the
+// deployment's marker but no lease horizon (a deployment from before
+// horizons), and the Client's first attempt to write it fails (here: the
+// token generator errs once). The master must not be taken as seen without
+// an expected marker: before, its votes were then refused for good while
+// Masters reported it counting. Now the rule runs again next round.
+func TestFirstSeenRetriedWhenTheHorizonCannotBeWritten(t *testing.T) {
+	ctx := context.Background()
+	marker := "marker:" + newKey(t)
+	plantMarker(marker)
+	require.NoError(t, direct(t)[0].Del(ctx, marker+":horizon").Err())
+	var calls atomic.Int64
+	flaky := func() (string, error) {
+		if calls.Add(1) == 1 {
+			return "", errors.New("no randomness this once")
+		}
+		return RandomToken()
+	}
+	c := newClient(t, WithMarkerKey(marker), WithTokenGenerator(flaky), WithHealthInterval(20*time.Millisecond))
+	require.Eventually(t, func() bool { return c.masters[0].expectedMarker.Load() != nil }, 5*time.Second, 5*time.Millisecond,
+		"the marker rule runs again and master 0 gets its expected marker")
+	st := c.Masters()[0]
+	assert.Equal(t, st.Counting, c.masters[0].counts())
+	require.Eventually(t, func() bool { return c.Masters()[0].Counting }, 5*time.Second, 5*time.Millisecond, "%+v", c.Masters()[0])
+	// Its votes count: with masters 3 and 4 paused, an acquire needs it.
+	withMasters(t, "pause", 3, 4)
+	lock, err := c.Acquire(ctx, newKey(t), time.Second, WithRetry(NoRetry()))
+	require.NoError(t, err, "master 0's vote counts")
+	_ = lock.Release(ctx)
 }

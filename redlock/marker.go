@@ -79,7 +79,9 @@ func (c *Client) afterProbes() {
 			// counted at once without them. The rule runs again next round.
 			continue
 		case has:
-			m.firstSeenWithMarker()
+			if !m.firstSeenWithMarker() {
+				continue // not seen: the rule runs again next round
+			}
 		case withMarker >= c.quorum:
 			m.lostData(LossStateMissing, "marker key missing while a quorum of the other masters have theirs (lost its data while unwatched)")
 		case withMarker > 0 && allNew:
@@ -155,8 +157,11 @@ func (m *master) writeMarker(horizon time.Duration) bool {
 }
 
 // firstSeenWithMarker applies the marker rule to a master first seen with
-// a marker.
-func (m *master) firstSeenWithMarker() {
+// a marker. It reports false when the rule could not decide this round (the
+// lease horizon could not be written): the master must then not be taken
+// as seen, or it would stay without an expected marker, its votes refused
+// for good while Masters reported it counting.
+func (m *master) firstSeenWithMarker() bool {
 	c := m.c
 	m.st.mu.Lock()
 	v, hasHorizon, hasCounter := m.st.markerValue, m.st.hasHorizon, m.st.hasCounter
@@ -164,14 +169,15 @@ func (m *master) firstSeenWithMarker() {
 	switch {
 	case c.opts.fenceKey != "" && !hasCounter:
 		m.lostData(LossStateMissing, "fencing counter missing while the marker is there (deleted, or lost with other keys)")
-		return
-	case m.restoredFromSnapshot():
-		return
+		return true
+	case m.restoredFromSnapshot() && c.opts.quarantine:
+		return true // lost: repaired from a quorum, then expected
+		// (with the quarantine off, a negative control: it votes as it is)
 	case !hasHorizon:
 		// A deployment from before lease horizons: assume a lock may be
 		// held for max TTL from now.
 		if !m.writeMarker(c.lossTTL()) {
-			return
+			return false
 		}
 	}
 	m.expectedMarker.Store(&v)
@@ -186,6 +192,7 @@ func (m *master) firstSeenWithMarker() {
 	} else if ok && mk.repaired {
 		m.repairedRecently()
 	}
+	return true
 }
 
 // spreadFence copies the highest fencing counter the last probe round read

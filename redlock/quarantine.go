@@ -102,6 +102,9 @@ func (m *master) counts() bool {
 	if !m.up.Load() || !m.st.probed.Load() || m.st.repairPending.Load() || m.st.clockHold.Load() {
 		return false
 	}
+	if m.c.opts.dataLossGuard && m.expectedMarker.Load() == nil {
+		return false // its votes are refused (checkVote): not through the marker rule
+	}
 	if o := &m.c.opts; o.clockGuard && o.clockReference && !m.st.clockJudged.Load() {
 		return false
 	}
