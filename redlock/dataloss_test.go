@@ -547,20 +547,22 @@ func TestRollbackUnderADominatingHorizon(t *testing.T) {
 	}
 }
 
-// TestFirstSeenRetriedWhenTheHorizonCannotBeWritten: master 0 carries the
+// TestFirstSeenRetriedWhenTheHorizonCannotBeWritten: the masters carry the
 // deployment's marker but no lease horizon (a deployment from before
-// horizons), and the Client's first attempt to write it fails (here: the
-// token generator errs once). The master must not be taken as seen without
+// horizons), and the Client's first attempt to write them fails (here: the
+// token generator errs for the first round's five). The master must not be taken as seen without
 // an expected marker: before, its votes were then refused for good while
 // Masters reported it counting. Now the rule runs again next round.
 func TestFirstSeenRetriedWhenTheHorizonCannotBeWritten(t *testing.T) {
 	ctx := context.Background()
 	marker := "marker:" + newKey(t)
 	plantMarker(marker)
-	require.NoError(t, direct(t)[0].Del(ctx, marker+":horizon").Err())
+	for _, r := range direct(t) {
+		require.NoError(t, r.Del(ctx, marker+":horizon").Err())
+	}
 	var calls atomic.Int64
 	flaky := func() (string, error) {
-		if calls.Add(1) == 1 {
+		if calls.Add(1) <= 5 {
 			return "", errors.New("no randomness this once")
 		}
 		return RandomToken()
@@ -568,6 +570,7 @@ func TestFirstSeenRetriedWhenTheHorizonCannotBeWritten(t *testing.T) {
 	c := newClient(t, WithMarkerKey(marker), WithTokenGenerator(flaky), WithHealthInterval(20*time.Millisecond))
 	require.Eventually(t, func() bool { return c.masters[0].expectedMarker.Load() != nil }, 5*time.Second, 5*time.Millisecond,
 		"the marker rule runs again and master 0 gets its expected marker")
+	require.GreaterOrEqual(t, calls.Load(), int64(6), "the first round failed to write")
 	st := c.Masters()[0]
 	assert.Equal(t, st.Counting, c.masters[0].counts())
 	require.Eventually(t, func() bool { return c.Masters()[0].Counting }, 5*time.Second, 5*time.Millisecond, "%+v", c.Masters()[0])
@@ -576,4 +579,31 @@ func TestFirstSeenRetriedWhenTheHorizonCannotBeWritten(t *testing.T) {
 	lock, err := c.Acquire(ctx, newKey(t), time.Second, WithRetry(NoRetry()))
 	require.NoError(t, err, "master 0's vote counts")
 	_ = lock.Release(ctx)
+}
+
+// TestHorizonMissingWhileAQuorumHaveTheirs: a Client starts while master 0
+// kept its marker and fencing counter but lost its lease horizon and a
+// lock key (an allkeys-* eviction while no Client watched), the lock being
+// on masters 0, 1, 2. Every other master has its horizon, so this is not a
+// deployment from before horizons: master 0 lost data, and is kept out
+// until the lease horizon of the others. Before, it voted at once and the
+// new Client granted the key again on masters 0, 3, 4.
+func TestHorizonMissingWhileAQuorumHaveTheirs(t *testing.T) {
+	ctx := context.Background()
+	c, opts := brandNewClient(t, WithHealthInterval(time.Hour))
+	key := newKey(t)
+	lock := placeOn(t, c, key, 10*time.Second, 0, 1, 2)
+	r := direct(t)[0]
+	require.NoError(t, r.Del(ctx, c.opts.horizonKey, key).Err())
+
+	later := sameDeployment(t, append(opts, WithHealthInterval(20*time.Millisecond))...)
+	st := later.Masters()[0]
+	assert.Contains(t, []MasterState{MasterQuarantined, MasterRepairing}, st.State, "%+v", st)
+	assert.Contains(t, st.QuarantineReason, "lease horizon missing")
+	_, err := later.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
+	require.Error(t, err, "no second holder while the 10s lock stands")
+	assert.True(t, time.Now().Before(lock.ValidUntil()))
+	require.Eventually(t, func() bool { return !later.masters[0].st.repairPending.Load() }, 5*time.Second, 5*time.Millisecond,
+		"repaired from the others: %v", states(later))
+	assert.True(t, time.Now().Add(later.Masters()[0].QuarantineLeft).After(lock.ValidUntil()), "kept out until the lock has ended")
 }

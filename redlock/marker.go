@@ -19,7 +19,7 @@ import (
 func (c *Client) afterProbes() {
 	c.probeMu.Lock()
 	defer c.probeMu.Unlock()
-	withMarker, answered := 0, 0
+	withMarker, withHorizon, answered := 0, 0, 0
 	// allNew: every marker found was written moments ago by a Client
 	// creating a brand-new deployment, which writes them one master at a
 	// time: another daemon doing that now, not a majority that lost data.
@@ -28,6 +28,9 @@ func (c *Client) afterProbes() {
 		m.st.mu.Lock()
 		if m.up.Load() {
 			answered++
+			if m.st.hasHorizon {
+				withHorizon++
+			}
 			if m.st.hasMarker {
 				withMarker++
 				mk, ok := parseMarker(m.st.markerValue)
@@ -79,7 +82,7 @@ func (c *Client) afterProbes() {
 			// counted at once without them. The rule runs again next round.
 			continue
 		case has:
-			if !m.firstSeenWithMarker() {
+			if !m.firstSeenWithMarker(withHorizon) {
 				continue // not seen: the rule runs again next round
 			}
 		case withMarker >= c.quorum:
@@ -157,11 +160,12 @@ func (m *master) writeMarker(horizon time.Duration) bool {
 }
 
 // firstSeenWithMarker applies the marker rule to a master first seen with
-// a marker. It reports false when the rule could not decide this round (the
+// a marker; withHorizon is how many masters that answered this round have
+// a lease horizon. It reports false when the rule could not decide this round (the
 // lease horizon could not be written): the master must then not be taken
 // as seen, or it would stay without an expected marker, its votes refused
 // for good while Masters reported it counting.
-func (m *master) firstSeenWithMarker() bool {
+func (m *master) firstSeenWithMarker(withHorizon int) bool {
 	c := m.c
 	m.st.mu.Lock()
 	v, hasHorizon, hasCounter := m.st.markerValue, m.st.hasHorizon, m.st.hasCounter
@@ -173,9 +177,16 @@ func (m *master) firstSeenWithMarker() bool {
 	case m.restoredFromSnapshot() && c.opts.quarantine:
 		return true // lost: repaired from a quorum, then expected
 		// (with the quarantine off, a negative control: it votes as it is)
+	case !hasHorizon && withHorizon >= c.quorum:
+		// A quorum of the masters have theirs: this one lost its horizon,
+		// and with it maybe lock keys (an allkeys-* eviction, a DEL, while
+		// no Client watched); before, it was taken for a deployment from
+		// before horizons and voted at once.
+		m.lostData(LossStateMissing, "lease horizon missing while a quorum of the masters have theirs (lost with other keys while unwatched: an allkeys-* eviction?)")
+		return true
 	case !hasHorizon:
-		// A deployment from before lease horizons: assume a lock may be
-		// held for max TTL from now.
+		// A deployment from before lease horizons (fewer than a quorum
+		// have one): assume a lock may be held for max TTL from now.
 		if !m.writeMarker(c.lossTTL()) {
 			return false
 		}

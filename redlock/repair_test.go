@@ -543,12 +543,11 @@ func TestOperatorRepairKeepsTheClientsOwnMaxTTL(t *testing.T) {
 				}
 				return true
 			}, 10*time.Second, 10*time.Millisecond, "the Client adopts the repair: %v", states(c))
+			// (The reason shown is the repair's, or the loss's when its
+			// provisional quarantine is the longer one.)
 			countsAgain := time.Now().Add(c.Masters()[0].QuarantineLeft)
-			for i, st := range c.Masters() {
+			for _, st := range c.Masters() {
 				countsAgain = earliest(countsAgain, time.Now().Add(st.QuarantineLeft))
-				if tc.operator {
-					assert.Contains(t, st.QuarantineReason, "repair-fences", "master %d", i)
-				}
 			}
 			if !tc.operator {
 				assert.True(t, countsAgain.Before(lock.ValidUntil()), "the old rule lets the masters vote while the lock stands")
