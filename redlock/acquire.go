@@ -155,7 +155,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	var fence int64
 	fenceFailed := false
 	if res.Votes >= c.quorum && c.opts.fenceKey != "" {
-		fence = counter + 1
+		fence = c.issuedFloor(counter) + 1
 		// Written back first to the masters that voted (a quorum: the proof
 		// needs no more, and the late voters save a script call each), then,
 		// if a voter stopped answering in between, to the other masters
@@ -177,6 +177,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	}
 	validity := ttl - time.Since(start) - c.drift(ttl)
 	if res.Votes >= c.quorum && validity > 0 && !fenceFailed {
+		c.issued(fence)
 		return &Lock{c: c, key: key, token: token, fence: fence, ttl: ttl, validUntil: start.Add(ttl - c.drift(ttl))}, nil
 	}
 

@@ -78,7 +78,11 @@ type Client struct {
 	// the masters (maxttl.go); maxTTLWarned: that was logged.
 	mastersMaxTTL atomic.Int64
 	maxTTLWarned  atomic.Bool
-	quarantines   atomic.Int64
+	// fenceIssued: the highest fence this Client issued (fence.go,
+	// issuedFloor); fenceBelowWarned: counters below it were logged.
+	fenceIssued      atomic.Int64
+	fenceBelowWarned atomic.Bool
+	quarantines      atomic.Int64
 
 	waits    waitQueues
 	attempts atomic.Int64 // acquire attempts (fan-outs), for tests

@@ -115,6 +115,7 @@ func TestFlushAllThreeAtOnceKeepsFencesUp(t *testing.T) {
 		for i := range 3 {
 			require.NoError(t, rdbs[i].FlushAll(ctx).Err())
 		}
+		c.fenceIssued.Store(0) // as another daemon: see fenceScenario
 		second, err := c.Acquire(ctx, key, 30*time.Second, WithRetry(NoRetry()))
 		return first, second, err
 	}

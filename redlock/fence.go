@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 )
@@ -180,4 +181,35 @@ func parseFenceReply(v any) (code int64, at time.Time) {
 	sec, _ := a[1].(int64)
 	usec, _ := a[2].(int64)
 	return code, time.Unix(sec, usec*int64(time.Microsecond))
+}
+
+// issuedFloor returns the highest of counter (the highest fencing counter
+// among an acquire's votes) and the highest fence this Client issued. The
+// counters stay above every fence issued unless more than N − quorum
+// masters lose their data and an operator's RepairFences sets them from a
+// floor that is too low (`--min` below the fences the resources accepted,
+// or every master wiped): fences would then go back. A running Client knows
+// better for its own fences, so it continues above them, and says so once.
+// A Client started later knows only the counters.
+func (c *Client) issuedFloor(counter int64) int64 {
+	issued := c.fenceIssued.Load()
+	if counter >= issued {
+		c.fenceBelowWarned.Store(false)
+		return counter
+	}
+	if !c.fenceBelowWarned.Swap(true) {
+		c.opts.logger.Warn("the masters' fencing counters are below a fence this client issued (a repair after a majority lost its data set them too low?): fences continue above the highest issued",
+			slog.Int64("counter", counter), slog.Int64("highest_issued", issued))
+	}
+	return issued
+}
+
+// issued records fence as issued by this Client.
+func (c *Client) issued(fence int64) {
+	for {
+		cur := c.fenceIssued.Load()
+		if fence <= cur || c.fenceIssued.CompareAndSwap(cur, fence) {
+			return
+		}
+	}
 }

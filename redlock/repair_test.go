@@ -803,3 +803,44 @@ func TestOperatorRepairOfAnIntactMasterKeepsWhatTheClientRead(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotObtained, "no second holder while the first lock stands")
 	assert.True(t, time.Now().Before(first.ValidUntil()))
 }
+
+// TestFencesContinueAboveWhatTheClientIssued: every master is wiped and the
+// operator repairs with a --min below the fences already issued (the
+// new-user run: 1000065 issued, --min 5, next fence 1000001). The running
+// Client knows the fences it issued and continues above them; the next
+// fence is above the highest it issued, and the write-back raises the
+// counters so other clients continue above it too.
+func TestFencesContinueAboveWhatTheClientIssued(t *testing.T) {
+	ctx := context.Background()
+	marker := "marker:" + newKey(t)
+	plantMarker(marker)
+	fenceKey := "fence:" + newKey(t)
+	rdbs := direct(t)
+	for _, r := range rdbs {
+		require.NoError(t, r.Set(ctx, fenceKey, 2*DefaultRepairMargin, 0).Err()) // an earlier repair's counters
+	}
+	// Probes an hour apart: it must not repair the masters one by one from
+	// the others while they restart.
+	c := newClient(t, WithMarkerKey(marker), WithFenceKey(fenceKey), WithMaxTTL(time.Second), WithHealthInterval(time.Hour))
+	first, err := c.Acquire(ctx, newKey(t), time.Second)
+	require.NoError(t, err)
+	require.Greater(t, first.Fence(), 2*DefaultRepairMargin)
+	require.NoError(t, first.Release(ctx))
+
+	restartEmpty(t, 0, 1, 2, 3, 4)
+	res, err := RepairFences(ctx, masterOptions(), RepairOptions{FenceKey: fenceKey, MarkerKey: marker, MaxTTL: time.Second, Min: 5})
+	require.NoError(t, err)
+	require.Less(t, res.Target, first.Fence(), "the operator's floor is too low")
+
+	var next *Lock
+	require.Eventually(t, func() bool {
+		next, err = c.Acquire(ctx, newKey(t), time.Second, WithRetry(NoRetry()))
+		return err == nil
+	}, 10*time.Second, 20*time.Millisecond, "the repaired masters count again: %v", states(c))
+	assert.Greater(t, next.Fence(), first.Fence(), "fences do not go back")
+	later := newClient(t, WithMarkerKey(marker), WithFenceKey(fenceKey), WithMaxTTL(time.Second))
+	require.Eventually(t, later.QuorumAvailable, 10*time.Second, 20*time.Millisecond)
+	third, err := later.Acquire(ctx, newKey(t), time.Second)
+	require.NoError(t, err)
+	assert.Greater(t, third.Fence(), next.Fence(), "another client continues above: the write-back raised the counters")
+}

@@ -136,6 +136,10 @@ func fenceScenario(t *testing.T, opts ...Option) (*Client, string, int64, error)
 		st := c.Masters()
 		return st[0].Up && st[1].Up && st[2].Up
 	}, 10*time.Second, 10*time.Millisecond)
+	// As another daemon, which did not issue the fences above: this
+	// Client would continue above its own (issuedFloor) and hide the bug
+	// the negative control shows.
+	c.fenceIssued.Store(0)
 	lock, err := c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
 	if err != nil {
 		return c, key, fence, err
