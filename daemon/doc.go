@@ -115,12 +115,15 @@
 //     it must be application/json, optionally with charset=utf-8. Anything
 //     else, including curl -d's default form type, is 415.
 //   - The body is decoded strictly: one object, exact case-sensitive field
-//     names, each at most once, nothing after the object. A null field
-//     counts as absent. ttl and wait_ms must be written as integers: "30",
-//     30.5, 30.0, 1e3 and true are refused. A body that is not well-formed
+//     names, each at most once, nothing after the object. An explicit
+//     null is not absent: it is refused like any other wrong type, naming
+//     the field ("action: must be a string, got null"), so a client that
+//     sends null for "unset" is told rather than given a default. ttl and
+//     wait_ms must be written as integers: "30", 30.5, 30.0, 1e3, true and
+//     null are refused. A body that is not well-formed
 //     JSON is "malformed JSON at byte N"; "must be a JSON object, got …"
 //     is only said of well-formed JSON of another type.
-//   - An absent (or null) action means acquire; an empty string is refused
+//   - An absent action means acquire; an empty string is refused
 //     like any other value outside acquire, release, extend, status. An
 //     empty namespace is the same as none. token is required (32 lowercase
 //     hex) for release and extend and ignored by acquire and status. ttl is

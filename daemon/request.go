@@ -80,9 +80,11 @@ type jsonValue struct {
 	isInt   bool   // kNumber: no fraction and no exponent
 }
 
-// absent reports whether the field is missing or null; null means absent
-// for every field, as many client libraries send null for "unset".
-func (v *jsonValue) absent() bool { return v.kind == kNone || v.kind == kNull }
+// absent reports whether the field is missing. An explicit null is not
+// absent: it is a value of the wrong type for every field, refused like
+// any other, so that a client that means "unset" and sends null learns of
+// it instead of silently getting the default (an acquire, a 30 s TTL).
+func (v *jsonValue) absent() bool { return v.kind == kNone }
 
 // parseLockRequest decodes body strictly — one JSON object, known fields
 // only (exact, case-sensitive names), each at most once, strings where
@@ -124,9 +126,9 @@ func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badReques
 	}
 
 	var req lockRequest
-	// An absent (or null) action means acquire, the documented default. An
-	// empty string is not absent: like any other value outside the enum it
-	// is refused.
+	// An absent action means acquire, the documented default. An empty
+	// string is not absent: like any other value outside the enum it is
+	// refused (null was refused by wantString).
 	switch s := f.action.str; {
 	case f.action.absent() || s == "acquire":
 		req.action = actAcquire
@@ -200,7 +202,7 @@ func bad(format string, args ...any) *badRequest {
 }
 
 func wantString(field string, v *jsonValue) *badRequest {
-	if v.kind == kNone || v.kind == kNull || v.kind == kString {
+	if v.kind == kNone || v.kind == kString {
 		return nil
 	}
 	return bad("%s: must be a string, got %s", field, kindNames[v.kind])
@@ -236,10 +238,10 @@ func checkText(field string, v *jsonValue, minBytes, maxBytes int) *badRequest {
 	return nil
 }
 
-// wantInt accepts null and integers written as integers only: "30", 30.5,
-// 30.0, 3e1 and true are all refused.
+// wantInt accepts integers written as integers only: "30", 30.5, 30.0, 3e1,
+// true and null are all refused.
 func wantInt(field, unit string, v *jsonValue) *badRequest {
-	if v.kind == kNull || (v.kind == kNumber && v.isInt) {
+	if v.kind == kNumber && v.isInt {
 		return nil
 	}
 	got := kindNames[v.kind]

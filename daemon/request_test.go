@@ -35,7 +35,7 @@ func badInputs() []badInput {
 	return []badInput{
 		// key
 		{name: "key missing", body: `{"action":"acquire"}`, msg: "key: required, a string of 1 to 512 bytes"},
-		{name: "key null", body: `{"key":null}`, msg: "key: required"},
+		{name: "key null", body: `{"key":null}`, msg: "key: must be a string, got null"},
 		{name: "key empty", body: `{"key":""}`, msg: "key: must not be empty; send 1 to 512 bytes"},
 		{name: "key oversized", body: `{"key":"` + long + `"}`, msg: "key: 513 bytes is above the maximum of 512 bytes"},
 		{name: "key oversized by escapes", body: `{"key":"` + strings.Repeat(`\u00e9`, 257) + `"}`, msg: "key: 514 bytes is above the maximum of 512 bytes"},
@@ -53,6 +53,7 @@ func badInputs() []badInput {
 		{name: "namespace oversized", body: `{"key":"a","namespace":"` + strings.Repeat("n", 129) + `"}`, msg: "namespace: 129 bytes is above the maximum of 128 bytes"},
 		{name: "namespace control", body: `{"key":"a","namespace":"n\r"}`, msg: "namespace: control character U+000D at byte 1"},
 		{name: "namespace bool", body: `{"key":"a","namespace":true}`, msg: "namespace: must be a string, got true"},
+		{name: "namespace null", body: `{"key":"a","namespace":null}`, msg: "namespace: must be a string, got null"},
 		// action
 		{name: "action unknown", body: `{"key":"a","action":"foo"}`, msg: `action: "foo" is not one of acquire, release, extend, status`},
 		{name: "action wrong case", body: `{"key":"a","action":"ACQUIRE"}`, msg: `action: "ACQUIRE" is not one of`},
@@ -60,6 +61,8 @@ func badInputs() []badInput {
 		{name: "action empty", body: `{"key":"a","action":""}`, msg: `action: "" is not one of acquire, release, extend, status`},
 		{name: "action empty with ttl", body: `{"action":"","key":"k","ttl":30}`, msg: `action: "" is not one of acquire, release, extend, status`},
 		{name: "action number", body: `{"key":"a","action":1}`, msg: "action: must be a string, got a number"},
+		{name: "action null", body: `{"key":"a","action":null}`, msg: "action: must be a string, got null"},
+		{name: "action null after ttl", body: `{"ttl":30,"action":null,"key":"a"}`, msg: "action: must be a string, got null"},
 		// ttl
 		{name: "ttl string", body: `{"key":"a","ttl":"30"}`, msg: "ttl: must be an integer number of seconds, got a string"},
 		{name: "ttl fraction", body: `{"key":"a","ttl":30.5}`, msg: "ttl: must be an integer number of seconds, got 30.5"},
@@ -67,6 +70,8 @@ func badInputs() []badInput {
 		{name: "ttl exponent", body: `{"key":"a","ttl":1e3}`, msg: "ttl: must be an integer number of seconds, got 1e3"},
 		{name: "ttl bool", body: `{"key":"a","ttl":true}`, msg: "ttl: must be an integer number of seconds, got true"},
 		{name: "ttl array", body: `{"key":"a","ttl":[30]}`, msg: "ttl: must be an integer number of seconds, got an array"},
+		{name: "ttl null", body: `{"key":"a","ttl":null}`, msg: "ttl: must be an integer number of seconds, got null"},
+		{name: "ttl null on extend", body: `{"key":"a","action":"extend","token":"` + goodToken + `","ttl":null}`, msg: "ttl: must be an integer number of seconds, got null"},
 		{name: "ttl zero", body: `{"key":"a","ttl":0}`, msg: "ttl: 0 is below the minimum of 1"},
 		{name: "ttl minus zero", body: `{"key":"a","ttl":-0}`, msg: "ttl: -0 is below the minimum of 1"},
 		{name: "ttl negative", body: `{"key":"a","ttl":-5}`, msg: "ttl: -5 is below the minimum of 1"},
@@ -82,11 +87,13 @@ func badInputs() []badInput {
 		{name: "wait above max", body: `{"key":"a","wait_ms":2001}`, msg: "wait_ms: 2001 is above the maximum of 2000"},
 		{name: "wait negative", body: `{"key":"a","wait_ms":-1}`, msg: "wait_ms: -1 is below the minimum of 0"},
 		{name: "wait fraction", body: `{"key":"a","wait_ms":1.5}`, msg: "wait_ms: must be an integer number of milliseconds, got 1.5"},
+		{name: "wait null", body: `{"key":"a","wait_ms":null}`, msg: "wait_ms: must be an integer number of milliseconds, got null"},
 		// token
 		{name: "release without token", body: `{"key":"a","action":"release"}`, msg: "token: required for release; send the token that acquire returned"},
 		{name: "extend without token", body: `{"key":"a","action":"extend"}`, msg: "token: required for extend"},
 		{name: "release empty token", body: `{"key":"a","action":"release","token":""}`, msg: "token: required for release"},
-		{name: "release null token", body: `{"key":"a","action":"release","token":null}`, msg: "token: required for release"},
+		{name: "release null token", body: `{"key":"a","action":"release","token":null}`, msg: "token: must be a string, got null"},
+		{name: "acquire null token", body: `{"key":"a","token":null}`, msg: "token: must be a string, got null"},
 		{name: "token short", body: `{"key":"a","action":"release","token":"0123456789abcdef0123456789abcde"}`, msg: "token: must be the 32 lowercase hex characters that acquire returned"},
 		{name: "token upper", body: `{"key":"a","action":"extend","token":"0123456789ABCDEF0123456789ABCDEF"}`, msg: "token: must be the 32 lowercase hex characters"},
 		{name: "token long", body: `{"key":"a","action":"release","token":"0123456789abcdef0123456789abcdef0"}`, msg: "token: must be the 32 lowercase hex characters"},
@@ -228,7 +235,8 @@ func TestContentTypesAccepted(t *testing.T) {
 	}
 }
 
-// Accepted shapes: null fields are absent, whitespace anywhere, escapes.
+// Accepted shapes: absent fields take their defaults, whitespace anywhere,
+// escapes.
 func TestParseAccepts(t *testing.T) {
 	lim := &limits{defaultTTL: 30, maxTTL: 86400, maxWaitMS: 1000}
 	cases := []struct {
@@ -238,7 +246,6 @@ func TestParseAccepts(t *testing.T) {
 		{`{"key":"order:pay:10086"}`, lockRequest{action: actAcquire, key: "order:pay:10086", ttl: 30}},
 		{` { "action" : "acquire" , "key" : "k" , "ttl" : 86400 } `, lockRequest{action: actAcquire, key: "k", ttl: 86400}},
 		{`{"key":"k","namespace":""}`, lockRequest{action: actAcquire, key: "k", ttl: 30}}, // an empty namespace is the same as none
-		{`{"action":null,"key":"k","ttl":null,"namespace":null,"wait_ms":null,"token":null}`, lockRequest{action: actAcquire, key: "k", ttl: 30}},
 		{`{"action":"acquire","key":"k","wait_ms":1000,"token":"ignored for acquire"}`, lockRequest{action: actAcquire, key: "k", ttl: 30, waitMS: 1000}},
 		{`{"action":"release","key":"k","token":"` + goodToken + `"}`, lockRequest{action: actRelease, key: "k", token: goodToken}},
 		{`{"action":"extend","key":"k","token":"` + goodToken + `","ttl":120}`, lockRequest{action: actExtend, key: "k", token: goodToken, ttl: 120}},
@@ -248,6 +255,9 @@ func TestParseAccepts(t *testing.T) {
 		{`{"ttl":99999,"wait_ms":-1,"action":"release","key":"k","token":"` + goodToken + `"}`, lockRequest{action: actRelease, key: "k", token: goodToken}},
 		{`{"action":"status","key":"k","ttl":"30","wait_ms":{"a":[1,{"b":null}],"c":"\u00e9"}}`, lockRequest{action: actStatus, key: "k"}},
 		{`{"action":"status","key":"k","ttl":[],"wait_ms":{}}`, lockRequest{action: actStatus, key: "k"}},
+		// null in an ignored field is ignored like any other value.
+		{`{"action":"status","key":"k","ttl":null,"wait_ms":null}`, lockRequest{action: actStatus, key: "k"}},
+		{`{"action":"release","key":"k","token":"` + goodToken + `","ttl":null}`, lockRequest{action: actRelease, key: "k", token: goodToken}},
 		{`{"action":"extend","key":"k","token":"` + goodToken + `","ttl":5,"wait_ms":[true,1.5e3]}`, lockRequest{action: actExtend, key: "k", token: goodToken, ttl: 5}},
 		{`{"key":"a\"b\\c\/d\u00e9\ud83d\udd12"}`, lockRequest{action: actAcquire, key: "a\"b\\c/dé🔒", ttl: 30}},
 		{`{"key":"` + strings.Repeat("é", 256) + `"}`, lockRequest{action: actAcquire, key: strings.Repeat("é", 256), ttl: 30}},
