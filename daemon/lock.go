@@ -7,7 +7,6 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -306,14 +305,7 @@ func (s *Server) lockerFailed(ctx context.Context, w http.ResponseWriter, c *cal
 		return true
 	case errors.Is(err, redlock.ErrQuorumUnavailable):
 		c.err = err
-		msg := quorumMessage(err)
-		retry := s.outage.backoff(time.Now())
-		if d, ok := s.locker.QuorumExpectedIn(); ok && d > time.Second {
-			// A known outage (quarantines running out): say when, so that
-			// callers do not retry every second for hours.
-			retry = min(d, maxRetryAfter)
-			msg += fmt.Sprintf("; a quorum is expected back in %v", d.Round(time.Second))
-		}
+		msg, retry := s.quorumAnswer(err, time.Now())
 		w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
 		s.fail(w, c, http.StatusServiceUnavailable, resQuorumUnavailable, codeQuorum, msg)
 		return true
@@ -348,60 +340,6 @@ func (o *outage) end() {
 	if o.since.Load() != 0 {
 		o.since.Store(0)
 	}
-}
-
-// quorumMessage says why no quorum voted, from the masters' failures:
-// "no quorum of Redis masters could vote in time (3 of 5 needed; 2 down,
-// 1 not counted (quarantined, repairing or waiting; see /readyz)); retry
-// later". Quarantined masters answer;
-// the message must not blame time when they are the reason.
-func quorumMessage(err error) string {
-	var oe *redlock.OutcomeError
-	if !errors.As(err, &oe) || oe.Masters == 0 {
-		return "no quorum of Redis masters could vote in time; retry later"
-	}
-	if oe.Op == "status" {
-		return fmt.Sprintf("cannot tell whether the lock is held: %d master(s) hold it, %d answered it is free, %d could not answer or do not count (%d of %d needed either way); retry later",
-			oe.Votes, oe.Refused, len(oe.Failures), oe.Quorum, oe.Masters)
-	}
-	var down, excluded, slow, oom, other int
-	for _, f := range oe.Failures {
-		switch {
-		case errors.Is(f, redlock.ErrMasterOOM):
-			oom++
-		case errors.Is(f, redlock.ErrMasterQuarantined):
-			excluded++
-		case errors.Is(f, redlock.ErrMasterTimeout), errors.Is(f, redlock.ErrMasterBusy):
-			slow++
-		case errors.Is(f, redlock.ErrMasterDown):
-			down++
-		default:
-			var me *redlock.MasterError
-			if errors.As(f, &me) {
-				down++ // a connection error: refused, reset, unreachable
-			} else {
-				other++
-			}
-		}
-	}
-	b := []byte("no quorum of Redis masters could vote in time (")
-	b = strconv.AppendInt(b, int64(oe.Quorum), 10)
-	b = append(b, " of "...)
-	b = strconv.AppendInt(b, int64(oe.Masters), 10)
-	b = append(b, " needed"...)
-	sep := "; "
-	for _, p := range []struct {
-		n    int
-		what string
-	}{{down, " down"}, {oom, " refusing writes (OOM: used memory above maxmemory; see /readyz)"}, {excluded, " not counted (quarantined, repairing or waiting; see /readyz)"}, {slow, " timed out"}, {other, " other"}} {
-		if p.n > 0 {
-			b = append(b, sep...)
-			b = strconv.AppendInt(b, int64(p.n), 10)
-			b = append(b, p.what...)
-			sep = ", "
-		}
-	}
-	return string(append(b, "); retry later"...))
 }
 
 func (s *Server) internal(w http.ResponseWriter, c *call, err error) {

@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -196,6 +198,10 @@ func TestAcquireWait(t *testing.T) {
 func TestQuorumUnavailable(t *testing.T) {
 	f := newFakeLocker()
 	f.down.Store(true)
+	for i := range 5 {
+		f.setUp(i, false)
+	}
+	const noReturn = "; retry later"
 	ts := newTestServer(t, f)
 	for _, body := range []string{
 		`{"key":"k"}`,
@@ -208,9 +214,9 @@ func TestQuorumUnavailable(t *testing.T) {
 		assert.Equal(t, codeQuorum, r.code())
 		assert.Equal(t, "1", r.Header.Get("Retry-After"))
 		if strings.Contains(body, "status") {
-			assert.Equal(t, "cannot tell whether the lock is held: 0 master(s) hold it, 0 answered it is free, 0 could not answer or do not count (3 of 5 needed either way); retry later", r.Env.Msg)
+			assert.Equal(t, "cannot tell whether the lock is held: 0 master(s) hold it, 0 answered it is free, 5 could not answer or do not count (3 of 5 needed either way)"+noReturn, r.Env.Msg)
 		} else {
-			assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed); retry later", r.Env.Msg)
+			assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 5 down)"+noReturn, r.Env.Msg)
 		}
 		assert.Equal(t, "null", string(r.Env.Data))
 	}
@@ -452,14 +458,106 @@ func TestIgnoredFields(t *testing.T) {
 	assert.Equal(t, true, d["released"])
 }
 
-// TestQuorumMessage: the 503 message says why no quorum voted.
+// TestQuorumMessage: the 503 message counts every master once, by why it
+// did not help a quorum — those the outcome names by their failure, the
+// others (not waited for once the outcome was decided) by their health.
 func TestQuorumMessage(t *testing.T) {
 	me := func(i int, err error) error { return &redlock.MasterError{Index: i, Addr: "m", Err: err} }
-	oe := &redlock.OutcomeError{Op: "acquire", Quorum: 3, Masters: 5, Kind: redlock.ErrQuorumUnavailable, Failures: []error{
-		me(0, redlock.ErrMasterDown), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined), me(3, redlock.ErrMasterTimeout),
-	}}
-	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 1 down, 2 not counted (quarantined, repairing or waiting; see /readyz), 1 timed out); retry later", quorumMessage(oe))
-	oe.Failures = []error{me(0, redlock.ErrMasterQuarantined), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined)}
-	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 3 not counted (quarantined, repairing or waiting; see /readyz)); retry later", quorumMessage(oe))
-	assert.Equal(t, "no quorum of Redis masters could vote in time; retry later", quorumMessage(redlock.ErrQuorumUnavailable))
+	up := redlock.MasterStatus{State: redlock.MasterUp, Up: true, Counting: true}
+	down := redlock.MasterStatus{State: redlock.MasterDown}
+	repairing := redlock.MasterStatus{State: redlock.MasterRepairing, Up: true}
+	waiting := redlock.MasterStatus{State: redlock.MasterWaiting, Up: true}
+	oom := redlock.MasterStatus{State: redlock.MasterOOM, Up: true, Counting: true}
+	quarantined := func(left time.Duration) redlock.MasterStatus {
+		return redlock.MasterStatus{State: redlock.MasterQuarantined, Up: true, QuarantineLeft: left}
+	}
+	const head = "no quorum of Redis masters could vote in time (3 of 5 needed; "
+	const excluded = " not counted (quarantined, repairing or waiting; see /readyz)"
+	const notWaited = " not waited for (the outcome was already decided)"
+	const refusing = " refusing writes (OOM: used memory above maxmemory; see /readyz)"
+	for _, tc := range []struct {
+		name           string
+		op             string
+		votes, refused int
+		failures       []error
+		masters        []redlock.MasterStatus
+		msg            string
+	}{{
+		name:     "every master repairing, three heard from",
+		failures: []error{me(0, redlock.ErrMasterQuarantined), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined)},
+		masters:  []redlock.MasterStatus{repairing, repairing, repairing, repairing, repairing},
+		msg:      head + "5" + excluded + ")",
+	}, {
+		name:     "every master quarantined",
+		failures: []error{me(0, redlock.ErrMasterQuarantined), me(3, redlock.ErrMasterQuarantined), me(4, redlock.ErrMasterQuarantined)},
+		masters:  []redlock.MasterStatus{quarantined(50 * time.Second), quarantined(10 * time.Second), quarantined(30 * time.Second), quarantined(20 * time.Second), quarantined(40 * time.Second)},
+		msg:      head + "5" + excluded + ")",
+	}, {
+		name:     "down and timed out, the rest not waited for",
+		failures: []error{me(0, redlock.ErrMasterDown), me(1, errors.New("dial tcp: connection refused")), me(2, redlock.ErrMasterTimeout)},
+		masters:  []redlock.MasterStatus{down, up, up, up, up},
+		msg:      head + "2 down, 1 timed out, 2" + notWaited + ")",
+	}, {
+		name:     "paused master counting by its last probe",
+		failures: []error{me(0, redlock.ErrMasterBusy), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined)},
+		masters:  []redlock.MasterStatus{up, quarantined(264 * time.Second), quarantined(264 * time.Second), down, down},
+		msg:      head + "2 down, 2" + excluded + ", 1 timed out)",
+	}, {
+		name:     "one voted, two quarantined",
+		votes:    1,
+		failures: []error{me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined), me(3, redlock.ErrMasterDown)},
+		masters:  []redlock.MasterStatus{up, quarantined(264 * time.Second), quarantined(200 * time.Second), down, down},
+		msg:      head + "1 voted, 2 down, 2" + excluded + ")",
+	}, {
+		name:     "quarantined with down masters",
+		failures: []error{me(0, redlock.ErrMasterDown), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined)},
+		masters:  []redlock.MasterStatus{down, quarantined(264 * time.Second), quarantined(264 * time.Second), down, down},
+		msg:      head + "3 down, 2" + excluded + ")",
+	}, {
+		name:     "repairing, waiting and quarantined mixed",
+		failures: []error{me(0, redlock.ErrMasterQuarantined), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterDataLost)},
+		masters:  []redlock.MasterStatus{repairing, quarantined(time.Minute), quarantined(2 * time.Minute), waiting, up},
+		msg:      head + "4" + excluded + ", 1" + notWaited + ")",
+	}, {
+		name:     "refusing writes",
+		failures: []error{me(0, fmt.Errorf("%w: OOM command not allowed", redlock.ErrMasterOOM)), me(1, fmt.Errorf("%w: x", redlock.ErrMasterOOM)), me(2, fmt.Errorf("%w: x", redlock.ErrMasterOOM))},
+		masters:  []redlock.MasterStatus{oom, oom, oom, oom, up},
+		msg:      head + "4" + refusing + ", 1" + notWaited + ")",
+	}, {
+		name:     "answered no",
+		refused:  1,
+		failures: []error{me(1, redlock.ErrMasterDown), me(2, redlock.ErrMasterDown), me(3, redlock.ErrMasterTimeout)},
+		masters:  []redlock.MasterStatus{up, down, down, up, up},
+		msg:      head + "1 answered no, 2 down, 1 timed out, 1" + notWaited + ")",
+	}, {
+		name:     "a master failing twice is counted once",
+		failures: []error{me(0, redlock.ErrMasterDown), me(0, redlock.ErrMasterTimeout), me(1, redlock.ErrMasterDown), me(2, redlock.ErrMasterDown)},
+		masters:  []redlock.MasterStatus{down, down, down, up, up},
+		msg:      head + "3 down, 2" + notWaited + ")",
+	}, {
+		name:     "no snapshot",
+		failures: []error{me(0, redlock.ErrMasterDown), me(1, redlock.ErrMasterDown), me(2, redlock.ErrMasterQuarantined)},
+		msg:      head + "2 down, 1" + excluded + ", 2" + notWaited + ")",
+	}, {
+		name:     "a quorum voted too late",
+		votes:    3,
+		failures: []error{errors.New("validity -1ms ≤ 0 after 31s")},
+		masters:  []redlock.MasterStatus{up, up, up, up, up},
+		msg:      "a quorum of Redis masters voted (3 of 5, 3 needed), but too late to leave the lock any validity or with too few storing its fencing token",
+	}, {
+		name:     "status",
+		op:       "status",
+		votes:    1,
+		refused:  1,
+		failures: []error{me(0, redlock.ErrMasterDown), me(1, redlock.ErrMasterDown), me(2, redlock.ErrMasterQuarantined)},
+		masters:  []redlock.MasterStatus{down, down, quarantined(time.Minute), up, up},
+		msg:      "cannot tell whether the lock is held: 1 master(s) hold it, 1 answered it is free, 3 could not answer or do not count (3 of 5 needed either way)",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			op := cmp.Or(tc.op, "acquire")
+			oe := &redlock.OutcomeError{Op: op, Kind: redlock.ErrQuorumUnavailable, Quorum: 3, Masters: 5, Votes: tc.votes, Refused: tc.refused, Failures: tc.failures}
+			assert.Equal(t, tc.msg, quorumMessage(oe, tc.masters))
+		})
+	}
+	assert.Equal(t, "no quorum of Redis masters could vote in time", quorumMessage(redlock.ErrQuorumUnavailable, nil))
 }

@@ -120,7 +120,7 @@ func (s *Server) serveLockList(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, redlock.ErrQuorumUnavailable):
 		s.log.Warn("lock listing: no quorum", zap.Error(err))
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, codeQuorum, "cannot list the locks: "+quorumMessage(err)+"; retry with the same cursor")
+		writeError(w, http.StatusServiceUnavailable, codeQuorum, "cannot list the locks: "+quorumMessage(err, s.locker.Masters())+"; retry with the same cursor")
 		return
 	default:
 		s.log.Error("lock listing", zap.Error(err))

@@ -212,7 +212,20 @@ func (f *fakeLocker) seenKeys() []string {
 }
 
 func (f *fakeLocker) outcome(op string, kind error) *redlock.OutcomeError {
-	return &redlock.OutcomeError{Op: op, Kind: kind, Quorum: 3, Masters: 5}
+	oe := &redlock.OutcomeError{Op: op, Kind: kind, Quorum: 3, Masters: 5}
+	if kind != redlock.ErrQuorumUnavailable {
+		return oe
+	}
+	// The masters that do not count fail as redlock reports them.
+	for _, st := range f.Masters() {
+		switch st.State {
+		case redlock.MasterDown:
+			oe.Failures = append(oe.Failures, &redlock.MasterError{Index: st.Index, Addr: st.Addr, Err: redlock.ErrMasterDown})
+		case redlock.MasterQuarantined:
+			oe.Failures = append(oe.Failures, &redlock.MasterError{Index: st.Index, Addr: st.Addr, Err: redlock.ErrMasterQuarantined})
+		}
+	}
+	return oe
 }
 
 var fakeTokens atomic.Uint64
@@ -390,13 +403,13 @@ func (f *fakeLocker) Masters() []redlock.MasterStatus {
 	return out
 }
 
-func (f *fakeLocker) Quorum() int         { return 3 }
-func (f *fakeLocker) FenceRepairs() int64 { return f.repairs.Load() }
-func (f *fakeLocker) Quarantines() int64  { return f.quarantines.Load() }
+func (f *fakeLocker) Quorum() int                             { return 3 }
+func (f *fakeLocker) FenceRepairs() int64                     { return f.repairs.Load() }
+func (f *fakeLocker) Quarantines() int64                      { return f.quarantines.Load() }
+func (f *fakeLocker) QuorumExpectedIn() (time.Duration, bool) { return 0, false }
 func (f *fakeLocker) DataLosses() map[redlock.DataLossReason]int64 {
 	return map[redlock.DataLossReason]int64{}
 }
-func (f *fakeLocker) QuorumExpectedIn() (time.Duration, bool) { return 0, false }
 
 func (f *fakeLocker) setUp(i int, up bool) {
 	f.mu.Lock()

@@ -1,0 +1,167 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redlockd/redlockd/redlock"
+)
+
+// The 503 quorum_unavailable answer: why no quorum voted, and when to
+// retry.
+//
+// An *redlock.OutcomeError lists only the masters heard from before the
+// outcome was decided: an acquire stops as soon as a quorum is out of
+// reach, so with every master out it reports three failures of five. The
+// masters it does not mention are classified from the health snapshot
+// (Locker.Masters), so that the counts in the message add up to every
+// master.
+
+// masterFate is why one master did not help a quorum.
+type masterFate uint8
+
+const (
+	fateDown      masterFate = iota // known down, or the connection failed
+	fateOOM                         // answered, but refuses writes
+	fateExcluded                    // answered, but its vote does not count
+	fateTimedOut                    // no answer in time (paused, slow)
+	fateNotWaited                   // healthy as far as known; the outcome was decided before its answer
+	numFates
+)
+
+var fateNames = [numFates]string{
+	" down",
+	" refusing writes (OOM: used memory above maxmemory; see /readyz)",
+	" not counted (quarantined, repairing or waiting; see /readyz)",
+	" timed out",
+	" not waited for (the outcome was already decided)",
+}
+
+// failureFate classifies one per-master failure of a fan-out.
+func failureFate(err error) masterFate {
+	switch {
+	case errors.Is(err, redlock.ErrMasterOOM):
+		return fateOOM
+	case errors.Is(err, redlock.ErrMasterQuarantined):
+		return fateExcluded
+	case errors.Is(err, redlock.ErrMasterTimeout), errors.Is(err, redlock.ErrMasterBusy):
+		return fateTimedOut
+	default:
+		return fateDown // known down, or a connection error: refused, reset, unreachable
+	}
+}
+
+// snapshotFate classifies a master the outcome does not mention from its
+// health snapshot; ok is false for a master that counts (it may have been
+// one of the votes).
+func snapshotFate(st *redlock.MasterStatus) (masterFate, bool) {
+	switch st.State {
+	case redlock.MasterDown:
+		return fateDown, true
+	case redlock.MasterRepairing, redlock.MasterWaiting, redlock.MasterQuarantined:
+		return fateExcluded, true
+	case redlock.MasterOOM:
+		return fateOOM, true
+	}
+	return 0, false
+}
+
+// quorumTally is one failed fan-out, master by master.
+type quorumTally struct {
+	oe      *redlock.OutcomeError
+	failed  map[int]error // by master index, the first failure reported
+	fates   [numFates]int
+	unnamed int // failures not tied to a master (validity used up)
+}
+
+func tallyQuorum(oe *redlock.OutcomeError, masters []redlock.MasterStatus) *quorumTally {
+	t := &quorumTally{oe: oe, failed: map[int]error{}}
+	for _, f := range oe.Failures {
+		var me *redlock.MasterError
+		if !errors.As(f, &me) {
+			t.unnamed++
+			continue
+		}
+		if _, seen := t.failed[me.Index]; !seen {
+			t.failed[me.Index] = f
+			t.fates[failureFate(f)]++
+		}
+	}
+	// The masters neither voting, refusing nor failing were not waited for.
+	rest := oe.Masters - oe.Votes - oe.Refused - len(t.failed)
+	for i := range masters {
+		if rest <= 0 {
+			break
+		}
+		if _, seen := t.failed[i]; seen {
+			continue
+		}
+		if f, ok := snapshotFate(&masters[i]); ok {
+			t.fates[f]++
+			rest--
+		}
+	}
+	if rest > 0 {
+		t.fates[fateNotWaited] += rest
+	}
+	return t
+}
+
+// quorumMessage says why no quorum voted, every master counted once:
+// "no quorum of Redis masters could vote in time (3 of 5 needed; 1 voted,
+// 2 down, 2 not counted (quarantined, repairing or waiting; see
+// /readyz))". Quarantined masters answer; the message must not blame time
+// when they are the reason. masters is the health snapshot (nil when not
+// known).
+func quorumMessage(err error, masters []redlock.MasterStatus) string {
+	var oe *redlock.OutcomeError
+	if !errors.As(err, &oe) || oe.Masters == 0 {
+		return "no quorum of Redis masters could vote in time"
+	}
+	if oe.Op == "status" {
+		return fmt.Sprintf("cannot tell whether the lock is held: %d master(s) hold it, %d answered it is free, %d could not answer or do not count (%d of %d needed either way)",
+			oe.Votes, oe.Refused, oe.Masters-oe.Votes-oe.Refused, oe.Quorum, oe.Masters)
+	}
+	if oe.Votes >= oe.Quorum {
+		// Acquire and extend: a quorum voted, but the validity was used up
+		// before it did, or too few stored the fencing token.
+		return fmt.Sprintf("a quorum of Redis masters voted (%d of %d, %d needed), but too late to leave the lock any validity or with too few storing its fencing token",
+			oe.Votes, oe.Masters, oe.Quorum)
+	}
+	t := tallyQuorum(oe, masters)
+	b := []byte("no quorum of Redis masters could vote in time (")
+	b = strconv.AppendInt(b, int64(oe.Quorum), 10)
+	b = append(b, " of "...)
+	b = strconv.AppendInt(b, int64(oe.Masters), 10)
+	b = append(b, " needed"...)
+	sep := "; "
+	part := func(n int, what string) {
+		if n > 0 {
+			b = append(b, sep...)
+			b = strconv.AppendInt(b, int64(n), 10)
+			b = append(b, what...)
+			sep = ", "
+		}
+	}
+	part(oe.Votes, " voted")
+	part(oe.Refused, " answered no")
+	for f, n := range t.fates {
+		part(n, fateNames[f])
+	}
+	return string(append(b, ')'))
+}
+
+// quorumAnswer is the message and the Retry-After of a 503
+// quorum_unavailable. During a known outage (quarantines running out) it
+// says when, so that callers do not retry every second for hours.
+func (s *Server) quorumAnswer(err error, now time.Time) (string, time.Duration) {
+	retry := s.outage.backoff(now)
+	msg := quorumMessage(err, s.locker.Masters())
+	if d, ok := s.locker.QuorumExpectedIn(); ok && d > time.Second {
+		retry = min(d, maxRetryAfter)
+		msg += fmt.Sprintf("; a quorum is expected back in %v", d.Round(time.Second))
+	}
+	return msg + "; retry later", retry
+}
