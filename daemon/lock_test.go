@@ -201,7 +201,7 @@ func TestQuorumUnavailable(t *testing.T) {
 	for i := range 5 {
 		f.setUp(i, false)
 	}
-	const noReturn = "; retry later"
+	const noReturn = "; no time is known for a quorum to be back (masters down, timed out, refusing writes or awaiting a repair); retry later"
 	ts := newTestServer(t, f)
 	for _, body := range []string{
 		`{"key":"k"}`,
@@ -237,6 +237,34 @@ func TestQuorumUnavailable(t *testing.T) {
 	okData(t, ts.lock(t, testKeyAcme, `{"key":"k2"}`))
 	f.down.Store(true)
 	assert.Equal(t, "1", ts.lock(t, testKeyAcme, `{"key":"k"}`).Header.Get("Retry-After"), "a new outage starts at 1 s")
+}
+
+// TestQuorumReturnOverHTTP: a 503 promises a quorum's return, in its
+// message and its Retry-After, only when the masters that would make up
+// the quorum all have a known return.
+func TestQuorumReturnOverHTTP(t *testing.T) {
+	f := newFakeLocker()
+	f.down.Store(true)
+	f.setUp(3, false)
+	f.setUp(4, false)
+	f.mu.Lock()
+	f.extra[1].QuarantineLeft = 264 * time.Second
+	f.extra[2].QuarantineLeft = 200 * time.Second
+	f.mu.Unlock()
+	ts := newTestServer(t, f)
+
+	// Master 0 counts, 1 and 2 come back within 264 s: a quorum then.
+	r := ts.lock(t, testKeyAcme, `{"key":"k"}`)
+	assert.Equal(t, http.StatusServiceUnavailable, r.Status)
+	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 2 down, 2 not counted (quarantined, repairing or waiting; see /readyz), 1 not waited for (the outcome was already decided)); a quorum is expected back in 4m24s, when quarantines end; retry in 264 s", r.Env.Msg)
+	assert.Equal(t, "264", r.Header.Get("Retry-After"))
+
+	// Master 0 down too: the quarantined two are not a quorum, and when
+	// the down masters return is not known.
+	f.setUp(0, false)
+	r = ts.lock(t, testKeyAcme, `{"key":"k"}`)
+	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 3 down, 2 not counted (quarantined, repairing or waiting; see /readyz)); no time is known for a quorum to be back (masters down, timed out, refusing writes or awaiting a repair); retry later", r.Env.Msg)
+	assert.Equal(t, "1", r.Header.Get("Retry-After"), "the outage's backoff")
 }
 
 // A client that goes away cancels its acquire (the Locker sees ctx end).
@@ -460,7 +488,9 @@ func TestIgnoredFields(t *testing.T) {
 
 // TestQuorumMessage: the 503 message counts every master once, by why it
 // did not help a quorum — those the outcome names by their failure, the
-// others (not waited for once the outcome was decided) by their health.
+// others (not waited for once the outcome was decided) by their health —
+// and promises a quorum's return only when a quorum of masters have a
+// known one.
 func TestQuorumMessage(t *testing.T) {
 	me := func(i int, err error) error { return &redlock.MasterError{Index: i, Addr: "m", Err: err} }
 	up := redlock.MasterStatus{State: redlock.MasterUp, Up: true, Counting: true}
@@ -482,42 +512,50 @@ func TestQuorumMessage(t *testing.T) {
 		failures       []error
 		masters        []redlock.MasterStatus
 		msg            string
+		back           time.Duration
+		backKnown      bool
 	}{{
 		name:     "every master repairing, three heard from",
 		failures: []error{me(0, redlock.ErrMasterQuarantined), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined)},
 		masters:  []redlock.MasterStatus{repairing, repairing, repairing, repairing, repairing},
 		msg:      head + "5" + excluded + ")",
 	}, {
-		name:     "every master quarantined",
-		failures: []error{me(0, redlock.ErrMasterQuarantined), me(3, redlock.ErrMasterQuarantined), me(4, redlock.ErrMasterQuarantined)},
-		masters:  []redlock.MasterStatus{quarantined(50 * time.Second), quarantined(10 * time.Second), quarantined(30 * time.Second), quarantined(20 * time.Second), quarantined(40 * time.Second)},
-		msg:      head + "5" + excluded + ")",
+		name:      "every master quarantined: back when the third quarantine ends",
+		failures:  []error{me(0, redlock.ErrMasterQuarantined), me(3, redlock.ErrMasterQuarantined), me(4, redlock.ErrMasterQuarantined)},
+		masters:   []redlock.MasterStatus{quarantined(50 * time.Second), quarantined(10 * time.Second), quarantined(30 * time.Second), quarantined(20 * time.Second), quarantined(40 * time.Second)},
+		msg:       head + "5" + excluded + ")",
+		back:      30 * time.Second,
+		backKnown: true,
 	}, {
 		name:     "down and timed out, the rest not waited for",
 		failures: []error{me(0, redlock.ErrMasterDown), me(1, errors.New("dial tcp: connection refused")), me(2, redlock.ErrMasterTimeout)},
 		masters:  []redlock.MasterStatus{down, up, up, up, up},
 		msg:      head + "2 down, 1 timed out, 2" + notWaited + ")",
 	}, {
-		name:     "paused master counting by its last probe",
+		name:     "paused master counting by its last probe: no promise",
 		failures: []error{me(0, redlock.ErrMasterBusy), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined)},
 		masters:  []redlock.MasterStatus{up, quarantined(264 * time.Second), quarantined(264 * time.Second), down, down},
 		msg:      head + "2 down, 2" + excluded + ", 1 timed out)",
 	}, {
-		name:     "one voted, two quarantined",
-		votes:    1,
-		failures: []error{me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined), me(3, redlock.ErrMasterDown)},
-		masters:  []redlock.MasterStatus{up, quarantined(264 * time.Second), quarantined(200 * time.Second), down, down},
-		msg:      head + "1 voted, 2 down, 2" + excluded + ")",
+		name:      "one voted, two quarantined: the voter and the quarantined make a quorum",
+		votes:     1,
+		failures:  []error{me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined), me(3, redlock.ErrMasterDown)},
+		masters:   []redlock.MasterStatus{up, quarantined(264 * time.Second), quarantined(200 * time.Second), down, down},
+		msg:       head + "1 voted, 2 down, 2" + excluded + ")",
+		back:      264 * time.Second,
+		backKnown: true,
 	}, {
-		name:     "quarantined with down masters",
+		name:     "quarantined with down masters needed for a quorum: no promise",
 		failures: []error{me(0, redlock.ErrMasterDown), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined)},
 		masters:  []redlock.MasterStatus{down, quarantined(264 * time.Second), quarantined(264 * time.Second), down, down},
 		msg:      head + "3 down, 2" + excluded + ")",
 	}, {
-		name:     "repairing, waiting and quarantined mixed",
-		failures: []error{me(0, redlock.ErrMasterQuarantined), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterDataLost)},
-		masters:  []redlock.MasterStatus{repairing, quarantined(time.Minute), quarantined(2 * time.Minute), waiting, up},
-		msg:      head + "4" + excluded + ", 1" + notWaited + ")",
+		name:      "repairing, waiting and quarantined mixed",
+		failures:  []error{me(0, redlock.ErrMasterQuarantined), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterDataLost)},
+		masters:   []redlock.MasterStatus{repairing, quarantined(time.Minute), quarantined(2 * time.Minute), waiting, up},
+		msg:       head + "4" + excluded + ", 1" + notWaited + ")",
+		back:      2 * time.Minute,
+		backKnown: true,
 	}, {
 		name:     "refusing writes",
 		failures: []error{me(0, fmt.Errorf("%w: OOM command not allowed", redlock.ErrMasterOOM)), me(1, fmt.Errorf("%w: x", redlock.ErrMasterOOM)), me(2, fmt.Errorf("%w: x", redlock.ErrMasterOOM))},
@@ -539,25 +577,33 @@ func TestQuorumMessage(t *testing.T) {
 		failures: []error{me(0, redlock.ErrMasterDown), me(1, redlock.ErrMasterDown), me(2, redlock.ErrMasterQuarantined)},
 		msg:      head + "2 down, 1" + excluded + ", 2" + notWaited + ")",
 	}, {
-		name:     "a quorum voted too late",
-		votes:    3,
-		failures: []error{errors.New("validity -1ms ≤ 0 after 31s")},
-		masters:  []redlock.MasterStatus{up, up, up, up, up},
-		msg:      "a quorum of Redis masters voted (3 of 5, 3 needed), but too late to leave the lock any validity or with too few storing its fencing token",
+		name:      "a quorum voted too late",
+		votes:     3,
+		failures:  []error{errors.New("validity -1ms ≤ 0 after 31s")},
+		masters:   []redlock.MasterStatus{up, up, up, up, up},
+		msg:       "a quorum of Redis masters voted (3 of 5, 3 needed), but too late to leave the lock any validity or with too few storing its fencing token",
+		backKnown: true, // now: nothing to promise (quorumAnswer promises only a time ahead)
 	}, {
-		name:     "status",
-		op:       "status",
-		votes:    1,
-		refused:  1,
-		failures: []error{me(0, redlock.ErrMasterDown), me(1, redlock.ErrMasterDown), me(2, redlock.ErrMasterQuarantined)},
-		masters:  []redlock.MasterStatus{down, down, quarantined(time.Minute), up, up},
-		msg:      "cannot tell whether the lock is held: 1 master(s) hold it, 1 answered it is free, 3 could not answer or do not count (3 of 5 needed either way)",
+		name:      "status",
+		op:        "status",
+		votes:     1,
+		refused:   1,
+		failures:  []error{me(0, redlock.ErrMasterDown), me(1, redlock.ErrMasterDown), me(2, redlock.ErrMasterQuarantined)},
+		masters:   []redlock.MasterStatus{down, down, quarantined(time.Minute), up, up},
+		msg:       "cannot tell whether the lock is held: 1 master(s) hold it, 1 answered it is free, 3 could not answer or do not count (3 of 5 needed either way)",
+		back:      time.Minute,
+		backKnown: true,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			op := cmp.Or(tc.op, "acquire")
 			oe := &redlock.OutcomeError{Op: op, Kind: redlock.ErrQuorumUnavailable, Quorum: 3, Masters: 5, Votes: tc.votes, Refused: tc.refused, Failures: tc.failures}
 			assert.Equal(t, tc.msg, quorumMessage(oe, tc.masters))
+			back, known := quorumReturn(oe, tc.masters, 3)
+			assert.Equal(t, tc.backKnown, known, "return known")
+			assert.Equal(t, tc.back, back, "return in")
 		})
 	}
 	assert.Equal(t, "no quorum of Redis masters could vote in time", quorumMessage(redlock.ErrQuorumUnavailable, nil))
+	_, known := quorumReturn(redlock.ErrQuorumUnavailable, nil, 3)
+	assert.False(t, known)
 }

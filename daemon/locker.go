@@ -36,7 +36,9 @@ type Locker interface {
 	// State, Counting, quarantine, clock and warnings as redlock.MasterStatus
 	// documents them. The daemon derives quorum availability from it (at
 	// least Quorum masters Counting), so that /readyz and /metrics show
-	// one consistent picture.
+	// one consistent picture, and, with a failed call's outcome, the 503
+	// quorum_unavailable answer's counts and when a quorum is expected
+	// back.
 	Masters() []redlock.MasterStatus
 	// Quorum is the number of masters that must agree: N/2+1.
 	Quorum() int
@@ -48,9 +50,6 @@ type Locker interface {
 	// DataLosses is how many times a master was found to have lost lock
 	// state since start, per reason.
 	DataLosses() map[redlock.DataLossReason]int64
-	// QuorumExpectedIn is how long until a quorum of masters counts again
-	// when that is known (quarantines running out); false when not.
-	QuorumExpectedIn() (time.Duration, bool)
 }
 
 // Lease is a lock granted by Acquire or renewed by Extend.
@@ -131,4 +130,3 @@ func (l redlockLocker) Quarantines() int64              { return l.c.Quarantines
 func (l redlockLocker) DataLosses() map[redlock.DataLossReason]int64 {
 	return l.c.DataLosses()
 }
-func (l redlockLocker) QuorumExpectedIn() (time.Duration, bool) { return l.c.QuorumExpectedIn() }

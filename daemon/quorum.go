@@ -3,6 +3,7 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -153,15 +154,58 @@ func quorumMessage(err error, masters []redlock.MasterStatus) string {
 	return string(append(b, ')'))
 }
 
+// quorumReturn is how long until a quorum of masters can vote again, when
+// that is known: a master that answered or counts returns now, one whose
+// quarantine runs out returns when it does; a master that is down, timed
+// out, refuses writes, awaits a repair or a clock check has no known
+// return. The quorum-th earliest return is the answer, when a quorum of
+// masters have one; false otherwise, as promising a time then would
+// promise what a master that may never come back has to deliver.
+func quorumReturn(err error, masters []redlock.MasterStatus, quorum int) (time.Duration, bool) {
+	var oe *redlock.OutcomeError
+	if !errors.As(err, &oe) || quorum <= 0 {
+		return 0, false
+	}
+	t := tallyQuorum(oe, masters)
+	var ends []time.Duration
+	for i := range masters {
+		st := &masters[i]
+		quarantineEnd := st.State == redlock.MasterQuarantined && st.QuarantineLeft > 0
+		if f, failed := t.failed[i]; failed {
+			// Only an excluded vote can have a known end: its quarantine.
+			if failureFate(f) == fateExcluded && quarantineEnd {
+				ends = append(ends, st.QuarantineLeft)
+			}
+			continue
+		}
+		switch {
+		case st.Counting && st.State == redlock.MasterUp:
+			ends = append(ends, 0)
+		case quarantineEnd:
+			ends = append(ends, st.QuarantineLeft)
+		}
+	}
+	if len(ends) < quorum {
+		return 0, false
+	}
+	slices.Sort(ends)
+	return ends[quorum-1], true
+}
+
 // quorumAnswer is the message and the Retry-After of a 503
-// quorum_unavailable. During a known outage (quarantines running out) it
-// says when, so that callers do not retry every second for hours.
+// quorum_unavailable. When a quorum's return is known (quarantines running
+// out) the message says when and Retry-After is that (at most
+// maxRetryAfter), so that callers do not retry every second for hours;
+// otherwise the message says no time is known and Retry-After is the
+// outage's backoff.
 func (s *Server) quorumAnswer(err error, now time.Time) (string, time.Duration) {
 	retry := s.outage.backoff(now)
-	msg := quorumMessage(err, s.locker.Masters())
-	if d, ok := s.locker.QuorumExpectedIn(); ok && d > time.Second {
+	masters := s.locker.Masters()
+	msg := quorumMessage(err, masters)
+	if d, ok := quorumReturn(err, masters, s.locker.Quorum()); ok && d > 0 {
+		d = max(d.Round(time.Second), time.Second)
 		retry = min(d, maxRetryAfter)
-		msg += fmt.Sprintf("; a quorum is expected back in %v", d.Round(time.Second))
+		return msg + fmt.Sprintf("; a quorum is expected back in %v, when quarantines end; retry in %d s", d, retry/time.Second), retry
 	}
-	return msg + "; retry later", retry
+	return msg + "; no time is known for a quorum to be back (masters down, timed out, refusing writes or awaiting a repair); retry later", retry
 }
