@@ -86,6 +86,9 @@ func TestRepairFencesNeedsOnlyMasters(t *testing.T) {
 		assert.Equal(t, target, f[3], "AFTER is the target: %s", l)
 	}
 	assert.Contains(t, out.String(), "would be raised to "+target)
+	assert.Contains(t, out.String(), "masters that lost their data would stay out for 24h0m0s after the repair: the longer of max_ttl 24h0m0s and the longest max TTL registered on the masters",
+		"the stay is said even when no client registered a longer max TTL")
+	assert.Contains(t, out.String(), "each running daemon keeps them out at least its own max_ttl after the repair")
 
 	// No master holds a counter under this prefix: without --min the
 	// newest fence is unknown, and repair-fences refuses.
@@ -98,6 +101,9 @@ func TestRepairFencesNeedsOnlyMasters(t *testing.T) {
 	var help bytes.Buffer
 	require.ErrorIs(t, run(context.Background(), []string{"repair-fences", "--help"}, &bytes.Buffer{}, &help), flag.ErrHelp)
 	assert.Contains(t, help.String(), "after the repair")
+	usage, _, _ := strings.Cut(help.String(), "\n")
+	assert.Equal(t, "Usage: redlockd repair-fences (--masters HOST:PORT,… | --config FILE) [--max-ttl SECONDS] [--min N] [--margin N] [--allow-missing] [--dry-run]", usage,
+		"--masters alone is enough; --config is not required")
 	assert.NotContains(t, help.String(), "since it restarted")
 	for _, f := range []string{"-masters", "-key-prefix", "-max-ttl", "-min", "-margin", "-dry-run", "-allow-missing", "-config"} {
 		assert.Contains(t, help.String(), f)

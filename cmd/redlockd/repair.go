@@ -14,7 +14,10 @@ import (
 	"github.com/redlockd/redlockd/redlock"
 )
 
-const repairUsage = `Usage: redlockd repair-fences --config FILE [--min N] [--margin N] [--allow-missing] [--dry-run]
+const repairUsage = `Usage: redlockd repair-fences (--masters HOST:PORT,… | --config FILE) [--max-ttl SECONDS] [--min N] [--margin N] [--allow-missing] [--dry-run]
+
+The masters come from --masters, REDLOCKD_MASTERS or the config file;
+either is enough.
 
 After more than half of the masters lost their data (restarted without
 persistence), no quorum kept the fencing counter, and the daemons keep those
@@ -43,7 +46,7 @@ is down may hold the highest counter.
 
 It uses only masters, key_prefix, max_ttl and how to reach the masters
 (master_username, master_password or master_password_file, master_tls and
-the master_tls_* files) from the config file or REDLOCKD_* (the other
+the master_tls_* files) from its flags, REDLOCKD_* or the config file (the other
 settings are not checked; no API key is needed). A master that refuses
 the credentials or TLS stops it before anything is written. Flags:
 `
@@ -106,10 +109,6 @@ func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	})
 	if res != nil {
 		printRepair(stdout, res, *dryRun && err == nil)
-		if maxTTL := time.Duration(cfg.MaxTTL) * time.Second; res.RegisteredMaxTTL > maxTTL {
-			fmt.Fprintf(stdout, "a client of these masters registered a max TTL of %v, longer than max_ttl %v: masters that lost their data stay out for %v\n",
-				res.RegisteredMaxTTL, maxTTL, res.RegisteredMaxTTL)
-		}
 	}
 	if err != nil {
 		if errors.Is(err, redlock.ErrQuorumUnavailable) {
@@ -119,10 +118,27 @@ func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if *dryRun {
 		fmt.Fprintf(stdout, "dry run: nothing written; without --dry-run every counter would be raised to %d\n", res.Target)
-		return nil
+	} else {
+		fmt.Fprintf(stdout, "repaired: every answering master's fencing counter is ≥ %d and carries the repair marker\n", res.Target)
 	}
-	fmt.Fprintf(stdout, "repaired: every answering master's fencing counter is ≥ %d and carries the repair marker\n", res.Target)
+	printStayOut(stdout, time.Duration(cfg.MaxTTL)*time.Second, res.RegisteredMaxTTL, *dryRun)
 	return nil
+}
+
+// printStayOut says how long the masters that lost their data stay out
+// after the repair: locks they lost may be valid until the longest max TTL
+// of any client has passed.
+func printStayOut(w io.Writer, maxTTL, registered time.Duration, dry bool) {
+	verb := "stay"
+	if dry {
+		verb = "would stay"
+	}
+	registeredText := "none registered"
+	if registered > 0 {
+		registeredText = registered.String()
+	}
+	fmt.Fprintf(w, "masters that lost their data %s out for %v after the repair: the longer of max_ttl %v and the longest max TTL registered on the masters (%s); each running daemon keeps them out at least its own max_ttl after the repair\n",
+		verb, max(maxTTL, registered), maxTTL, registeredText)
 }
 
 func printRepair(w io.Writer, res *redlock.RepairResult, dry bool) {
