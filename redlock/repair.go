@@ -252,7 +252,7 @@ func (res *RepairResult) setTarget(o RepairOptions) error {
 		// what a deployment repaired once before has issued (a wipe of
 		// every master, repaired from nothing, sent fence 1000018 back to
 		// 1000001).
-		return fmt.Errorf("%w: no master that answered kept its fencing counter %q, so the newest fence issued is unknown and a repair from 0 could issue fences the protected resources have already seen; give the highest fence they accepted with --min (RepairOptions.Min; any value ≥ 1 if no fence was ever used); nothing written", ErrInvalid, o.FenceKey)
+		return fmt.Errorf("%w: no master that answered kept its fencing counter %q, so the newest fence issued is unknown; give --min (RepairOptions.Min): it must be at least the highest fence any protected resource has accepted — read it from the resources, do not guess — because a lower value sends fences backwards, and new locks then get fences the resources have already seen; nothing written", ErrInvalid, o.FenceKey)
 	}
 	return nil
 }

@@ -96,6 +96,9 @@ func TestRepairFencesNeedsOnlyMasters(t *testing.T) {
 		"--key-prefix", "repairdry:"}, &bytes.Buffer{}, &bytes.Buffer{})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "--min")
+	assert.Contains(t, err.Error(), "it must be at least the highest fence any protected resource has accepted")
+	assert.Contains(t, err.Error(), "a lower value sends fences backwards")
+	assert.NotContains(t, err.Error(), "any value", "the message must not invite a guess")
 	assert.Contains(t, err.Error(), "nothing written")
 
 	var help bytes.Buffer
