@@ -121,3 +121,17 @@ func TestRepairFencesNeedsOnlyMasters(t *testing.T) {
 	assert.Contains(t, err.Error(), "masters: 2 given")
 	assert.NotContains(t, err.Error(), "api_keys")
 }
+
+// `redlockd lock help` ends with where each subcommand's flags are, not
+// an empty "Flags:" heading; a subcommand's --help lists its own.
+func TestLockHelpFlags(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"lock", "help"}, &out, &bytes.Buffer{}))
+	assert.False(t, strings.HasSuffix(strings.TrimSpace(out.String()), "Flags:"), "an empty Flags: heading ends the help:\n%s", &out)
+	assert.Contains(t, out.String(), "redlockd lock SUBCOMMAND --help")
+
+	var help bytes.Buffer
+	require.ErrorIs(t, run(context.Background(), []string{"lock", "acquire", "--help"}, &bytes.Buffer{}, &help), flag.ErrHelp)
+	assert.Contains(t, help.String(), "Flags of lock acquire:\n")
+	assert.Contains(t, help.String(), "-ttl")
+}

@@ -97,7 +97,7 @@ on stdout (acquire's includes the token) and exit with:
   78   run: the lock was lost while the command ran; it was stopped
   126  run: the command could not be executed; 127: not found
 
-Flags:
+Each subcommand's flags: redlockd lock SUBCOMMAND --help.
 `
 
 // lockFlags are the flags shared by every lock subcommand.
@@ -148,6 +148,7 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fs.Usage = func() {
 		fmt.Fprint(stderr, lockUsage)
+		fmt.Fprintf(stderr, "\nFlags of lock %s:\n", sub)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args[1:]); err != nil {
