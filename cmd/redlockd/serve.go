@@ -181,10 +181,18 @@ func warnPlaceholderKeys(log *zap.Logger, keys []config.APIKey) {
 }
 
 func newLogger(cfg config.Config) (*zap.Logger, error) {
+	zc, err := loggerConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return buildLogger(zc)
+}
+
+// loggerConfig is the zap configuration of log_format and log_level.
+func loggerConfig(cfg config.Config) (zap.Config, error) {
 	var zc zap.Config
 	if cfg.LogFormat == "console" {
 		zc = zap.NewDevelopmentConfig()
-		zc.DisableStacktrace = true
 	} else {
 		zc = zap.NewProductionConfig()
 		zc.EncoderConfig.TimeKey = "time"
@@ -192,10 +200,19 @@ func newLogger(cfg config.Config) (*zap.Logger, error) {
 	}
 	lvl, err := zapcore.ParseLevel(cfg.LogLevel)
 	if err != nil {
-		return nil, fmt.Errorf("log_level: %w", err)
+		return zap.Config{}, fmt.Errorf("log_level: %w", err)
 	}
 	zc.Level = zap.NewAtomicLevelAt(lvl)
-	return zc.Build()
+	return zc, nil
+}
+
+// buildLogger builds zc with stack traces for DPanic and above only. zap's
+// presets add them from error (production) or warn (development), but an
+// error here is operational — a refused reload, a master that refuses the
+// credentials — and its message says all there is to say; a stack trace
+// only buries it. A bug (DPanic, a recovered panic) still gets one.
+func buildLogger(zc zap.Config) (*zap.Logger, error) {
+	return zc.Build(zap.AddStacktrace(zapcore.DPanicLevel))
 }
 
 // zapRedisLogger sends go-redis's internal messages (dial failures to a
