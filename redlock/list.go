@@ -3,7 +3,6 @@ package redlock
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -179,52 +178,52 @@ func (cur *listCursor) encode() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-var errBadCursor = errors.New("cursor: not a cursor of this listing: pass \"\" to start, then each page's cursor unchanged, with the same prefix")
-
-// parseListCursor decodes and checks a cursor of List for prefix.
+// parseListCursor decodes and checks a cursor of List for prefix. A bad
+// one is refused with why, then what to pass instead:
+// "cursor: not a cursor of this listing: it is not base64url; pass …".
 func (c *Client) parseListCursor(s, prefix string) (listCursor, error) {
 	bad := func(why string) (listCursor, error) {
-		return listCursor{}, fmt.Errorf("%w: %w (%s)", ErrInvalid, errBadCursor, why)
+		return listCursor{}, fmt.Errorf("%w: cursor: not a cursor of this listing: %s; pass \"\" to start, then each page's cursor unchanged, with the same prefix", ErrInvalid, why)
 	}
 	if len(s) > 256 {
-		return bad("too long")
+		return bad("it is too long")
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil {
-		return bad("not base64url")
+		return bad("it is not base64url")
 	}
 	f := strings.Split(string(raw), " ")
 	if len(f) != 7 || f[0] != listCursorVersion {
-		return bad("unknown format")
+		return bad("its contents are not a listing position")
 	}
 	var cur listCursor
 	seen := make([]bool, len(c.masters))
 	for m := range strings.SplitSeq(f[1], ",") {
 		i, err := strconv.Atoi(m)
 		if err != nil || i < 0 || i >= len(c.masters) || seen[i] {
-			return bad("masters")
+			return bad("its masters do not match this deployment")
 		}
 		seen[i] = true
 		cur.masters = append(cur.masters, i)
 	}
 	if len(cur.masters) != c.quorum {
-		return bad("masters")
+		return bad("its masters do not match this deployment")
 	}
 	nums := make([]uint64, 5)
 	for i := range nums {
 		if nums[i], err = strconv.ParseUint(f[2+i], 10, 64); err != nil {
-			return bad("numbers")
+			return bad("its position is not numeric")
 		}
 	}
 	if nums[0] >= uint64(len(cur.masters)) || nums[2] > 1<<20 || nums[3] > MaxListCount || nums[4] > 1<<32-1 {
-		return bad("out of range")
+		return bad("its position is out of range")
 	}
 	if (nums[2] > 0) != (nums[3] > 0) {
-		return bad("skip")
+		return bad("its position is inconsistent")
 	}
 	cur.pos, cur.scan, cur.skip, cur.scanCount, cur.prefix = int(nums[0]), nums[1], int(nums[2]), int(nums[3]), uint32(nums[4])
 	if cur.prefix != prefixSum(prefix) {
-		return bad("another prefix")
+		return bad("it was made for another prefix")
 	}
 	return cur, nil
 }
