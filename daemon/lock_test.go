@@ -201,7 +201,7 @@ func TestQuorumUnavailable(t *testing.T) {
 	for i := range 5 {
 		f.setUp(i, false)
 	}
-	const noReturn = "; no time is known for a quorum to be back (masters down, timed out, refusing writes or awaiting a repair); retry later"
+	const noReturn = "; no time is known for a quorum to be back, as the masters counted above have no known return; retry later"
 	ts := newTestServer(t, f)
 	for _, body := range []string{
 		`{"key":"k"}`,
@@ -263,7 +263,7 @@ func TestQuorumReturnOverHTTP(t *testing.T) {
 	// the down masters return is not known.
 	f.setUp(0, false)
 	r = ts.lock(t, testKeyAcme, `{"key":"k"}`)
-	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 3 down, 2 not counted (quarantined, repairing or waiting; see /readyz)); no time is known for a quorum to be back (masters down, timed out, refusing writes or awaiting a repair); retry later", r.Env.Msg)
+	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 3 down, 2 not counted (quarantined, repairing or waiting; see /readyz)); no time is known for a quorum to be back, as the masters counted above have no known return; retry later", r.Env.Msg)
 	assert.Equal(t, "1", r.Header.Get("Retry-After"), "the outage's backoff")
 }
 

@@ -207,5 +207,5 @@ func (s *Server) quorumAnswer(err error, now time.Time) (string, time.Duration) 
 		retry = min(d, maxRetryAfter)
 		return msg + fmt.Sprintf("; a quorum is expected back in %v, when quarantines end; retry in %d s", d, retry/time.Second), retry
 	}
-	return msg + "; no time is known for a quorum to be back (masters down, timed out, refusing writes or awaiting a repair); retry later", retry
+	return msg + "; no time is known for a quorum to be back, as the masters counted above have no known return; retry later", retry
 }
