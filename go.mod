@@ -1,5 +1,9 @@
 module github.com/redlockd/redlockd
 
+// go 1.26.0 is the first Go 1.26 release, not a patch: go-redis v9.23,
+// client_golang v1.25 and x/sys v0.48 declare it, and "go mod tidy" raises
+// a plain "go 1.26" (an earlier version, by Go's ordering) to it. Any 1.26.x
+// toolchain builds this module.
 go 1.26.0
 
 require (
