@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -181,9 +182,24 @@ func TestDownSubsets(t *testing.T) {
 			require.ErrorIs(t, err, ErrQuorumUnavailable)
 			require.ErrorIs(t, err, ErrNotObtained)
 			require.NotErrorIs(t, err, ErrMasterTimeout, "must not wait for dead masters")
-			var me *MasterError
-			require.ErrorAs(t, err, &me)
-			assert.Contains(t, down, me.Index)
+			// The down masters decide it. A running master may be named
+			// too, only for not counting yet: the previous subtest restarted
+			// some masters, and a new Client's first probe round of one of
+			// them can still be under way on a loaded machine; until the
+			// marker rule has run for it, it does not vote (checkVote).
+			var oe *OutcomeError
+			require.ErrorAs(t, err, &oe)
+			var named []int
+			for _, f := range oe.Failures {
+				var me *MasterError
+				require.ErrorAs(t, f, &me)
+				if slices.Contains(down, me.Index) {
+					named = append(named, me.Index)
+					continue
+				}
+				assert.ErrorIs(t, f, ErrMasterQuarantined, "running master %d", me.Index)
+			}
+			assert.NotEmpty(t, named, "no down master named: %v", err)
 			assert.Empty(t, holders(t, rdbs, key, ""), "no key may stay behind")
 			for i := range 5 {
 				if servers[i].Running() {
