@@ -114,6 +114,7 @@ type lockReply struct {
 		Token      string `json:"token"`
 		Fence      int64  `json:"fence"`
 		ValidityMS int64  `json:"validity_ms"`
+		ElapsedMS  int64  `json:"elapsed_ms"`
 	} `json:"data"`
 }
 
@@ -163,9 +164,11 @@ func (l *httpLocker) Acquire(ctx context.Context, key string, ttl, wait time.Dur
 	if !r.Data.Acquired {
 		return grant{}, &lockError{outcome: "held", err: errors.New(r.Msg)}
 	}
-	// The daemon measured validity_ms when it answered, which was after we
-	// sent: counting it from our send time is never later than the truth.
-	return grant{token: r.Data.Token, fence: r.Data.Fence, validUntil: sent.Add(time.Duration(r.Data.ValidityMS) * time.Millisecond)}, nil
+	// The daemon measured validity_ms elapsed_ms after it began on the
+	// request, which was after we sent: counting both from our send time is
+	// never later than the truth, and charges no wait against the validity.
+	elapsed := min(time.Duration(r.Data.ElapsedMS)*time.Millisecond, time.Since(sent))
+	return grant{token: r.Data.Token, fence: r.Data.Fence, validUntil: sent.Add(elapsed + time.Duration(r.Data.ValidityMS)*time.Millisecond)}, nil
 }
 
 func (l *httpLocker) Release(ctx context.Context, key, token string) error {

@@ -157,13 +157,31 @@ type wireData struct {
 	RetryAfter int64  `json:"retry_after"`
 	Fence      int64  `json:"fence"`
 	ValidityMS *int64 `json:"validity_ms"`
+	ElapsedMS  int64  `json:"elapsed_ms"` // 0 from a daemon that does not send it
 }
 
 // answer is a 200 answer with the time its request was sent.
 type answer struct {
 	data   wireData
 	msg    string
-	sentAt time.Time // before the request was written: validity counts from here
+	sentAt time.Time // before the request was written
+	gotAt  time.Time // after the answer was read
+}
+
+// validUntil is the end of the validity the answer reports: validity_ms
+// counted from the moment the request was sent plus elapsed_ms, the time
+// the daemon spent on it before computing validity_ms (a wait_ms wait,
+// retries, the votes). The daemon began after the request was sent, so this
+// is never later than the truth; it is earlier by at most the request's
+// transit time. Counting from sentAt alone charged the whole wait against
+// the validity: a lock won after a 6 s wait counted as lost at once.
+//
+// An elapsed_ms beyond the round trip (a daemon whose clock stepped, or a
+// proxy that answers from elsewhere) is cut to the round trip: the daemon
+// cannot have spent longer on the request than it took to answer.
+func (a *answer) validUntil() time.Time {
+	elapsed := min(max(time.Duration(a.data.ElapsedMS)*time.Millisecond, 0), a.gotAt.Sub(a.sentAt))
+	return a.sentAt.Add(elapsed + time.Duration(*a.data.ValidityMS)*time.Millisecond)
 }
 
 // ttlSeconds is ttl on the wire: whole seconds, rounded up.
@@ -266,7 +284,7 @@ func (c *Client) once(ctx context.Context, r *request, body []byte) (*answer, er
 		}
 		return nil, e
 	}
-	return &answer{data: *env.Data, msg: env.Msg, sentAt: sentAt}, nil
+	return &answer{data: *env.Data, msg: env.Msg, sentAt: sentAt, gotAt: time.Now()}, nil
 }
 
 // shorten shows at most 64 bytes of an unexpected answer.
@@ -303,8 +321,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if d.Token == "" || d.ValidityMS == nil {
 		return nil, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.token or data.validity_ms"}
 	}
-	return newLease(c, key, r.namespace, d.Token, d.Fence, time.Duration(d.TTL)*time.Second,
-		a.sentAt.Add(time.Duration(*d.ValidityMS)*time.Millisecond)), nil
+	return newLease(c, key, r.namespace, d.Token, d.Fence, time.Duration(d.TTL)*time.Second, a.validUntil()), nil
 }
 
 // Extend resets the TTL of the lock key held by token to ttl and returns
@@ -347,7 +364,7 @@ func (c *Client) extend(ctx context.Context, r *request) (extended, error) {
 	case d.ValidityMS == nil:
 		return extended{}, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.validity_ms"}
 	}
-	e := extended{validUntil: a.sentAt.Add(time.Duration(*d.ValidityMS) * time.Millisecond), ttl: r.ttl, fence: d.Fence}
+	e := extended{validUntil: a.validUntil(), ttl: r.ttl, fence: d.Fence}
 	if d.TTL > 0 {
 		e.ttl = time.Duration(d.TTL) * time.Second
 	}
@@ -381,8 +398,9 @@ type Status struct {
 	Held bool
 	// Validity is the holder's conservative remaining time; 0 when not held.
 	Validity time.Duration
-	// ValidUntil is when that validity ends, counted from before the
-	// request was sent; zero when not held.
+	// ValidUntil is when that validity ends: validity_ms counted from
+	// before the request was sent plus the daemon's elapsed_ms, never later
+	// than the truth; zero when not held.
 	ValidUntil time.Time
 	// Fence is the holder's fencing token (the one its acquire returned),
 	// for checking a resource's fencing column; 0 when not held or when
@@ -408,8 +426,8 @@ func (c *Client) Status(ctx context.Context, key string, opts ...LockOption) (St
 	}
 	st := Status{Held: *d.Held}
 	if st.Held && d.ValidityMS != nil {
-		st.Validity = time.Duration(*d.ValidityMS) * time.Millisecond
-		st.ValidUntil = a.sentAt.Add(st.Validity)
+		st.ValidUntil = a.validUntil()
+		st.Validity = max(time.Until(st.ValidUntil), 0)
 	}
 	if st.Held {
 		st.Fence = d.Fence

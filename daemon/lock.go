@@ -51,6 +51,8 @@ type call struct {
 	// is remain_quota for the answer.
 	limits *accountState
 	remain int64
+	// start is when the handler began: elapsed_ms counts from here.
+	start time.Time
 }
 
 // serveLock answers POST /v1/lock and POST /gateway/distlock. Checks run in
@@ -61,7 +63,7 @@ type call struct {
 // whose answer is 200 when the masters answered, 503 when no quorum did.
 func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	c := call{result: resInternal, status: http.StatusInternalServerError, remain: RemainQuota}
+	c := call{result: resInternal, status: http.StatusInternalServerError, remain: RemainQuota, start: start}
 	defer func() { s.finish(r, &c, time.Since(start)) }()
 
 	if r.Method != http.MethodPost {
@@ -182,6 +184,7 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 		d.ok, d.token, d.fence = true, lease.Token, lease.Fence
 		d.ttl, d.hasTTL = req.ttl, true
 		setValidity(&d, time.Now(), lease.ValidUntil)
+		d.setElapsed(c.start)
 		s.ok(w, c, resAcquired, &d, "")
 		return
 	}
@@ -234,6 +237,7 @@ func (s *Server) extend(ctx context.Context, w http.ResponseWriter, c *call, req
 	if err == nil {
 		d.ok, d.fence = true, lease.Fence
 		setValidity(&d, time.Now(), lease.ValidUntil)
+		d.setElapsed(c.start)
 		// An extend never shortens: with a ttl below what was left, the
 		// lock keeps the longer time, and ttl says so.
 		d.ttl, d.hasTTL = max(req.ttl, d.validityMS/1000), true
@@ -267,6 +271,7 @@ func (s *Server) status(ctx context.Context, w http.ResponseWriter, c *call, req
 		return
 	}
 	setValidity(&d, time.Now(), before.Add(st.Validity))
+	d.setElapsed(c.start)
 	// The holder's fence, stored with its lock (redlock/fence.go), never
 	// its token; absent (0) while the masters read do not have it yet.
 	d.fence = st.Fence
@@ -282,6 +287,21 @@ func setValidity(d *lockData, now, validUntil time.Time) {
 	v := max(validUntil.Sub(now), 0)
 	d.validityMS, d.hasVal = v.Milliseconds(), true
 	d.expireAt, d.hasExpire = now.Add(v).Unix(), true
+	d.validAt = now
+}
+
+// setElapsed fills elapsed_ms: whole milliseconds (rounded down) from start,
+// when the handler began, to the moment validity_ms was computed. It covers
+// everything the request spent in the daemon — a wait_ms wait, retries, the
+// votes — so a client that counts validity_ms from the moment it sent the
+// request plus elapsed_ms gets an end of validity that is never later than
+// the truth (the handler began after the request was sent) and earlier than
+// it by at most the request's transit time (issue: a lock won after a wait
+// counted as lost at once, because the wait was counted against validity).
+func (d *lockData) setElapsed(start time.Time) {
+	if d.hasVal && !start.IsZero() {
+		d.elapsedMS, d.hasElapsed = max(d.validAt.Sub(start), 0).Milliseconds(), true
+	}
 }
 
 // notHeldMsg says why release or extend found the token not holding the

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"time"
 	"unicode/utf8"
 )
 
@@ -74,6 +75,9 @@ type lockData struct {
 	fence      int64 // 0 = absent
 	validityMS int64
 	hasVal     bool
+	validAt    time.Time // when validityMS was computed
+	elapsedMS  int64     // see setElapsed
+	hasElapsed bool
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
@@ -116,6 +120,10 @@ func writeData(w http.ResponseWriter, d *lockData, msg string, remainQuota int64
 	if d.hasVal {
 		b = append(b, `,"validity_ms":`...)
 		b = strconv.AppendInt(b, d.validityMS, 10)
+	}
+	if d.hasElapsed {
+		b = append(b, `,"elapsed_ms":`...)
+		b = strconv.AppendInt(b, d.elapsedMS, 10)
 	}
 	b = append(b, `},"msg":`...)
 	b = appendJSONString(b, msg)

@@ -2,10 +2,12 @@ package redlock
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -219,4 +221,63 @@ func TestFirstWaiterQueuesWhileMastersArePaused(t *testing.T) {
 	waitingFor(t, c, 1)
 	cancel()
 	require.ErrorIs(t, <-got, context.Canceled)
+}
+
+// truthEnd is the latest a lock on key with token can be held: a quorum of
+// masters hold it at most until the quorum-th longest PTTL, read after
+// now. A validity end after it would be later than the truth.
+func truthEnd(t *testing.T, rdbs []*redis.Client, key, token string, quorum int) time.Time {
+	t.Helper()
+	ctx := context.Background()
+	var pttls []time.Duration
+	for i, r := range rdbs {
+		if !servers[i].Running() {
+			continue
+		}
+		v, err := r.Get(ctx, key).Result()
+		if err != nil || v != token {
+			continue
+		}
+		p, err := r.PTTL(ctx, key).Result()
+		require.NoError(t, err)
+		pttls = append(pttls, p)
+	}
+	after := time.Now()
+	require.GreaterOrEqual(t, len(pttls), quorum, "the lock is on fewer than a quorum of masters")
+	slices.Sort(pttls)
+	return after.Add(pttls[len(pttls)-quorum])
+}
+
+// TestValidityAfterAWait: a lock won after waiting reports the validity of
+// the attempt that won it, never one shortened by the wait, and never later
+// than the truth; kept alive, it is not lost. Waits end just before the
+// waiter's TTL, just after it, and at three times it.
+func TestValidityAfterAWait(t *testing.T) {
+	const ttl = 2 * time.Second
+	for _, wait := range []time.Duration{ttl * 9 / 10, ttl * 11 / 10, 3 * ttl} {
+		t.Run(wait.String(), func(t *testing.T) {
+			ctx := context.Background()
+			c, _ := brandNewClient(t)
+			rdbs := direct(t)
+			key := newKey(t)
+			held, err := c.Acquire(ctx, key, time.Minute)
+			require.NoError(t, err)
+			time.AfterFunc(wait, func() { _ = held.Release(ctx) })
+			start := time.Now()
+			l, err := c.Acquire(ctx, key, ttl, WithWait(wait+10*time.Second))
+			require.NoError(t, err)
+			now := time.Now()
+			require.GreaterOrEqual(t, now.Sub(start), wait, "the acquire did not wait for the release")
+			require.NoError(t, l.Err(), "lost at once after a %v wait", wait)
+			assert.Greater(t, l.ValidUntil().Sub(now), ttl/2, "validity was charged with the wait")
+			assert.False(t, l.ValidUntil().After(truthEnd(t, rdbs, key, l.Token(), 3)), "validity ends after the lock does")
+			l.KeepAlive(ctx)
+			select {
+			case <-l.Done():
+				t.Fatalf("kept-alive lock lost: %v", l.Err())
+			case <-time.After(2 * ttl):
+			}
+			require.NoError(t, l.Release(ctx))
+		})
+	}
 }

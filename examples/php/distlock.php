@@ -48,7 +48,9 @@ if (!$res['data']['acquired']) {
 }
 $token = $res['data']['token'];
 $fence = $res['data']['fence'];
-$validUntil = $sent + $res['data']['validity_ms'] / 1000; // never later than the truth
+// Counted from before the request was sent plus the time the daemon spent
+// on it (elapsed_ms, a wait included): never later than the truth.
+$validUntil = $sent + (($res['data']['elapsed_ms'] ?? 0) + $res['data']['validity_ms']) / 1000;
 echo "locked $key fence $fence\n";
 
 $lost = null;
@@ -60,7 +62,7 @@ for ($i = 0; $i < $steps && $lost === null; $i++) {
     $sent = microtime(true);
     [$status, $res] = distlock('extend', $key, ['token' => $token, 'ttl' => $ttl]);
     if ($status === 200 && $res['data']['extended']) {
-        $validUntil = max($validUntil, $sent + $res['data']['validity_ms'] / 1000);
+        $validUntil = max($validUntil, $sent + (($res['data']['elapsed_ms'] ?? 0) + $res['data']['validity_ms']) / 1000);
     } elseif ($status === 200) {
         $lost = $res['msg']; // refused: another owner may hold it now
     } elseif (microtime(true) >= $validUntil - 1) {

@@ -70,8 +70,9 @@ class Lock:
         if not data["acquired"]:
             raise Busy(data.get("retry_after"))
         self.token, self.fence = data["token"], data["fence"]
-        # Validity counts from before the request was sent: never later than the truth.
-        self.valid_until = sent + data["validity_ms"] / 1000
+        # Validity counts from before the request was sent plus the time the daemon
+        # spent on it (elapsed_ms, a wait included): never later than the truth.
+        self.valid_until = sent + (data.get("elapsed_ms", 0) + data["validity_ms"]) / 1000
         self._thread = threading.Thread(target=self._keep_alive, daemon=True)
         self._thread.start()
         return self
@@ -96,7 +97,8 @@ class Lock:
             except Unavailable as e:
                 status, env = 0, {"msg": str(e)}
             if status == 200 and env["data"]["extended"]:
-                self.valid_until = max(self.valid_until, sent + env["data"]["validity_ms"] / 1000)
+                d = env["data"]
+                self.valid_until = max(self.valid_until, sent + (d.get("elapsed_ms", 0) + d["validity_ms"]) / 1000)
                 wait = self.ttl / 3
             elif status == 200:
                 return self._lose(f"extend refused: {env['msg']}")
