@@ -69,8 +69,9 @@ func (l *Lease) TTL() time.Duration {
 }
 
 // ValidUntil returns the end of validity: the daemon's validity_ms counted
-// from before the request that confirmed it was sent, so never later than
-// the daemon's. It never moves earlier.
+// from before the request that confirmed it was sent plus the daemon's
+// elapsed_ms (the time it spent on the request, a wait included), so never
+// later than the daemon's. It never moves earlier.
 func (l *Lease) ValidUntil() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -184,7 +185,8 @@ func (l *Lease) Status(ctx context.Context) (Status, error) {
 }
 
 // KeepAlive extends the lease in a goroutine at about a third of its TTL
-// until ctx ends, the lease is released, or the lock is lost. A failed
+// (sooner when less than twice that is left before the lease counts as
+// lost) until ctx ends, the lease is released, or the lock is lost. A failed
 // extend (503, daemon unreachable) is retried every tenth of the TTL (at
 // least 100 ms); each attempt is bounded by the time the lease would count
 // as lost. Only the first call starts it; Release stops it and waits for
@@ -207,9 +209,19 @@ func (l *Lease) KeepAlive(ctx context.Context) {
 	}
 }
 
+// nextExtend is how long the keep-alive waits before its next extend: a
+// third of the TTL, or half the time left before the lease counts as lost
+// when that is sooner (a lease whose validity is already short, say one
+// acquired at the end of a long wait, is extended before it can lapse).
+func (l *Lease) nextExtend() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return max(min(l.ttl/3, time.Until(l.lossAtLocked())/2), 0)
+}
+
 func (l *Lease) keepAlive(ctx context.Context, exited chan struct{}) {
 	defer close(exited)
-	next := time.NewTimer(l.TTL() / 3)
+	next := time.NewTimer(l.nextExtend())
 	defer next.Stop()
 	for {
 		select {
@@ -227,7 +239,7 @@ func (l *Lease) keepAlive(ctx context.Context, exited chan struct{}) {
 		cancel()
 		switch {
 		case err == nil:
-			next.Reset(ttl / 3)
+			next.Reset(l.nextExtend())
 		case l.Err() != nil || ctx.Err() != nil:
 			return
 		default:

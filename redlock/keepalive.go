@@ -169,9 +169,17 @@ func (l *Lock) KeepAlive(ctx context.Context) {
 	}
 }
 
+// nextExtend is how long the keep-alive waits before its next extend: a
+// third of the TTL, or half the time left before the lock counts as lost
+// when that is sooner (KeepAlive called late, or a validity cut short by a
+// slow vote, is not left to lapse before the first extend).
+func (l *Lock) nextExtend() time.Duration {
+	return max(min(l.TTL()/3, time.Until(l.lossAt())/2), 0)
+}
+
 func (l *Lock) keepAlive(ctx context.Context, done <-chan struct{}, exited chan struct{}) {
 	defer close(exited)
-	next := time.NewTimer(l.TTL() / 3)
+	next := time.NewTimer(l.nextExtend())
 	defer next.Stop()
 	for {
 		select {
@@ -190,7 +198,7 @@ func (l *Lock) keepAlive(ctx context.Context, done <-chan struct{}, exited chan 
 			l.keep.mu.Lock()
 			l.keep.lastErr = nil
 			l.keep.mu.Unlock()
-			next.Reset(ttl / 3)
+			next.Reset(l.nextExtend())
 		case errors.Is(err, ErrNotHeld):
 			l.keep.mu.Lock()
 			l.keep.endLocked(errors.Join(ErrLost, err))
