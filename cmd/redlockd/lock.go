@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -74,8 +75,14 @@ run acquires the lock, starts the command with REDLOCK_KEY, REDLOCK_FENCE
 start) in its environment, extends the lock at about a third of the TTL
 while the command runs, and releases it when the command exits. If the lock
 is lost (an extend refused, or validity about to end unconfirmed), the
-command's process group gets SIGTERM, then SIGKILL after --grace (or as
-soon as the command itself exited), and the reason is printed on stderr.
+command's process group gets SIGTERM, then SIGKILL after --grace or when
+the validity ends, whichever is sooner (a command that ignores SIGTERM gets
+at most the validity left: about 1 s, a tenth of the TTL when shorter), or
+as soon as the command itself exited; the reason is printed on stderr.
+When the command exits, whatever it left running in its process group is
+killed before the lock is released. If lock run itself is killed (even
+with SIGKILL), a guardian process kills the command's process group at once
+(on Linux the command also has a parent-death signal).
 SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the command's
 process group. The command runs in a process
 group of its own so that all it started can be stopped; when lock run is
@@ -136,7 +143,7 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "run":
 		fs.DurationVar(&f.ttl, "ttl", 0, "lock TTL, whole seconds (required), e.g. 5m; extended at about ttl/3")
 		fs.DurationVar(&f.wait, "wait", 0, "wait up to this long for a held lock (at most the daemon's max_wait)")
-		fs.DurationVar(&f.grace, "grace", 10*time.Second, "after a loss, time between SIGTERM and SIGKILL")
+		fs.DurationVar(&f.grace, "grace", 10*time.Second, "after a loss, time between SIGTERM and SIGKILL, cut to the validity left")
 	case "acquire":
 		fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "lock TTL, whole seconds")
 		fs.DurationVar(&f.wait, "wait", 0, "wait up to this long for a held lock")
@@ -448,8 +455,21 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 		"REDLOCK_FENCE="+strconv.FormatInt(l.Fence(), 10),
 		"REDLOCK_VALID_UNTIL="+strconv.FormatInt(l.ValidUntil().Unix(), 10),
 	)
+	// The guardian stops the command if lock run itself is killed (guard.go).
+	g, err := startGuard(stderr)
+	if err != nil {
+		release()
+		return &exitError{code: exitCannotExec, err: fmt.Errorf("lock run: %w; the command did not run", err)}
+	}
+	defer g.standDown() // after the command's group was stopped below
 	var restoreTTY func()
 	cmd.SysProcAttr, restoreTTY = childProcAttr()
+	setParentDeathSignal(cmd.SysProcAttr)
+	// The parent-death signal follows the thread that started the command:
+	// keep this goroutine on it until the command is gone, so that the
+	// thread ends only with lock run.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		restoreTTY()
 		release()
@@ -460,6 +480,13 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 		return &exitError{code: code, err: fmt.Errorf("lock run: %w", err)}
 	}
 	pgid := cmd.Process.Pid
+	if err := g.watch(pgid); err != nil {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		restoreTTY()
+		release()
+		return &exitError{code: exitCannotExec, err: fmt.Errorf("lock run: the guardian is gone (%v); the command was stopped", err)}
+	}
 	// The keep-alive must outlive a signal to lock run: the command may
 	// take its time to stop, and holds the lock until it has.
 	kctx, stopKeep := context.WithCancel(context.WithoutCancel(ctx))
@@ -474,6 +501,7 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 		done  = l.Done()
 		werr  error
 		timer *time.Timer
+		grace time.Duration // --grace, cut to the validity left at the loss
 	)
 wait:
 	for {
@@ -485,24 +513,25 @@ wait:
 		case <-done:
 			done = nil
 			lost = l.Err()
-			fmt.Fprintf(stderr, "redlockd lock run: lock %q lost: %s; sending SIGTERM to the command (pid %d), SIGKILL in %v\n", f.key, cliText(lost), pgid, f.grace)
+			// The SIGKILL comes no later than the end of validity, whatever
+			// --grace says: after it another owner may hold the lock.
+			grace = min(f.grace, max(time.Until(l.ValidUntil()), 0)).Truncate(time.Millisecond)
+			fmt.Fprintf(stderr, "redlockd lock run: lock %q lost: %s; sending SIGTERM to the command (pid %d), SIGKILL in %v\n", f.key, cliText(lost), pgid, grace)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
-			timer = time.NewTimer(f.grace)
+			timer = time.NewTimer(grace)
 			kill = timer.C
 		case <-kill:
 			kill = nil
-			fmt.Fprintf(stderr, "redlockd lock run: the command did not exit within %v of SIGTERM; sending SIGKILL\n", f.grace)
+			fmt.Fprintf(stderr, "redlockd lock run: the command did not exit within %v of SIGTERM; sending SIGKILL\n", grace)
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		}
 	}
 	if timer != nil {
 		timer.Stop()
 	}
-	if lost != nil {
-		// Whatever the command started and left running in its group
-		// must not go on without the lock either.
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	}
+	// Whatever the command started and left running in its group must
+	// not go on once the lock is released or lost.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	restoreTTY()
 	stopKeep()
 	release()

@@ -113,6 +113,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return repairFences(ctx, args[1:], stdout, stderr)
 	case "lock":
 		return lockCmd(ctx, args[1:], stdout, stderr)
+	case guardCommand: // hidden: started by lock run (guard.go)
+		return lockGuard(os.Stdin, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, versionString(debug.ReadBuildInfo()))
 		return nil

@@ -1,0 +1,155 @@
+package main
+
+// Tests of `redlockd lock` that wait for a lock, and of lock run's guardian.
+
+import (
+	"encoding/json"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// holdFor acquires key over HTTP and releases it after d.
+func holdFor(t *testing.T, base, key string, d time.Duration) {
+	t.Helper()
+	st, env, _ := post(t, lockURL(base), keyA, `{"action":"acquire","key":"`+key+`","ttl":60}`)
+	require.Equal(t, 200, st)
+	require.Equal(t, true, env.Data["acquired"])
+	token := env.Data["token"].(string)
+	time.AfterFunc(d, func() {
+		_, _, _ = postWith(t, httpClient, lockURL(base), keyA, `{"action":"release","key":"`+key+`","token":"`+token+`"}`)
+	})
+}
+
+// TestLockRunAfterAWait: a lock won after --wait is held for the command's
+// whole run, whether the wait ended just before the TTL, just after it, or
+// after three times it. Before elapsed_ms the wait was charged against the
+// validity and the command got SIGTERM at once (exit 78, issue 21).
+func TestLockRunAfterAWait(t *testing.T) {
+	base := daemonURL(t)
+	const ttl = 2 * time.Second
+	for _, wait := range []time.Duration{ttl * 9 / 10, ttl * 11 / 10, 3 * ttl} {
+		t.Run(wait.String(), func(t *testing.T) {
+			key := "job:waited:" + wait.String()
+			holdFor(t, base, key, wait)
+			// The command outlives the TTL: the keep-alive must extend it.
+			code, _, stderr := runLock(t, base, "run", "--key", key, "--ttl", "2s", "--wait", "20s", "--", "sleep", "3")
+			assert.Equal(t, 0, code, "stderr: %s", stderr)
+			assert.NotContains(t, stderr, "lost")
+		})
+	}
+}
+
+// TestLockAcquireAfterAWait: lock acquire --wait prints the validity the
+// lock has when it is won, not the TTL less the wait.
+func TestLockAcquireAfterAWait(t *testing.T) {
+	base := daemonURL(t)
+	const ttl = 3 * time.Second
+	for _, wait := range []time.Duration{ttl * 9 / 10, ttl * 11 / 10, 3 * ttl} {
+		t.Run(wait.String(), func(t *testing.T) {
+			key := "job:acq-waited:" + wait.String()
+			holdFor(t, base, key, wait)
+			code, stdout, stderr := runLock(t, base, "acquire", "--key", key, "--ttl", "3s", "--wait", "20s")
+			require.Equal(t, 0, code, "stderr: %s", stderr)
+			var out struct {
+				ValidityMS int64 `json:"validity_ms"`
+				ExpireAt   int64 `json:"expire_at"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(stdout), &out), stdout)
+			assert.Greater(t, out.ValidityMS, ttl.Milliseconds()/2, "the wait was charged against the validity: %s", stdout)
+			assert.LessOrEqual(t, out.ValidityMS, ttl.Milliseconds(), stdout)
+		})
+	}
+}
+
+// TestLockRunKilledStopsItsCommand: SIGKILL of lock run (it runs no code)
+// stops its command and what the command started in its group within a
+// second: the guardian sees lock run's end of its pipe close.
+func TestLockRunKilledStopsItsCommand(t *testing.T) {
+	base := daemonURL(t)
+	dir := t.TempDir()
+	p := startLock(t, base, "run", "--key", "job:killed", "--ttl", "10s", "--",
+		"sh", "-c", `sleep 1000 & echo $! > `+dir+`/child; echo $$ > `+dir+`/pid; wait`)
+	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/pid")))
+	require.NoError(t, err)
+	child, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/child")))
+	require.NoError(t, err)
+	// Should the test fail, nothing is left running (the group is the
+	// command's pid: lock run puts it in a group of its own).
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	require.NoError(t, p.cmd.Process.Kill())
+	killed := time.Now()
+	// Process.Wait, not Cmd.Wait: a surviving child would hold the output
+	// pipes open, and Cmd.Wait waits for them to close.
+	_, err = p.cmd.Process.Wait()
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return gone(pid) && gone(child) }, time.Second, 5*time.Millisecond,
+		"the command (pid %d) and its child (pid %d) still run after lock run was killed", pid, child)
+	t.Logf("command and child gone %v after the SIGKILL", time.Since(killed))
+	_ = p.cmd.Wait() // the output pipes close once the guardian has exited
+	assert.Contains(t, p.stderr.String(), "its guardian killed process group")
+}
+
+// TestLockRunLeavesNothingBehind: when the command exits, what it left
+// running in its group is stopped before the lock is released, and the
+// guardian is gone too.
+func TestLockRunLeavesNothingBehind(t *testing.T) {
+	base := daemonURL(t)
+	dir := t.TempDir()
+	code, _, stderr := runLock(t, base, "run", "--key", "job:leftover", "--ttl", "10s", "--",
+		"sh", "-c", `sleep 1000 & echo $! > `+dir+`/child`)
+	require.Equal(t, 0, code, stderr)
+	child, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/child")))
+	require.NoError(t, err)
+	assert.True(t, gone(child), "the command's background child outlived the lock")
+	assert.False(t, held(t, base, "job:leftover"))
+	assert.NotContains(t, stderr, "guardian", "the guardian stood down without a kill")
+}
+
+// TestLockRunGraceEndsWithValidity: with a --grace longer than the validity
+// left at the loss, the SIGKILL comes when the validity ends, not after
+// --grace: a command that ignores SIGTERM must not run into the next
+// holder's lock.
+func TestLockRunGraceEndsWithValidity(t *testing.T) {
+	base, stop := startDaemon(t)
+	dir := t.TempDir()
+	p := startLock(t, base, "run", "--key", "job:grace", "--ttl", "3s", "--grace", "30s", "--",
+		"sh", "-c", `trap '' TERM; echo $$ > `+dir+`/pid; while :; do sleep 0.05; done`)
+	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/pid")))
+	require.NoError(t, err)
+	require.NoError(t, stop())
+	assert.Equal(t, 78, p.wait(t), "stderr: %s", p.stderr.String())
+	m := regexp.MustCompile(`SIGKILL in ([0-9.a-zµ]+)`).FindStringSubmatch(p.stderr.String())
+	require.NotNil(t, m, p.stderr.String())
+	grace, err := time.ParseDuration(m[1])
+	require.NoError(t, err)
+	// The loss is declared LossMargin (300 ms for a 3 s TTL) before the
+	// validity ends: that is all the time the command gets.
+	assert.LessOrEqual(t, grace, 300*time.Millisecond, "SIGKILL after the validity ends")
+	assert.Contains(t, p.stderr.String(), "sending SIGKILL")
+	assert.True(t, gone(pid), "the command is gone")
+}
+
+// TestLockGuardRefusesBadInput: the hidden guardian command refuses a
+// process group it cannot mean, and does nothing when lock run ended
+// before a command started.
+func TestLockGuardRefusesBadInput(t *testing.T) {
+	for in, want := range map[string]string{"": "", "1\n": "bad process group", "x\n": "bad process group"} {
+		cmd := exec.Command(binary, guardCommand)
+		cmd.Stdin = strings.NewReader(in)
+		out, err := cmd.CombinedOutput()
+		if want == "" {
+			assert.NoError(t, err, "%q: %s", in, out)
+		} else {
+			assert.Error(t, err, "%q", in)
+			assert.Contains(t, string(out), want)
+		}
+	}
+}
