@@ -130,7 +130,9 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return exitf(exitUsage, "lock: unknown subcommand %q", sub)
 	}
 	fs := flag.NewFlagSet("lock "+sub, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	// The flag package prints its error and the whole usage on a bad flag;
+	// a bad flag gets one line here instead (below), --help the usage.
+	fs.SetOutput(io.Discard)
 	var f lockFlags
 	fs.StringVar(&f.url, "url", os.Getenv("REDLOCKD_URL"), "daemon base URL, e.g. http://127.0.0.1:7070 (default $REDLOCKD_URL)")
 	fs.StringVar(&f.apiKey, "api-key", "", "API key (default $REDLOCKD_API_KEY)")
@@ -141,28 +143,27 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs.StringVar(&f.tlsKey, "tls-key", os.Getenv("REDLOCKD_TLS_KEY"), "PEM `file` of the client certificate's key (default $REDLOCKD_TLS_KEY)")
 	switch sub {
 	case "run":
-		fs.DurationVar(&f.ttl, "ttl", 0, "lock TTL, whole seconds (required), e.g. 5m; extended at about ttl/3")
-		fs.DurationVar(&f.wait, "wait", 0, "wait up to this long for a held lock (at most the daemon's max_wait)")
-		fs.DurationVar(&f.grace, "grace", 10*time.Second, "after a loss, time between SIGTERM and SIGKILL, cut to the validity left")
+		durationVar(fs, &f.ttl, "ttl", 0, "lock TTL, a `duration` in whole seconds (required), e.g. 5m; extended at about ttl/3")
+		durationVar(fs, &f.wait, "wait", 0, "wait up to this `duration` for a held lock (at most the daemon's max_wait), e.g. 30s")
+		durationVar(fs, &f.grace, "grace", 10*time.Second, "after a loss, the `duration` between SIGTERM and SIGKILL, cut to the validity left")
 	case "acquire":
-		fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "lock TTL, whole seconds")
-		fs.DurationVar(&f.wait, "wait", 0, "wait up to this long for a held lock")
+		durationVar(fs, &f.ttl, "ttl", 30*time.Second, "lock TTL, a `duration` in whole seconds, e.g. 30s")
+		durationVar(fs, &f.wait, "wait", 0, "wait up to this `duration` for a held lock, e.g. 30s")
 	case "extend":
-		fs.DurationVar(&f.ttl, "ttl", 30*time.Second, "new TTL, whole seconds")
+		durationVar(fs, &f.ttl, "ttl", 30*time.Second, "new TTL, a `duration` in whole seconds, e.g. 30s")
 	}
 	if sub == "extend" || sub == "release" {
 		fs.StringVar(&f.token, "token", os.Getenv("REDLOCK_TOKEN"), "token acquire returned (default $REDLOCK_TOKEN)")
 	}
-	fs.Usage = func() {
-		fmt.Fprint(stderr, lockUsage)
-		fmt.Fprintf(stderr, "\nFlags of lock %s:\n", sub)
-		fs.PrintDefaults()
-	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stderr, lockUsage)
+			fmt.Fprintf(stderr, "\nFlags of lock %s:\n", sub)
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
 			return err
 		}
-		return &exitError{code: exitUsage, err: err}
+		return &exitError{code: exitUsage, err: fmt.Errorf("lock %s: %v (flags: redlockd lock %s --help)", sub, err, sub)}
 	}
 	if f.apiKey == "" {
 		f.apiKey = os.Getenv("REDLOCKD_API_KEY")
@@ -220,6 +221,35 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return printData(stdout, "status", f.key, "held", true, append(fs, field{"validity_ms", v.Milliseconds()}))
 	}
+}
+
+// durationValue is a flag.Value like flag.Duration's, whose error for a
+// number without a unit says what is missing (time.ParseDuration says
+// "missing unit in duration").
+type durationValue struct{ d *time.Duration }
+
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	fs.Var(durationValue{p}, name, usage)
+}
+
+func (v durationValue) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
+			return fmt.Errorf("durations need a unit, e.g. %ss", s)
+		}
+		return errors.New("not a duration: use a number with a unit, e.g. 30s, 5m, 1500ms")
+	}
+	*v.d = d
+	return nil
+}
+
+func (v durationValue) String() string {
+	if v.d == nil {
+		return "0s"
+	}
+	return v.d.String()
 }
 
 // check validates the flags of subcommand sub with nargs arguments left.

@@ -4,6 +4,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -151,5 +152,24 @@ func TestLockGuardRefusesBadInput(t *testing.T) {
 			assert.Error(t, err, "%q", in)
 			assert.Contains(t, string(out), want)
 		}
+	}
+}
+
+// TestLockDurationWithoutUnit: --ttl 30 is refused in one line that says
+// what is missing, without the whole usage (issue 21).
+func TestLockDurationWithoutUnit(t *testing.T) {
+	for _, args := range [][]string{
+		{"lock", "run", "--key", "k", "--ttl", "30", "--", "true"},
+		{"lock", "acquire", "--key", "k", "--wait", "5"},
+		{"lock", "extend", "--key", "k", "--token", "t", "--ttl", "1.5"},
+	} {
+		cmd := exec.Command(binary, args...)
+		cmd.Env = append(os.Environ(), "REDLOCKD_URL=http://127.0.0.1:1", "REDLOCKD_API_KEY="+keyA)
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v", args)
+		assert.Equal(t, 64, ee.ExitCode())
+		assert.Contains(t, string(out), "durations need a unit, e.g. ")
+		assert.Equal(t, 1, strings.Count(strings.TrimSpace(string(out)), "\n")+1, "one line, not the usage: %s", out)
 	}
 }
