@@ -176,10 +176,10 @@ func TestDashboard(t *testing.T) {
 	assert.Contains(t, js.Raw, `getJSON("v1/history"`)
 	assert.NotContains(t, js.Raw, "innerHTML")
 	for _, field := range []string{"m.state", "m.drifting", "m.quarantine_reason", "m.quarantine_left_s", "m.clock_offset_ms",
-		"m.drift_ratio", "m.warnings", "q.counting", "q.needed", "h.acquire_latency_ms", "h.outcomes_per_s", "m.probe_latency_ms"} {
+		"m.drift_ratio", "m.warnings", "q.counting", "q.needed", "h.acquire_latency_ms", "h.acquire_wait_ms", "h.outcomes_per_s", "m.probe_latency_ms"} {
 		assert.Contains(t, js.Raw, field, "the dashboard shows %s", field)
 	}
-	for _, chart := range []string{"c-states", "c-quorum", "c-outcomes", "c-latency", "c-offset", "c-drift", "c-probe"} {
+	for _, chart := range []string{"c-states", "c-quorum", "c-outcomes", "c-latency", "c-wait", "c-offset", "c-drift", "c-probe"} {
 		assert.Contains(t, r.Raw, `id="`+chart+`"`)
 	}
 	assert.Equal(t, http.StatusNotFound, ts.do(t, http.MethodGet, "/nope", "", nil).Status)

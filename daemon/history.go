@@ -28,8 +28,8 @@ const (
 
 // history is a ring of historySamples samples, each with one masterSample
 // per master, all allocated by newHistory and reused: its memory is fixed
-// at historySamples × (168 + 40 × masters) bytes on 64-bit platforms
-// (323 KiB for five masters) however long the daemon runs. Sampling reads
+// at historySamples × (184 + 40 × masters) bytes on 64-bit platforms
+// (338 KiB for five masters) however long the daemon runs. Sampling reads
 // the Locker's snapshot and the metrics' counters; the request path never
 // touches it.
 type history struct {
@@ -45,8 +45,8 @@ type history struct {
 	// into per-interval numbers.
 	prevAt      time.Time
 	prevResults [numResults]uint64
-	prevBuckets []uint64 // acquire duration histogram, cumulative per bucket
-	prevTotal   uint64   // acquire duration histogram, count
+	prevAcquire histogramMark // acquire duration histogram at the previous sample
+	prevWait    histogramMark // acquire wait histogram at the previous sample
 	dm          dto.Metric
 }
 
@@ -61,8 +61,10 @@ type sample struct {
 	// (summed over actions).
 	outcomes [numResults]uint32
 	// acquireP50 and acquireP99 are in seconds, NaN when no acquire ended
-	// during the interval.
+	// during the interval; waitP50 and waitP99 the same for the acquires
+	// that asked to wait (wait_ms), which the first two leave out.
 	acquireP50, acquireP99 float64
+	waitP50, waitP99       float64
 	masters                []masterSample
 }
 
@@ -85,7 +87,8 @@ func newHistory(m *Metrics, l Locker, now time.Time) *history {
 	for i := range h.samples {
 		h.samples[i].masters = backing[i*n : (i+1)*n : (i+1)*n]
 	}
-	h.prevBuckets = make([]uint64, len(requestBuckets))
+	h.prevAcquire.buckets = make([]uint64, len(requestBuckets))
+	h.prevWait.buckets = make([]uint64, len(requestBuckets))
 	return h
 }
 
@@ -119,7 +122,8 @@ func (h *history) record(now time.Time) {
 	defer h.mu.Unlock()
 	s := &h.samples[h.next]
 	masters := s.masters
-	*s = sample{at: now, needed: int16(needed), masters: masters, acquireP50: math.NaN(), acquireP99: math.NaN()}
+	*s = sample{at: now, needed: int16(needed), masters: masters, acquireP50: math.NaN(), acquireP99: math.NaN(),
+		waitP50: math.NaN(), waitP99: math.NaN()}
 	if !h.prevAt.IsZero() {
 		s.seconds = now.Sub(h.prevAt).Seconds()
 		for r := range numResults {
@@ -127,7 +131,10 @@ func (h *history) record(now time.Time) {
 		}
 	}
 	h.prevAt, h.prevResults = now, results
-	h.acquireQuantiles(s)
+	if m, ok := h.metrics.duration[actAcquire].(prometheus.Metric); ok {
+		s.acquireP50, s.acquireP99 = h.quantiles(m, &h.prevAcquire, s.seconds == 0)
+	}
+	s.waitP50, s.waitP99 = h.quantiles(h.metrics.waitDuration, &h.prevWait, s.seconds == 0)
 	for i := range masters {
 		masters[i] = masterSample{state: redlock.MasterDown, offsetMS: nan32, driftRatio: nan32, probeRTTMS: nan32}
 	}
@@ -139,11 +146,11 @@ func (h *history) record(now time.Time) {
 		x := &masters[st.Index]
 		x.state, x.drifting, x.counts = masterState(st), st.Drifting, st.Counting
 		x.quarantineS = int32(min(quarantineSeconds(st.QuarantineLeft), math.MaxInt32))
-		if !st.CheckedAt.IsZero() {
+		// A down master's offset, drift and latency are its last
+		// readings, not current ones: unknown (null) while it is down.
+		if st.Up && !st.CheckedAt.IsZero() {
 			x.offsetMS = float32(millis(st.ClockOffset))
 			x.driftRatio = float32(finite(st.DriftRatio))
-		}
-		if st.Up && !st.CheckedAt.IsZero() {
 			x.probeRTTMS = float32(millis(st.Latency))
 		}
 		if st.Up {
@@ -159,33 +166,36 @@ func (h *history) record(now time.Time) {
 
 var nan32 = float32(math.NaN())
 
-// acquireQuantiles sets s.acquireP50 and s.acquireP99 from the acquires
-// that ended since the previous sample, read from the duration histogram
+// histogramMark is a histogram's cumulative counts at the previous sample.
+type histogramMark struct {
+	buckets []uint64 // cumulative per bucket
+	total   uint64
+}
+
+// quantiles returns the p50 and p99, in seconds, of the observations of
+// histogram m since prev (which it moves on), read from the histogram
 // that GET /metrics serves, so the page and a Prometheus
-// histogram_quantile over the same interval agree.
-func (h *history) acquireQuantiles(s *sample) {
-	m, ok := h.metrics.duration[actAcquire].(prometheus.Metric)
-	if !ok {
-		return
-	}
+// histogram_quantile over the same interval agree. NaN when there were
+// none, or on the first sample (first: the counts include everything
+// before it).
+func (h *history) quantiles(m prometheus.Metric, prev *histogramMark, first bool) (p50, p99 float64) {
 	h.dm.Reset()
-	if m.Write(&h.dm) != nil || h.dm.Histogram == nil || len(h.dm.Histogram.Bucket) != len(h.prevBuckets) {
-		return
+	if m.Write(&h.dm) != nil || h.dm.Histogram == nil || len(h.dm.Histogram.Bucket) != len(prev.buckets) {
+		return math.NaN(), math.NaN()
 	}
 	hist := h.dm.Histogram
-	delta := make([]uint64, len(h.prevBuckets)+1) // + the +Inf bucket
+	delta := make([]uint64, len(prev.buckets)+1) // + the +Inf bucket
 	for i, b := range hist.Bucket {
-		delta[i] = b.GetCumulativeCount() - h.prevBuckets[i]
-		h.prevBuckets[i] = b.GetCumulativeCount()
+		delta[i] = b.GetCumulativeCount() - prev.buckets[i]
+		prev.buckets[i] = b.GetCumulativeCount()
 	}
 	total := hist.GetSampleCount()
-	delta[len(delta)-1] = total - h.prevTotal
-	h.prevTotal = total
-	if s.seconds == 0 { // the first sample: the counters include everything before it
-		return
+	delta[len(delta)-1] = total - prev.total
+	prev.total = total
+	if first {
+		return math.NaN(), math.NaN()
 	}
-	s.acquireP50 = bucketQuantile(0.5, requestBuckets, delta)
-	s.acquireP99 = bucketQuantile(0.99, requestBuckets, delta)
+	return bucketQuantile(0.5, requestBuckets, delta), bucketQuantile(0.99, requestBuckets, delta)
 }
 
 // bucketQuantile estimates the q-quantile (0 < q < 1) of observations
@@ -225,7 +235,8 @@ func bucketQuantile(q float64, bounds []float64, cum []uint64) float64 {
 //	             "quarantine_left_s":[0,0],"clock_offset_ms":[0.41,0.40],
 //	             "drift_ratio":[0.000013,0.000012],"probe_latency_ms":[0.213,null]}, …],
 //	 "outcomes_per_s":{"acquired":[null,41.9],"quorum_unavailable":[null,0]},
-//	 "acquire_latency_ms":{"p50":[null,0.61],"p99":[null,2.3]}}
+//	 "acquire_latency_ms":{"p50":[null,0.61],"p99":[null,2.3]},
+//	 "acquire_wait_ms":{"p50":[null,null],"p99":[null,null]}}
 //
 // started_ms is when this history began (the process start): a page that
 // sees it change drops what it had. With ?since_ms=T only samples taken
@@ -235,8 +246,11 @@ func bucketQuantile(q float64, bounds []float64, cum []uint64) float64 {
 // for an interval without acquires. outcomes_per_s has every result, over
 // all actions, that some listed sample counted (a result left out had no
 // request in them); quantiles are
-// interpolated inside the buckets of redlockd_request_duration_seconds,
-// as histogram_quantile does.
+// interpolated inside the buckets of redlockd_request_duration_seconds
+// (acquire_latency_ms, acquires without wait_ms) and
+// redlockd_acquire_wait_seconds (acquire_wait_ms, acquires with wait_ms),
+// as histogram_quantile does. A down master's clock offset and drift are
+// null: its last readings are not current.
 type historyBody struct {
 	IntervalMS int64                `json:"interval_ms"`
 	WindowS    int64                `json:"window_s"`
@@ -247,6 +261,7 @@ type historyBody struct {
 	Masters    []historyMaster      `json:"masters"`
 	Outcomes   map[string][]jsonNum `json:"outcomes_per_s"`
 	Acquire    historyLatency       `json:"acquire_latency_ms"`
+	Wait       historyLatency       `json:"acquire_wait_ms"`
 }
 
 type historyQuorum struct {
@@ -310,6 +325,7 @@ func (h *history) body(since time.Time, now time.Time) *historyBody {
 		Masters:  make([]historyMaster, len(h.samples[0].masters)),
 		Outcomes: map[string][]jsonNum{},
 		Acquire:  historyLatency{P50: make([]jsonNum, 0, len(idx)), P99: make([]jsonNum, 0, len(idx))},
+		Wait:     historyLatency{P50: make([]jsonNum, 0, len(idx)), P99: make([]jsonNum, 0, len(idx))},
 	}
 	for j := range b.Masters {
 		hm := &b.Masters[j]
@@ -339,6 +355,8 @@ func (h *history) body(since time.Time, now time.Time) *historyBody {
 		b.Quorum.Up = append(b.Quorum.Up, s.up)
 		b.Acquire.P50 = append(b.Acquire.P50, jsonNum(s.acquireP50*1000))
 		b.Acquire.P99 = append(b.Acquire.P99, jsonNum(s.acquireP99*1000))
+		b.Wait.P50 = append(b.Wait.P50, jsonNum(s.waitP50*1000))
+		b.Wait.P99 = append(b.Wait.P99, jsonNum(s.waitP99*1000))
 		for r := range numResults {
 			if !seen[r] {
 				continue

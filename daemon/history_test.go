@@ -59,6 +59,9 @@ type historyJSON struct {
 	Acquire  struct {
 		P50, P99 []*float64
 	} `json:"acquire_latency_ms"`
+	Wait struct {
+		P50, P99 []*float64
+	} `json:"acquire_wait_ms"`
 }
 
 func TestHistory(t *testing.T) {
@@ -70,9 +73,12 @@ func TestHistory(t *testing.T) {
 	// Two seconds with five grants and one 400, then master 1 goes down
 	// and master 3 is quarantined.
 	for range 5 {
-		s.metrics.request(actAcquire, resAcquired, 2*time.Millisecond)
+		s.metrics.request(actAcquire, resAcquired, 2*time.Millisecond, false)
 	}
-	s.metrics.request(actRelease, resBadRequest, time.Millisecond)
+	s.metrics.request(actRelease, resBadRequest, time.Millisecond, false)
+	// An acquire that waited 9.95 s for its lock: charted apart, it does
+	// not hide the 2 ms of the others.
+	s.metrics.request(actAcquire, resAcquired, 9950*time.Millisecond, true)
 	s.history.record(t0.Add(2 * time.Second))
 	f.setUp(1, false)
 	f.setStatus(3, func(st *redlock.MasterStatus) {
@@ -102,12 +108,13 @@ func TestHistory(t *testing.T) {
 	assert.InDelta(t, 1.5, *m3.ClockOffsetMS[2], 1e-6)
 	assert.InDelta(t, 0.002, *m3.DriftRatio[2], 1e-9)
 
-	// Rates: none for the first sample; 5 grants and one 400 over 2 s.
+	// Rates: none for the first sample; 6 grants (one after a wait) and
+	// one 400 over 2 s.
 	require.Contains(t, h.Outcomes, "acquired")
 	require.Contains(t, h.Outcomes, "bad_request")
 	assert.NotContains(t, h.Outcomes, "not_acquired", "results never counted are left out")
 	assert.Nil(t, h.Outcomes["acquired"][0])
-	assert.InDelta(t, 2.5, *h.Outcomes["acquired"][1], 1e-9)
+	assert.InDelta(t, 3, *h.Outcomes["acquired"][1], 1e-9)
 	assert.InDelta(t, 0.5, *h.Outcomes["bad_request"][1], 1e-9)
 	assert.InDelta(t, 0, *h.Outcomes["acquired"][2], 1e-9)
 	// Five acquires of 2 ms, all in the (1 ms, 2.5 ms] bucket.
@@ -116,6 +123,15 @@ func TestHistory(t *testing.T) {
 	assert.InDelta(t, 1.75, *h.Acquire.P50[1], 1e-9)
 	assert.InDelta(t, 2.485, *h.Acquire.P99[1], 1e-9)
 	assert.Nil(t, h.Acquire.P99[2], "no acquire in the last interval")
+	assert.Nil(t, h.Wait.P50[0])
+	require.NotNil(t, h.Wait.P99[1], "the waited acquire is charted apart")
+	assert.Greater(t, *h.Wait.P99[1], 5000.0)
+	assert.Nil(t, h.Wait.P99[2])
+	// Master 1 is down in the last sample: its last clock readings are
+	// not shown as current.
+	assert.NotNil(t, m1.ClockOffsetMS[1])
+	assert.Nil(t, m1.ClockOffsetMS[2], "no clock offset for a master that is down")
+	assert.Nil(t, m1.DriftRatio[2], "no drift for a master that is down")
 
 	// since_ms lists only later samples.
 	code, h, raw = getHistory(t, s, "?since_ms="+jsonInt(t0.UnixMilli()+2000))
@@ -161,7 +177,7 @@ func TestHistoryBounded(t *testing.T) {
 	assert.Equal(t, t0.Add(time.Duration(historySamples+9)*time.Second).UnixMilli(), h.TMS[historySamples-1])
 	assert.Len(t, h.Masters[0].State, historySamples)
 	assert.Equal(t, 900, historySamples)
-	assert.EqualValues(t, 168, unsafe.Sizeof(sample{}))
+	assert.EqualValues(t, 184, unsafe.Sizeof(sample{}))
 	assert.EqualValues(t, 40, unsafe.Sizeof(masterSample{}))
 	assert.Len(t, s.history.samples, historySamples)
 	for i := range s.history.samples {
@@ -205,7 +221,7 @@ func BenchmarkHistory(b *testing.B) {
 		}
 	})
 	for i := range historySamples {
-		s.metrics.request(actAcquire, resAcquired, time.Millisecond)
+		s.metrics.request(actAcquire, resAcquired, time.Millisecond, false)
 		s.history.record(t0.Add(time.Duration(i) * time.Second))
 	}
 	b.Run("full-window", func(b *testing.B) {

@@ -53,6 +53,8 @@ type call struct {
 	remain int64
 	// start is when the handler began: elapsed_ms counts from here.
 	start time.Time
+	// waited: an acquire with wait_ms, timed apart (Metrics.request).
+	waited bool
 }
 
 // serveLock answers POST /v1/lock and POST /gateway/distlock. Checks run in
@@ -153,6 +155,7 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
 	ar := AcquireRequest{Key: rk, TTL: time.Duration(req.ttl) * time.Second, Wait: time.Duration(req.waitMS) * time.Millisecond}
 	if ar.Wait > 0 {
+		c.waited = true
 		ok, why := s.waiters.enter(c.account)
 		if !ok {
 			s.refund(c)
@@ -383,7 +386,7 @@ func (s *Server) fail(w http.ResponseWriter, c *call, status int, res result, co
 // line carries the account and at most an 8-character hash prefix of the
 // token, never a key or a token.
 func (s *Server) finish(r *http.Request, c *call, d time.Duration) {
-	s.metrics.request(c.action, c.result, d)
+	s.metrics.request(c.action, c.result, d, c.waited)
 	lvl := zapcore.DebugLevel
 	switch c.result {
 	case resInternal:

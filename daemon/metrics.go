@@ -100,8 +100,12 @@ func plausible(a action, r result) bool {
 //     source_limited (429, the key not looked at), admin_token (401 on
 //     the admin listener). None reaches a master.
 //   - redlockd_request_duration_seconds{action} histogram, from the first
-//     byte of handling to the response (acquire includes wait_ms); timeouts
-//     are not observed: their duration is the client's, not the daemon's.
+//     byte of handling to the response; timeouts are not observed: their
+//     duration is the client's, not the daemon's. Acquires that asked to
+//     wait (wait_ms > 0) are not observed here either: one 10 s wait would
+//     hide every real latency.
+//   - redlockd_acquire_wait_seconds histogram: the acquires with wait_ms,
+//     from the first byte of handling to the response, the wait included.
 //   - redlockd_requests_in_flight gauge.
 //   - redlockd_acquires_waiting gauge: acquires with wait_ms waiting (for
 //     a held lock, or for a quorum: a waiting acquire keeps waiting while
@@ -174,6 +178,7 @@ type Metrics struct {
 	byPair       [numActions][numResults]prometheus.Counter
 	counts       [numActions][numResults]atomic.Uint64
 	duration     [numActions]prometheus.Observer
+	waitDuration prometheus.Histogram // acquires with wait_ms, kept out of duration
 	durCount     [numActions]atomic.Uint64
 	durSumNS     [numActions]atomic.Int64
 	authFailures [numAuthFailures]prometheus.Counter
@@ -307,6 +312,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Help:    "Time to answer an action API request, by action.",
 		Buckets: requestBuckets,
 	}, []string{"action"})
+	m.waitDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "redlockd_acquire_wait_seconds",
+		Help:    "Time to answer an acquire that asked to wait (wait_ms > 0), the wait included. These acquires are not in redlockd_request_duration_seconds.",
+		Buckets: requestBuckets,
+	})
 	for a := range numActions {
 		m.duration[a] = duration.WithLabelValues(a.String())
 		for r := range numResults {
@@ -315,7 +325,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			}
 		}
 	}
-	reg.MustRegister(m.requests, duration, authFailures, m.inFlight, m.waiting, m.rtt, m.commands, m.batchErrs, m.probeRTT, m.probes, lockerCollector{m})
+	reg.MustRegister(m.requests, duration, m.waitDuration, authFailures, m.inFlight, m.waiting, m.rtt, m.commands, m.batchErrs, m.probeRTT, m.probes, lockerCollector{m})
 	m.limits = newLimitMetrics()
 	reg.MustRegister(m.limits.collectors()...)
 	if g, ok := reg.(prometheus.Gatherer); ok {
@@ -400,8 +410,9 @@ func (m *Metrics) bind(l Locker) {
 	m.locker.Store(&lockerBox{l})
 }
 
-// request records one finished action API request.
-func (m *Metrics) request(a action, r result, d time.Duration) {
+// request records one finished action API request; waited is an acquire
+// with wait_ms, whose duration goes to its own histogram.
+func (m *Metrics) request(a action, r result, d time.Duration, waited bool) {
 	c := m.byPair[a][r]
 	if c == nil {
 		c = m.requests.WithLabelValues(a.String(), r.String())
@@ -409,6 +420,10 @@ func (m *Metrics) request(a action, r result, d time.Duration) {
 	c.Inc()
 	m.counts[a][r].Add(1)
 	if r == resTimeout {
+		return
+	}
+	if waited {
+		m.waitDuration.Observe(d.Seconds())
 		return
 	}
 	m.duration[a].Observe(d.Seconds())

@@ -9,10 +9,14 @@
   const palette = ["#1565c0", "#2e7d32", "#c62828", "#ef6c00", "#6a1b9a", "#00838f", "#ad1457", "#5d4037", "#9e9d24", "#37474f"];
   const stateColor = { up: "#43a047", down: "#c62828", quarantined: "#ef6c00", repairing: "#8d4a00", waiting: "#90a4ae", oom: "#ad1457", drifting: "#6a1b9a" };
   const stateBadge = { up: "ok", down: "bad", quarantined: "warn", repairing: "warn", waiting: "idle", oom: "bad" };
-  const resultColor = { acquired: "#2e7d32", not_acquired: "#90a4ae", released: "#1565c0", not_released: "#78909c",
-    extended: "#00838f", not_extended: "#b0bec5", held: "#5d4037", not_held: "#a1887f", quorum_unavailable: "#c62828",
-    bad_request: "#ef6c00", unauthorized: "#ad1457", internal: "#000", cancelled: "#9e9d24",
-    quota_exhausted: "#6a1b9a", rate_limited: "#ab47bc", too_many_locks: "#4a148c" };
+  // One colour per result, all distinct (daemon/dashboard_test.go checks
+  // that every result the daemon counts has its own).
+  const resultColor = { acquired: "#2e7d32", not_acquired: "#90a4ae", released: "#1565c0", not_released: "#546e7a",
+    extended: "#00838f", not_extended: "#b0bec5", held: "#5d4037", not_held: "#bcaaa4", quorum_unavailable: "#c62828",
+    bad_request: "#ef6c00", unauthorized: "#ad1457", internal: "#000000", cancelled: "#9e9d24",
+    method_not_allowed: "#fbc02d", unsupported_media_type: "#7cb342", too_large: "#1a237e",
+    too_many_waiters: "#4dd0e1", timeout: "#ff8a80", auth_limited: "#f06292",
+    quota_exhausted: "#6a1b9a", rate_limited: "#ce93d8", too_many_locks: "#d500f9" };
 
   let hist = null; // the history the page holds, columns as in /v1/history
   let ready = null; // the last /readyz body
@@ -61,6 +65,7 @@
       }),
       outcomes: Object.assign({}, h.outcomes_per_s),
       p50: h.acquire_latency_ms.p50.slice(), p99: h.acquire_latency_ms.p99.slice(),
+      w50: h.acquire_wait_ms.p50.slice(), w99: h.acquire_wait_ms.p99.slice(),
     };
   }
 
@@ -90,6 +95,8 @@
       });
       hist.p50.push(...h.acquire_latency_ms.p50);
       hist.p99.push(...h.acquire_latency_ms.p99);
+      hist.w50.push(...h.acquire_wait_ms.p50);
+      hist.w99.push(...h.acquire_wait_ms.p99);
     }
     trim(h.now_ms - hist.window);
   }
@@ -99,7 +106,7 @@
     while (k < hist.t.length && hist.t[k] < oldest) k++;
     if (!k) return;
     const cut = function (a) { a.splice(0, k); };
-    [hist.t, hist.needed, hist.counting, hist.up, hist.p50, hist.p99].forEach(cut);
+    [hist.t, hist.needed, hist.counting, hist.up, hist.p50, hist.p99, hist.w50, hist.w99].forEach(cut);
     hist.masters.forEach(function (m) { [m.state, m.drifting, m.offset, m.drift, m.probe].forEach(cut); });
     Object.keys(hist.outcomes).forEach(function (r) {
       cut(hist.outcomes[r]);
@@ -256,6 +263,10 @@
       { name: "p50", color: "#1565c0", values: hist.p50 },
       { name: "p99", color: "#c62828", values: hist.p99 },
     ], { zero: true });
+    lineChart("c-wait", [
+      { name: "p50", color: "#1565c0", values: hist.w50 },
+      { name: "p99", color: "#c62828", values: hist.w99 },
+    ], { zero: true });
     lineChart("c-offset", masterSeries("offset", 1), {});
     lineChart("c-drift", masterSeries("drift", 1000), {});
     lineChart("c-probe", masterSeries("probe", 1), { zero: true });
@@ -292,11 +303,14 @@
     card.appendChild(badges);
     if (m.quarantine_left_s > 0 || m.state === "repairing") {
       const q = el("div", "quarantine");
-      if (m.quarantine_left_s > 0) {
+      if (m.state === "repairing") {
+        // No countdown: a repairing master does not come back by itself
+        // when a time runs out, only after its fencing counter is repaired
+        // (then its quarantine, if any, starts).
+        q.appendChild(el("span", "countdown", "awaiting fencing repair"));
+      } else {
         q.appendChild(document.createTextNode("quarantined, "));
         q.appendChild(el("span", "countdown", duration(m.quarantine_left_s) + " left"));
-      } else {
-        q.appendChild(el("span", "countdown", "awaiting fencing repair"));
       }
       if (m.quarantine_reason) q.appendChild(el("div", "reason", m.quarantine_reason));
       if (m.state === "repairing") {
@@ -313,8 +327,10 @@
     const dl = el("dl");
     const row = function (k, v) { dl.appendChild(el("dt", "", k)); dl.appendChild(el("dd", "", v)); };
     const probed = !!m.checked_at_ms;
-    row("clock offset", probed ? m.clock_offset_ms.toFixed(3) + " ms" : "–");
-    row("drift", probed ? (1000 * m.drift_ratio).toFixed(3) + " ms/s" : "–");
+    // A down master's offset and drift are its last readings, not current.
+    const current = probed && m.state !== "down";
+    row("clock offset", current ? m.clock_offset_ms.toFixed(3) + " ms" : probed ? "– (down; last " + m.clock_offset_ms.toFixed(3) + " ms)" : "–");
+    row("drift", current ? (1000 * m.drift_ratio).toFixed(3) + " ms/s" : probed ? "– (down; last " + (1000 * m.drift_ratio).toFixed(3) + " ms/s)" : "–");
     row("probe", m.state === "down" ? "–" : m.latency_ms.toFixed(3) + " ms");
     row("run id", m.run_id || "–");
     row("checked", probed ? clock(m.checked_at_ms) : "not yet");
