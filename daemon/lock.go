@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -321,7 +322,16 @@ func notHeldMsg(err error) string {
 // client went away, or no quorum of masters answered. It reports whether
 // it answered.
 func (s *Server) lockerFailed(ctx context.Context, w http.ResponseWriter, c *call, err error) bool {
+	var te *redlock.TTLError
 	switch {
+	case errors.As(err, &te):
+		// A ttl the drift allowance eats whole (a large drift_factor, or
+		// clock readings grown old): bad input, not a fault of the daemon.
+		c.err = err
+		s.fail(w, c, http.StatusBadRequest, resBadRequest, codeBadRequest, fmt.Sprintf(
+			"ttl: %d leaves no validity after the clock-drift allowance of %d ms (drift_factor × ttl + the clock allowance); the minimum ttl is now %d",
+			int64(te.TTL/time.Second), te.Allowance.Milliseconds(), int64((te.Min+time.Second-1)/time.Second)))
+		return true
 	case ctx.Err() != nil:
 		c.err = err
 		s.fail(w, c, statusClientClosed, resCancelled, codeCancelled, "request cancelled")

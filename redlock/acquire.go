@@ -79,8 +79,8 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if ttl > c.opts.maxTTL {
 		return nil, fmt.Errorf("%w: ttl %v is above the max TTL %v", ErrInvalid, ttl, c.opts.maxTTL)
 	}
-	if c.drift(ttl) >= ttl {
-		return nil, fmt.Errorf("%w: ttl %v leaves no validity after the drift allowance %v", ErrInvalid, ttl, c.drift(ttl))
+	if err := c.ttlError(ttl); err != nil {
+		return nil, err
 	}
 	cfg := acquireConfig{}
 	for _, o := range opts {

@@ -98,3 +98,30 @@ func (e *OutcomeError) Is(target error) bool {
 
 // Unwrap returns the per-master failures so errors.As finds a *MasterError.
 func (e *OutcomeError) Unwrap() []error { return e.Failures }
+
+// TTLError is the error of Acquire and Extend for a TTL that leaves no
+// validity after the drift allowance (drift factor × TTL + 2 ms + the clock
+// allowance, see clockref.go): Redlock step 3 would grant nothing. It
+// matches ErrInvalid. Min is the smallest TTL that leaves any validity
+// with the allowance as it is now (the clock allowance moves with the age
+// of the masters' clock readings).
+type TTLError struct {
+	TTL, Allowance, Min time.Duration
+}
+
+func (e *TTLError) Error() string {
+	return fmt.Sprintf("%v: ttl %v leaves no validity after the drift allowance %v; the smallest ttl that leaves any is now %v",
+		ErrInvalid, e.TTL, e.Allowance, e.Min)
+}
+
+func (e *TTLError) Unwrap() error { return ErrInvalid }
+
+// ttlError is the TTLError for ttl, or nil when ttl leaves validity.
+func (c *Client) ttlError(ttl time.Duration) error {
+	drift := c.drift(ttl)
+	if drift < ttl {
+		return nil
+	}
+	fixed := drift - time.Duration(float64(ttl)*c.opts.driftFactor) // 2 ms + the clock allowance
+	return &TTLError{TTL: ttl, Allowance: drift, Min: time.Duration(float64(fixed)/(1-c.opts.driftFactor)) + time.Millisecond}
+}

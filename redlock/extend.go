@@ -41,8 +41,11 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 	if key == "" || token == "" {
 		return time.Time{}, 0, fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
 	}
-	if ttl < MinTTL || c.drift(ttl) >= ttl || ttl > c.opts.maxTTL {
-		return time.Time{}, 0, fmt.Errorf("%w: ttl %v is outside %v to %v or leaves no validity", ErrInvalid, ttl, MinTTL, c.opts.maxTTL)
+	if ttl < MinTTL || ttl > c.opts.maxTTL {
+		return time.Time{}, 0, fmt.Errorf("%w: ttl %v is outside %v to %v", ErrInvalid, ttl, MinTTL, c.opts.maxTTL)
+	}
+	if err := c.ttlError(ttl); err != nil {
+		return time.Time{}, 0, err
 	}
 	n := len(c.masters)
 	start := time.Now()
