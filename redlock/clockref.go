@@ -242,7 +242,7 @@ func (c *Client) checkClockAgreement() {
 	}
 	var fresh []sample
 	for _, m := range c.masters {
-		s, ok := m.st.lastReading.Load(), m.up.Load()
+		s, ok := m.st.lastReading.Load(), m.answeredProbe()
 		if ok && s != nil && s.uncert <= tight && time.Duration(c.sinceEpoch()-s.at) < c.opts.healthInterval+c.opts.healthTimeout {
 			fresh = append(fresh, sample{m, *s})
 		}

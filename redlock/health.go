@@ -14,7 +14,8 @@ type MasterState string
 
 // The states of a master, in the order Masters decides them.
 const (
-	// MasterDown: it did not answer its last probe or refuses connections.
+	// MasterDown: it refuses connections, or did not answer two probes in
+	// a row (probeFailuresForDown), or did not answer the first probe.
 	MasterDown MasterState = "down"
 	// MasterRepairing: it lost its data; its votes are excluded until its
 	// fencing counter is repaired from a quorum, or by `redlockd
@@ -40,7 +41,7 @@ type MasterStatus struct {
 	Index int
 	Addr  string
 	State MasterState
-	Up    bool // answered its last probe and accepts connections
+	Up    bool // not MasterDown: accepts connections and answered one of its last two probes
 	// Counting is whether its votes count towards a quorum right now.
 	Counting bool
 	// QuarantineReason and QuarantineLeft explain MasterQuarantined (and

@@ -26,7 +26,7 @@ func (c *Client) afterProbes() {
 	allNew := true
 	for _, m := range c.masters {
 		m.st.mu.Lock()
-		if m.up.Load() {
+		if m.answeredProbe() {
 			answered++
 			if m.st.hasHorizon {
 				withHorizon++
@@ -42,7 +42,7 @@ func (c *Client) afterProbes() {
 		m.st.mu.Unlock()
 	}
 	for _, m := range c.masters {
-		if !m.up.Load() {
+		if !m.answeredProbe() {
 			continue
 		}
 		m.st.mu.Lock()
@@ -110,7 +110,7 @@ func (c *Client) afterProbes() {
 	}
 	c.checkClockAgreement()
 	for _, m := range c.masters {
-		if m.up.Load() && (m.st.repairPending.Load() || m.st.horizonPending.Load()) {
+		if m.answeredProbe() && (m.st.repairPending.Load() || m.st.horizonPending.Load()) {
 			c.repairMaster(m)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -89,9 +90,10 @@ func (m *master) probeOnce() {
 			m.dialFailed.Store(true)
 			m.renewProbe()
 		}
-		m.setDown(err)
+		m.probeFailed(err)
 		return
 	}
+	m.probeAnswered()
 	m.latencyNS.Store(int64(d))
 	m.registeredMaxTTL(maxTTL)
 
@@ -208,6 +210,60 @@ func (m *master) probeOnce() {
 		m.evictionsUnchanged(evicted, "a health probe")
 	}
 	m.setUp()
+}
+
+// probeFailuresForDown is how many probes in a row must fail, other than
+// by a refused connection, before a master that answered before is marked
+// down.
+//
+// A probe judges whether a master is alive; a vote is bounded by the
+// per-master timeout so that a slow master never votes. The two answer
+// different questions and fail differently. A vote that comes late is
+// discarded, whatever the master's state: safety never rests on "down".
+// "Down" only makes the lanes answer at once instead of sending (and the
+// master stop counting towards a quorum in QuorumAvailable and /readyz).
+// A probe that times out may measure this process or this machine — a GC
+// pause, a CPU-starved host, the daemon descheduled — rather than the
+// master: one loaded host once showed three masters down at once, from
+// i/o timeouts of a single probe round. A refused connection is an answer
+// (no process listens), so it marks the master down at once, as does any
+// failure of a master that has not answered a probe yet. Otherwise it takes
+// probeFailuresForDown failures in a row, about that many health intervals;
+// meanwhile the master's votes are still bounded by the per-master timeout
+// and a lane stuck on it fails the next calls at once (ErrMasterBusy), and
+// afterProbes uses nothing the failed probe did not read (answeredProbe).
+const probeFailuresForDown = 2
+
+// probeFailed notes a failed probe of m and marks m down when it must be
+// (probeFailuresForDown).
+func (m *master) probeFailed(err error) {
+	n := m.st.probeFailures.Add(1)
+	msg := err.Error()
+	m.lastErr.Store(&msg)
+	if n >= probeFailuresForDown || isRefused(err) || !m.st.probed.Load() {
+		m.setDown(err)
+		return
+	}
+	m.c.opts.logger.Info("master probe failed; marked down if the next one fails too", masterAttr(m), slog.Any("error", err))
+}
+
+// isRefused reports whether err is a refused connection: no process
+// listens at the master's address.
+func isRefused(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// probeAnswered notes that a probe of m was answered.
+func (m *master) probeAnswered() {
+	if m.st.probeFailures.Swap(0) != 0 && m.up.Load() {
+		m.lastErr.Store(nil) // the failure it described did not make it down
+	}
+}
+
+// answeredProbe reports whether m is up and answered its last probe: what
+// that probe read (marker, horizon, counter, clock) is current.
+func (m *master) answeredProbe() bool {
+	return m.up.Load() && m.st.probeFailures.Load() == 0
 }
 
 // promoted reports whether m's replication ID id (with secondary ID id2,

@@ -1,0 +1,106 @@
+package redlock
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// cpuLoad keeps every CPU busy with spinning goroutines (twice
+// GOMAXPROCS) until the test ends: the loaded machine on which an idle
+// daemon once showed three masters down at once.
+func cpuLoad(t *testing.T) {
+	t.Helper()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 * runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			n := 0
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					n++
+				}
+			}
+		})
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
+}
+
+// TestOneFailedProbeIsNotDown: on a loaded machine, one probe round in
+// which master 0 does not answer in time (here it is paused while the round
+// runs, which from this process looks the same as this process or machine
+// stalling) does not mark it down; a second failed round in a row does,
+// and a refused connection does at once. The health loop is idle (an hour
+// between rounds), so the rounds are the test's own and nothing depends
+// on timing.
+func TestOneFailedProbeIsNotDown(t *testing.T) {
+	cpuLoad(t)
+	c := newClient(t, WithHealthInterval(time.Hour), WithHealthTimeout(time.Second))
+	round := func() { c.probeAll(); c.afterProbes() }
+	answered := func() {
+		// Under the load a round may still time out on some master; a
+		// master that answered the round before stays up for it.
+		require.Eventually(t, func() bool {
+			round()
+			for _, m := range c.masters {
+				if !m.up.Load() {
+					return false
+				}
+			}
+			return true
+		}, 30*time.Second, time.Millisecond, "every master answers a round: %v", states(c))
+	}
+	answered()
+	require.True(t, c.QuorumAvailable())
+
+	require.NoError(t, servers[0].Pause())
+	round()
+	st := c.Masters()[0]
+	resumed := servers[0].Resume()
+	require.NoError(t, resumed)
+	assert.True(t, st.Up, "one failed probe is not a dead master: %+v", st)
+	assert.True(t, st.Counting, "its votes are still bounded by the per-master timeout: %+v", st)
+	assert.NotEmpty(t, st.LastError, "the failed probe is reported")
+	answered()
+	assert.Empty(t, c.Masters()[0].LastError, "answered again: the error no longer applies")
+
+	t.Run("two failed rounds in a row are down", func(t *testing.T) {
+		require.NoError(t, servers[0].Pause())
+		t.Cleanup(func() { require.NoError(t, servers[0].Resume()) })
+		round()
+		round()
+		assert.False(t, c.Masters()[0].Up, "a master that misses two probes in a row is down")
+		assert.False(t, c.Masters()[0].Counting)
+	})
+	answered()
+
+	t.Run("a refused connection is down at once", func(t *testing.T) {
+		withMasters(t, "kill", 4)
+		round()
+		assert.False(t, c.Masters()[4].Up, "no process listens: down at the first probe")
+	})
+}
+
+// TestIdleClientUnderCPULoadKeepsItsMasters: an idle Client on a loaded
+// machine, probing at its default timeout, never marks a master down.
+func TestIdleClientUnderCPULoadKeepsItsMasters(t *testing.T) {
+	cpuLoad(t)
+	c := newClient(t, WithHealthInterval(20*time.Millisecond))
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, st := range c.Masters() {
+			require.True(t, st.Up, "master %d marked down under CPU load: %s", st.Index, st.LastError)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, err := c.Acquire(context.Background(), newKey(t), time.Second, WithWait(5*time.Second))
+	require.NoError(t, err)
+}
