@@ -271,7 +271,7 @@ func (c *Client) checkClockAgreement() {
 		m := f.m
 		if d-f.s.uncert-medUncert > tolerance {
 			if !m.st.clockHold.Swap(true) {
-				why := fmt.Sprintf("wall clock differs from the median of the masters by %v (tolerance %v): votes stop until it agrees, then until its lease horizon", time.Duration(f.s.offset-median).Round(time.Millisecond), time.Duration(tolerance))
+				why := fmt.Sprintf("wall clock differs from the median of the masters by %v (tolerance %v): votes stop until it agrees, then until its lease horizon; fix its clock (NTP)", time.Duration(f.s.offset-median).Round(time.Millisecond), time.Duration(tolerance))
 				m.st.mu.Lock()
 				if m.quarantineLeft() > 0 && m.st.quarantineReason != "" {
 					why = m.st.quarantineReason + "; " + why

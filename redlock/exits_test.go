@@ -2,6 +2,8 @@ package redlock
 
 import (
 	"context"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -72,4 +74,186 @@ func TestNewDeploymentLossCountsAgain(t *testing.T) {
 			assert.EqualValues(t, 1, lock.Fence(), "the first fence of the deployment")
 		})
 	}
+}
+
+// TestLossAfterTrafficCountsAgain: the same losses with a lock granted
+// before them: the master counts again once that lock has ended (the
+// others' lease horizon), not after max TTL (an hour here).
+func TestLossAfterTrafficCountsAgain(t *testing.T) {
+	const ttl = 2 * time.Second
+	for _, fault := range []string{"restart", "flushall"} {
+		t.Run(fault, func(t *testing.T) {
+			c, _ := brandNewClient(t, WithMaxTTL(time.Hour), WithHealthInterval(100*time.Millisecond))
+			key := newKey(t)
+			first, err := c.Acquire(context.Background(), key, ttl)
+			require.NoError(t, err)
+			before := c.FenceRepairs()
+			switch fault {
+			case "restart":
+				restartEmpty(t, 0)
+			case "flushall":
+				require.NoError(t, direct(t)[0].FlushAll(context.Background()).Err())
+			}
+			countsAgainWithin(t, c, 0, before, ttl+time.Second)
+			next, err := c.Acquire(context.Background(), key, time.Second, WithWait(10*time.Second))
+			require.NoError(t, err)
+			assert.Greater(t, next.Fence(), first.Fence())
+		})
+	}
+}
+
+// TestDaemonRestartMidRepair: a Client that saw master 0 lose its data
+// stops before it repaired it. What it knew of the loss dies with it, and a
+// repair is one script (counter, horizon and marker at once), so the
+// master is left as after a loss nobody saw: its marker missing while a
+// quorum have theirs. A Client started later repairs it from that quorum
+// and counts it once the lock granted before the loss has ended.
+func TestDaemonRestartMidRepair(t *testing.T) {
+	const ttl = 2 * time.Second
+	a, all := brandNewClient(t, WithMaxTTL(time.Hour))
+	_, err := a.Acquire(context.Background(), newKey(t), ttl)
+	require.NoError(t, err)
+	require.NoError(t, a.Close())
+	restartEmpty(t, 0)
+
+	b := sameDeployment(t, all...)
+	countsAgainWithin(t, b, 0, 0, ttl+time.Second)
+	assert.EqualValues(t, 1, b.DataLosses()[LossStateMissing], "found on the master itself: %v", b.DataLosses())
+}
+
+// TestDaemonRestartAfterARepair: a Client repaired master 0 (its repair
+// marker carries the end of its quarantine) and stops; a Client started
+// during that quarantine keeps the master out until that end, then counts
+// it.
+func TestDaemonRestartAfterARepair(t *testing.T) {
+	const ttl = 3 * time.Second
+	a, all := brandNewClient(t, WithMaxTTL(time.Hour), WithHealthInterval(100*time.Millisecond))
+	lock, err := a.Acquire(context.Background(), newKey(t), ttl)
+	require.NoError(t, err)
+	restartEmpty(t, 0)
+	require.Eventually(t, func() bool { return a.FenceRepairs() > 0 }, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, a.Close())
+
+	b := sameDeployment(t, all...)
+	if st := b.Masters()[0]; time.Now().Before(lock.ValidUntil()) {
+		assert.False(t, st.Counting, "kept out while the lock granted before the loss stands: %+v", st)
+	}
+	st := b.Masters()[0]
+	assert.LessOrEqual(t, st.QuarantineLeft, ttl+time.Second, "the repair marker's end, not max TTL: %s", st.QuarantineReason)
+	require.Eventually(t, func() bool { return b.Masters()[0].Counting }, 4*ttl+10*time.Second, 10*time.Millisecond, "%+v", b.Masters()[0])
+}
+
+// TestTwoDaemonsCreateOneDeployment: two Clients start at once on masters
+// that carry no deployment yet; one may find the other's markers half
+// written. Both count every master within a few rounds, and keep counting.
+func TestTwoDaemonsCreateOneDeployment(t *testing.T) {
+	for range 5 {
+		marker := "marker:" + newKey(t)
+		opts := []Option{WithMarkerKey(marker), WithFenceKey(marker + ":fence"), WithHealthInterval(50 * time.Millisecond), WithPerMasterTimeout(500 * time.Millisecond), WithMaxTTL(time.Hour)}
+		var cs [2]*Client
+		var wg sync.WaitGroup
+		for i := range cs {
+			wg.Go(func() {
+				c, err := New(masterOptions(), opts...)
+				assert.NoError(t, err)
+				cs[i] = c
+			})
+		}
+		wg.Wait()
+		for _, c := range cs {
+			require.NotNil(t, c)
+			t.Cleanup(func() { c.Close() })
+		}
+		for _, c := range cs {
+			require.Eventually(t, func() bool { return c.QuorumAvailable() && allCounting(c) }, 10*time.Second+newDeploymentWindow, 10*time.Millisecond, "%v", states(c))
+		}
+		for _, c := range cs {
+			for range 3 {
+				c.probeAll()
+				c.afterProbes()
+				require.True(t, allCounting(c), "keeps counting: %v", states(c))
+			}
+		}
+		lock, err := cs[0].Acquire(context.Background(), newKey(t), time.Second)
+		require.NoError(t, err)
+		released, err := cs[1].Release(context.Background(), lock.Key(), lock.Token())
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, released, 3, "released through the other Client on a quorum")
+	}
+}
+
+func allCounting(c *Client) bool {
+	for _, st := range c.Masters() {
+		if !st.Counting {
+			return false
+		}
+	}
+	return true
+}
+
+// TestWaitingForAClockReadingCountsAgain: a master whose clock the first
+// probe could not read (its TIME dropped) waits, with the reason shown,
+// and counts once a probe reads it.
+func TestWaitingForAClockReadingCountsAgain(t *testing.T) {
+	marker := "marker:" + newKey(t)
+	plantMarker(marker)
+	p := newTimeDropper(t, servers[0].Addr())
+	opts := masterOptions()
+	opts[0].Addr = p.addr()
+	p.on.Store(true)
+	c, err := New(opts, WithMarkerKey(marker), WithHealthInterval(50*time.Millisecond), WithPerMasterTimeout(500*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	st := c.Masters()[0]
+	require.NotZero(t, p.hit.Load(), "the first probe's TIME was dropped")
+	assert.Equal(t, MasterWaiting, st.State)
+	assert.Contains(t, st.QuarantineReason, "clock has not been read")
+	p.on.Store(false)
+	require.Eventually(t, func() bool { return c.Masters()[0].Counting }, 10*time.Second, 10*time.Millisecond, "%+v", c.Masters()[0])
+}
+
+// TestOOMCountsAgain: a master whose memory is full (maxmemory under
+// noeviction) refuses writes, says so with the operator's step, and votes
+// for writes again once a probe finds memory below the limit.
+func TestOOMCountsAgain(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, WithHealthInterval(50*time.Millisecond))
+	r := direct(t)[0]
+	used, err := strconv.ParseInt(parseInfoFields(r.Info(ctx, "memory").Val(), "used_memory")["used_memory"], 10, 64)
+	require.NoError(t, err)
+	policy := r.ConfigGet(ctx, "maxmemory-policy").Val()["maxmemory-policy"]
+	t.Cleanup(func() {
+		r.ConfigSet(ctx, "maxmemory", "0")
+		r.ConfigSet(ctx, "maxmemory-policy", policy)
+	})
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used/2, 10)).Err())
+	require.Eventually(t, func() bool { return c.Masters()[0].State == MasterOOM }, 10*time.Second, 10*time.Millisecond, "%+v", c.Masters()[0])
+	assert.Contains(t, c.Masters()[0].WriteRefusal, "raise maxmemory")
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory", "0").Err())
+	require.Eventually(t, func() bool { return c.Masters()[0].State == MasterUp }, 10*time.Second, 10*time.Millisecond, "%+v", c.Masters()[0])
+	lock, err := c.Acquire(ctx, newKey(t), time.Second)
+	require.NoError(t, err)
+	require.NoError(t, lock.Release(ctx))
+}
+
+// TestClockHoldCountsAgain: master 4's clock jumps 30s ahead of the
+// others': it is held out, with the operator's step in the reason. Once
+// its clock is right again it counts after the others' lease horizon
+// (the locks it may have expired early), not after max TTL (an hour).
+func TestClockHoldCountsAgain(t *testing.T) {
+	opts, _, clock := skewedMasters(t)
+	c := clockClient(t, opts, WithPerMasterTimeout(200*time.Millisecond), WithHealthInterval(50*time.Millisecond), WithMaxTTL(time.Hour))
+	_, err := c.Acquire(context.Background(), "clock:"+t.Name(), 2*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, clock.Jump(30*time.Second))
+	require.Eventually(t, func() bool { return c.masters[4].st.clockHold.Load() }, 10*time.Second, 5*time.Millisecond, "%+v", c.Masters()[4])
+	st := c.Masters()[4]
+	assert.Equal(t, MasterQuarantined, st.State)
+	assert.Contains(t, st.QuarantineReason, "fix its clock")
+	require.NoError(t, clock.Reset())
+	require.Eventually(t, func() bool { return !c.masters[4].st.clockHold.Load() && !c.masters[4].st.horizonPending.Load() }, 10*time.Second, 5*time.Millisecond, "%+v", c.Masters()[4])
+	st = c.Masters()[4]
+	assert.LessOrEqual(t, st.QuarantineLeft, 3*time.Second, "the others' lease horizon, not max TTL: %s", st.QuarantineReason)
+	require.Eventually(t, func() bool { return c.Masters()[4].Counting }, 30*time.Second, 10*time.Millisecond, "%+v", c.Masters()[4])
 }
