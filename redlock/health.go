@@ -47,8 +47,8 @@ const (
 //
 //	way out                        state         exit, and its bound                                            test
 //	-----------------------------  ------------  -------------------------------------------------------------  ----------------------------------------------
-//	no answer, refused connection  down          the next probe it answers: interval after it answers again     TestOneFailedProbeIsNotDown, TestNewDeploymentWaitsForEveryMaster
-//	  (two failed probes in a row)                (one failed probe leaves it up: probeFailuresForDown)
+//	connection refused, or two     down          the next probe it answers: interval after it answers again     TestOneFailedProbeIsNotDown, TestNewDeploymentWaitsForEveryMaster
+//	  failed probes in a row                     (one failed probe leaves it up: probeFailuresForDown)
 //	restart without its data       repairing,    repaired from a quorum at the next round, then out until the   TestNewDeploymentLossCountsAgain,
 //	                               quarantined   horizon: horizon + interval (lossTTL + interval without a      TestLossAfterTrafficCountsAgain
 //	                                             quorum of horizons)
@@ -59,14 +59,16 @@ const (
 //	                                             out until lossTTL after the repair: that + interval
 //	clock disagrees (clock hold)   quarantined   its clock agrees with the others' again (fix its clock: named  TestClockHoldCountsAgain
 //	                                             in the reason), then out until the horizon: + interval
-//	clock jump or drift            quarantined   the horizon (lossTTL without a quorum of horizons) + interval  TestClockJumpSeenByTheVote
+//	clock jump or drift            quarantined   the horizon (lossTTL without a quorum of horizons) + interval  TestClockHoldCountsAgain (a jump left in place
+//	                                                                                                            is a clock hold too)
 //	OOM (refuses writes)           oom           still counts (reads, releases); votes for writes again once a  TestOOMCountsAgain
 //	                                             probe finds memory below maxmemory: interval, plus oomVoteHold
 //	                                             after a refused vote (operator: free memory or raise maxmemory,
 //	                                             named in the reason)
 //	repaired (by a Client)         quarantined   the repair marker's <until> (the horizon): that + interval; a   TestLossAfterTrafficCountsAgain,
 //	                                             daemon started later keeps the same end                        TestDaemonRestartAfterARepair
-//	repaired (repair-fences)       quarantined   lossTTL after the repair + interval                            TestRepairQuarantineSurvivesDaemonRestart
+//	repaired (repair-fences)       quarantined   lossTTL after the repair + interval (a daemon started later    TestMajorityLossFailsClosedUntilRepaired,
+//	                                             keeps the same end)                                            TestRepairQuarantineSurvivesDaemonRestart
 //	waiting for a clock reading    waiting       the first probe whose TIME answers: interval after it does     TestWaitingForAClockReadingCountsAgain
 //	  (first seen) or a comparison               (and, for the comparison, a round with a quorum of precise
 //	  with the other masters' clocks             readings)
