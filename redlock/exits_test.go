@@ -257,3 +257,32 @@ func TestClockHoldCountsAgain(t *testing.T) {
 	assert.LessOrEqual(t, st.QuarantineLeft, 3*time.Second, "the others' lease horizon, not max TTL: %s", st.QuarantineReason)
 	require.Eventually(t, func() bool { return c.Masters()[4].Counting }, 30*time.Second, 10*time.Millisecond, "%+v", c.Masters()[4])
 }
+
+// TestWaitingForAClockComparisonCountsAgain: a Client compares each
+// master's clock with the others' before it counts it, from readings with
+// short round trips. With three masters slow to answer (100 ms each way
+// behind a proxy) no round has a quorum of such readings: every master
+// waits, and says what for. Once they answer fast again, all count.
+func TestWaitingForAClockComparisonCountsAgain(t *testing.T) {
+	marker := "marker:" + newKey(t)
+	plantMarker(marker)
+	opts := masterOptions()
+	var slow []*delayProxy
+	for i := range 3 {
+		p := startDelayProxy(t, servers[i].Addr())
+		p.set(100*time.Millisecond, 100*time.Millisecond)
+		opts[i].Addr = p.Addr()
+		slow = append(slow, p)
+	}
+	c, err := New(opts, WithMarkerKey(marker), WithPerMasterTimeout(200*time.Millisecond), WithHealthInterval(50*time.Millisecond), WithHealthTimeout(3*time.Second))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	st := c.Masters()[4]
+	assert.Equal(t, MasterWaiting, st.State, "%+v", st)
+	assert.Contains(t, st.QuarantineReason, "not been compared")
+	assert.False(t, c.QuorumAvailable())
+	for _, p := range slow {
+		p.set(0, 0)
+	}
+	require.Eventually(t, func() bool { return allCounting(c) }, 20*time.Second, 10*time.Millisecond, "%v", states(c))
+}

@@ -70,8 +70,8 @@ const (
 //	repaired (repair-fences)       quarantined   lossTTL after the repair + interval (a daemon started later    TestMajorityLossFailsClosedUntilRepaired,
 //	                                             keeps the same end)                                            TestRepairQuarantineSurvivesDaemonRestart
 //	waiting for a clock reading    waiting       the first probe whose TIME answers: interval after it does     TestWaitingForAClockReadingCountsAgain
-//	  (first seen) or a comparison               (and, for the comparison, a round with a quorum of precise
-//	  with the other masters' clocks             readings)
+//	  (first seen) or a comparison               (and, for the comparison, a round in which a quorum answer      TestWaitingForAClockComparisonCountsAgain
+//	  with the other masters' clocks             TIME within a quarter of the per-master timeout)
 //	new deployment, a master       waiting       every master has answered: interval after the last one does    TestNewDeploymentWaitsForEveryMaster
 //	  not answering                              (operator: bring the silent master back)
 //	two daemons creating one       waiting       the creator has written every marker: the next round; if it    TestTwoDaemonsCreateOneDeployment
@@ -159,6 +159,7 @@ func (c *Client) Masters() []MasterStatus {
 		case m.c.opts.clockGuard && m.c.opts.clockReference && !m.st.clockJudged.Load():
 			// Its clock not yet compared with the other masters'.
 			st.State = MasterWaiting
+			st.QuarantineReason = fmt.Sprintf("its clock has not been compared with the other masters' yet: counts after a probe round in which a quorum of the masters answer TIME within %v", m.c.opts.perMasterTimeout/4)
 		case st.RefusingWrites:
 			st.State = MasterOOM
 		default:
