@@ -255,7 +255,7 @@ func (l *lane) exec(batch []*call) {
 	}
 	if isDialError(err) {
 		m.dialFailed.Store(true)
-		if isRefused(err) {
+		if noServer(err) {
 			// Only a refused dial: a dial that timed out may measure
 			// this machine, not the master (probeFailuresForDown).
 			m.setDown(err)

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -226,7 +227,8 @@ func (m *master) probeOnce() {
 // pause, a CPU-starved host, the daemon descheduled — rather than the
 // master: one loaded host once showed three masters down at once, from
 // i/o timeouts of a single probe round. A refused connection is an answer
-// (no process listens), so it marks the master down at once, as does any
+// (no process listens; also no route to the host, or a name that does not
+// resolve: noServer), so it marks the master down at once, as does any
 // failure of a master that has not answered a probe yet. Otherwise it takes
 // probeFailuresForDown failures in a row, about that many health intervals;
 // meanwhile the master's votes are still bounded by the per-master timeout
@@ -240,17 +242,21 @@ func (m *master) probeFailed(err error) {
 	n := m.st.probeFailures.Add(1)
 	msg := err.Error()
 	m.lastErr.Store(&msg)
-	if n >= probeFailuresForDown || isRefused(err) || !m.st.probed.Load() {
+	if n >= probeFailuresForDown || noServer(err) || !m.st.probed.Load() {
 		m.setDown(err)
 		return
 	}
 	m.c.opts.logger.Info("master probe failed; marked down if the next one fails too", masterAttr(m), slog.Any("error", err))
 }
 
-// isRefused reports whether err is a refused connection: no process
-// listens at the master's address.
-func isRefused(err error) bool {
-	return errors.Is(err, syscall.ECONNREFUSED)
+// noServer reports whether err says that no server is there to answer,
+// rather than that none answered in time: the connection was refused (no
+// process listens), no route leads to the host, or its name does not
+// resolve (a stopped container's, on a compose network).
+func noServer(err error) bool {
+	var dnsErr *net.DNSError
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) ||
+		errors.As(err, &dnsErr) && dnsErr.IsNotFound
 }
 
 // probeAnswered notes that a probe of m was answered.

@@ -2,8 +2,12 @@ package redlock
 
 import (
 	"context"
+	"io"
+	"net"
+	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -103,4 +107,24 @@ func TestIdleClientUnderCPULoadKeepsItsMasters(t *testing.T) {
 	}
 	_, err := c.Acquire(context.Background(), newKey(t), time.Second, WithWait(5*time.Second))
 	require.NoError(t, err)
+}
+
+// TestNoServer: which failures say that no server is there (down at once)
+// and which only that none answered in time (down at the second).
+func TestNoServer(t *testing.T) {
+	dial := func(err error) error { return &net.OpError{Op: "dial", Net: "tcp", Err: err} }
+	for _, tc := range []struct {
+		err  error
+		none bool
+	}{
+		{dial(os.NewSyscallError("connect", syscall.ECONNREFUSED)), true},
+		{dial(os.NewSyscallError("connect", syscall.EHOSTUNREACH)), true},
+		{dial(&net.DNSError{Err: "no such host", Name: "redis1", IsNotFound: true}), true},
+		{dial(&net.DNSError{Err: "i/o timeout", Name: "redis1", IsTimeout: true}), false},
+		{dial(os.ErrDeadlineExceeded), false},
+		{&net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}, false},
+		{io.EOF, false},
+	} {
+		assert.Equal(t, tc.none, noServer(tc.err), "%v", tc.err)
+	}
 }
