@@ -223,17 +223,17 @@ func (m *master) probeOnce() {
 // discarded, whatever the master's state: safety never rests on "down".
 // "Down" only makes the lanes answer at once instead of sending (and the
 // master stop counting towards a quorum in QuorumAvailable and /readyz).
-// A probe that times out may measure this process or this machine — a GC
-// pause, a CPU-starved host, the daemon descheduled — rather than the
-// master: one loaded host once showed three masters down at once, from
-// i/o timeouts of a single probe round. A refused connection is an answer
-// (no process listens; also no route to the host, or a name that does not
-// resolve: noServer), so it marks the master down at once, as does any
-// failure of a master that has not answered a probe yet. Otherwise it takes
-// probeFailuresForDown failures in a row, about that many health intervals;
-// meanwhile the master's votes are still bounded by the per-master timeout
-// and a lane stuck on it fails the next calls at once (ErrMasterBusy), and
-// afterProbes uses nothing the failed probe did not read (answeredProbe).
+// A probe that times out may measure this process or this machine (a GC
+// pause, a CPU-starved host, the daemon descheduled) rather than the
+// master, and then every master of that round times out at once. A refused
+// connection is an answer (no process listens; so are no route to the
+// host and a name that does not resolve: noServer), and marks the master
+// down at once, as does any failure of a master that has not answered a
+// probe yet. Otherwise it takes probeFailuresForDown failures in a row,
+// about that many health intervals; meanwhile the master's votes are still
+// bounded by the per-master timeout, a lane stuck on it fails the next
+// calls at once (ErrMasterBusy), and afterProbes uses nothing the failed
+// probe did not read (answeredProbe).
 const probeFailuresForDown = 2
 
 // probeFailed notes a failed probe of m and marks m down when it must be

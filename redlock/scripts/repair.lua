@@ -25,9 +25,8 @@ local counter = 0
 if KEYS[3] then
   -- A missing counter is written even when the target is 0 (no fence was
   -- ever issued: a new deployment before its first lock): the vote scripts
-  -- and the probe take a missing counter for lost data, so a repair that
-  -- left it missing was followed by the same loss at the next probe, for
-  -- ever.
+  -- and the probe take a missing counter for lost data, so a repair must
+  -- not leave it missing.
   local cur = redis.call('GET', KEYS[3])
   counter = tonumber(cur or '0')
   if not cur or counter < tonumber(ARGV[1]) then
