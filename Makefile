@@ -258,7 +258,7 @@ chaos: deps $(CLOCKSHIM_SO) ## Drill a fresh compose deployment: images with the
 	@# A fresh deployment: daemons started by a plain `make up` (max_ttl 600)
 	@# register that max TTL on the masters, and every client keeps masters
 	@# repaired after a loss out for the longest registered: 600 s, where the
-	@# drill waits for its own (kill-3's repair-fences then never came back).
+	@# drill waits for its own max TTL after kill-3's repair-fences.
 	$(MAKE) down
 	REDIS_LD_PRELOAD=/usr/lib/redlock/$(notdir $(CLOCKSHIM_SO)) \
 		$(MAKE) up COMPOSE_FILES="-f docker-compose.yml -f docker/chaos.compose.yml"
