@@ -2,7 +2,7 @@ package redlock
 
 import (
 	"context"
-	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -212,6 +212,10 @@ func TestWaitingForAClockReadingCountsAgain(t *testing.T) {
 	require.Eventually(t, func() bool { return c.Masters()[0].Counting }, 10*time.Second, 10*time.Millisecond, "%+v", c.Masters()[0])
 }
 
+// fullMemory is a maxmemory below what an empty redis-server uses (about
+// 1 MB): with noeviction, every write is refused.
+const fullMemory = "100000"
+
 // TestOOMCountsAgain: a master whose memory is full (maxmemory under
 // noeviction) refuses writes, says so with the operator's step, and votes
 // for writes again once a probe finds memory below the limit.
@@ -219,15 +223,13 @@ func TestOOMCountsAgain(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, WithHealthInterval(50*time.Millisecond))
 	r := direct(t)[0]
-	used, err := strconv.ParseInt(parseInfoFields(r.Info(ctx, "memory").Val(), "used_memory")["used_memory"], 10, 64)
-	require.NoError(t, err)
 	policy := r.ConfigGet(ctx, "maxmemory-policy").Val()["maxmemory-policy"]
 	t.Cleanup(func() {
 		r.ConfigSet(ctx, "maxmemory", "0")
 		r.ConfigSet(ctx, "maxmemory-policy", policy)
 	})
 	require.NoError(t, r.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
-	require.NoError(t, r.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used/2, 10)).Err())
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory", fullMemory).Err())
 	require.Eventually(t, func() bool { return c.Masters()[0].State == MasterOOM }, 10*time.Second, 10*time.Millisecond, "%+v", c.Masters()[0])
 	assert.Contains(t, c.Masters()[0].WriteRefusal, "raise maxmemory")
 	require.NoError(t, r.ConfigSet(ctx, "maxmemory", "0").Err())
@@ -285,4 +287,30 @@ func TestWaitingForAClockComparisonCountsAgain(t *testing.T) {
 		p.set(0, 0)
 	}
 	require.Eventually(t, func() bool { return allCounting(c) }, 20*time.Second, 10*time.Millisecond, "%v", states(c))
+}
+
+// TestRepairRefusedForOOMSaysSo: master 0 loses its marker while its
+// memory is full (maxmemory under noeviction): the repair's writes are
+// refused, so it stays repairing, and its reason names the operator's
+// step. Once memory is raised, the next round repairs it and it counts.
+func TestRepairRefusedForOOMSaysSo(t *testing.T) {
+	ctx := context.Background()
+	c, _ := brandNewClient(t, WithHealthInterval(50*time.Millisecond), WithMaxTTL(time.Hour))
+	r := direct(t)[0]
+	policy := r.ConfigGet(ctx, "maxmemory-policy").Val()["maxmemory-policy"]
+	t.Cleanup(func() {
+		r.ConfigSet(ctx, "maxmemory", "0")
+		r.ConfigSet(ctx, "maxmemory-policy", policy)
+	})
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory", fullMemory).Err())
+	before := c.FenceRepairs()
+	require.NoError(t, r.Del(ctx, c.opts.markerKey).Err())
+	require.Eventually(t, func() bool {
+		st := c.Masters()[0]
+		return st.State == MasterRepairing && strings.Contains(st.QuarantineReason, "maxmemory")
+	}, 10*time.Second, 10*time.Millisecond, "%+v", c.Masters()[0])
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory", "0").Err())
+	countsAgainWithin(t, c, 0, before, 2*time.Second)
+	assert.NotContains(t, c.Masters()[0].QuarantineReason, "maxmemory", "the step no longer applies")
 }

@@ -64,7 +64,9 @@ const (
 //	OOM (refuses writes)           oom           still counts (reads, releases); votes for writes again once a  TestOOMCountsAgain
 //	                                             probe finds memory below maxmemory: interval, plus oomVoteHold
 //	                                             after a refused vote (operator: free memory or raise maxmemory,
-//	                                             named in the reason)
+//	                                             named in the reason). Lost its data while OOM: repairing until  TestRepairRefusedForOOMSaysSo
+//	                                             the repair's writes are accepted (the step named), then as
+//	                                             restart
 //	repaired (by a Client)         quarantined   the repair marker's <until> (the horizon): that + interval; a   TestLossAfterTrafficCountsAgain,
 //	                                             daemon started later keeps the same end                        TestDaemonRestartAfterARepair
 //	repaired (repair-fences)       quarantined   lossTTL after the repair + interval (a daemon started later    TestMajorityLossFailsClosedUntilRepaired,
