@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +19,20 @@ import (
 // check the bound on the state the Client reports (QuarantineLeft), so a
 // loaded machine makes them slower, never red.
 
+// until waits, polling, until cond holds, at most d, and fails the test
+// with describe's answer at that moment. (require.Eventually's message is
+// built before the wait, so it shows the state the wait started from.)
+func until(t *testing.T, d time.Duration, cond func() bool, describe func() string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			require.FailNow(t, "not within "+d.String(), describe())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
 // totalLosses is the number of data losses c has seen, every reason.
 func totalLosses(c *Client) int64 {
 	var n int64
@@ -33,12 +48,12 @@ func totalLosses(c *Client) int64 {
 // it keeps counting over three more probe rounds with no new loss.
 func countsAgainWithin(t *testing.T, c *Client, i int, before int64, bound time.Duration) {
 	t.Helper()
-	require.Eventually(t, func() bool { return c.FenceRepairs() > before }, 10*time.Second, 5*time.Millisecond,
-		"the loss was seen and repaired: %+v", c.Masters()[i])
+	until(t, 10*time.Second, func() bool { return c.FenceRepairs() > before },
+		func() string { return fmt.Sprintf("the loss was seen and repaired: %+v", c.Masters()[i]) })
 	st := c.Masters()[i]
 	assert.LessOrEqual(t, st.QuarantineLeft, bound, "the quarantine after the repair is within the bound: %s", st.QuarantineReason)
-	require.Eventually(t, func() bool { return c.Masters()[i].Counting }, 4*bound+10*time.Second, 10*time.Millisecond,
-		"counts again after its quarantine: %+v", c.Masters()[i])
+	until(t, 4*bound+10*time.Second, func() bool { return c.Masters()[i].Counting },
+		func() string { return fmt.Sprintf("counts again after its quarantine: %+v", c.Masters()[i]) })
 	losses := totalLosses(c)
 	for range 3 {
 		c.probeAll()
@@ -140,7 +155,7 @@ func TestDaemonRestartAfterARepair(t *testing.T) {
 	}
 	st := b.Masters()[0]
 	assert.LessOrEqual(t, st.QuarantineLeft, ttl+time.Second, "the repair marker's end, not max TTL: %s", st.QuarantineReason)
-	require.Eventually(t, func() bool { return b.Masters()[0].Counting }, 4*ttl+10*time.Second, 10*time.Millisecond, "%+v", b.Masters()[0])
+	until(t, 4*ttl+10*time.Second, func() bool { return b.Masters()[0].Counting }, func() string { return fmt.Sprintf("%+v", b.Masters()[0]) })
 }
 
 // TestTwoDaemonsCreateOneDeployment: two Clients start at once on masters
@@ -165,7 +180,7 @@ func TestTwoDaemonsCreateOneDeployment(t *testing.T) {
 			t.Cleanup(func() { c.Close() })
 		}
 		for _, c := range cs {
-			require.Eventually(t, func() bool { return c.QuorumAvailable() && allCounting(c) }, 10*time.Second+newDeploymentWindow, 10*time.Millisecond, "%v", states(c))
+			until(t, 10*time.Second+newDeploymentWindow, func() bool { return c.QuorumAvailable() && allCounting(c) }, func() string { return fmt.Sprintf("%v", states(c)) })
 		}
 		for _, c := range cs {
 			for range 3 {
@@ -209,7 +224,7 @@ func TestWaitingForAClockReadingCountsAgain(t *testing.T) {
 	assert.Equal(t, MasterWaiting, st.State)
 	assert.Contains(t, st.QuarantineReason, "clock has not been read")
 	p.on.Store(false)
-	require.Eventually(t, func() bool { return c.Masters()[0].Counting }, 10*time.Second, 10*time.Millisecond, "%+v", c.Masters()[0])
+	until(t, 10*time.Second, func() bool { return c.Masters()[0].Counting }, func() string { return fmt.Sprintf("%+v", c.Masters()[0]) })
 }
 
 // fullMemory is a maxmemory below what an empty redis-server uses (about
@@ -230,10 +245,10 @@ func TestOOMCountsAgain(t *testing.T) {
 	})
 	require.NoError(t, r.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
 	require.NoError(t, r.ConfigSet(ctx, "maxmemory", fullMemory).Err())
-	require.Eventually(t, func() bool { return c.Masters()[0].State == MasterOOM }, 10*time.Second, 10*time.Millisecond, "%+v", c.Masters()[0])
+	until(t, 10*time.Second, func() bool { return c.Masters()[0].State == MasterOOM }, func() string { return fmt.Sprintf("%+v", c.Masters()[0]) })
 	assert.Contains(t, c.Masters()[0].WriteRefusal, "raise maxmemory")
 	require.NoError(t, r.ConfigSet(ctx, "maxmemory", "0").Err())
-	require.Eventually(t, func() bool { return c.Masters()[0].State == MasterUp }, 10*time.Second, 10*time.Millisecond, "%+v", c.Masters()[0])
+	until(t, 10*time.Second, func() bool { return c.Masters()[0].State == MasterUp }, func() string { return fmt.Sprintf("%+v", c.Masters()[0]) })
 	lock, err := c.Acquire(ctx, newKey(t), time.Second)
 	require.NoError(t, err)
 	require.NoError(t, lock.Release(ctx))
@@ -249,15 +264,15 @@ func TestClockHoldCountsAgain(t *testing.T) {
 	_, err := c.Acquire(context.Background(), "clock:"+t.Name(), 2*time.Second)
 	require.NoError(t, err)
 	require.NoError(t, clock.Jump(30*time.Second))
-	require.Eventually(t, func() bool { return c.masters[4].st.clockHold.Load() }, 10*time.Second, 5*time.Millisecond, "%+v", c.Masters()[4])
+	until(t, 10*time.Second, func() bool { return c.masters[4].st.clockHold.Load() }, func() string { return fmt.Sprintf("%+v", c.Masters()[4]) })
 	st := c.Masters()[4]
 	assert.Equal(t, MasterQuarantined, st.State)
 	assert.Contains(t, st.QuarantineReason, "fix its clock")
 	require.NoError(t, clock.Reset())
-	require.Eventually(t, func() bool { return !c.masters[4].st.clockHold.Load() && !c.masters[4].st.horizonPending.Load() }, 10*time.Second, 5*time.Millisecond, "%+v", c.Masters()[4])
+	until(t, 10*time.Second, func() bool { return !c.masters[4].st.clockHold.Load() && !c.masters[4].st.horizonPending.Load() }, func() string { return fmt.Sprintf("%+v", c.Masters()[4]) })
 	st = c.Masters()[4]
 	assert.LessOrEqual(t, st.QuarantineLeft, 3*time.Second, "the others' lease horizon, not max TTL: %s", st.QuarantineReason)
-	require.Eventually(t, func() bool { return c.Masters()[4].Counting }, 30*time.Second, 10*time.Millisecond, "%+v", c.Masters()[4])
+	until(t, 30*time.Second, func() bool { return c.Masters()[4].Counting }, func() string { return fmt.Sprintf("%+v", c.Masters()[4]) })
 }
 
 // TestWaitingForAClockComparisonCountsAgain: a Client compares each
@@ -286,7 +301,7 @@ func TestWaitingForAClockComparisonCountsAgain(t *testing.T) {
 	for _, p := range slow {
 		p.set(0, 0)
 	}
-	require.Eventually(t, func() bool { return allCounting(c) }, 20*time.Second, 10*time.Millisecond, "%v", states(c))
+	until(t, 20*time.Second, func() bool { return allCounting(c) }, func() string { return fmt.Sprintf("%v", states(c)) })
 }
 
 // TestRepairRefusedForOOMSaysSo: master 0 loses its marker while its
@@ -306,10 +321,10 @@ func TestRepairRefusedForOOMSaysSo(t *testing.T) {
 	require.NoError(t, r.ConfigSet(ctx, "maxmemory", fullMemory).Err())
 	before := c.FenceRepairs()
 	require.NoError(t, r.Del(ctx, c.opts.markerKey).Err())
-	require.Eventually(t, func() bool {
+	until(t, 10*time.Second, func() bool {
 		st := c.Masters()[0]
 		return st.State == MasterRepairing && strings.Contains(st.QuarantineReason, "maxmemory")
-	}, 10*time.Second, 10*time.Millisecond, "%+v", c.Masters()[0])
+	}, func() string { return fmt.Sprintf("%+v", c.Masters()[0]) })
 	require.NoError(t, r.ConfigSet(ctx, "maxmemory", "0").Err())
 	countsAgainWithin(t, c, 0, before, 2*time.Second)
 	assert.NotContains(t, c.Masters()[0].QuarantineReason, "maxmemory", "the step no longer applies")
