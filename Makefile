@@ -253,8 +253,13 @@ $(CLOCKSHIM_SO): internal/clockshim/csrc/shim.c
 	@mkdir -p $(dir $@)
 	$${CC:-gcc} -O2 -fPIC -shared -Wall -Wextra -o $@ $< -ldl
 
-chaos: deps $(CLOCKSHIM_SO) ## Drill the compose deployment: images with the clock shim, up with docker/chaos.compose.yml, every scenario (CHAOS_ARGS)
+chaos: deps $(CLOCKSHIM_SO) ## Drill a fresh compose deployment: images with the clock shim, down, up with docker/chaos.compose.yml, every scenario (CHAOS_ARGS)
 	$(MAKE) images REDIS_EXTRA=$(CLOCKSHIM_SO)
+	@# A fresh deployment: daemons started by a plain `make up` (max_ttl 600)
+	@# register that max TTL on the masters, and every client keeps masters
+	@# repaired after a loss out for the longest registered: 600 s, where the
+	@# drill waits for its own max TTL after kill-3's repair-fences.
+	$(MAKE) down
 	REDIS_LD_PRELOAD=/usr/lib/redlock/$(notdir $(CLOCKSHIM_SO)) \
 		$(MAKE) up COMPOSE_FILES="-f docker-compose.yml -f docker/chaos.compose.yml"
 	cd chaos && $(GO) build -o $(CURDIR)/bin/redlock-chaos ./cmd/redlock-chaos

@@ -453,7 +453,10 @@ func (t *DockerTarget) Supports(kind FaultKind) bool {
 
 // readyz is the part of GET /readyz the drills read.
 type readyz struct {
-	Masters []struct {
+	// LongestMaxTTLS is the longest max TTL the daemon knows of on the
+	// masters, its own or another client's (redlock.Client.LongestMaxTTL).
+	LongestMaxTTLS int64 `json:"longest_max_ttl_s"`
+	Masters        []struct {
 		Addr   string `json:"addr"`
 		Counts bool   `json:"counts"`
 		State  string `json:"state"`
@@ -894,9 +897,38 @@ func (t *DockerTarget) Recover(ctx context.Context, maxTTL time.Duration) error 
 		return fmt.Errorf("chaos: recover: repair-fences: %w", err)
 	}
 	t.opts.Logf("chaos: recover: repair-fences raised every fencing counter to %d (highest found %d)", res.Target, res.Highest)
+	if err := t.longerMaxTTL(ctx, maxTTL, res.RegisteredMaxTTL); err != nil {
+		return err
+	}
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	return t.Ready(rctx)
+}
+
+// longerMaxTTL returns an error naming the cause when the masters a repair
+// wrote are kept out longer than maxTTL, the drill's own bound: a client
+// other than the drill's (registered, the longest max TTL RepairFences
+// read on the masters) or a daemon that saw one allows longer locks. Those
+// masters then rightly stay out for that TTL after the repair, and Recover
+// would only time out. The usual cause: the drill overlay was brought up
+// over a deployment that `make up` had started with the plain compose file
+// (max_ttl 600), whose daemons registered 600 s on the masters; each
+// daemon keeps the longest max TTL it has seen for as long as it runs.
+func (t *DockerTarget) longerMaxTTL(ctx context.Context, maxTTL, registered time.Duration) error {
+	longest, who := registered, "registered on the masters"
+	for _, d := range t.daemons {
+		r, err := t.readyz(ctx, d.URL)
+		if err != nil {
+			return err
+		}
+		if l := time.Duration(r.LongestMaxTTLS) * time.Second; l > longest {
+			longest, who = l, "known to the daemon at "+d.URL
+		}
+	}
+	if longest <= maxTTL {
+		return nil
+	}
+	return fmt.Errorf("chaos: recover: a max TTL of %v (%s) is longer than the drill's %v: the repaired masters stay out that long after the repair, as they must while a lock of that client may stand; drill a deployment whose clients all use the drill's max TTL (make down, then make chaos)", longest, who, maxTTL)
 }
 
 // Close lifts every fault of the daemons' proxies and closes the host

@@ -242,7 +242,7 @@ func (c *Client) checkClockAgreement() {
 	}
 	var fresh []sample
 	for _, m := range c.masters {
-		s, ok := m.st.lastReading.Load(), m.up.Load()
+		s, ok := m.st.lastReading.Load(), m.answeredProbe()
 		if ok && s != nil && s.uncert <= tight && time.Duration(c.sinceEpoch()-s.at) < c.opts.healthInterval+c.opts.healthTimeout {
 			fresh = append(fresh, sample{m, *s})
 		}
@@ -271,7 +271,7 @@ func (c *Client) checkClockAgreement() {
 		m := f.m
 		if d-f.s.uncert-medUncert > tolerance {
 			if !m.st.clockHold.Swap(true) {
-				why := fmt.Sprintf("wall clock differs from the median of the masters by %v (tolerance %v): votes stop until it agrees, then until its lease horizon", time.Duration(f.s.offset-median).Round(time.Millisecond), time.Duration(tolerance))
+				why := fmt.Sprintf("wall clock differs from the median of the masters by %v (tolerance %v): votes stop until it agrees, then until its lease horizon; fix its clock (NTP)", time.Duration(f.s.offset-median).Round(time.Millisecond), time.Duration(tolerance))
 				m.st.mu.Lock()
 				if m.quarantineLeft() > 0 && m.st.quarantineReason != "" {
 					why = m.st.quarantineReason + "; " + why

@@ -14,7 +14,8 @@ type MasterState string
 
 // The states of a master, in the order Masters decides them.
 const (
-	// MasterDown: it did not answer its last probe or refuses connections.
+	// MasterDown: it refuses connections, or did not answer two probes in
+	// a row (probeFailuresForDown), or did not answer the first probe.
 	MasterDown MasterState = "down"
 	// MasterRepairing: it lost its data; its votes are excluded until its
 	// fencing counter is repaired from a quorum, or by `redlockd
@@ -35,16 +36,64 @@ const (
 	MasterUp MasterState = "up"
 )
 
+// How a master leaves the counting set, and its exit. Every way out has an
+// exit that needs no operator, bounded as below, except where the table
+// names the operator's step; that step is then in the master's
+// QuarantineReason (and so in /readyz and the 503). "Interval" is one
+// health interval (WithHealthInterval); "lossTTL" the longest max TTL this
+// Client knows of (LongestMaxTTL); "horizon" the latest lease horizon of a
+// quorum of the other counting masters (horizon.go), which bounds every
+// lock the master may have lost and is at most lossTTL from the loss.
+//
+//	way out                        state         exit, and its bound                                            test
+//	-----------------------------  ------------  -------------------------------------------------------------  ----------------------------------------------
+//	connection refused, or two     down          the next probe it answers: interval after it answers again     TestOneFailedProbeIsNotDown, TestNewDeploymentWaitsForEveryMaster
+//	  failed probes in a row                     (one failed probe leaves it up: probeFailuresForDown)
+//	restart without its data       repairing,    repaired from a quorum at the next round, then out until the   TestNewDeploymentLossCountsAgain,
+//	                               quarantined   horizon: horizon + interval (lossTTL + interval without a      TestLossAfterTrafficCountsAgain
+//	                                             quorum of horizons)
+//	data lost without restart      as restart    as restart                                                     TestNewDeploymentLossCountsAgain/flushall
+//	  (FLUSHALL, DEL, eviction,
+//	  rollback, REPLICAOF)
+//	a majority lost its data       repairing     operator: `redlockd repair-fences` (named in the reason), then  TestMajorityLossFailsClosedUntilRepaired
+//	                                             out until lossTTL after the repair: that + interval
+//	clock disagrees (clock hold)   quarantined   its clock agrees with the others' again (fix its clock: named  TestClockHoldCountsAgain
+//	                                             in the reason), then out until the horizon: + interval
+//	clock jump or drift            quarantined   the horizon (lossTTL without a quorum of horizons) + interval  TestClockHoldCountsAgain (a jump left in place
+//	                                                                                                            is a clock hold too)
+//	OOM (refuses writes)           oom           still counts (reads, releases); votes for writes again once a  TestOOMCountsAgain
+//	                                             probe finds memory below maxmemory: interval, plus oomVoteHold
+//	                                             after a refused vote (operator: free memory or raise maxmemory,
+//	                                             named in the reason). Lost its data while OOM: repairing until  TestRepairRefusedForOOMSaysSo
+//	                                             the repair's writes are accepted (the step named), then as
+//	                                             restart
+//	repaired (by a Client)         quarantined   the repair marker's <until> (the horizon): that + interval; a   TestLossAfterTrafficCountsAgain,
+//	                                             daemon started later keeps the same end                        TestDaemonRestartAfterARepair
+//	repaired (repair-fences)       quarantined   lossTTL after the repair + interval (a daemon started later    TestMajorityLossFailsClosedUntilRepaired,
+//	                                             keeps the same end)                                            TestRepairQuarantineSurvivesDaemonRestart
+//	waiting for a clock reading    waiting       the first probe whose TIME answers: interval after it does     TestWaitingForAClockReadingCountsAgain
+//	  (first seen) or a comparison               (and, for the comparison, a round in which a quorum answer      TestWaitingForAClockComparisonCountsAgain
+//	  with the other masters' clocks             TIME within a quarter of the per-master timeout)
+//	new deployment, a master       waiting       every master has answered: interval after the last one does    TestNewDeploymentWaitsForEveryMaster
+//	  not answering                              (operator: bring the silent master back)
+//	two daemons creating one       waiting       the creator has written every marker: the next round; if it    TestTwoDaemonsCreateOneDeployment
+//	  deployment                                 died midway, newDeploymentWindow + interval, then repaired from
+//	                                             a quorum of markers (or repair-fences with fewer)
+//	daemon restart mid-repair      repairing     the loss lives on the master (marker missing, or the repair    TestDaemonRestartMidRepair,
+//	                                             marker's <until>): the new daemon repairs it or keeps the same  TestDaemonRestartAfterARepair
+//	                                             end: as restart
+
 // MasterStatus is a snapshot of what the Client knows about one master.
 type MasterStatus struct {
 	Index int
 	Addr  string
 	State MasterState
-	Up    bool // answered its last probe and accepts connections
+	Up    bool // not MasterDown: accepts connections and answered one of its last two probes
 	// Counting is whether its votes count towards a quorum right now.
 	Counting bool
 	// QuarantineReason and QuarantineLeft explain MasterQuarantined (and
-	// QuarantineReason MasterRepairing). QuarantineLeft is 0 while a master
+	// QuarantineReason MasterRepairing and MasterWaiting, with the
+	// operator's step when one is needed). QuarantineLeft is 0 while a master
 	// is held out until its clock agrees with the others again.
 	QuarantineReason string
 	QuarantineLeft   time.Duration
@@ -96,7 +145,7 @@ func (c *Client) Masters() []MasterStatus {
 		st.RefusingWrites, st.WriteRefusal = m.refusingWritesLocked(now)
 		st.WriteRefusals = m.st.oomRefusals.Load()
 		hold := m.st.clockHold.Load()
-		if st.QuarantineLeft > 0 || m.st.repairPending.Load() || hold {
+		if st.QuarantineLeft > 0 || m.st.repairPending.Load() || hold || !m.st.probed.Load() {
 			st.QuarantineReason = m.st.quarantineReason
 		}
 		m.st.mu.Unlock()
@@ -112,6 +161,7 @@ func (c *Client) Masters() []MasterStatus {
 		case m.c.opts.clockGuard && m.c.opts.clockReference && !m.st.clockJudged.Load():
 			// Its clock not yet compared with the other masters'.
 			st.State = MasterWaiting
+			st.QuarantineReason = fmt.Sprintf("its clock has not been compared with the other masters' yet: counts after a probe round in which a quorum of the masters answer TIME within %v", m.c.opts.perMasterTimeout/4)
 		case st.RefusingWrites:
 			st.State = MasterOOM
 		default:

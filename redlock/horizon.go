@@ -140,6 +140,7 @@ func (c *Client) repairMaster(m *master) {
 	out, err := repairScript.Run(ctx, m.probe, keys, strconv.FormatInt(r.counter, 10), ms, nonce[:16], ms, m.runID(), "").Slice()
 	if err != nil || len(out) != 3 {
 		c.opts.logger.Warn("master repair failed; retried next round", masterAttr(m), slog.Any("error", err))
+		m.repairFailed(err)
 		return
 	}
 	value, _ := out[0].(string)
@@ -160,7 +161,7 @@ func (c *Client) repairMaster(m *master) {
 	// Repaired now: what it waited for and the operator's step no longer
 	// apply (the reason kept "run `redlockd repair-fences`" after a
 	// Client repaired the master itself).
-	for _, tail := range []string{"; counts again", noQuorumToRepairReason} {
+	for _, tail := range []string{"; counts again", noQuorumToRepairReason, repairFailedReason} {
 		if i := strings.Index(reason, tail); i >= 0 {
 			reason = reason[:i]
 		}
@@ -172,6 +173,29 @@ func (c *Client) repairMaster(m *master) {
 		c.repairs.Add(1)
 		c.opts.logger.Info("master repaired: fencing counter, lease horizon and marker", masterAttr(m), slog.Int64("counter", r.counter), slog.Duration("quarantine", hold))
 	}
+}
+
+// repairFailedReason starts what repairFailed adds to the reason, and
+// repairMaster takes away.
+const repairFailedReason = "; its repair failed, retried every probe round: "
+
+// repairFailed notes in m's reason why its repair failed (a pending repair
+// shows as MasterRepairing): a master whose memory is full refuses the
+// repair's writes, and only an operator can change that.
+func (m *master) repairFailed(err error) {
+	why := "bad reply"
+	switch {
+	case err != nil && strings.Contains(err.Error(), "OOM"):
+		why = "its memory is full (used memory above maxmemory under noeviction refuses writes): free memory or raise maxmemory"
+	case err != nil:
+		why = err.Error()
+	}
+	m.st.mu.Lock()
+	if i := strings.Index(m.st.quarantineReason, repairFailedReason); i >= 0 {
+		m.st.quarantineReason = m.st.quarantineReason[:i]
+	}
+	m.st.quarantineReason += repairFailedReason + why
+	m.st.mu.Unlock()
 }
 
 // noQuorumToRepairReason is what noQuorumToRepair adds to the quarantine

@@ -26,7 +26,7 @@ func (c *Client) afterProbes() {
 	allNew := true
 	for _, m := range c.masters {
 		m.st.mu.Lock()
-		if m.up.Load() {
+		if m.answeredProbe() {
 			answered++
 			if m.st.hasHorizon {
 				withHorizon++
@@ -42,7 +42,7 @@ func (c *Client) afterProbes() {
 		m.st.mu.Unlock()
 	}
 	for _, m := range c.masters {
-		if !m.up.Load() {
+		if !m.answeredProbe() {
 			continue
 		}
 		m.st.mu.Lock()
@@ -80,6 +80,7 @@ func (c *Client) afterProbes() {
 			// its own, timed out): a repair marker's <until> and the
 			// restart-from-snapshot check both need it, and the master
 			// counted at once without them. The rule runs again next round.
+			m.waiting("its clock has not been read yet (the probe's TIME did not answer); counts once a probe reads it")
 			continue
 		case has:
 			if !m.firstSeenWithMarker(withHorizon) {
@@ -88,7 +89,9 @@ func (c *Client) afterProbes() {
 		case withMarker >= c.quorum:
 			m.lostData(LossStateMissing, "marker key missing while a quorum of the other masters have theirs (lost its data while unwatched)")
 		case withMarker > 0 && allNew:
-			continue // not seen: the markers are being written; the rule runs again next round
+			// Not seen: the markers are being written; the rule runs again next round.
+			m.waiting(fmt.Sprintf("a new deployment is being created by another client (%d of %d masters have its marker); counts once it has written them all, or %v after the first", withMarker, len(c.masters), newDeploymentWindow))
+			continue
 		case withMarker > 0:
 			m.lostData(LossStateMissing, fmt.Sprintf("marker key missing on %d of %d masters: a majority lost its data; it cannot be repaired from a quorum, run `redlockd repair-fences`", len(c.masters)-withMarker, len(c.masters)))
 			c.opts.logger.Error("a majority of masters lost their data: they vote again only after `redlockd repair-fences` raises their fencing counters", masterAttr(m))
@@ -96,6 +99,7 @@ func (c *Client) afterProbes() {
 			if !m.st.waitLogged.Swap(true) {
 				c.opts.logger.Warn("no master has the marker yet and not all answered: waiting for every master before treating this as a new deployment", masterAttr(m), slog.Int("answered", answered), slog.Int("masters", len(c.masters)))
 			}
+			m.waiting(fmt.Sprintf("no master has the deployment marker yet and %d of %d answered: a new deployment is created only once every master answers (the silent ones may hold the markers of one that lost the others); bring the masters that do not answer back", answered, len(c.masters)))
 			continue // not seen: the rule runs again next round
 		default:
 			if !m.brandNew() {
@@ -110,11 +114,18 @@ func (c *Client) afterProbes() {
 	}
 	c.checkClockAgreement()
 	for _, m := range c.masters {
-		if m.up.Load() && (m.st.repairPending.Load() || m.st.horizonPending.Load()) {
+		if m.answeredProbe() && (m.st.repairPending.Load() || m.st.horizonPending.Load()) {
 			c.repairMaster(m)
 		}
 	}
 	c.spreadFence()
+}
+
+// waiting notes why m, not seen yet, does not count (MasterWaiting).
+func (m *master) waiting(reason string) {
+	m.st.mu.Lock()
+	m.st.quarantineReason = reason
+	m.st.mu.Unlock()
 }
 
 // newDeploymentWindow is how recent every marker must be for a partial set

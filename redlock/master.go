@@ -255,7 +255,11 @@ func (l *lane) exec(batch []*call) {
 	}
 	if isDialError(err) {
 		m.dialFailed.Store(true)
-		m.setDown(err)
+		if noServer(err) {
+			// Only a refused dial: a dial that timed out may measure
+			// this machine, not the master (probeFailuresForDown).
+			m.setDown(err)
+		}
 	}
 	for _, c := range send {
 		if c.out == nil {

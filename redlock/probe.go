@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -89,9 +91,10 @@ func (m *master) probeOnce() {
 			m.dialFailed.Store(true)
 			m.renewProbe()
 		}
-		m.setDown(err)
+		m.probeFailed(err)
 		return
 	}
+	m.probeAnswered()
 	m.latencyNS.Store(int64(d))
 	m.registeredMaxTTL(maxTTL)
 
@@ -208,6 +211,65 @@ func (m *master) probeOnce() {
 		m.evictionsUnchanged(evicted, "a health probe")
 	}
 	m.setUp()
+}
+
+// probeFailuresForDown is how many probes in a row must fail, other than
+// by a refused connection, before a master that answered before is marked
+// down.
+//
+// A probe judges whether a master is alive; a vote is bounded by the
+// per-master timeout so that a slow master never votes. The two answer
+// different questions and fail differently. A vote that comes late is
+// discarded, whatever the master's state: safety never rests on "down".
+// "Down" only makes the lanes answer at once instead of sending (and the
+// master stop counting towards a quorum in QuorumAvailable and /readyz).
+// A probe that times out may measure this process or this machine (a GC
+// pause, a CPU-starved host, the daemon descheduled) rather than the
+// master, and then every master of that round times out at once. A refused
+// connection is an answer (no process listens; so are no route to the
+// host and a name that does not resolve: noServer), and marks the master
+// down at once, as does any failure of a master that has not answered a
+// probe yet. Otherwise it takes probeFailuresForDown failures in a row,
+// about that many health intervals; meanwhile the master's votes are still
+// bounded by the per-master timeout, a lane stuck on it fails the next
+// calls at once (ErrMasterBusy), and afterProbes uses nothing the failed
+// probe did not read (answeredProbe).
+const probeFailuresForDown = 2
+
+// probeFailed notes a failed probe of m and marks m down when it must be
+// (probeFailuresForDown).
+func (m *master) probeFailed(err error) {
+	n := m.st.probeFailures.Add(1)
+	msg := err.Error()
+	m.lastErr.Store(&msg)
+	if n >= probeFailuresForDown || noServer(err) || !m.st.probed.Load() {
+		m.setDown(err)
+		return
+	}
+	m.c.opts.logger.Info("master probe failed; marked down if the next one fails too", masterAttr(m), slog.Any("error", err))
+}
+
+// noServer reports whether err says that no server is there to answer,
+// rather than that none answered in time: the connection was refused (no
+// process listens), no route leads to the host, or its name does not
+// resolve (a stopped container's, on a compose network).
+func noServer(err error) bool {
+	var dnsErr *net.DNSError
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) ||
+		errors.As(err, &dnsErr) && dnsErr.IsNotFound
+}
+
+// probeAnswered notes that a probe of m was answered.
+func (m *master) probeAnswered() {
+	if m.st.probeFailures.Swap(0) != 0 && m.up.Load() {
+		m.lastErr.Store(nil) // the failure it described did not make it down
+	}
+}
+
+// answeredProbe reports whether m is up and answered its last probe: what
+// that probe read (marker, horizon, counter, clock) is current.
+func (m *master) answeredProbe() bool {
+	return m.up.Load() && m.st.probeFailures.Load() == 0
 }
 
 // promoted reports whether m's replication ID id (with secondary ID id2,

@@ -23,6 +23,9 @@ type masterState struct {
 	probed atomic.Bool
 	// repairWarned: "repair postponed" was logged for the pending repair.
 	repairWarned atomic.Bool
+	// probeFailures: probes failed in a row since the last answered one
+	// (probeFailuresForDown).
+	probeFailures atomic.Int32
 	// waitLogged: the "waiting for every master" warning was logged.
 	waitLogged atomic.Bool
 	// horizonPending: the master kept its data but its keys may have

@@ -23,8 +23,13 @@ local t = redis.call('TIME')
 local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local counter = 0
 if KEYS[3] then
-  counter = tonumber(redis.call('GET', KEYS[3]) or '0')
-  if counter < tonumber(ARGV[1]) then
+  -- A missing counter is written even when the target is 0 (no fence was
+  -- ever issued: a new deployment before its first lock): the vote scripts
+  -- and the probe take a missing counter for lost data, so a repair must
+  -- not leave it missing.
+  local cur = redis.call('GET', KEYS[3])
+  counter = tonumber(cur or '0')
+  if not cur or counter < tonumber(ARGV[1]) then
     counter = tonumber(ARGV[1])
     redis.call('SET', KEYS[3], ARGV[1])
   end
