@@ -214,8 +214,10 @@ func (s *Server) SetAPIKeys(keys []APIKey) (ReloadResult, error) {
 		res.Removed = append(res.Removed, a)
 	}
 	slices.Sort(res.Removed)
-	s.keys.Store(&keys)
+	// The limits first: a request with a new key finds its account's
+	// limits in force.
 	s.limits.setKeys(keys)
+	s.keys.Store(&keys)
 	return res, nil
 }
 

@@ -91,6 +91,11 @@ type limiter struct {
 
 	mu      sync.Mutex // serializes rounds and setKeys
 	backlog []map[*accountState][]heldOp
+	// retired are the accounts a reload removed, or left without any
+	// limit, while they still have counts to carry: they go on being
+	// synced, and come back as they were if a reload restores them.
+	retired map[string]*accountState
+	started bool // the first round ran
 	stop    chan struct{}
 	done    chan struct{}
 }
@@ -118,7 +123,8 @@ func newLimiter(log *zap.Logger, store *LimitStore, prefix string, interval time
 	l := &limiter{
 		log: log, store: store, prefix: prefix, id: hex.EncodeToString(idb[:]),
 		interval: interval, metrics: m,
-		stop: make(chan struct{}), done: make(chan struct{}),
+		retired: map[string]*accountState{},
+		stop:    make(chan struct{}), done: make(chan struct{}),
 	}
 	l.accounts.Store(&limitAccounts{byName: map[string]*accountState{}})
 	if store != nil {
@@ -131,43 +137,92 @@ func newLimiter(log *zap.Logger, store *LimitStore, prefix string, interval time
 	return l
 }
 
-// setKeys makes keys' limits the ones in force. An account whose limits
-// did not change keeps what this daemon knows of it; one whose limits
-// changed starts afresh from the masters' counts at the next round.
+// setKeys makes keys' limits the ones in force. A reload changes limits,
+// never counts: an account keeps its state (the calls in its window, its
+// bucket, its held locks, the lock changes not synced yet) whatever limit
+// changes, and an account removed keeps it while it has anything to carry
+// (see retire), so that adding it back restores it. An account new to
+// this daemon is synced with the masters before it is served, once the
+// sync loop has started (before that, the first round does it).
 func (l *limiter) setKeys(keys []APIKey) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old := l.accounts.Load()
 	next := &limitAccounts{byName: map[string]*accountState{}}
 	now := time.Now()
+	var fresh []*accountState
 	for _, k := range keys {
 		if !k.Limits.any() {
 			continue
 		}
 		st := old.byName[k.Account]
-		if st == nil || st.lim != k.Limits {
-			st = l.newState(k, now)
+		if st == nil {
+			st = l.retired[k.Account]
+			delete(l.retired, k.Account)
+		}
+		if st == nil {
+			st = l.newState(k.Account, k.Limits, now)
+			fresh = append(fresh, st)
+		} else {
+			st.setLimits(k.Limits, now)
 		}
 		next.states = append(next.states, st)
 		next.byName[k.Account] = st
 	}
-	for _, b := range l.backlog {
-		for st := range b {
-			if next.byName[st.name] != st {
-				delete(b, st)
-			}
+	for _, st := range old.states {
+		if next.byName[st.name] != st {
+			l.retired[st.name] = st
 		}
+	}
+	if l.started && len(fresh) > 0 {
+		l.roundLocked(context.Background(), fresh)
 	}
 	l.accounts.Store(next)
 }
 
-func (l *limiter) newState(k APIKey, now time.Time) *accountState {
-	st := &accountState{name: k.Account, lim: k.Limits, others: map[string]int64{}, seen: map[int64]map[string]int64{}, ownSec: map[int64]int64{}}
-	st.tokens, st.refilled = float64(k.Limits.Burst), now
-	st.quotaKey = func(start int64) string { return quotaKey(l.prefix, k.Account, k.Limits.QuotaWindow, start) }
-	st.heldKey = heldKey(l.prefix, k.Account)
-	st.metrics = l.metrics.accountMetrics(k.Account)
+func (l *limiter) newState(account string, lim AccountLimits, now time.Time) *accountState {
+	st := &accountState{name: account, lim: lim, hadRate: lim.Rate > 0, others: map[string]int64{}, seen: map[int64]map[string]int64{}, ownSec: map[int64]int64{}}
+	st.tokens, st.refilled = float64(lim.Burst), now
+	st.quotaKey = func(window time.Duration, start int64) string { return quotaKey(l.prefix, account, window, start) }
+	st.heldKey = heldKey(l.prefix, account)
+	st.metrics = l.metrics.accountMetrics(account)
 	return st
+}
+
+// setLimits puts lim in force and keeps every count. The bucket is
+// brought up to now at the old rate, then holds at most the new burst (a
+// bucket that starts with the new rate starts full). A quota window of a
+// new length starts where it would by the epoch, and holds the calls of
+// the window in progress: the counts only ever go with the account, never
+// back to zero before a window ends.
+func (st *accountState) setLimits(lim AccountLimits, now time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	old := st.lim
+	if old == lim {
+		return
+	}
+	if old.Rate > 0 {
+		st.refill(now)
+	} else if lim.Rate > 0 && !st.hadRate {
+		st.tokens, st.refilled = float64(lim.Burst), now
+	}
+	st.hadRate = st.hadRate || lim.Rate > 0
+	if old.QuotaCalls > 0 && lim.QuotaCalls > 0 && old.QuotaWindow != lim.QuotaWindow {
+		st.rollWindow(now)
+		st.window = windowStart(now, lim.QuotaWindow)
+	}
+	st.lim = lim
+	if lim.Rate > 0 {
+		st.tokens = min(st.tokens, float64(lim.Burst))
+	}
+}
+
+// limits are the account's limits in force.
+func (st *accountState) limits() AccountLimits {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.lim
 }
 
 // state returns the account's limits state, nil when it has no limits.
@@ -178,20 +233,22 @@ func (l *limiter) state(account string) *accountState {
 // accountState is what one daemon knows of one account's use.
 type accountState struct {
 	name     string
-	lim      AccountLimits
-	quotaKey func(start int64) string
+	quotaKey func(window time.Duration, start int64) string
 	heldKey  string
 	metrics  *accountMetrics
 
-	mu sync.Mutex
+	mu  sync.Mutex
+	lim AccountLimits // replaced by a reload (setLimits)
 	// Quota: the current window and the calls in it.
 	window    int64            // start, Unix ms
 	own       int64            // this daemon's calls
+	ownSynced int64            // own as a quorum of masters acknowledged it
 	others    map[string]int64 // other daemons' calls, the largest value read
 	othersSum int64
 	// Rate: the bucket, and the calls per second for the shared counter.
 	tokens    float64
 	refilled  time.Time
+	hadRate   bool                       // the bucket has been in use
 	ownSec    map[int64]int64            // second → this daemon's calls, the last rateSpan seconds
 	rateRead  int64                      // the last second a round read
 	seen      map[int64]map[string]int64 // second → other daemon → calls read
@@ -309,13 +366,12 @@ func (st *accountState) refill(now time.Time) {
 }
 
 // reserveLock takes a held-lock slot for an acquire, or says why not.
+// Held locks are counted for every account with a limit, so that a reload
+// that sets max_locks finds them counted.
 func (st *accountState) reserveLock() (refusal, bool) {
-	if st.lim.MaxLocks <= 0 {
-		return refusal{}, true
-	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if n := st.heldEstimate(); n >= int64(st.lim.MaxLocks) {
+	if n := st.heldEstimate(); st.lim.MaxLocks > 0 && n >= int64(st.lim.MaxLocks) {
 		return refusal{
 			code: codeTooManyLocks, res: resTooManyLocks,
 			msg:        "too many locks: this account holds " + fmtInt(n) + " and its limit (max_locks) is " + fmtInt(int64(st.lim.MaxLocks)) + "; release some, or wait for them to expire",
@@ -334,9 +390,6 @@ func (st *accountState) heldEstimate() int64 {
 
 // lockDone ends a reservation: granted with a lease, or not (token "").
 func (st *accountState) lockDone(key, token string) {
-	if st.lim.MaxLocks <= 0 {
-		return
-	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.reserved--
@@ -355,9 +408,6 @@ func (st *accountState) lockDone(key, token string) {
 // masters' sets: both changes are dropped, which keeps short locks from
 // costing the masters anything more.
 func (st *accountState) lockChanged(key, token string, released bool) {
-	if st.lim.MaxLocks <= 0 {
-		return
-	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if i, ok := st.pending[token]; ok && released {
@@ -391,7 +441,8 @@ func (l *limiter) run() {
 type roundState struct {
 	st        *accountState
 	window    int64
-	quotaOp   int // index in counts, -1 when none
+	own       int64 // the quota count sent
+	quotaOp   int   // index in counts, -1 when none
 	rateSecs  []int64
 	rateOps   []int
 	heldCalls []int // per master: index in held[i], -1 when none
@@ -399,7 +450,8 @@ type roundState struct {
 }
 
 // round runs one sync with the masters: writes this daemon's counts and
-// lock changes, reads everyone's. It reports whether a quorum answered.
+// lock changes, reads everyone's, for the accounts in force and those
+// retired. It reports whether a quorum answered.
 func (l *limiter) round(ctx context.Context) bool {
 	if l.store == nil {
 		return true
@@ -407,6 +459,16 @@ func (l *limiter) round(ctx context.Context) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	states := l.accounts.Load().states
+	for _, st := range l.retired {
+		states = append(states, st)
+	}
+	quorum := l.roundLocked(ctx, states)
+	l.dropIdle(time.Now())
+	return quorum
+}
+
+// roundLocked runs one round for states; l.mu is held.
+func (l *limiter) roundLocked(ctx context.Context, states []*accountState) bool {
 	if len(states) == 0 {
 		return true
 	}
@@ -421,10 +483,10 @@ func (l *limiter) round(ctx context.Context) bool {
 		st.mu.Lock()
 		if st.lim.QuotaCalls > 0 {
 			st.rollWindow(now)
-			r.window = st.window
+			r.window, r.own = st.window, st.own
 			end := time.UnixMilli(st.window).Add(st.lim.QuotaWindow)
 			r.quotaOp = len(counts)
-			counts = append(counts, countOp{key: st.quotaKey(st.window), own: st.own, ttlMS: end.Sub(now).Milliseconds() + 60_000})
+			counts = append(counts, countOp{key: st.quotaKey(st.lim.QuotaWindow, st.window), own: st.own, ttlMS: end.Sub(now).Milliseconds() + 60_000})
 		}
 		if st.lim.Rate > 0 {
 			sec := now.Unix()
@@ -439,38 +501,34 @@ func (l *limiter) round(ctx context.Context) bool {
 				counts = append(counts, countOp{key: rateKey(l.prefix, st.name, s), own: st.ownSec[s], ttlMS: rateSpan * 1000})
 			}
 		}
-		if st.lim.MaxLocks > 0 {
-			r.ops = st.ops[:0:0]
-			for _, op := range st.ops {
-				if op.token != "" {
-					r.ops = append(r.ops, op)
-				}
+		r.ops = st.ops[:0:0]
+		for _, op := range st.ops {
+			if op.token != "" {
+				r.ops = append(r.ops, op)
 			}
-			st.ops = nil
-			clear(st.pending)
-			st.sentAcq, st.sentRel = st.acq, st.rel
-			st.acq, st.rel = 0, 0
 		}
+		st.ops = nil
+		clear(st.pending)
+		st.sentAcq, st.sentRel = st.acq, st.rel
+		st.acq, st.rel = 0, 0
 		st.mu.Unlock()
-		if st.lim.MaxLocks > 0 {
-			r.heldCalls = make([]int, n)
-			for i := range n {
-				ops := append(l.backlog[i][st], r.ops...)
-				if len(ops) > maxOpsPerCall {
-					// The rest waits in the backlog for the next round.
-					l.backlog[i][st] = ops[maxOpsPerCall:]
-					ops = ops[:maxOpsPerCall]
-				} else {
-					delete(l.backlog[i], st)
-				}
-				hc := heldCall{key: st.heldKey}
-				for _, op := range ops {
-					hc.lockKeys = append(hc.lockKeys, op.key)
-					hc.tokens = append(hc.tokens, op.token)
-				}
-				r.heldCalls[i] = len(held[i])
-				held[i] = append(held[i], hc)
+		r.heldCalls = make([]int, n)
+		for i := range n {
+			ops := append(l.backlog[i][st], r.ops...)
+			if len(ops) > maxOpsPerCall {
+				// The rest waits in the backlog for the next round.
+				l.backlog[i][st] = ops[maxOpsPerCall:]
+				ops = ops[:maxOpsPerCall]
+			} else {
+				delete(l.backlog[i], st)
 			}
+			hc := heldCall{key: st.heldKey}
+			for _, op := range ops {
+				hc.lockKeys = append(hc.lockKeys, op.key)
+				hc.tokens = append(hc.tokens, op.token)
+			}
+			r.heldCalls[i] = len(held[i])
+			held[i] = append(held[i], hc)
 		}
 	}
 
@@ -518,6 +576,46 @@ func (l *limiter) round(ctx context.Context) bool {
 	return quorum
 }
 
+// dropIdle forgets the retired accounts that have nothing left to carry:
+// no lock change that a master has not been sent, no acquire in flight,
+// their quota count acknowledged by a quorum (or its window over), and a
+// full bucket with no call in the seconds a round reads. Their counts are
+// then all on the masters, where a state made again finds them (merge,
+// held_sync). l.mu is held.
+func (l *limiter) dropIdle(now time.Time) {
+	for name, st := range l.retired {
+		pending := false
+		for _, b := range l.backlog {
+			pending = pending || len(b[st]) > 0
+		}
+		if pending || !st.idle(now) {
+			continue
+		}
+		delete(l.retired, name)
+		for _, b := range l.backlog {
+			delete(b, st)
+		}
+	}
+}
+
+func (st *accountState) idle(now time.Time) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.ops) > 0 || st.reserved > 0 || st.acq > 0 || st.rel > 0 || st.sentAcq > 0 || st.sentRel > 0 {
+		return false
+	}
+	if st.lim.QuotaCalls > 0 && st.own > st.ownSynced && st.window == windowStart(now, st.lim.QuotaWindow) {
+		return false
+	}
+	if st.lim.Rate > 0 {
+		st.refill(now)
+		if st.tokens < float64(st.lim.Burst) || len(st.ownSec) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // merge folds one round's answers into an account's state.
 func (l *limiter) merge(r *roundState, replies []masterReply, quorum bool, now time.Time) {
 	st := r.st
@@ -529,11 +627,20 @@ func (l *limiter) merge(r *roundState, replies []masterReply, quorum bool, now t
 				continue
 			}
 			for id, v := range rep.counts[r.quotaOp] {
-				if id != l.id && v > st.others[id] {
+				switch {
+				case id == l.id:
+					// This daemon's own field is never above what it
+					// admitted; one above its count (a state rebuilt
+					// after it was dropped) is taken as its count.
+					st.own = max(st.own, v)
+				case v > st.others[id]:
 					st.othersSum += v - st.others[id]
 					st.others[id] = v
 				}
 			}
+		}
+		if quorum {
+			st.ownSynced = max(st.ownSynced, r.own)
 		}
 	}
 	if len(r.rateOps) > 0 {
@@ -574,7 +681,7 @@ func (l *limiter) merge(r *roundState, replies []masterReply, quorum bool, now t
 		}
 		st.baselined = st.baselined || quorum
 	}
-	if st.lim.MaxLocks > 0 {
+	if r.heldCalls != nil {
 		if quorum {
 			best := int64(0)
 			for i, rep := range replies {
@@ -601,6 +708,9 @@ func (l *limiter) start() {
 	if !l.round(context.Background()) {
 		l.log.Warn("limits: no quorum of masters answered the first sync; counting from what this daemon sees until one does")
 	}
+	l.mu.Lock()
+	l.started = true
+	l.mu.Unlock()
 	go l.run()
 }
 
@@ -678,7 +788,7 @@ func (s *Server) refuse(w http.ResponseWriter, c *call, r refusal) {
 // account's quota is low (under a tenth left): "enough calls, N left". A
 // msg the action already has (a held lock, a wrong token) is kept as it is.
 func quotaMsg(msg string, c *call) string {
-	if msg != "" || c.limits == nil || c.remain < 0 || c.remain*10 >= c.limits.lim.QuotaCalls {
+	if msg != "" || c.limits == nil || c.remain < 0 || c.remain*10 >= c.limits.limits().QuotaCalls {
 		return msg
 	}
 	return "enough calls, " + fmtInt(c.remain) + " left"
