@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -24,7 +25,50 @@ const (
 	// maxAccountBytes bounds the account parameter; accounts come from
 	// the configuration, so anything longer is a mistake.
 	maxAccountBytes = 256
+	// MaxListings bounds the listings one daemon runs at once, and
+	// MaxAccountListings those of one account; one more is refused with
+	// 429 too_many_listings. With pages of at most MaxListLimit, the
+	// masters then hold at most MaxListings × 100 keys' status reads of
+	// this daemon's listings at a time, read 16 at a time (redlock.List).
+	MaxListings        = 4
+	MaxAccountListings = 2
 )
+
+// listGate counts the listings running in this daemon, in all and per
+// account.
+type listGate struct {
+	mu        sync.Mutex
+	total     int
+	byAccount map[string]int
+}
+
+// enter takes a slot for a listing of account, or says why there is none.
+func (g *listGate) enter(account string) (ok bool, why string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.total >= MaxListings:
+		return false, fmt.Sprintf("too many listings: this daemon runs at most %d GET /admin/locks at once; retry after 1 s (Retry-After)", MaxListings)
+	case g.byAccount[account] >= MaxAccountListings:
+		return false, fmt.Sprintf("too many listings: this daemon runs at most %d GET /admin/locks at once per account; retry after 1 s (Retry-After)", MaxAccountListings)
+	}
+	if g.byAccount == nil {
+		g.byAccount = map[string]int{}
+	}
+	g.total++
+	g.byAccount[account]++
+	return true, ""
+}
+
+// leave gives account's slot back.
+func (g *listGate) leave(account string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.total--
+	if g.byAccount[account]--; g.byAccount[account] == 0 {
+		delete(g.byAccount, account)
+	}
+}
 
 // listedLock is one lock in the answer of GET /admin/locks. The holder's
 // token is never shown.
@@ -106,6 +150,12 @@ func (s *Server) serveLockList(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
+	if ok, why := s.listings.enter(account); !ok {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, codeTooManyListings, why)
+		return
+	}
+	defer s.listings.leave(account)
 	before := time.Now()
 	page, err := s.locker.List(r.Context(), prefix, q.Get("cursor"), limit)
 	switch {

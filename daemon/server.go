@@ -158,6 +158,7 @@ type Server struct {
 	tls             *ServerTLS
 	history         *history
 	waiters         waiters
+	listings        listGate
 	limits          *limiter
 
 	serving      atomic.Bool
