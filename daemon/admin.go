@@ -118,6 +118,12 @@ func methodNotAllowed(methods []string) http.HandlerFunc {
 	}
 }
 
+// Answers of the admin listener's authentication.
+const (
+	msgTwoAuthorizations = "send exactly one Authorization header"
+	msgAdminAuthLimited  = "too many requests without a valid admin token from this address; retry after Retry-After with the admin token in the Authorization header (Bearer <token>, or as the password of basic authentication)"
+)
+
 // adminAuth requires the admin token on every request, as a bearer token
 // or as the password of basic authentication (so that a browser can open
 // the dashboard: it asks once and sends it with the page's own requests).
@@ -134,10 +140,16 @@ func (s *Server) adminAuth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		// Two Authorization headers are ambiguous credentials, refused
+		// as two X-API-Key headers are on the lock API. Never echoed.
+		if len(r.Header["Authorization"]) > 1 {
+			writeError(w, http.StatusBadRequest, codeBadRequest, msgTwoAuthorizations)
+			return
+		}
 		now := time.Now()
 		src, srcOK, limited := s.authSourceLimited(w, r, now)
 		if limited {
-			writeError(w, http.StatusTooManyRequests, codeTooManyAuthFailures, msgAuthLimited)
+			writeError(w, http.StatusTooManyRequests, codeTooManyAuthFailures, msgAdminAuthLimited)
 			return
 		}
 		got := ""
