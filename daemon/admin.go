@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -226,6 +227,17 @@ func (s *Server) SetAPIKeys(keys []APIKey) (ReloadResult, error) {
 		res.Removed = append(res.Removed, a)
 	}
 	slices.Sort(res.Removed)
+	removed := map[string]bool{}
+	if p := s.removed.Load(); p != nil {
+		maps.Copy(removed, *p)
+	}
+	for _, a := range res.Removed {
+		removed[a] = true
+	}
+	for _, k := range keys {
+		delete(removed, k.Account)
+	}
+	s.removed.Store(&removed)
 	// The limits first: a request with a new key finds its account's
 	// limits in force.
 	s.limits.setKeys(keys)

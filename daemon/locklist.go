@@ -83,7 +83,10 @@ type listedLock struct {
 
 // lockList is the answer of GET /admin/locks.
 type lockList struct {
-	Account    string       `json:"account"`
+	Account string `json:"account"`
+	// Removed is true for an account a reload removed: its locks stay
+	// until their TTL ends, and its clients' releases get 401.
+	Removed    bool         `json:"removed,omitempty"`
 	Namespace  *string      `json:"namespace,omitempty"`
 	Locks      []listedLock `json:"locks"`
 	NextCursor string       `json:"next_cursor"`
@@ -126,12 +129,13 @@ func (s *Server) serveLockList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, codeBadRequest, msg)
 		return
 	}
-	if !s.hasAccount(account) {
-		writeError(w, http.StatusBadRequest, codeBadRequest, "account: "+quoteCut(account, 64)+" is not a configured account")
+	removed := s.wasRemoved(account)
+	if !removed && !s.hasAccount(account) {
+		writeError(w, http.StatusBadRequest, codeBadRequest, "account: "+quoteCut(account, 64)+" is not a configured account, nor one a reload removed since this daemon started")
 		return
 	}
 	prefix := s.prefix + lockSpace + encPart(account) + ":"
-	ans := lockList{Account: account, Locks: []listedLock{}}
+	ans := lockList{Account: account, Removed: removed, Locks: []listedLock{}}
 	if vs, ok := q["namespace"]; ok {
 		ns := vs[0]
 		if msg := checkQueryText("namespace", ns, 0, maxNamespaceBytes); msg != "" {
@@ -215,6 +219,13 @@ func (s *Server) hasAccount(account string) bool {
 		}
 	}
 	return false
+}
+
+// wasRemoved reports whether a reload removed account since this daemon
+// started (and none added it back).
+func (s *Server) wasRemoved(account string) bool {
+	p := s.removed.Load()
+	return p != nil && (*p)[account]
 }
 
 // encPart is writePart's encoding of one part of a lock key.
