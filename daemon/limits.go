@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"maps"
 	"math"
 	"net/http"
 	"strconv"
@@ -62,6 +63,8 @@ const DefaultLimitsSyncInterval = 100 * time.Millisecond
 //     account keeps on the most loaded master, which is what the cap
 //     protects. Between rounds, a daemon adds the locks it granted and
 //     subtracts those it released; its acquires in flight hold a slot.
+//     Each lock change is reconciled again once the lock path's writes
+//     have settled (limiter.settle).
 //
 // Overshoot. A daemon does not see what the others admitted since their
 // last round reached it, so together n daemons can admit, beyond a limit:
@@ -89,25 +92,41 @@ type limiter struct {
 	metrics  *Metrics
 	accounts atomic.Pointer[limitAccounts]
 
+	// settle is how old a lock change must be for its second sync: the
+	// LimitStore's timeout, twice the lock path's per-master timeout in
+	// redlockd. An acquire answers at quorum, and its SETs on the other
+	// masters are written within the per-master timeout or never (a
+	// release's deletes likewise), so the first sync, in the next round,
+	// may reach a master before them and leave the lock out of that
+	// master's set (or in it, after a release) for its whole TTL. The
+	// second one, once they have landed, puts that right.
+	settle time.Duration
+
 	mu      sync.Mutex // serializes rounds and setKeys
 	backlog []map[*accountState][]heldOp
-	// retired are the accounts a reload removed, or left without any
-	// limit, while they still have counts to carry: they go on being
-	// synced, and come back as they were if a reload restores them.
-	retired map[string]*accountState
 	started bool // the first round ran
 	stop    chan struct{}
 	done    chan struct{}
 }
 
-// limitAccounts are the accounts with any limit, as of the last setKeys.
+// limitAccounts are the accounts with any limit, as of the last setKeys,
+// and the retired ones: those a reload removed or left without any limit,
+// kept until the daemon stops. A request admitted with the keys from
+// before the reload still counts against its account's state (stateFor),
+// a retired state is synced while it has anything to carry (idle), and a
+// reload that restores the account finds its counts as they were.
 type limitAccounts struct {
-	states []*accountState // in APIKeys order
-	byName map[string]*accountState
+	states  []*accountState // in APIKeys order
+	byName  map[string]*accountState
+	retired map[string]*accountState
 }
 
-// heldOp is a lock whose presence in the held set must be reconciled.
-type heldOp struct{ key, token string }
+// heldOp is a lock whose presence in the held set must be reconciled,
+// granted, released or extended at a time.
+type heldOp struct {
+	key, token string
+	at         time.Time
+}
 
 // maxBacklog bounds the held-set changes kept for a master that does not
 // answer, per account; older ones are dropped (their locks then leave that
@@ -123,11 +142,11 @@ func newLimiter(log *zap.Logger, store *LimitStore, prefix string, interval time
 	l := &limiter{
 		log: log, store: store, prefix: prefix, id: hex.EncodeToString(idb[:]),
 		interval: interval, metrics: m,
-		retired: map[string]*accountState{},
-		stop:    make(chan struct{}), done: make(chan struct{}),
+		stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	l.accounts.Store(&limitAccounts{byName: map[string]*accountState{}})
+	l.accounts.Store(&limitAccounts{byName: map[string]*accountState{}, retired: map[string]*accountState{}})
 	if store != nil {
+		l.settle = store.timeout
 		l.quorum = store.Masters()/2 + 1
 		l.backlog = make([]map[*accountState][]heldOp, store.Masters())
 		for i := range l.backlog {
@@ -140,15 +159,17 @@ func newLimiter(log *zap.Logger, store *LimitStore, prefix string, interval time
 // setKeys makes keys' limits the ones in force. A reload changes limits,
 // never counts: an account keeps its state (the calls in its window, its
 // bucket, its held locks, the lock changes not synced yet) whatever limit
-// changes, and an account removed keeps it while it has anything to carry
-// (see retire), so that adding it back restores it. An account new to
-// this daemon is synced with the masters before it is served, once the
-// sync loop has started (before that, the first round does it).
+// changes, and an account removed is retired with it (see limitAccounts),
+// so that adding it back restores it. An account new to this daemon, or
+// back from retirement, is synced with the masters before it is served,
+// once the sync loop has started (before that, the first round does it).
+// It runs before the Server swaps the keys, so that a request with a new
+// key finds its account's state.
 func (l *limiter) setKeys(keys []APIKey) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old := l.accounts.Load()
-	next := &limitAccounts{byName: map[string]*accountState{}}
+	next := &limitAccounts{byName: map[string]*accountState{}, retired: maps.Clone(old.retired)}
 	now := time.Now()
 	var fresh []*accountState
 	for _, k := range keys {
@@ -157,8 +178,10 @@ func (l *limiter) setKeys(keys []APIKey) {
 		}
 		st := old.byName[k.Account]
 		if st == nil {
-			st = l.retired[k.Account]
-			delete(l.retired, k.Account)
+			if st = next.retired[k.Account]; st != nil {
+				delete(next.retired, k.Account)
+				fresh = append(fresh, st) // what it knows may be old
+			}
 		}
 		if st == nil {
 			st = l.newState(k.Account, k.Limits, now)
@@ -171,11 +194,11 @@ func (l *limiter) setKeys(keys []APIKey) {
 	}
 	for _, st := range old.states {
 		if next.byName[st.name] != st {
-			l.retired[st.name] = st
+			next.retired[st.name] = st
 		}
 	}
 	if l.started && len(fresh) > 0 {
-		l.roundLocked(context.Background(), fresh)
+		l.roundLocked(context.Background(), fresh, now.Add(-l.settle))
 	}
 	l.accounts.Store(next)
 }
@@ -225,9 +248,19 @@ func (st *accountState) limits() AccountLimits {
 	return st.lim
 }
 
-// state returns the account's limits state, nil when it has no limits.
-func (l *limiter) state(account string) *accountState {
-	return l.accounts.Load().byName[account]
+// stateFor returns the limits state of a request authenticated with k,
+// from the keys in force when it arrived: nil when k has no limits, its
+// account's state otherwise, retired if a reload has removed the account
+// (or its limits) since.
+func (l *limiter) stateFor(k *APIKey) *accountState {
+	if !k.Limits.any() {
+		return nil
+	}
+	a := l.accounts.Load()
+	if st := a.byName[k.Account]; st != nil {
+		return st
+	}
+	return a.retired[k.Account]
 }
 
 // accountState is what one daemon knows of one account's use.
@@ -262,6 +295,7 @@ type accountState struct {
 	sentRel   int64
 	ops       []heldOp       // not yet sent; a zero heldOp was dropped
 	pending   map[string]int // token → index in ops of the acquires not yet sent
+	recheck   []heldOp       // sent once, to be sent again once settled
 }
 
 // rateSpan is how many seconds of the shared rate counter a round reads
@@ -399,14 +433,14 @@ func (st *accountState) lockDone(key, token string) {
 			st.pending = map[string]int{}
 		}
 		st.pending[token] = len(st.ops)
-		st.ops = append(st.ops, heldOp{key, token})
+		st.ops = append(st.ops, heldOp{key: key, token: token, at: time.Now()})
 	}
 }
 
 // lockChanged records a release (released true) or an extend of a lock.
-// A lock granted and released since the last round never reaches the
-// masters' sets: both changes are dropped, which keeps short locks from
-// costing the masters anything more.
+// A lock granted and released before its grant was synced never reaches
+// the masters' sets: both changes are dropped, which keeps short locks
+// from costing the masters anything more.
 func (st *accountState) lockChanged(key, token string, released bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -419,7 +453,36 @@ func (st *accountState) lockChanged(key, token string, released bool) {
 	if released {
 		st.rel++
 	}
-	st.ops = append(st.ops, heldOp{key, token})
+	st.ops = append(st.ops, heldOp{key: key, token: token, at: time.Now()})
+}
+
+// takeOps returns the lock changes a round syncs: every one recorded
+// since the last round (which sentAcq and sentRel then count), and, again,
+// those synced once and recorded at or before cutoff (see
+// limiter.settle). st.mu is held.
+func (st *accountState) takeOps(cutoff time.Time) []heldOp {
+	var out []heldOp
+	keep := st.recheck[:0]
+	for _, op := range st.recheck {
+		if op.at.After(cutoff) {
+			keep = append(keep, op)
+		} else {
+			out = append(out, op)
+		}
+	}
+	clear(st.recheck[len(keep):])
+	st.recheck = keep
+	for _, op := range st.ops {
+		if op.token != "" { // else granted and released before it was synced
+			out = append(out, op)
+			st.recheck = append(st.recheck, op)
+		}
+	}
+	st.ops = nil
+	clear(st.pending)
+	st.sentAcq, st.sentRel = st.acq, st.rel
+	st.acq, st.rel = 0, 0
+	return out
 }
 
 // run syncs every interval until stop is closed.
@@ -458,17 +521,20 @@ func (l *limiter) round(ctx context.Context) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	states := l.accounts.Load().states
-	for _, st := range l.retired {
-		states = append(states, st)
+	a := l.accounts.Load()
+	states := a.states
+	now := time.Now()
+	for _, st := range a.retired {
+		if l.pending(st) || !st.idle(now) {
+			states = append(states, st)
+		}
 	}
-	quorum := l.roundLocked(ctx, states)
-	l.dropIdle(time.Now())
-	return quorum
+	return l.roundLocked(ctx, states, now.Add(-l.settle))
 }
 
-// roundLocked runs one round for states; l.mu is held.
-func (l *limiter) roundLocked(ctx context.Context, states []*accountState) bool {
+// roundLocked runs one round for states, with the lock changes recorded
+// at or before cutoff; l.mu is held.
+func (l *limiter) roundLocked(ctx context.Context, states []*accountState, cutoff time.Time) bool {
 	if len(states) == 0 {
 		return true
 	}
@@ -501,16 +567,7 @@ func (l *limiter) roundLocked(ctx context.Context, states []*accountState) bool 
 				counts = append(counts, countOp{key: rateKey(l.prefix, st.name, s), own: st.ownSec[s], ttlMS: rateSpan * 1000})
 			}
 		}
-		r.ops = st.ops[:0:0]
-		for _, op := range st.ops {
-			if op.token != "" {
-				r.ops = append(r.ops, op)
-			}
-		}
-		st.ops = nil
-		clear(st.pending)
-		st.sentAcq, st.sentRel = st.acq, st.rel
-		st.acq, st.rel = 0, 0
+		r.ops = st.takeOps(cutoff)
 		st.mu.Unlock()
 		r.heldCalls = make([]int, n)
 		for i := range n {
@@ -551,7 +608,7 @@ func (l *limiter) roundLocked(ctx context.Context, states []*accountState) bool 
 			hc := held[i][r.heldCalls[i]]
 			b := l.backlog[i][r.st]
 			for j := range hc.lockKeys {
-				b = append(b, heldOp{hc.lockKeys[j], hc.tokens[j]})
+				b = append(b, heldOp{key: hc.lockKeys[j], token: hc.tokens[j]})
 			}
 			if len(b) > maxBacklog {
 				b = b[len(b)-maxBacklog:]
@@ -576,32 +633,26 @@ func (l *limiter) roundLocked(ctx context.Context, states []*accountState) bool 
 	return quorum
 }
 
-// dropIdle forgets the retired accounts that have nothing left to carry:
-// no lock change that a master has not been sent, no acquire in flight,
-// their quota count acknowledged by a quorum (or its window over), and a
-// full bucket with no call in the seconds a round reads. Their counts are
-// then all on the masters, where a state made again finds them (merge,
-// held_sync). l.mu is held.
-func (l *limiter) dropIdle(now time.Time) {
-	for name, st := range l.retired {
-		pending := false
-		for _, b := range l.backlog {
-			pending = pending || len(b[st]) > 0
-		}
-		if pending || !st.idle(now) {
-			continue
-		}
-		delete(l.retired, name)
-		for _, b := range l.backlog {
-			delete(b, st)
+// pending reports whether a master has not been sent some of st's lock
+// changes. l.mu is held.
+func (l *limiter) pending(st *accountState) bool {
+	for _, b := range l.backlog {
+		if len(b[st]) > 0 {
+			return true
 		}
 	}
+	return false
 }
 
+// idle reports whether a retired account has nothing left to sync: no
+// lock change not sent, no acquire in flight, its quota count acknowledged
+// by a quorum (or its window over), and a full bucket with no call in the
+// seconds a round reads. Its counts are then all on the masters; rounds
+// skip it until a late request (admitted before the reload) changes that.
 func (st *accountState) idle(now time.Time) bool {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if len(st.ops) > 0 || st.reserved > 0 || st.acq > 0 || st.rel > 0 || st.sentAcq > 0 || st.sentRel > 0 {
+	if len(st.ops) > 0 || len(st.recheck) > 0 || st.reserved > 0 || st.acq > 0 || st.rel > 0 || st.sentAcq > 0 || st.sentRel > 0 {
 		return false
 	}
 	if st.lim.QuotaCalls > 0 && st.own > st.ownSynced && st.window == windowStart(now, st.lim.QuotaWindow) {
@@ -721,7 +772,17 @@ func (l *limiter) close() {
 	}
 	close(l.stop)
 	<-l.done
-	l.round(context.Background())
+	// Every request has ended: once the lanes have settled, the last
+	// changes go too.
+	time.Sleep(l.settle)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a := l.accounts.Load()
+	states := a.states
+	for _, st := range a.retired {
+		states = append(states, st)
+	}
+	l.roundLocked(context.Background(), states, time.Now())
 }
 
 func fmtWindow(d time.Duration) string {

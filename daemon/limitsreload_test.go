@@ -309,11 +309,12 @@ func TestReloadStormKeepsLimits(t *testing.T) {
 	assert.LessOrEqual(t, calls, limB.QuotaCalls+bound, "calls admitted")
 
 	// Settled: every daemon has synced what it granted.
+	var held, keys []int64
 	require.Eventually(t, func() bool {
-		held, keys := heldOnMasters(t, servers)
+		held, keys = heldOnMasters(t, servers)
 		return assert.ObjectsAreEqual(held, keys)
-	}, 10*time.Second, 20*time.Millisecond, "the held sets count the lock keys")
-	_, keys := heldOnMasters(t, servers)
+	}, 10*time.Second, 20*time.Millisecond, "the held sets count the lock keys: held %v, keys %v", &held, &keys)
+	_, keys = heldOnMasters(t, servers)
 	for i, n := range keys {
 		assert.LessOrEqual(t, n, int64(limB.MaxLocks)+bound, "locks on master %d", i)
 	}
