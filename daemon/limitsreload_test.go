@@ -110,7 +110,8 @@ func TestReloadKeepsQuotaCount(t *testing.T) {
 
 // A rate bucket is not refilled by a reload: with a rate so low that it
 // does not refill during the test, the burst spent stays spent when the
-// rate and burst go up.
+// rate and burst go up or down, another limit changes, or the account is
+// removed and added back.
 func TestReloadKeepsRateBucket(t *testing.T) {
 	servers := limitMasters(t)
 	lim := AccountLimits{Rate: 0.001, Burst: 3}
@@ -126,6 +127,8 @@ func TestReloadKeepsRateBucket(t *testing.T) {
 		{Rate: 0.002, Burst: 6},
 		{Rate: 0.002, Burst: 6, MaxLocks: 5},
 		{Rate: 0.002, Burst: 6, QuotaCalls: 100, QuotaWindow: time.Hour},
+		{Rate: 0.0005, Burst: 2}, // down
+		{Rate: 0.002, Burst: 6},  // and up again
 	} {
 		reloadAcme(t, d, next)
 		r = d.lock(t, statusBody("r"))
