@@ -27,11 +27,12 @@ const (
 	maxAccountBytes = 256
 	// MaxListings bounds the listings one daemon runs at once, and
 	// MaxAccountListings those of one account; one more is refused with
-	// 429 too_many_listings. With pages of at most MaxListLimit, the
-	// masters then hold at most MaxListings × 100 keys' status reads of
-	// this daemon's listings at a time, read 16 at a time (redlock.List).
-	MaxListings        = 4
-	MaxAccountListings = 2
+	// 429 too_many_listings. Each listing has at most 8 status reads per
+	// master in flight (redlock.List), so the masters hold at most
+	// MaxListings × 8 of this daemon's listing reads at a time, whatever
+	// the number of operators and scripts listing.
+	MaxListings        = 2
+	MaxAccountListings = 1
 )
 
 // listGate counts the listings running in this daemon, in all and per
