@@ -681,8 +681,9 @@ func (l *limiter) merge(r *roundState, replies []masterReply, quorum bool, now t
 				switch {
 				case id == l.id:
 					// This daemon's own field is never above what it
-					// admitted; one above its count (a state rebuilt
-					// after it was dropped) is taken as its count.
+					// admitted: one above its count (calls this state
+					// did not carry, e.g. counted under a quota a reload
+					// then removed and set again) is taken as its count.
 					st.own = max(st.own, v)
 				case v > st.others[id]:
 					st.othersSum += v - st.others[id]
@@ -772,9 +773,6 @@ func (l *limiter) close() {
 	}
 	close(l.stop)
 	<-l.done
-	// Every request has ended: once the lanes have settled, the last
-	// changes go too.
-	time.Sleep(l.settle)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	a := l.accounts.Load()
@@ -782,6 +780,21 @@ func (l *limiter) close() {
 	for _, st := range a.retired {
 		states = append(states, st)
 	}
+	// Every request has ended: once the lock path's last writes have
+	// settled, every change goes, the second time too.
+	var last time.Time
+	for _, st := range states {
+		st.mu.Lock()
+		for _, ops := range [][]heldOp{st.recheck, st.ops} {
+			for _, op := range ops {
+				if op.at.After(last) {
+					last = op.at
+				}
+			}
+		}
+		st.mu.Unlock()
+	}
+	time.Sleep(time.Until(last.Add(l.settle)))
 	l.roundLocked(context.Background(), states, time.Now())
 }
 
