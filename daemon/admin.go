@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -118,6 +119,12 @@ func methodNotAllowed(methods []string) http.HandlerFunc {
 	}
 }
 
+// Answers of the admin listener's authentication.
+const (
+	msgTwoAuthorizations = "send exactly one Authorization header"
+	msgAdminAuthLimited  = "too many requests without a valid admin token from this address; retry after Retry-After with the admin token in the Authorization header (Bearer <token>, or as the password of basic authentication)"
+)
+
 // adminAuth requires the admin token on every request, as a bearer token
 // or as the password of basic authentication (so that a browser can open
 // the dashboard: it asks once and sends it with the page's own requests).
@@ -134,10 +141,16 @@ func (s *Server) adminAuth(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		// Two Authorization headers are ambiguous credentials, refused
+		// as two X-API-Key headers are on the lock API. Never echoed.
+		if len(r.Header["Authorization"]) > 1 {
+			writeError(w, http.StatusBadRequest, codeBadRequest, msgTwoAuthorizations)
+			return
+		}
 		now := time.Now()
 		src, srcOK, limited := s.authSourceLimited(w, r, now)
 		if limited {
-			writeError(w, http.StatusTooManyRequests, codeTooManyAuthFailures, msgAuthLimited)
+			writeError(w, http.StatusTooManyRequests, codeTooManyAuthFailures, msgAdminAuthLimited)
 			return
 		}
 		got := ""
@@ -214,8 +227,21 @@ func (s *Server) SetAPIKeys(keys []APIKey) (ReloadResult, error) {
 		res.Removed = append(res.Removed, a)
 	}
 	slices.Sort(res.Removed)
-	s.keys.Store(&keys)
+	removed := map[string]bool{}
+	if p := s.removed.Load(); p != nil {
+		maps.Copy(removed, *p)
+	}
+	for _, a := range res.Removed {
+		removed[a] = true
+	}
+	for _, k := range keys {
+		delete(removed, k.Account)
+	}
+	s.removed.Store(&removed)
+	// The limits first: a request with a new key finds its account's
+	// limits in force.
 	s.limits.setKeys(keys)
+	s.keys.Store(&keys)
 	return res, nil
 }
 

@@ -130,6 +130,34 @@ func TestAdminToken(t *testing.T) {
 	assert.ErrorContains(t, err, "AdminToken: needs AdminListen")
 }
 
+// Two Authorization headers are refused with 400 before either is looked
+// at, as two X-API-Key headers are on the lock API: even when the first
+// holds the right token.
+func TestAdminRefusesTwoAuthorizationHeaders(t *testing.T) {
+	const token = "admin-token-0123456789abcdef"
+	ts := newTestServer(t, newFakeLocker(), func(o *Options) {
+		o.AdminListen = "127.0.0.1:0"
+		o.AdminToken = token
+	})
+	admin := adminURL(t, ts)
+	for _, second := range []string{"Bearer " + token, "Bearer wrong-token-0123456789abcdef", "Basic YTpi"} {
+		req, err := http.NewRequest(http.MethodGet, admin+"/metrics", nil)
+		require.NoError(t, err)
+		req.Header.Add("Authorization", "Bearer "+token)
+		req.Header.Add("Authorization", second)
+		resp, err := ts.client.Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", body)
+		assert.Contains(t, string(body), `"msg":"send exactly one Authorization header","code":"bad_request"`)
+		assert.NotContains(t, string(body), token)
+	}
+	st, _, _ := ts.raw(t, http.MethodGet, admin+"/metrics", map[string]string{"Authorization": "Bearer " + token})
+	assert.Equal(t, http.StatusOK, st, "one header with the token")
+}
+
 // SetAdminToken replaces the admin token for the next request: the old one
 // gets 401 and the new one 200; a token where there was none closes the
 // listener; an empty token while one is in force is refused and changes
@@ -231,10 +259,14 @@ func TestAdminTokenFailuresLimited(t *testing.T) {
 	}
 	statuses := map[int]int{}
 	for range 25 {
-		st, _, hdr := ts.raw(t, http.MethodGet, admin+"/metrics", map[string]string{"Authorization": "Bearer wrong-token-0123456789abcdef"})
+		st, body, hdr := ts.raw(t, http.MethodGet, admin+"/metrics", map[string]string{"Authorization": "Bearer wrong-token-0123456789abcdef"})
 		statuses[st]++
 		if st == http.StatusTooManyRequests {
 			assert.NotEmpty(t, hdr.Get("Retry-After"))
+			// The admin listener's credential, not the lock API's.
+			assert.Contains(t, body, "admin token in the Authorization header", body)
+			assert.NotContains(t, body, "X-API-Key")
+			assert.Contains(t, body, `"code":"too_many_auth_failures"`)
 		}
 	}
 	assert.Equal(t, map[int]int{http.StatusUnauthorized: DefaultAuthFailureBurst, http.StatusTooManyRequests: 25 - DefaultAuthFailureBurst}, statuses)

@@ -26,7 +26,8 @@
 //   - GET /admin/locks?account=&namespace=&cursor=&limit= (admin listener
 //     only): one page of the locks held for an account, with namespace,
 //     key, remaining TTL and fence, never a token (serveLockList in
-//     locklist.go).
+//     locklist.go); at most MaxListings at once per daemon and
+//     MaxAccountListings per account, 429 too_many_listings past them.
 //   - Any other path: 404 with the JSON envelope, code not_found, a msg
 //     naming the path and listing the listener's endpoints. A wrong method on a
 //     known path is 405, code method_not_allowed. ServeMux's path cleaning still redirects first

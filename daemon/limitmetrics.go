@@ -123,13 +123,14 @@ func (c limitCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	now := time.Now()
 	for _, st := range l.accounts.Load().states {
-		if st.lim.QuotaCalls > 0 {
+		lim := st.limits()
+		if lim.QuotaCalls > 0 {
 			ch <- prometheus.MustNewConstMetric(c.lm.remain, prometheus.GaugeValue, float64(st.remain(now)), st.name)
-			ch <- prometheus.MustNewConstMetric(c.lm.quotaLimit, prometheus.GaugeValue, float64(st.lim.QuotaCalls), st.name)
+			ch <- prometheus.MustNewConstMetric(c.lm.quotaLimit, prometheus.GaugeValue, float64(lim.QuotaCalls), st.name)
 		}
-		if st.lim.MaxLocks > 0 {
+		if lim.MaxLocks > 0 {
 			ch <- prometheus.MustNewConstMetric(c.lm.held, prometheus.GaugeValue, float64(st.locksHeld()), st.name)
-			ch <- prometheus.MustNewConstMetric(c.lm.maxLocks, prometheus.GaugeValue, float64(st.lim.MaxLocks), st.name)
+			ch <- prometheus.MustNewConstMetric(c.lm.maxLocks, prometheus.GaugeValue, float64(lim.MaxLocks), st.name)
 		}
 	}
 }
@@ -169,17 +170,18 @@ func (l *limiter) accountStats() map[string]accountStats {
 	now := time.Now()
 	for _, st := range l.accounts.Load().states {
 		var a accountStats
-		if st.lim.QuotaCalls > 0 {
-			calls, window, remain := st.lim.QuotaCalls, st.lim.QuotaWindow.Seconds(), st.remain(now)
-			resets := time.UnixMilli(windowStart(now, st.lim.QuotaWindow)).Add(st.lim.QuotaWindow).Unix()
+		lim := st.limits()
+		if lim.QuotaCalls > 0 {
+			calls, window, remain := lim.QuotaCalls, lim.QuotaWindow.Seconds(), st.remain(now)
+			resets := time.UnixMilli(windowStart(now, lim.QuotaWindow)).Add(lim.QuotaWindow).Unix()
 			a.QuotaLimit, a.QuotaWindowS, a.QuotaRemaining, a.QuotaResetsAt = &calls, &window, &remain, &resets
 		}
-		if st.lim.Rate > 0 {
-			rate, burst, tokens := st.lim.Rate, st.lim.Burst, st.bucket(now)
+		if lim.Rate > 0 {
+			rate, burst, tokens := lim.Rate, lim.Burst, st.bucket(now)
 			a.Rate, a.Burst, a.RateTokens = &rate, &burst, &tokens
 		}
-		if st.lim.MaxLocks > 0 {
-			ml, held := st.lim.MaxLocks, st.locksHeld()
+		if lim.MaxLocks > 0 {
+			ml, held := lim.MaxLocks, st.locksHeld()
 			a.MaxLocks, a.LocksHeld = &ml, &held
 		}
 		a.QuotaExhausted = st.metrics.nQuotaExhausted.Load()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"maps"
 	"math"
 	"net/http"
 	"strconv"
@@ -62,6 +63,8 @@ const DefaultLimitsSyncInterval = 100 * time.Millisecond
 //     account keeps on the most loaded master, which is what the cap
 //     protects. Between rounds, a daemon adds the locks it granted and
 //     subtracts those it released; its acquires in flight hold a slot.
+//     Each lock change is reconciled again once the lock path's writes
+//     have settled (limiter.settle).
 //
 // Overshoot. A daemon does not see what the others admitted since their
 // last round reached it, so together n daemons can admit, beyond a limit:
@@ -89,20 +92,41 @@ type limiter struct {
 	metrics  *Metrics
 	accounts atomic.Pointer[limitAccounts]
 
+	// settle is how old a lock change must be for its second sync: the
+	// LimitStore's timeout, twice the lock path's per-master timeout in
+	// redlockd. An acquire answers at quorum, and its SETs on the other
+	// masters are written within the per-master timeout or never (a
+	// release's deletes likewise), so the first sync, in the next round,
+	// may reach a master before them and leave the lock out of that
+	// master's set (or in it, after a release) for its whole TTL. The
+	// second one, once they have landed, puts that right.
+	settle time.Duration
+
 	mu      sync.Mutex // serializes rounds and setKeys
 	backlog []map[*accountState][]heldOp
+	started bool // the first round ran
 	stop    chan struct{}
 	done    chan struct{}
 }
 
-// limitAccounts are the accounts with any limit, as of the last setKeys.
+// limitAccounts are the accounts with any limit, as of the last setKeys,
+// and the retired ones: those a reload removed or left without any limit,
+// kept until the daemon stops. A request admitted with the keys from
+// before the reload still counts against its account's state (stateFor),
+// a retired state is synced while it has anything to carry (idle), and a
+// reload that restores the account finds its counts as they were.
 type limitAccounts struct {
-	states []*accountState // in APIKeys order
-	byName map[string]*accountState
+	states  []*accountState // in APIKeys order
+	byName  map[string]*accountState
+	retired map[string]*accountState
 }
 
-// heldOp is a lock whose presence in the held set must be reconciled.
-type heldOp struct{ key, token string }
+// heldOp is a lock whose presence in the held set must be reconciled,
+// granted, released or extended at a time.
+type heldOp struct {
+	key, token string
+	at         time.Time
+}
 
 // maxBacklog bounds the held-set changes kept for a master that does not
 // answer, per account; older ones are dropped (their locks then leave that
@@ -120,8 +144,9 @@ func newLimiter(log *zap.Logger, store *LimitStore, prefix string, interval time
 		interval: interval, metrics: m,
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
-	l.accounts.Store(&limitAccounts{byName: map[string]*accountState{}})
+	l.accounts.Store(&limitAccounts{byName: map[string]*accountState{}, retired: map[string]*accountState{}})
 	if store != nil {
+		l.settle = store.timeout
 		l.quorum = store.Masters()/2 + 1
 		l.backlog = make([]map[*accountState][]heldOp, store.Masters())
 		for i := range l.backlog {
@@ -131,67 +156,132 @@ func newLimiter(log *zap.Logger, store *LimitStore, prefix string, interval time
 	return l
 }
 
-// setKeys makes keys' limits the ones in force. An account whose limits
-// did not change keeps what this daemon knows of it; one whose limits
-// changed starts afresh from the masters' counts at the next round.
+// setKeys makes keys' limits the ones in force. A reload changes limits,
+// never counts: an account keeps its state (the calls in its window, its
+// bucket, its held locks, the lock changes not synced yet) whatever limit
+// changes, and an account removed is retired with it (see limitAccounts),
+// so that adding it back restores it. An account new to this daemon, or
+// back from retirement, is synced with the masters before it is served,
+// once the sync loop has started (before that, the first round does it).
+// It runs before the Server swaps the keys, so that a request with a new
+// key finds its account's state.
 func (l *limiter) setKeys(keys []APIKey) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old := l.accounts.Load()
-	next := &limitAccounts{byName: map[string]*accountState{}}
+	next := &limitAccounts{byName: map[string]*accountState{}, retired: maps.Clone(old.retired)}
 	now := time.Now()
+	var fresh []*accountState
 	for _, k := range keys {
 		if !k.Limits.any() {
 			continue
 		}
 		st := old.byName[k.Account]
-		if st == nil || st.lim != k.Limits {
-			st = l.newState(k, now)
+		if st == nil {
+			if st = next.retired[k.Account]; st != nil {
+				delete(next.retired, k.Account)
+				fresh = append(fresh, st) // what it knows may be old
+			}
+		}
+		if st == nil {
+			st = l.newState(k.Account, k.Limits, now)
+			fresh = append(fresh, st)
+		} else {
+			st.setLimits(k.Limits, now)
 		}
 		next.states = append(next.states, st)
 		next.byName[k.Account] = st
 	}
-	for _, b := range l.backlog {
-		for st := range b {
-			if next.byName[st.name] != st {
-				delete(b, st)
-			}
+	for _, st := range old.states {
+		if next.byName[st.name] != st {
+			next.retired[st.name] = st
 		}
+	}
+	if l.started && len(fresh) > 0 {
+		l.roundLocked(context.Background(), fresh, now.Add(-l.settle))
 	}
 	l.accounts.Store(next)
 }
 
-func (l *limiter) newState(k APIKey, now time.Time) *accountState {
-	st := &accountState{name: k.Account, lim: k.Limits, others: map[string]int64{}, seen: map[int64]map[string]int64{}, ownSec: map[int64]int64{}}
-	st.tokens, st.refilled = float64(k.Limits.Burst), now
-	st.quotaKey = func(start int64) string { return quotaKey(l.prefix, k.Account, k.Limits.QuotaWindow, start) }
-	st.heldKey = heldKey(l.prefix, k.Account)
-	st.metrics = l.metrics.accountMetrics(k.Account)
+func (l *limiter) newState(account string, lim AccountLimits, now time.Time) *accountState {
+	st := &accountState{name: account, lim: lim, hadRate: lim.Rate > 0, others: map[string]int64{}, seen: map[int64]map[string]int64{}, ownSec: map[int64]int64{}}
+	st.tokens, st.refilled = float64(lim.Burst), now
+	st.quotaKey = func(window time.Duration, start int64) string { return quotaKey(l.prefix, account, window, start) }
+	st.heldKey = heldKey(l.prefix, account)
+	st.metrics = l.metrics.accountMetrics(account)
 	return st
 }
 
-// state returns the account's limits state, nil when it has no limits.
-func (l *limiter) state(account string) *accountState {
-	return l.accounts.Load().byName[account]
+// setLimits puts lim in force and keeps every count. The bucket is
+// brought up to now at the old rate, then holds at most the new burst (a
+// bucket that starts with the new rate starts full). A quota window of a
+// new length starts where it would by the epoch, and holds the calls of
+// the window in progress: the counts only ever go with the account, never
+// back to zero before a window ends.
+func (st *accountState) setLimits(lim AccountLimits, now time.Time) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	old := st.lim
+	if old == lim {
+		return
+	}
+	if old.Rate > 0 {
+		st.refill(now)
+	} else if lim.Rate > 0 && !st.hadRate {
+		st.tokens, st.refilled = float64(lim.Burst), now
+	}
+	st.hadRate = st.hadRate || lim.Rate > 0
+	if old.QuotaCalls > 0 && lim.QuotaCalls > 0 && old.QuotaWindow != lim.QuotaWindow {
+		st.rollWindow(now)
+		st.window = windowStart(now, lim.QuotaWindow)
+	}
+	st.lim = lim
+	if lim.Rate > 0 {
+		st.tokens = min(st.tokens, float64(lim.Burst))
+	}
+}
+
+// limits are the account's limits in force.
+func (st *accountState) limits() AccountLimits {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.lim
+}
+
+// stateFor returns the limits state of a request authenticated with k,
+// from the keys in force when it arrived: nil when k has no limits, its
+// account's state otherwise, retired if a reload has removed the account
+// (or its limits) since.
+func (l *limiter) stateFor(k *APIKey) *accountState {
+	if !k.Limits.any() {
+		return nil
+	}
+	a := l.accounts.Load()
+	if st := a.byName[k.Account]; st != nil {
+		return st
+	}
+	return a.retired[k.Account]
 }
 
 // accountState is what one daemon knows of one account's use.
 type accountState struct {
 	name     string
-	lim      AccountLimits
-	quotaKey func(start int64) string
+	quotaKey func(window time.Duration, start int64) string
 	heldKey  string
 	metrics  *accountMetrics
 
-	mu sync.Mutex
+	mu  sync.Mutex
+	lim AccountLimits // replaced by a reload (setLimits)
 	// Quota: the current window and the calls in it.
 	window    int64            // start, Unix ms
 	own       int64            // this daemon's calls
+	ownSynced int64            // own as a quorum of masters acknowledged it
 	others    map[string]int64 // other daemons' calls, the largest value read
 	othersSum int64
 	// Rate: the bucket, and the calls per second for the shared counter.
 	tokens    float64
 	refilled  time.Time
+	hadRate   bool                       // the bucket has been in use
 	ownSec    map[int64]int64            // second → this daemon's calls, the last rateSpan seconds
 	rateRead  int64                      // the last second a round read
 	seen      map[int64]map[string]int64 // second → other daemon → calls read
@@ -205,6 +295,7 @@ type accountState struct {
 	sentRel   int64
 	ops       []heldOp       // not yet sent; a zero heldOp was dropped
 	pending   map[string]int // token → index in ops of the acquires not yet sent
+	recheck   []heldOp       // sent once, to be sent again once settled
 }
 
 // rateSpan is how many seconds of the shared rate counter a round reads
@@ -309,13 +400,12 @@ func (st *accountState) refill(now time.Time) {
 }
 
 // reserveLock takes a held-lock slot for an acquire, or says why not.
+// Held locks are counted for every account with a limit, so that a reload
+// that sets max_locks finds them counted.
 func (st *accountState) reserveLock() (refusal, bool) {
-	if st.lim.MaxLocks <= 0 {
-		return refusal{}, true
-	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if n := st.heldEstimate(); n >= int64(st.lim.MaxLocks) {
+	if n := st.heldEstimate(); st.lim.MaxLocks > 0 && n >= int64(st.lim.MaxLocks) {
 		return refusal{
 			code: codeTooManyLocks, res: resTooManyLocks,
 			msg:        "too many locks: this account holds " + fmtInt(n) + " and its limit (max_locks) is " + fmtInt(int64(st.lim.MaxLocks)) + "; release some, or wait for them to expire",
@@ -334,9 +424,6 @@ func (st *accountState) heldEstimate() int64 {
 
 // lockDone ends a reservation: granted with a lease, or not (token "").
 func (st *accountState) lockDone(key, token string) {
-	if st.lim.MaxLocks <= 0 {
-		return
-	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.reserved--
@@ -346,18 +433,15 @@ func (st *accountState) lockDone(key, token string) {
 			st.pending = map[string]int{}
 		}
 		st.pending[token] = len(st.ops)
-		st.ops = append(st.ops, heldOp{key, token})
+		st.ops = append(st.ops, heldOp{key: key, token: token, at: time.Now()})
 	}
 }
 
 // lockChanged records a release (released true) or an extend of a lock.
-// A lock granted and released since the last round never reaches the
-// masters' sets: both changes are dropped, which keeps short locks from
-// costing the masters anything more.
+// A lock granted and released before its grant was synced never reaches
+// the masters' sets: both changes are dropped, which keeps short locks
+// from costing the masters anything more.
 func (st *accountState) lockChanged(key, token string, released bool) {
-	if st.lim.MaxLocks <= 0 {
-		return
-	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if i, ok := st.pending[token]; ok && released {
@@ -369,7 +453,36 @@ func (st *accountState) lockChanged(key, token string, released bool) {
 	if released {
 		st.rel++
 	}
-	st.ops = append(st.ops, heldOp{key, token})
+	st.ops = append(st.ops, heldOp{key: key, token: token, at: time.Now()})
+}
+
+// takeOps returns the lock changes a round syncs: every one recorded
+// since the last round (which sentAcq and sentRel then count), and, again,
+// those synced once and recorded at or before cutoff (see
+// limiter.settle). st.mu is held.
+func (st *accountState) takeOps(cutoff time.Time) []heldOp {
+	var out []heldOp
+	keep := st.recheck[:0]
+	for _, op := range st.recheck {
+		if op.at.After(cutoff) {
+			keep = append(keep, op)
+		} else {
+			out = append(out, op)
+		}
+	}
+	clear(st.recheck[len(keep):])
+	st.recheck = keep
+	for _, op := range st.ops {
+		if op.token != "" { // else granted and released before it was synced
+			out = append(out, op)
+			st.recheck = append(st.recheck, op)
+		}
+	}
+	st.ops = nil
+	clear(st.pending)
+	st.sentAcq, st.sentRel = st.acq, st.rel
+	st.acq, st.rel = 0, 0
+	return out
 }
 
 // run syncs every interval until stop is closed.
@@ -391,7 +504,8 @@ func (l *limiter) run() {
 type roundState struct {
 	st        *accountState
 	window    int64
-	quotaOp   int // index in counts, -1 when none
+	own       int64 // the quota count sent
+	quotaOp   int   // index in counts, -1 when none
 	rateSecs  []int64
 	rateOps   []int
 	heldCalls []int // per master: index in held[i], -1 when none
@@ -399,14 +513,28 @@ type roundState struct {
 }
 
 // round runs one sync with the masters: writes this daemon's counts and
-// lock changes, reads everyone's. It reports whether a quorum answered.
+// lock changes, reads everyone's, for the accounts in force and those
+// retired. It reports whether a quorum answered.
 func (l *limiter) round(ctx context.Context) bool {
 	if l.store == nil {
 		return true
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	states := l.accounts.Load().states
+	a := l.accounts.Load()
+	states := a.states
+	now := time.Now()
+	for _, st := range a.retired {
+		if l.pending(st) || !st.idle(now) {
+			states = append(states, st)
+		}
+	}
+	return l.roundLocked(ctx, states, now.Add(-l.settle))
+}
+
+// roundLocked runs one round for states, with the lock changes recorded
+// at or before cutoff; l.mu is held.
+func (l *limiter) roundLocked(ctx context.Context, states []*accountState, cutoff time.Time) bool {
 	if len(states) == 0 {
 		return true
 	}
@@ -421,10 +549,10 @@ func (l *limiter) round(ctx context.Context) bool {
 		st.mu.Lock()
 		if st.lim.QuotaCalls > 0 {
 			st.rollWindow(now)
-			r.window = st.window
+			r.window, r.own = st.window, st.own
 			end := time.UnixMilli(st.window).Add(st.lim.QuotaWindow)
 			r.quotaOp = len(counts)
-			counts = append(counts, countOp{key: st.quotaKey(st.window), own: st.own, ttlMS: end.Sub(now).Milliseconds() + 60_000})
+			counts = append(counts, countOp{key: st.quotaKey(st.lim.QuotaWindow, st.window), own: st.own, ttlMS: end.Sub(now).Milliseconds() + 60_000})
 		}
 		if st.lim.Rate > 0 {
 			sec := now.Unix()
@@ -439,38 +567,25 @@ func (l *limiter) round(ctx context.Context) bool {
 				counts = append(counts, countOp{key: rateKey(l.prefix, st.name, s), own: st.ownSec[s], ttlMS: rateSpan * 1000})
 			}
 		}
-		if st.lim.MaxLocks > 0 {
-			r.ops = st.ops[:0:0]
-			for _, op := range st.ops {
-				if op.token != "" {
-					r.ops = append(r.ops, op)
-				}
-			}
-			st.ops = nil
-			clear(st.pending)
-			st.sentAcq, st.sentRel = st.acq, st.rel
-			st.acq, st.rel = 0, 0
-		}
+		r.ops = st.takeOps(cutoff)
 		st.mu.Unlock()
-		if st.lim.MaxLocks > 0 {
-			r.heldCalls = make([]int, n)
-			for i := range n {
-				ops := append(l.backlog[i][st], r.ops...)
-				if len(ops) > maxOpsPerCall {
-					// The rest waits in the backlog for the next round.
-					l.backlog[i][st] = ops[maxOpsPerCall:]
-					ops = ops[:maxOpsPerCall]
-				} else {
-					delete(l.backlog[i], st)
-				}
-				hc := heldCall{key: st.heldKey}
-				for _, op := range ops {
-					hc.lockKeys = append(hc.lockKeys, op.key)
-					hc.tokens = append(hc.tokens, op.token)
-				}
-				r.heldCalls[i] = len(held[i])
-				held[i] = append(held[i], hc)
+		r.heldCalls = make([]int, n)
+		for i := range n {
+			ops := append(l.backlog[i][st], r.ops...)
+			if len(ops) > maxOpsPerCall {
+				// The rest waits in the backlog for the next round.
+				l.backlog[i][st] = ops[maxOpsPerCall:]
+				ops = ops[:maxOpsPerCall]
+			} else {
+				delete(l.backlog[i], st)
 			}
+			hc := heldCall{key: st.heldKey}
+			for _, op := range ops {
+				hc.lockKeys = append(hc.lockKeys, op.key)
+				hc.tokens = append(hc.tokens, op.token)
+			}
+			r.heldCalls[i] = len(held[i])
+			held[i] = append(held[i], hc)
 		}
 	}
 
@@ -493,7 +608,7 @@ func (l *limiter) round(ctx context.Context) bool {
 			hc := held[i][r.heldCalls[i]]
 			b := l.backlog[i][r.st]
 			for j := range hc.lockKeys {
-				b = append(b, heldOp{hc.lockKeys[j], hc.tokens[j]})
+				b = append(b, heldOp{key: hc.lockKeys[j], token: hc.tokens[j]})
 			}
 			if len(b) > maxBacklog {
 				b = b[len(b)-maxBacklog:]
@@ -518,6 +633,40 @@ func (l *limiter) round(ctx context.Context) bool {
 	return quorum
 }
 
+// pending reports whether a master has not been sent some of st's lock
+// changes. l.mu is held.
+func (l *limiter) pending(st *accountState) bool {
+	for _, b := range l.backlog {
+		if len(b[st]) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// idle reports whether a retired account has nothing left to sync: no
+// lock change not sent, no acquire in flight, its quota count acknowledged
+// by a quorum (or its window over), and a full bucket with no call in the
+// seconds a round reads. Its counts are then all on the masters; rounds
+// skip it until a late request (admitted before the reload) changes that.
+func (st *accountState) idle(now time.Time) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.ops) > 0 || len(st.recheck) > 0 || st.reserved > 0 || st.acq > 0 || st.rel > 0 || st.sentAcq > 0 || st.sentRel > 0 {
+		return false
+	}
+	if st.lim.QuotaCalls > 0 && st.own > st.ownSynced && st.window == windowStart(now, st.lim.QuotaWindow) {
+		return false
+	}
+	if st.lim.Rate > 0 {
+		st.refill(now)
+		if st.tokens < float64(st.lim.Burst) || len(st.ownSec) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // merge folds one round's answers into an account's state.
 func (l *limiter) merge(r *roundState, replies []masterReply, quorum bool, now time.Time) {
 	st := r.st
@@ -529,11 +678,21 @@ func (l *limiter) merge(r *roundState, replies []masterReply, quorum bool, now t
 				continue
 			}
 			for id, v := range rep.counts[r.quotaOp] {
-				if id != l.id && v > st.others[id] {
+				switch {
+				case id == l.id:
+					// This daemon's own field is never above what it
+					// admitted: one above its count (calls this state
+					// did not carry, e.g. counted under a quota a reload
+					// then removed and set again) is taken as its count.
+					st.own = max(st.own, v)
+				case v > st.others[id]:
 					st.othersSum += v - st.others[id]
 					st.others[id] = v
 				}
 			}
+		}
+		if quorum {
+			st.ownSynced = max(st.ownSynced, r.own)
 		}
 	}
 	if len(r.rateOps) > 0 {
@@ -574,7 +733,7 @@ func (l *limiter) merge(r *roundState, replies []masterReply, quorum bool, now t
 		}
 		st.baselined = st.baselined || quorum
 	}
-	if st.lim.MaxLocks > 0 {
+	if r.heldCalls != nil {
 		if quorum {
 			best := int64(0)
 			for i, rep := range replies {
@@ -601,6 +760,9 @@ func (l *limiter) start() {
 	if !l.round(context.Background()) {
 		l.log.Warn("limits: no quorum of masters answered the first sync; counting from what this daemon sees until one does")
 	}
+	l.mu.Lock()
+	l.started = true
+	l.mu.Unlock()
 	go l.run()
 }
 
@@ -611,7 +773,29 @@ func (l *limiter) close() {
 	}
 	close(l.stop)
 	<-l.done
-	l.round(context.Background())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a := l.accounts.Load()
+	states := a.states
+	for _, st := range a.retired {
+		states = append(states, st)
+	}
+	// Every request has ended: once the lock path's last writes have
+	// settled, every change goes, the second time too.
+	var last time.Time
+	for _, st := range states {
+		st.mu.Lock()
+		for _, ops := range [][]heldOp{st.recheck, st.ops} {
+			for _, op := range ops {
+				if op.at.After(last) {
+					last = op.at
+				}
+			}
+		}
+		st.mu.Unlock()
+	}
+	time.Sleep(time.Until(last.Add(l.settle)))
+	l.roundLocked(context.Background(), states, time.Now())
 }
 
 func fmtWindow(d time.Duration) string {
@@ -678,7 +862,7 @@ func (s *Server) refuse(w http.ResponseWriter, c *call, r refusal) {
 // account's quota is low (under a tenth left): "enough calls, N left". A
 // msg the action already has (a held lock, a wrong token) is kept as it is.
 func quotaMsg(msg string, c *call) string {
-	if msg != "" || c.limits == nil || c.remain < 0 || c.remain*10 >= c.limits.lim.QuotaCalls {
+	if msg != "" || c.limits == nil || c.remain < 0 || c.remain*10 >= c.limits.limits().QuotaCalls {
 		return msg
 	}
 	return "enough calls, " + fmtInt(c.remain) + " left"

@@ -65,7 +65,7 @@ func startLimitDaemon(t *testing.T, servers []*redisproc.Server, lim AccountLimi
 	locker, err := redlock.New(masters, redlock.WithMarkerKey(testPrefix+"marker"), redlock.WithFenceKey(testPrefix+"fence"),
 		redlock.WithHealthInterval(100*time.Millisecond), redlock.WithPerMasterTimeout(500*time.Millisecond))
 	require.NoError(t, err)
-	store, err := NewLimitStore(masters, 100*time.Millisecond)
+	store, err := NewLimitStore(masters, time.Second) // as redlockd: twice the per-master timeout
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	srv, err := New(zap.NewNop(), &Options{

@@ -99,16 +99,17 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 			"missing API key: send it in the X-API-Key header")
 		return
 	}
-	account, ok := s.account(apiKey)
-	if !ok {
+	entry := s.apiKey(apiKey)
+	if entry == nil {
 		s.authMiss(src, srcOK, start)
 		s.authFailed(r, authUnknownKey, apiKey)
 		s.fail(w, &c, http.StatusUnauthorized, resUnauthorized, codeUnauthorized,
 			"unknown API key: send a valid key in the X-API-Key header")
 		return
 	}
+	account := entry.Account
 	c.account = account
-	if c.limits = s.limits.state(account); c.limits != nil {
+	if c.limits = s.limits.stateFor(entry); c.limits != nil {
 		c.remain = c.limits.remain(start)
 	}
 	if ct := headerValue(r.Header, hdrContentType); ct != "" && !isJSONContentType(ct) {
@@ -432,6 +433,17 @@ func (s *Server) finish(r *http.Request, c *call, d time.Duration) {
 // account returns the account whose key hashes like key. Every configured
 // hash is compared, in constant time, whatever matches.
 func (s *Server) account(key string) (string, bool) {
+	k := s.apiKey(key)
+	if k == nil {
+		return "", false
+	}
+	return k.Account, true
+}
+
+// apiKey returns the configured entry of key (by hash, in constant time),
+// nil when there is none. The entry is read-only: SetAPIKeys replaces the
+// whole list.
+func (s *Server) apiKey(key string) *APIKey {
 	h := sha256.Sum256([]byte(key))
 	keys := *s.keys.Load()
 	found := -1
@@ -441,9 +453,9 @@ func (s *Server) account(key string) (string, bool) {
 		}
 	}
 	if found < 0 {
-		return "", false
+		return nil
 	}
-	return keys[found].Account, true
+	return &keys[found]
 }
 
 // isAPIKey reports whether v is a configured API key (by hash, in

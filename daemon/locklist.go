@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -24,7 +25,51 @@ const (
 	// maxAccountBytes bounds the account parameter; accounts come from
 	// the configuration, so anything longer is a mistake.
 	maxAccountBytes = 256
+	// MaxListings bounds the listings one daemon runs at once, and
+	// MaxAccountListings those of one account; one more is refused with
+	// 429 too_many_listings. Each listing has at most 8 status reads per
+	// master in flight (redlock.List), so the masters hold at most
+	// MaxListings × 8 of this daemon's listing reads at a time, whatever
+	// the number of operators and scripts listing.
+	MaxListings        = 2
+	MaxAccountListings = 1
 )
+
+// listGate counts the listings running in this daemon, in all and per
+// account.
+type listGate struct {
+	mu        sync.Mutex
+	total     int
+	byAccount map[string]int
+}
+
+// enter takes a slot for a listing of account, or says why there is none.
+func (g *listGate) enter(account string) (ok bool, why string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.total >= MaxListings:
+		return false, fmt.Sprintf("too many listings: this daemon runs at most %d GET /admin/locks at once; retry after 1 s (Retry-After)", MaxListings)
+	case g.byAccount[account] >= MaxAccountListings:
+		return false, fmt.Sprintf("too many listings: this daemon runs at most %d GET /admin/locks at once per account; retry after 1 s (Retry-After)", MaxAccountListings)
+	}
+	if g.byAccount == nil {
+		g.byAccount = map[string]int{}
+	}
+	g.total++
+	g.byAccount[account]++
+	return true, ""
+}
+
+// leave gives account's slot back.
+func (g *listGate) leave(account string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.total--
+	if g.byAccount[account]--; g.byAccount[account] == 0 {
+		delete(g.byAccount, account)
+	}
+}
 
 // listedLock is one lock in the answer of GET /admin/locks. The holder's
 // token is never shown.
@@ -39,7 +84,10 @@ type listedLock struct {
 
 // lockList is the answer of GET /admin/locks.
 type lockList struct {
-	Account    string       `json:"account"`
+	Account string `json:"account"`
+	// Removed is true for an account a reload removed: its locks stay
+	// until their TTL ends, and its clients' releases get 401.
+	Removed    bool         `json:"removed,omitempty"`
 	Namespace  *string      `json:"namespace,omitempty"`
 	Locks      []listedLock `json:"locks"`
 	NextCursor string       `json:"next_cursor"`
@@ -82,12 +130,13 @@ func (s *Server) serveLockList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, codeBadRequest, msg)
 		return
 	}
-	if !s.hasAccount(account) {
-		writeError(w, http.StatusBadRequest, codeBadRequest, "account: "+quoteCut(account, 64)+" is not a configured account")
+	removed := s.wasRemoved(account)
+	if !removed && !s.hasAccount(account) {
+		writeError(w, http.StatusBadRequest, codeBadRequest, "account: "+quoteCut(account, 64)+" is not a configured account, nor one a reload removed since this daemon started")
 		return
 	}
 	prefix := s.prefix + lockSpace + encPart(account) + ":"
-	ans := lockList{Account: account, Locks: []listedLock{}}
+	ans := lockList{Account: account, Removed: removed, Locks: []listedLock{}}
 	if vs, ok := q["namespace"]; ok {
 		ns := vs[0]
 		if msg := checkQueryText("namespace", ns, 0, maxNamespaceBytes); msg != "" {
@@ -106,6 +155,12 @@ func (s *Server) serveLockList(w http.ResponseWriter, r *http.Request) {
 		}
 		limit = n
 	}
+	if ok, why := s.listings.enter(account); !ok {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, codeTooManyListings, why)
+		return
+	}
+	defer s.listings.leave(account)
 	before := time.Now()
 	page, err := s.locker.List(r.Context(), prefix, q.Get("cursor"), limit)
 	switch {
@@ -165,6 +220,13 @@ func (s *Server) hasAccount(account string) bool {
 		}
 	}
 	return false
+}
+
+// wasRemoved reports whether a reload removed account since this daemon
+// started (and none added it back).
+func (s *Server) wasRemoved(account string) bool {
+	p := s.removed.Load()
+	return p != nil && (*p)[account]
 }
 
 // encPart is writePart's encoding of one part of a lock key.

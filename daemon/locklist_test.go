@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -227,4 +228,37 @@ func TestLockListAdminToken(t *testing.T) {
 	st, body, _ = ts.raw(t, http.MethodGet, admin+"/admin/locks?account=acme", map[string]string{"Authorization": "Bearer " + token})
 	assert.Equal(t, http.StatusOK, st, body)
 	assert.Contains(t, body, `"account":"acme","locks":[]`)
+}
+
+// An account removed by a reload keeps its locks until their TTL ends:
+// its clients' releases get 401 (the key is gone), and the operator still
+// lists its locks, marked removed, until a reload adds it back.
+func TestLockListRemovedAccount(t *testing.T) {
+	d := newDeployment(t)
+	ts, admin := d.adminServer(t)
+	want := d.acquireAll(t, ts, testKeyGlobex, 60, keyList("", 3, "g%d"))
+	acme := APIKey{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme))}
+	globex := APIKey{Account: "globex", Hash: sha256.Sum256([]byte(testKeyGlobex))}
+	res, err := ts.Server.SetAPIKeys([]APIKey{acme})
+	require.NoError(t, err)
+	require.Equal(t, []string{"globex"}, res.Removed)
+
+	r := ts.lock(t, testKeyGlobex, `{"action":"release","key":"g0","token":"`+goodToken+`"}`)
+	assert.Equal(t, http.StatusUnauthorized, r.Status, r.Raw)
+	st, body, _ := ts.raw(t, http.MethodGet, admin+"/admin/locks?account=globex", nil)
+	require.Equal(t, http.StatusOK, st, body)
+	var page lockList
+	require.NoError(t, json.Unmarshal([]byte(body), &page), body)
+	assert.True(t, page.Removed, body)
+	got, _ := listPages(t, ts, admin, url.Values{"account": {"globex"}}, 100)
+	assert.Equal(t, want, got, "the removed account's locks")
+	st, body, _ = ts.raw(t, http.MethodGet, admin+"/admin/locks?account=initech", nil)
+	assert.Equal(t, http.StatusBadRequest, st, body)
+	assert.Contains(t, body, `account: \"initech\" is not a configured account, nor one a reload removed since this daemon started`)
+
+	_, err = ts.Server.SetAPIKeys([]APIKey{acme, globex})
+	require.NoError(t, err)
+	st, body, _ = ts.raw(t, http.MethodGet, admin+"/admin/locks?account=globex", nil)
+	require.Equal(t, http.StatusOK, st, body)
+	assert.NotContains(t, body, `"removed"`, "added back")
 }

@@ -35,7 +35,9 @@ const (
 	codeQuotaExhausted = "quota_exhausted"
 	codeRateLimited    = "rate_limited"
 	codeTooManyLocks   = "too_many_locks"
-	codeInternal       = "internal" // 500
+	// codeTooManyListings: 429, too many GET /admin/locks at once.
+	codeTooManyListings = "too_many_listings"
+	codeInternal        = "internal" // 500
 	// codeCancelled answers a request whose client went away (HTTP 499, as
 	// nginx logs it); nobody reads it, but the log and metrics do.
 	codeCancelled = "cancelled"

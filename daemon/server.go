@@ -158,7 +158,13 @@ type Server struct {
 	tls             *ServerTLS
 	history         *history
 	waiters         waiters
+	listings        listGate
 	limits          *limiter
+
+	// removed are the accounts a reload removed since this daemon
+	// started (and no later reload added back): their locks stay until
+	// their TTL ends, and GET /admin/locks still lists them.
+	removed atomic.Pointer[map[string]bool]
 
 	serving      atomic.Bool
 	shuttingDown atomic.Bool

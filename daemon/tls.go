@@ -37,7 +37,8 @@ type tlsState struct {
 }
 
 // NewServerTLS reads files. Errors name the file and what is wrong with
-// it, never the key's content.
+// it, never the key's content. A certificate that has expired or is not
+// valid yet is refused: every TLS client would refuse it.
 func NewServerTLS(files TLSFiles) (*ServerTLS, error) {
 	if files.CertFile == "" || files.KeyFile == "" {
 		return nil, errors.New("daemon: TLS: a certificate file and a key file are both required")
@@ -51,8 +52,9 @@ func NewServerTLS(files TLSFiles) (*ServerTLS, error) {
 	return t, nil
 }
 
-// Reload reads the files again. If any of them cannot be used, it returns
-// the error and the certificate in use stays.
+// Reload reads the files again. If any of them cannot be used (a
+// certificate expired or not valid yet included), it returns the error and
+// the certificate in use stays.
 func (t *ServerTLS) Reload() error {
 	st, err := t.read()
 	if err != nil {
@@ -94,6 +96,9 @@ func (t *ServerTLS) read() (*tlsState, error) {
 			return nil, fmt.Errorf("daemon: TLS certificate %s: %w", t.files.CertFile, err)
 		}
 	}
+	if err := checkValidity(t.files.CertFile, leaf, time.Now()); err != nil {
+		return nil, err
+	}
 	cfg := &tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		NextProtos:   []string{"http/1.1"},
@@ -108,6 +113,18 @@ func (t *ServerTLS) read() (*tlsState, error) {
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
 	}
 	return &tlsState{config: cfg, notAfter: leaf.NotAfter, subject: leaf.Subject.String()}, nil
+}
+
+// checkValidity refuses a certificate outside its validity period at now,
+// naming the file and the date.
+func checkValidity(file string, leaf *x509.Certificate, now time.Time) error {
+	switch {
+	case now.After(leaf.NotAfter):
+		return fmt.Errorf("daemon: TLS certificate %s: expired at %s (its not_after); every TLS client would refuse it: renew it", file, leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		return fmt.Errorf("daemon: TLS certificate %s: not valid before %s (its not_before); every TLS client would refuse it until then: check the clock, or wait", file, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // loadCAFile reads a PEM file of one or more CA certificates.

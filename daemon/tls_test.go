@@ -150,3 +150,46 @@ func TestNewServerTLSErrors(t *testing.T) {
 		assert.NotContains(t, err.Error(), string(keyPEM[40:80]), "the key's content")
 	}
 }
+
+// A certificate expired or not yet valid is refused at start and on
+// reload, with an error naming the file and the date; on reload the
+// certificate in use stays.
+func TestServerTLSRefusesCertificateOutOfValidity(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certgen.NewCA(dir, "ca")
+	require.NoError(t, err)
+	expiredAt := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
+	validFrom := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	issue := func(notBefore, notAfter time.Time) certgen.Pair {
+		t.Helper()
+		p, err := ca.IssueValid("server", notBefore, notAfter, "127.0.0.1")
+		require.NoError(t, err)
+		return p
+	}
+	bad := []struct {
+		notBefore, notAfter time.Time
+		want                string
+	}{
+		{expiredAt.Add(-24 * time.Hour), expiredAt, "expired at " + expiredAt.Format(time.RFC3339)},
+		{validFrom, validFrom.Add(24 * time.Hour), "not valid before " + validFrom.Format(time.RFC3339)},
+	}
+	for _, tc := range bad {
+		p := issue(tc.notBefore, tc.notAfter)
+		_, err := NewServerTLS(TLSFiles{CertFile: p.CertFile, KeyFile: p.KeyFile})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "TLS certificate "+p.CertFile+": "+tc.want)
+	}
+
+	p := issue(time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	st, err := NewServerTLS(TLSFiles{CertFile: p.CertFile, KeyFile: p.KeyFile})
+	require.NoError(t, err)
+	_, inUse := st.Certificate()
+	for _, tc := range bad {
+		issue(tc.notBefore, tc.notAfter) // the same files
+		err := st.Reload()
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "TLS certificate "+p.CertFile+": "+tc.want)
+		_, notAfter := st.Certificate()
+		assert.Equal(t, inUse, notAfter, "the certificate in use stays")
+	}
+}

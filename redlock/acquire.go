@@ -112,6 +112,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	}
 	n := len(c.masters)
 	keys := c.voteKeys(key)
+	issuedBefore := c.fenceIssued.Load() // before the votes: see issuedFloor
 	start := time.Now()
 	out, _ := c.fanout(acquireScript, keys, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false, start, nil)
 
@@ -155,7 +156,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	var fence int64
 	fenceFailed := false
 	if res.Votes >= c.quorum && c.opts.fenceKey != "" {
-		fence = c.issuedFloor(counter) + 1
+		fence = c.issuedFloor(counter, issuedBefore) + 1
 		// Written back first to the masters that voted (a quorum: the proof
 		// needs no more, and the late voters save a script call each), then,
 		// if a voter stopped answering in between, to the other masters

@@ -142,7 +142,7 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 		lo.ReadTimeout = o.stallTimeout
 		lo.WriteTimeout = o.stallTimeout
 		lo.ContextTimeoutEnabled = false
-		lo.PoolSize = o.lanes + 2
+		lo.PoolSize = o.lanes + 3 // + the listing lane
 		// Dial (and run onConnect on) the lanes' connections up front, so
 		// the first acquire does not pay for dial, script load and INFO
 		// within its per-master timeout.
@@ -168,14 +168,16 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 
 		m.up.Store(true) // optimistic until the first probe or dial says otherwise
 		for range o.lanes {
-			m.lanes = append(m.lanes, newLane(m))
+			m.lanes = append(m.lanes, newLane(m, o.maxBatch))
 		}
+		m.list = newLane(m, listBatch)
 		c.masters = append(c.masters, m)
 	}
 	for _, m := range c.masters {
 		for _, l := range m.lanes {
 			c.wg.Go(func() { l.run(c.closed) })
 		}
+		c.wg.Go(func() { m.list.run(c.closed) })
 	}
 	// One probe round before returning: a master must not vote before we
 	// know its run_id and whether it lost its data while unwatched (the
@@ -327,8 +329,13 @@ type fan struct {
 // within the per-master timeout since start is not sent (except with
 // mustSend): it fails with ErrMasterTimeout.
 func (c *Client) fanout(script *redis.Script, keys []string, args []any, mustSend bool, start time.Time, only []bool) (*fan, int) {
+	i := c.laneOf(keys[0])
+	return c.fanoutVia(func(m *master) *lane { return m.lanes[i] }, script, keys, args, mustSend, start, only)
+}
+
+// fanoutVia is fanout through the lane via picks on each master.
+func (c *Client) fanoutVia(via func(*master) *lane, script *redis.Script, keys []string, args []any, mustSend bool, start time.Time, only []bool) (*fan, int) {
 	f := &fan{replies: make(chan reply, len(c.masters)), calls: make([]call, len(c.masters))}
-	lane := c.laneOf(keys[0])
 	deadline := start.Add(c.opts.perMasterTimeout)
 	closed := false
 	select {
@@ -348,7 +355,7 @@ func (c *Client) fanout(script *redis.Script, keys []string, args []any, mustSen
 			m.fail(cl, ErrClosed)
 			continue
 		}
-		m.lanes[lane].submit(cl, start)
+		via(m).submit(cl, start)
 	}
 	return f, sent
 }

@@ -191,17 +191,22 @@ func parseFenceReply(v any) (code int64, at time.Time) {
 // or every master wiped): fences would then go back. A running Client knows
 // better for its own fences, so it continues above them, and says so once.
 // A Client started later knows only the counters.
-func (c *Client) issuedFloor(counter int64) int64 {
-	issued := c.fenceIssued.Load()
-	if counter >= issued {
+//
+// before is the highest fence this Client had issued when the acquire sent
+// its votes. Each of those was on a quorum of counters by then, and the
+// votes came from a quorum, which shares a master with it: a counter below
+// before means that counters went back. A fence issued since, by an
+// overlapping acquire of another key, may be above counter with nothing
+// wrong (its write-back reached the masters after they voted here), so it
+// raises the floor without a warning.
+func (c *Client) issuedFloor(counter, before int64) int64 {
+	if counter >= before {
 		c.fenceBelowWarned.Store(false)
-		return counter
-	}
-	if !c.fenceBelowWarned.Swap(true) {
+	} else if !c.fenceBelowWarned.Swap(true) {
 		c.opts.logger.Warn("the masters' fencing counters are below a fence this client issued (a repair after a majority lost its data set them too low?): fences continue above the highest issued",
-			slog.Int64("counter", counter), slog.Int64("highest_issued", issued))
+			slog.Int64("counter", counter), slog.Int64("highest_issued", before))
 	}
-	return issued
+	return max(counter, c.fenceIssued.Load())
 }
 
 // issued records fence as issued by this Client.

@@ -13,9 +13,19 @@ import (
 
 // MaxListCount is the largest page List returns. A page's status read
 // costs each master about 50µs of CPU per candidate (measured on Redis
-// 7.0: the status script with its prelude), during which the lane's lock
-// commands wait: 100 keeps that to a few milliseconds.
+// 7.0: the status script with its prelude): 100 keeps a page to a few
+// milliseconds of each master's time, spent listBatch candidates at a
+// time.
 const MaxListCount = 100
+
+// listBatch is how many of a page's status reads go to the masters at
+// once, in one pipeline on each master's listing lane: about 0.4 ms of a
+// master's CPU, after which it serves the lock commands that arrived
+// meanwhile on the lock lanes' connections. A page's reads go out batch
+// after batch, so a listing never has more than listBatch calls queued.
+const listBatch = 8
+
+func listLane(m *master) *lane { return m.list }
 
 // ListedLock is one lock List found held.
 type ListedLock struct {
@@ -45,8 +55,11 @@ type ListPage struct {
 // is "".
 //
 // Cost, per page: one SCAN step (MATCH on the escaped prefix, COUNT count;
-// never KEYS) on one master, and one pipelined status read of the keys it
-// returned on every master — one round trip each, in parallel. The masters
+// never KEYS) on one master, and a status read of the keys it returned on
+// every master, listBatch keys per round trip, in parallel over the
+// masters. Both go through a connection of their own to each master (the
+// listing lane), never queued in front of lock commands in this process:
+// concurrent listings queue behind each other there instead. The masters
 // scanned are one quorum of the masters that count when the listing
 // starts, scanned one after the other; a lock held by a quorum is on one
 // of them, since two quorums of the same N masters share a master. A whole
@@ -266,7 +279,7 @@ func (c *Client) scanStep(ctx context.Context, idx int, scan uint64, prefix stri
 	only := make([]bool, len(c.masters))
 	only[idx] = true
 	start := time.Now()
-	f, _ := c.fanout(scanScript, []string{marker}, []any{strconv.FormatUint(scan, 10), globEscape(prefix) + "*", strconv.Itoa(count)}, false, start, only)
+	f, _ := c.fanoutVia(listLane, scanScript, []string{marker}, []any{strconv.FormatUint(scan, 10), globEscape(prefix) + "*", strconv.Itoa(count)}, false, start, only)
 	var got reply
 	c.gather(ctx, f, start, only, func(r reply) bool { got = r; return true })
 	if got.err != nil {
@@ -296,16 +309,30 @@ func (c *Client) scanStep(ctx context.Context, idx int, scan uint64, prefix stri
 }
 
 // confirmHeld reads the status of every key on every master (one status
-// script per key, pipelined on each master's lane: one round trip) and
-// returns the held ones with validity > 0, sorted by key, leaving out
-// those held on a master of before (scanned earlier: listed from there).
+// script per key, on each master's listing lane, listBatch keys per round
+// trip) and returns the held ones with validity > 0, sorted by key,
+// leaving out those held on a master of before (scanned earlier: listed
+// from there).
 func (c *Client) confirmHeld(ctx context.Context, keys []string, before []int) ([]ListedLock, error) {
 	slices.Sort(keys)
 	keys = slices.Compact(keys)
+	var out []ListedLock
+	for lo := 0; lo < len(keys); lo += listBatch {
+		held, err := c.confirmBatch(ctx, keys[lo:min(lo+listBatch, len(keys))], before)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, held...)
+	}
+	return out, nil
+}
+
+// confirmBatch is confirmHeld for at most listBatch keys: one round trip.
+func (c *Client) confirmBatch(ctx context.Context, keys []string, before []int) ([]ListedLock, error) {
 	start := time.Now()
 	fans := make([]*fan, len(keys))
 	for i, k := range keys {
-		fans[i], _ = c.fanout(statusScript, c.voteKeys(k), nil, false, start, nil)
+		fans[i], _ = c.fanoutVia(listLane, statusScript, c.voteKeys(k), nil, false, start, nil)
 	}
 	var out []ListedLock
 	for i, k := range keys {

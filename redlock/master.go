@@ -23,7 +23,11 @@ type master struct {
 	idx   int
 	addr  string
 	lanes []*lane
-	c     *Client
+	// list is the lane of List's reads: they never queue in front of a
+	// lock command in this process, and go out in small pipelines
+	// (listBatch) so that a master interleaves lock commands between them.
+	list *lane
+	c    *Client
 
 	// rdb holds the lanes' connections: no retries, long read timeout. It
 	// is replaced when a master that refused connections comes back,
@@ -141,6 +145,7 @@ func (m *master) renewProbe() {
 // per-master timeout.
 type lane struct {
 	m         *master
+	batch     int // the most calls in one pipeline
 	mu        sync.Mutex
 	queue     []*call
 	spare     []*call
@@ -148,8 +153,8 @@ type lane struct {
 	busySince atomic.Int64 // unix nanos when the in-flight pipeline was sent; 0 when idle
 }
 
-func newLane(m *master) *lane {
-	return &lane{m: m, wake: make(chan struct{}, 1)}
+func newLane(m *master, batch int) *lane {
+	return &lane{m: m, batch: batch, wake: make(chan struct{}, 1)}
 }
 
 // submit queues c, or answers it at once when the master cannot answer in
@@ -208,11 +213,11 @@ func (l *lane) run(closed <-chan struct{}) {
 				l.spare = batch
 				break
 			}
-			for start := 0; start < len(batch); start += l.m.c.opts.maxBatch {
-				l.exec(batch[start:min(start+l.m.c.opts.maxBatch, len(batch))])
+			for start := 0; start < len(batch); start += l.batch {
+				l.exec(batch[start:min(start+l.batch, len(batch))])
 			}
 			clear(batch)
-			if cap(batch) > 4*l.m.c.opts.maxBatch {
+			if cap(batch) > 4*l.batch {
 				batch = nil // do not keep a backlog's worth of memory
 			}
 			l.spare = batch[:0]

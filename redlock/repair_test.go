@@ -821,7 +821,8 @@ func TestFencesContinueAboveWhatTheClientIssued(t *testing.T) {
 	}
 	// Probes an hour apart: it must not repair the masters one by one from
 	// the others while they restart.
-	c := newClient(t, WithMarkerKey(marker), WithFenceKey(fenceKey), WithMaxTTL(time.Second), WithHealthInterval(time.Hour))
+	var logs logBuffer
+	c := newClient(t, WithMarkerKey(marker), WithFenceKey(fenceKey), WithMaxTTL(time.Second), WithHealthInterval(time.Hour), WithLogger(logs.logger()))
 	first, err := c.Acquire(ctx, newKey(t), time.Second)
 	require.NoError(t, err)
 	require.Greater(t, first.Fence(), 2*DefaultRepairMargin)
@@ -838,6 +839,8 @@ func TestFencesContinueAboveWhatTheClientIssued(t *testing.T) {
 		return err == nil
 	}, 10*time.Second, 20*time.Millisecond, "the repaired masters count again: %v", states(c))
 	assert.Greater(t, next.Fence(), first.Fence(), "fences do not go back")
+	// The counters really went below a fence this Client issued: it says so.
+	assert.Equal(t, 1, logs.count(fenceWarning), "%s", logs.b.String())
 	later := newClient(t, WithMarkerKey(marker), WithFenceKey(fenceKey), WithMaxTTL(time.Second))
 	require.Eventually(t, later.QuorumAvailable, 10*time.Second, 20*time.Millisecond)
 	third, err := later.Acquire(ctx, newKey(t), time.Second)

@@ -412,3 +412,54 @@ func TestAdminTokenChange(t *testing.T) {
 		})
 	}
 }
+
+// TestReloadKeepsQuotaCount runs the real binary: an account spends its
+// quota, then POST /admin/reload raises it by one (one more call, not a
+// fresh allowance), lowers it (nothing more), and changes another limit
+// (nothing more); the calls admitted never pass the quota in force.
+func TestReloadKeepsQuotaCount(t *testing.T) {
+	// One window for the whole test.
+	if left := time.Hour - time.Duration(time.Now().UnixNano())%time.Hour; left < 30*time.Second {
+		time.Sleep(left + 10*time.Millisecond)
+	}
+	prefix := fmt.Sprintf("e2e%d:", prefixSeq.Add(1))
+	path := filepath.Join(t.TempDir(), "redlockd.yaml")
+	write := func(defaults string) {
+		require.NoError(t, os.WriteFile(path, []byte(reloadConfig(prefix, [2]string{"acme", keyA})+"account_defaults:\n"+defaults), 0o600))
+	}
+	write("  quota: {calls: 5, per: 1h}\n")
+	addr, adminAddr := freeAddr(t), freeAddr(t)
+	base, admin := "http://"+addr, "http://"+adminAddr
+	d := startBinary(t, base, httpClient, nil, "--config", path, "--listen", addr, "--admin-listen", adminAddr, "--drain-delay", "0s")
+	admitted := 0
+	spend := func(want int) {
+		t.Helper()
+		for range 20 {
+			st, env, _ := post(t, lockURL(base), keyA, `{"action":"status","key":"q"}`)
+			if st == http.StatusTooManyRequests {
+				require.Equal(t, "quota_exhausted", env.Code, env.Msg)
+				break
+			}
+			require.Equal(t, http.StatusOK, st, env.Msg)
+			admitted++
+		}
+		require.Equal(t, want, admitted, "calls admitted in the window")
+	}
+	reload := func(defaults string) {
+		t.Helper()
+		write(defaults)
+		resp, err := httpClient.Post(admin+"/admin/reload", "", nil)
+		require.NoError(t, err)
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+	}
+	spend(5)
+	reload("  quota: {calls: 6, per: 1h}\n")
+	spend(6)
+	reload("  quota: {calls: 3, per: 1h}\n")
+	spend(6)
+	reload("  quota: {calls: 7, per: 1h}\n  max_locks: 50\n  rate: 100\n")
+	spend(7)
+	require.NoError(t, d.stop(t), "%s", d.logs)
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -150,4 +151,58 @@ func TestServeHTTPSWithClientCertificates(t *testing.T) {
 	key, err := os.ReadFile(server.KeyFile)
 	require.NoError(t, err)
 	assert.NotContains(t, d.logs.String(), strings.TrimSpace(string(key))[30:70], "the key's content in the log")
+}
+
+// The real binary refuses a listener certificate that has expired or is
+// not valid yet: at start (it exits naming the file and the date) and on
+// reload (POST /admin/reload answers 400 naming them, the certificate in
+// use stays).
+func TestTLSCertificateOutOfValidityRefused(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certgen.NewCA(dir, "ca")
+	require.NoError(t, err)
+	expiredAt := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
+	validFrom := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	server, err := ca.IssueValid("server", expiredAt.Add(-24*time.Hour), expiredAt, "127.0.0.1")
+	require.NoError(t, err)
+	cfgFile := filepath.Join(dir, "redlockd.yaml")
+	yaml := reloadConfig(fmt.Sprintf("e2e%d:", prefixSeq.Add(1)), [2]string{"acme", keyA}) +
+		fmt.Sprintf("tls_cert_file: %s\ntls_key_file: %s\n", server.CertFile, server.KeyFile)
+	require.NoError(t, os.WriteFile(cfgFile, []byte(yaml), 0o600))
+	addr, adminAddr := freeAddr(t), freeAddr(t)
+	args := []string{"--config", cfgFile, "--listen", addr, "--admin-listen", adminAddr, "--drain-delay", "0s"}
+
+	// Bounded, so that a daemon that starts anyway fails the test.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, append([]string{"serve"}, args...)...).CombinedOutput()
+	require.Error(t, err, "started with an expired certificate: %s", out)
+	require.NoError(t, ctx.Err(), "started with an expired certificate: %s", out)
+	assert.Contains(t, string(out), "TLS certificate "+server.CertFile+": expired at "+expiredAt.Format(time.RFC3339))
+
+	_, err = ca.Issue("server", "127.0.0.1")
+	require.NoError(t, err)
+	c := httpsClient(t, ca, certgen.Pair{})
+	base, admin := "https://"+addr, "https://"+adminAddr
+	d := startBinary(t, base, c, nil, args...)
+	serial := serverSerial(t, c, base+"/readyz")
+	for _, tc := range []struct {
+		notBefore, notAfter time.Time
+		want                string
+	}{
+		{expiredAt.Add(-24 * time.Hour), expiredAt, "expired at " + expiredAt.Format(time.RFC3339)},
+		{validFrom, validFrom.Add(24 * time.Hour), "not valid before " + validFrom.Format(time.RFC3339)},
+	} {
+		_, err = ca.IssueValid("server", tc.notBefore, tc.notAfter, "127.0.0.1")
+		require.NoError(t, err)
+		resp, err := c.Post(admin+"/admin/reload", "", nil)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", body)
+		assert.Contains(t, string(body), "TLS certificate "+server.CertFile+": "+tc.want)
+		assert.Equal(t, serial, serverSerial(t, httpsClient(t, ca, certgen.Pair{}), base+"/readyz"), "the certificate in use stays")
+	}
+	assert.Equal(t, 2, d.logs.count("reload refused"), "%s", d.logs)
+	require.NoError(t, d.stop(t), "%s", d.logs)
 }

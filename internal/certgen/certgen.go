@@ -71,6 +71,12 @@ func NewCA(dir, name string) (*CA, error) {
 // dir/name.crt and dir/name.key, replacing files of those names. It may be
 // used as a server and as a client certificate.
 func (ca *CA) Issue(name string, hosts ...string) (Pair, error) {
+	return ca.IssueValid(name, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour), hosts...)
+}
+
+// IssueValid is Issue with a certificate valid from notBefore to
+// notAfter, for tests of certificates expired or not yet valid.
+func (ca *CA) IssueValid(name string, notBefore, notAfter time.Time, hosts ...string) (Pair, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Pair{}, err
@@ -78,8 +84,8 @@ func (ca *CA) Issue(name string, hosts ...string) (Pair, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
