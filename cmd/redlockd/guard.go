@@ -10,36 +10,45 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The guardian of `lock run`.
 //
 // lock run stops its command when the lock is lost, but a lock run that is
-// killed itself (SIGKILL, the OOM killer) runs no code: its command, in a
-// process group of its own, would go on without the lock. So before the
-// command starts, lock run starts a guardian: this same binary as the
-// hidden command `redlockd lock-guard`, in a process group of its own, whose
+// killed itself (SIGKILL, the OOM killer) runs no code, and one that is
+// stopped (SIGSTOP) or hung runs none in time: its command, in a process
+// group of its own, would go on without the lock. So before the command
+// starts, lock run starts a guardian: this same binary as the hidden
+// command `redlockd lock-guard`, in a process group of its own, whose
 // standard input is the read end of a pipe that only lock run holds open.
-// lock run writes the command's process group ID on it once the command
-// runs. When lock run ends in any way, the kernel closes its end of the pipe;
-// the guardian reads end-of-file and kills the command's process group with
-// SIGKILL at once. lock run's own normal exit first writes "done", and the
-// guardian then leaves the group alone (by then lock run has stopped it).
+// On it lock run writes, one per line:
 //
-// Nothing here depends on lock run running any code when it dies. The one
-// gap, between the command's start and the group ID reaching the guardian
-// (microseconds), is closed on Linux by the command's parent-death signal
-// (lock_linux.go): the command itself gets SIGKILL when lock run dies. On
-// other systems the guardian alone covers it, and a lock run killed in that
-// window leaves the command running.
+//	<pgid>          the command's process group, once it runs
+//	until <ns>      the end of the lock's validity, as a CLOCK_MONOTONIC
+//	                reading (the same clock in every process of the host),
+//	                again whenever an extend moves it
+//	done            lock run stopped the group itself: stand down
+//
+// The guardian kills the group with SIGKILL at once when it reads
+// end-of-file before "done" (lock run died: the kernel closed its end of
+// the pipe), and when the clock passes the last "until" (lock run did not
+// extend the lock in time: stopped, hung, or starved of CPU). Either way
+// nothing depends on lock run running any code. The one gap, between the
+// command's start and its group ID reaching the guardian (microseconds), is
+// closed on Linux by the command's parent-death signal (lock_linux.go).
+// A guardian that dies is replaced by lock run (lockRun).
 
 // guardCommand is the hidden command that runs the guardian.
 const guardCommand = "lock-guard"
 
 // guard is lock run's side of its guardian.
 type guard struct {
-	cmd *exec.Cmd
-	w   *os.File // lock run's end of the pipe; closed when lock run dies
+	cmd    *exec.Cmd
+	w      *os.File      // lock run's end of the pipe; closed when lock run dies
+	exited chan struct{} // closed when the guardian has exited
 }
 
 // startGuard starts the guardian. Its messages go to stderr.
@@ -63,12 +72,26 @@ func startGuard(stderr io.Writer) (*guard, error) {
 		w.Close()
 		return nil, fmt.Errorf("starting the guardian: %w", err)
 	}
-	return &guard{cmd: cmd, w: w}, nil
+	g := &guard{cmd: cmd, w: w, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		close(g.exited)
+	}()
+	return g, nil
 }
 
-// watch tells the guardian the process group to kill if lock run dies.
-func (g *guard) watch(pgid int) error {
-	_, err := fmt.Fprintf(g.w, "%d\n", pgid)
+// watch tells the guardian the process group to kill if lock run dies,
+// and the end of the lock's validity.
+func (g *guard) watch(pgid int, validUntil time.Time) error {
+	if _, err := fmt.Fprintf(g.w, "%d\n", pgid); err != nil {
+		return err
+	}
+	return g.until(validUntil)
+}
+
+// until tells the guardian the end of the lock's validity.
+func (g *guard) until(validUntil time.Time) error {
+	_, err := fmt.Fprintf(g.w, "until %d\n", monotonicNow()+int64(time.Until(validUntil)))
 	return err
 }
 
@@ -76,30 +99,78 @@ func (g *guard) watch(pgid int) error {
 func (g *guard) standDown() {
 	_, _ = io.WriteString(g.w, "done\n")
 	g.w.Close()
-	_ = g.cmd.Wait()
+	<-g.exited
 }
 
-// lockGuard is the guardian's body: it reads the process group ID, then
-// waits. End-of-file (or any read error) before "done" means lock run is
-// gone: the group gets SIGKILL. End-of-file before a group ID means no
-// command was started.
+// monotonicNow is CLOCK_MONOTONIC in nanoseconds: unlike the wall clock it
+// does not jump, and unlike Go's monotonic readings it is the same clock in
+// every process of the host.
+func monotonicNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic("CLOCK_MONOTONIC: " + err.Error()) // POSIX requires it
+	}
+	return ts.Nano()
+}
+
+// lockGuard is the guardian's body: see the protocol above. It exits 0
+// after "done", and after a kill.
 func lockGuard(stdin io.Reader, stderr io.Writer) error {
-	br := bufio.NewReader(stdin)
-	line, err := br.ReadString('\n')
-	if err != nil {
+	// The guardian shows as redlockd-guard in ps and to killall, so that
+	// `killall redlockd` does not take it along with lock run.
+	_ = os.WriteFile("/proc/self/comm", []byte("redlockd-guard"), 0)
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdin)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	first, ok := <-lines
+	if !ok || first == "done" {
 		return nil // lock run ended before starting a command
 	}
-	pgid, err := strconv.Atoi(strings.TrimSpace(line))
+	pgid, err := strconv.Atoi(first)
 	if err != nil || pgid <= 1 {
-		return fmt.Errorf("%s: bad process group %q", guardCommand, strings.TrimSpace(line))
+		return fmt.Errorf("%s: bad process group %q", guardCommand, first)
 	}
-	line, err = br.ReadString('\n')
-	if err == nil && line == "done\n" {
-		return nil
+	var deadline *time.Timer // fires at the end of validity
+	var expired <-chan time.Time
+	for {
+		select {
+		case line, ok := <-lines:
+			switch {
+			case !ok:
+				return killGroup(pgid, "lock run ended without stopping its command", stderr)
+			case line == "done":
+				return nil
+			case strings.HasPrefix(line, "until "):
+				ns, err := strconv.ParseInt(strings.TrimPrefix(line, "until "), 10, 64)
+				if err != nil {
+					return errors.Join(fmt.Errorf("%s: bad line %q", guardCommand, line), killGroup(pgid, "", stderr))
+				}
+				if deadline != nil {
+					deadline.Stop()
+				}
+				deadline = time.NewTimer(time.Duration(ns - monotonicNow()))
+				expired = deadline.C
+			default:
+				return errors.Join(fmt.Errorf("%s: bad line %q", guardCommand, line), killGroup(pgid, "", stderr))
+			}
+		case <-expired:
+			return killGroup(pgid, "the lock's validity ended while lock run did not extend it (stopped or hung?)", stderr)
+		}
 	}
-	if kerr := syscall.Kill(-pgid, syscall.SIGKILL); kerr != nil && !errors.Is(kerr, syscall.ESRCH) {
-		return fmt.Errorf("%s: killing process group %d: %w", guardCommand, pgid, kerr)
+}
+
+// killGroup sends SIGKILL to process group pgid and says why on stderr.
+func killGroup(pgid int, why string, stderr io.Writer) error {
+	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("%s: killing process group %d: %w", guardCommand, pgid, err)
 	}
-	fmt.Fprintf(stderr, "redlockd lock run ended without stopping its command; its guardian killed process group %d\n", pgid)
+	if why != "" {
+		fmt.Fprintf(stderr, "redlockd lock run: %s; its guardian killed process group %d\n", why, pgid)
+	}
 	return nil
 }

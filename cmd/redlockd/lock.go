@@ -82,7 +82,8 @@ as soon as the command itself exited; the reason is printed on stderr.
 When the command exits, whatever it left running in its process group is
 killed before the lock is released. If lock run itself is killed (even
 with SIGKILL), a guardian process kills the command's process group at once
-(on Linux the command also has a parent-death signal).
+(on Linux the command also has a parent-death signal); if lock run is
+stopped or hung, the guardian kills the group when the validity ends.
 SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the command's
 process group. The command runs in a process
 group of its own so that all it started can be stopped; when lock run is
@@ -491,7 +492,11 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 		release()
 		return &exitError{code: exitCannotExec, err: fmt.Errorf("lock run: %w; the command did not run", err)}
 	}
-	defer g.standDown() // after the command's group was stopped below
+	defer func() { // after the command's group was stopped below
+		if g != nil {
+			g.standDown()
+		}
+	}()
 	var restoreTTY func()
 	cmd.SysProcAttr, restoreTTY = childProcAttr()
 	setParentDeathSignal(cmd.SysProcAttr)
@@ -510,7 +515,7 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 		return &exitError{code: code, err: fmt.Errorf("lock run: %w", err)}
 	}
 	pgid := cmd.Process.Pid
-	if err := g.watch(pgid); err != nil {
+	if err := g.watch(pgid, l.ValidUntil()); err != nil {
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		_ = cmd.Wait()
 		restoreTTY()
@@ -525,19 +530,47 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	// The guardian learns each new end of validity well before the last
+	// one passes: extends come at about a third of the TTL.
+	tick := time.NewTicker(max(min(f.ttl/10, time.Second), 10*time.Millisecond))
+	defer tick.Stop()
 	var (
-		lost  error
-		kill  <-chan time.Time
-		done  = l.Done()
-		werr  error
-		timer *time.Timer
-		grace time.Duration // --grace, cut to the validity left at the loss
+		lost      error
+		kill      <-chan time.Time
+		done      = l.Done()
+		werr      error
+		timer     *time.Timer
+		grace     time.Duration // --grace, cut to the validity left at the loss
+		told      = l.ValidUntil()
+		guardGone = g.exited
 	)
 wait:
 	for {
 		select {
 		case werr = <-exited:
 			break wait
+		case <-tick.C:
+			if v := l.ValidUntil(); v.After(told) && g != nil {
+				if g.until(v) == nil {
+					told = v
+				}
+			}
+		case <-guardGone:
+			// Killed by someone: without a guardian, a kill of lock run
+			// would leave the command running. Start another.
+			g, guardGone = nil, nil
+			ng, err := startGuard(stderr)
+			if err == nil {
+				if err = ng.watch(pgid, l.ValidUntil()); err != nil {
+					ng.standDown()
+				}
+			}
+			if err != nil {
+				fmt.Fprintf(stderr, "redlockd lock run: its guardian exited and another could not start (%v): if lock run is killed now, the command goes on\n", err)
+				break
+			}
+			fmt.Fprintf(stderr, "redlockd lock run: its guardian exited; another took its place\n")
+			g, guardGone, told = ng, ng.exited, l.ValidUntil()
 		case s := <-sigs:
 			_ = syscall.Kill(-pgid, s.(syscall.Signal))
 		case <-done:
@@ -558,6 +591,15 @@ wait:
 	}
 	if timer != nil {
 		timer.Stop()
+	}
+	if lost == nil {
+		// The command may have ended by the guardian's kill at the end of
+		// validity, seen here before the loss (lock run was stopped).
+		if err := l.Err(); errors.Is(err, client.ErrLost) {
+			lost = err
+		} else if !time.Now().Before(l.ValidUntil()) {
+			lost = fmt.Errorf("%w: validity ended without a confirmed extend", client.ErrLost)
+		}
 	}
 	// Whatever the command started and left running in its group must
 	// not go on once the lock is released or lost.

@@ -144,12 +144,13 @@ func TestLockRunGraceEndsWithValidity(t *testing.T) {
 // process group it cannot mean, and does nothing when lock run ended
 // before a command started.
 func TestLockGuardRefusesBadInput(t *testing.T) {
-	for in, want := range map[string]string{"": "", "1\n": "bad process group", "x\n": "bad process group"} {
+	for in, want := range map[string]string{"": "", "done\n": "", "1\n": "bad process group", "x\n": "bad process group"} {
 		cmd := exec.Command(binary, guardCommand)
 		cmd.Stdin = strings.NewReader(in)
 		out, err := cmd.CombinedOutput()
 		if want == "" {
 			assert.NoError(t, err, "%q: %s", in, out)
+			assert.Empty(t, string(out), "%q", in)
 		} else {
 			assert.Error(t, err, "%q", in)
 			assert.Contains(t, string(out), want)
@@ -203,4 +204,90 @@ func TestTTLEatenByTheDriftAllowance(t *testing.T) {
 	st, env, _ := post(t, url, keyA, `{"action":"acquire","key":"ttl-eaten","ttl":2}`)
 	require.Equal(t, 200, st, "%+v", env)
 	assert.Equal(t, true, env.Data["acquired"])
+}
+
+// guardOf returns the pid of the guardian lock run pid started: its child
+// named redlockd-guard.
+func guardOf(t *testing.T, pid int) int {
+	t.Helper()
+	var guard int
+	require.Eventually(t, func() bool {
+		guard = 0
+		dirs, _ := os.ReadDir("/proc")
+		for _, d := range dirs {
+			p, err := strconv.Atoi(d.Name())
+			if err != nil {
+				continue
+			}
+			b, err := os.ReadFile("/proc/" + d.Name() + "/stat")
+			if err != nil {
+				continue
+			}
+			// "pid (comm) state ppid ..."
+			i := strings.LastIndexByte(string(b), ')')
+			f := strings.Fields(string(b)[i+1:])
+			if strings.Contains(string(b), "(redlockd-guard)") && len(f) > 1 && f[1] == strconv.Itoa(pid) {
+				guard = p
+			}
+		}
+		return guard != 0
+	}, 10*time.Second, 10*time.Millisecond, "no guardian under lock run %d", pid)
+	return guard
+}
+
+// TestLockRunStoppedStopsItsCommand: a lock run that is stopped (SIGSTOP)
+// extends nothing; its guardian kills the command when the validity it was
+// last told ends, before another owner can hold the lock.
+func TestLockRunStoppedStopsItsCommand(t *testing.T) {
+	base := daemonURL(t)
+	dir := t.TempDir()
+	p := startLock(t, base, "run", "--key", "job:stopped", "--ttl", "2s", "--",
+		"sh", "-c", `echo $$ > `+dir+`/pid; while :; do sleep 0.05; done`)
+	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/pid")))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	guardOf(t, p.cmd.Process.Pid)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
+	stopped := time.Now()
+	require.Eventually(t, func() bool { return gone(pid) }, 10*time.Second, 5*time.Millisecond,
+		"the command runs on while lock run is stopped")
+	t.Logf("command gone %v after lock run stopped (ttl 2s)", time.Since(stopped))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
+	assert.Equal(t, 78, p.wait(t), "stderr: %s", p.stderr.String())
+	assert.Contains(t, p.stderr.String(), "validity ended while lock run did not extend it")
+}
+
+// TestLockRunReplacesItsGuardian: a guardian killed by someone is replaced,
+// so a kill of lock run afterwards still stops the command.
+func TestLockRunReplacesItsGuardian(t *testing.T) {
+	base := daemonURL(t)
+	dir := t.TempDir()
+	p := startLock(t, base, "run", "--key", "job:guard-killed", "--ttl", "10s", "--",
+		"sh", "-c", `sleep 1000 & echo $! > `+dir+`/child; echo $$ > `+dir+`/pid; wait`)
+	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/pid")))
+	require.NoError(t, err)
+	child, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/child")))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	first := guardOf(t, p.cmd.Process.Pid)
+	require.NoError(t, syscall.Kill(first, syscall.SIGKILL))
+	require.Eventually(t, func() bool { return guardOf(t, p.cmd.Process.Pid) != first }, 10*time.Second, 10*time.Millisecond,
+		"no new guardian")
+	require.NoError(t, p.cmd.Process.Kill())
+	_, err = p.cmd.Process.Wait()
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return gone(pid) && gone(child) }, time.Second, 5*time.Millisecond,
+		"the command (pid %d) and its child (pid %d) still run after lock run was killed", pid, child)
+	_ = p.cmd.Wait()
+	assert.Contains(t, p.stderr.String(), "another took its place")
+}
+
+// TestLockRunCannotStartCommand: a command that cannot start is reported
+// once, and the guardian stands down without a word.
+func TestLockRunCannotStartCommand(t *testing.T) {
+	base := daemonURL(t)
+	code, _, stderr := runLock(t, base, "run", "--key", "job:noexec", "--ttl", "5s", "--", "/nonexistent/command")
+	assert.Equal(t, 127, code, stderr)
+	assert.NotContains(t, stderr, guardCommand)
+	assert.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, "one line: %s", stderr)
 }
