@@ -85,6 +85,10 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: base URL %q: missing host", ErrInvalid, baseURL)
 	case u.RawQuery != "" || u.User != nil:
 		return nil, fmt.Errorf("%w: base URL: must not carry a query or user info (the API key goes in the header)", ErrInvalid)
+	case strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/v1/lock") || strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/gateway/distlock"):
+		// A path prefix (a reverse proxy's) is fine; the endpoint itself
+		// would be appended twice.
+		return nil, fmt.Errorf("%w: base URL %q names the endpoint: give the daemon's base URL, without %s", ErrInvalid, baseURL, u.Path)
 	case apiKey == "":
 		return nil, fmt.Errorf("%w: API key: required", ErrInvalid)
 	}

@@ -84,8 +84,10 @@ killed before the lock is released. If lock run itself is killed (even
 with SIGKILL), a guardian process kills the command's process group at once
 (on Linux the command also has a parent-death signal); if lock run is
 stopped or hung, the guardian kills the group when the validity ends.
-SIGINT, SIGTERM, SIGHUP and SIGQUIT are forwarded to the command's
-process group. The command runs in a process
+SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to the
+command's process group. Job control is not supported: Ctrl-Z stops the
+command but not lock run, which keeps the lock and the terminal until the
+command is continued (kill -CONT PID from another terminal). The command runs in a process
 group of its own so that all it started can be stopped; when lock run is
 the terminal's foreground job, that group becomes the foreground (the
 command reads the terminal, and Ctrl-C reaches it directly).
@@ -216,7 +218,9 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		now := time.Now()
 		v := max(st.ValidUntil.Sub(now), 0)
-		fs := []field{{"ttl", v.Milliseconds() / 1000}, {"expire_at", now.Add(v).Unix()}}
+		// ttl rounded up, at least 1, as the daemon answers: a held lock
+		// never shows ttl 0.
+		fs := []field{{"ttl", max((v.Milliseconds()+999)/1000, 1)}, {"expire_at", now.Add(v).Unix()}}
 		if st.Fence != 0 {
 			fs = append(fs, field{"fence", st.Fence})
 		}
@@ -239,6 +243,9 @@ func (v durationValue) Set(s string) error {
 	if err != nil {
 		if _, nerr := strconv.ParseFloat(s, 64); nerr == nil {
 			return fmt.Errorf("durations need a unit, e.g. %ss", s)
+		}
+		if strings.Contains(err.Error(), "invalid duration") && strings.ContainsAny(s, "hms") {
+			return errors.New("out of range or not a duration: use a number with a unit, e.g. 30s, 5m, 1500ms")
 		}
 		return errors.New("not a duration: use a number with a unit, e.g. 30s, 5m, 1500ms")
 	}
@@ -263,7 +270,7 @@ func (f *lockFlags) check(sub string, nargs int) error {
 	case f.key == "":
 		return errors.New("--key: required")
 	case sub == "run" && f.ttl == 0:
-		return errors.New("--ttl: required, e.g. --ttl 5m")
+		return errors.New("--ttl: required, at least 1s, e.g. --ttl 5m")
 	case (sub == "run" || sub == "acquire" || sub == "extend") && (f.ttl < time.Second || f.ttl%time.Second != 0):
 		return fmt.Errorf("--ttl: %v must be a whole number of seconds, at least 1s", f.ttl)
 	case f.wait < 0:
@@ -453,7 +460,7 @@ func exitCode(err error) int {
 }
 
 // forwarded are the signals lock run passes to the command.
-var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT}
+var forwarded = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
 // lockRun runs `redlockd lock run`: see lockUsage.
 func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.LockOption, argv []string, stderr io.Writer) error {

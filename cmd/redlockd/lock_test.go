@@ -309,7 +309,7 @@ func TestLockRunKillsCommandAfterGrace(t *testing.T) {
 
 func TestLockRunForwardsSignals(t *testing.T) {
 	base := daemonURL(t)
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP} {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2} {
 		t.Run(sig.String(), func(t *testing.T) {
 			dir := t.TempDir()
 			p := startLock(t, base, "run", "--key", "job:signal", "--ttl", "30s", "--",
@@ -324,7 +324,8 @@ func TestLockRunForwardsSignals(t *testing.T) {
 }
 
 func unixName(s syscall.Signal) string {
-	return map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT", syscall.SIGHUP: "SIGHUP"}[s]
+	return map[syscall.Signal]string{syscall.SIGTERM: "SIGTERM", syscall.SIGINT: "SIGINT", syscall.SIGHUP: "SIGHUP",
+		syscall.SIGUSR1: "SIGUSR1", syscall.SIGUSR2: "SIGUSR2"}[s]
 }
 
 // waitFile0 waits until path exists (it may be empty).

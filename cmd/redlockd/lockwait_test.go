@@ -291,3 +291,39 @@ func TestLockRunCannotStartCommand(t *testing.T) {
 	assert.NotContains(t, stderr, guardCommand)
 	assert.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, "one line: %s", stderr)
 }
+
+// TestLockStatusTTLRoundsUp: lock status prints ttl rounded up, as the
+// daemon answers, so a held lock never shows ttl 0.
+func TestLockStatusTTLRoundsUp(t *testing.T) {
+	base := daemonURL(t)
+	code, _, stderr := runLock(t, base, "acquire", "--key", "job:st-ttl", "--ttl", "2s")
+	require.Equal(t, 0, code, stderr)
+	for range 8 {
+		code, stdout, stderr := runLock(t, base, "status", "--key", "job:st-ttl")
+		if code == 76 {
+			break // expired
+		}
+		require.Equal(t, 0, code, stderr)
+		var out struct {
+			TTL        int64 `json:"ttl"`
+			ValidityMS int64 `json:"validity_ms"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(stdout), &out), stdout)
+		assert.GreaterOrEqual(t, out.TTL, int64(1), stdout)
+		assert.Equal(t, max((out.ValidityMS+999)/1000, 1), out.TTL, stdout)
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// TestLockURLNamingTheEndpoint: --url with the endpoint's path (the README's
+// U variable) is refused as usage, with what to give instead.
+func TestLockURLNamingTheEndpoint(t *testing.T) {
+	base := daemonURL(t)
+	cmd := exec.Command(binary, "lock", "status", "--key", "k", "--url", base+"/v1/lock")
+	cmd.Env = append(os.Environ(), "REDLOCKD_API_KEY="+keyA)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	require.ErrorAs(t, err, &ee)
+	assert.Equal(t, 64, ee.ExitCode(), "%s", out)
+	assert.Contains(t, string(out), "give the daemon's base URL")
+}
