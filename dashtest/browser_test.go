@@ -77,11 +77,19 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Fatalf("page shows %d masters, want 5", n)
 	}
 	// Every chart gets points once a few samples are in (one a second).
+	// (All but the chart of acquires with wait_ms: none yet.)
 	poll(t, bctx, "charts have points", 30*time.Second, `(function () {
 		const svgs = document.querySelectorAll(".chart svg");
-		return svgs.length === 7 && Array.from(svgs).every(function (s) { return +s.getAttribute("data-points") >= 3; }) &&
+		return svgs.length === 8 && Array.from(svgs).every(function (s) { return s.parentNode.id === "c-wait" || +s.getAttribute("data-points") >= 3; }) &&
 			document.querySelectorAll(".chart svg path, .chart svg rect").length > 0;
 	})()`)
+	// One acquire with wait_ms, alone in its second: charted apart from the
+	// acquire latency, as a dot (a sample with no neighbour has no line).
+	if _, err := d.lock(t.Context(), `{"action":"acquire","key":"dashtest:waited","ttl":5,"wait_ms":1000}`); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, bctx, "a lone waited acquire shows as a dot", 10*time.Second,
+		`+document.querySelector("#c-wait svg").getAttribute("data-points") >= 1 && document.querySelectorAll("#c-wait svg circle").length >= 1`)
 	points := step(t, bctx, "read points", 10*time.Second, chromedp.Evaluate[map[string]int](`Object.fromEntries(Array.from(document.querySelectorAll(".chart")).map(function (c) {
 		return [c.id, +c.querySelector("svg").getAttribute("data-points")];
 	}))`))

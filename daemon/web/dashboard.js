@@ -11,10 +11,10 @@
   const stateBadge = { up: "ok", down: "bad", quarantined: "warn", repairing: "warn", waiting: "idle", oom: "bad" };
   // One colour per result, all distinct (daemon/dashboard_test.go checks
   // that every result the daemon counts has its own).
-  const resultColor = { acquired: "#2e7d32", not_acquired: "#90a4ae", released: "#1565c0", not_released: "#546e7a",
-    extended: "#00838f", not_extended: "#b0bec5", held: "#5d4037", not_held: "#bcaaa4", quorum_unavailable: "#c62828",
-    bad_request: "#ef6c00", unauthorized: "#ad1457", internal: "#000000", cancelled: "#9e9d24",
-    method_not_allowed: "#fbc02d", unsupported_media_type: "#7cb342", too_large: "#1a237e",
+  const resultColor = { acquired: "#2e7d32", not_acquired: "#a5d6a7", released: "#1565c0", not_released: "#90caf9",
+    extended: "#00838f", not_extended: "#80deea", held: "#5d4037", not_held: "#bcaaa4", quorum_unavailable: "#c62828",
+    bad_request: "#ef6c00", unauthorized: "#ad1457", internal: "#000000", cancelled: "#757575",
+    method_not_allowed: "#fbc02d", unsupported_media_type: "#ffab40", too_large: "#1a237e",
     too_many_waiters: "#4dd0e1", timeout: "#ff8a80", auth_limited: "#f06292",
     quota_exhausted: "#6a1b9a", rate_limited: "#ce93d8", too_many_locks: "#d500f9" };
 
@@ -174,20 +174,29 @@
     let points = 0;
     const gap = 3 * hist.interval;
     series.forEach(function (se) {
-      let d = "", prevT = null, prevY = null;
+      let d = "", prevT = null, prevY = null, run = [];
+      // A sample with no neighbour (one waited acquire in a quiet minute)
+      // has no line to be part of: it is drawn as a dot.
+      const dots = [];
+      const endRun = function () { if (run.length === 1) dots.push(run[0]); run = []; };
       se.values.forEach(function (v, i) {
         const t = hist.t[i];
-        if (v === null || !isFinite(v) || t < xs.first) { prevT = null; return; }
+        if (v === null || !isFinite(v) || t < xs.first) { prevT = null; endRun(); return; }
         const px = xs.x(t).toFixed(1), py = y(v).toFixed(1);
-        if (prevT === null || t - prevT > gap) d += "M" + px + " " + py;
+        if (prevT === null || t - prevT > gap) { endRun(); d += "M" + px + " " + py; }
         else if (opts.step) d += "L" + px + " " + prevY + "L" + px + " " + py;
         else d += "L" + px + " " + py;
+        run.push([px, py]);
         prevT = t; prevY = py; points++;
       });
+      endRun();
       if (d) {
         s.appendChild(svg("path", { d: d, fill: "none", stroke: se.color, "stroke-width": se.width || 1.6,
           "stroke-dasharray": se.dash || "", "stroke-linejoin": "round", "data-series": se.name }));
       }
+      dots.forEach(function (p) {
+        s.appendChild(svg("circle", { cx: p[0], cy: p[1], r: 2.5, fill: se.color, "data-series": se.name }));
+      });
     });
     s.setAttribute("data-points", points);
     f.box.appendChild(s);
