@@ -188,8 +188,7 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 		c.token = lease.Token
 		d.ok, d.token, d.fence = true, lease.Token, lease.Fence
 		d.ttl, d.hasTTL = req.ttl, true
-		setValidity(&d, time.Now(), lease.ValidUntil)
-		d.setElapsed(c.start)
+		setValidity(&d, c.start, time.Now(), lease.ValidUntil)
 		s.ok(w, c, resAcquired, &d, "")
 		return
 	}
@@ -241,8 +240,7 @@ func (s *Server) extend(ctx context.Context, w http.ResponseWriter, c *call, req
 	}
 	if err == nil {
 		d.ok, d.fence = true, lease.Fence
-		setValidity(&d, time.Now(), lease.ValidUntil)
-		d.setElapsed(c.start)
+		setValidity(&d, c.start, time.Now(), lease.ValidUntil)
 		// An extend never shortens: with a ttl below what was left, the
 		// lock keeps the longer time, and ttl says so.
 		d.ttl, d.hasTTL = max(req.ttl, d.validityMS/1000), true
@@ -275,8 +273,7 @@ func (s *Server) status(ctx context.Context, w http.ResponseWriter, c *call, req
 		s.ok(w, c, resNotHeld, &d, "")
 		return
 	}
-	setValidity(&d, time.Now(), before.Add(st.Validity))
-	d.setElapsed(c.start)
+	setValidity(&d, c.start, time.Now(), before.Add(st.Validity))
 	// The holder's fence, stored with its lock (redlock/fence.go), never
 	// its token; absent (0) while the masters read do not have it yet.
 	d.fence = st.Fence
@@ -287,25 +284,21 @@ func (s *Server) status(ctx context.Context, w http.ResponseWriter, c *call, req
 }
 
 // setValidity fills validity_ms and expire_at (floor of now + validity, in
-// Unix seconds: never later than the truth) from the end of validity.
-func setValidity(d *lockData, now, validUntil time.Time) {
+// Unix seconds: never later than the truth) from the end of validity, and,
+// when start (the handler's start) is not zero, elapsed_ms: whole
+// milliseconds (rounded down) from start to now. elapsed_ms covers all the
+// request spent in the daemon — a wait_ms wait, retries, the votes — so a
+// client that counts validity_ms from the moment it sent the request plus
+// elapsed_ms gets an end of validity never later than the truth (the
+// handler began after the send) and earlier by at most the request's
+// transit time; counting from the send alone charges the wait against the
+// validity.
+func setValidity(d *lockData, start, now, validUntil time.Time) {
 	v := max(validUntil.Sub(now), 0)
 	d.validityMS, d.hasVal = v.Milliseconds(), true
 	d.expireAt, d.hasExpire = now.Add(v).Unix(), true
-	d.validAt = now
-}
-
-// setElapsed fills elapsed_ms: whole milliseconds (rounded down) from start,
-// when the handler began, to the moment validity_ms was computed. It covers
-// everything the request spent in the daemon — a wait_ms wait, retries, the
-// votes — so a client that counts validity_ms from the moment it sent the
-// request plus elapsed_ms gets an end of validity that is never later than
-// the truth (the handler began after the request was sent) and earlier than
-// it by at most the request's transit time (issue: a lock won after a wait
-// counted as lost at once, because the wait was counted against validity).
-func (d *lockData) setElapsed(start time.Time) {
-	if d.hasVal && !start.IsZero() {
-		d.elapsedMS, d.hasElapsed = max(d.validAt.Sub(start), 0).Milliseconds(), true
+	if !start.IsZero() {
+		d.elapsedMS, d.hasElapsed = max(now.Sub(start), 0).Milliseconds(), true
 	}
 }
 

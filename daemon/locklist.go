@@ -189,7 +189,7 @@ func (s *Server) serveLockList(w http.ResponseWriter, r *http.Request) {
 			continue // not a lock key: List matched the prefix only
 		}
 		var d lockData
-		setValidity(&d, now, before.Add(l.Validity))
+		setValidity(&d, time.Time{}, now, before.Add(l.Validity))
 		ans.Locks = append(ans.Locks, listedLock{
 			Namespace: ns, Key: key,
 			TTL:        max((d.validityMS+999)/1000, 1),

@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
-	"time"
 	"unicode/utf8"
 )
 
@@ -77,8 +76,7 @@ type lockData struct {
 	fence      int64 // 0 = absent
 	validityMS int64
 	hasVal     bool
-	validAt    time.Time // when validityMS was computed
-	elapsedMS  int64     // see setElapsed
+	elapsedMS  int64 // see setValidity
 	hasElapsed bool
 }
 
