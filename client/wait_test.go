@@ -48,7 +48,7 @@ func truthEnd(t *testing.T, key, token string) time.Time {
 // validity is never later than the masters' expiry, and kept alive it
 // holds. Waits end just before the waiter's TTL, just after it, and at
 // three times it. Before elapsed_ms, a wait longer than the TTL made the
-// lease lost on arrival (issue 21).
+// lease lost on arrival.
 func TestValidityAfterAWait(t *testing.T) {
 	d := startDaemon(t)
 	c := newClient(t, d)

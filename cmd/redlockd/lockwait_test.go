@@ -34,7 +34,7 @@ func holdFor(t *testing.T, base, key string, d time.Duration) {
 // TestLockRunAfterAWait: a lock won after --wait is held for the command's
 // whole run, whether the wait ended just before the TTL, just after it, or
 // after three times it. Before elapsed_ms the wait was charged against the
-// validity and the command got SIGTERM at once (exit 78, issue 21).
+// validity and the command got SIGTERM at once (exit 78).
 func TestLockRunAfterAWait(t *testing.T) {
 	base := daemonURL(t)
 	const ttl = 2 * time.Second
@@ -80,23 +80,12 @@ func TestLockRunKilledStopsItsCommand(t *testing.T) {
 	dir := t.TempDir()
 	p := startLock(t, base, "run", "--key", "job:killed", "--ttl", "10s", "--",
 		"sh", "-c", `sleep 1000 & echo $! > `+dir+`/child; echo $$ > `+dir+`/pid; wait`)
-	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/pid")))
-	require.NoError(t, err)
-	child, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/child")))
-	require.NoError(t, err)
+	pid := waitPID(t, dir+"/pid")
+	child := waitPID(t, dir+"/child")
 	// Should the test fail, nothing is left running (the group is the
 	// command's pid: lock run puts it in a group of its own).
 	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
-	require.NoError(t, p.cmd.Process.Kill())
-	killed := time.Now()
-	// Process.Wait, not Cmd.Wait: a surviving child would hold the output
-	// pipes open, and Cmd.Wait waits for them to close.
-	_, err = p.cmd.Process.Wait()
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return gone(pid) && gone(child) }, time.Second, 5*time.Millisecond,
-		"the command (pid %d) and its child (pid %d) still run after lock run was killed", pid, child)
-	t.Logf("command and child gone %v after the SIGKILL", time.Since(killed))
-	_ = p.cmd.Wait() // the output pipes close once the guardian has exited
+	killLockRun(t, p, pid, child)
 	assert.Contains(t, p.stderr.String(), "its guardian killed process group")
 }
 
@@ -109,8 +98,7 @@ func TestLockRunLeavesNothingBehind(t *testing.T) {
 	code, _, stderr := runLock(t, base, "run", "--key", "job:leftover", "--ttl", "10s", "--",
 		"sh", "-c", `sleep 1000 & echo $! > `+dir+`/child`)
 	require.Equal(t, 0, code, stderr)
-	child, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/child")))
-	require.NoError(t, err)
+	child := waitPID(t, dir+"/child")
 	assert.True(t, gone(child), "the command's background child outlived the lock")
 	assert.False(t, held(t, base, "job:leftover"))
 	assert.NotContains(t, stderr, "guardian", "the guardian stood down without a kill")
@@ -125,8 +113,7 @@ func TestLockRunGraceEndsWithValidity(t *testing.T) {
 	dir := t.TempDir()
 	p := startLock(t, base, "run", "--key", "job:grace", "--ttl", "3s", "--grace", "30s", "--",
 		"sh", "-c", `trap '' TERM; echo $$ > `+dir+`/pid; while :; do sleep 0.05; done`)
-	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/pid")))
-	require.NoError(t, err)
+	pid := waitPID(t, dir+"/pid")
 	require.NoError(t, stop())
 	assert.Equal(t, 78, p.wait(t), "stderr: %s", p.stderr.String())
 	m := regexp.MustCompile(`SIGKILL in ([0-9.a-zµ]+)`).FindStringSubmatch(p.stderr.String())
@@ -159,7 +146,7 @@ func TestLockGuardRefusesBadInput(t *testing.T) {
 }
 
 // TestLockDurationWithoutUnit: --ttl 30 is refused in one line that says
-// what is missing, without the whole usage (issue 21).
+// what is missing, without the whole usage.
 func TestLockDurationWithoutUnit(t *testing.T) {
 	for _, args := range [][]string{
 		{"lock", "run", "--key", "k", "--ttl", "30", "--", "true"},
@@ -243,8 +230,7 @@ func TestLockRunStoppedStopsItsCommand(t *testing.T) {
 	dir := t.TempDir()
 	p := startLock(t, base, "run", "--key", "job:stopped", "--ttl", "2s", "--",
 		"sh", "-c", `echo $$ > `+dir+`/pid; while :; do sleep 0.05; done`)
-	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/pid")))
-	require.NoError(t, err)
+	pid := waitPID(t, dir+"/pid")
 	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
 	guardOf(t, p.cmd.Process.Pid)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
@@ -264,21 +250,14 @@ func TestLockRunReplacesItsGuardian(t *testing.T) {
 	dir := t.TempDir()
 	p := startLock(t, base, "run", "--key", "job:guard-killed", "--ttl", "10s", "--",
 		"sh", "-c", `sleep 1000 & echo $! > `+dir+`/child; echo $$ > `+dir+`/pid; wait`)
-	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/pid")))
-	require.NoError(t, err)
-	child, err := strconv.Atoi(strings.TrimSpace(waitFile(t, dir+"/child")))
-	require.NoError(t, err)
+	pid := waitPID(t, dir+"/pid")
+	child := waitPID(t, dir+"/child")
 	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
 	first := guardOf(t, p.cmd.Process.Pid)
 	require.NoError(t, syscall.Kill(first, syscall.SIGKILL))
 	require.Eventually(t, func() bool { return guardOf(t, p.cmd.Process.Pid) != first }, 10*time.Second, 10*time.Millisecond,
 		"no new guardian")
-	require.NoError(t, p.cmd.Process.Kill())
-	_, err = p.cmd.Process.Wait()
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return gone(pid) && gone(child) }, time.Second, 5*time.Millisecond,
-		"the command (pid %d) and its child (pid %d) still run after lock run was killed", pid, child)
-	_ = p.cmd.Wait()
+	killLockRun(t, p, pid, child)
 	assert.Contains(t, p.stderr.String(), "another took its place")
 }
 
@@ -326,4 +305,28 @@ func TestLockURLNamingTheEndpoint(t *testing.T) {
 	require.ErrorAs(t, err, &ee)
 	assert.Equal(t, 64, ee.ExitCode(), "%s", out)
 	assert.Contains(t, string(out), "give the daemon's base URL")
+}
+
+// waitPID waits for path and returns the process ID written in it.
+func waitPID(t *testing.T, path string) int {
+	t.Helper()
+	pid, err := strconv.Atoi(strings.TrimSpace(waitFile(t, path)))
+	require.NoError(t, err)
+	return pid
+}
+
+// killLockRun sends SIGKILL to lock run p and requires its command pid
+// and the command's child to be gone within a second.
+func killLockRun(t *testing.T, p *lockProc, pid, child int) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Kill())
+	killed := time.Now()
+	// Process.Wait, not Cmd.Wait: a surviving child would hold the output
+	// pipes open, and Cmd.Wait waits for them to close.
+	_, err := p.cmd.Process.Wait()
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return gone(pid) && gone(child) }, time.Second, 5*time.Millisecond,
+		"the command (pid %d) and its child (pid %d) still run after lock run was killed", pid, child)
+	t.Logf("command and child gone %v after the SIGKILL", time.Since(killed))
+	_ = p.cmd.Wait() // the output pipes close once the guardian has exited
 }
