@@ -246,7 +246,17 @@ func TestEveryWayOfLosingData(t *testing.T) {
 			first := placeOn(t, c, key, 30*time.Second, 2, 3, 4)
 			f.apply(t, direct(t)[4], markerKeyOf(opts), key)
 			warmUp(slow)
-			_, err := slow.Acquire(ctx, key, 30*time.Second, WithRetry(NoRetry()))
+			// slow probes once an hour: on a loaded machine its vote clock
+			// readings may be too imprecise to count (ErrMasterClockUnknown,
+			// failing closed). Such attempts say nothing about the data-loss
+			// check; the next attempt reads the clocks again.
+			var err error
+			for range 5 {
+				_, err = slow.Acquire(ctx, key, 30*time.Second, WithRetry(NoRetry()))
+				if err == nil || !errors.Is(err, ErrMasterClockUnknown) {
+					break
+				}
+			}
 			require.NoError(t, err, "without the check a second holder gets in")
 			assert.Greater(t, first.Validity(), 20*time.Second)
 		})
