@@ -43,7 +43,7 @@ func clockJumpContender(guard bool) *Scenario {
 	if !guard {
 		sc.Name = "clock-jump-contender-novoteclock"
 		sc.Summary = "negative control: the same with the vote clock check off in the drill's library clients: B is granted while A holds the lock"
-		sc.Options = append(sc.Options, guardOff(guardswitch.VoteClock))
+		sc.Options = append(sc.Options, guardOff(guardswitch.VoteClock), guardOff(guardswitch.GrantedLock))
 		sc.Must = []string{I1}
 	}
 	sc.Script = func(ctx context.Context, d *Drill) error {
@@ -112,7 +112,7 @@ func clockJumpRestart(guard bool) *Scenario {
 	if !guard {
 		sc.Name = "clock-jump-restart-noreference"
 		sc.Summary = "negative control: the same with the comparison with the other masters' clocks off in the library client started after the jump: B is granted while A holds the lock"
-		sc.Options = []redlock.Option{guardOff(guardswitch.ClockReference)}
+		sc.Options = []redlock.Option{guardOff(guardswitch.ClockReference), guardOff(guardswitch.GrantedLock)}
 		sc.Must = []string{I1}
 	}
 	sc.Script = func(ctx context.Context, d *Drill) (err error) {

@@ -29,7 +29,7 @@ func dataWipe(check bool) *Scenario {
 	if !check {
 		sc.Name = "data-wipe-nocheck"
 		sc.Summary = "negative control: the same with the vote scripts' data-loss check and the quarantine off in the drill's library clients: B is granted while A holds the lock"
-		sc.Options = []redlock.Option{guardOff(guardswitch.DataLossCheck), guardOff(guardswitch.Quarantine)}
+		sc.Options = []redlock.Option{guardOff(guardswitch.DataLossCheck), guardOff(guardswitch.Quarantine), guardOff(guardswitch.GrantedLock)}
 		sc.Must, sc.May = []string{I1}, []string{I2}
 	}
 	sc.Script = func(ctx context.Context, d *Drill) error {

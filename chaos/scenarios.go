@@ -258,7 +258,7 @@ func restartPivot(quarantine bool) *Scenario {
 	if !quarantine {
 		sc.Name = "restart-empty-noquarantine"
 		sc.Summary = "negative control: the same with the quarantine and the vote scripts' data-loss check off: B is granted while A holds the lock"
-		sc.Options = []redlock.Option{guardOff(guardswitch.Quarantine), guardOff(guardswitch.DataLossCheck)}
+		sc.Options = []redlock.Option{guardOff(guardswitch.Quarantine), guardOff(guardswitch.DataLossCheck), guardOff(guardswitch.GrantedLock)}
 		sc.Must, sc.May = []string{I1}, []string{I2}
 	}
 	sc.Script = func(ctx context.Context, d *Drill) error {
@@ -315,7 +315,7 @@ func clockFast(guard bool) *Scenario {
 	if !guard {
 		sc.Name = "clock-fast-noguard"
 		sc.Summary = "negative control: the same with the clock guard and the data-loss check off (either stops master 2 alone): B is granted while A holds the lock"
-		sc.Options = []redlock.Option{guardOff(guardswitch.ClockGuard), guardOff(guardswitch.DataLossCheck)}
+		sc.Options = []redlock.Option{guardOff(guardswitch.ClockGuard), guardOff(guardswitch.DataLossCheck), guardOff(guardswitch.GrantedLock)}
 		sc.Must = []string{I1}
 	}
 	sc.Script = func(ctx context.Context, d *Drill) error {

@@ -116,7 +116,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	start := time.Now()
 	out, _ := c.fanout(acquireScript, keys, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false, start, nil)
 
-	res := OutcomeError{Op: "acquire", Quorum: c.quorum, Masters: n}
+	res := OutcomeError{Op: "acquire", Quorum: c.need, Masters: n}
 	// Masters where our SET may have landed: all but those that refused,
 	// including those that have not answered when the outcome is decided.
 	maybeHeld := make([]bool, n)
@@ -126,16 +126,31 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	var holderPTTLs []int64
 	var counter int64        // highest fencing counter among the counted yes votes
 	voted := make([]bool, n) // counted yes votes: where the fence is written back
+	// The granted-lock check (granted.go): with a quorum of votes, the
+	// other masters are still heard; one that shows a granted lock refuses
+	// the grant, and one this acquire stopped listening to (ctx) forbids it.
+	check := c.grantedCheck()
+	var granted []int64 // PTTLs of the granted locks seen
+	heard, unheardN := 0, 0
 	c.gather(ctx, out, start, nil, func(r reply) bool {
 		m := c.masters[r.idx]
 		v, ok := parseVote(r.val)
+		heard++
 		switch {
 		case r.err != nil:
+			if unheard(r.err) {
+				unheardN++
+			}
 			res.Failures = append(res.Failures, masterErr(c, r))
 		case !ok:
 			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errBadReply})
 		default:
 			maybeHeld[r.idx] = v.code == 1
+			if v.code == 0 && v.extra == "g" {
+				// Evidence from any master that answered, counting or
+				// not: a record is written only after a quorum voted.
+				granted = append(granted, v.value)
+			}
 			if err := m.checkVote(v, r.sent, r.at); err != nil {
 				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: err})
 			} else if !m.counts() {
@@ -151,11 +166,22 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 				}
 			}
 		}
-		return res.Votes >= c.quorum || res.Refused+len(res.Failures) > n-c.quorum
+		lost := res.Refused+len(res.Failures) > n-c.need
+		if !check {
+			return res.Votes >= c.need || lost
+		}
+		// Every answer is read, evidence or not: each vote's checks
+		// (data loss, clock) run, so a master that lost the lock is
+		// quarantined, not only refused this once.
+		return lost || heard == n
 	})
+	overGrant := check && res.Votes >= c.need && (len(granted) > 0 || unheardN > 0)
+	if overGrant {
+		res.Votes = min(res.Votes, c.need-1) // not granted: no write-back
+	}
 	var fence int64
 	fenceFailed := false
-	if res.Votes >= c.quorum && c.opts.fenceKey != "" {
+	if res.Votes >= c.need && c.opts.fenceKey != "" {
 		fence = c.issuedFloor(counter, issuedBefore) + 1
 		// Written back first to the masters that voted (a quorum: the proof
 		// needs no more, and the late voters save a script call each), then,
@@ -177,21 +203,31 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 		fenceFailed = written < c.quorum // the lock is not ours without its fence on a quorum
 	}
 	validity := ttl - time.Since(start) - c.drift(ttl)
-	if res.Votes >= c.quorum && validity > 0 && !fenceFailed {
+	if res.Votes >= c.need && validity > 0 && !fenceFailed {
 		c.issued(fence)
 		return &Lock{c: c, key: key, token: token, fence: fence, ttl: ttl, validUntil: start.Add(ttl - c.drift(ttl))}, nil
 	}
 
 	c.cleanup(key, token, maybeHeld)
 	switch {
+	case check && len(granted) > 0:
+		// A granted lock holds the key on another master: a master that
+		// voted here lost it (a rollback, an eviction), or its release
+		// has not reached that master. Held until it ends there.
+		c.grantRefusals.Add(1)
+		res.Kind = ErrLockHeld
+		res.RetryAfter = time.Duration(slices.Max(granted)) * time.Millisecond
+	case overGrant:
+		// Stopped listening (ctx) before every master answered.
+		res.Kind = ErrQuorumUnavailable
 	case fenceFailed:
 		// A quorum voted but too few stored the fencing token in time.
 		res.Kind = ErrQuorumUnavailable
-	case res.Votes >= c.quorum:
+	case res.Votes >= c.need:
 		// A quorum agreed but too late: the masters are too slow for this TTL.
 		res.Kind = ErrQuorumUnavailable
 		res.Failures = append(res.Failures, fmt.Errorf("validity %v ≤ 0 after %v", validity, time.Since(start)))
-	case len(res.Failures) > n-c.quorum:
+	case len(res.Failures) > n-c.need:
 		res.Kind = ErrQuorumUnavailable
 		// A master known to be down may be back: probe now rather than at
 		// the next health interval, so that it counts again within

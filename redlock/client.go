@@ -65,6 +65,7 @@ var (
 type Client struct {
 	masters []*master
 	quorum  int
+	need    int // votes a grant and an extend need: quorum + WithExtraVotes
 	opts    options
 	seed    maphash.Seed
 
@@ -86,6 +87,8 @@ type Client struct {
 
 	waits    waitQueues
 	attempts atomic.Int64 // acquire attempts (fan-outs), for tests
+	// grantRefusals: acquires refused over a granted lock (granted.go).
+	grantRefusals atomic.Int64
 	subOnce  sync.Once
 	subs     []*redis.PubSub // release-channel subscriptions, one per master
 
@@ -119,8 +122,12 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 	if n < 3 || n%2 == 0 {
 		return nil, fmt.Errorf("%w: masters: %d given, need an odd number ≥ 3", ErrInvalid, n)
 	}
+	if o.extraVotes < 0 || o.extraVotes > n-(n/2+1) {
+		return nil, fmt.Errorf("%w: extra votes: %d given, at most %d with %d masters (quorum %d + extra votes ≤ masters)", ErrInvalid, o.extraVotes, n-(n/2+1), n, n/2+1)
+	}
 	c := &Client{
 		quorum: n/2 + 1,
+		need:   n/2 + 1 + o.extraVotes,
 		opts:   o,
 		seed:   maphash.MakeSeed(),
 		epoch:  time.Now(),
@@ -265,6 +272,16 @@ func (c *Client) Close() error {
 
 // Quorum returns the number of masters that must agree: N/2+1.
 func (c *Client) Quorum() int { return c.quorum }
+
+// VotesNeeded returns how many masters must vote for an acquire or an
+// extend to succeed: the quorum plus WithExtraVotes.
+func (c *Client) VotesNeeded() int { return c.need }
+
+// GrantRefusals returns how many acquires had a quorum of votes and were
+// refused because another master showed a granted lock on the key
+// (granted.go): each means a master that voted had lost a lock (a
+// rollback, an eviction), or a release did not reach every master.
+func (c *Client) GrantRefusals() int64 { return c.grantRefusals.Load() }
 
 // drift returns the clock drift allowance for ttl: ttl × factor + 2ms (the
 // Redis Redlock page, "Safety arguments"), plus clockAllowance, the largest

@@ -57,7 +57,7 @@ func clockScenario(t *testing.T, guard bool) (*Lock, *Client, error) {
 	ctx := context.Background()
 	copts := []Option{WithPerMasterTimeout(500 * time.Millisecond), WithHealthInterval(20 * time.Millisecond)}
 	if !guard {
-		copts = append(copts, withGuardOff(guardswitch.ClockGuard))
+		copts = append(copts, withGuardOff(guardswitch.ClockGuard), withGuardOff(guardswitch.GrantedLock))
 	}
 	c, err := New(opts, copts...)
 	require.NoError(t, err)

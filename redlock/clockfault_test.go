@@ -126,7 +126,7 @@ func TestClockJumpSeenByTheVote(t *testing.T) {
 		require.ErrorIs(t, err, ErrMasterClockJump)
 	})
 	t.Run("negative control: vote clock check off", func(t *testing.T) {
-		_, err := scenario(t, withGuardOff(guardswitch.VoteClock))
+		_, err := scenario(t, withGuardOff(guardswitch.VoteClock), withGuardOff(guardswitch.GrantedLock))
 		require.NoError(t, err, "the jumped master's vote counts: a second holder")
 	})
 }
@@ -161,7 +161,7 @@ func TestClockJumpWhileNoDaemonWatched(t *testing.T) {
 		assert.False(t, st.Counting)
 	})
 	t.Run("negative control: clock reference off", func(t *testing.T) {
-		_, err := scenario(t, withGuardOff(guardswitch.ClockReference))
+		_, err := scenario(t, withGuardOff(guardswitch.ClockReference), withGuardOff(guardswitch.GrantedLock))
 		require.NoError(t, err, "the jumped master counts for a daemon that did not see the jump")
 	})
 }
@@ -207,7 +207,7 @@ func TestSmallJumpIsCoveredByTheAllowance(t *testing.T) {
 		assert.False(t, won.Before(first.ValidUntil()), "B won %v before A's validity ended", first.ValidUntil().Sub(won))
 	})
 	t.Run("negative control: clock checks and clock allowance off", func(t *testing.T) {
-		first, won := scenario(t, 300*time.Millisecond, 400*time.Millisecond, withGuardOff(guardswitch.ClockGuard), withGuardOff(guardswitch.ClockAllowance))
+		first, won := scenario(t, 300*time.Millisecond, 400*time.Millisecond, withGuardOff(guardswitch.ClockGuard), withGuardOff(guardswitch.ClockAllowance), withGuardOff(guardswitch.GrantedLock))
 		assert.True(t, won.Before(first.ValidUntil()), "B wins while A is valid")
 	})
 }
@@ -332,7 +332,7 @@ func TestClockBackThenForward(t *testing.T) {
 		require.ErrorIs(t, err, ErrMasterClockJump)
 	})
 	t.Run("negative control: clock checks off", func(t *testing.T) {
-		require.NoError(t, scenario(t, withGuardOff(guardswitch.ClockGuard)), "a second holder")
+		require.NoError(t, scenario(t, withGuardOff(guardswitch.ClockGuard), withGuardOff(guardswitch.GrantedLock)), "a second holder")
 	})
 }
 

@@ -87,7 +87,7 @@ func TestFlushAllWithoutRestart(t *testing.T) {
 		}
 	})
 	t.Run("negative control: data-loss check off", func(t *testing.T) {
-		first, c, _ := scenario(t, withGuardOff(guardswitch.DataLossCheck))
+		first, c, _ := scenario(t, withGuardOff(guardswitch.DataLossCheck), withGuardOff(guardswitch.GrantedLock))
 		_, err := c.Acquire(context.Background(), first.Key(), 30*time.Second, WithRetry(NoRetry()))
 		require.NoError(t, err, "the flushed masters grant the lock while the first is valid")
 	})
@@ -125,7 +125,7 @@ func TestFlushAllThreeAtOnceKeepsFencesUp(t *testing.T) {
 		require.ErrorIs(t, err, ErrMasterDataLost)
 	})
 	t.Run("negative control: data-loss check off", func(t *testing.T) {
-		first, second, err := scenario(t, withGuardOff(guardswitch.DataLossCheck))
+		first, second, err := scenario(t, withGuardOff(guardswitch.DataLossCheck), withGuardOff(guardswitch.GrantedLock))
 		require.NoError(t, err, "a second holder while the first is valid")
 		assert.Equal(t, int64(1), second.Fence(), "and the fence back at 1 (the first had %d)", first.Fence())
 	})
@@ -240,7 +240,7 @@ func TestEveryWayOfLosingData(t *testing.T) {
 		}
 		t.Run(f.name+": negative control", func(t *testing.T) {
 			ctx := context.Background()
-			c, opts := brandNewClient(t, withGuardOff(guardswitch.DataLossCheck))
+			c, opts := brandNewClient(t, withGuardOff(guardswitch.DataLossCheck), withGuardOff(guardswitch.GrantedLock))
 			slow := sameDeployment(t, append(opts, WithHealthInterval(time.Hour))...)
 			key := newKey(t)
 			first := placeOn(t, c, key, 30*time.Second, 2, 3, 4)
@@ -424,7 +424,7 @@ func TestRollbackToOlderData(t *testing.T) {
 		assert.EqualValues(t, 1, c.DataLosses()[LossRolledBack], "%v", err)
 	})
 	t.Run("negative control: data-loss check off", func(t *testing.T) {
-		_, err := scenario(t, withGuardOff(guardswitch.DataLossCheck))
+		_, err := scenario(t, withGuardOff(guardswitch.DataLossCheck), withGuardOff(guardswitch.GrantedLock))
 		require.NoError(t, err, "a second holder")
 	})
 }

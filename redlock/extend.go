@@ -29,15 +29,17 @@ import (
 // fewer than a quorum held the token; one matching ErrQuorumUnavailable when
 // fewer than a quorum answered; ErrInvalid for bad arguments.
 func (c *Client) Extend(ctx context.Context, key, token string, ttl time.Duration) (*Lock, error) {
-	validUntil, fence, err := c.extend(ctx, key, token, ttl)
+	validUntil, fence, err := c.extend(ctx, key, token, ttl, 0)
 	if err != nil {
 		return nil, err
 	}
 	return &Lock{c: c, key: key, token: token, fence: fence, ttl: ttl, validUntil: validUntil}, nil
 }
 
-// extend returns the new end of validity and the fence stored with the lock.
-func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duration) (time.Time, int64, error) {
+// extend returns the new end of validity and the fence stored with the
+// lock. known is the lock's fence when the caller knows it (0 otherwise):
+// it is written in the lock's fence record on a master that lacks one.
+func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duration, known int64) (time.Time, int64, error) {
 	if key == "" || token == "" {
 		return time.Time{}, 0, fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
 	}
@@ -53,8 +55,8 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 	if !c.opts.extendNeverShortens {
 		keepLonger = "0"
 	}
-	out, _ := c.fanout(extendScript, c.voteKeys(key), []any{token, strconv.FormatInt(ttl.Milliseconds(), 10), keepLonger}, false, start, nil)
-	res := OutcomeError{Op: "extend", Quorum: c.quorum, Masters: n}
+	out, _ := c.fanout(extendScript, c.voteKeys(key), []any{token, strconv.FormatInt(ttl.Milliseconds(), 10), keepLonger, strconv.FormatInt(known, 10)}, false, start, nil)
+	res := OutcomeError{Op: "extend", Quorum: c.need, Masters: n}
 	var lefts []int64 // remaining TTL after the extend on each counted yes vote
 	var fence int64
 	c.gather(ctx, out, start, nil, func(r reply) bool {
@@ -85,16 +87,16 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 		// failed is not decided yet: the other answers (one round trip;
 		// down masters are answered at once) tell "not held" from "no
 		// quorum", and a client must not retry an extend it has lost.
-		return res.Votes >= c.quorum || res.Refused > n-c.quorum
+		return res.Votes >= c.need || res.Refused > n-c.need
 	})
-	if res.Votes >= c.quorum {
-		left := time.Duration(quorumth(lefts, c.quorum)) * time.Millisecond
+	if res.Votes >= c.need {
+		left := time.Duration(quorumth(lefts, c.need)) * time.Millisecond
 		if validity := left - time.Since(start) - c.drift(left); validity > 0 {
 			return start.Add(left - c.drift(left)), fence, nil
 		}
 		res.Kind = ErrQuorumUnavailable
 		res.Failures = append(res.Failures, fmt.Errorf("validity ≤ 0 after %v", time.Since(start)))
-	} else if res.Refused > n-c.quorum {
+	} else if res.Refused > n-c.need {
 		// Too many masters lack the token for any quorum to hold it.
 		res.Kind = ErrNotHeld
 	} else {

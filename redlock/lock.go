@@ -68,7 +68,7 @@ func (l *Lock) Release(ctx context.Context) error {
 // than it already was) and moves its validity later when the new one is.
 // See Client.Extend.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	validUntil, _, err := l.c.extend(ctx, l.key, l.token, ttl)
+	validUntil, _, err := l.c.extend(ctx, l.key, l.token, ttl, l.fence)
 	if err != nil {
 		return err
 	}

@@ -47,6 +47,8 @@ type options struct {
 	clockAllowance      bool // drift includes the clock checks' blind spot
 	extendNeverShortens bool
 	statusNeedsQuorum   bool // status answers "unknown" without a quorum either way
+	grantedLockCheck    bool // no grant while another master shows a granted lock (granted.go)
+	extraVotes          int  // votes beyond the quorum an acquire and an extend need
 }
 
 func defaultOptions() options {
@@ -73,6 +75,7 @@ func defaultOptions() options {
 		clockAllowance:      true,
 		extendNeverShortens: true,
 		statusNeedsQuorum:   true,
+		grantedLockCheck:    true,
 	}
 }
 
@@ -186,6 +189,20 @@ func WithMaxTTL(d time.Duration) Option {
 	return func(o *options) { o.maxTTL = d }
 }
 
+// WithExtraVotes makes an acquire and an extend need quorum + k votes
+// instead of a quorum (default k = 0). Two grants of one key on quorum + k
+// masters each share at least 2k + 1 of N (odd) masters, so a second
+// holder needs 2k + 1 of the first holder's masters to have lost its lock
+// silently: the mode survives 2k masters losing a lock in ways no check
+// sees (the gaps granted.go lists), where a plain quorum survives none.
+// The price is availability: locking needs quorum + k masters counting,
+// so it survives N − quorum − k masters down instead of N − quorum (with
+// 5 masters and k = 1: one down instead of two). k must be between 0 and
+// N − quorum; New returns ErrInvalid otherwise.
+func WithExtraVotes(k int) Option {
+	return func(o *options) { o.extraVotes = k }
+}
+
 func init() {
 	guardswitch.Disable = func(g guardswitch.Guard) any { return withGuardOff(g) }
 }
@@ -213,6 +230,8 @@ func withGuardOff(g guardswitch.Guard) Option {
 		return func(o *options) { o.extendNeverShortens = false }
 	case guardswitch.StatusQuorum:
 		return func(o *options) { o.statusNeedsQuorum = false }
+	case guardswitch.GrantedLock:
+		return func(o *options) { o.grantedLockCheck = false }
 	}
 	panic(fmt.Sprintf("redlock: unknown guard %d", int(g)))
 }

@@ -162,7 +162,7 @@ func TestFenceNotResetByDataLoss(t *testing.T) {
 		require.ErrorIs(t, err, ErrMasterDataLost)
 	})
 	t.Run("negative control: quarantine and data-loss check off", func(t *testing.T) {
-		_, _, fence, err := fenceScenario(t, withGuardOff(guardswitch.Quarantine), withGuardOff(guardswitch.DataLossCheck))
+		_, _, fence, err := fenceScenario(t, withGuardOff(guardswitch.Quarantine), withGuardOff(guardswitch.DataLossCheck), withGuardOff(guardswitch.GrantedLock))
 		require.NoError(t, err, "without protection the empty masters grant the lock")
 		assert.Equal(t, int64(1), fence, "and the fence restarts from zero: the bug the protection prevents")
 	})
@@ -208,7 +208,7 @@ func TestDelayedRestartQuarantine(t *testing.T) {
 		require.ErrorIs(t, err, ErrMasterDataLost)
 	})
 	t.Run("negative control: quarantine and data-loss check off grant twice", func(t *testing.T) {
-		err := quarantineScenario(t, withGuardOff(guardswitch.Quarantine), withGuardOff(guardswitch.DataLossCheck))
+		err := quarantineScenario(t, withGuardOff(guardswitch.Quarantine), withGuardOff(guardswitch.DataLossCheck), withGuardOff(guardswitch.GrantedLock))
 		require.NoError(t, err, "the test must be able to see the double grant")
 	})
 }

@@ -47,6 +47,11 @@ const (
 	// quorum answered, even when the masters that did not answer could
 	// hold it.
 	StatusQuorum
+	// GrantedLock: an acquire that wins a quorum is refused when another
+	// master answered that a granted lock (one whose fence record is
+	// there) holds the key. With it off, a master that silently lost a
+	// lock (a rollback, an eviction) lets a contender in beside its holder.
+	GrantedLock
 )
 
 // String returns the guard's name, e.g. "quarantine".
@@ -68,6 +73,8 @@ func (g Guard) String() string {
 		return "extend never shortens"
 	case StatusQuorum:
 		return "status quorum"
+	case GrantedLock:
+		return "granted-lock check"
 	}
 	return "unknown guard"
 }

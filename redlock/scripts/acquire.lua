@@ -1,10 +1,14 @@
 -- Acquire one master's vote (Redis Redlock page, step 2), and report this
 -- master's fencing counter with the vote. Follows vote_prelude.lua.
--- KEYS[1] lock key, KEYS[2..4] as in the prelude
+-- KEYS[1] lock key, KEYS[2..4] as in the prelude, KEYS[5] the lock's fence
+-- record (fence.lua; absent when fencing is off)
 -- ARGV[1] token (random, 32 hex chars), ARGV[2] TTL in milliseconds
 -- Returns the prelude's reply with code
 --    1  the key was set for this token; value = the fencing counter (0 without fencing)
---    0  another token holds it; value = its remaining milliseconds (PTTL)
+--    0  another token holds it; value = its remaining milliseconds (PTTL);
+--       extra = 'g' when the holder's fence record is here: its acquire
+--       reached a quorum, so it is a granted lock, not a contender's vote
+--       (redlock/granted.go)
 --   -2  this master lost its data (marker, horizon or counter missing); nothing written
 if not intact then
   return reply(-2, 0)
@@ -17,4 +21,13 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return reply(1, counter)
 end
-return reply(0, redis.call('PTTL', KEYS[1]))
+local granted = ''
+if KEYS[5] then
+  local holder = redis.call('GET', KEYS[1])
+  local f = holder and redis.call('GET', KEYS[5])
+  local sp = f and string.find(f, ' ', 1, true)
+  if sp and string.sub(f, sp + 1) == holder then
+    granted = 'g'
+  end
+end
+return reply(0, redis.call('PTTL', KEYS[1]), granted)

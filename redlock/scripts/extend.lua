@@ -3,11 +3,16 @@
 -- cut the validity its holder was last told), never revives an expired key
 -- and never touches another owner's key. Follows vote_prelude.lua.
 -- The lock's fence record (fence.lua), when it belongs to this token, is given
--- the lock's remaining time, so the two keep one expiry.
+-- the lock's remaining time, so the two keep one expiry. Where it is missing
+-- (a master the acquire's write-back did not reach) or an earlier holder's,
+-- it is written as "<ARGV[4]> <token>": only the holder of a granted lock
+-- knows the token, so every master that extends the lock marks it granted
+-- (redlock/granted.go).
 -- KEYS[1] lock key, KEYS[2..4] as in the prelude, KEYS[5] the lock's fence
 -- record (absent when fencing is off)
 -- ARGV[1] token, ARGV[2] requested TTL in milliseconds, ARGV[3] '0' to set
--- the TTL to ARGV[2] even when shorter (negative controls only)
+-- the TTL to ARGV[2] even when shorter (negative controls only), ARGV[4] the
+-- lock's fence when the caller knows it, else '0'
 -- Returns the prelude's reply with code
 --    1  extended (or already longer); value = its remaining milliseconds after;
 --       extra = the holder's fence when its fence record is here, else ''
@@ -27,12 +32,14 @@ if v == ARGV[1] then
   end
   raiseHorizon(left)
   local fence = ''
-  local f = KEYS[5] and redis.call('GET', KEYS[5])
-  if f then
-    local sp = string.find(f, ' ', 1, true)
-    if sp and string.sub(f, sp + 1) == v and left > 0 then
+  if KEYS[5] and left > 0 then
+    local f = redis.call('GET', KEYS[5])
+    local sp = f and string.find(f, ' ', 1, true)
+    if sp and string.sub(f, sp + 1) == v then
       redis.call('PEXPIRE', KEYS[5], left)
       fence = string.sub(f, 1, sp - 1)
+    else
+      redis.call('SET', KEYS[5], (ARGV[4] or '0') .. ' ' .. v, 'PX', left)
     end
   end
   return reply(1, left, fence)

@@ -1,0 +1,74 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+)
+
+// No grant over a granted lock.
+//
+// Detecting that a master lost its data (dataloss.go) rests on state the
+// master keeps: its marker, lease horizon, fencing counter and INFO
+// statistics. Other writers legitimately raise the horizon and the counter
+// (another client's write-back, the fence catch-up, `repair-fences`), an
+// extend raises neither, and ordinary traffic refills total_commands_processed
+// after a CONFIG RESETSTAT. So a master rolled back to an older copy of its
+// data, or one that evicted a lock key, can look intact to a client that
+// did not write what was lost; and a rolled-back master has nothing left to
+// show. What such a master cannot touch is the state on the OTHER masters.
+//
+// The fence write-back (fence.go) stores "<fence> <token>" with the lock,
+// only where the token holds it, and only after a quorum voted: a fence
+// record for the token that holds the key marks a granted lock. The acquire
+// script reports it (extra 'g') when it refuses a vote because another
+// token holds the key. An acquire that has a quorum of votes grants only
+// once every master it did not win has answered (or failed: timed out,
+// known down) without such a report; one report refuses the grant
+// (ErrLockHeld), and the keys it set are released.
+//
+// Claim: while a lock L granted with its fence written back to a quorum Q3
+// is valid, and at most N − quorum masters have lost L's key (by any
+// means: rollback, eviction, restart, an operator) or fail to answer in
+// time, no acquire of L's key with the check on grants it.
+//
+// Proof: let F be the masters that lost L's key or do not answer the
+// contender in time; |F| ≤ N − quorum < quorum ≤ |Q3|, so some master s of
+// Q3 is not in F. s holds L's key and its record (they expire together, and
+// the key outlives L's validity by the drift allowance; an extend writes
+// the record on every master it extends, extend.lua, so the same holds for
+// the quorum that backs an extended validity). The contender's SET NX
+// fails on s, so s is not one of its yes votes, and a contender with a
+// quorum of votes still waits for every master outside them: s answers,
+// with the report, and the grant is refused.
+//
+// Gaps, exactly:
+//   - fencing off (WithFenceKey("")): there are no records, and the check
+//     has nothing to see;
+//   - a master losing L's key between L's votes and its write-back there
+//     (one round trip), while the contender's votes reach the masters that
+//     kept L in that same window, before the write-back;
+//   - more than N − quorum masters losing L or failing at once.
+//
+// WithExtraVotes closes the first two for up to 2k silent losses, at the
+// cost of availability.
+//
+// Cost: on a refusal the script reads the holder's record (one GET); a
+// winning acquire waits for the masters it did not need for its quorum
+// (they were sent the vote at the same time, so usually they have already
+// answered), at most the per-master timeout for one that is slow but not
+// known down. The price of the check is liveness after a release that did
+// not reach a master (down at the time) that comes back before the lock's
+// TTL ends there: the key is refused until that TTL ends.
+
+// grantedCheck reports whether acquires look for granted locks on the
+// masters they did not win.
+func (c *Client) grantedCheck() bool {
+	return c.opts.grantedLockCheck && c.opts.fenceKey != ""
+}
+
+// unheard reports whether a master's reply error says the acquire stopped
+// listening (its context ended) rather than that the master failed: such a
+// master may hold a granted lock, so a grant may not be decided without it.
+func unheard(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,344 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/internal/guardswitch"
+	"github.com/redlockd/redlockd/internal/redisproc"
+)
+
+// silentLoss is one way a master loses a lock it voted for while every
+// check of its own state (marker, lease horizon, fencing counter, INFO
+// statistics, run_id) still reads as before: the master cannot show the
+// loss, so only the other masters can (granted.go).
+type silentLoss struct {
+	name string
+	// before runs after the lock was granted on masters 0–2 and before it
+	// is extended: it takes the copy the loss goes back to.
+	before func(t *testing.T, f *lossFixture)
+	// lose makes the victim (master 2) lose the extend, or the lock.
+	lose func(t *testing.T, f *lossFixture)
+	// peer: a second Client of the deployment catches the victim's
+	// fencing counter up after the loss (spreadFence), and the first
+	// Client is the contender.
+	peer bool
+	// probeSees: a health probe of the victim after the loss would see it
+	// (a replication ID changed): the contender comes before the next one.
+	probeSees bool
+}
+
+// lossFixture is five redis-server masters of its own (DEBUG allowed, the
+// victim durable when the loss needs it), a Client, and direct connections.
+type lossFixture struct {
+	servers []*redisproc.Server
+	rdbs    []*redis.Client
+	c       *Client
+	opts    []Option
+	spare   *redisproc.Server // a sixth server, for REPLICAOF
+	saved   string            // a copy of the victim's append-only directory
+}
+
+const victim = 2
+
+func newLossFixture(t *testing.T, durable bool, opts ...Option) *lossFixture {
+	t.Helper()
+	args := []string{"--enable-debug-command", "yes", "--repl-diskless-sync-delay", "0"}
+	srvs, err := redisproc.StartN(5, redisproc.Options{ExtraArgs: args})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = redisproc.StopAll(srvs) })
+	if durable {
+		require.NoError(t, srvs[victim].Stop())
+		srvs[victim], err = redisproc.Start(redisproc.Options{ExtraArgs: append(args, "--appendonly", "yes", "--appendfsync", "always")})
+		require.NoError(t, err)
+	}
+	f := &lossFixture{servers: srvs}
+	mo := make([]*redis.Options, len(srvs))
+	for i, s := range srvs {
+		mo[i] = &redis.Options{Addr: s.Addr()}
+		r := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, ReadTimeout: 5 * time.Second})
+		t.Cleanup(func() { r.Close() })
+		f.rdbs = append(f.rdbs, r)
+	}
+	// One health round an hour: what a vote sees is all that counts, as
+	// for an acquire that comes between two probes.
+	f.opts = append([]Option{WithPerMasterTimeout(500 * time.Millisecond), WithHealthInterval(time.Hour)}, opts...)
+	f.c, err = New(mo, f.opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { f.c.Close() })
+	return f
+}
+
+// other returns another Client of the same masters (another daemon).
+func (f *lossFixture) other(t *testing.T) *Client {
+	t.Helper()
+	mo := make([]*redis.Options, len(f.servers))
+	for i, s := range f.servers {
+		mo[i] = &redis.Options{Addr: s.Addr()}
+	}
+	c, err := New(mo, f.opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// grantOnThree acquires key for ttl with masters 3 and 4 held by a
+// contender's votes (no fence record: a lost race), then frees them, so
+// the lock lives on masters 0–2 only.
+func (f *lossFixture) grantOnThree(t *testing.T, c *Client, key string, ttl time.Duration) *Lock {
+	t.Helper()
+	ctx := context.Background()
+	for _, i := range []int{3, 4} {
+		require.NoError(t, f.rdbs[i].Set(ctx, key, "contender", time.Minute).Err())
+	}
+	l, err := c.Acquire(ctx, key, ttl)
+	require.NoError(t, err)
+	for _, i := range []int{3, 4} {
+		require.NoError(t, f.rdbs[i].Del(ctx, key).Err())
+	}
+	for i := range 3 {
+		require.Equal(t, l.Token(), f.rdbs[i].Get(ctx, key).Val(), "master %d holds the lock", i)
+	}
+	return l
+}
+
+func (f *lossFixture) do(t *testing.T, i int, args ...any) {
+	t.Helper()
+	require.NoError(t, f.rdbs[i].Do(context.Background(), args...).Err(), "%v on master %d", args, i)
+}
+
+func silentLosses() []silentLoss {
+	ctx := context.Background()
+	return []silentLoss{
+		{
+			name:   "extend rolled back by DEBUG RELOAD NOSAVE of an older dump",
+			before: func(t *testing.T, f *lossFixture) { f.do(t, victim, "SAVE") },
+			lose:   func(t *testing.T, f *lossFixture) { f.do(t, victim, "DEBUG", "RELOAD", "NOSAVE") },
+		},
+		{
+			name: "extend rolled back by SWAPDB with a copied database",
+			before: func(t *testing.T, f *lossFixture) {
+				r := f.rdbs[victim]
+				keys, err := r.Keys(ctx, "*").Result()
+				require.NoError(t, err)
+				for _, k := range keys {
+					require.NoError(t, r.Copy(ctx, k, k, 1, true).Err())
+				}
+			},
+			lose: func(t *testing.T, f *lossFixture) { f.do(t, victim, "SWAPDB", 0, 1) },
+		},
+		{
+			name:      "extend rolled back by REPLICAOF a server holding the older copy",
+			probeSees: true,
+			before: func(t *testing.T, f *lossFixture) {
+				spare, err := redisproc.Start(redisproc.Options{ExtraArgs: []string{"--repl-diskless-sync-delay", "0"}})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = spare.Stop() })
+				f.spare = spare
+				s := redis.NewClient(&redis.Options{Addr: spare.Addr()})
+				defer s.Close()
+				host, port := splitAddr(t, f.servers[victim].Addr())
+				require.NoError(t, s.ReplicaOf(ctx, host, port).Err())
+				waitInSync(t, s)
+				require.NoError(t, s.ReplicaOf(ctx, "NO", "ONE").Err())
+			},
+			lose: func(t *testing.T, f *lossFixture) {
+				r := f.rdbs[victim]
+				host, port := splitAddr(t, f.spare.Addr())
+				require.NoError(t, r.ReplicaOf(ctx, host, port).Err())
+				waitInSync(t, r)
+				require.NoError(t, r.ReplicaOf(ctx, "NO", "ONE").Err())
+			},
+		},
+		{
+			name: "extend rolled back by a durable restart from an older append-only file",
+			before: func(t *testing.T, f *lossFixture) {
+				f.saved = t.TempDir()
+				copyDir(t, aofDir(t, f.servers[victim]), f.saved)
+			},
+			lose: func(t *testing.T, f *lossFixture) {
+				s := f.servers[victim]
+				dir := aofDir(t, s)
+				require.NoError(t, s.Kill())
+				require.NoError(t, os.RemoveAll(dir))
+				copyDir(t, f.saved, dir)
+				require.NoError(t, s.Restart())
+			},
+		},
+		{
+			name: "lock evicted, then CONFIG RESETSTAT and traffic refill the statistics",
+			lose: func(t *testing.T, f *lossFixture) {
+				r := f.rdbs[victim]
+				f.do(t, victim, "CONFIG", "SET", "maxmemory-policy", "volatile-ttl")
+				f.do(t, victim, "CONFIG", "SET", "maxmemory", "1mb")
+				_ = r.Set(ctx, "ballast", strings.Repeat("x", 2<<20), 0).Err() // evicts every key with a TTL, then OOM
+				_ = r.Del(ctx, "ballast").Err()
+				f.do(t, victim, "CONFIG", "SET", "maxmemory", "0")
+				f.do(t, victim, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+				f.do(t, victim, "CONFIG", "RESETSTAT")
+				for range 6 {
+					_, err := r.Pipelined(ctx, func(p redis.Pipeliner) error {
+						for range 5000 {
+							p.Ping(ctx)
+						}
+						return nil
+					})
+					require.NoError(t, err)
+				}
+			},
+		},
+		{
+			name:   "rollback hidden by another daemon's fencing-counter catch-up",
+			peer:   true,
+			before: func(t *testing.T, f *lossFixture) { f.do(t, victim, "SAVE") },
+			lose:   func(t *testing.T, f *lossFixture) { f.do(t, victim, "DEBUG", "RELOAD", "NOSAVE") },
+		},
+	}
+}
+
+// TestNoSecondHolderAfterASilentLoss: a lock L on exactly three masters
+// (a lost race left the other two free), a longer lock on another key
+// holding every lease horizon up. The victim loses L's extend (or L) in a
+// way its own state does not show; a contender then has the victim and
+// the two free masters. The masters that kept L answer that a granted lock
+// holds the key, and the contender is refused. Negative control: with the
+// granted-lock check off the contender is granted L while it stands.
+func TestNoSecondHolderAfterASilentLoss(t *testing.T) {
+	for _, tc := range silentLosses() {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, control := range []bool{false, true} {
+				name := "protected"
+				if control {
+					name = "negative control: granted-lock check off"
+				}
+				t.Run(name, func(t *testing.T) {
+					var opts []Option
+					if control {
+						opts = append(opts, withGuardOff(guardswitch.GrantedLock))
+					}
+					durable := strings.Contains(tc.name, "durable")
+					f := newLossFixture(t, durable, opts...)
+					second, first, err := runSilentLoss(t, f, tc)
+					if control {
+						require.NoError(t, err, "negative control: the contender is granted the lock")
+						assert.True(t, time.Now().Before(first.ValidUntil()), "while the first lock is valid")
+						return
+					}
+					require.Nil(t, second, "no second holder while the first lock is valid")
+					require.ErrorIs(t, err, ErrLockHeld, "refused as held, not as masters failing")
+				})
+			}
+		})
+	}
+}
+
+// runSilentLoss plays tc on f and returns the contender's lock (nil when
+// refused) and the first holder's.
+func runSilentLoss(t *testing.T, f *lossFixture, tc silentLoss) (second, first *Lock, err error) {
+	t.Helper()
+	ctx := context.Background()
+	holder := f.c
+	var peer *Client
+	if tc.peer {
+		peer = f.other(t) // it read the victim's counter before L existed
+	}
+	_, err = holder.Acquire(ctx, "long:"+t.Name(), 300*time.Second) // holds every horizon
+	require.NoError(t, err)
+	key := "L:" + t.Name()
+	ttl := 1500 * time.Millisecond
+	if tc.peer {
+		tc.before(t, f) // the older copy has no L at all
+		ttl = 30 * time.Second
+	}
+	first = f.grantOnThree(t, holder, key, ttl)
+	if !tc.peer && tc.before != nil {
+		tc.before(t, f)
+	}
+	if !tc.peer {
+		require.NoError(t, first.Extend(ctx, 30*time.Second))
+	}
+	// A vote counts only with a reading of the master's clock at most 2s
+	// old, and this Client probes once an hour: read the clocks now.
+	holder.probeAll()
+	tc.lose(t, f)
+	if peer != nil {
+		peer.probeAll()
+		peer.afterProbes() // copies the highest counter back onto the victim
+	}
+	r := f.rdbs[victim]
+	require.Eventually(t, func() bool { return r.Exists(ctx, key).Val() == 0 }, 5*time.Second, 10*time.Millisecond, "the victim lost L")
+	if !tc.probeSees {
+		holder.probeAll() // sees nothing: the loss left the victim's own state as it was
+	}
+	require.Equal(t, first.Token(), f.rdbs[0].Get(ctx, key).Val(), "master 0 still holds L")
+	require.True(t, time.Now().Before(first.ValidUntil()), "L is still valid")
+
+	second, err = holder.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	if errors.Is(err, ErrLockHeld) {
+		var oe *OutcomeError
+		require.ErrorAs(t, err, &oe)
+		assert.Greater(t, oe.RetryAfter, 20*time.Second, "retry when the granted lock ends")
+		assert.Equal(t, int64(1), holder.GrantRefusals())
+		for i := range 5 {
+			v := f.rdbs[i].Get(ctx, key).Val()
+			assert.True(t, v == "" || v == first.Token(), "master %d: the refused acquire left no key behind (%q)", i, v)
+		}
+	}
+	return second, first, err
+}
+
+func splitAddr(t *testing.T, addr string) (string, string) {
+	t.Helper()
+	i := strings.LastIndexByte(addr, ':')
+	require.Positive(t, i)
+	return addr[:i], addr[i+1:]
+}
+
+// waitInSync waits until r, a replica, has loaded its master's data.
+func waitInSync(t *testing.T, r *redis.Client) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		info := r.Info(context.Background(), "replication").Val()
+		return strings.Contains(info, "master_link_status:up") && strings.Contains(info, "master_sync_in_progress:0")
+	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// aofDir is the server's append-only directory.
+func aofDir(t *testing.T, s *redisproc.Server) string {
+	t.Helper()
+	r := redis.NewClient(&redis.Options{Addr: s.Addr()})
+	defer r.Close()
+	ctx := context.Background()
+	dir, err := r.ConfigGet(ctx, "dir").Result()
+	require.NoError(t, err)
+	name, err := r.ConfigGet(ctx, "appenddirname").Result()
+	require.NoError(t, err)
+	return filepath.Join(dir["dir"], name["appenddirname"])
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	require.NoError(t, os.MkdirAll(to, 0o755))
+	entries, err := os.ReadDir(from)
+	require.NoError(t, err)
+	require.NotEmpty(t, entries, "nothing in %s", from)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(from, e.Name()))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(to, e.Name()), b, 0o644))
+	}
+}
+
+var _ = fmt.Sprintf
+var _ = slices.Contains[[]int]
