@@ -89,8 +89,8 @@ type Client struct {
 	attempts atomic.Int64 // acquire attempts (fan-outs), for tests
 	// grantRefusals: acquires refused over a granted lock (granted.go).
 	grantRefusals atomic.Int64
-	subOnce  sync.Once
-	subs     []*redis.PubSub // release-channel subscriptions, one per master
+	subOnce       sync.Once
+	subs          []*redis.PubSub // release-channel subscriptions, one per master
 
 	closeOnce sync.Once
 	closed    chan struct{}
