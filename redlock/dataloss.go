@@ -135,9 +135,11 @@ func (m *master) markerMatches(value string, now time.Time, via string) bool {
 // repair was written, so evictions after the repair are losses however
 // late this Client adopts it. Not for a marker without a quarantine:
 // `redlockd repair-fences` writes one on every master it finds intact,
-// which it cannot tell from one that evicted keys or rolled back since this
-// Client last read it; such a marker ends no loss, and what this Client
-// read before is how a loss that happened before it is seen. Resetting
+// which it cannot always tell from one that evicted keys or rolled back
+// since this Client last read it (it quarantines one whose counter lags,
+// lagging, but a rollback may leave the counter where it was and take the
+// horizon down); such a marker ends no loss, and what this Client read
+// before is how a loss that happened before it is seen. Resetting
 // there let a rollback just before a repair-fences run go unseen by every
 // Client, and a second holder in.
 func (m *master) adoptRepair(value string, mk marker, now time.Time) {
