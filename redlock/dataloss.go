@@ -135,9 +135,11 @@ func (m *master) markerMatches(value string, now time.Time, via string) bool {
 // repair was written, so evictions after the repair are losses however
 // late this Client adopts it. Not for a marker without a quarantine:
 // `redlockd repair-fences` writes one on every master it finds intact,
-// which it cannot tell from one that evicted keys or rolled back since this
-// Client last read it; such a marker ends no loss, and what this Client
-// read before is how a loss that happened before it is seen. Resetting
+// which it cannot always tell from one that evicted keys or rolled back
+// since this Client last read it (it quarantines one whose counter lags,
+// lagging, but a rollback may leave the counter where it was and take the
+// horizon down); such a marker ends no loss, and what this Client read
+// before is how a loss that happened before it is seen. Resetting
 // there let a rollback just before a repair-fences run go unseen by every
 // Client, and a second holder in.
 func (m *master) adoptRepair(value string, mk marker, now time.Time) {
@@ -406,9 +408,11 @@ type counterRead struct {
 //     highest value known includes write-backs m acknowledged
 //     (counterAtLeast). counter < 0 skips this check (fencing off);
 //   - total_commands_processed only ever grows, except at a restart
-//     (caught by its run_id) or a CONFIG RESETSTAT, which also resets
-//     evicted_keys and so could hide evictions: treated as a loss.
-//     commands < 0 skips this check (a probe does not read it).
+//     (caught by its run_id: a loss unless the master is durable, whose
+//     count starts again from zero, statsRestarted) or a CONFIG
+//     RESETSTAT, which also resets evicted_keys and so could hide
+//     evictions: treated as a loss. commands < 0 skips this check (a probe
+//     does not read it).
 //
 // Answers read out of order (a slower reply of an earlier script) are
 // judged by the master's time of the read.
@@ -453,6 +457,30 @@ func (m *master) counterAtLeast(f int64, now time.Time) {
 		s.counter, s.at = max(s.counter, f), at
 	}
 	s.mu.Unlock()
+}
+
+// statsRestarted notes that m is a new server process, whose INFO stats
+// (total_commands_processed, evicted_keys) start from zero: they are the
+// baselines, so a restart of a durable master is not taken for a CONFIG
+// RESETSTAT (countersGrow, evictionsUnchanged). The lease horizon and the
+// fencing counter are data, kept by a durable restart, and stay compared.
+//
+// Why a vote can rely on this although its reply carries no run_id: every
+// vote goes over a connection whose onConnect read the run_id of the
+// process that answers it, so a vote of the new process is judged after
+// this ran. The stats of a restart are counted from zero, not from the
+// first read of the new process, so keys it evicted before that read are
+// still a loss. Two things stay unseen, as at any restart: evictions of
+// the old process after its last read (maxmemory-policy noeviction rules
+// them out; the probe warns otherwise), and a vote of the old process
+// whose answer is judged after the restart was seen raises the baseline
+// back, so the next vote is taken for a RESETSTAT: a loss, the safe side.
+func (m *master) statsRestarted() {
+	s := &m.st.countersSeen
+	s.mu.Lock()
+	s.commands = 0
+	s.mu.Unlock()
+	m.st.evicted.Store(0)
 }
 
 // resetCountersSeen forgets what was read: after a repair, the repaired

@@ -307,7 +307,9 @@ func parseInfoFields(s string, names ...string) map[string]string {
 
 // observeRunID notes the master's run_id, seen by a probe or on a new
 // connection. A changed run_id means the master restarted; unless it
-// persists every write (appendfsync always), it lost its keys.
+// persists every write (appendfsync always), it lost its keys. A durable
+// one kept them, but not its INFO stats: they start again from zero in
+// the new process (statsRestarted).
 func (m *master) observeRunID(id, via string) {
 	m.st.mu.Lock()
 	prev, durable := m.st.runID, m.st.durable
@@ -317,7 +319,9 @@ func (m *master) observeRunID(id, via string) {
 		return
 	}
 	m.c.opts.logger.Warn("master restarted", masterAttr(m), slog.String("seen_by", via))
-	if !durable {
+	if durable {
+		m.statsRestarted()
+	} else {
 		m.lostData(LossRestart, fmt.Sprintf("restarted without durable persistence (run_id changed, seen by %s)", via))
 	}
 	m.lossAfterStartOf(id)

@@ -51,6 +51,11 @@ type RepairOptions struct {
 	// stays out for MaxTTL after the repair: with a majority lost, no
 	// quorum of lease horizons bounds the locks it may have held.
 	MaxTTL time.Duration
+
+	// trustLaggingCounters takes a master whose counter is below the
+	// highest for one that kept its data, as RepairFences once did: for the
+	// negative control of the test that shows the rollback it hid.
+	trustLaggingCounters bool
 }
 
 // MasterRepair is what RepairFences found and did on one master.
@@ -67,8 +72,11 @@ type MasterRepair struct {
 	// or not repaired; nil on success.
 	Answered bool
 	Err      error
+	// Lost says why RepairFences took the master for one that lost its
+	// data, or may have, and so quarantined it (a repair marker with the
+	// max TTL stay); "" when it found the master intact.
+	Lost string
 
-	lost             bool          // marker, lease horizon or fencing counter missing
 	counterMissing   bool          // the fencing counter key is missing
 	registeredMaxTTL time.Duration // longest max TTL registered on it
 }
@@ -99,6 +107,13 @@ type RepairResult struct {
 // clock), and the master then counts once its quarantine (max TTL from the
 // loss) is over; a Client starting later finds every marker in place and
 // keeps such a master out until max TTL after its server started.
+//
+// A master that lost its data (marker, lease horizon or counter missing)
+// or whose counter is below the highest found (it may have rolled back,
+// lagging) gets the marker "repaired … operator" with a quarantine of the
+// max TTL stay; MasterRepair.Lost says why. The others get one without a
+// quarantine, which ends no loss: a Client keeps judging them by what it
+// read before.
 //
 // The guarantee that fences keep increasing is the operator's here: the
 // newest fence may have lived only on the masters that lost their data.
@@ -213,7 +228,14 @@ func readCounters(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 			}
 			mr.Before, mr.After, mr.Answered = v, v, true
 			mr.counterMissing = errors.Is(fence.Err(), redis.Nil)
-			mr.lost = mr.Marker == "" || horizon.Val() == 0 || mr.counterMissing
+			switch {
+			case mr.Marker == "":
+				mr.Lost = "marker missing"
+			case horizon.Val() == 0:
+				mr.Lost = "lease horizon missing"
+			case mr.counterMissing:
+				mr.Lost = "fencing counter missing"
+			}
 		})
 	}
 	g.Wait()
@@ -222,6 +244,35 @@ func readCounters(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 			res.Answered++
 			res.Highest = max(res.Highest, mr.Before)
 			res.RegisteredMaxTTL = max(res.RegisteredMaxTTL, mr.registeredMaxTTL)
+		}
+	}
+	if !o.trustLaggingCounters {
+		res.lagging()
+	}
+}
+
+// lagging takes every answering master whose fencing counter is below the
+// highest found for one that may have rolled back to an older copy of its
+// data (DEBUG RELOAD of an old dump, REPLICAOF a server holding one): such
+// a master has its marker, lease horizon and counter, and looks intact.
+// Raising its counter would hide the rollback from every Client (the
+// counter is how a Client sees a rollback that a longer lock's horizon
+// hides, countersGrow), and locks it lost may still stand; so it is
+// quarantined like a master that lost its data. An intact master's counter
+// equals the highest within about one health interval (the daemons copy
+// the highest counter to every counting master, spreadFence), so lagging
+// is the sign of a rollback, unless locks were granted while RepairFences
+// read or the master was out of the daemons' reach meanwhile: it is then
+// out for the max TTL stay too, the safe side. Lease horizons are not
+// compared: only the masters that voted for a lock raise theirs, so they
+// differ between intact masters. A Client that read a higher horizon still
+// sees it went down, as the repair marker of an intact master ends no
+// loss (adoptRepair) and raises its horizon only to the repair's time.
+func (res *RepairResult) lagging() {
+	for i := range res.Masters {
+		mr := &res.Masters[i]
+		if mr.Answered && mr.Lost == "" && mr.Before < res.Highest {
+			mr.Lost = fmt.Sprintf("fencing counter %d below the highest found, %d: it may have rolled back to an older copy of its data", mr.Before, res.Highest)
 		}
 	}
 }
@@ -327,7 +378,7 @@ func repairOne(ctx context.Context, r *redis.Client, o RepairOptions, target str
 	}
 	runID, _, _, _ := parseInfoServer(info)
 	var hold int64 // a master that kept its data is not quarantined
-	if mr.lost {
+	if mr.Lost != "" {
 		// Read the registry again: after a wipe the clients' probes
 		// register anew within a health interval, and the wait above
 		// usually gives them that time. The Clients also keep their own
@@ -344,7 +395,7 @@ func repairOne(ctx context.Context, r *redis.Client, o RepairOptions, target str
 	}
 	ms := strconv.FormatInt(hold, 10)
 	by := "" // a master that kept its data lost no lock: nothing to bound
-	if mr.lost {
+	if mr.Lost != "" {
 		by = "operator"
 	}
 	out, err := repairScript.Run(cctx, r, []string{o.MarkerKey, o.MarkerKey + ":horizon", o.FenceKey}, target, ms, nonce[:16], ms, runID, by).Slice()

@@ -847,3 +847,64 @@ func TestFencesContinueAboveWhatTheClientIssued(t *testing.T) {
 	require.NoError(t, err)
 	assert.Greater(t, third.Fence(), next.Fence(), "another client continues above: the write-back raised the counters")
 }
+
+// TestRepairFencesQuarantinesALaggingCounter: master 4 rolls back to a
+// copy of its data taken after a 30s lock raised its lease horizon, losing
+// a 5s lock granted since (on masters 2, 3 and 4), and an operator runs
+// repair-fences before the Client looks at master 4 again. The older copy
+// has its marker, its horizon (the same: the 5s lock did not raise it) and
+// a counter, so master 4 looks intact; only its counter is below the
+// others' (the health loop had copied the 5s lock's fence to every
+// master). repair-fences takes it for a master that may have rolled back:
+// it quarantines it for the max TTL stay, and the lock is not granted again
+// while the 5s lock stands. The negative control is the old rule: master 4
+// written intact, its counter raised above what the Client read, and the
+// rollback, which only the counter showed, unseen: a second holder.
+func TestRepairFencesQuarantinesALaggingCounter(t *testing.T) {
+	scenario := func(t *testing.T, o RepairOptions) (*Client, *RepairResult, *Lock, *Lock, error) {
+		ctx := context.Background()
+		c, _ := brandNewClient(t, WithHealthInterval(time.Hour))
+		r := direct(t)[4]
+		placeOn(t, c, newKey(t), 30*time.Second, 2, 3, 4) // raises the horizon 30s ahead
+		oldF := r.Get(ctx, c.opts.fenceKey).Val()         // the older copy
+		key := newKey(t)
+		lost := placeOn(t, c, key, 5*time.Second, 2, 3, 4)
+		c.probeAll() // the health loop copies the highest fence to masters 0 and 1
+		c.afterProbes()
+		for i, r := range direct(t) {
+			require.Equal(t, strconv.FormatInt(lost.Fence(), 10), r.Get(ctx, c.opts.fenceKey).Val(), "master %d", i)
+		}
+		require.NoError(t, r.Set(ctx, c.opts.fenceKey, oldF, 0).Err()) // the rollback
+		require.NoError(t, r.Del(ctx, key).Err())
+
+		o.MarkerKey, o.FenceKey, o.MaxTTL = c.opts.markerKey, c.opts.fenceKey, time.Minute
+		res, err := RepairFences(ctx, masterOptions(), o)
+		require.NoError(t, err)
+		c.probeAll() // the Client's next look at master 4
+		c.afterProbes()
+		second, err := c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+		require.True(t, time.Now().Before(lost.ValidUntil()), "while the 5s lock stands")
+		return c, res, lost, second, err
+	}
+	t.Run("protected", func(t *testing.T) {
+		c, res, _, second, err := scenario(t, RepairOptions{})
+		if err == nil {
+			_ = second.Release(context.Background())
+		}
+		require.ErrorIs(t, err, ErrNotObtained, "no second holder")
+		assert.Contains(t, res.Masters[4].Lost, "below the highest found")
+		for i := range 4 {
+			assert.Empty(t, res.Masters[i].Lost, "master %d kept its data", i)
+		}
+		st := c.Masters()[4]
+		assert.Equal(t, MasterQuarantined, st.State)
+		assert.Contains(t, st.QuarantineReason, "repair-fences")
+		assert.Greater(t, st.QuarantineLeft, 50*time.Second, "the max TTL stay")
+	})
+	t.Run("negative control: a lagging counter trusted", func(t *testing.T) {
+		_, res, lost, second, err := scenario(t, RepairOptions{trustLaggingCounters: true})
+		require.NoError(t, err, "a second holder")
+		assert.Empty(t, res.Masters[4].Lost)
+		assert.Greater(t, second.Fence(), lost.Fence(), "with a fence above the lost lock's: only the resource can tell")
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
@@ -120,6 +121,29 @@ func TestRepairFencesNeedsOnlyMasters(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "masters: 2 given")
 	assert.NotContains(t, err.Error(), "api_keys")
+}
+
+// repair-fences names a master whose fencing counter is below the others'
+// (it may have rolled back: the daemons keep every intact master's counter
+// at the highest) and says it is quarantined like one that lost its data.
+func TestRepairFencesNamesALaggingMaster(t *testing.T) {
+	ctx := context.Background()
+	prefix := "repairlag:" + t.Name() + ":"
+	masters := make([]string, len(servers))
+	for i, s := range servers {
+		masters[i] = s.Addr()
+		r := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+		fence := "10"
+		if i == 4 {
+			fence = "7"
+		}
+		require.NoError(t, r.MSet(ctx, prefix+"marker", "redlockd 1", prefix+"marker:horizon", "0", prefix+"fence", fence).Err())
+		require.NoError(t, r.Close())
+	}
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(ctx, []string{"repair-fences", "--masters", strings.Join(masters, ","), "--key-prefix", prefix, "--max-ttl", "1"}, &out, &errOut), errOut.String())
+	assert.Contains(t, out.String(), "master 4 ("+masters[4]+") lost its data or may have (fencing counter 7 below the highest found, 10: it may have rolled back to an older copy of its data): quarantined like one that did")
+	assert.Equal(t, 1, strings.Count(out.String(), "lost its data or may have"), out.String())
 }
 
 // `redlockd lock help` ends with where each subcommand's flags are, not

@@ -27,7 +27,13 @@ on every master, raises it everywhere to
 
     max(highest found + margin, min + 1)
 
-and writes the marker (KEY_PREFIX + "marker") "repaired <time> … operator".
+and writes the marker (KEY_PREFIX + "marker") "repaired <time> … operator"
+on the masters that lost their data, each named with the reason: their
+marker, lease horizon or counter is missing, or their counter is below the
+highest found (they may have rolled back to an older copy of their data;
+the daemons raise every intact master's counter to the highest each health
+interval, so only a master that lags a lock granted while this runs is
+taken for one by mistake, and stays out too: the safe side).
 Running daemons accept the repair at their next probe and count each
 repaired master once the longest max TTL has passed after the repair (locks
 it lost may be valid until then): max_ttl given here, the longest a client
@@ -169,4 +175,13 @@ func printRepair(w io.Writer, res *redlock.RepairResult, dry bool) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "highest counter found %d on %d of %d masters; target %d\n", res.Highest, res.Answered, len(res.Masters), res.Target)
+	verb := "quarantined"
+	if dry {
+		verb = "would be quarantined"
+	}
+	for _, m := range res.Masters {
+		if m.Answered && m.Lost != "" {
+			fmt.Fprintf(w, "master %d (%s) lost its data or may have (%s): %s like one that did\n", m.Index, m.Addr, m.Lost, verb)
+		}
+	}
 }

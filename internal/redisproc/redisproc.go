@@ -172,7 +172,7 @@ func Start(opts Options) (*Server, error) {
 			break
 		}
 		s.port, s.addr = port, net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		err = s.launch()
+		err = s.launch(nil)
 		if err == nil {
 			return s, nil
 		}
@@ -370,9 +370,33 @@ func (s *Server) Restart() error {
 	if err := os.Mkdir(data, 0o755); err != nil {
 		return fmt.Errorf("redisproc: restart %s: %w", s.addr, err)
 	}
+	return s.relaunch(nil)
+}
+
+// RestartKeepingData shuts the process down cleanly (SIGTERM: Redis writes
+// out its AOF, and its RDB where --save asks for one) and starts
+// redis-server again on the same port over the same data dir, with args
+// appended to the command line of this run only (for example
+// "--appendonly", "yes" to load the AOF a CONFIG SET started). The new
+// process has a new run_id and whatever its persistence kept.
+func (s *Server) RestartKeepingData(args ...string) error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	if err := s.stop(); err != nil {
+		return err
+	}
+	if err := s.ensureDir(); err != nil {
+		return err
+	}
+	return s.relaunch(args)
+}
+
+// relaunch launches the server with the extra args, retrying its port for
+// a bounded time. The caller holds opMu.
+func (s *Server) relaunch(args []string) error {
 	deadline := time.Now().Add(restartBindTimeout)
 	for {
-		err := s.launch()
+		err := s.launch(args)
 		if err == nil {
 			return nil
 		}
@@ -472,10 +496,11 @@ func (s *Server) removeOwnDir() error {
 	return nil
 }
 
-// launch runs one redis-server on s.port and waits until it answers PING.
+// launch runs one redis-server on s.port, with args after the options'
+// ExtraArgs, and waits until it answers PING.
 // The caller holds opMu or has not published s yet. An error wraps
 // errPortInUse when the port was taken by someone else.
-func (s *Server) launch() error {
+func (s *Server) launch(args []string) error {
 	dir := s.Dir()
 	data := filepath.Join(dir, "data")
 	logPath := filepath.Join(dir, "redis.log")
@@ -490,7 +515,8 @@ func (s *Server) launch() error {
 	}
 	logStart := fi.Size() // earlier runs' output is not this run's story
 
-	args := []string{"--port", strconv.Itoa(s.port)}
+	extra := args
+	args = []string{"--port", strconv.Itoa(s.port)}
 	if t := s.opts.TLS; t != nil {
 		args = []string{"--port", "0", "--tls-port", strconv.Itoa(s.port),
 			"--tls-cert-file", t.CertFile, "--tls-key-file", t.KeyFile, "--tls-ca-cert-file", t.CAFile,
@@ -507,6 +533,7 @@ func (s *Server) launch() error {
 		"--daemonize", "no",
 		"--protected-mode", "no",
 	), s.opts.ExtraArgs...)
+	args = append(args, extra...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Dir = data
 	cmd.Stdout, cmd.Stderr = logFile, logFile
