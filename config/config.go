@@ -123,6 +123,11 @@ type Config struct {
 	// HealthInterval is how often every master is probed. Default 1s;
 	// 50ms to 1m.
 	HealthInterval Duration `yaml:"health_interval"`
+	// ExtraVotes is how many votes beyond the quorum an acquire and an
+	// extend need (redlock.WithExtraVotes). Default 0; 0 to masters −
+	// quorum. k extra votes survive 2k masters silently losing a lock,
+	// and k fewer masters down.
+	ExtraVotes int `yaml:"extra_votes"`
 	// DrainDelay is how long, after SIGTERM, the daemon keeps serving with
 	// /readyz answering 503 and every answer closing its connection, so
 	// that load balancers stop sending and keep-alive clients move off

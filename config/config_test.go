@@ -206,6 +206,15 @@ func TestValidate(t *testing.T) {
 		}},
 		{"key_prefix not UTF-8", func(c *config.Config) { c.KeyPrefix = "rl\xff" }, []string{"key_prefix: not valid UTF-8"}},
 
+		// extra_votes
+		{"extra_votes 1 of 3", func(c *config.Config) { c.ExtraVotes = 1 }, nil},
+		{"extra_votes above", func(c *config.Config) { c.ExtraVotes = 2 }, []string{
+			"extra_votes: 2 is out of range, need 0 to 1 with 3 masters (quorum 2 + extra votes ≤ masters)",
+		}},
+		{"extra_votes negative", func(c *config.Config) { c.ExtraVotes = -1 }, []string{
+			"extra_votes: -1 is out of range, need 0 to 1 with 3 masters (quorum 2 + extra votes ≤ masters)",
+		}},
+
 		// per_master_timeout
 		{"per_master_timeout high", func(c *config.Config) { c.PerMasterTimeout = ms(10 * time.Second) }, []string{
 			"per_master_timeout: 10s is above the limit of 5s",
@@ -455,3 +464,4 @@ func TestAccountLimits(t *testing.T) {
 		t.Errorf("overridden: %+v, want %+v (quota unlimited, no lock cap)", got, want)
 	}
 }
+

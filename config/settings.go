@@ -111,6 +111,7 @@ var settings = []setting{
 		func(c *Config, n int64) { c.MaxBodyBytes = n },
 		func(c *Config) string { return strconv.FormatInt(c.MaxBodyBytes, 10) }),
 	durationSetting("health_interval", "how often every master is probed, a `duration` from 50ms to 1m", func(c *Config) *Duration { return &c.HealthInterval }),
+	intSetting("extra_votes", "votes beyond the quorum an acquire and an extend need, a `number` from 0 to masters − quorum", func(c *Config) *int { return &c.ExtraVotes }),
 	durationSetting("drain_delay", "how long after SIGTERM the daemon keeps serving with /readyz 503 and every answer closing its connection, a `duration` from 0 to 5m", func(c *Config) *Duration { return &c.DrainDelay }),
 	durationSetting("shutdown_timeout", "how long in-flight requests may run after the drain delay, a `duration` above 0", func(c *Config) *Duration { return &c.ShutdownTimeout }),
 	{

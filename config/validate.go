@@ -98,6 +98,13 @@ func (c *Config) Validate() error {
 	v.integer("auth_failure_sources", int64(c.AuthFailureSources), 1, 1_000_000)
 	v.integer("max_body_bytes", c.MaxBodyBytes, minMaxBodyBytes, maxMaxBodyBytes)
 	v.duration("health_interval", c.HealthInterval, minHealthInterval, maxHealthInterval)
+	if n := len(c.Masters); n >= minMasters && n%2 == 1 {
+		if most := n - (n/2 + 1); c.ExtraVotes < 0 || c.ExtraVotes > most {
+			v.add("extra_votes", "%d is out of range, need 0 to %d with %d masters (quorum %d + extra votes ≤ masters)", c.ExtraVotes, most, n, n/2+1)
+		}
+	} else if c.ExtraVotes < 0 {
+		v.add("extra_votes", "%d is out of range, need ≥ 0", c.ExtraVotes)
+	}
 	v.duration("drain_delay", c.DrainDelay, 0, maxDrainDelay)
 	if c.ShutdownTimeout <= 0 {
 		v.add("shutdown_timeout", "%v must be more than 0", c.ShutdownTimeout)

@@ -47,6 +47,9 @@ type Locker interface {
 	FenceRepairs() int64
 	// Quarantines is how many times a master was quarantined since start.
 	Quarantines() int64
+	// GrantRefusals counts acquires refused over a granted lock
+	// (redlock.Client.GrantRefusals).
+	GrantRefusals() int64
 	// DataLosses is how many times a master was found to have lost lock
 	// state since start, per reason.
 	DataLosses() map[redlock.DataLossReason]int64
@@ -124,9 +127,10 @@ func (l redlockLocker) List(ctx context.Context, prefix, cursor string, count in
 }
 
 func (l redlockLocker) Masters() []redlock.MasterStatus { return l.c.Masters() }
-func (l redlockLocker) Quorum() int                     { return l.c.Quorum() }
+func (l redlockLocker) Quorum() int                     { return l.c.VotesNeeded() }
 func (l redlockLocker) FenceRepairs() int64             { return l.c.FenceRepairs() }
 func (l redlockLocker) Quarantines() int64              { return l.c.Quarantines() }
+func (l redlockLocker) GrantRefusals() int64            { return l.c.GrantRefusals() }
 func (l redlockLocker) DataLosses() map[redlock.DataLossReason]int64 {
 	return l.c.DataLosses()
 }

@@ -148,6 +148,10 @@ func plausible(a action, r result) bool {
 //   - redlock_fence_repairs_total counter, fencing counters of masters that
 //     lost their data repaired from a quorum.
 //   - redlock_quarantines_total counter, times a master was quarantined.
+//   - redlock_grant_refusals_total counter, acquires that had the votes
+//     and were refused because another master showed a granted lock on
+//     the key (a master that voted had lost it silently, or a release did
+//     not reach every master; redlock/granted.go).
 //   - redlock_master_data_loss_total{reason} counter, times a master was
 //     found to have lost lock state, by how (restart, snapshot,
 //     state_missing, marker_replaced, evicted, replica, rolled_back).
@@ -213,6 +217,7 @@ type lockerDescs struct {
 	clockOffset, driftRatio, warnings                 *prometheus.Desc
 	quorumAvailable, quorumCounting, quorumNeeded     *prometheus.Desc
 	fenceRepairs, quarantines, dataLoss               *prometheus.Desc
+	grantRefusals                                     *prometheus.Desc
 }
 
 func newLockerDescs() lockerDescs {
@@ -233,6 +238,7 @@ func newLockerDescs() lockerDescs {
 		quorumCounting:  prometheus.NewDesc("redlock_quorum_counting", "Masters whose votes count now.", nil, nil),
 		quorumNeeded:    prometheus.NewDesc("redlock_quorum_needed", "Masters that must agree: N/2+1.", nil, nil),
 		fenceRepairs:    prometheus.NewDesc("redlock_fence_repairs_total", "Fencing counters of masters that lost their data, repaired from a quorum.", nil, nil),
+		grantRefusals:   prometheus.NewDesc("redlock_grant_refusals_total", "Acquires that had the votes and were refused because another master showed a granted lock on the key.", nil, nil),
 		quarantines:     prometheus.NewDesc("redlock_quarantines_total", "Times a master was quarantined.", nil, nil),
 		dataLoss:        prometheus.NewDesc("redlock_master_data_loss_total", "Times a master was found to have lost lock state, by how.", []string{"reason"}, nil),
 	}
@@ -441,7 +447,7 @@ func (c lockerCollector) Describe(ch chan<- *prometheus.Desc) {
 		d.refusingWrites, d.writeRefusals,
 		d.clockOffset, d.driftRatio, d.warnings,
 		d.quorumAvailable, d.quorumCounting, d.quorumNeeded,
-		d.fenceRepairs, d.quarantines, d.dataLoss,
+		d.fenceRepairs, d.quarantines, d.dataLoss, d.grantRefusals,
 	} {
 		ch <- desc
 	}
@@ -492,6 +498,7 @@ func (c lockerCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(d.quorumCounting, float64(counting))
 	gauge(d.quorumNeeded, float64(needed))
 	ch <- prometheus.MustNewConstMetric(d.fenceRepairs, prometheus.CounterValue, float64(box.l.FenceRepairs()))
+	ch <- prometheus.MustNewConstMetric(d.grantRefusals, prometheus.CounterValue, float64(box.l.GrantRefusals()))
 	ch <- prometheus.MustNewConstMetric(d.quarantines, prometheus.CounterValue, float64(box.l.Quarantines()))
 	losses := box.l.DataLosses()
 	for _, r := range redlock.DataLossReasons {

@@ -403,9 +403,10 @@ func (f *fakeLocker) Masters() []redlock.MasterStatus {
 	return out
 }
 
-func (f *fakeLocker) Quorum() int         { return 3 }
-func (f *fakeLocker) FenceRepairs() int64 { return f.repairs.Load() }
-func (f *fakeLocker) Quarantines() int64  { return f.quarantines.Load() }
+func (f *fakeLocker) Quorum() int          { return 3 }
+func (f *fakeLocker) FenceRepairs() int64  { return f.repairs.Load() }
+func (f *fakeLocker) Quarantines() int64   { return f.quarantines.Load() }
+func (f *fakeLocker) GrantRefusals() int64 { return 0 }
 func (f *fakeLocker) DataLosses() map[redlock.DataLossReason]int64 {
 	return map[redlock.DataLossReason]int64{}
 }

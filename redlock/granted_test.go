@@ -3,10 +3,8 @@ package redlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -340,5 +338,60 @@ func copyDir(t *testing.T, from, to string) {
 	}
 }
 
-var _ = fmt.Sprintf
-var _ = slices.Contains[[]int]
+// TestExtraVotes: with one extra vote (4 of 5), a lock whose key two
+// masters lose silently (an operator's DEL of the key: nothing in Redis
+// tells it from an expiry) keeps a contender out even with the
+// granted-lock check off; the price is that two masters down stop
+// locking. Negative control: a plain quorum with the check off grants the
+// key again. The check alone (k = 0) covers the same loss.
+func TestExtraVotes(t *testing.T) {
+	ctx := context.Background()
+	_, err := New(masterOptions(), WithExtraVotes(3))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorContains(t, err, "extra votes: 3 given, at most 2 with 5 masters")
+	_, err = New(masterOptions(), WithExtraVotes(-1))
+	require.ErrorIs(t, err, ErrInvalid)
+
+	for _, tc := range []struct {
+		name    string
+		opts    []Option
+		granted bool
+	}{
+		{"one extra vote, check off", []Option{WithExtraVotes(1), withGuardOff(guardswitch.GrantedLock)}, false},
+		{"granted-lock check alone", nil, false},
+		{"negative control: quorum, check off", []Option{withGuardOff(guardswitch.GrantedLock)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, tc.opts...)
+			rdbs := direct(t)
+			key := newKey(t)
+			require.NoError(t, rdbs[4].Set(ctx, key, "contender", time.Minute).Err())
+			first, err := c.Acquire(ctx, key, 30*time.Second)
+			require.NoError(t, err)
+			require.NoError(t, rdbs[4].Del(ctx, key).Err())
+			for _, i := range []int{2, 3} { // two silent losses
+				require.NoError(t, rdbs[i].Del(ctx, key).Err())
+			}
+			second, err := c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+			if tc.granted {
+				require.NoError(t, err, "negative control: a second holder")
+				assert.True(t, time.Now().Before(first.ValidUntil()))
+				return
+			}
+			require.Nil(t, second)
+			require.ErrorIs(t, err, ErrNotObtained)
+			assert.Len(t, holders(t, rdbs, key, first.Token()), 2, "the refused acquire left no key of its own")
+		})
+	}
+
+	t.Run("two masters down stop a client with one extra vote", func(t *testing.T) {
+		c := newClient(t, WithExtraVotes(1))
+		require.Equal(t, 4, c.VotesNeeded())
+		withMasters(t, "kill", 3, 4)
+		_, err := c.Acquire(ctx, newKey(t), 5*time.Second, WithRetry(NoRetry()))
+		require.ErrorIs(t, err, ErrQuorumUnavailable)
+		var oe *OutcomeError
+		require.ErrorAs(t, err, &oe)
+		assert.Equal(t, 4, oe.Quorum, "the error says how many votes it needed")
+	})
+}

@@ -83,6 +83,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		redlock.WithPerMasterTimeout(time.Duration(cfg.PerMasterTimeout)),
 		redlock.WithDriftFactor(cfg.DriftFactor),
 		redlock.WithHealthInterval(time.Duration(cfg.HealthInterval)),
+		redlock.WithExtraVotes(cfg.ExtraVotes),
 		redlock.WithObserver(metrics),
 		// The library logs through log/slog; its records go to the same
 		// zap core as the daemon's own, under the name "redlock".
