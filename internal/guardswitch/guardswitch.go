@@ -47,6 +47,11 @@ const (
 	// quorum answered, even when the masters that did not answer could
 	// hold it.
 	StatusQuorum
+	// SharedClockBounds: the registry of clock bounds on the masters. With
+	// it off, a Client neither registers its drift factor and blind spot
+	// nor reads other clients': each judges clocks and budgets validities
+	// by its own options alone.
+	SharedClockBounds
 )
 
 // String returns the guard's name, e.g. "quarantine".
@@ -68,6 +73,8 @@ func (g Guard) String() string {
 		return "extend never shortens"
 	case StatusQuorum:
 		return "status quorum"
+	case SharedClockBounds:
+		return "shared clock bounds"
 	}
 	return "unknown guard"
 }
