@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -123,46 +124,65 @@ func TestClockBoundsShared(t *testing.T) {
 }
 
 // TestMixedDriftFactorsDoNotLoosenTheClockChecks: the case. A runs
-// the defaults (drift factor 0.01: 83ms of drift for a 1s lock); B starts
-// after A and runs 0.1. Both probe hourly, so A never reads B's entry
-// (only B's reading of A's protects) and B's only reference for master 4's
-// clock is about 1.5s old when it votes: at 0.1 it would let a jump of up
-// to 0.1 × 1.5s + the readings' uncertainty pass unseen. A takes a 1s lock
-// on masters 2, 3, 4; master 4's clock jumps 130ms forward, beyond A's own
-// 83ms. B asks as soon as A's key is gone from master 4 (before any probe
-// of B's, whose comparison of the masters would see the jump) and keeps
-// asking: it must not win before A's validity ends. With the bounds shared
-// B judges master 4 by 0.01 and sees the jump. The negative control turns
-// the sharing off in both: B wins while A is valid.
+// the defaults (drift factor 0.01: 83ms of drift for a 1s lock); B runs
+// 0.1. Both probe hourly, so each reads the other's entry only if that was
+// registered before its own first probe, and B's only reference for master
+// 4's clock is about 1.5s old when it votes: at 0.1 it would let a jump of
+// up to 0.1 × 1.5s + the readings' uncertainty pass unseen. A takes a 1s
+// lock on masters 2, 3, 4; master 4's clock jumps 130ms forward, beyond
+// A's own 83ms. B asks as soon as A's key is gone from master 4 (before
+// any probe of B's, whose comparison of the masters would see the jump)
+// and keeps asking: it must not win before A's validity ends.
+//
+// When B starts after A, B judges master 4 by A's 0.01 and sees the jump.
+// When B starts first, B never learns A's factor, but A budgets for B's
+// 0.1 and B's blind spot (353ms of a 1s lock), so A's validity ends before
+// its key on master 4 does. The negative controls turn the sharing off in
+// both: B wins while A is valid.
 func TestMixedDriftFactorsDoNotLoosenTheClockChecks(t *testing.T) {
 	const jump = 130 * time.Millisecond
-	scenario := func(t *testing.T, extra ...Option) (*Lock, time.Time, *Client) {
+	scenario := func(t *testing.T, bFirst bool, extra ...Option) (first *Lock, won time.Time, a, b *Client) {
 		opts, rdbs, clock := skewedMasters(t)
-		a := hourlyClient(t, opts, extra...)
-		b := hourlyClient(t, opts, append([]Option{WithDriftFactor(0.1)}, extra...)...)
+		startB := func() { b = hourlyClient(t, opts, append([]Option{WithDriftFactor(0.1)}, extra...)...) }
+		if bFirst {
+			startB()
+		}
+		a = hourlyClient(t, opts, extra...)
+		if !bFirst {
+			startB()
+		}
 		bStarted := time.Now()
 		// B's references are from its first probes; A's lock is placed so
 		// that its key on master 4 expires (1s − the jump later) about
 		// 1.5s after them, within B's maxRefAge of 2s.
 		time.Sleep(time.Until(bStarted.Add(600 * time.Millisecond)))
 		key := "clock:" + t.Name()
-		first := placeOnly(t, a, rdbs, key, time.Second, 2, 3, 4)
+		first = placeOnly(t, a, rdbs, key, time.Second, 2, 3, 4)
 		require.NoError(t, clock.Jump(jump))
 		require.Eventually(t, func() bool { return rdbs[4].Exists(context.Background(), key).Val() == 0 }, 5*time.Second, time.Millisecond)
 		t.Logf("B asks %v after its first probe; A's validity left %v", time.Since(bStarted), first.Validity())
 		_, err := b.Acquire(context.Background(), key, time.Second, WithWait(10*time.Second), WithRetry(LinearBackoff(time.Millisecond)))
 		require.NoError(t, err)
-		return first, time.Now(), b
+		return first, time.Now(), a, b
 	}
-	t.Run("shared bounds", func(t *testing.T) {
-		first, won, b := scenario(t)
+	t.Run("B starts after A: B judges by A's factor", func(t *testing.T) {
+		first, won, a, b := scenario(t, false)
 		assert.False(t, won.Before(first.ValidUntil()), "B won %v before A's validity ended", first.ValidUntil().Sub(won))
+		assert.Equal(t, 0.01, a.ClockBounds().ValidityDriftFactor, "A never read B's entry")
 		assert.Contains(t, b.Masters()[4].QuarantineReason, "jumped forward", "B's vote check saw the jump")
 	})
-	t.Run("negative control: sharing off", func(t *testing.T) {
-		first, won, _ := scenario(t, withGuardOff(guardswitch.SharedClockBounds))
-		assert.True(t, won.Before(first.ValidUntil()), "B wins while A is valid")
+	t.Run("B starts first: A budgets for B's factor", func(t *testing.T) {
+		first, won, a, b := scenario(t, true)
+		assert.False(t, won.Before(first.ValidUntil()), "B won %v before A's validity ended", first.ValidUntil().Sub(won))
+		assert.Equal(t, 0.1, b.ClockBounds().DriftFactor, "B never read A's entry")
+		assert.Equal(t, ClockBounds{DriftFactor: 0.01, ValidityDriftFactor: 0.1, ClockAllowance: 251 * time.Millisecond}, a.ClockBounds())
 	})
+	for _, bFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("negative control: sharing off, B first %v", bFirst), func(t *testing.T) {
+			first, won, _, _ := scenario(t, bFirst, withGuardOff(guardswitch.SharedClockBounds))
+			assert.True(t, won.Before(first.ValidUntil()), "B wins while A is valid")
+		})
+	}
 }
 
 // hourlyClient starts a Client that probes hourly and returns once every
