@@ -91,7 +91,9 @@ type Config struct {
 	PerMasterTimeout Duration `yaml:"per_master_timeout"`
 	// DriftFactor is the share of the TTL allowed for clock drift between
 	// the daemon and the masters (Redlock: drift = ttl × factor + 2ms).
-	// Default 0.01; 0 ≤ factor < 0.5.
+	// Default 0.01; 0 ≤ factor ≤ 0.1. Daemons sharing masters judge clocks
+	// by the smallest factor any of them registered and budget validities
+	// for the largest.
 	DriftFactor float64 `yaml:"drift_factor"`
 	// DefaultTTL is the lock TTL, in seconds, when a request gives none.
 	// Default 30; 1 to 86400. Use [Config.EffectiveDefaultTTL], which

@@ -226,11 +226,12 @@ func TestValidate(t *testing.T) {
 
 		// drift_factor
 		{"drift_factor 0", func(c *config.Config) { c.DriftFactor = 0 }, nil},
-		{"drift_factor 0.5", func(c *config.Config) { c.DriftFactor = 0.5 }, []string{
-			"drift_factor: 0.5 is out of range, need 0 ≤ x < 0.5",
+		{"drift_factor 0.1", func(c *config.Config) { c.DriftFactor = 0.1 }, nil},
+		{"drift_factor 0.4", func(c *config.Config) { c.DriftFactor = 0.4 }, []string{
+			"drift_factor: 0.4 is out of range, need 0 ≤ x ≤ 0.1",
 		}},
 		{"drift_factor negative", func(c *config.Config) { c.DriftFactor = -0.1 }, []string{
-			"drift_factor: -0.1 is out of range, need 0 ≤ x < 0.5",
+			"drift_factor: -0.1 is out of range, need 0 ≤ x ≤ 0.1",
 		}},
 
 		// TTLs

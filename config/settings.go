@@ -95,7 +95,7 @@ var settings = []setting{
 	},
 	stringSetting("key_prefix", "`prefix` of every Redis key the daemon writes", func(c *Config) *string { return &c.KeyPrefix }),
 	durationSetting("per_master_timeout", "bound on each call to one master, a `duration` from 1ms to 5s", func(c *Config) *Duration { return &c.PerMasterTimeout }),
-	parsedSetting("drift_factor", "share of the TTL allowed for clock drift, 0 ≤ `factor` < 0.5",
+	parsedSetting("drift_factor", "share of the TTL allowed for clock drift, 0 ≤ `factor` ≤ 0.1",
 		floatParser("want a number such as 0.01"),
 		func(c *Config, f float64) { c.DriftFactor = f },
 		func(c *Config) string { return formatFloat(c.DriftFactor) }),

@@ -3,7 +3,6 @@ package config
 import (
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -39,7 +38,7 @@ const (
 	maxMaxWait          = 10 * time.Minute
 	minHealthInterval   = 50 * time.Millisecond
 	maxHealthInterval   = time.Minute
-	maxDriftFactor      = 0.5
+	maxDriftFactor      = redlock.MaxDriftFactor
 	maxDrainDelay       = 5 * time.Minute
 )
 
@@ -78,8 +77,8 @@ func (c *Config) Validate() error {
 
 	v.duration("per_master_timeout", c.PerMasterTimeout, minPerMasterTimeout, maxPerMasterTimeout)
 
-	if math.IsNaN(c.DriftFactor) || c.DriftFactor < 0 || c.DriftFactor >= maxDriftFactor {
-		v.add("drift_factor", "%g is out of range, need 0 ≤ x < %g", c.DriftFactor, maxDriftFactor)
+	if !(c.DriftFactor >= 0 && c.DriftFactor <= maxDriftFactor) {
+		v.add("drift_factor", "%g is out of range, need 0 ≤ x ≤ %g", c.DriftFactor, maxDriftFactor)
 	}
 
 	maxTTLOK := v.integer("max_ttl", int64(c.MaxTTL), 1, maxTTLLimit)

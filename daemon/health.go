@@ -12,6 +12,7 @@ import (
 // readyBody is GET /readyz:
 //
 //	{"ready":true,"status":"ready","waiting":0,"longest_max_ttl_s":86400,
+//	 "clock_bounds":{"drift_factor":0.01,"validity_drift_factor":0.01,"clock_allowance_ms":71},
 //	 "quorum":{"needed":3,"counting":4,"writable":4,"up":5,"masters":5,"available":true},
 //	 "masters":[{"index":0,"addr":"127.0.0.1:6379","state":"up","drifting":false,
 //	             "counts":true,"quarantine_reason":"","quarantine_left_s":0,
@@ -70,9 +71,26 @@ type readyBody struct {
 	// registered (redlock.Client.LongestMaxTTL). It bounds how long a
 	// master that lost its data stays out. Absent when the Locker does not
 	// tell.
-	LongestMaxTTLS int64         `json:"longest_max_ttl_s,omitempty"`
-	Masters        []readyMaster `json:"masters"`
+	LongestMaxTTLS int64 `json:"longest_max_ttl_s,omitempty"`
+	// ClockBounds are the clock bounds the daemon uses, its own tightened
+	// by other clients of its masters (redlock.Client.ClockBounds). Absent
+	// when the Locker does not tell.
+	ClockBounds *readyClockBounds `json:"clock_bounds,omitempty"`
+	Masters     []readyMaster     `json:"masters"`
 }
+
+// readyClockBounds is /readyz's clock_bounds: drift_factor judges the
+// masters' clocks (the smallest registered), validity_drift_factor and
+// clock_allowance_ms are taken from every validity (the largest).
+type readyClockBounds struct {
+	DriftFactor         float64 `json:"drift_factor"`
+	ValidityDriftFactor float64 `json:"validity_drift_factor"`
+	ClockAllowanceMS    int64   `json:"clock_allowance_ms"`
+}
+
+// clockBoundser is a Locker that tells its clock bounds (redlockLocker
+// does).
+type clockBoundser interface{ ClockBounds() redlock.ClockBounds }
 
 // longestMaxTTLer is a Locker that tells the longest max TTL it knows of
 // (redlockLocker does).
@@ -193,6 +211,11 @@ func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	}
 	if l, ok := s.locker.(longestMaxTTLer); ok {
 		body.LongestMaxTTLS = quarantineSeconds(l.LongestMaxTTL())
+	}
+	if l, ok := s.locker.(clockBoundser); ok {
+		b := l.ClockBounds()
+		body.ClockBounds = &readyClockBounds{DriftFactor: b.DriftFactor, ValidityDriftFactor: b.ValidityDriftFactor,
+			ClockAllowanceMS: (b.ClockAllowance + time.Millisecond - 1).Milliseconds()}
 	}
 	for i := range ms {
 		st := &ms[i]

@@ -362,3 +362,35 @@ func TestReadyzLongestMaxTTL(t *testing.T) {
 	require.Eventually(t, func() bool { return longest() == 7200 }, 5*time.Second, 20*time.Millisecond,
 		"another client's longer max TTL, read at the daemon's next probe")
 }
+
+// TestReadyzClockBounds: /readyz shows the clock bounds the daemon uses on
+// its real masters: its own, then those tightened by another client that
+// registers a drift factor of 0.1 at its probe.
+func TestReadyzClockBounds(t *testing.T) {
+	d := newDeployment(t)
+	masters := make([]*redis.Options, len(d.servers))
+	for i, s := range d.servers {
+		masters[i] = &redis.Options{Addr: s.Addr()}
+	}
+	client := func(f float64) *redlock.Client {
+		c, err := redlock.New(masters, redlock.WithFenceKey(d.prefix+"fence"), redlock.WithMarkerKey(d.prefix+"marker"),
+			redlock.WithDriftFactor(f), redlock.WithHealthInterval(20*time.Millisecond))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	ts := newTestServer(t, NewRedlockLocker(client(0.01)), func(o *Options) { o.KeyPrefix = d.prefix })
+	bounds := func() readyClockBounds {
+		var b readyBody
+		require.NoError(t, json.Unmarshal([]byte(ts.do(t, http.MethodGet, "/readyz", "", nil).Raw), &b))
+		require.NotNil(t, b.ClockBounds)
+		return *b.ClockBounds
+	}
+	// 50ms + 0.01 × 1s of reference age + 1ms
+	assert.Equal(t, readyClockBounds{DriftFactor: 0.01, ValidityDriftFactor: 0.01, ClockAllowanceMS: 61}, bounds(), "its own")
+	client(0.1) // registers at its first probe, before New returns
+	// 50ms + 0.1 × 1s + 1ms
+	want := readyClockBounds{DriftFactor: 0.01, ValidityDriftFactor: 0.1, ClockAllowanceMS: 151}
+	require.Eventually(t, func() bool { return bounds() == want }, 5*time.Second, 20*time.Millisecond,
+		"another client's looser factor, read at the daemon's next probe")
+}

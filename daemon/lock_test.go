@@ -607,3 +607,47 @@ func TestQuorumMessage(t *testing.T) {
 	_, known := quorumReturn(redlock.ErrQuorumUnavailable, nil, 3)
 	assert.False(t, known)
 }
+
+// ttlEatenLocker is a fakeLocker whose allowance eats every ttl below 2s.
+type ttlEatenLocker struct{ *fakeLocker }
+
+func (l ttlEatenLocker) eaten(ttl time.Duration) error {
+	if ttl < 2*time.Second {
+		return &redlock.TTLError{TTL: ttl, Allowance: 1100 * time.Millisecond, Min: 1500 * time.Millisecond}
+	}
+	return nil
+}
+
+func (l ttlEatenLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
+	if err := l.eaten(req.TTL); err != nil {
+		return Lease{}, err
+	}
+	return l.fakeLocker.Acquire(ctx, req)
+}
+
+func (l ttlEatenLocker) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
+	if err := l.eaten(ttl); err != nil {
+		return Lease{}, err
+	}
+	return l.fakeLocker.Extend(ctx, key, token, ttl)
+}
+
+// TestTTLEatenByTheDriftAllowance: a ttl the drift allowance eats whole
+// (redlock.TTLError; drift_factor ≤ 0.1 no longer reaches 1s, but the
+// allowance is the Client's to set) is bad input, 400 naming ttl and the
+// minimum, not a 500, for acquire and extend alike.
+func TestTTLEatenByTheDriftAllowance(t *testing.T) {
+	ts := newTestServer(t, ttlEatenLocker{newFakeLocker()})
+	for _, body := range []string{
+		`{"action":"acquire","key":"ttl-eaten","ttl":1}`,
+		`{"action":"extend","key":"ttl-eaten","token":"0123456789abcdef0123456789abcdef","ttl":1}`,
+	} {
+		r := ts.do(t, http.MethodPost, "/v1/lock", body, map[string]string{"X-API-Key": testKeyAcme})
+		assert.Equal(t, http.StatusBadRequest, r.Status, "%s: %s", body, r.Raw)
+		assert.Equal(t, "bad_request", r.code())
+		assert.Contains(t, r.Env.Msg, "ttl: 1 leaves no validity")
+		assert.Contains(t, r.Env.Msg, "the minimum ttl is now 2")
+	}
+	r := ts.do(t, http.MethodPost, "/v1/lock", `{"action":"acquire","key":"ttl-eaten","ttl":2}`, map[string]string{"X-API-Key": testKeyAcme})
+	assert.Equal(t, true, okData(t, r)["acquired"])
+}

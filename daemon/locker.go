@@ -92,6 +92,9 @@ type redlockLocker struct{ c *redlock.Client }
 // LongestMaxTTL is redlock.Client.LongestMaxTTL (/readyz shows it).
 func (l redlockLocker) LongestMaxTTL() time.Duration { return l.c.LongestMaxTTL() }
 
+// ClockBounds is redlock.Client.ClockBounds (/readyz shows it).
+func (l redlockLocker) ClockBounds() redlock.ClockBounds { return l.c.ClockBounds() }
+
 func (l redlockLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
 	var lk *redlock.Lock
 	var err error

@@ -41,6 +41,8 @@ var (
 	scanLua string
 	//go:embed scripts/max_ttl.lua
 	maxTTLLua string
+	//go:embed scripts/clock_bounds.lua
+	clockBoundsLua string
 
 	// The vote scripts share one opening (vote_prelude.lua): the master's
 	// clock and the check that it still has the deployment's state.
@@ -55,6 +57,7 @@ var (
 	markerScript      = redis.NewScript(markerLua)
 	repairScript      = redis.NewScript(repairLua)
 	maxTTLScript      = redis.NewScript(maxTTLLua)
+	clockBoundsScript = redis.NewScript(clockBoundsLua)
 
 	// laneScripts are loaded on every new lane connection.
 	laneScripts = []string{votePreludeLua + acquireLua, releaseLua, votePreludeLua + extendLua, votePreludeLua + statusLua, fenceLua, scanLua}
@@ -79,6 +82,12 @@ type Client struct {
 	// the masters (maxttl.go); maxTTLWarned: that was logged.
 	mastersMaxTTL atomic.Int64
 	maxTTLWarned  atomic.Bool
+	// own: this Client's clock bounds from its options; bounds: those
+	// tightened by other clients' registrations (clockbounds.go);
+	// boundsWarned: that was logged.
+	own          clockBounds
+	bounds       atomic.Pointer[clockBounds]
+	boundsWarned atomic.Bool
 	// fenceIssued: the highest fence this Client issued (fence.go,
 	// issuedFloor); fenceBelowWarned: counters below it were logged.
 	fenceIssued      atomic.Int64
@@ -118,6 +127,7 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 	}
 	o.horizonKey = o.markerKey + ":horizon"
 	o.maxTTLKey = o.markerKey + ":max_ttl"
+	o.clockBoundsKey = o.markerKey + ":clock_bounds"
 	n := len(masters)
 	if n < 3 || n%2 == 0 {
 		return nil, fmt.Errorf("%w: masters: %d given, need an odd number ≥ 3", ErrInvalid, n)
@@ -135,13 +145,15 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 		closed: make(chan struct{}),
 	}
 	c.epochWall = c.epoch.UnixNano()
+	c.own = o.ownBounds()
+	c.bounds.Store(&c.own)
 	for i, mo := range masters {
 		if mo == nil || mo.Addr == "" {
 			return nil, fmt.Errorf("%w: masters[%d]: missing address", ErrInvalid, i)
 		}
 		m := &master{idx: i, addr: mo.Addr, c: c}
 		m.st.evicted.Store(-1)
-		m.st.clock = clockGuard{perMasterTimeout: o.perMasterTimeout, driftFactor: o.driftFactor}
+		m.st.clock = clockGuard{perMasterTimeout: o.perMasterTimeout}
 		lo := *mo
 		lo.MaxRetries = -1
 		lo.DialTimeout = max(o.perMasterTimeout, 100*time.Millisecond)
@@ -218,8 +230,8 @@ func (o *options) validate() error {
 	switch {
 	case o.perMasterTimeout <= 0:
 		return fmt.Errorf("%w: per-master timeout must be > 0, got %v", ErrInvalid, o.perMasterTimeout)
-	case o.driftFactor < 0 || o.driftFactor >= 0.5:
-		return fmt.Errorf("%w: drift factor must be in [0, 0.5), got %v", ErrInvalid, o.driftFactor)
+	case !(o.driftFactor >= 0 && o.driftFactor <= MaxDriftFactor):
+		return fmt.Errorf("%w: drift factor must be in [0, %v], got %v", ErrInvalid, MaxDriftFactor, o.driftFactor)
 	case o.retry == nil || o.token == nil:
 		return fmt.Errorf("%w: retry strategy and token generator must not be nil", ErrInvalid)
 	case o.healthInterval <= 0 || o.healthTimeout <= 0:
@@ -286,8 +298,10 @@ func (c *Client) GrantRefusals() int64 { return c.grantRefusals.Load() }
 // drift returns the clock drift allowance for ttl: ttl × factor + 2ms (the
 // Redis Redlock page, "Safety arguments"), plus clockAllowance, the largest
 // forward jump of a master's clock the clock checks may miss (clockref.go).
+// The factor is the largest any client of the masters registered
+// (clockbounds.go).
 func (c *Client) drift(ttl time.Duration) time.Duration {
-	return time.Duration(float64(ttl)*c.opts.driftFactor) + 2*time.Millisecond + c.clockAllowance()
+	return time.Duration(float64(ttl)*c.budgetDrift()) + 2*time.Millisecond + c.clockAllowance()
 }
 
 // voteKeys returns the KEYS of the vote scripts and of the fence write-back
@@ -319,11 +333,11 @@ func (c *Client) fenceRecordKey(key string) string {
 }
 
 // reservedKey reports whether key is one of the Client's own keys: the
-// marker, the lease horizon, the max TTL registry, the fencing counter or a
-// fence record.
+// marker, the lease horizon, the max TTL registry, the clock bounds
+// registry, the fencing counter or a fence record.
 func (c *Client) reservedKey(key string) bool {
 	o := &c.opts
-	return key == o.markerKey || key == o.horizonKey || key == o.maxTTLKey ||
+	return key == o.markerKey || key == o.horizonKey || key == o.maxTTLKey || key == o.clockBoundsKey ||
 		o.fenceKey != "" && (key == o.fenceKey || strings.HasPrefix(key, o.fenceKey+":"))
 }
 

@@ -22,7 +22,6 @@ import (
 // per-master timeout are ignored altogether.
 type clockGuard struct {
 	perMasterTimeout time.Duration
-	driftFactor      float64
 
 	samples []clockSample // oldest first, at most maxClockSamples
 	offset  time.Duration // last accepted offset
@@ -53,8 +52,9 @@ const (
 )
 
 // observe records one TIME sample: sent and received are our clock around
-// the TIME call (with monotonic readings), remote the master's answer.
-func (g *clockGuard) observe(sent, received, remote time.Time) (clockEvent, time.Duration) {
+// the TIME call (with monotonic readings), remote the master's answer;
+// driftFactor is the one clocks are judged by (Client.detectDrift).
+func (g *clockGuard) observe(sent, received, remote time.Time, driftFactor float64) (clockEvent, time.Duration) {
 	rtt := received.Sub(sent)
 	if rtt > g.perMasterTimeout || rtt < 0 {
 		return clockOK, 0
@@ -67,7 +67,7 @@ func (g *clockGuard) observe(sent, received, remote time.Time) (clockEvent, time
 	if n := len(g.samples); n > 0 {
 		prev := g.samples[n-1]
 		elapsed := mid.Sub(prev.local)
-		allow := g.perMasterTimeout + time.Duration(float64(elapsed)*g.driftFactor) + 2*time.Millisecond +
+		allow := g.perMasterTimeout + time.Duration(float64(elapsed)*driftFactor) + 2*time.Millisecond +
 			s.uncertainty + prev.uncertainty
 		delta := offset - prev.offset
 		if delta > allow || delta < -allow {
@@ -110,7 +110,7 @@ func (g *clockGuard) observe(sent, received, remote time.Time) (clockEvent, time
 	if delta < 0 {
 		least = min(delta+slack, 0)
 	}
-	if r := float64(least) / float64(span); r > g.driftFactor || r < -g.driftFactor {
+	if r := float64(least) / float64(span); r > driftFactor || r < -driftFactor {
 		return clockDrifting, delta
 	}
 	return clockOK, 0

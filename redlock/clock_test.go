@@ -17,14 +17,17 @@ func feed(g *clockGuard, n int, interval, rtt time.Duration, skew func(time.Dura
 		received := sent.Add(rtt)
 		elapsed := time.Duration(i) * interval
 		remote := sent.Add(rtt / 2).Round(0).Add(skew(elapsed))
-		ev, _ := g.observe(sent, received, remote)
+		ev, _ := g.observe(sent, received, remote, testDriftFactor)
 		out = append(out, ev)
 	}
 	return out
 }
 
+// testDriftFactor is the drift factor the guard tests judge by.
+const testDriftFactor = 0.01
+
 func newGuard() *clockGuard {
-	return &clockGuard{perMasterTimeout: 50 * time.Millisecond, driftFactor: 0.01}
+	return &clockGuard{perMasterTimeout: 50 * time.Millisecond}
 }
 
 func TestClockGuardSteadyOffsetIsFine(t *testing.T) {
@@ -88,7 +91,7 @@ func TestClockGuardRateWithinDriftFactorIsFine(t *testing.T) {
 func TestClockGuardIgnoresSlowSamples(t *testing.T) {
 	g := newGuard()
 	// A 2s round trip (a paused master) says nothing precise about its clock.
-	ev, _ := g.observe(time.Now(), time.Now().Add(2*time.Second), time.Now().Add(time.Hour))
+	ev, _ := g.observe(time.Now(), time.Now().Add(2*time.Second), time.Now().Add(time.Hour), testDriftFactor)
 	assert.Equal(t, clockOK, ev)
 	assert.Empty(t, g.samples)
 }
@@ -119,7 +122,7 @@ func TestClockGuardSlowProbesAreNotDrift(t *testing.T) {
 		if i%2 == 1 {
 			read = sent.Add(rtt)
 		}
-		ev, _ := g.observe(sent, sent.Add(rtt), read.Round(0))
+		ev, _ := g.observe(sent, sent.Add(rtt), read.Round(0), testDriftFactor)
 		assert.Equal(t, clockOK, ev, "sample %d", i)
 	}
 
@@ -132,7 +135,7 @@ func TestClockGuardSlowProbesAreNotDrift(t *testing.T) {
 			read = sent.Add(rtt)
 		}
 		skew := time.Duration(float64(time.Duration(i)*time.Second) * 0.05)
-		ev, _ := g.observe(sent, sent.Add(rtt), read.Round(0).Add(skew))
+		ev, _ := g.observe(sent, sent.Add(rtt), read.Round(0).Add(skew), testDriftFactor)
 		if ev == clockDrifting {
 			return
 		}

@@ -14,14 +14,15 @@ import (
 // keeps the master out until its lease horizon on a forward jump or a new
 // drift.
 func (m *master) observeClock(sent, received, remote time.Time) {
+	f := m.c.detectDrift()
 	m.st.mu.Lock()
-	ev, delta := m.st.clock.observe(sent, received, remote)
+	ev, delta := m.st.clock.observe(sent, received, remote, f)
 	wasDrifting := m.st.drifting
 	switch ev {
 	case clockDrifting:
 		m.st.drifting = true
 	case clockOK:
-		if m.st.clock.rate < m.c.opts.driftFactor/2 && m.st.clock.rate > -m.c.opts.driftFactor/2 {
+		if m.st.clock.rate < f/2 && m.st.clock.rate > -f/2 {
 			m.st.drifting = false
 		}
 	}
@@ -35,6 +36,6 @@ func (m *master) observeClock(sent, received, remote time.Time) {
 		m.c.opts.logger.Warn("master wall clock jumped backward (its locks will last longer)", masterAttr(m), slog.Duration("by", -delta))
 	case ev == clockDrifting && !wasDrifting:
 		// Keys set while it ran fast may expire early, for up to max TTL.
-		m.holdUntilHorizon(fmt.Sprintf("wall clock drifts at rate %.4f, above the drift factor %.4f", m.st.clock.rate, m.c.opts.driftFactor))
+		m.holdUntilHorizon(fmt.Sprintf("wall clock drifts at rate %.4f, above the drift factor %.4f", m.st.clock.rate, f))
 	}
 }

@@ -41,10 +41,11 @@ import (
 // and the readings are at most maxRefAge apart, which adds drift_factor ×
 // maxRefAge. clockAllowance is that sum plus the TIME resolution, and
 // Client.drift subtracts it from every validity: 71ms at the defaults.
-// Check 2 judges only readings uncertain by at most an eighth of the
-// per-master timeout and tolerates a quarter of it, so a jump it misses
-// (from one side of the tolerance to the other) is at most the per-master
-// timeout too.
+// Check 2 judges only readings uncertain by at most an eighth of
+// maxUncertainty and tolerates a quarter of it, so a jump it misses (from
+// one side of the tolerance to the other) is at most maxUncertainty too.
+// Every bound here is the strictest any client of the masters registered,
+// and the allowance the loosest (clockbounds.go).
 
 // clockRef is one reading of a master's clock against ours.
 type clockRef struct {
@@ -57,26 +58,27 @@ type clockRef struct {
 const clockResolution = time.Millisecond
 
 // maxRefAge is how old a reading may be to check a vote against: older
-// ones leave too much room (drift_factor × age) for an unseen jump.
-func (c *Client) maxRefAge() time.Duration {
-	return min(max(2*c.opts.healthInterval, time.Second), 2*time.Second)
-}
+// ones leave too much room (drift_factor × age) for an unseen jump. It is
+// 2 health intervals within [1s, 2s], or less when another client of the
+// masters registered less (clockbounds.go).
+func (c *Client) maxRefAge() time.Duration { return c.bounds.Load().refAge }
 
 // maxUncertainty is the most two readings compared by check 1 may be
 // uncertain by together: the per-master timeout (which bounds them anyway
-// at its default of 50ms), at most 100ms. A vote whose readings are less
-// precise is not counted (ErrMasterClockUnknown).
-func (c *Client) maxUncertainty() time.Duration {
-	return min(c.opts.perMasterTimeout, 100*time.Millisecond)
-}
+// at its default of 50ms), at most 100ms, or less when another client of
+// the masters registered less (clockbounds.go). A vote whose readings are
+// less precise is not counted (ErrMasterClockUnknown).
+func (c *Client) maxUncertainty() time.Duration { return c.bounds.Load().uncert }
 
 // clockAllowance is the largest forward jump of a master's clock that the
-// checks above may miss; Client.drift subtracts it from every validity.
+// checks above may miss, for this Client or any other client of the
+// masters whose registration it has read (clockbounds.go); Client.drift
+// subtracts it from every validity.
 func (c *Client) clockAllowance() time.Duration {
 	if !c.opts.clockAllowance {
 		return 0
 	}
-	return c.maxUncertainty() + time.Duration(float64(c.maxRefAge())*c.opts.driftFactor) + clockResolution
+	return c.bounds.Load().blind
 }
 
 // reading returns the clock reading for a master TIME of remote obtained in
@@ -99,7 +101,7 @@ func (c *Client) jumpSince(ref *clockRef, s clockRef) (forward time.Duration, ba
 	if elapsed < 0 {
 		elapsed = -elapsed
 	}
-	allow := ref.uncert + s.uncert + int64(float64(elapsed)*c.opts.driftFactor) + int64(clockResolution)
+	allow := ref.uncert + s.uncert + int64(float64(elapsed)*c.detectDrift()) + int64(clockResolution)
 	d := s.offset - ref.offset
 	return time.Duration(d - allow), d < -allow
 }
@@ -168,7 +170,7 @@ func (c *Client) narrowed(ref *clockRef, s clockRef) clockRef {
 	if elapsed < 0 {
 		elapsed = -elapsed
 	}
-	grow := int64(float64(elapsed) * c.opts.driftFactor)
+	grow := int64(float64(elapsed) * c.detectDrift())
 	lo := max(ref.offset-ref.uncert-grow, s.offset-s.uncert)
 	hi := min(ref.offset+ref.uncert+grow, s.offset+s.uncert)
 	if lo > hi {
@@ -235,7 +237,7 @@ func (c *Client) checkClockAgreement() {
 	if !c.opts.clockGuard || !c.opts.clockReference {
 		return
 	}
-	tight := int64(c.opts.perMasterTimeout / 8)
+	tight := int64(c.maxUncertainty() / 8)
 	type sample struct {
 		m *master
 		s clockRef
@@ -262,7 +264,7 @@ func (c *Client) checkClockAgreement() {
 			medUncert = f.s.uncert
 		}
 	}
-	tolerance := int64(c.opts.perMasterTimeout / 4)
+	tolerance := int64(c.maxUncertainty() / 4)
 	for _, f := range fresh {
 		d := f.s.offset - median
 		if d < 0 {
@@ -305,7 +307,7 @@ func (c *Client) checkClockAgreement() {
 // next to a faulty other fails closed (its vote waits for the next probe's
 // reading), which costs availability only beyond N − quorum faults. Only
 // precise readings are judged (s and every reference used within an
-// eighth of the per-master timeout), with the same tolerance as check 2,
+// eighth of maxUncertainty), with the same tolerance as check 2,
 // so a jump it lets through is within clockAllowance.
 func (c *Client) agreesWithOthers(m *master, s clockRef) (agrees, known bool) {
 	if !c.opts.clockReference {
@@ -329,7 +331,7 @@ func (c *Client) agreesWithOthers(m *master, s clockRef) (agrees, known bool) {
 		slices.SortFunc(offs, func(a, b clockRef) int { return cmp.Compare(a.offset, b.offset) })
 		judge = offs[len(offs)/2 : len(offs)/2+1] // their median
 	}
-	tight := int64(c.opts.perMasterTimeout / 8)
+	tight := int64(c.maxUncertainty() / 8)
 	if s.uncert > tight {
 		return false, true
 	}
@@ -338,7 +340,7 @@ func (c *Client) agreesWithOthers(m *master, s clockRef) (agrees, known bool) {
 		if d < 0 {
 			d = -d
 		}
-		if r.uncert > tight || d-s.uncert-r.uncert > int64(c.opts.perMasterTimeout/4) {
+		if r.uncert > tight || d-s.uncert-r.uncert > int64(c.maxUncertainty()/4) {
 			return false, true
 		}
 	}

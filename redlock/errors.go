@@ -122,6 +122,7 @@ func (c *Client) ttlError(ttl time.Duration) error {
 	if drift < ttl {
 		return nil
 	}
-	fixed := drift - time.Duration(float64(ttl)*c.opts.driftFactor) // 2 ms + the clock allowance
-	return &TTLError{TTL: ttl, Allowance: drift, Min: time.Duration(float64(fixed)/(1-c.opts.driftFactor)) + time.Millisecond}
+	f := c.budgetDrift()
+	fixed := drift - time.Duration(float64(ttl)*f) // 2 ms + the clock allowance
+	return &TTLError{TTL: ttl, Allowance: drift, Min: time.Duration(float64(fixed)/(1-f)) + time.Millisecond}
 }

@@ -93,7 +93,7 @@ func (c *Client) readOthers(ctx context.Context, m *master) othersRead {
 			r.maxTTL = max(r.maxTTL, d)
 		}
 		left := max(time.Duration(h-now.UnixMilli())*time.Millisecond, 0)
-		end := received.Add(left + time.Duration(float64(left)*c.opts.driftFactor) + c.drift(0))
+		end := received.Add(left + time.Duration(float64(left)*c.budgetDrift()) + c.drift(0))
 		if end.After(r.until) {
 			r.until = end
 		}

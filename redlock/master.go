@@ -47,7 +47,11 @@ type master struct {
 	// its registry held entries no Client writes; logged once.
 	maxTTLRefused atomic.Bool
 	maxTTLOdd     atomic.Bool
-	noConfigGet   atomic.Bool
+	// clockBoundsRefused, clockBoundsOdd: the same for the clock bounds
+	// registration (clockbounds.go).
+	clockBoundsRefused atomic.Bool
+	clockBoundsOdd     atomic.Bool
+	noConfigGet        atomic.Bool
 
 	st masterState
 	// expectedMarker is the marker value the master is known to carry; nil

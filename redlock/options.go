@@ -37,6 +37,7 @@ type options struct {
 	maxTTL           time.Duration
 	horizonKey       string // markerKey + ":horizon"
 	maxTTLKey        string // markerKey + ":max_ttl" (scripts/max_ttl.lua)
+	clockBoundsKey   string // markerKey + ":clock_bounds" (scripts/clock_bounds.lua)
 	quarantine       bool
 	clockGuard       bool
 	// Guards that exist on/off only so that tests and drills can show the
@@ -45,6 +46,7 @@ type options struct {
 	voteClockGuard      bool // votes carry the master's clock and are checked
 	clockReference      bool // masters' clocks are compared with each other
 	clockAllowance      bool // drift includes the clock checks' blind spot
+	sharedClockBounds   bool // clock bounds are registered and shared (clockbounds.go)
 	extendNeverShortens bool
 	statusNeedsQuorum   bool // status answers "unknown" without a quorum either way
 	grantedLockCheck    bool // no grant while another master shows a granted lock (granted.go)
@@ -73,6 +75,7 @@ func defaultOptions() options {
 		voteClockGuard:      true,
 		clockReference:      true,
 		clockAllowance:      true,
+		sharedClockBounds:   true,
 		extendNeverShortens: true,
 		statusNeedsQuorum:   true,
 		grantedLockCheck:    true,
@@ -91,7 +94,11 @@ func WithPerMasterTimeout(d time.Duration) Option {
 }
 
 // WithDriftFactor sets the clock drift allowance: drift = ttl × f + 2ms is
-// subtracted from every validity. Default 0.01.
+// subtracted from every validity, and the clock checks tolerate a drift
+// rate of f. 0 ≤ f ≤ MaxDriftFactor (0.1); New returns ErrInvalid
+// otherwise. Default 0.01. The Client registers it on the masters (the
+// marker key + ":clock_bounds"): its clock checks use the smallest factor
+// any client of the masters registered, its validities the largest.
 func WithDriftFactor(f float64) Option {
 	return func(o *options) { o.driftFactor = f }
 }
@@ -226,6 +233,8 @@ func withGuardOff(g guardswitch.Guard) Option {
 		return func(o *options) { o.clockReference = false }
 	case guardswitch.ClockAllowance:
 		return func(o *options) { o.clockAllowance = false }
+	case guardswitch.SharedClockBounds:
+		return func(o *options) { o.sharedClockBounds = false }
 	case guardswitch.ExtendNeverShortens:
 		return func(o *options) { o.extendNeverShortens = false }
 	case guardswitch.StatusQuorum:

@@ -54,8 +54,9 @@ func (c *Client) probeAll() {
 }
 
 // probeOnce runs PING, INFO (server, stats, replication, memory), CONFIG
-// GET (where the ACL allows it: appendfsync) and GETs of the marker, lease horizon and fencing counter in one
-// pipeline, then TIME alone.
+// GET (where the ACL allows it: appendfsync), GETs of the marker, lease
+// horizon and fencing counter and the max TTL and clock bounds
+// registrations in one pipeline, then TIME alone.
 func (m *master) probeOnce() {
 	o := &m.c.opts
 	ctx, cancel := context.WithTimeout(context.Background(), o.healthTimeout)
@@ -79,6 +80,10 @@ func (m *master) probeOnce() {
 		fence = pipe.Get(ctx, o.fenceKey)
 	}
 	maxTTL := pipe.Eval(ctx, maxTTLLua, []string{o.maxTTLKey}, o.maxTTL.Milliseconds(), maxTTLCeilingMS)
+	var bounds *redis.Cmd
+	if o.sharedClockBounds {
+		bounds = pipe.Eval(ctx, clockBoundsLua, []string{o.clockBoundsKey}, m.c.clockBoundsArgs()...)
+	}
 	_, _ = pipe.Exec(ctx)
 	d := time.Since(start)
 	m.checkedAt.Store(time.Now().UnixNano())
@@ -97,6 +102,9 @@ func (m *master) probeOnce() {
 	m.probeAnswered()
 	m.latencyNS.Store(int64(d))
 	m.registeredMaxTTL(maxTTL)
+	if bounds != nil {
+		m.registeredClockBounds(bounds)
+	}
 
 	if id, uptime, mode, ok := parseInfoServer(info.Val()); ok {
 		m.observeRunID(id, "health probe")

@@ -15,8 +15,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/redlockd/redlockd/config"
 )
 
 // holdFor acquires key over HTTP and releases it after d.
@@ -162,35 +160,6 @@ func TestLockDurationWithoutUnit(t *testing.T) {
 		assert.Contains(t, string(out), "durations need a unit, e.g. ")
 		assert.Equal(t, 1, strings.Count(strings.TrimSpace(string(out)), "\n")+1, "one line, not the usage: %s", out)
 	}
-}
-
-// TestTTLEatenByTheDriftAllowance: with a large drift_factor, a ttl the
-// drift allowance eats whole is bad input (400 naming ttl and the minimum),
-// not a 500, for acquire and extend alike; the minimum it names is
-// granted, and no lock key is left behind.
-func TestTTLEatenByTheDriftAllowance(t *testing.T) {
-	base := daemonURL(t, func(c *config.Config) {
-		// drift 0.45 × 1 s + the clock allowance (50 ms + 0.45 × 2 s of
-		// reading age) leaves nothing of 1 s; the minimum is 2 s.
-		c.DriftFactor = 0.45
-		c.HealthInterval = config.Duration(time.Second)
-	})
-	url := lockURL(base)
-	before := keysContaining(t, "ttl-eaten")
-	for _, body := range []string{
-		`{"action":"acquire","key":"ttl-eaten","ttl":1}`,
-		`{"action":"extend","key":"ttl-eaten","token":"0123456789abcdef0123456789abcdef","ttl":1}`,
-	} {
-		st, env, _ := post(t, url, keyA, body)
-		assert.Equal(t, 400, st, "%s: %+v", body, env)
-		assert.Equal(t, "bad_request", env.Code)
-		assert.Contains(t, env.Msg, "ttl: 1 leaves no validity")
-		assert.Contains(t, env.Msg, "the minimum ttl is now 2")
-	}
-	assert.Equal(t, before, keysContaining(t, "ttl-eaten"), "no lock key left behind")
-	st, env, _ := post(t, url, keyA, `{"action":"acquire","key":"ttl-eaten","ttl":2}`)
-	require.Equal(t, 200, st, "%+v", env)
-	assert.Equal(t, true, env.Data["acquired"])
 }
 
 // guardOf returns the pid of the guardian lock run pid started: its child

@@ -52,6 +52,11 @@ const (
 	// there) holds the key. With it off, a master that silently lost a
 	// lock (a rollback, an eviction) lets a contender in beside its holder.
 	GrantedLock
+	// SharedClockBounds: the registry of clock bounds on the masters. With
+	// it off, a Client neither registers its drift factor and blind spot
+	// nor reads other clients': each judges clocks and budgets validities
+	// by its own options alone.
+	SharedClockBounds
 )
 
 // String returns the guard's name, e.g. "quarantine".
@@ -75,6 +80,8 @@ func (g Guard) String() string {
 		return "status quorum"
 	case GrantedLock:
 		return "granted-lock check"
+	case SharedClockBounds:
+		return "shared clock bounds"
 	}
 	return "unknown guard"
 }
