@@ -465,4 +465,3 @@ func TestAccountLimits(t *testing.T) {
 		t.Errorf("overridden: %+v, want %+v (quota unlimited, no lock cap)", got, want)
 	}
 }
-

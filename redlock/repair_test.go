@@ -861,9 +861,15 @@ func TestFencesContinueAboveWhatTheClientIssued(t *testing.T) {
 // written intact, its counter raised above what the Client read, and the
 // rollback, which only the counter showed, unseen: a second holder.
 func TestRepairFencesQuarantinesALaggingCounter(t *testing.T) {
-	scenario := func(t *testing.T, o RepairOptions) (*Client, *RepairResult, *Lock, *Lock, error) {
+	// The granted-lock check (granted.go) also refuses the second holder
+	// here, whatever repair-fences does: it is off unless a subtest says
+	// so, so that this test shows repair-fences' own rule.
+	scenario := func(t *testing.T, o RepairOptions, opts ...Option) (*Client, *RepairResult, *Lock, *Lock, error) {
 		ctx := context.Background()
-		c, _ := brandNewClient(t, WithHealthInterval(time.Hour))
+		if len(opts) == 0 {
+			opts = []Option{withGuardOff(guardswitch.GrantedLock)}
+		}
+		c, _ := brandNewClient(t, append(opts, WithHealthInterval(time.Hour))...)
 		r := direct(t)[4]
 		placeOn(t, c, newKey(t), 30*time.Second, 2, 3, 4) // raises the horizon 30s ahead
 		oldF := r.Get(ctx, c.opts.fenceKey).Val()         // the older copy
@@ -900,6 +906,11 @@ func TestRepairFencesQuarantinesALaggingCounter(t *testing.T) {
 		assert.Equal(t, MasterQuarantined, st.State)
 		assert.Contains(t, st.QuarantineReason, "repair-fences")
 		assert.Greater(t, st.QuarantineLeft, 50*time.Second, "the max TTL stay")
+	})
+	t.Run("a lagging counter trusted, the granted-lock check on", func(t *testing.T) {
+		c, _, _, _, err := scenario(t, RepairOptions{trustLaggingCounters: true}, WithHealthInterval(time.Hour))
+		require.ErrorIs(t, err, ErrLockHeld, "masters 2 and 3 show the granted lock")
+		assert.Equal(t, int64(1), c.GrantRefusals())
 	})
 	t.Run("negative control: a lagging counter trusted", func(t *testing.T) {
 		_, res, lost, second, err := scenario(t, RepairOptions{trustLaggingCounters: true})
