@@ -399,3 +399,38 @@ func TestExtraVotes(t *testing.T) {
 		assert.Equal(t, 4, oe.Quorum, "the error says how many votes it needed")
 	})
 }
+
+// TestMissedReleasesAreSentAgain: a release whose call to a master failed
+// (its connection broke while the master kept its data: a partition) is
+// kept, and the health loop sends it again once the master answers; the
+// key is then free, where the granted-lock check would otherwise refuse it
+// until its TTL ended there. One past its end is dropped unsent.
+func TestMissedReleasesAreSentAgain(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, WithHealthInterval(time.Hour))
+	rdbs := direct(t)
+	key := newKey(t)
+	l, err := c.Acquire(ctx, key, 30*time.Second)
+	require.NoError(t, err)
+	settle(t, c, key)
+	for _, m := range c.masters {
+		m.releaseLater(key, l.Token()) // as if every master had missed it
+	}
+	stale := newKey(t)
+	c.masters[0].releaseLater(stale, "token")
+	u := &c.masters[0].unreleased
+	u.mu.Lock()
+	u.m[[2]string{stale, "token"}] = c.sinceEpoch() - 1 // its key has expired
+	u.mu.Unlock()
+
+	_, err = c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	require.ErrorIs(t, err, ErrLockHeld, "the lock still stands on every master")
+	c.probeAll()
+	c.afterProbes()
+	assert.Empty(t, holders(t, rdbs, key, l.Token()), "the kept releases were sent")
+	for _, m := range c.masters {
+		assert.Empty(t, m.unreleased.m, "master %d: nothing left to send", m.idx)
+	}
+	_, err = c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	require.NoError(t, err, "the key is free again")
+}

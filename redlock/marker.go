@@ -117,6 +117,9 @@ func (c *Client) afterProbes() {
 		if m.answeredProbe() && (m.st.repairPending.Load() || m.st.horizonPending.Load()) {
 			c.repairMaster(m)
 		}
+		if m.answeredProbe() {
+			c.retryReleases(m)
+		}
 	}
 	c.spreadFence()
 }

@@ -58,6 +58,9 @@ type master struct {
 	// until the marker rule has seen it. Only the repair path changes it.
 	expectedMarker atomic.Pointer[string]
 
+	// unreleased: releases this master did not answer (releaseLater).
+	unreleased unreleasedSet
+
 	up        atomic.Bool
 	latencyNS atomic.Int64 // last probe round trip
 	checkedAt atomic.Int64 // unix nanos of the last probe

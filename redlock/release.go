@@ -3,6 +3,8 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -27,6 +29,7 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 	answered := 0
 	c.gather(ctx, out, start, nil, func(r reply) bool {
 		if r.err != nil {
+			c.masters[r.idx].releaseLater(key, token)
 			res.Failures = append(res.Failures, masterErr(c, r))
 			return false
 		}
@@ -59,5 +62,77 @@ func countScriptResult(res *OutcomeError, code int64) {
 	default:
 		res.Refused++
 		res.Absent++
+	}
+}
+
+// A release whose call to a master failed (its connection broke while the
+// master kept its data, a partition; the lane's queue was full) leaves the
+// lock's key and fence record there until its TTL ends: once the master
+// answers again, the granted-lock check (granted.go) refuses the key to
+// everyone, for up to that TTL. (A release to a master that is only slow,
+// paused or known down is queued on its lane and sent when it can be.) So each master keeps the releases it
+// missed, and the health loop sends them again once it answers
+// (retryReleases), until max TTL after the release, when the key has
+// expired anyway. The set is bounded: past maxUnreleased entries, a missed
+// release is only waited out, which is what plain Redlock does.
+
+// maxUnreleased bounds the releases kept per master.
+const maxUnreleased = 10_000
+
+type unreleasedSet struct {
+	mu sync.Mutex
+	m  map[[2]string]int64 // {key, token} → until (Client.sinceEpoch)
+}
+
+// releaseLater keeps key's release by token for retryReleases.
+func (m *master) releaseLater(key, token string) {
+	u := &m.unreleased
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.m == nil {
+		u.m = map[[2]string]int64{}
+	}
+	if len(u.m) < maxUnreleased {
+		u.m[[2]string{key, token}] = m.c.sinceEpoch() + int64(m.c.lossTTL())
+	}
+}
+
+// retryReleases sends again the releases m missed, now that it answered a
+// probe; each is forgotten once m answers it, or once its key must have
+// expired. Runs under probeMu.
+func (c *Client) retryReleases(m *master) {
+	u := &m.unreleased
+	u.mu.Lock()
+	if len(u.m) == 0 {
+		u.mu.Unlock()
+		return
+	}
+	now := c.sinceEpoch()
+	todo := make([][2]string, 0, min(len(u.m), 1000))
+	for kt, until := range u.m {
+		if until < now {
+			delete(u.m, kt)
+		} else if len(todo) < cap(todo) {
+			todo = append(todo, kt)
+		}
+	}
+	u.mu.Unlock()
+	if len(todo) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.healthTimeout)
+	defer cancel()
+	done := 0
+	for _, kt := range todo {
+		if err := releaseScript.Run(ctx, m.probe, c.releaseKeys(kt[0]), kt[1], c.releaseChannel()).Err(); err != nil {
+			break // retried next round
+		}
+		u.mu.Lock()
+		delete(u.m, kt)
+		u.mu.Unlock()
+		done++
+	}
+	if done > 0 {
+		c.opts.logger.Info("sent releases the master missed while it did not answer", masterAttr(m), slog.Int("releases", done))
 	}
 }
