@@ -179,7 +179,7 @@ func TestMixedDriftFactorsDoNotLoosenTheClockChecks(t *testing.T) {
 	})
 	for _, bFirst := range []bool{false, true} {
 		t.Run(fmt.Sprintf("negative control: sharing off, B first %v", bFirst), func(t *testing.T) {
-			first, won, _, _ := scenario(t, bFirst, withGuardOff(guardswitch.SharedClockBounds))
+			first, won, _, _ := scenario(t, bFirst, withGuardOff(guardswitch.SharedClockBounds), withGuardOff(guardswitch.GrantedLock))
 			assert.True(t, won.Before(first.ValidUntil()), "B wins while A is valid")
 		})
 	}

@@ -283,6 +283,17 @@ func runSilentLoss(t *testing.T, f *lossFixture, tc silentLoss) (second, first *
 	require.True(t, time.Now().Before(first.ValidUntil()), "L is still valid")
 
 	second, err = holder.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	// On a loaded machine a probe's clock reading can be too imprecise to
+	// count (ErrMasterClockUnknown): the product failing closed, which
+	// says nothing about the check. Read the clocks again and retry, a
+	// few times, only then.
+	for try := 0; try < 5 && errors.Is(err, ErrMasterClockUnknown) && !errors.Is(err, ErrLockHeld); try++ {
+		t.Logf("clock readings did not count, reading again: %v", err)
+		if !tc.probeSees {
+			holder.probeAll()
+		}
+		second, err = holder.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	}
 	if errors.Is(err, ErrLockHeld) {
 		var oe *OutcomeError
 		require.ErrorAs(t, err, &oe)
