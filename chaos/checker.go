@@ -11,7 +11,7 @@ import (
 // Invariants checked over a drill's History:
 //
 //	I1 no two grants of one key whose [grant returned, min(release invoked,
-//	   end of validity)] intervals overlap;
+//	   end of validity, as its extends moved it)] intervals overlap;
 //	I2 fences strictly increase in real-time order (a grant that returned
 //	   before another was invoked has the lower fence), and the Resource
 //	   accepted no stale write: per key its accepted fences never go down,
@@ -111,12 +111,20 @@ type lease struct {
 }
 
 // leases returns, per key, the grants' [returned, min(release invoked,
-// validity end)] intervals, non-empty ones only, sorted by start.
+// validity end)] intervals, non-empty ones only, sorted by start. A
+// successful extend sent while the lease still ran moves its validity end
+// to the extend's (never earlier: an extend never shortens a lock).
 func leases(h History) map[string][]lease {
 	releases := map[int]time.Duration{}
+	extends := map[int][]*Op{}
 	for i := range h.Ops {
-		if op := &h.Ops[i]; op.Kind == "release" {
+		switch op := &h.Ops[i]; op.Kind {
+		case "release":
 			releases[op.Grant] = op.Invoke
+		case "extend":
+			if op.OK {
+				extends[op.Grant] = append(extends[op.Grant], op)
+			}
 		}
 	}
 	out := map[string][]lease{}
@@ -126,6 +134,13 @@ func leases(h History) map[string][]lease {
 			continue
 		}
 		end := op.ValidUntil
+		exts := extends[op.ID]
+		slices.SortFunc(exts, func(a, b *Op) int { return cmp.Compare(a.Invoke, b.Invoke) })
+		for _, e := range exts {
+			if e.Invoke < end {
+				end = max(end, e.ValidUntil)
+			}
+		}
 		if r, ok := releases[op.ID]; ok {
 			end = min(end, r)
 		}

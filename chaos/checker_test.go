@@ -72,6 +72,33 @@ func TestCheckOverlap(t *testing.T) {
 	assert.Empty(t, checkCounts(h))
 }
 
+// extended is client's extend of grant g, invoked at inv, that succeeded
+// with validity until valid.
+func extended(id, client, g int, key string, inv, valid time.Duration) Op {
+	return Op{ID: id, Client: client, Via: "lib/a", Kind: "extend", Key: key, OK: true,
+		Grant: g, Invoke: inv, Return: inv + 10*time.Millisecond, ValidUntil: valid, Bound: sec}
+}
+
+func TestCheckOverlapWithAnExtendedLease(t *testing.T) {
+	// Client 1's lock, valid until 1s, is extended at 500ms to 3s; client
+	// 2 is granted it at 2s: I1, though the first validity had ended.
+	h := History{Ops: []Op{
+		granted(1, 1, "k", 1, 0, 10*time.Millisecond, 1*sec),
+		extended(2, 1, 1, "k", 500*time.Millisecond, 3*sec),
+		granted(3, 2, "k", 2, 2*sec-10*time.Millisecond, 2*sec, 3*sec),
+	}, End: 4 * sec}
+	vs := Check(h, CheckParams{Masters: 5})
+	assert.Equal(t, map[string]int{I1: 1}, Count(vs))
+	assert.Equal(t, []int{1, 3}, vs[0].Ops)
+
+	// A failed extend, or one sent after the validity had ended, moves
+	// nothing.
+	h.Ops[1].OK = false
+	assert.Empty(t, checkCounts(h))
+	h.Ops[1].OK, h.Ops[1].Invoke = true, 1500*time.Millisecond
+	assert.Empty(t, checkCounts(h))
+}
+
 func TestCheckFenceGoesBack(t *testing.T) {
 	// Grant 2 was invoked after grant 1 returned, but has the lower fence.
 	h := History{Ops: []Op{

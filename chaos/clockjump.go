@@ -23,7 +23,7 @@ func jump(ctx context.Context, d *Drill, dm direct, m int, key string) error {
 	if err := d.Mark(ctx, what, func(ctx context.Context) error { return d.T.ClockJump(ctx, m, clockJump) }); err != nil {
 		return err
 	}
-	return keyGone(ctx, d, dm, m, key)
+	return keyGone(ctx, d, dm, m, key, "after its clock jumped (is the clock shim preloaded?)")
 }
 
 // clockJumpContender: A holds the key on masters 2–4 only; master 4's

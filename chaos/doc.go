@@ -26,9 +26,15 @@
 //     none does and they fail fast.
 //   - The matrix (Matrix): workload rows with one fault window each, and
 //     arranged rows placed so that the outcome is certain: negative controls
-//     that turn a protection off (the quarantine or the clock guard, through
-//     internal/guardswitch) and must be caught, their protected twins, and
-//     a holder paused past its TTL whose stale write the fence must reject.
+//     that turn a protection off (through internal/guardswitch: the
+//     quarantine, the clock guard, the data-loss check, the vote clock
+//     check, the clock reference, the granted-lock check) and must be
+//     caught, their protected twins, and a holder paused past its TTL whose
+//     stale write the fence must reject. The arranged rows: restart-empty,
+//     clock-fast, data-wipe, clock-jump-contender, clock-jump-restart,
+//     rollback (a master holding a lock goes back to a copy of its data
+//     from before the lock's extend: SWAPDB with a copied database), each
+//     with its control, and pause-holder.
 //
 // # What a passing drill shows, and what it does not
 //

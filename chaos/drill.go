@@ -504,6 +504,31 @@ func (d *Drill) Release(ctx context.Context, l locker, client int, key string, g
 	return err
 }
 
+// Extend extends, through the library client of view v, the grant whose
+// acquire Op is id to ttl from now, records the call, and returns the
+// grant with its new validity.
+func (d *Drill) Extend(ctx context.Context, v, client int, key string, g grant, id int, ttl time.Duration) (grant, error) {
+	if int64(ttl) > d.maxTTL.Load() {
+		d.maxTTL.Store(int64(ttl))
+	}
+	l := d.libs[v].(*libLocker)
+	op := Op{Client: client, Via: l.Name(), View: v, Kind: "extend", Key: key, Grant: id, TTL: ttl, Bound: l.PerMasterTimeout() + d.Cfg.Slack, PMT: l.PerMasterTimeout()}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), op.Bound+30*time.Second)
+	defer cancel()
+	op.Invoke = d.rec.Now()
+	lk, err := l.c.Extend(cctx, l.space.LockKey(key), g.token, ttl)
+	op.Return = d.rec.Now()
+	if err != nil {
+		op.Outcome, op.Err = outcomeOf(err), err.Error()
+		d.rec.Add(op)
+		return g, err
+	}
+	op.OK, op.Fence, op.ValidUntil = true, g.fence, d.rec.At(lk.ValidUntil())
+	d.rec.Add(op)
+	g.validUntil = lk.ValidUntil()
+	return g, nil
+}
+
 // Write writes phase to the Resource under the grant.
 func (d *Drill) Write(key string, g grant, client, id int, phase string) bool {
 	return d.res.Write(key, g.fence, client, id, phase)

@@ -13,7 +13,7 @@ type Op struct {
 	Client int    `json:"client"`
 	Via    string `json:"via"` // "lib/a", "http/b": transport and view
 	View   int    `json:"view"`
-	Kind   string `json:"kind"` // "acquire" or "release"
+	Kind   string `json:"kind"` // "acquire", "release" or "extend"
 	Key    string `json:"key"`
 	// Probe: an uncontended acquire of a fresh key (I5, I6).
 	Probe bool `json:"probe,omitempty"`
@@ -30,7 +30,9 @@ type Op struct {
 	Fence      int64         `json:"fence,omitempty"`
 	ValidUntil time.Duration `json:"valid_until_ns,omitempty"`
 	TTL        time.Duration `json:"ttl_ns,omitempty"`
-	// Grant is, for a release, the ID of the acquire it releases.
+	// Grant is, for a release or an extend, the ID of the acquire whose
+	// lock it releases or extends. An extend that succeeded carries the new
+	// ValidUntil.
 	Grant int `json:"grant,omitempty"`
 	// Bound is how long the call may take (I3); Excused marks a call a
 	// fault delayed on purpose (a held reply), exempt from I3.

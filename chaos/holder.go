@@ -149,8 +149,9 @@ func settle(ctx context.Context, d *Drill, key string, deadline time.Time) error
 }
 
 // keyGone waits, at most 5s, until master m no longer holds key (its
-// expiry there, after a forward clock jump, has taken effect).
-func keyGone(ctx context.Context, d *Drill, dm direct, m int, key string) error {
+// expiry there, after a forward clock jump or a rollback, has taken
+// effect); after says what should have made it go, for the error.
+func keyGone(ctx context.Context, d *Drill, dm direct, m int, key, after string) error {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		n, err := dm[m].Exists(ctx, d.T.Space().LockKey(key)).Result()
@@ -158,7 +159,7 @@ func keyGone(ctx context.Context, d *Drill, dm direct, m int, key string) error 
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("arrangement failed: master %d still holds %s 5s after its clock jumped (is the clock shim preloaded?): %v", m, key, errOr(err, "EXISTS 1"))
+			return fmt.Errorf("arrangement failed: master %d still holds %s 5s %s: %v", m, key, after, errOr(err, "EXISTS 1"))
 		}
 		if err := d.Sleep(ctx, 2*time.Millisecond); err != nil {
 			return err

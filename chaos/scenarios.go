@@ -45,6 +45,8 @@ func Matrix() []*Scenario {
 		clockJumpContender(false),
 		clockJumpRestart(true),
 		clockJumpRestart(false),
+		rollback(true),
+		rollback(false),
 		pauseHolder(),
 		randomMix(),
 	}

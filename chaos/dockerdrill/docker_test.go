@@ -41,7 +41,8 @@ const (
 // fresh containers answer PING, usually before the daemons' next probe:
 // the daemons must accept a repair they see together with the restart.
 var scenarios = []string{"kill-2", "kill-3", "pause-2", "partition-2", "restart-empty", "restart-empty-noquarantine", "latency-2", "reset-2",
-	"data-wipe", "data-wipe-nocheck", "clock-jump-contender", "clock-jump-contender-novoteclock", "clock-jump-restart", "clock-jump-restart-noreference"}
+	"data-wipe", "data-wipe-nocheck", "clock-jump-contender", "clock-jump-contender-novoteclock", "clock-jump-restart", "clock-jump-restart-noreference",
+	"rollback", "rollback-nogranted"}
 
 type quietLogger struct{}
 
