@@ -32,6 +32,10 @@ type silentLoss struct {
 	// fencing counter up after the loss (spreadFence), and the first
 	// Client is the contender.
 	peer bool
+	// peerGrant: the second Client grants a lock on another key with the
+	// victim's vote after the loss; its fence write-back raises the
+	// victim's counter past the lost lock's fence.
+	peerGrant bool
 	// probeSees: a health probe of the victim after the loss would see it
 	// (a replication ID changed): the contender comes before the next one.
 	probeSees bool
@@ -197,6 +201,13 @@ func silentLosses() []silentLoss {
 			},
 		},
 		{
+			name:      "rollback hidden by another daemon's grant of another key",
+			peer:      true,
+			peerGrant: true,
+			before:    func(t *testing.T, f *lossFixture) { f.do(t, victim, "SAVE") },
+			lose:      func(t *testing.T, f *lossFixture) { f.do(t, victim, "DEBUG", "RELOAD", "NOSAVE") },
+		},
+		{
 			name:   "rollback hidden by another daemon's fencing-counter catch-up",
 			peer:   true,
 			before: func(t *testing.T, f *lossFixture) { f.do(t, victim, "SAVE") },
@@ -270,7 +281,15 @@ func runSilentLoss(t *testing.T, f *lossFixture, tc silentLoss) (second, first *
 	// old, and this Client probes once an hour: read the clocks now.
 	holder.probeAll()
 	tc.lose(t, f)
-	if peer != nil {
+	switch {
+	case tc.peerGrant:
+		l := f.grantOnThree(t, peer, "other:"+t.Name(), time.Second) // the victim votes
+		require.Eventually(t, func() bool {
+			n, _ := f.rdbs[victim].Get(ctx, peer.opts.fenceKey).Int64()
+			return n >= l.Fence()
+		}, 5*time.Second, 5*time.Millisecond, "the other daemon's write-back reached the victim")
+		require.Greater(t, l.Fence(), first.Fence())
+	case peer != nil:
 		peer.probeAll()
 		peer.afterProbes() // copies the highest counter back onto the victim
 	}
