@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redlockd/redlockd/internal/guardswitch"
 )
 
 // BenchmarkAcquireRelease measures acquire+release cycles in-process
@@ -18,46 +20,72 @@ import (
 //	go test -run '^$' -bench AcquireRelease -benchtime 3s ./redlock
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, conc := range []int{1, 16, 64} {
-		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) {
-			c, err := New(masterOptions(), benchOpts...)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			ctx := context.Background()
-			var seq atomic.Int64
-			lat := make([][]time.Duration, conc)
-			var failed atomic.Int64
-			b.ResetTimer()
-			start := time.Now()
-			var wg sync.WaitGroup
-			for w := range conc {
-				wg.Go(func() {
-					for seq.Add(1) <= int64(b.N) {
-						key := fmt.Sprintf("bench:%d:%d", w, seq.Load())
-						t0 := time.Now()
-						lock, err := c.Acquire(ctx, key, 10*time.Second, WithRetry(NoRetry()))
-						lat[w] = append(lat[w], time.Since(t0))
-						if err != nil {
-							failed.Add(1)
-							continue
-						}
-						_ = lock.Release(ctx)
-					}
-				})
-			}
-			wg.Wait()
-			elapsed := time.Since(start)
-			b.StopTimer()
-			all := slices.Concat(lat...)
-			slices.Sort(all)
-			if len(all) > 0 {
-				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
-				b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-acquire-µs")
-				b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-acquire-µs")
-				b.ReportMetric(float64(failed.Load()), "failed")
+		b.Run(fmt.Sprintf("c=%d", conc), func(b *testing.B) { benchCycles(b, conc, benchOpts...) })
+	}
+}
+
+// BenchmarkSafetyModes measures what the granted-lock check (granted.go)
+// and WithExtraVotes cost, in the same run, at concurrency 1 and 64:
+// "quorum-only" is the check off (an acquire decides at the quorum-th
+// vote), "default" the check on (it waits for every master's answer),
+// "extra=1" one extra vote on top:
+//
+//	go test -run '^$' -bench SafetyModes -benchtime 3s -count 3 ./redlock
+func BenchmarkSafetyModes(b *testing.B) {
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{
+		{"quorum-only", []Option{withGuardOff(guardswitch.GrantedLock)}},
+		{"default", nil},
+		{"extra=1", []Option{WithExtraVotes(1)}},
+	} {
+		for _, conc := range []int{1, 64} {
+			b.Run(fmt.Sprintf("%s/c=%d", mode.name, conc), func(b *testing.B) { benchCycles(b, conc, append(slices.Clone(benchOpts), mode.opts...)...) })
+		}
+	}
+}
+
+// benchCycles runs b.N acquire+release cycles at concurrency conc on a
+// Client with opts, and reports cycles/s and the p50/p99 acquire latency.
+func benchCycles(b *testing.B, conc int, opts ...Option) {
+	c, err := New(masterOptions(), opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	var seq atomic.Int64
+	lat := make([][]time.Duration, conc)
+	var failed atomic.Int64
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range conc {
+		wg.Go(func() {
+			for seq.Add(1) <= int64(b.N) {
+				key := fmt.Sprintf("bench:%d:%d", w, seq.Load())
+				t0 := time.Now()
+				lock, err := c.Acquire(ctx, key, 10*time.Second, WithRetry(NoRetry()))
+				lat[w] = append(lat[w], time.Since(t0))
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				_ = lock.Release(ctx)
 			}
 		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) > 0 {
+		b.ReportMetric(float64(b.N)/elapsed.Seconds(), "cycles/s")
+		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-acquire-µs")
+		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-acquire-µs")
+		b.ReportMetric(float64(failed.Load()), "failed")
 	}
 }
 
