@@ -409,8 +409,8 @@ func TestQuorumUnavailable(t *testing.T) {
 	require.Equal(t, 200, st, "%v", env)
 	before := int64(env.Data["fence"].(float64))
 	// An established deployment: every master carries the marker (and its
-	// lease horizon and max TTL registry).
-	require.Eventually(t, func() bool { return keysContaining(t, cfg.KeyPrefix+"marker") == 15 }, 10*time.Second, 20*time.Millisecond)
+	// lease horizon, max TTL registry and clock bounds registry).
+	require.Eventually(t, func() bool { return keysContaining(t, cfg.KeyPrefix+"marker") == 20 }, 10*time.Second, 20*time.Millisecond)
 	_, _, _ = post(t, url, keyA, `{"action":"release","key":"`+key+`","token":"`+env.Data["token"].(string)+`"}`)
 
 	for _, i := range []int{0, 1, 2} {
