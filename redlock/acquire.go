@@ -146,9 +146,10 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errBadReply})
 		default:
 			maybeHeld[r.idx] = v.code == 1
-			if v.code == 0 && v.extra == "g" {
+			if (v.code == 0 || v.code == codeLost) && v.extra == "g" {
 				// Evidence from any master that answered, counting or
-				// not: a record is written only after a quorum voted.
+				// not, intact or not: a record is written only after a
+				// quorum voted.
 				granted = append(granted, v.value)
 			}
 			if err := m.checkVote(v, r.sent, r.at); err != nil {

@@ -464,3 +464,75 @@ func TestMissedReleasesAreSentAgain(t *testing.T) {
 	_, err = c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
 	require.NoError(t, err, "the key is free again")
 }
+
+// TestGrantedLockSeenOnAMasterThatLostItsBookkeeping: L on masters 0–2;
+// masters 0 and 2 lose their marker (they stop voting: a data loss) while
+// keeping L, and master 1 loses L's key. The acquire script's intact check
+// refuses 0 and 2's votes, but their answers still report the granted
+// lock, and the contender (1, 3 and 4 vote yes) is refused. Found by an
+// adversarial review: the report came after the intact check, and a second
+// holder was granted. Negative control: the check off grants it.
+func TestGrantedLockSeenOnAMasterThatLostItsBookkeeping(t *testing.T) {
+	for _, control := range []bool{false, true} {
+		t.Run(map[bool]string{false: "protected", true: "negative control: granted-lock check off"}[control], func(t *testing.T) {
+			ctx := context.Background()
+			var opts []Option
+			if control {
+				opts = append(opts, withGuardOff(guardswitch.GrantedLock))
+			}
+			c := newClient(t, append(opts, WithHealthInterval(time.Hour))...)
+			rdbs := direct(t)
+			key := newKey(t)
+			first := placeOn(t, c, key, 30*time.Second, 0, 1, 2)
+			for _, i := range []int{0, 2} {
+				require.NoError(t, rdbs[i].Del(ctx, c.opts.markerKey).Err())
+			}
+			require.NoError(t, rdbs[1].Del(ctx, key, c.fenceRecordKey(key)).Err())
+			second, err := c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+			if control {
+				require.NoError(t, err, "negative control: a second holder")
+				assert.True(t, time.Now().Before(first.ValidUntil()))
+				_ = second.Release(ctx)
+				return
+			}
+			require.ErrorIs(t, err, ErrLockHeld)
+			assert.ErrorIs(t, err, ErrMasterDataLost, "masters 0 and 2 are found to have lost their data too")
+		})
+	}
+}
+
+// TestReleaseRefusedByAMasterIsSentAgain: a master answers the release
+// with an error (an ACL that refuses scripts for a moment); the release
+// still succeeds on the others, and the master keeps the lock's key and
+// record. The release is kept and sent again at the next probe round once
+// the master accepts it. Found by an adversarial review: the release
+// returned at a quorum's answers and never saw the error, and the key was
+// refused for the rest of its TTL.
+func TestReleaseRefusedByAMasterIsSentAgain(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, WithHealthInterval(time.Hour))
+	rdbs := direct(t)
+	key := newKey(t)
+	l, err := c.Acquire(ctx, key, 30*time.Second)
+	require.NoError(t, err)
+	settle(t, c, key)
+	require.NoError(t, rdbs[4].Do(ctx, "ACL", "SETUSER", "default", "-evalsha", "-eval").Err())
+	restored := false
+	restore := func() {
+		if !restored {
+			restored = true
+			require.NoError(t, rdbs[4].Do(ctx, "ACL", "SETUSER", "default", "+@all").Err())
+		}
+	}
+	t.Cleanup(restore)
+	require.NoError(t, l.Release(ctx))
+	restore()
+	assert.Equal(t, []int{4}, holders(t, rdbs, key, l.Token()), "master 4 refused the release")
+	_, err = c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	require.ErrorIs(t, err, ErrLockHeld, "master 4 shows the released lock as granted")
+	c.probeAll()
+	c.afterProbes()
+	assert.Empty(t, holders(t, rdbs, key, l.Token()), "the release was sent again")
+	_, err = c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	require.NoError(t, err, "the key is free")
+}

@@ -9,8 +9,11 @@ import (
 )
 
 // Release runs the compare-and-delete script (never a bare DEL; it deletes
-// the lock's fence record with it, fence.go) on every master in parallel, each bounded by the per-master timeout, and returns
-// how many masters held this token and deleted it. A master that is slow or
+// the lock's fence record with it, fence.go) on every master in parallel,
+// waits for every answer, each bounded by the per-master timeout, and
+// returns how many masters held this token and deleted it. A master that
+// answers with an error or not at all is sent the release again once it
+// answers a health probe (releaseLater). A master that is slow or
 // stuck still receives the release later, after any SET queued before it.
 //
 // It returns nil when at least one master held the token: the lock is no
@@ -36,7 +39,11 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 		answered++
 		n, _ := r.val.(int64)
 		countScriptResult(&res, n)
-		return res.Votes >= c.quorum
+		// Every answer is waited for (bounded by the per-master timeout),
+		// not only a quorum's: a master that answers with an error (an
+		// ACL, OOM) or not at all keeps the lock's key and fence record,
+		// and its release is kept to be sent again (releaseLater).
+		return false
 	})
 	if res.Votes > 0 {
 		return res.Votes, nil

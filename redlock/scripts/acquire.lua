@@ -9,9 +9,27 @@
 --       extra = 'g' when the holder's fence record is here: its acquire
 --       reached a quorum, so it is a granted lock, not a contender's vote
 --       (redlock/granted.go)
---   -2  this master lost its data (marker, horizon or counter missing); nothing written
+--   -2  this master lost its data (marker, horizon or counter missing); nothing
+--       written; extra = 'g' and value = its PTTL, as for 0, when the
+--       key's holder is granted
+-- granted reports 'g' when the key's holder has its fence record here:
+-- its acquire reached a quorum. Read whether or not this master is intact:
+-- one that lost its bookkeeping keys may still hold a granted lock.
+local function granted()
+  if not KEYS[5] then
+    return ''
+  end
+  local holder = redis.call('GET', KEYS[1])
+  local f = holder and redis.call('GET', KEYS[5])
+  local sp = f and string.find(f, ' ', 1, true)
+  if sp and string.sub(f, sp + 1) == holder then
+    return 'g'
+  end
+  return ''
+end
 if not intact then
-  return reply(-2, 0)
+  local g = granted()
+  return reply(-2, g == 'g' and redis.call('PTTL', KEYS[1]) or 0, g)
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   raiseHorizon(tonumber(ARGV[2]))
@@ -21,13 +39,4 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   end
   return reply(1, counter)
 end
-local granted = ''
-if KEYS[5] then
-  local holder = redis.call('GET', KEYS[1])
-  local f = holder and redis.call('GET', KEYS[5])
-  local sp = f and string.find(f, ' ', 1, true)
-  if sp and string.sub(f, sp + 1) == holder then
-    granted = 'g'
-  end
-end
-return reply(0, redis.call('PTTL', KEYS[1]), granted)
+return reply(0, redis.call('PTTL', KEYS[1]), granted())
