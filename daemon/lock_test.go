@@ -256,7 +256,7 @@ func TestQuorumReturnOverHTTP(t *testing.T) {
 	// Master 0 counts, 1 and 2 come back within 264 s: a quorum then.
 	r := ts.lock(t, testKeyAcme, `{"key":"k"}`)
 	assert.Equal(t, http.StatusServiceUnavailable, r.Status)
-	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 2 down, 2 not counted (quarantined, repairing or waiting; see /readyz), 1 healthy (not needed: the outcome was settled before they answered)); a quorum is expected back in 4m24s, when quarantines end; retry in 264 s", r.Env.Msg)
+	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 2 down, 2 not counted (quarantined, repairing or waiting; see /readyz), 1 healthy (not waited for: the outcome was settled before they answered)); a quorum is expected back in 4m24s, when quarantines end; retry in 264 s", r.Env.Msg)
 	assert.Equal(t, "264", r.Header.Get("Retry-After"))
 
 	// Master 0 down too: the quarantined two are not a quorum, and when
@@ -503,7 +503,7 @@ func TestQuorumMessage(t *testing.T) {
 	}
 	const head = "no quorum of Redis masters could vote in time (3 of 5 needed; "
 	const excluded = " not counted (quarantined, repairing or waiting; see /readyz)"
-	const notWaited = " healthy (not needed: the outcome was settled before they answered)"
+	const notWaited = " healthy (not waited for: the outcome was settled before they answered)"
 	const refusing = " refusing writes (OOM: used memory above maxmemory; see /readyz)"
 	for _, tc := range []struct {
 		name           string

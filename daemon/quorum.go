@@ -37,7 +37,7 @@ var fateNames = [numFates]string{
 	" refusing writes (OOM: used memory above maxmemory; see /readyz)",
 	" not counted (quarantined, repairing or waiting; see /readyz)",
 	" timed out",
-	" healthy (not needed: the outcome was settled before they answered)",
+	" healthy (not waited for: the outcome was settled before they answered)",
 }
 
 // failureFate classifies one per-master failure of a fan-out.
