@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -33,6 +35,35 @@ func LoadFile(path string) (Config, error) {
 }
 
 func decodeStrict(data []byte, c *Config) error {
+	// yaml.v3 truncates 1.5 into an int field, and names no field for "1"
+	// (a string) there: whole-number settings are checked first, by name,
+	// and the decoder's own complaint about the same line is dropped.
+	var doc yaml.Node
+	var pre problems
+	if err := yaml.Unmarshal(data, &doc); err == nil && len(doc.Content) > 0 {
+		pre = wholeNumbers(doc.Content[0], reflect.TypeOf(*c), "")
+	}
+	err := decodeDocument(data, c)
+	if len(pre) == 0 {
+		return err
+	}
+	var te *yaml.TypeError
+	if err != nil && !errors.As(err, &te) {
+		return err // a syntax error or a second document: say that
+	}
+	out := pre
+	if te != nil {
+		for _, msg := range te.Errors {
+			if !pre.onLine(msg) {
+				out = append(out, problem{lineOf(msg), msg})
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b problem) int { return a.line - b.line })
+	return out
+}
+
+func decodeDocument(data []byte, c *Config) error {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil {
@@ -56,6 +87,14 @@ func decodeStrict(data []byte, c *Config) error {
 // "yaml: " and "unmarshal errors:" headings, which add nothing once the
 // file is named, and says each problem in the file's terms (friendlyYAML).
 func prefixErrors(path string, err error) error {
+	var ps problems
+	if errors.As(err, &ps) {
+		errs := make([]error, len(ps))
+		for i, p := range ps {
+			errs[i] = fmt.Errorf("%s: %s", path, friendlyYAML(strings.TrimPrefix(p.msg, "yaml: ")))
+		}
+		return errors.Join(errs...)
+	}
 	var te *yaml.TypeError
 	if !errors.As(err, &te) {
 		return fmt.Errorf("%s: %s", path, friendlyYAML(strings.TrimPrefix(err.Error(), "yaml: ")))
@@ -107,4 +146,98 @@ func LoadFor(path string, lookup func(string) (string, bool), fs *flag.FlagSet, 
 		return Config{}, err
 	}
 	return c, nil
+}
+
+// problem is one complaint about the file, with its line.
+type problem struct {
+	line int
+	msg  string // "line N: ..."
+}
+
+// problems is a file's complaints in line order.
+type problems []problem
+
+func (ps problems) Error() string {
+	msgs := make([]string, len(ps))
+	for i, p := range ps {
+		msgs[i] = p.msg
+	}
+	return strings.Join(msgs, "\n")
+}
+
+// onLine reports whether one of ps is about the line msg names.
+func (ps problems) onLine(msg string) bool {
+	l := lineOf(msg)
+	return l > 0 && slices.ContainsFunc(ps, func(p problem) bool { return p.line == l })
+}
+
+// lineOf reads N from a yaml message "line N: ..." (0 without one).
+func lineOf(msg string) int {
+	var n int
+	if _, err := fmt.Sscanf(msg, "line %d:", &n); err != nil {
+		return 0
+	}
+	return n
+}
+
+// wholeNumbers reports every integer setting in n (a mapping decoded into a
+// value of type t; path names it in the file's terms) whose value is not a
+// plain YAML integer: "extra_votes: 1.5" or "max_ttl: '600'", which the
+// decoder would truncate or reject without naming the setting.
+func wholeNumbers(n *yaml.Node, t reflect.Type, path string) problems {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if reflect.PointerTo(t).Implements(yamlUnmarshaler) || t.Implements(yamlUnmarshaler) {
+		return nil // decodes itself (durations), with its own errors
+	}
+	var errs problems
+	switch {
+	case t.Kind() == reflect.Struct && n.Kind == yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			name := n.Content[i].Value
+			f, ok := fieldByYAMLName(t, name)
+			if !ok {
+				continue // the decoder reports unknown fields
+			}
+			errs = append(errs, wholeNumbers(n.Content[i+1], f.Type, join(path, name))...)
+		}
+	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
+		for i, e := range n.Content {
+			errs = append(errs, wholeNumbers(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
+		}
+	case isInteger(t.Kind()) && n.Kind == yaml.ScalarNode && n.Tag != "!!int" && n.Tag != "!!null":
+		errs = append(errs, problem{n.Line, fmt.Sprintf("line %d: %s: %q is not a whole number", n.Line, path, n.Value)})
+	}
+	return errs
+}
+
+var yamlUnmarshaler = reflect.TypeFor[yaml.Unmarshaler]()
+
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func isInteger(k reflect.Kind) bool {
+	switch k {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+// fieldByYAMLName finds t's field whose yaml tag is name.
+func fieldByYAMLName(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if tag == name {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
 }

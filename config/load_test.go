@@ -98,9 +98,16 @@ func TestLoadFile(t *testing.T) {
 		}},
 		{"negative duration", "max_wait: -1s\n", nil, []string{`line 1: "-1s": negative durations are not allowed`}},
 		{"every problem, one per line", "max_ttl: soon\nfoo: 1\nhealth_interval: 5\n", nil, []string{
-			"line 1: cannot unmarshal !!str `soon` into a whole number",
+			`line 1: max_ttl: "soon" is not a whole number`,
 			`line 2: unknown field "foo"`,
 			`line 3: "5": no unit; write it with one, e.g. "5ms" or "5s"`,
+		}},
+		// yaml.v3 alone truncates 1.5 into an int and names no field for a
+		// quoted number.
+		{"fractions and strings in whole-number settings", "extra_votes: 1.5\nmax_ttl: '600'\naccount_defaults:\n  max_locks: 2.9\n", nil, []string{
+			`line 1: extra_votes: "1.5" is not a whole number`,
+			`line 2: max_ttl: "600" is not a whole number`,
+			`line 4: account_defaults.max_locks: "2.9" is not a whole number`,
 		}},
 		{"second document", "listen: ':1'\n---\nlisten: ':2'\n", nil, []string{
 			"line 2: a second YAML document; the file must hold one",
