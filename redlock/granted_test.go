@@ -437,12 +437,8 @@ func TestExtraVotes(t *testing.T) {
 // until its TTL ended there. One past its end is dropped unsent.
 func TestMissedReleasesAreSentAgain(t *testing.T) {
 	ctx := context.Background()
-	c := newClient(t, WithHealthInterval(time.Hour))
-	rdbs := direct(t)
-	key := newKey(t)
-	l, err := c.Acquire(ctx, key, 30*time.Second)
-	require.NoError(t, err)
-	settle(t, c, key)
+	c, rdbs, l := heldOnEveryMaster(t)
+	key := l.Key()
 	for _, m := range c.masters {
 		m.releaseLater(key, l.Token()) // as if every master had missed it
 	}
@@ -453,7 +449,7 @@ func TestMissedReleasesAreSentAgain(t *testing.T) {
 	u.m[[2]string{stale, "token"}] = c.sinceEpoch() - 1 // its key has expired
 	u.mu.Unlock()
 
-	_, err = c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	_, err := c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
 	require.ErrorIs(t, err, ErrLockHeld, "the lock still stands on every master")
 	c.probeAll()
 	c.afterProbes()
@@ -510,12 +506,8 @@ func TestGrantedLockSeenOnAMasterThatLostItsBookkeeping(t *testing.T) {
 // refused for the rest of its TTL.
 func TestReleaseRefusedByAMasterIsSentAgain(t *testing.T) {
 	ctx := context.Background()
-	c := newClient(t, WithHealthInterval(time.Hour))
-	rdbs := direct(t)
-	key := newKey(t)
-	l, err := c.Acquire(ctx, key, 30*time.Second)
-	require.NoError(t, err)
-	settle(t, c, key)
+	c, rdbs, l := heldOnEveryMaster(t)
+	key := l.Key()
 	require.NoError(t, rdbs[4].Do(ctx, "ACL", "SETUSER", "default", "-evalsha", "-eval").Err())
 	restored := false
 	restore := func() {
@@ -528,11 +520,24 @@ func TestReleaseRefusedByAMasterIsSentAgain(t *testing.T) {
 	require.NoError(t, l.Release(ctx))
 	restore()
 	assert.Equal(t, []int{4}, holders(t, rdbs, key, l.Token()), "master 4 refused the release")
-	_, err = c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	_, err := c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
 	require.ErrorIs(t, err, ErrLockHeld, "master 4 shows the released lock as granted")
 	c.probeAll()
 	c.afterProbes()
 	assert.Empty(t, holders(t, rdbs, key, l.Token()), "the release was sent again")
 	_, err = c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
 	require.NoError(t, err, "the key is free")
+}
+
+// heldOnEveryMaster returns a Client that probes once an hour, direct
+// connections, and a 30s lock of a new key whose SETs have landed on every
+// master.
+func heldOnEveryMaster(t *testing.T) (*Client, []*redis.Client, *Lock) {
+	t.Helper()
+	c := newClient(t, WithHealthInterval(time.Hour))
+	key := newKey(t)
+	l, err := c.Acquire(context.Background(), key, 30*time.Second)
+	require.NoError(t, err)
+	settle(t, c, key)
+	return c, direct(t), l
 }
