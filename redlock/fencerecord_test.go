@@ -160,6 +160,7 @@ func TestStatusFenceStaleRecord(t *testing.T) {
 	l, err := c.Extend(ctx, key, second, 10*time.Second)
 	require.NoError(t, err)
 	assert.Zero(t, l.Fence())
+	settle(t, c, key) // the extend answers at a quorum; the rest land just after
 	// The extend replaces the earlier holder's record with one for the
 	// holder, fence unknown (0): every master that extends a lock marks it
 	// granted (granted.go), and status still reports 0, never the stale
