@@ -79,7 +79,7 @@ deps: ## Install redis-server and gcc (Debian/Ubuntu, as root) if missing
 # rules' unit tests, and the real Prometheus the dashboard queries are
 # checked against), chromium (the dashboard's browser test), python3
 # and php-cli (the examples/ run against a real daemon in apitest/), and zsh
-# (the README's curl lines run in bash and zsh).
+# (the curl lines of the README and docs/api.md run in bash and zsh).
 test-deps: deps ## Install prometheus (promtool), chromium, python3, php-cli and zsh for the test suite (Debian/Ubuntu, as root) if missing
 	@missing=""; \
 	command -v promtool >/dev/null 2>&1 || missing="$$missing prometheus"; \

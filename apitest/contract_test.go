@@ -137,7 +137,7 @@ func data(t *testing.T, x *exchange) map[string]any {
 
 const jsonCT = "application/json"
 
-// TestContract sends the README's examples and every bad-input case to the
+// TestContract sends the examples of docs/api.md and every bad-input case to the
 // real daemon and validates each answer (and each well-formed request)
 // against api/openapi.yaml.
 func TestContract(t *testing.T) {

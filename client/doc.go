@@ -27,7 +27,7 @@
 // a network delay longer than the TTL, can let a second holder in before
 // Done is observed; work that must never overlap must pass Fence to the
 // resource, which refuses any fence lower than the highest it has seen.
-// See the README's Safety section.
+// See docs/safety.md.
 //
 // # Errors
 //

@@ -51,7 +51,7 @@ type Config struct {
 	Masters []string `yaml:"masters"`
 	// MasterUsername, if set, is the Redis ACL user the daemon
 	// authenticates as on every master (AUTH username password); it needs
-	// MasterPassword. Default: Redis's default user. The README gives the
+	// MasterPassword. Default: Redis's default user. docs/operations.md ("TLS") gives the
 	// least-privilege ACL line for it.
 	MasterUsername string `yaml:"master_username,omitempty"`
 	// MasterPassword, if set, is sent with AUTH to every master.
@@ -145,7 +145,7 @@ type Config struct {
 	// LimitsSyncInterval is how often each daemon writes its accounts'
 	// call counts and lock changes to the masters and reads the other
 	// daemons'. Default 100ms; 10ms to 10s. It bounds how far replicas
-	// can overshoot a shared limit (see the README's "Quotas and limits").
+	// can overshoot a shared limit (see docs/api.md, "Quotas and limits").
 	LimitsSyncInterval Duration `yaml:"limits_sync_interval"`
 	// LogFormat is "json" (default) or "console".
 	LogFormat string `yaml:"log_format"`

@@ -231,7 +231,7 @@ func heldOnMasters(t *testing.T, servers []*redisproc.Server) (held, keys []int6
 // never release) and ask for status through both while both reload
 // again and again, changing every limit and now and then removing the
 // account. Neither the quota nor max_locks is passed by more than the
-// README's overshoot bound for two daemons, and once everything has
+// documented overshoot bound (docs/api.md) for two daemons, and once everything has
 // settled the held set on every master counts exactly the lock keys
 // there.
 func TestReloadStormKeepsLimits(t *testing.T) {

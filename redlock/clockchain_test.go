@@ -145,11 +145,11 @@ func TestFastClockOverASlowLink(t *testing.T) {
 // forward, A's key there expires, and the clock jumps back before any
 // reading of it (probes an hour apart). The offset is where the last
 // reading saw it: nothing tells B's vote from a sane one, and B wins
-// while A is valid. A known gap (README, "Clock faults": "Not seen"),
+// while A is valid. A known gap (docs/safety.md, "Clock faults": "Not seen"),
 // kept as its reproduction: REDLOCK_KNOWN_GAPS=1 runs it, and it fails.
 func TestClockForwardThenBackBetweenReadings(t *testing.T) {
 	if os.Getenv("REDLOCK_KNOWN_GAPS") == "" {
-		t.Skip("known gap (README, Clock faults: a jump forward undone before any reading); REDLOCK_KNOWN_GAPS=1 runs it")
+		t.Skip("known gap (docs/safety.md, Clock faults: a jump forward undone before any reading); REDLOCK_KNOWN_GAPS=1 runs it")
 	}
 	ctx := context.Background()
 	opts, rdbs, clock := skewedMasters(t)

@@ -16,7 +16,7 @@ import (
 )
 
 // DevAPIKey is the API key of the "dev" account in `redlockd dev`. It is
-// public on purpose (the README's curl lines use it): dev listens on
+// public on purpose (the curl lines of the README and docs/api.md use it): dev listens on
 // loopback only and its masters keep nothing.
 const DevAPIKey = "dev-key-0123456789abcdef"
 
@@ -29,7 +29,7 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	binary := fs.String("redis-server", "redis-server", "redis-server binary")
 	logFormat := fs.String("log-format", "console", "log format: console or json")
 	maxTTL := fs.Int("max-ttl", 600, "largest ttl in seconds, and how long a master restarted empty is quarantined (serve's default is 86400)")
-	useTLS := fs.Bool("tls", false, "TLS on both sides: a throwaway CA, TLS-only masters that require client certificates and know only the README's least-privilege ACL user, and HTTPS with client certificates")
+	useTLS := fs.Bool("tls", false, "TLS on both sides: a throwaway CA, TLS-only masters that require client certificates and know only the least-privilege ACL user of docs/operations.md, and HTTPS with client certificates")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "Usage: redlockd dev [flags]\n\nStarts local redis-server masters on free loopback ports (no persistence, in a\ntemp dir) and the daemon, prints the URL, the dev API key and a curl line.\nWith --tls, everything speaks TLS (certificates made at startup, in a temp dir).\nCtrl-C stops everything it started.\n\nFlags:")
 		fs.PrintDefaults()

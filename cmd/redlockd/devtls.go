@@ -12,7 +12,7 @@ import (
 	"github.com/redlockd/redlockd/internal/redisproc"
 )
 
-// devACLRules are the README's least-privilege ACL line for the default
+// devACLRules are the documented least-privilege ACL line (docs/operations.md, "TLS") for the default
 // key_prefix, after the user name and password (TestDevACLIsTheREADMEs
 // keeps the two the same).
 const devACLRules = "~redlock:* resetchannels &redlock:* -@all +ping +info +time +get +set +del +exists +scan +pexpire +pttl +publish +subscribe +hget +hgetall +hset +zadd +zcard +zrange +zrem +zremrangebyscore +eval +evalsha +script|load"

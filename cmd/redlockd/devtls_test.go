@@ -12,7 +12,7 @@ import (
 	"github.com/redlockd/redlockd/internal/certgen"
 )
 
-// dev --tls gives its masters the README's ACL line.
+// dev --tls gives its masters the documented ACL line (docs/operations.md).
 func TestDevACLIsTheREADMEs(t *testing.T) {
 	assert.Equal(t, readmeACLLine(t), "user redlockd on >CHANGE-ME-master-password "+devACLRules)
 }

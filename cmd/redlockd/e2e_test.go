@@ -229,7 +229,8 @@ func keysContaining(t *testing.T, part string) int {
 	return n
 }
 
-// TestREADMEExamples runs the curl examples of the README and the issue verbatim.
+// TestREADMEExamples runs the curl examples of docs/api.md (the README's
+// first and last among them) and the issue verbatim.
 func TestREADMEExamples(t *testing.T) {
 	base := daemonURL(t)
 	for _, path := range []string{"/v1/lock", "/gateway/distlock"} {

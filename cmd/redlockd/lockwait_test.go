@@ -263,7 +263,7 @@ func TestLockStatusTTLRoundsUp(t *testing.T) {
 	}
 }
 
-// TestLockURLNamingTheEndpoint: --url with the endpoint's path (the README's
+// TestLockURLNamingTheEndpoint: --url with the endpoint's path (the README's and docs/api.md's
 // U variable) is refused as usage, with what to give instead.
 func TestLockURLNamingTheEndpoint(t *testing.T) {
 	base := daemonURL(t)

@@ -37,7 +37,7 @@ Usage:
   redlockd help                          show this help
 
 Settings come from the YAML file, then REDLOCKD_* environment variables, then
-flags (each overrides the one before). Docs: README.md.
+flags (each overrides the one before). Docs: README.md and docs/.
 `
 
 func main() {

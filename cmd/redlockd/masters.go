@@ -138,7 +138,7 @@ func accessProblem(err error, useTLS bool) string {
 		strings.HasPrefix(msg, "ERR AUTH"), strings.Contains(msg, "invalid password"):
 		return "refused the credentials (" + msg + "): check master_username and master_password"
 	case strings.HasPrefix(msg, "NOPERM"):
-		return "the ACL user may not run PING (" + msg + "): give it the README's ACL line"
+		return "the ACL user may not run PING (" + msg + "): give it the ACL line in docs/operations.md (TLS)"
 	case errors.As(err, &unknownCA), errors.As(err, &hostname), errors.As(err, &invalid), errors.As(err, &verify):
 		return "its TLS certificate was not accepted (" + msg + "): check master_tls_ca_file and master_tls_server_name"
 	case errors.As(err, &alert), errors.As(err, &op) && op.Op == "remote error":

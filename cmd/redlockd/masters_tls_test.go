@@ -22,23 +22,26 @@ import (
 	"github.com/redlockd/redlockd/internal/redisproc"
 )
 
-// readmeACLLine is the README's least-privilege ACL line, as written.
+// readmeACLLine is the documented least-privilege ACL line, as written
+// (docs/operations.md, "TLS"; the README and docs/ are searched, and the
+// line must be there exactly once).
 func readmeACLLine(t *testing.T) string {
 	t.Helper()
-	raw, err := os.ReadFile("../../README.md")
-	require.NoError(t, err)
 	var found []string
-	for l := range strings.SplitSeq(string(raw), "\n") {
-		if strings.HasPrefix(l, "user redlockd on ") {
-			found = append(found, l)
+	for name, doc := range docFiles(t) {
+		for l := range strings.SplitSeq(doc, "\n") {
+			if strings.HasPrefix(l, "user redlockd on ") {
+				found = append(found, name+": "+l)
+			}
 		}
 	}
-	require.Len(t, found, 1, "the README has one ACL line starting with \"user redlockd on \"")
-	return found[0]
+	require.Len(t, found, 1, "the README and docs/ have one ACL line starting with \"user redlockd on \"")
+	_, line, _ := strings.Cut(found[0], ": ")
+	return line
 }
 
 // aclMasters are TLS-only masters (client certificates required) whose
-// default user has adminPassword and that have the README's ACL user with
+// default user has adminPassword and that have the documented ACL user with
 // password.
 type aclMasters struct {
 	servers  []*redisproc.Server
@@ -127,7 +130,7 @@ func (m *aclMasters) config(t *testing.T, dir string, edit func(*strings.Builder
 
 // TestMastersTLSWithREADMEACLUser runs the real binary with TLS on both
 // sides: HTTPS with client certificates to the daemon, and TLS-only masters
-// (client certificates required) reached as the README's least-privilege
+// (client certificates required) reached as the documented least-privilege
 // ACL user, password from a file. Every action with the account's limits
 // on, a waiter woken by a release (pub/sub), the admin listing of locks
 // and repair-fences work, and the masters' ACL LOG
