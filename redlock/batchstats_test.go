@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,4 +137,39 @@ func TestParseStatsReading(t *testing.T) {
 	failed.SetErr(redis.ErrClosed)
 	assert.False(t, parseStatsReading(failed).ok, "failed EXEC")
 	assert.False(t, parseStatsReading(nil).ok, "no reading")
+}
+
+// TestVotesAfterScriptFlush: after SCRIPT FLUSH every vote's EVALSHA
+// fails with NOSCRIPT and is re-sent as EVAL in a second pipeline, after
+// the first pipeline's statistics reading; that pipeline carries a reading
+// of its own (retryNoScript), and the votes count.
+func TestVotesAfterScriptFlush(t *testing.T) {
+	ctx := context.Background()
+	c, _ := brandNewClient(t)
+	warmUp(c)
+	execs := func() int64 {
+		var n int64
+		for _, r := range direct(t) {
+			info := r.Info(ctx, "commandstats").Val()
+			for line := range strings.Lines(info) {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_exec:calls="); ok {
+					k, _ := strconv.ParseInt(strings.SplitN(v, ",", 2)[0], 10, 64)
+					n += k
+				}
+			}
+		}
+		return n
+	}
+	key := newKey(t)
+	for _, r := range direct(t) {
+		require.NoError(t, r.ScriptFlush(ctx).Err())
+	}
+	before := execs()
+	lock, err := c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	require.NoError(t, err, "the re-sent votes count")
+	assert.GreaterOrEqual(t, execs()-before, int64(2*c.need), "a reading after the first pipeline and one after the re-sent votes, on at least a quorum of masters")
+	st, err := c.Status(ctx, key)
+	require.NoError(t, err)
+	assert.True(t, st.Held)
+	require.NoError(t, lock.Release(ctx))
 }
