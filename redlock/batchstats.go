@@ -18,11 +18,9 @@ import (
 // to read INFO stats themselves, once per vote; INFO inside a script costs
 // the master about as much CPU as the rest of the vote. Instead, a lane
 // whose pipeline carries at least one vote script appends one reading
-// after the batch's calls, on the same pipeline:
-//
-//	MULTI; TIME; INFO stats; EXEC
-//
-// and every vote of the batch is judged (evictionsUnchanged, commandsGrow)
+// after the batch's calls, on the same pipeline: a small script that
+// returns the master's TIME and INFO stats (scripts/stats_read.lua), and
+// every vote of the batch is judged (evictionsUnchanged, commandsGrow)
 // against that reading, as it was against its own.
 //
 // Claim: a vote judged against its batch reading is refused whenever an
@@ -31,11 +29,12 @@ import (
 //
 // Proof: the pipeline goes out on one connection, and Redis runs one
 // connection's commands in the order they were sent, each to completion
-// (scripts and MULTI/EXEC atomically), so the reading runs after every vote
+// (a script atomically), so the reading runs after every vote
 // script of its batch. A NOSCRIPT retry (retryNoScript) re-sends votes in a
 // later pipeline, sent after the first one's answers arrived; it carries a
 // reading of its own, which then replaces the first one for the whole
-// batch. Both counters only ever grow within one server process, except:
+// batch; so does a reading that itself met NOSCRIPT. Both counters only
+// ever grow within one server process, except:
 //   - a restart (a new process, whose counts start from zero): its run_id
 //     is read on every new connection before any command (onConnect), so
 //     a restart is seen before a vote or reading of the new process is
@@ -67,23 +66,27 @@ import (
 // refuses them: no vote counts without a reading taken after it.
 //
 // The commands counter of different lanes' readings is compared by the
-// master's TIME read in the same MULTI as the count, never by the votes'
+// master's TIME read in the same script as the count, never by the votes'
 // times: a reading's TIME and count are taken in one atomic step, so a
 // reading with a later time has a count at least as high unless the
 // statistics were reset in between (commandsGrow).
 //
-// Why MULTI with a bare INFO, not a script: measured on the master with
-// INFO commandstats (redis 7.0, 50,000 calls), INFO stats costs 2.5–8 µs
-// bare and a script doing TIME, INFO stats and parsing the two fields
-// 13–14 µs; MULTI, TIME and EXEC add under 1 µs to INFO. The reading needs
-// TIME in the same atomic step as the count (above), which a bare INFO
-// cannot give; MULTI does, without a script's cost. The reply is the whole
-// INFO stats text (about 1.5 KB); only the two fields are parsed, here.
+// Why a script: measured on a master with INFO commandstats (redis 7.0,
+// 40,000–50,000 calls each, this machine), INFO stats costs about 2.5 µs
+// bare; a script doing TIME and INFO stats and returning the text about
+// 7 µs; one that also parses the two fields with string.match 11–14 µs.
+// The reading needs TIME in the same atomic step as the count (above),
+// which a bare INFO cannot give. MULTI; TIME; INFO stats; EXEC would
+// (about 3.5 µs), but a master over maxmemory refuses every command queued
+// in a MULTI, so status votes, which succeed under OOM, would lose their
+// reading and be refused. The script has no shebang and no writes, so it
+// runs under OOM as the status script does. Its reply is the whole INFO
+// stats text (about 1.5 KB); only the two fields are parsed, here.
 
 // statsReading is one batch's reading of a master's INFO statistics,
 // taken after every vote of the batch.
 type statsReading struct {
-	at       time.Time // the master's TIME, read in the same MULTI
+	at       time.Time // the master's TIME, read in the same script
 	evicted  int64     // INFO stats evicted_keys
 	commands int64     // INFO stats total_commands_processed
 	ok       bool      // false: no reading (failed, missing, unparsable): the batch's votes are refused
@@ -94,32 +97,28 @@ func (c *call) isVote() bool {
 	return c.script == acquireScript || c.script == extendScript || c.script == statusScript
 }
 
-// queueStatsReading appends the batch reading to pipe; its EXEC command is
-// returned for parseStatsReading.
-func queueStatsReading(ctx context.Context, pipe redis.Pipeliner) *redis.Cmd {
-	pipe.Do(ctx, "MULTI")
-	pipe.Do(ctx, "TIME")
-	pipe.Do(ctx, "INFO", "stats")
-	return pipe.Do(ctx, "EXEC")
+// queueStatsReading appends the batch reading to pipe, as EVALSHA, or as
+// EVAL when retrying a NOSCRIPT (eval).
+func queueStatsReading(ctx context.Context, pipe redis.Pipeliner, eval bool) *redis.Cmd {
+	if eval {
+		return statsReadScript.Eval(ctx, pipe, nil)
+	}
+	return statsReadScript.EvalSha(ctx, pipe, nil)
 }
 
-// parseStatsReading decodes the EXEC of queueStatsReading: {{sec, usec},
-// INFO stats text}. Any failure leaves ok false.
-func parseStatsReading(exec *redis.Cmd) statsReading {
-	if exec == nil || exec.Err() != nil {
+// parseStatsReading decodes the reply of stats_read.lua: {sec, usec, INFO
+// stats text}. Any failure leaves ok false.
+func parseStatsReading(cmd *redis.Cmd) statsReading {
+	if cmd == nil || cmd.Err() != nil {
 		return statsReading{}
 	}
-	a, ok := exec.Val().([]any)
-	if !ok || len(a) != 2 {
+	a, ok := cmd.Val().([]any)
+	if !ok || len(a) != 3 {
 		return statsReading{}
 	}
-	t, ok := a[0].([]any)
-	if !ok || len(t) != 2 {
-		return statsReading{}
-	}
-	sec, err1 := anyInt(t[0])
-	usec, err2 := anyInt(t[1])
-	info, ok := a[1].(string)
+	sec, err1 := anyInt(a[0])
+	usec, err2 := anyInt(a[1])
+	info, ok := a[2].(string)
 	if err1 != nil || err2 != nil || !ok || sec <= 0 {
 		return statsReading{}
 	}

@@ -448,7 +448,7 @@ func (m *master) countersGrow(r counterRead, now time.Time, via string) bool {
 // RESETSTAT, which also resets evicted_keys and so could hide evictions:
 // treated as a loss. Readings of different lanes arrive out of order;
 // each is judged against the readings the master took before it (by its
-// own TIME, read in the same MULTI as the count), so a slower answer of
+// own TIME, read in the same script as the count), so a slower answer of
 // an earlier reading is not taken for a drop.
 func (m *master) commandsGrow(n int64, now time.Time, via string) bool {
 	s := &m.st.countersSeen

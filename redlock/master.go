@@ -266,7 +266,7 @@ func (l *lane) exec(batch []*call) {
 	// vote is judged on it.
 	var reading *redis.Cmd
 	if votes && m.c.opts.dataLossGuard {
-		reading = queueStatsReading(ctx, pipe)
+		reading = queueStatsReading(ctx, pipe, false)
 	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && !isConnError(err) {
@@ -318,33 +318,38 @@ func (l *lane) exec(batch []*call) {
 // retryNoScript re-sends, in their original order, the calls whose EVALSHA
 // failed with NOSCRIPT (the script cache was emptied), as EVAL. Scripts are
 // loaded on every new connection, so this only happens after a SCRIPT FLUSH.
-// When a vote is re-sent and the batch had a statistics reading, a new
-// reading follows the retried calls and replaces *reading: the first one
-// ran before them (batchstats.go).
+// When a vote is re-sent, or the batch's statistics reading met NOSCRIPT
+// itself, a new reading follows the retried calls and replaces *reading:
+// the first one ran before them, or failed (batchstats.go).
 func (l *lane) retryNoScript(ctx context.Context, send []*call, reading **redis.Cmd) error {
 	var again []*call
 	votes := false
 	for _, c := range send {
-		if err := c.cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if isNoScript(c.cmd.Err()) {
 			again = append(again, c)
 			votes = votes || c.isVote()
 		}
 	}
-	if len(again) == 0 {
+	readAgain := *reading != nil && (votes || isNoScript((*reading).Err()))
+	if len(again) == 0 && !readAgain {
 		return nil
 	}
 	pipe := l.m.rdb.Load().Pipeline()
 	for _, c := range again {
 		c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
 	}
-	if votes && *reading != nil {
-		*reading = queueStatsReading(ctx, pipe)
+	if readAgain {
+		*reading = queueStatsReading(ctx, pipe, true)
 	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && !isConnError(err) {
 		return nil
 	}
 	return err
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
 // isConnError tells transport failures (the answer is unknown) from Redis
