@@ -152,7 +152,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 				// quorum voted.
 				granted = append(granted, v.value)
 			}
-			if err := m.checkVote(v, r.sent, r.at); err != nil {
+			if err := m.checkVote(v, r); err != nil {
 				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: err})
 			} else if !m.counts() {
 				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})

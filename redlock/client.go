@@ -35,6 +35,8 @@ var (
 	repairLua string
 	//go:embed scripts/vote_prelude.lua
 	votePreludeLua string
+	//go:embed scripts/stats_read.lua
+	statsReadLua string
 	//go:embed scripts/horizon_read.lua
 	horizonReadLua string
 	//go:embed scripts/scan.lua
@@ -52,6 +54,8 @@ var (
 	releaseScript = redis.NewScript(releaseLua)
 	fenceScript   = redis.NewScript(fenceLua)
 	scanScript    = redis.NewScript(scanLua)
+	// statsReadScript follows a batch of votes (batchstats.go).
+	statsReadScript = redis.NewScript(statsReadLua)
 
 	fenceRepairScript = redis.NewScript(fenceRepairLua)
 	markerScript      = redis.NewScript(markerLua)
@@ -60,7 +64,7 @@ var (
 	clockBoundsScript = redis.NewScript(clockBoundsLua)
 
 	// laneScripts are loaded on every new lane connection.
-	laneScripts = []string{votePreludeLua + acquireLua, releaseLua, votePreludeLua + extendLua, votePreludeLua + statusLua, fenceLua, scanLua}
+	laneScripts = []string{votePreludeLua + acquireLua, releaseLua, votePreludeLua + extendLua, votePreludeLua + statusLua, fenceLua, scanLua, statsReadLua}
 )
 
 // Client runs the Redlock algorithm over N independent Redis masters.

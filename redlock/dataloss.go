@@ -377,18 +377,20 @@ func clip(s string) string {
 // master, with the master's time of that read, to catch one that goes
 // down later.
 type countersSeen struct {
-	mu       sync.Mutex
-	horizon  int64 // unix ms by the master's clock
-	commands int64 // INFO stats total_commands_processed
-	counter  int64 // the fencing counter: the highest read, or written back and acknowledged
-	at       int64 // the master's time of the read, unix µs
+	mu      sync.Mutex
+	horizon int64 // unix ms by the master's clock
+	counter int64 // the fencing counter: the highest read, or written back and acknowledged
+	at      int64 // the master's time of the read, unix µs
+	// commands is INFO stats total_commands_processed at the latest batch
+	// reading (batchstats.go), commandsAt that reading's master time (unix
+	// µs): readings are ordered by their own time, not by a vote's.
+	commands, commandsAt int64
 }
 
 // counterRead is what one vote or probe read of a master's counters; -1
 // for what it did not read.
 type counterRead struct {
 	horizon, raised int64 // the lease horizon before and after the script
-	commands        int64 // INFO stats total_commands_processed
 	counter         int64 // the fencing counter
 }
 
@@ -407,27 +409,21 @@ type counterRead struct {
 //     the shorter locks granted since, and their keys, are gone. The
 //     highest value known includes write-backs m acknowledged
 //     (counterAtLeast). counter < 0 skips this check (fencing off);
-//   - total_commands_processed only ever grows, except at a restart
-//     (caught by its run_id: a loss unless the master is durable, whose
-//     count starts again from zero, statsRestarted) or a CONFIG
-//     RESETSTAT, which also resets evicted_keys and so could hide
-//     evictions: treated as a loss. commands < 0 skips this check (a probe
-//     does not read it).
+//
+// (total_commands_processed is judged by commandsGrow, against the batch
+// reading, batchstats.go.)
 //
 // Answers read out of order (a slower reply of an earlier script) are
 // judged by the master's time of the read.
 func (m *master) countersGrow(r counterRead, now time.Time, via string) bool {
 	s := &m.st.countersSeen
 	at := now.UnixMicro()
-	h, n := r.horizon, r.commands
+	h := r.horizon
 	s.mu.Lock()
-	prevH, prevN, prevC, prevAt := s.horizon, s.commands, s.counter, s.at
+	prevH, prevC, prevAt := s.horizon, s.counter, s.at
 	later := at >= prevAt
 	if later {
 		s.horizon, s.at = max(h, r.raised, prevH), at
-		if n >= 0 {
-			s.commands = n
-		}
 		s.counter = max(r.counter, prevC)
 	}
 	s.mu.Unlock()
@@ -440,7 +436,31 @@ func (m *master) countersGrow(r counterRead, now time.Time, via string) bool {
 	case r.counter >= 0 && r.counter < prevC:
 		m.lostData(LossRolledBack, fmt.Sprintf("data went back in time: its fencing counter fell from %d to %d (seen by %s; a rollback to an older copy of its data)", prevC, r.counter, via))
 		return false
-	case n >= 0 && n < prevN:
+	}
+	return true
+}
+
+// commandsGrow checks total_commands_processed n, read on m at the
+// master's time now by a batch reading (batchstats.go), against the
+// latest reading before it: the count only ever grows, except at a
+// restart (caught by its run_id: a loss unless the master is durable,
+// whose count starts again from zero, statsRestarted) or a CONFIG
+// RESETSTAT, which also resets evicted_keys and so could hide evictions:
+// treated as a loss. Readings of different lanes arrive out of order;
+// each is judged against the readings the master took before it (by its
+// own TIME, read in the same script as the count), so a slower answer of
+// an earlier reading is not taken for a drop.
+func (m *master) commandsGrow(n int64, now time.Time, via string) bool {
+	s := &m.st.countersSeen
+	at := now.UnixMicro()
+	s.mu.Lock()
+	prevN, prevAt := s.commands, s.commandsAt
+	later := at >= prevAt
+	if later {
+		s.commands, s.commandsAt = n, at
+	}
+	s.mu.Unlock()
+	if later && n < prevN {
 		m.lostData(LossEvicted, fmt.Sprintf("its statistics were reset (total_commands_processed fell from %d to %d, seen by %s; CONFIG RESETSTAT), which would hide evictions", prevN, n, via))
 		return false
 	}
@@ -466,9 +486,9 @@ func (m *master) counterAtLeast(f int64, now time.Time) {
 // fencing counter are data, kept by a durable restart, and stay compared.
 //
 // Why a vote can rely on this although its reply carries no run_id: every
-// vote goes over a connection whose onConnect read the run_id of the
-// process that answers it, so a vote of the new process is judged after
-// this ran. The stats of a restart are counted from zero, not from the
+// vote, and its batch's statistics reading (batchstats.go), goes over a
+// connection whose onConnect read the run_id of the process that answers
+// it, so a vote or reading of the new process is judged after this ran. The stats of a restart are counted from zero, not from the
 // first read of the new process, so keys it evicted before that read are
 // still a loss. Two things stay unseen, as at any restart: evictions of
 // the old process after its last read (maxmemory-policy noeviction rules
@@ -488,6 +508,6 @@ func (m *master) statsRestarted() {
 func (m *master) resetCountersSeen() {
 	s := &m.st.countersSeen
 	s.mu.Lock()
-	s.horizon, s.commands, s.counter, s.at = 0, 0, 0, 0
+	s.horizon, s.commands, s.counter, s.at, s.commandsAt = 0, 0, 0, 0, 0
 	s.mu.Unlock()
 }

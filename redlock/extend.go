@@ -68,7 +68,7 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 		case !ok:
 			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errBadReply})
 		default:
-			if err := m.checkVote(v, r.sent, r.at); err != nil {
+			if err := m.checkVote(v, r); err != nil {
 				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: err})
 			} else if !m.counts() {
 				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})

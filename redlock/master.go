@@ -76,6 +76,9 @@ type reply struct {
 	// when its answers arrived (zero for failures): the script ran in
 	// between, which bounds its clock reading (clockref.go).
 	sent, at time.Time
+	// stats: for a vote, the INFO stats its lane read after the batch's
+	// votes (batchstats.go); ok false when there is none.
+	stats statsReading
 }
 
 // call is one script invocation bound for one master.
@@ -252,14 +255,24 @@ func (l *lane) exec(batch []*call) {
 	ctx := context.Background()
 	l.busySince.Store(now.UnixNano())
 	pipe := m.rdb.Load().Pipeline()
+	votes := false
 	for _, c := range send {
 		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
 		c.written.Store(now.UnixNano())
+		votes = votes || c.isVote()
+	}
+	// One reading of the INFO statistics after the batch's votes, which
+	// judges them all (batchstats.go). Without the data loss guard no
+	// vote is judged on it.
+	var reading *redis.Cmd
+	if votes && m.c.opts.dataLossGuard {
+		reading = queueStatsReading(ctx, pipe, false)
 	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && !isConnError(err) {
-		err = l.retryNoScript(ctx, send)
+		err = l.retryNoScript(ctx, send, &reading)
 	}
+	stats := parseStatsReading(reading)
 	l.busySince.Store(0)
 	received := time.Now()
 	if m.c.opts.observer != nil {
@@ -292,7 +305,11 @@ func (l *lane) exec(batch []*call) {
 				// say nothing.
 				m.voteWrote()
 			}
-			c.out <- reply{idx: c.idx, val: c.cmd.Val(), sent: now, at: received}
+			r := reply{idx: c.idx, val: c.cmd.Val(), sent: now, at: received}
+			if c.isVote() {
+				r.stats = stats
+			}
+			c.out <- r
 		}
 		c.out = nil
 	}
@@ -301,25 +318,38 @@ func (l *lane) exec(batch []*call) {
 // retryNoScript re-sends, in their original order, the calls whose EVALSHA
 // failed with NOSCRIPT (the script cache was emptied), as EVAL. Scripts are
 // loaded on every new connection, so this only happens after a SCRIPT FLUSH.
-func (l *lane) retryNoScript(ctx context.Context, send []*call) error {
+// When a vote is re-sent, or the batch's statistics reading met NOSCRIPT
+// itself, a new reading follows the retried calls and replaces *reading:
+// the first one ran before them, or failed (batchstats.go).
+func (l *lane) retryNoScript(ctx context.Context, send []*call, reading **redis.Cmd) error {
 	var again []*call
+	votes := false
 	for _, c := range send {
-		if err := c.cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if isNoScript(c.cmd.Err()) {
 			again = append(again, c)
+			votes = votes || c.isVote()
 		}
 	}
-	if len(again) == 0 {
+	readAgain := *reading != nil && (votes || isNoScript((*reading).Err()))
+	if len(again) == 0 && !readAgain {
 		return nil
 	}
 	pipe := l.m.rdb.Load().Pipeline()
 	for _, c := range again {
 		c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
 	}
+	if readAgain {
+		*reading = queueStatsReading(ctx, pipe, true)
+	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && !isConnError(err) {
 		return nil
 	}
 	return err
+}
+
+func isNoScript(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT")
 }
 
 // isConnError tells transport failures (the answer is unknown) from Redis

@@ -212,7 +212,7 @@ func (m *master) probeOnce() {
 		m.lostData(LossReplica, "its replication ID changed after a REPLICAOF and REPLICAOF NO ONE: its data was replaced by another server's")
 	case horizonMS < 0:
 		m.lostData(LossStateMissing, "data lost without restart: lease horizon missing (seen by a health probe)")
-	case !m.countersGrow(counterRead{horizon: horizonMS, raised: horizonMS, commands: -1, counter: counterValue}, horizonAt, "a health probe"):
+	case !m.countersGrow(counterRead{horizon: horizonMS, raised: horizonMS, counter: counterValue}, horizonAt, "a health probe"):
 	case counterMissing:
 		m.lostData(LossStateMissing, "data lost without restart: fencing counter missing (seen by a health probe)")
 	case evErr == nil:

@@ -93,7 +93,7 @@ func (t *statusTally) add(r reply, early bool) bool {
 		t.res.Failures = append(t.res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errBadReply})
 		return false
 	}
-	if err := m.checkVote(v, r.sent, r.at); err != nil {
+	if err := m.checkVote(v, r); err != nil {
 		t.res.Failures = append(t.res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: err})
 		return false
 	}

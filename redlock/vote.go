@@ -19,18 +19,17 @@ type voteReply struct {
 	extra       string    // status: the token's SHA-1
 	marker      string    // the marker's value, "" when missing
 	time        time.Time // the master's TIME when the script ran
-	evicted     int64     // INFO stats evicted_keys
 	horizon     int64     // the lease horizon before the script, unix ms by the master's clock
-	commands    int64     // INFO stats total_commands_processed
 	raised      int64     // the lease horizon after the script
 	counter     int64     // the fencing counter; -1 when fencing is off
 }
 
-// parseVote decodes {code, value, marker, sec, usec, evicted, extra,
-// horizon, commands, horizon after, counter}.
+// parseVote decodes {code, value, marker, sec, usec, extra, horizon,
+// horizon after, counter}. The INFO statistics are not in it: they come
+// with the reply, from the batch's reading (reply.stats, batchstats.go).
 func parseVote(v any) (voteReply, bool) {
 	a, ok := v.([]any)
-	if !ok || len(a) != 11 {
+	if !ok || len(a) != 9 {
 		return voteReply{}, false
 	}
 	var r voteReply
@@ -40,12 +39,10 @@ func parseVote(v any) (voteReply, bool) {
 	sec, _ := a[3].(int64)
 	usec, _ := a[4].(int64)
 	r.time = time.Unix(sec, usec*int64(time.Microsecond))
-	r.evicted, _ = a[5].(int64)
-	r.extra, _ = a[6].(string)
-	r.horizon, _ = a[7].(int64)
-	r.commands, _ = a[8].(int64)
-	r.raised, _ = a[9].(int64)
-	r.counter, _ = a[10].(int64)
+	r.extra, _ = a[5].(string)
+	r.horizon, _ = a[6].(int64)
+	r.raised, _ = a[7].(int64)
+	r.counter, _ = a[8].(int64)
 	return r, sec > 0
 }
 
@@ -64,14 +61,20 @@ var (
 	// check the vote's clock against (its probes are too slow or failing).
 	ErrMasterClockUnknown = fmt.Errorf("%w: its clock was not verified recently or precisely enough", ErrMasterQuarantined)
 	errBadReply           = errors.New("unexpected script reply")
+	// errNoStatsReading: the vote's batch had no INFO stats reading after
+	// it (failed or unparsable), so nothing shows the master evicted
+	// nothing before the vote (batchstats.go). The vote does not count.
+	errNoStatsReading = errors.New("no statistics reading after the vote's batch")
 )
 
-// checkVote runs the per-vote guards on a vote script's answer from m,
-// whose pipeline was written at sent and answered at received. It returns nil when
+// checkVote runs the per-vote guards on a vote script's answer v from m,
+// delivered in r: its pipeline was written at r.sent and answered at
+// r.at, and r.stats is the INFO stats reading the lane took after the
+// batch's votes (batchstats.go). It returns nil when
 // the vote may count (if m counts at all), or why not. A master found to
 // have lost its data or to have jumped its clock is quarantined here, in
 // the same round trip as the vote, not at the next health probe.
-func (m *master) checkVote(v voteReply, sent, received time.Time) error {
+func (m *master) checkVote(v voteReply, r reply) error {
 	o := &m.c.opts
 	if o.dataLossGuard {
 		if m.expectedMarker.Load() == nil {
@@ -90,15 +93,23 @@ func (m *master) checkVote(v voteReply, sent, received time.Time) error {
 		if !m.markerMatches(v.marker, v.time, "a vote") {
 			return ErrMasterDataLost
 		}
-		if !m.evictionsUnchanged(v.evicted, "a vote") {
+		if !r.stats.ok {
+			// No reading after the vote: nothing shows that the master
+			// evicted nothing before the vote ran (fail closed).
+			return errNoStatsReading
+		}
+		if !m.evictionsUnchanged(r.stats.evicted, "a vote's batch reading") {
 			return ErrMasterDataLost
 		}
-		if !m.countersGrow(counterRead{horizon: v.horizon, raised: v.raised, commands: v.commands, counter: v.counter}, v.time, "a vote") {
+		if !m.countersGrow(counterRead{horizon: v.horizon, raised: v.raised, counter: v.counter}, v.time, "a vote") {
+			return ErrMasterDataLost
+		}
+		if !m.commandsGrow(r.stats.commands, r.stats.at, "a vote's batch reading") {
 			return ErrMasterDataLost
 		}
 	}
 	if o.clockGuard && o.voteClockGuard {
-		return m.checkVoteClock(v.time, sent, received)
+		return m.checkVoteClock(v.time, r.sent, r.at)
 	}
 	return nil
 }

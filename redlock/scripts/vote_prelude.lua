@@ -5,31 +5,27 @@
 -- KEYS[2] deployment marker ('' skips the check: negative controls only),
 -- KEYS[3] lease horizon (unix ms by this master's clock), KEYS[4] fencing
 -- counter (absent when fencing is off).
--- Every reply is {code, value, marker, sec, usec, evicted, extra, horizon,
--- commands, horizon after, counter}:
+-- Every reply is {code, value, marker, sec, usec, extra, horizon, horizon
+-- after, counter}:
 --   code, value, extra  the script's own result;
 --   marker              the marker's value, '' when missing;
 --   sec, usec           this master's TIME when the script ran;
---   evicted             INFO stats evicted_keys;
 --   horizon             the lease horizon before the script (it only ever
 --                       grows, so a lower value later means the data went
 --                       back in time: a rollback to older data);
---   commands            INFO stats total_commands_processed (it only ever
---                       grows, except at a restart or a CONFIG RESETSTAT,
---                       which would also hide evictions);
 --   horizon after       the lease horizon after the script;
 --   counter             the fencing counter (-1 when fencing is off or it
 --                       is missing): it only ever grows, so a lower value
 --                       later means a rollback too, also one the horizon
 --                       does not show (a longer lock granted before the
 --                       older copy kept the horizon where it is).
+-- The script does not read INFO stats (evicted_keys,
+-- total_commands_processed): the lane reads them once per pipelined batch,
+-- after the batch's votes (statsReading, redlock/batchstats.go).
 local now = redis.call('TIME')
 local nowms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local marker = redis.call('GET', KEYS[2])
 local intact = KEYS[2] == '' or marker and redis.call('EXISTS', KEYS[3]) == 1 and (KEYS[4] == nil or redis.call('EXISTS', KEYS[4]) == 1)
-local stats = redis.call('INFO', 'stats')
-local evicted = tonumber(string.match(stats, 'evicted_keys:(%d+)')) or 0
-local commands = tonumber(string.match(stats, 'total_commands_processed:(%d+)')) or 0
 local horizon = tonumber(redis.call('GET', KEYS[3]) or '0')
 local horizonBefore = horizon
 local counter = -1
@@ -37,7 +33,7 @@ if KEYS[4] then
   counter = tonumber(redis.call('GET', KEYS[4]) or '-1')
 end
 local function reply(code, value, extra)
-  return {code, value, marker or '', tonumber(now[1]), tonumber(now[2]), evicted, extra or '', horizonBefore, commands, horizon, counter}
+  return {code, value, marker or '', tonumber(now[1]), tonumber(now[2]), extra or '', horizonBefore, horizon, counter}
 end
 -- raiseHorizon max-assigns the lease horizon to now + ms: no lock granted
 -- with this master's vote can outlive it (redlock/horizon.go).

@@ -1,0 +1,207 @@
+package redlock
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// writeScript stores ARGV[1] bytes under KEYS[1] for 2s: the call in the
+// middle of a batch that pushes a master over maxmemory.
+var writeScript = redis.NewScript("redis.call('SET', KEYS[1], string.rep('x', tonumber(ARGV[1])), 'PX', 2000) return 1")
+
+// TestBatchReadingCatchesEvictionBetweenVotes: the vote scripts no longer
+// read INFO; one reading after the batch judges every vote in it. One
+// pipeline carries a status vote, a write that takes master 4 over
+// maxmemory, and a second status vote: the master evicts before running
+// the second vote, after the first one ran. Neither vote's script read
+// evicted_keys, and the reading after the batch refuses both; the first
+// vote is refused for an eviction that happened after it ran (the safe
+// side: a reading in its own script would have passed it). The negative
+// control, the same batch with a small write, passes both votes; and the
+// same replies without a reading are refused (fail closed).
+func TestBatchReadingCatchesEvictionBetweenVotes(t *testing.T) {
+	ctx := context.Background()
+	_, opts := brandNewClient(t)
+	slow := sameDeployment(t, append(opts, WithHealthInterval(time.Hour))...)
+	r := direct(t)[4]
+	require.NoError(t, writeScript.Load(ctx, r).Err()) // no NOSCRIPT retry in the middle of the batch
+	m := slow.masters[4]
+	key := newKey(t)
+	filler := key + ":filler"
+	t.Cleanup(func() {
+		r.ConfigSet(ctx, "maxmemory", "0")
+		r.ConfigSet(ctx, "maxmemory-policy", "noeviction")
+		r.Del(ctx, filler)
+	})
+
+	batch := func(size int) []reply {
+		out := make(chan reply, 3)
+		deadline := time.Now().Add(time.Minute)
+		keys := slow.voteKeys(key)
+		calls := []*call{
+			{script: statusScript, keys: keys, deadline: deadline, idx: 4, out: out},
+			{script: writeScript, keys: []string{filler}, args: []any{strconv.Itoa(size)}, deadline: deadline, idx: 4, out: out},
+			{script: statusScript, keys: keys, deadline: deadline, idx: 4, out: out},
+		}
+		m.lanes[0].exec(calls)
+		var votes []reply
+		for range calls {
+			rep := <-out
+			require.NoError(t, rep.err)
+			if _, ok := rep.val.([]any); ok {
+				votes = append(votes, rep)
+			}
+		}
+		require.Len(t, votes, 2)
+		return votes
+	}
+	judge := func(votes []reply) []error {
+		var errs []error
+		for _, rep := range votes {
+			v, ok := parseVote(rep.val)
+			require.True(t, ok, "%v", rep.val)
+			errs = append(errs, m.checkVote(v, rep))
+		}
+		return errs
+	}
+
+	warmUp(slow) // fresh clock readings and eviction baseline
+	votes := batch(1 << 10)
+	for _, rep := range votes {
+		assert.True(t, rep.stats.ok, "the lane read the statistics after the batch")
+	}
+	assert.Equal(t, []error{nil, nil}, judge(votes), "negative control: no eviction, both votes count")
+	for i := range votes {
+		votes[i].stats = statsReading{}
+	}
+	for _, err := range judge(votes) {
+		assert.ErrorIs(t, err, errNoStatsReading, "no reading after the batch: the vote is refused")
+	}
+
+	warmUp(slow)
+	evicted := func() int64 {
+		n, err := strconv.ParseInt(parseInfoFields(r.Info(ctx, "stats").Val(), "evicted_keys")["evicted_keys"], 10, 64)
+		require.NoError(t, err)
+		return n
+	}
+	before := evicted()
+	used, err := strconv.ParseInt(parseInfoFields(r.Info(ctx, "memory").Val(), "used_memory")["used_memory"], 10, 64)
+	require.NoError(t, err)
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory-policy", "volatile-ttl").Err())
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+4<<20, 10)).Err())
+	votes = batch(16 << 20)
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory", "0").Err())
+	require.Greater(t, evicted(), before, "the master evicted during the batch")
+	require.True(t, votes[0].stats.ok && votes[1].stats.ok)
+	assert.Equal(t, votes[0].stats, votes[1].stats, "one reading for the whole batch")
+	for i, err := range judge(votes) {
+		assert.ErrorIs(t, err, ErrMasterDataLost, "vote %d: the reading after the batch shows the eviction", i)
+	}
+	assert.Equal(t, int64(1), slow.DataLosses()[LossEvicted], "the eviction is counted once")
+}
+
+// TestParseStatsReading: the reply of stats_read.lua is decoded, and
+// anything else leaves it unusable (its votes are refused).
+func TestParseStatsReading(t *testing.T) {
+	ok := func(v any) statsReading {
+		cmd := redis.NewCmd(context.Background())
+		cmd.SetVal(v)
+		return parseStatsReading(cmd)
+	}
+	info := "# Stats\r\ntotal_connections_received:3\r\ntotal_commands_processed:1234\r\nevicted_keys:7\r\n"
+	r := ok([]any{"1700000000", "250", info})
+	require.True(t, r.ok)
+	assert.Equal(t, int64(7), r.evicted)
+	assert.Equal(t, int64(1234), r.commands)
+	assert.Equal(t, time.Unix(1700000000, 250000), r.at)
+
+	for name, v := range map[string]any{
+		"no evicted_keys": []any{"1700000000", "250", "total_commands_processed:1234\r\n"},
+		"no commands":     []any{"1700000000", "250", "evicted_keys:7\r\n"},
+		"garbled count":   []any{"1700000000", "250", "evicted_keys:x\r\ntotal_commands_processed:1234\r\n"},
+		"no time":         []any{info},
+		"zero time":       []any{"0", "0", info},
+		"bad time":        []any{"x", "0", info},
+		"not an array":    "OK",
+		"no text":         []any{"1700000000", "250", int64(3)},
+	} {
+		assert.False(t, ok(v).ok, name)
+	}
+	failed := redis.NewCmd(context.Background())
+	failed.SetErr(redis.ErrClosed)
+	assert.False(t, parseStatsReading(failed).ok, "failed reading")
+	assert.False(t, parseStatsReading(nil).ok, "no reading")
+}
+
+// TestVotesAfterScriptFlush: after SCRIPT FLUSH every vote's EVALSHA
+// fails with NOSCRIPT and is re-sent as EVAL in a second pipeline, after
+// the first pipeline's statistics reading ran (here the reading script is
+// still loaded, so that first reading succeeds). The re-sent votes carry
+// a reading of their own, taken after them (by the master's clock), and
+// count; then a whole acquire after a flush of every master succeeds.
+func TestVotesAfterScriptFlush(t *testing.T) {
+	ctx := context.Background()
+	_, opts := brandNewClient(t)
+	slow := sameDeployment(t, append(opts, WithHealthInterval(time.Hour))...)
+	m := slow.masters[4]
+	r := direct(t)[4]
+	key := newKey(t)
+	warmUp(slow)
+	require.NoError(t, r.ScriptFlush(ctx).Err())
+	require.NoError(t, statsReadScript.Load(ctx, r).Err())
+	out := make(chan reply, 2)
+	deadline := time.Now().Add(time.Minute)
+	calls := []*call{
+		{script: statusScript, keys: slow.voteKeys(key), deadline: deadline, idx: 4, out: out},
+		{script: statusScript, keys: slow.voteKeys(key), deadline: deadline, idx: 4, out: out},
+	}
+	m.lanes[0].exec(calls)
+	for range calls {
+		rep := <-out
+		require.NoError(t, rep.err)
+		v, ok := parseVote(rep.val)
+		require.True(t, ok)
+		require.True(t, rep.stats.ok)
+		assert.False(t, rep.stats.at.Before(v.time), "the reading ran after the re-sent vote: %v < %v", rep.stats.at, v.time)
+		assert.NoError(t, m.checkVote(v, rep))
+	}
+
+	for _, r := range direct(t) {
+		require.NoError(t, r.ScriptFlush(ctx).Err())
+	}
+	lock, err := slow.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	require.NoError(t, err, "the re-sent votes count")
+	require.NoError(t, lock.Release(ctx))
+}
+
+// TestStatusVoteReadUnderOOM: a master over maxmemory (noeviction) still
+// answers status votes, and their batch reading (a MULTI around TIME and
+// INFO would be refused there, and the votes with it). Negative control:
+// the same master refuses a write.
+func TestStatusVoteReadUnderOOM(t *testing.T) {
+	ctx := context.Background()
+	_, opts := brandNewClient(t)
+	slow := sameDeployment(t, append(opts, WithHealthInterval(time.Hour))...)
+	m := slow.masters[4]
+	r := direct(t)[4]
+	key := newKey(t)
+	warmUp(slow)
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory-policy", "noeviction").Err())
+	require.NoError(t, r.ConfigSet(ctx, "maxmemory", "1").Err())
+	t.Cleanup(func() { r.ConfigSet(ctx, "maxmemory", "0") })
+	require.ErrorContains(t, r.Set(ctx, key+":x", "x", time.Second).Err(), "OOM", "negative control: the master is out of memory")
+	out := make(chan reply, 1)
+	m.lanes[0].exec([]*call{{script: statusScript, keys: slow.voteKeys(key), deadline: time.Now().Add(time.Minute), idx: 4, out: out}})
+	rep := <-out
+	require.NoError(t, rep.err)
+	assert.True(t, rep.stats.ok, "the batch reading runs under OOM")
+	v, ok := parseVote(rep.val)
+	require.True(t, ok)
+	assert.NoError(t, m.checkVote(v, rep))
+}
