@@ -502,8 +502,9 @@ func TestGrantedLockSeenOnAMasterThatLostItsBookkeeping(t *testing.T) {
 // still succeeds on the others, and the master keeps the lock's key and
 // record. The release is kept and sent again at the next probe round once
 // the master accepts it. Found by an adversarial review: the release
-// returned at a quorum's answers and never saw the error, and the key was
-// refused for the rest of its TTL.
+// returned at a quorum's answers and never read the error, and the key was
+// refused for the rest of its TTL; the answers after a quorum's are now
+// read in the background.
 func TestReleaseRefusedByAMasterIsSentAgain(t *testing.T) {
 	ctx := context.Background()
 	c, rdbs, l := heldOnEveryMaster(t)
@@ -518,6 +519,13 @@ func TestReleaseRefusedByAMasterIsSentAgain(t *testing.T) {
 	}
 	t.Cleanup(restore)
 	require.NoError(t, l.Release(ctx))
+	// Release returns at a quorum; master 4's refusal is read after it.
+	require.Eventually(t, func() bool {
+		u := &c.masters[4].unreleased
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		return len(u.m) == 1
+	}, 5*time.Second, time.Millisecond, "master 4's refused release is kept")
 	restore()
 	assert.Equal(t, []int{4}, holders(t, rdbs, key, l.Token()), "master 4 refused the release")
 	_, err := c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))

@@ -10,10 +10,11 @@ import (
 
 // Release runs the compare-and-delete script (never a bare DEL; it deletes
 // the lock's fence record with it, fence.go) on every master in parallel,
-// waits for every answer, each bounded by the per-master timeout, and
-// returns how many masters held this token and deleted it. A master that
-// answers with an error or not at all is sent the release again once it
-// answers a health probe (releaseLater). A master that is slow or
+// each bounded by the per-master timeout, and returns, once a quorum
+// deleted the key (or every master answered), how many masters held this
+// token and deleted it. A master that answers with an error or not at all,
+// also after that, is sent the release again once it answers a health
+// probe (releaseLater). A master that is slow or
 // stuck still receives the release later, after any SET queued before it.
 //
 // It returns nil when at least one master held the token: the lock is no
@@ -30,7 +31,9 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 	out, _ := c.fanout(releaseScript, c.releaseKeys(key), []any{token, c.releaseChannel()}, true, start, nil)
 	res := OutcomeError{Op: "release", Quorum: c.quorum, Masters: n}
 	answered := 0
+	seen := make([]bool, n)
 	c.gather(ctx, out, start, nil, func(r reply) bool {
+		seen[r.idx] = true
 		if r.err != nil {
 			c.masters[r.idx].releaseLater(key, token)
 			res.Failures = append(res.Failures, masterErr(c, r))
@@ -39,12 +42,21 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 		answered++
 		n, _ := r.val.(int64)
 		countScriptResult(&res, n)
-		// Every answer is waited for (bounded by the per-master timeout),
-		// not only a quorum's: a master that answers with an error (an
-		// ACL, OOM) or not at all keeps the lock's key and fence record,
-		// and its release is kept to be sent again (releaseLater).
-		return false
+		return res.Votes >= c.quorum
 	})
+	// The answers that come after the decision are still read, in the
+	// background (bounded by the per-master timeout): a master that
+	// answers with an error (an ACL, OOM) or not at all keeps the lock's
+	// key and fence record, and its release is kept to be sent again
+	// (releaseLater).
+	if rest := unseen(seen); rest != nil {
+		go c.gather(context.Background(), out, start, rest, func(r reply) bool {
+			if r.err != nil {
+				c.masters[r.idx].releaseLater(key, token)
+			}
+			return false
+		})
+	}
 	if res.Votes > 0 {
 		return res.Votes, nil
 	}
@@ -55,6 +67,21 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 	}
 	sortFailures(res.Failures)
 	return 0, &res
+}
+
+// unseen returns which masters seen does not mark, or nil when it marks
+// them all.
+func unseen(seen []bool) []bool {
+	var rest []bool
+	for i, ok := range seen {
+		if !ok {
+			if rest == nil {
+				rest = make([]bool, len(seen))
+			}
+			rest[i] = true
+		}
+	}
+	return rest
 }
 
 // countScriptResult counts a release/extend script result code:
