@@ -132,6 +132,14 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	check := c.grantedCheck()
 	var granted []int64 // PTTLs of the granted locks seen
 	heard, unheardN := 0, 0
+	// With the check on, the fence write-back starts as soon as the votes
+	// needed are in (the fence from their counters, fence.go), while the
+	// other answers are still awaited: the two round trips overlap. A
+	// grant refused after all has its keys and records released (cleanup).
+	var early chan int
+	var earlyRes OutcomeError
+	var earlyVoted []bool
+	var earlyFence int64
 	c.gather(ctx, out, start, nil, func(r reply) bool {
 		m := c.masters[r.idx]
 		v, ok := parseVote(r.val)
@@ -160,6 +168,14 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 				counter = max(counter, v.value)
 				res.Votes++
 				voted[r.idx] = true
+				if check && early == nil && res.Votes >= c.need && c.opts.fenceKey != "" && len(granted) == 0 && unheardN == 0 {
+					earlyFence = c.issuedFloor(counter, issuedBefore) + 1
+					earlyVoted = slices.Clone(voted)
+					early = make(chan int, 1)
+					go func() {
+						early <- c.writeFence(ctx, keys, token, earlyFence, earlyVoted, c.quorum, false, &earlyRes)
+					}()
+				}
 			} else {
 				res.Refused++
 				if v.value > 0 {
@@ -176,20 +192,29 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 		// quarantined, not only refused this once.
 		return lost || heard == n
 	})
+	written := 0
+	if early != nil {
+		written = <-early
+		res.Failures = append(res.Failures, earlyRes.Failures...)
+	}
 	overGrant := check && res.Votes >= c.need && (len(granted) > 0 || unheardN > 0)
 	if overGrant {
-		res.Votes = min(res.Votes, c.need-1) // not granted: no write-back
+		res.Votes = min(res.Votes, c.need-1) // not granted
 	}
 	var fence int64
 	fenceFailed := false
 	if res.Votes >= c.need && c.opts.fenceKey != "" {
-		fence = c.issuedFloor(counter, issuedBefore) + 1
 		// Written back first to the masters that voted (a quorum: the proof
 		// needs no more, and the late voters save a script call each), then,
 		// if a voter stopped answering in between, to the other masters
 		// that may hold the lock: their SETs are ahead of the write-back on
 		// the same lane.
-		written := c.writeFence(ctx, keys, token, fence, voted, c.quorum, false, &res)
+		if early != nil {
+			fence, voted = earlyFence, earlyVoted
+		} else {
+			fence = c.issuedFloor(counter, issuedBefore) + 1
+			written = c.writeFence(ctx, keys, token, fence, voted, c.quorum, false, &res)
+		}
 		if written < c.quorum {
 			rest := make([]bool, n)
 			more := false
