@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -538,14 +539,20 @@ func TestReleaseRefusedByAMasterIsSentAgain(t *testing.T) {
 }
 
 // heldOnEveryMaster returns a Client that probes once an hour, direct
-// connections, and a 30s lock of a new key whose SETs have landed on every
-// master.
+// connections, and a 30s lock of a new key held, with its fence record, on
+// every master: the acquire writes the record to the quorum that voted
+// first, and an extend to every master it extends.
 func heldOnEveryMaster(t *testing.T) (*Client, []*redis.Client, *Lock) {
 	t.Helper()
+	ctx := context.Background()
 	c := newClient(t, WithHealthInterval(time.Hour))
 	key := newKey(t)
-	l, err := c.Acquire(context.Background(), key, 30*time.Second)
+	l, err := c.Acquire(ctx, key, 30*time.Second)
 	require.NoError(t, err)
 	settle(t, c, key)
-	return c, direct(t), l
+	require.NoError(t, l.Extend(ctx, 30*time.Second))
+	settle(t, c, key)
+	rdbs := direct(t)
+	require.Len(t, holders(t, rdbs, c.fenceRecordKey(key), strconv.FormatInt(l.Fence(), 10)+" "+l.Token()), 5)
+	return c, rdbs, l
 }
