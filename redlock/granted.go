@@ -55,9 +55,10 @@ import (
 // Cost: on a refusal the script reads the holder's record (one GET); a
 // winning acquire waits for the masters it did not need for its quorum
 // (they were sent the vote at the same time), at most the per-master
-// timeout for one that is slow but not known down. Measured at c=1 on
-// five local masters sharing two cores, about 13% of the cycle rate
-// (BenchmarkSafetyModes; docs/performance.md). The price of the check is liveness after a release that did
+// timeout for one that is slow but not known down; its fence write-back
+// starts at the needed votes, so the two waits overlap. Measured at c=1 on
+// five local masters sharing two cores: no difference left within the
+// noise (BenchmarkSafetyModes; docs/performance.md). The price of the check is liveness after a release that did
 // not reach a master (down at the time) that comes back before the lock's
 // TTL ends there: the key is refused until that TTL ends.
 
