@@ -168,7 +168,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 				counter = max(counter, v.value)
 				res.Votes++
 				voted[r.idx] = true
-				if check && early == nil && res.Votes >= c.need && c.opts.fenceKey != "" && len(granted) == 0 && unheardN == 0 {
+				if check && early == nil && res.Votes >= c.need && len(granted) == 0 && unheardN == 0 {
 					earlyFence = c.issuedFloor(counter, issuedBefore) + 1
 					earlyVoted = slices.Clone(voted)
 					early = make(chan int, 1)
@@ -198,12 +198,10 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 		res.Failures = append(res.Failures, earlyRes.Failures...)
 	}
 	overGrant := check && res.Votes >= c.need && (len(granted) > 0 || unheardN > 0)
-	if overGrant {
-		res.Votes = min(res.Votes, c.need-1) // not granted
-	}
+	granting := res.Votes >= c.need && !overGrant
 	var fence int64
 	fenceFailed := false
-	if res.Votes >= c.need && c.opts.fenceKey != "" {
+	if granting && c.opts.fenceKey != "" {
 		// Written back first to the masters that voted (a quorum: the proof
 		// needs no more, and the late voters save a script call each), then,
 		// if a voter stopped answering in between, to the other masters
@@ -229,7 +227,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 		fenceFailed = written < c.quorum // the lock is not ours without its fence on a quorum
 	}
 	validity := ttl - time.Since(start) - c.drift(ttl)
-	if res.Votes >= c.need && validity > 0 && !fenceFailed {
+	if granting && validity > 0 && !fenceFailed {
 		c.issued(fence)
 		return &Lock{c: c, key: key, token: token, fence: fence, ttl: ttl, validUntil: start.Add(ttl - c.drift(ttl))}, nil
 	}
@@ -249,7 +247,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	case fenceFailed:
 		// A quorum voted but too few stored the fencing token in time.
 		res.Kind = ErrQuorumUnavailable
-	case res.Votes >= c.need:
+	case granting:
 		// A quorum agreed but too late: the masters are too slow for this TTL.
 		res.Kind = ErrQuorumUnavailable
 		res.Failures = append(res.Failures, fmt.Errorf("validity %v ≤ 0 after %v", validity, time.Since(start)))

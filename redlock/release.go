@@ -32,10 +32,15 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 	res := OutcomeError{Op: "release", Quorum: c.quorum, Masters: n}
 	answered := 0
 	seen := make([]bool, n)
-	c.gather(ctx, out, start, nil, func(r reply) bool {
-		seen[r.idx] = true
+	missed := func(r reply) bool {
 		if r.err != nil {
 			c.masters[r.idx].releaseLater(key, token)
+		}
+		return r.err != nil
+	}
+	c.gather(ctx, out, start, nil, func(r reply) bool {
+		seen[r.idx] = true
+		if missed(r) {
 			res.Failures = append(res.Failures, masterErr(c, r))
 			return false
 		}
@@ -51,9 +56,7 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 	// (releaseLater).
 	if rest := unseen(seen); rest != nil {
 		go c.gather(context.Background(), out, start, rest, func(r reply) bool {
-			if r.err != nil {
-				c.masters[r.idx].releaseLater(key, token)
-			}
+			missed(r)
 			return false
 		})
 	}
