@@ -15,13 +15,16 @@ local t = redis.call('TIME')
 local function reply(code)
   return {code, tonumber(t[1]), tonumber(t[2])}
 end
-if KEYS[2] ~= '' and redis.call('EXISTS', KEYS[2], KEYS[3], KEYS[4]) ~= 3 then
+-- One MGET: the lock's holder, the marker, the horizon and the counter
+-- (false where missing).
+local s = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
+if KEYS[2] ~= '' and not (s[2] and s[3] and s[4]) then
   return reply(-2)
 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if s[1] ~= ARGV[1] then
   return reply(0)
 end
-local cur = tonumber(redis.call('GET', KEYS[4]) or '0')
+local cur = tonumber(s[4] or '0')
 if cur < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[4], ARGV[2])
 end

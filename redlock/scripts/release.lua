@@ -8,10 +8,7 @@
 -- Returns 1 deleted, 0 absent (expired or released), -1 held by another token.
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  if KEYS[2] then
-    redis.call('DEL', KEYS[2])
-  end
+  redis.call('DEL', unpack(KEYS))
   if ARGV[2] then
     redis.call('PUBLISH', ARGV[2], KEYS[1])
   end

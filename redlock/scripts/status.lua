@@ -12,10 +12,11 @@
 if not intact then
   return reply(-2, 0)
 end
-local v = redis.call('GET', KEYS[1])
+local vf = KEYS[5] and redis.call('MGET', KEYS[1], KEYS[5]) or {redis.call('GET', KEYS[1])}
+local v = vf[1]
 if v then
   local extra = redis.sha1hex(v)
-  local f = KEYS[5] and redis.call('GET', KEYS[5])
+  local f = vf[2]
   if f then
     local sp = string.find(f, ' ', 1, true)
     if sp and string.sub(f, sp + 1) == v then
