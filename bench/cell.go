@@ -37,6 +37,14 @@ type cellResult struct {
 	StuckWorkers int            `json:"stuck_workers"`
 	Errors       map[string]int `json:"errors,omitempty"` // "acquire: <class>" / "release: <class>" / "stuck in <phase>"
 
+	// MasterCPUUSPerCycle is the CPU the masters spent per completed cycle,
+	// summed over every master (INFO cpu used_cpu_user + used_cpu_sys,
+	// read before and after the cell): the scripts, the network I/O and
+	// the event loop. Healthy cells only (a paused master cannot be read);
+	// it includes the clients' background probes, which are the same for
+	// every cell.
+	MasterCPUUSPerCycle float64 `json:"master_cpu_us_per_cycle,omitempty"`
+
 	DaemonVmHWMKiB int64 `json:"daemon_vmhwm_kib,omitempty"` // http cells: the daemon's peak RSS so far
 	DaemonVmRSSKiB int64 `json:"daemon_vmrss_kib,omitempty"`
 }

@@ -415,7 +415,11 @@ func (e *env) cell(ctx context.Context, tg target, scenario string, conc int, pa
 			return cellResult{}, err
 		}
 	}
+	cpu0, cpuErr := e.mastersCPU(ctx, len(paused) == 0)
 	r := runCell(ctx, tg, scenario, conc, e.cfg.dur)
+	if cpu1, err := e.mastersCPU(ctx, cpuErr == nil && len(paused) == 0); err == nil && r.Cycles > 0 && len(paused) == 0 {
+		r.MasterCPUUSPerCycle = (cpu1 - cpu0).Seconds() * 1e6 / float64(r.Cycles)
+	}
 	for _, i := range paused {
 		if err := e.masters[i].Resume(); err != nil {
 			return r, err
@@ -429,6 +433,35 @@ func (e *env) cell(ctx context.Context, tg target, scenario string, conc int, pa
 	}
 	time.Sleep(100 * time.Millisecond)
 	return r, nil
+}
+
+// mastersCPU sums the masters' INFO cpu used_cpu_user + used_cpu_sys
+// (when read is false it reads nothing and fails: a paused master would
+// not answer).
+func (e *env) mastersCPU(ctx context.Context, read bool) (time.Duration, error) {
+	if !read {
+		return 0, errors.New("not read")
+	}
+	var sum time.Duration
+	for _, m := range e.masters {
+		rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), ReadTimeout: time.Second, WriteTimeout: time.Second})
+		info, err := rdb.Info(ctx, "cpu").Result()
+		_ = rdb.Close()
+		if err != nil {
+			return 0, err
+		}
+		for line := range strings.Lines(info) {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+			if k == "used_cpu_user" || k == "used_cpu_sys" {
+				f, err := strconv.ParseFloat(v, 64)
+				if err != nil {
+					return 0, fmt.Errorf("INFO cpu %s: %w", k, err)
+				}
+				sum += time.Duration(f * float64(time.Second))
+			}
+		}
+	}
+	return sum, nil
 }
 
 // recover waits until the library and the daemon see every master up again.

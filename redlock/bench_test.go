@@ -4,10 +4,15 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/redlockd/redlockd/internal/guardswitch"
 )
@@ -58,6 +63,7 @@ func benchCycles(b *testing.B, conc int, opts ...Option) {
 	var seq atomic.Int64
 	lat := make([][]time.Duration, conc)
 	var failed atomic.Int64
+	cpu0, self0 := readMastersCPU(b), selfCPU()
 	b.ResetTimer()
 	start := time.Now()
 	var wg sync.WaitGroup
@@ -79,6 +85,7 @@ func benchCycles(b *testing.B, conc int, opts ...Option) {
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
+	cpu, self := readMastersCPU(b).sub(cpu0), selfCPU()-self0
 	all := slices.Concat(lat...)
 	slices.Sort(all)
 	if len(all) > 0 {
@@ -86,7 +93,66 @@ func benchCycles(b *testing.B, conc int, opts ...Option) {
 		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-acquire-µs")
 		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-acquire-µs")
 		b.ReportMetric(float64(failed.Load()), "failed")
+		b.ReportMetric(cpu.process.Seconds()*1e6/float64(b.N), "master-cpu-µs/cycle")
+		b.ReportMetric(cpu.scripts.Seconds()*1e6/float64(b.N), "script-µs/cycle")
+		b.ReportMetric(self.Seconds()*1e6/float64(b.N), "client-cpu-µs/cycle")
 	}
+}
+
+// mastersCPU is the CPU the five test masters spent, summed: process is
+// INFO cpu used_cpu_user + used_cpu_sys (the scripts, the network I/O and
+// the event loop), scripts the INFO commandstats usec of EVAL and EVALSHA
+// (the scripts alone).
+type mastersCPU struct{ process, scripts time.Duration }
+
+func (a mastersCPU) sub(b mastersCPU) mastersCPU {
+	return mastersCPU{a.process - b.process, a.scripts - b.scripts}
+}
+
+// selfCPU is this process's CPU time (user + system): the client's share
+// of a cycle, next to the masters'.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// readMastersCPU reads mastersCPU from the test masters.
+func readMastersCPU(b *testing.B) mastersCPU {
+	var out mastersCPU
+	ctx := context.Background()
+	for _, s := range servers {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		cpu, err := rdb.Info(ctx, "cpu").Result()
+		if err != nil {
+			b.Fatal(err)
+		}
+		stats, err := rdb.Info(ctx, "commandstats").Result()
+		_ = rdb.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for line := range strings.Lines(cpu) {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+			if k == "used_cpu_user" || k == "used_cpu_sys" {
+				f, _ := strconv.ParseFloat(v, 64)
+				out.process += time.Duration(f * float64(time.Second))
+			}
+		}
+		for line := range strings.Lines(stats) {
+			k, v, _ := strings.Cut(strings.TrimSpace(line), ":")
+			if k != "cmdstat_eval" && k != "cmdstat_evalsha" {
+				continue
+			}
+			for field := range strings.SplitSeq(v, ",") {
+				if us, ok := strings.CutPrefix(field, "usec="); ok {
+					n, _ := strconv.ParseInt(us, 10, 64)
+					out.scripts += time.Duration(n) * time.Microsecond
+				}
+			}
+		}
+	}
+	return out
 }
 
 var benchOpts []Option
