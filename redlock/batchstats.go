@@ -122,25 +122,36 @@ func parseStatsReading(cmd *redis.Cmd) statsReading {
 	if err1 != nil || err2 != nil || !ok || sec <= 0 {
 		return statsReading{}
 	}
-	r := statsReading{at: time.Unix(sec, usec*int64(time.Microsecond)), evicted: -1, commands: -1}
-	for line := range strings.Lines(info) {
-		k, v, found := strings.Cut(strings.TrimSpace(line), ":")
-		if !found {
-			continue
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			n = -1
-		}
-		switch k {
-		case "evicted_keys":
-			r.evicted = n
-		case "total_commands_processed":
-			r.commands = n
-		}
-	}
+	r := statsReading{at: time.Unix(sec, usec*int64(time.Microsecond)),
+		evicted: infoField(info, "evicted_keys:"), commands: infoField(info, "total_commands_processed:")}
 	r.ok = r.evicted >= 0 && r.commands >= 0
 	return r
+}
+
+// infoField returns the value of the INFO field whose line starts with
+// prefix ("name:"), or -1 when it is missing or not a whole number. It looks the line up
+// instead of splitting the whole text: a batch reading is about 40 lines,
+// of which two are needed.
+func infoField(info, prefix string) int64 {
+	for rest := info; ; {
+		i := strings.Index(rest, prefix)
+		if i < 0 {
+			return -1
+		}
+		if i > 0 && rest[i-1] != '\n' {
+			rest = rest[i+len(prefix):] // a longer field's tail, e.g. "xevicted_keys:"
+			continue
+		}
+		v := rest[i+len(prefix):]
+		if end := strings.IndexByte(v, '\n'); end >= 0 {
+			v = v[:end]
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return -1
+		}
+		return n
+	}
 }
 
 func anyInt(v any) (int64, error) {

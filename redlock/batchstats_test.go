@@ -120,16 +120,23 @@ func TestParseStatsReading(t *testing.T) {
 	assert.Equal(t, int64(7), r.evicted)
 	assert.Equal(t, int64(1234), r.commands)
 	assert.Equal(t, time.Unix(1700000000, 250000), r.at)
+	// A field whose name ends like a wanted one is not it; the first line
+	// of the text is read too.
+	r = ok([]any{"1700000000", "250", "evicted_keys:2\r\nx_total_commands_processed:9\r\ntotal_commands_processed:10\r\nexpired_evicted_keys:5\r\n"})
+	require.True(t, r.ok)
+	assert.Equal(t, int64(2), r.evicted)
+	assert.Equal(t, int64(10), r.commands)
 
 	for name, v := range map[string]any{
-		"no evicted_keys": []any{"1700000000", "250", "total_commands_processed:1234\r\n"},
-		"no commands":     []any{"1700000000", "250", "evicted_keys:7\r\n"},
-		"garbled count":   []any{"1700000000", "250", "evicted_keys:x\r\ntotal_commands_processed:1234\r\n"},
-		"no time":         []any{info},
-		"zero time":       []any{"0", "0", info},
-		"bad time":        []any{"x", "0", info},
-		"not an array":    "OK",
-		"no text":         []any{"1700000000", "250", int64(3)},
+		"no evicted_keys":   []any{"1700000000", "250", "total_commands_processed:1234\r\n"},
+		"only a look-alike": []any{"1700000000", "250", "total_commands_processed:1234\r\nx_evicted_keys:3\r\n"},
+		"no commands":       []any{"1700000000", "250", "evicted_keys:7\r\n"},
+		"garbled count":     []any{"1700000000", "250", "evicted_keys:x\r\ntotal_commands_processed:1234\r\n"},
+		"no time":           []any{info},
+		"zero time":         []any{"0", "0", info},
+		"bad time":          []any{"x", "0", info},
+		"not an array":      "OK",
+		"no text":           []any{"1700000000", "250", int64(3)},
 	} {
 		assert.False(t, ok(v).ok, name)
 	}
