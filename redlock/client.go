@@ -379,13 +379,14 @@ func (c *Client) fanoutVia(via func(*master) *lane, script *redis.Script, keys [
 	default:
 	}
 	sent := 0
+	evalSha := evalShaArgs(script, keys, args)
 	for i, m := range c.masters {
 		if only != nil && !only[i] {
 			continue
 		}
 		sent++
 		cl := &f.calls[i]
-		cl.script, cl.keys, cl.args, cl.mustSend, cl.deadline, cl.idx, cl.out = script, keys, args, mustSend, deadline, i, f.replies
+		cl.script, cl.keys, cl.args, cl.evalSha, cl.mustSend, cl.deadline, cl.idx, cl.out = script, keys, args, evalSha, mustSend, deadline, i, f.replies
 		if closed {
 			m.fail(cl, ErrClosed)
 			continue
@@ -393,6 +394,18 @@ func (c *Client) fanoutVia(via func(*master) *lane, script *redis.Script, keys [
 		via(m).submit(cl, start)
 	}
 	return f, sent
+}
+
+// evalShaArgs is the EVALSHA command line of script with keys and args,
+// built once for every master of a fan-out: go-redis's Script.EvalSha
+// would build (and box every key and argument into) a line per master.
+func evalShaArgs(script *redis.Script, keys []string, args []any) []any {
+	line := make([]any, 0, 3+len(keys)+len(args))
+	line = append(line, "evalsha", script.Hash(), len(keys))
+	for _, k := range keys {
+		line = append(line, k)
+	}
+	return append(line, args...)
 }
 
 // gather reads the answers of a fan-out sent to the masters marked in only

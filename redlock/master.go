@@ -86,6 +86,7 @@ type call struct {
 	script   *redis.Script
 	keys     []string  // shared by the calls of one fan-out; read-only
 	args     []any     // shared by the calls of one fan-out; read-only
+	evalSha  []any     // the EVALSHA line of script, keys and args (evalShaArgs); shared, read-only
 	mustSend bool      // releases are sent even late, to clean up after a slow SET
 	deadline time.Time // not sent after this (start of the fan-out + per-master timeout)
 	idx      int
@@ -257,7 +258,12 @@ func (l *lane) exec(batch []*call) {
 	pipe := m.rdb.Load().Pipeline()
 	votes := false
 	for _, c := range send {
-		c.cmd = c.script.EvalSha(ctx, pipe, c.keys, c.args...)
+		if c.evalSha == nil {
+			c.evalSha = evalShaArgs(c.script, c.keys, c.args)
+		}
+		c.cmd = redis.NewCmd(ctx, c.evalSha...)
+		c.cmd.SetFirstKeyPos(3)
+		_ = pipe.Process(ctx, c.cmd)
 		c.written.Store(now.UnixNano())
 		votes = votes || c.isVote()
 	}
@@ -278,7 +284,7 @@ func (l *lane) exec(batch []*call) {
 	if m.c.opts.observer != nil {
 		m.c.opts.observer.ObserveBatch(m.idx, len(send), time.Since(now), connErr(err))
 	}
-	if isDialError(err) {
+	if err != nil && isDialError(err) {
 		m.dialFailed.Store(true)
 		if noServer(err) {
 			// Only a refused dial: a dial that timed out may measure
