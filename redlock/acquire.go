@@ -141,18 +141,12 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	var earlyVoted []bool
 	var earlyFence int64
 	c.gather(ctx, out, start, nil, func(r reply) bool {
-		m := c.masters[r.idx]
-		v, ok := parseVote(r.val)
 		heard++
-		switch {
-		case r.err != nil:
-			if unheard(r.err) {
-				unheardN++
-			}
-			res.Failures = append(res.Failures, masterErr(c, r))
-		case !ok:
-			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errBadReply})
-		default:
+		if unheard(r.err) {
+			unheardN++
+		}
+		v, parsed, err := c.judgeVote(r)
+		if parsed {
 			maybeHeld[r.idx] = v.code == 1
 			if (v.code == 0 || v.code == codeLost) && v.extra == "g" {
 				// Evidence from any master that answered, counting or
@@ -160,27 +154,26 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 				// quorum voted.
 				granted = append(granted, v.value)
 			}
-			if err := m.checkVote(v, r); err != nil {
-				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: err})
-			} else if !m.counts() {
-				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
-			} else if v.code == 1 {
-				counter = max(counter, v.value)
-				res.Votes++
-				voted[r.idx] = true
-				if check && early == nil && res.Votes >= c.need && len(granted) == 0 && unheardN == 0 {
-					earlyFence = c.issuedFloor(counter, issuedBefore) + 1
-					earlyVoted = slices.Clone(voted)
-					early = make(chan int, 1)
-					go func() {
-						early <- c.writeFence(ctx, keys, token, earlyFence, earlyVoted, c.quorum, false, &earlyRes)
-					}()
-				}
-			} else {
-				res.Refused++
-				if v.value > 0 {
-					holderPTTLs = append(holderPTTLs, v.value)
-				}
+		}
+		switch {
+		case err != nil:
+			res.Failures = append(res.Failures, err)
+		case v.code == 1:
+			counter = max(counter, v.value)
+			res.Votes++
+			voted[r.idx] = true
+			if check && early == nil && res.Votes >= c.need && len(granted) == 0 && unheardN == 0 {
+				earlyFence = c.issuedFloor(counter, issuedBefore) + 1
+				earlyVoted = slices.Clone(voted)
+				early = make(chan int, 1)
+				go func() {
+					early <- c.writeFence(ctx, keys, token, earlyFence, earlyVoted, c.quorum, false, &earlyRes)
+				}()
+			}
+		default:
+			res.Refused++
+			if v.value > 0 {
+				holderPTTLs = append(holderPTTLs, v.value)
 			}
 		}
 		lost := res.Refused+len(res.Failures) > n-c.need

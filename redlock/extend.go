@@ -60,25 +60,14 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 	var lefts []int64 // remaining TTL after the extend on each counted yes vote
 	var fence int64
 	c.gather(ctx, out, start, nil, func(r reply) bool {
-		m := c.masters[r.idx]
-		v, ok := parseVote(r.val)
-		switch {
-		case r.err != nil:
-			res.Failures = append(res.Failures, masterErr(c, r))
-		case !ok:
-			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errBadReply})
-		default:
-			if err := m.checkVote(v, r); err != nil {
-				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: err})
-			} else if !m.counts() {
-				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
-			} else {
-				countScriptResult(&res, v.code)
-				if v.code == 1 {
-					lefts = append(lefts, v.value)
-					if f, err := strconv.ParseInt(v.extra, 10, 64); err == nil {
-						fence = max(fence, f)
-					}
+		if v, _, err := c.judgeVote(r); err != nil {
+			res.Failures = append(res.Failures, err)
+		} else {
+			countScriptResult(&res, v.code)
+			if v.code == 1 {
+				lefts = append(lefts, v.value)
+				if f, err := strconv.ParseInt(v.extra, 10, 64); err == nil {
+					fence = max(fence, f)
 				}
 			}
 		}

@@ -83,22 +83,9 @@ func (c *Client) newStatusTally() *statusTally {
 // outcome is decided (a quorum holds one token, or a quorum holds none).
 func (t *statusTally) add(r reply, early bool) bool {
 	c := t.c
-	m := c.masters[r.idx]
-	v, ok := parseVote(r.val)
-	switch {
-	case r.err != nil:
-		t.res.Failures = append(t.res.Failures, masterErr(c, r))
-		return false
-	case !ok:
-		t.res.Failures = append(t.res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errBadReply})
-		return false
-	}
-	if err := m.checkVote(v, r); err != nil {
-		t.res.Failures = append(t.res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: err})
-		return false
-	}
-	if !m.counts() {
-		t.res.Failures = append(t.res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
+	v, _, err := c.judgeVote(r)
+	if err != nil {
+		t.res.Failures = append(t.res.Failures, err)
 		return false
 	}
 	t.st.Answered++

@@ -67,6 +67,31 @@ var (
 	errNoStatsReading = errors.New("no statistics reading after the vote's batch")
 )
 
+// judgeVote is the one ladder every vote reply goes through (acquire,
+// extend, status): a transport or Redis error, a reply that does not
+// parse, a vote the per-vote guards refuse (checkVote), a master that does
+// not count. parsed reports whether v holds the master's answer (callers
+// that read evidence from any master that answered, counting or not, use
+// it); err is nil only when the vote counts, and otherwise a
+// *MasterError (or the reply's own error) for OutcomeError.Failures.
+func (c *Client) judgeVote(r reply) (v voteReply, parsed bool, err error) {
+	if r.err != nil {
+		return voteReply{}, false, masterErr(c, r)
+	}
+	m := c.masters[r.idx]
+	v, parsed = parseVote(r.val)
+	if !parsed {
+		return voteReply{}, false, &MasterError{Index: r.idx, Addr: m.addr, Err: errBadReply}
+	}
+	if err := m.checkVote(v, r); err != nil {
+		return v, true, &MasterError{Index: r.idx, Addr: m.addr, Err: err}
+	}
+	if !m.counts() {
+		return v, true, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined}
+	}
+	return v, true, nil
+}
+
 // checkVote runs the per-vote guards on a vote script's answer v from m,
 // delivered in r: its pipeline was written at r.sent and answered at
 // r.at, and r.stats is the INFO stats reading the lane took after the
