@@ -104,119 +104,24 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	return c.waitFor(ctx, key, ttl, &cfg, giveUp, err)
 }
 
+// acquireOnce is one attempt of Acquire: the votes (steps 2–4), the fence
+// write-back, and on failure the clean-up (step 5) and the error.
 func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	c.attempts.Add(1)
 	token, err := c.opts.token()
 	if err != nil {
 		return nil, fmt.Errorf("redlock: token generator: %w", err)
 	}
-	n := len(c.masters)
-	keys := c.voteKeys(key)
-	issuedBefore := c.fenceIssued.Load() // before the votes: see issuedFloor
+	t := c.newAcquireTally(ctx, c.voteKeys(key), token)
 	start := time.Now()
-	out, _ := c.fanout(acquireScript, keys, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false, start, nil)
-
-	res := OutcomeError{Op: "acquire", Quorum: c.need, Masters: n}
-	// Masters where our SET may have landed: all but those that refused,
-	// including those that have not answered when the outcome is decided.
-	maybeHeld := make([]bool, n)
-	for i := range maybeHeld {
-		maybeHeld[i] = true
-	}
-	var holderPTTLs []int64
-	var counter int64        // highest fencing counter among the counted yes votes
-	voted := make([]bool, n) // counted yes votes: where the fence is written back
-	// The granted-lock check (granted.go): with a quorum of votes, the
-	// other masters are still heard; one that shows a granted lock refuses
-	// the grant, and one this acquire stopped listening to (ctx) forbids it.
-	check := c.grantedCheck()
-	var granted []int64 // PTTLs of the granted locks seen
-	heard, unheardN := 0, 0
-	// With the check on, the fence write-back starts as soon as the votes
-	// needed are in (the fence from their counters, fence.go), while the
-	// other answers are still awaited: the two round trips overlap. A
-	// grant refused after all has its keys and records released (cleanup).
-	var early chan int
-	var earlyRes OutcomeError
-	var earlyVoted []bool
-	var earlyFence int64
-	c.gather(ctx, out, start, nil, func(r reply) bool {
-		heard++
-		if unheard(r.err) {
-			unheardN++
-		}
-		v, parsed, err := c.judgeVote(r)
-		if parsed {
-			maybeHeld[r.idx] = v.code == 1
-			if (v.code == 0 || v.code == codeLost) && v.extra == "g" {
-				// Evidence from any master that answered, counting or
-				// not, intact or not: a record is written only after a
-				// quorum voted.
-				granted = append(granted, v.value)
-			}
-		}
-		switch {
-		case err != nil:
-			res.Failures = append(res.Failures, err)
-		case v.code == 1:
-			counter = max(counter, v.value)
-			res.Votes++
-			voted[r.idx] = true
-			if check && early == nil && res.Votes >= c.need && len(granted) == 0 && unheardN == 0 {
-				earlyFence = c.issuedFloor(counter, issuedBefore) + 1
-				earlyVoted = slices.Clone(voted)
-				early = make(chan int, 1)
-				go func() {
-					early <- c.writeFence(ctx, keys, token, earlyFence, earlyVoted, c.quorum, false, &earlyRes)
-				}()
-			}
-		default:
-			res.Refused++
-			if v.value > 0 {
-				holderPTTLs = append(holderPTTLs, v.value)
-			}
-		}
-		lost := res.Refused+len(res.Failures) > n-c.need
-		if !check {
-			return res.Votes >= c.need || lost
-		}
-		// Every answer is read, evidence or not: each vote's checks
-		// (data loss, clock) run, so a master that lost the lock is
-		// quarantined, not only refused this once.
-		return lost || heard == n
-	})
-	written := 0
-	if early != nil {
-		written = <-early
-		res.Failures = append(res.Failures, earlyRes.Failures...)
-	}
-	overGrant := check && res.Votes >= c.need && (len(granted) > 0 || unheardN > 0)
-	granting := res.Votes >= c.need && !overGrant
+	out, _ := c.fanout(acquireScript, t.keys, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false, start, nil)
+	c.gather(ctx, out, start, nil, t.add)
+	written := t.awaitEarly()
+	granting := t.granting()
 	var fence int64
 	fenceFailed := false
 	if granting && c.opts.fenceKey != "" {
-		// Written back first to the masters that voted (a quorum: the proof
-		// needs no more, and the late voters save a script call each), then,
-		// if a voter stopped answering in between, to the other masters
-		// that may hold the lock: their SETs are ahead of the write-back on
-		// the same lane.
-		if early != nil {
-			fence, voted = earlyFence, earlyVoted
-		} else {
-			fence = c.issuedFloor(counter, issuedBefore) + 1
-			written = c.writeFence(ctx, keys, token, fence, voted, c.quorum, false, &res)
-		}
-		if written < c.quorum {
-			rest := make([]bool, n)
-			more := false
-			for i := range rest {
-				rest[i] = maybeHeld[i] && !voted[i]
-				more = more || rest[i]
-			}
-			if more {
-				written += c.writeFence(ctx, keys, token, fence, rest, c.quorum-written, true, &res)
-			}
-		}
+		fence, written = t.writeBack(written)
 		fenceFailed = written < c.quorum // the lock is not ours without its fence on a quorum
 	}
 	validity := ttl - time.Since(start) - c.drift(ttl)
@@ -224,17 +129,184 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 		c.issued(fence)
 		return &Lock{c: c, key: key, token: token, fence: fence, ttl: ttl, validUntil: start.Add(ttl - c.drift(ttl))}, nil
 	}
+	c.cleanup(key, token, t.maybeHeld)
+	return nil, t.failure(granting, fenceFailed, validity, time.Since(start))
+}
 
-	c.cleanup(key, token, maybeHeld)
+// acquireTally is what one acquire attempt learns from the masters'
+// votes: what the grant is decided on, where the fence is written back,
+// and what a refused attempt cleans up and reports.
+type acquireTally struct {
+	c            *Client
+	ctx          context.Context
+	keys         []string
+	token        string
+	issuedBefore int64 // the highest fence issued before the votes: see issuedFloor
+	// check: the granted-lock check (granted.go). With a quorum of votes,
+	// the other masters are still heard; one that shows a granted lock
+	// refuses the grant, and one this acquire stopped listening to (ctx)
+	// forbids it.
+	check bool
+	res   OutcomeError
+	// maybeHeld: masters where our SET may have landed: all but those
+	// that refused, including those that have not answered when the
+	// outcome is decided.
+	maybeHeld   []bool
+	voted       []bool // counted yes votes: where the fence is written back
+	counter     int64  // highest fencing counter among the counted yes votes
+	holderPTTLs []int64
+	granted     []int64 // PTTLs of the granted locks seen
+	heard       int
+	unheard     int // masters this acquire stopped listening to (ctx)
+	// With the check on, the fence write-back starts as soon as the votes
+	// needed are in (the fence from their counters, fence.go), while the
+	// other answers are still awaited: the two round trips overlap. A
+	// grant refused after all has its keys and records released (cleanup).
+	early      chan int
+	earlyRes   OutcomeError
+	earlyVoted []bool
+	earlyFence int64
+}
+
+func (c *Client) newAcquireTally(ctx context.Context, keys []string, token string) *acquireTally {
+	n := len(c.masters)
+	t := &acquireTally{
+		c: c, ctx: ctx, keys: keys, token: token,
+		issuedBefore: c.fenceIssued.Load(),
+		check:        c.grantedCheck(),
+		res:          OutcomeError{Op: "acquire", Quorum: c.need, Masters: n},
+		maybeHeld:    make([]bool, n),
+		voted:        make([]bool, n),
+	}
+	for i := range t.maybeHeld {
+		t.maybeHeld[i] = true
+	}
+	return t
+}
+
+// add reads one master's answer (gather's onReply) and reports whether the
+// outcome is decided.
+func (t *acquireTally) add(r reply) bool {
+	c, n := t.c, len(t.c.masters)
+	t.heard++
+	if unheard(r.err) {
+		t.unheard++
+	}
+	v, parsed, err := c.judgeVote(r)
+	if parsed {
+		t.maybeHeld[r.idx] = v.code == 1
+		if (v.code == 0 || v.code == codeLost) && v.extra == "g" {
+			// Evidence from any master that answered, counting or not,
+			// intact or not: a record is written only after a quorum
+			// voted.
+			t.granted = append(t.granted, v.value)
+		}
+	}
 	switch {
-	case check && len(granted) > 0:
+	case err != nil:
+		t.res.Failures = append(t.res.Failures, err)
+	case v.code == 1:
+		t.counter = max(t.counter, v.value)
+		t.res.Votes++
+		t.voted[r.idx] = true
+		if t.check && t.early == nil && t.res.Votes >= c.need && len(t.granted) == 0 && t.unheard == 0 {
+			t.startEarlyWriteBack()
+		}
+	default:
+		t.res.Refused++
+		if v.value > 0 {
+			t.holderPTTLs = append(t.holderPTTLs, v.value)
+		}
+	}
+	lost := t.res.Refused+len(t.res.Failures) > n-c.need
+	if !t.check {
+		return t.res.Votes >= c.need || lost
+	}
+	// Every answer is read, evidence or not: each vote's checks (data
+	// loss, clock) run, so a master that lost the lock is quarantined, not
+	// only refused this once.
+	return lost || t.heard == n
+}
+
+// startEarlyWriteBack writes the fence back to the masters that voted so
+// far, while the other answers are awaited (awaitEarly collects it).
+func (t *acquireTally) startEarlyWriteBack() {
+	c := t.c
+	t.earlyFence = c.issuedFloor(t.counter, t.issuedBefore) + 1
+	t.earlyVoted = slices.Clone(t.voted)
+	t.early = make(chan int, 1)
+	fence, voted := t.earlyFence, t.earlyVoted
+	go func() {
+		t.early <- c.writeFence(t.ctx, t.keys, t.token, fence, voted, c.quorum, false, &t.earlyRes)
+	}()
+}
+
+// awaitEarly waits for the early write-back, if one started, and returns
+// on how many masters it stored the fence.
+func (t *acquireTally) awaitEarly() int {
+	if t.early == nil {
+		return 0
+	}
+	written := <-t.early
+	t.res.Failures = append(t.res.Failures, t.earlyRes.Failures...)
+	return written
+}
+
+// overGrant: a quorum voted, but the granted-lock check refuses the grant
+// (a granted lock seen, or a master not heard).
+func (t *acquireTally) overGrant() bool {
+	return t.check && t.res.Votes >= t.c.need && (len(t.granted) > 0 || t.unheard > 0)
+}
+
+// granting: a quorum voted and nothing refuses the grant.
+func (t *acquireTally) granting() bool {
+	return t.res.Votes >= t.c.need && !t.overGrant()
+}
+
+// writeBack stores the fence of a grant, given that the early write-back
+// stored it on written masters, and returns the fence and on how many
+// masters it is now stored. It is written back first to the masters that
+// voted (a quorum: the proof needs no more, and the late voters save a
+// script call each), then, if a voter stopped answering in between, to the
+// other masters that may hold the lock: their SETs are ahead of the
+// write-back on the same lane.
+func (t *acquireTally) writeBack(written int) (fence int64, stored int) {
+	c, n := t.c, len(t.c.masters)
+	voted := t.voted
+	if t.early != nil {
+		fence, voted = t.earlyFence, t.earlyVoted
+	} else {
+		fence = c.issuedFloor(t.counter, t.issuedBefore) + 1
+		written = c.writeFence(t.ctx, t.keys, t.token, fence, voted, c.quorum, false, &t.res)
+	}
+	if written < c.quorum {
+		rest := make([]bool, n)
+		more := false
+		for i := range rest {
+			rest[i] = t.maybeHeld[i] && !voted[i]
+			more = more || rest[i]
+		}
+		if more {
+			written += c.writeFence(t.ctx, t.keys, t.token, fence, rest, c.quorum-written, true, &t.res)
+		}
+	}
+	return fence, written
+}
+
+// failure is the error of an attempt that was not granted: granting (a
+// quorum voted and nothing refused it), fenceFailed (the fence was not
+// stored on a quorum), validity (what was left of the TTL) after elapsed.
+func (t *acquireTally) failure(granting, fenceFailed bool, validity, elapsed time.Duration) error {
+	c, n, res := t.c, len(t.c.masters), &t.res
+	switch {
+	case t.check && len(t.granted) > 0:
 		// A granted lock holds the key on another master: a master that
 		// voted here lost it (a rollback, an eviction), or its release
 		// has not reached that master. Held until it ends there.
 		c.grantRefusals.Add(1)
 		res.Kind = ErrLockHeld
-		res.RetryAfter = time.Duration(slices.Max(granted)) * time.Millisecond
-	case overGrant:
+		res.RetryAfter = time.Duration(slices.Max(t.granted)) * time.Millisecond
+	case t.overGrant():
 		// Stopped listening (ctx) before every master answered.
 		res.Kind = ErrQuorumUnavailable
 	case fenceFailed:
@@ -243,7 +315,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	case granting:
 		// A quorum agreed but too late: the masters are too slow for this TTL.
 		res.Kind = ErrQuorumUnavailable
-		res.Failures = append(res.Failures, fmt.Errorf("validity %v ≤ 0 after %v", validity, time.Since(start)))
+		res.Failures = append(res.Failures, fmt.Errorf("validity %v ≤ 0 after %v", validity, elapsed))
 	case len(res.Failures) > n-c.need:
 		res.Kind = ErrQuorumUnavailable
 		// A master known to be down may be back: probe now rather than at
@@ -252,10 +324,10 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 		c.kickHealth()
 	default:
 		res.Kind = ErrLockHeld
-		res.RetryAfter = retryAfter(holderPTTLs, c.quorum)
+		res.RetryAfter = retryAfter(t.holderPTTLs, c.quorum)
 	}
 	sortFailures(res.Failures)
-	return nil, &res
+	return res
 }
 
 // cleanup runs the compare-and-delete release on every master where the
