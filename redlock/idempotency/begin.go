@@ -158,7 +158,7 @@ func (s *Store) writeBegin(ctx context.Context, b *BeginRequest, lease *redlock.
 		attempts = read.inProgress.Attempts + 1
 	}
 	args := []any{"begin", lease.Token(), strconv.FormatInt(lease.Fence(), 10), b.Fingerprint,
-		strconv.FormatInt(attempts, 10), strconv.FormatInt(time.Now().UnixMilli(), 10), "", ms(b.Retention), ms(b.Lease)}
+		strconv.FormatInt(attempts, 10), strconv.FormatInt(time.Now().UnixMilli(), 10), "", ms(b.Retention), ms(b.Lease), "0"}
 	var prior copies // the copies the writes replaced or were refused by
 	written := 0
 	var failures []error
@@ -223,6 +223,6 @@ func (s *Store) writeBegin(ctx context.Context, b *BeginRequest, lease *redlock.
 func (s *Store) undo(ctx context.Context, key string, lease *redlock.Lock) {
 	uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	args := []any{"undo", lease.Token(), strconv.FormatInt(lease.Fence(), 10), "", "0", "0", "", "0", "0"}
+	args := []any{"undo", lease.Token(), strconv.FormatInt(lease.Fence(), 10), "", "0", "0", "", "0", "0", "0"}
 	_ = s.c.RunQuorumScript(uctx, writeScript, recordKey(key), args, func(redlock.MasterAnswer) bool { return false })
 }

@@ -49,11 +49,12 @@ func (s *Store) Complete(ctx context.Context, key, token string, answer *Answer)
 // without a copy get one made from fill's fields. own receives the token's
 // copy when one is seen.
 func (s *Store) completeRound(ctx context.Context, key, token, enc string, fill *Record, own **Record) (written, absent int, err error) {
-	args := []any{"complete", token, "-1", "", "0", "0", enc, "0", "0"}
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	args := []any{"complete", token, "-1", "", "0", "0", enc, "0", "0", now}
 	if fill != nil {
 		args = []any{"complete", token, strconv.FormatInt(fill.Fence, 10), fill.Fingerprint,
 			strconv.FormatInt(fill.Attempts, 10), strconv.FormatInt(fill.StartedAt.UnixMilli(), 10), enc,
-			ms(max(fill.TTL, MinRetention)), "0"}
+			ms(max(fill.TTL, MinRetention)), "0", now}
 	}
 	var failures []error
 	var others []Record // other attempts' copies that refused
@@ -115,7 +116,7 @@ func (s *Store) Abort(ctx context.Context, key, token string) error {
 	if key == "" || token == "" {
 		return fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
 	}
-	args := []any{"abort", token, "-1", "", "0", "0", "", "0", "0"}
+	args := []any{"abort", token, "-1", "", "0", "0", "", "0", "0", "0"}
 	var failures []error
 	done, notOwner := 0, false
 	err := s.c.RunQuorumScript(ctx, writeScript, recordKey(key), args, func(a redlock.MasterAnswer) bool {

@@ -10,6 +10,8 @@
 --         0 when it has another attempt's)
 -- ARGV[5] attempts at least (begin, fill), ARGV[6] started, unix ms
 -- ARGV[7] answer (complete), ARGV[8] retention ms, ARGV[9] lease ms (begin)
+-- ARGV[10] completed, unix ms (complete: the caller's clock, so that every
+--          copy says the same)
 -- Every reply's extra is the copy before the script (cjson of HGETALL, ''
 -- when none). Codes:
 --    1  written (begin: value = the attempt count written; abort: deleted)
@@ -85,7 +87,7 @@ if op == 'complete' then
     redis.call('HSET', KEYS[1], 'fp', ARGV[4], 'tok', tok, 'fence', ARGV[3], 'att', ARGV[5], 't0', ARGV[6], 'ret', ARGV[8])
   end
   local ret = redis.call('HGET', KEYS[1], 'ret')
-  redis.call('HSET', KEYS[1], 'st', 'COMPLETED', 'ans', ARGV[7], 'tc', string.format('%d', nowms))
+  redis.call('HSET', KEYS[1], 'st', 'COMPLETED', 'ans', ARGV[7], 'tc', ARGV[10])
   redis.call('PEXPIRE', KEYS[1], ret)
   return reply(1, 0, prior)
 end
