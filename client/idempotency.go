@@ -219,37 +219,12 @@ func (c *Client) Idempotent(ctx context.Context, key, fingerprint string, fn fun
 		return *res.Replay, nil
 	}
 	a := res.Attempt
-	var cfg idemRequest
-	for _, o := range opts {
-		o(&cfg)
-	}
-	lease := 30 * time.Second // the daemon's default
-	if cfg.Lease > 0 {
-		lease = time.Duration(cfg.Lease) * time.Second
-	}
+	lease := leaseOf(opts)
 	work, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := make(chan struct{})
-	kept := make(chan struct{})
-	go func() {
-		defer close(kept)
-		t := time.NewTicker(max(lease/2, 500*time.Millisecond))
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-				if err := c.ExtendAttempt(work, a, lease); errors.Is(err, ErrNotOwner) {
-					cancel()
-					return
-				}
-			}
-		}
-	}()
+	stop := c.keepAttempt(work, cancel, a, lease)
 	ans, ferr := fn(work, *a)
-	close(stop)
-	<-kept
+	stop()
 	if ferr != nil {
 		actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer acancel()
@@ -259,6 +234,46 @@ func (c *Client) Idempotent(ctx context.Context, key, fingerprint string, fn fun
 		return Answer{}, err
 	}
 	return ans, nil
+}
+
+// keepAttempt extends a's lease by lease at half its length until stop is
+// called (stop waits for the extender to end); an extension answered
+// ErrNotOwner cancels the work through cancel.
+func (c *Client) keepAttempt(ctx context.Context, cancel context.CancelFunc, a *Attempt, lease time.Duration) (stop func()) {
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(max(lease/2, 500*time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				if err := c.ExtendAttempt(ctx, a, lease); errors.Is(err, ErrNotOwner) {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
+}
+
+// leaseOf is the lease opts ask for, or the daemon's default (30 s).
+func leaseOf(opts []IdemOption) time.Duration {
+	var r idemRequest
+	for _, o := range opts {
+		o(&r)
+	}
+	if r.Lease > 0 {
+		return time.Duration(r.Lease) * time.Second
+	}
+	return 30 * time.Second
 }
 
 // idem sends one idempotency action, retrying 503 answers per the policy.

@@ -33,9 +33,11 @@ var ReplayedHeaders = []string{"Content-Type", "Content-Encoding", "Content-Lang
 
 // MiddlewareOptions configure Middleware.
 type MiddlewareOptions struct {
-	// Required: a request without Idempotency-Key is refused with 400
-	// (true), or passed through without a record (false).
-	Required bool
+	// Require says whether a POST or PATCH request must carry
+	// Idempotency-Key: without it, one is refused with 400 (as the IETF
+	// draft says), and passed through without a record when Require is nil
+	// or reports false.
+	Require func(*http.Request) bool
 	// Namespace scopes the key, for example by the authenticated user; nil
 	// means no namespace.
 	Namespace func(*http.Request) string
@@ -80,7 +82,8 @@ func RequestFingerprint(method, target string, body []byte) string {
 // next at most once per key, and replays the first answer (status, the
 // ReplayedHeaders, body) to every retry. While an attempt runs, a retry
 // gets 409 with Retry-After; a retry with another body, method or target
-// gets 422. next sees the attempt's fence in the Idempotency-Fence header
+// gets 422. The lease is extended while next runs; next's context ends
+// if the attempt is taken over. next sees the attempt's fence in the Idempotency-Fence header
 // and AttemptFrom. An answer with a 5xx status is not stored: the attempt
 // is aborted so that a retry runs next again. The daemon being unreachable
 // answers 503.
@@ -98,7 +101,7 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 		}
 		key := r.Header.Get(HeaderIdempotencyKey)
 		if key == "" {
-			if o.Required {
+			if o.Require != nil && o.Require(r) {
 				http.Error(w, "the Idempotency-Key header is required on this route", http.StatusBadRequest)
 				return
 			}
@@ -138,7 +141,11 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 			r2.Header.Del(HeaderIdempotencyTakeover)
 		}
 		rec := &recorder{ResponseWriter: w, max: o.MaxAnswerBytes}
-		next.ServeHTTP(rec, r2)
+		work, cancel := context.WithCancel(r2.Context())
+		stop := c.keepAttempt(work, cancel, a, leaseOf(opts))
+		next.ServeHTTP(rec, r2.WithContext(work))
+		stop()
+		cancel()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
 		defer cancel()
 		if rec.status >= 500 {

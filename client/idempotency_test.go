@@ -81,7 +81,7 @@ func TestMiddlewareReplays(t *testing.T) {
 	var runs atomic.Int32
 	var fences []string
 	var mu sync.Mutex
-	h := client.Middleware(c, client.MiddlewareOptions{Required: true}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := client.Middleware(c, client.MiddlewareOptions{Require: func(*http.Request) bool { return true }}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := runs.Add(1)
 		a, ok := client.AttemptFrom(r.Context())
 		assert.True(t, ok)
