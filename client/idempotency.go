@@ -237,8 +237,8 @@ func (c *Client) Idempotent(ctx context.Context, key, fingerprint string, fn fun
 }
 
 // keepAttempt extends a's lease by lease at half its length until stop is
-// called (stop waits for the extender to end); an extension answered
-// ErrNotOwner cancels the work through cancel.
+// called or ctx ends (stop waits for the extender to end); an extension
+// answered ErrNotOwner cancels the work through cancel.
 func (c *Client) keepAttempt(ctx context.Context, cancel context.CancelFunc, a *Attempt, lease time.Duration) (stop func()) {
 	done := make(chan struct{})
 	exited := make(chan struct{})
@@ -249,6 +249,8 @@ func (c *Client) keepAttempt(ctx context.Context, cancel context.CancelFunc, a *
 		for {
 			select {
 			case <-done:
+				return
+			case <-ctx.Done():
 				return
 			case <-t.C:
 				if err := c.ExtendAttempt(ctx, a, lease); errors.Is(err, ErrNotOwner) {
