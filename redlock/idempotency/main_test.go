@@ -33,7 +33,9 @@ var seq atomic.Int64
 // planted as an established deployment's.
 type deployment struct{ marker, fence string }
 
-func newDeployment(t *testing.T) deployment {
+func newDeployment(t *testing.T) deployment { return newDeploymentB(t) }
+
+func newDeploymentB(t testing.TB) deployment {
 	t.Helper()
 	n := seq.Add(1)
 	d := deployment{marker: fmt.Sprintf("idt%d:marker", n), fence: fmt.Sprintf("idt%d:fence", n)}
@@ -54,7 +56,9 @@ func newDeployment(t *testing.T) deployment {
 
 // store returns a Store over a redlock Client of its own (one per daemon
 // replica), closed at cleanup.
-func (d deployment) store(t *testing.T, opts ...Option) *Store {
+func (d deployment) store(t *testing.T, opts ...Option) *Store { return d.storeB(t, opts...) }
+
+func (d deployment) storeB(t testing.TB, opts ...Option) *Store {
 	t.Helper()
 	s, err := New(d.client(t), opts...)
 	require.NoError(t, err)
@@ -62,7 +66,7 @@ func (d deployment) store(t *testing.T, opts ...Option) *Store {
 }
 
 // client returns a redlock Client over the deployment, closed at cleanup.
-func (d deployment) client(t *testing.T) *redlock.Client {
+func (d deployment) client(t testing.TB) *redlock.Client {
 	t.Helper()
 	masters := make([]*redis.Options, len(servers))
 	for i, s := range servers {
