@@ -203,20 +203,20 @@ func (s *Server) idemBegin(ctx context.Context, w http.ResponseWriter, c *call, 
 func (s *Server) idemFailed(ctx context.Context, w http.ResponseWriter, c *call, d *idemData, err error) {
 	switch {
 	case errors.Is(err, idempotency.ErrAnswerTooLarge):
-		s.fail(w, c, http.StatusRequestEntityTooLarge, resTooLarge, codeTooLarge, "answer: "+errMsg(err, idempotency.ErrAnswerTooLarge))
+		s.fail(w, c, http.StatusRequestEntityTooLarge, resTooLarge, codeTooLarge, "answer: "+errMsg(err))
 	case errors.Is(err, idempotency.ErrInvalid):
-		s.fail(w, c, http.StatusBadRequest, resBadRequest, codeBadRequest, errMsg(err, idempotency.ErrInvalid))
+		s.fail(w, c, http.StatusBadRequest, resBadRequest, codeBadRequest, errMsg(err))
 	case errors.Is(err, idempotency.ErrNotOwner):
 		d.Outcome = ""
-		s.idemOK(w, c, d, http.StatusConflict, errMsg(err, idempotency.ErrNotOwner))
+		s.idemOK(w, c, d, http.StatusConflict, errMsg(err))
 	case s.lockerFailed(ctx, w, c, err):
 	default:
 		s.internal(w, c, err)
 	}
 }
 
-// errMsg is err's message without the sentinel's package prefix.
-func errMsg(err, sentinel error) string {
+// errMsg is err's message without the package prefix.
+func errMsg(err error) string {
 	msg := err.Error()
 	if p := "idempotency: "; len(msg) > len(p) && msg[:len(p)] == p {
 		msg = msg[len(p):]

@@ -121,6 +121,14 @@ func (s *Store) Begin(ctx context.Context, b BeginRequest) (BeginResult, error) 
 		}
 		return BeginResult{}, err
 	}
+	if lease.Fence() <= 0 {
+		// Copies are ordered by fence: without fencing every attempt
+		// would have fence 0 and no take-over could replace a copy.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = lease.Release(rctx)
+		return BeginResult{}, fmt.Errorf("%w: the redlock.Client has no fencing (WithFenceKey): idempotency records need it", ErrInvalid)
+	}
 	res, err := s.writeBegin(ctx, &b, lease, &cp)
 	if err != nil || (res.Outcome != Started && res.Outcome != ExpiredInProgress) {
 		// Nothing runs: the lease goes back at once, on a context of its
