@@ -23,6 +23,12 @@ import (
 // idempotency actions on: a redlock Client and a Store of its own.
 func (d *deployment) idemServer(t *testing.T, opts ...idempotency.Option) *testServer {
 	t.Helper()
+	return d.idemServerWith(t, nil, opts...)
+}
+
+// idemServerWith is idemServer with Options edited by edit (nil: none).
+func (d *deployment) idemServerWith(t *testing.T, edit func(*Options), opts ...idempotency.Option) *testServer {
+	t.Helper()
 	masters := make([]*redis.Options, len(d.servers))
 	for i, s := range d.servers {
 		masters[i] = &redis.Options{Addr: s.Addr()}
@@ -37,6 +43,9 @@ func (d *deployment) idemServer(t *testing.T, opts ...idempotency.Option) *testS
 	return newTestServer(t, NewRedlockLocker(c), func(o *Options) {
 		o.KeyPrefix = d.prefix
 		o.Idempotency = &IdempotencyOptions{Store: st, Registerer: o.Metrics.gatherer.(prometheus.Registerer)}
+		if edit != nil {
+			edit(o)
+		}
 	})
 }
 
@@ -238,4 +247,58 @@ func TestIdemBadInput(t *testing.T) {
 	big := fmt.Sprintf(`{"action":"acquire","key":"%s"}`, strings.Repeat("k", 5000))
 	r = ts.lock(t, testKeyAcme, big)
 	require.Equal(t, http.StatusRequestEntityTooLarge, r.Status, r.Raw)
+}
+
+// TestIdemAdminListing: GET /admin/idempotency lists an account's records
+// (of one namespace when asked) once each, across pages, without tokens.
+func TestIdemAdminListing(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServerWith(t, func(o *Options) { o.AdminListen = "127.0.0.1:0" })
+	admin := adminURL(t, ts)
+	want := map[string]string{}
+	for i := range 5 {
+		ns := "u1"
+		if i%2 == 1 {
+			ns = "u2:x" // ':' in a namespace: the encoding keeps it apart
+		}
+		key := fmt.Sprintf("req-%d", i)
+		r := ts.idem(t, map[string]any{"action": "idem_begin", "key": key, "namespace": ns, "body": key})
+		require.Equal(t, http.StatusOK, r.Status, r.Raw)
+		want[ns+"/"+key] = "IN_PROGRESS"
+		if i < 2 {
+			r = ts.idem(t, map[string]any{"action": "idem_complete", "key": key, "namespace": ns, "token": r.idem(t).Token, "answer": map[string]any{"status": 200, "body": "done"}})
+			require.Equal(t, http.StatusOK, r.Status, r.Raw)
+			want[ns+"/"+key] = "COMPLETED"
+		}
+	}
+	list := func(query string) map[string]string {
+		got := map[string]string{}
+		cursor := ""
+		for range 1000 {
+			st, body, _ := ts.raw(t, http.MethodGet, admin+"/admin/idempotency?"+query+"&limit=2&cursor="+cursor, nil)
+			require.Equal(t, http.StatusOK, st, body)
+			require.NotContains(t, body, "token")
+			var page recordList
+			require.NoError(t, json.Unmarshal([]byte(body), &page))
+			for _, r := range page.Records {
+				k := r.Namespace + "/" + r.Key
+				_, dup := got[k]
+				require.False(t, dup, "%s listed twice", k)
+				got[k] = r.State
+			}
+			if page.NextCursor == "" {
+				return got
+			}
+			cursor = page.NextCursor
+		}
+		t.Fatal("the listing did not end")
+		return nil
+	}
+	require.Equal(t, want, list("account=acme"))
+	u1 := list("account=acme&namespace=u1")
+	require.Len(t, u1, 3)
+	require.Empty(t, list("account=globex"))
+	st, body, _ := ts.raw(t, http.MethodGet, admin+"/admin/idempotency?account=acme&cursor=zz", nil)
+	require.Equal(t, http.StatusBadRequest, st, body)
+	require.Contains(t, body, "cursor: not one List returned")
 }

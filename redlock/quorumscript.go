@@ -137,3 +137,26 @@ func (c *Client) judgeAnswer(r reply) MasterAnswer {
 	}
 	return a
 }
+
+// RunQuorumScriptOn is RunQuorumScript on master idx alone (its position
+// in the configuration, 0 to N−1): for reads that walk the masters one
+// after another, as a listing does. Errors: ErrInvalid for an empty key
+// or an idx out of range.
+func (c *Client) RunQuorumScriptOn(ctx context.Context, s *QuorumScript, idx int, key string, args []any) (MasterAnswer, error) {
+	if key == "" || c.reservedKey(key) || idx < 0 || idx >= len(c.masters) {
+		return MasterAnswer{}, ErrInvalid
+	}
+	only := make([]bool, len(c.masters))
+	only[idx] = true
+	start := time.Now()
+	f, _ := c.fanout(s.s, c.voteKeys(key), args, false, start, only)
+	var a MasterAnswer
+	c.gather(ctx, f, start, only, func(r reply) bool {
+		a = c.judgeAnswer(r)
+		return true
+	})
+	return a, nil
+}
+
+// MasterCount returns N, the number of configured masters.
+func (c *Client) MasterCount() int { return len(c.masters) }

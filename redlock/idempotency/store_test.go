@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -324,4 +325,47 @@ func TestRepairedMastersDoNotAnswerForRecords(t *testing.T) {
 	r, err := short.Begin(ctx, req)
 	require.NoError(t, err)
 	require.Equal(t, Started, r.Outcome, "the negative control: the rule is what refused")
+}
+
+// TestList: every record under a prefix is listed once, across pages and
+// masters; records of other prefixes are not.
+func TestList(t *testing.T) {
+	d := newDeployment(t)
+	s := d.store(t)
+	ctx := context.Background()
+	prefix := newKey(t) + ":acct*[1]:" // glob characters are matched literally
+	want := map[string]State{}
+	for i := range 12 {
+		key := fmt.Sprintf("%sreq-%d", prefix, i)
+		res, err := s.Begin(ctx, BeginRequest{Key: key, Fingerprint: fp(key), Lease: 10 * time.Second, Retention: time.Hour})
+		require.NoError(t, err)
+		want[key] = StateInProgress
+		if i%2 == 0 {
+			require.NoError(t, s.Complete(ctx, key, res.Token, &Answer{Status: 200}))
+			want[key] = StateCompleted
+		}
+	}
+	_, err := s.Begin(ctx, BeginRequest{Key: newKey(t) + ":acct-other:req", Fingerprint: fp("o"), Lease: 10 * time.Second, Retention: time.Hour})
+	require.NoError(t, err)
+
+	got := map[string]State{}
+	cursor, pages := "", 0
+	for {
+		page, err := s.List(ctx, prefix, cursor, 3)
+		require.NoError(t, err)
+		for _, r := range page.Records {
+			_, dup := got[r.Key]
+			require.False(t, dup, "%s listed twice", r.Key)
+			got[r.Key] = r.Record.State
+		}
+		pages++
+		if page.Cursor == "" {
+			break
+		}
+		cursor = page.Cursor
+		require.Less(t, pages, 10000)
+	}
+	require.Equal(t, want, got)
+	_, err = s.List(ctx, prefix, "9:0:0", 3)
+	require.ErrorIs(t, err, ErrInvalid)
 }
