@@ -133,8 +133,10 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	}
 	defer limitStore.Close()
 	// Idempotency records live on the same masters, behind the same
-	// Client's checks (redlock/idempotency), with the library's limits.
-	idemStore, err := idempotency.New(locker)
+	// Client's checks (redlock/idempotency).
+	idemStore, err := idempotency.New(locker,
+		idempotency.WithMaxRetention(time.Duration(cfg.IdempotencyMaxRetention)),
+		idempotency.WithMaxAnswerBytes(cfg.IdempotencyMaxAnswerBytes))
 	if err != nil {
 		ln.Close()
 		return err
