@@ -110,10 +110,11 @@ dev: deps ## Run five local redis-server masters and the daemon on 127.0.0.1:707
 	exec bin/redlockd dev $(DEV_ARGS)
 
 # The modules: the product (this directory), the drills (chaos/), the
-# benchmark (bench/) and the test-only dashtest/ and apitest/, each with its
+# benchmark (bench/), the test-only dashtest/ and apitest/ and the example
+# examples/idempotency-orders/ (SQLite), each with its
 # own go.mod. `go test ./...` here does not enter the others, so each step
 # names them.
-MODULES = . chaos bench dashtest apitest tools/testprogress
+MODULES = . chaos bench dashtest apitest tools/testprogress examples/idempotency-orders
 
 # staticcheck, pinned, run from the module proxy: it never enters a go.mod.
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2

@@ -122,6 +122,14 @@ type Config struct {
 	// MaxBodyBytes is the largest request body accepted. Default 16384;
 	// 1024 to 1048576 (1 MiB).
 	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// IdempotencyMaxRetention caps an idempotency record's retention, and
+	// is how long a master repaired after a data loss stays out of record
+	// answers (redlock/idempotency): every daemon of a deployment must use
+	// the same or a longer one. Default 168h (7 days); 1m to 168h.
+	IdempotencyMaxRetention Duration `yaml:"idempotency_max_retention"`
+	// IdempotencyMaxAnswerBytes caps a stored answer (body and headers).
+	// Default 65536; 1024 to 1048576.
+	IdempotencyMaxAnswerBytes int `yaml:"idempotency_max_answer_bytes"`
 	// HealthInterval is how often every master is probed. Default 1s;
 	// 50ms to 1m.
 	HealthInterval Duration `yaml:"health_interval"`
@@ -181,36 +189,42 @@ const (
 	defaultMaxWait          = 30 * time.Second
 	defaultMaxBodyBytes     = 16384
 	defaultHealthInterval   = time.Second
-	defaultDrainDelay       = time.Second
-	defaultShutdownTimeout  = 10 * time.Second
-	defaultLogFormat        = "json"
-	defaultLogLevel         = "info"
+	// defaultIdempotencyMaxRetention and defaultIdempotencyMaxAnswerBytes
+	// are redlock/idempotency's own defaults.
+	defaultIdempotencyMaxRetention   = 7 * 24 * time.Hour
+	defaultIdempotencyMaxAnswerBytes = 64 << 10
+	defaultDrainDelay                = time.Second
+	defaultShutdownTimeout           = 10 * time.Second
+	defaultLogFormat                 = "json"
+	defaultLogLevel                  = "info"
 )
 
 // DefaultConfig returns a Config with every default set. Masters and APIKeys
 // have no default, so it does not pass Validate on its own.
 func DefaultConfig() Config {
 	return Config{
-		Listen:                defaultListen,
-		KeyPrefix:             defaultKeyPrefix,
-		PerMasterTimeout:      Duration(defaultPerMasterTimeout),
-		DriftFactor:           defaultDriftFactor,
-		DefaultTTL:            defaultDefaultTTL,
-		MaxTTL:                defaultMaxTTL,
-		MaxWait:               Duration(defaultMaxWait),
-		MaxBodyBytes:          defaultMaxBodyBytes,
-		MaxWaiters:            10000,
-		MaxWaitersPerAccount:  1000,
-		AuthFailuresPerMinute: 60,
-		AuthFailureBurst:      20,
-		AuthFailureSources:    10000,
-		HealthInterval:        Duration(defaultHealthInterval),
-		DrainDelay:            Duration(defaultDrainDelay),
-		ShutdownTimeout:       Duration(defaultShutdownTimeout),
-		AccountDefaults:       Limits{MaxLocks: intPtr(DefaultMaxLocks)},
-		LimitsSyncInterval:    Duration(defaultLimitsSyncInterval),
-		LogFormat:             defaultLogFormat,
-		LogLevel:              defaultLogLevel,
+		Listen:                    defaultListen,
+		KeyPrefix:                 defaultKeyPrefix,
+		PerMasterTimeout:          Duration(defaultPerMasterTimeout),
+		DriftFactor:               defaultDriftFactor,
+		DefaultTTL:                defaultDefaultTTL,
+		MaxTTL:                    defaultMaxTTL,
+		MaxWait:                   Duration(defaultMaxWait),
+		MaxBodyBytes:              defaultMaxBodyBytes,
+		MaxWaiters:                10000,
+		MaxWaitersPerAccount:      1000,
+		AuthFailuresPerMinute:     60,
+		AuthFailureBurst:          20,
+		AuthFailureSources:        10000,
+		HealthInterval:            Duration(defaultHealthInterval),
+		IdempotencyMaxRetention:   Duration(defaultIdempotencyMaxRetention),
+		IdempotencyMaxAnswerBytes: defaultIdempotencyMaxAnswerBytes,
+		DrainDelay:                Duration(defaultDrainDelay),
+		ShutdownTimeout:           Duration(defaultShutdownTimeout),
+		AccountDefaults:           Limits{MaxLocks: intPtr(DefaultMaxLocks)},
+		LimitsSyncInterval:        Duration(defaultLimitsSyncInterval),
+		LogFormat:                 defaultLogFormat,
+		LogLevel:                  defaultLogLevel,
 	}
 }
 

@@ -110,6 +110,8 @@ var settings = []setting{
 	parsedSetting("max_body_bytes", "largest request body in `bytes`, 1024 to 1048576", parseInt64,
 		func(c *Config, n int64) { c.MaxBodyBytes = n },
 		func(c *Config) string { return strconv.FormatInt(c.MaxBodyBytes, 10) }),
+	durationSetting("idempotency_max_retention", "longest retention of an idempotency record, and how long a master repaired after a data loss stays out of record answers, a `duration` from 1m to 168h", func(c *Config) *Duration { return &c.IdempotencyMaxRetention }),
+	intSetting("idempotency_max_answer_bytes", "largest answer an idempotency record stores (body and headers), a `number` of bytes from 1024 to 1048576", func(c *Config) *int { return &c.IdempotencyMaxAnswerBytes }),
 	durationSetting("health_interval", "how often every master is probed, a `duration` from 50ms to 1m", func(c *Config) *Duration { return &c.HealthInterval }),
 	intSetting("extra_votes", "votes beyond the quorum an acquire and an extend need, a `number` from 0 to masters − quorum", func(c *Config) *int { return &c.ExtraVotes }),
 	durationSetting("drain_delay", "how long after SIGTERM the daemon keeps serving with /readyz 503 and every answer closing its connection, a `duration` from 0 to 5m", func(c *Config) *Duration { return &c.DrainDelay }),

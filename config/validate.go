@@ -96,6 +96,8 @@ func (c *Config) Validate() error {
 	v.integer("auth_failure_burst", int64(c.AuthFailureBurst), 1, 1_000_000)
 	v.integer("auth_failure_sources", int64(c.AuthFailureSources), 1, 1_000_000)
 	v.integer("max_body_bytes", c.MaxBodyBytes, minMaxBodyBytes, maxMaxBodyBytes)
+	v.duration("idempotency_max_retention", c.IdempotencyMaxRetention, time.Minute, 7*24*time.Hour)
+	v.integer("idempotency_max_answer_bytes", int64(c.IdempotencyMaxAnswerBytes), 1024, 1<<20)
 	v.duration("health_interval", c.HealthInterval, minHealthInterval, maxHealthInterval)
 	if n := len(c.Masters); n >= minMasters && n%2 == 1 {
 		if most := n - (n/2 + 1); c.ExtraVotes < 0 || c.ExtraVotes > most {

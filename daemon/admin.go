@@ -63,6 +63,7 @@ func (s *Server) adminRoutes(gatherer prometheus.Gatherer) []route {
 		{pattern: "GET /v1/history", handler: s.serveHistory, publicWithoutAdmin: true},
 		{pattern: "POST /admin/reload", handler: s.serveReload},
 		{pattern: "GET /admin/locks", handler: s.serveLockList},
+		{pattern: "GET /admin/idempotency", handler: s.serveIdemList},
 	}
 }
 

@@ -65,7 +65,7 @@ func TestAdminListenerMovesOperatorEndpoints(t *testing.T) {
 
 	st, body, _ := ts.raw(t, http.MethodPost, admin+"/v1/lock", nil)
 	assert.Equal(t, http.StatusNotFound, st, "the lock API is not on the admin listener: %s", body)
-	assert.Contains(t, body, "GET /metrics, GET /v1/stats, GET /v1/history, POST /admin/reload and GET /admin/locks")
+	assert.Contains(t, body, "GET /metrics, GET /v1/stats, GET /v1/history, POST /admin/reload, GET /admin/locks and GET /admin/idempotency")
 	st, body, h := ts.raw(t, http.MethodGet, admin+"/admin/reload", nil)
 	assert.Equal(t, http.StatusMethodNotAllowed, st, body)
 	assert.Equal(t, "POST", h.Get("Allow"))

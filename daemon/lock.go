@@ -117,8 +117,26 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 			`Content-Type must be application/json (with curl: -H "Content-Type: application/json")`)
 		return
 	}
-	bb, status, msg := s.readBody(r)
+	limit := s.maxBody
+	if s.idem != nil {
+		limit = max(limit, s.idem.bodyLimit)
+	}
+	bb, status, msg := s.readBodyUpTo(r, limit)
 	defer putBody(bb)
+	if status == 0 {
+		if a, ok := idemActionOf(bb.Bytes()); ok {
+			if s.idem == nil {
+				c.action = actIdempotency
+				s.fail(w, &c, http.StatusBadRequest, resBadRequest, codeBadRequest, "action: "+a.String()+": idempotency records are not enabled on this daemon")
+				return
+			}
+			s.serveIdempotency(r.Context(), w, &c, a, bb.Bytes())
+			return
+		}
+		if int64(bb.Len()) > s.maxBody {
+			status, msg = http.StatusRequestEntityTooLarge, s.msgTooLarge
+		}
+	}
 	if status != 0 {
 		res, code := resBadRequest, codeBadRequest
 		switch {
@@ -532,14 +550,24 @@ func putBody(bb *bodyBuf) {
 // caller returns with putBody. status is 0 on success, else the HTTP status
 // (413 or 400) with msg; bb is nil when nothing was read.
 func (s *Server) readBody(r *http.Request) (bb *bodyBuf, status int, msg string) {
-	if r.ContentLength > s.maxBody {
-		return nil, http.StatusRequestEntityTooLarge, s.msgTooLarge
+	return s.readBodyUpTo(r, s.maxBody)
+}
+
+// readBodyUpTo is readBody with a limit of its own (the idempotency
+// actions' is larger); a body above it is refused with the limit's 413.
+func (s *Server) readBodyUpTo(r *http.Request, limit int64) (bb *bodyBuf, status int, msg string) {
+	tooLarge := s.msgTooLarge
+	if limit != s.maxBody {
+		tooLarge = "body: larger than the limit of " + strconv.FormatInt(limit, 10) + " bytes (for idempotency actions; " + strconv.FormatInt(s.maxBody, 10) + " for the others)"
+	}
+	if r.ContentLength > limit {
+		return nil, http.StatusRequestEntityTooLarge, tooLarge
 	}
 	bb = bodyPool.Get().(*bodyBuf)
 	bb.Reset()
 	// One byte more than allowed tells a body at the limit from a larger
 	// one (as http.MaxBytesReader does, without its allocation).
-	bb.lim = io.LimitedReader{R: r.Body, N: s.maxBody + 1}
+	bb.lim = io.LimitedReader{R: r.Body, N: limit + 1}
 	_, err := bb.ReadFrom(&bb.lim)
 	bb.lim.R = nil
 	switch {
@@ -547,8 +575,8 @@ func (s *Server) readBody(r *http.Request) (bb *bodyBuf, status int, msg string)
 		return bb, http.StatusBadRequest, msgBodyTimeout
 	case err != nil:
 		return bb, http.StatusBadRequest, "body: could not be read"
-	case int64(bb.Len()) > s.maxBody:
-		return bb, http.StatusRequestEntityTooLarge, s.msgTooLarge
+	case int64(bb.Len()) > limit:
+		return bb, http.StatusRequestEntityTooLarge, tooLarge
 	}
 	return bb, 0, ""
 }

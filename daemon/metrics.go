@@ -43,6 +43,11 @@ const (
 	resQuotaExhausted
 	resRateLimited
 	resTooManyLocks
+	// resIdemAnswered, resIdemConflict: an idempotency action the masters
+	// answered, with 200, or with 409 or 422 (in progress, fingerprint
+	// mismatch, not the owner).
+	resIdemAnswered
+	resIdemConflict
 	numResults
 )
 
@@ -51,6 +56,7 @@ var resultNames = [numResults]string{
 	"held", "not_held", "bad_request", "unauthorized", "method_not_allowed",
 	"unsupported_media_type", "too_large", "quorum_unavailable", "cancelled", "internal",
 	"too_many_waiters", "timeout", "auth_limited", "quota_exhausted", "rate_limited", "too_many_locks",
+	"idempotency_answered", "idempotency_conflict",
 }
 
 func (r result) String() string { return resultNames[r] }
@@ -75,6 +81,8 @@ func plausible(a action, r result) bool {
 		return a == actAcquire
 	case resQuotaExhausted, resRateLimited:
 		return a != actUnknown
+	case resIdemAnswered, resIdemConflict:
+		return a == actIdempotency
 	}
 	return true // bad_request, internal
 }

@@ -24,10 +24,13 @@ const (
 	actRelease
 	actExtend
 	actStatus
+	// actIdempotency: the idempotency actions (idempotency.go), counted
+	// together here and by action in redlockd_idempotency_requests_total.
+	actIdempotency
 	numActions
 )
 
-var actionNames = [numActions]string{"unknown", "acquire", "release", "extend", "status"}
+var actionNames = [numActions]string{"unknown", "acquire", "release", "extend", "status", "idempotency"}
 
 func (a action) String() string { return actionNames[a] }
 

@@ -131,6 +131,9 @@ type Options struct {
 	// LimitsSyncInterval is how often the limits are synced with the
 	// masters. Default 100ms (DefaultLimitsSyncInterval).
 	LimitsSyncInterval time.Duration
+	// Idempotency turns on the idempotency actions (idempotency.go); nil
+	// leaves them off, answered 400.
+	Idempotency *IdempotencyOptions
 }
 
 // Server is the HTTP daemon: the action API, health, metrics and the
@@ -160,6 +163,7 @@ type Server struct {
 	waiters         waiters
 	listings        listGate
 	limits          *limiter
+	idem            *idemServer // nil without Options.Idempotency
 
 	// removed are the accounts a reload removed since this daemon
 	// started (and no later reload added back): their locks stay until
@@ -290,6 +294,11 @@ func New(logger *zap.Logger, o *Options) (*Server, error) {
 	if err := s.newLimiter(o); err != nil {
 		return nil, err
 	}
+	idem, err := newIdemServer(o.Idempotency)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: Options.Idempotency: %w", err)
+	}
+	s.idem = idem
 	s.metrics.bind(s.locker)
 	s.history = newHistory(s.metrics, s.locker, time.Now())
 	s.handler, s.adminHandler = s.routes(gatherer)

@@ -94,7 +94,7 @@ type statsReading struct {
 
 // isVote reports whether c runs a vote script (vote_prelude.lua).
 func (c *call) isVote() bool {
-	return c.script == acquireScript || c.script == extendScript || c.script == statusScript
+	return c.script == acquireScript || c.script == extendScript || c.script == statusScript || isQuorumScript(c.script)
 }
 
 // queueStatsReading appends the batch reading to pipe, as EVALSHA, or as

@@ -33,6 +33,9 @@ Usage:
                                          so the daemons count them again (see "redlockd repair-fences --help")
   redlockd lock run|acquire|extend|release|status
                                          hold a lock from a shell or cron (see "redlockd lock help")
+  redlockd idempotency-proxy --upstream URL
+                                         a gateway that makes POST/PATCH with Idempotency-Key run once
+                                         (see "redlockd idempotency-proxy --help")
   redlockd version                       show the version, VCS revision and Go version (also --version)
   redlockd help                          show this help
 
@@ -64,7 +67,7 @@ func main() {
 var revision string
 
 // commands are the commands run knows, as the usage lists them.
-var commands = []string{"serve", "dev", "repair-fences", "lock", "version", "help"}
+var commands = []string{"serve", "dev", "repair-fences", "lock", "idempotency-proxy", "version", "help"}
 
 // versionString is what `redlockd version` prints:
 //
@@ -113,6 +116,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return repairFences(ctx, args[1:], stdout, stderr)
 	case "lock":
 		return lockCmd(ctx, args[1:], stdout, stderr)
+	case "idempotency-proxy":
+		return idempotencyProxy(ctx, args[1:], stderr)
 	case guardCommand: // hidden: started by lock run (guard.go)
 		return lockGuard(os.Stdin, stderr)
 	case "version", "-version", "--version":

@@ -22,6 +22,7 @@ import (
 	"github.com/redlockd/redlockd/config"
 	"github.com/redlockd/redlockd/daemon"
 	"github.com/redlockd/redlockd/redlock"
+	"github.com/redlockd/redlockd/redlock/idempotency"
 )
 
 func serve(ctx context.Context, args []string, stderr io.Writer) error {
@@ -131,6 +132,15 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		return err
 	}
 	defer limitStore.Close()
+	// Idempotency records live on the same masters, behind the same
+	// Client's checks (redlock/idempotency).
+	idemStore, err := idempotency.New(locker,
+		idempotency.WithMaxRetention(time.Duration(cfg.IdempotencyMaxRetention)),
+		idempotency.WithMaxAnswerBytes(cfg.IdempotencyMaxAnswerBytes))
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	srv, err := daemon.New(log.Named("http"), &daemon.Options{
 		APIKeys:               daemonKeys(cfg),
 		KeyPrefix:             cfg.KeyPrefix,
@@ -154,6 +164,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		TLS:                   srvTLS,
 		LimitStore:            limitStore,
 		LimitsSyncInterval:    time.Duration(cfg.LimitsSyncInterval),
+		Idempotency:           &daemon.IdempotencyOptions{Store: idemStore, Registerer: reg},
 	})
 	if err != nil {
 		ln.Close()

@@ -16,7 +16,8 @@
     bad_request: "#ef6c00", unauthorized: "#ad1457", internal: "#000000", cancelled: "#757575",
     method_not_allowed: "#fbc02d", unsupported_media_type: "#ffab40", too_large: "#1a237e",
     too_many_waiters: "#4dd0e1", timeout: "#ff8a80", auth_limited: "#f06292",
-    quota_exhausted: "#6a1b9a", rate_limited: "#ce93d8", too_many_locks: "#d500f9" };
+    quota_exhausted: "#6a1b9a", rate_limited: "#ce93d8", too_many_locks: "#d500f9",
+    idempotency_answered: "#558b2f", idempotency_conflict: "#ff6f00" };
 
   let hist = null; // the history the page holds, columns as in /v1/history
   let ready = null; // the last /readyz body

@@ -1,0 +1,129 @@
+package client_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/client"
+)
+
+// TestIdempotentRunsOnce: overlapping and later calls of one key run fn
+// once; the others get ErrInProgress or the stored answer; another
+// fingerprint gets ErrFingerprintMismatch. Real daemon, real masters.
+func TestIdempotentRunsOnce(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	ctx := context.Background()
+	fp := client.Fingerprint([]byte(`{"order":"o-9","amount":100}`))
+	var runs atomic.Int32
+	release := make(chan struct{})
+	fn := func(ctx context.Context, a client.Attempt) (client.Answer, error) {
+		runs.Add(1)
+		<-release
+		return client.Answer{Status: 201, Headers: map[string]string{"Content-Type": "text/plain"}, Body: []byte("charged " + strconv.FormatInt(a.Fence, 10))}, nil
+	}
+	var first client.Answer
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var err error
+		first, err = c.Idempotent(ctx, "pay-cb-1", fp, fn)
+		assert.NoError(t, err)
+	})
+	require.Eventually(t, func() bool { return runs.Load() == 1 }, 5*time.Second, 10*time.Millisecond)
+	for range 3 {
+		_, err := c.Idempotent(ctx, "pay-cb-1", fp, fn)
+		require.ErrorIs(t, err, client.ErrInProgress)
+		var e *client.Error
+		require.ErrorAs(t, err, &e)
+		require.Positive(t, e.RetryAfter)
+	}
+	close(release)
+	wg.Wait()
+	for range 3 {
+		got, err := c.Idempotent(ctx, "pay-cb-1", fp, fn)
+		require.NoError(t, err)
+		require.Equal(t, first, got)
+	}
+	require.EqualValues(t, 1, runs.Load())
+	_, err := c.Idempotent(ctx, "pay-cb-1", client.Fingerprint([]byte(`{"amount":200}`)), fn)
+	require.ErrorIs(t, err, client.ErrFingerprintMismatch)
+	require.EqualValues(t, 1, runs.Load())
+
+	// An error from fn aborts: the next call runs fn again.
+	boom := errors.New("card declined, retryable")
+	_, err = c.Idempotent(ctx, "pay-cb-2", fp, func(context.Context, client.Attempt) (client.Answer, error) { return client.Answer{}, boom })
+	require.ErrorIs(t, err, boom)
+	got, err := c.Idempotent(ctx, "pay-cb-2", fp, func(context.Context, client.Attempt) (client.Answer, error) {
+		return client.Answer{Status: 200, Body: []byte("ok")}, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, []byte("ok"), got.Body)
+}
+
+// TestMiddlewareReplays: a retried POST through the middleware gets the
+// first answer byte for byte, and the handler ran once with the fence.
+func TestMiddlewareReplays(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	var runs atomic.Int32
+	var fences []string
+	var mu sync.Mutex
+	h := client.Middleware(c, client.MiddlewareOptions{Require: func(*http.Request) bool { return true }}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := runs.Add(1)
+		a, ok := client.AttemptFrom(r.Context())
+		assert.True(t, ok)
+		mu.Lock()
+		fences = append(fences, r.Header.Get(client.HeaderIdempotencyFence))
+		mu.Unlock()
+		assert.Equal(t, strconv.FormatInt(a.Fence, 10), r.Header.Get(client.HeaderIdempotencyFence))
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Location", "/orders/1")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"order":1,"run":` + strconv.Itoa(int(n)) + `,"echo":"` + string(b) + `"}`))
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	post := func(key, body string) (*http.Response, []byte) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader(body))
+		require.NoError(t, err)
+		if key != "" {
+			req.Header.Set(client.HeaderIdempotencyKey, key)
+		}
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, b
+	}
+	resp1, body1 := post("order-req-1", "qty=1")
+	require.Equal(t, http.StatusCreated, resp1.StatusCode)
+	for range 3 {
+		resp, body := post("order-req-1", "qty=1")
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+		require.True(t, bytes.Equal(body1, body), "%s != %s", body1, body)
+		require.Equal(t, "/orders/1", resp.Header.Get("Location"))
+		require.Equal(t, "true", resp.Header.Get(client.HeaderIdempotentReplayed))
+	}
+	resp, _ := post("order-req-1", "qty=2")
+	require.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode)
+	resp, _ = post("", "qty=1")
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.EqualValues(t, 1, runs.Load())
+	require.Len(t, fences, 1)
+	require.NotEqual(t, "", fences[0])
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redlockd/redlockd/client"
+)
+
+const idemProxyUsage = `Usage: redlockd idempotency-proxy --upstream URL [--url DAEMON] [--listen ADDR] [--require "[METHOD] /path/prefix"]… [--namespace-header NAME] [--lease SECONDS] [--retention SECONDS]
+
+An HTTP gateway in front of any service that makes its POST and PATCH
+requests idempotent, with no change to the service. For a request with an
+Idempotency-Key header it begins an idempotency record on the redlockd
+daemon, forwards the request with the attempt's fencing token in the
+Idempotency-Fence header (and Idempotency-Takeover: true when an earlier
+attempt's lease ended without an answer), stores the upstream's answer
+(status, the replayed headers, body up to 64 KiB) and replays it to every
+retry with Idempotent-Replayed: true. While an attempt runs, a retry gets
+409 with Retry-After; the same key with another method, target or body
+gets 422. An upstream answer of 5xx (or none: 502) is not stored, so a
+retry runs again. Other requests pass through; Idempotency-Fence and
+Idempotency-Takeover sent by clients are removed.
+
+--require names the routes on which a POST or PATCH without
+Idempotency-Key is refused with 400 (METHOD is POST or PATCH; without it,
+both). Keys are scoped by the API key's account and, with
+--namespace-header, by that request header's value (for example the
+authenticated user's id set by an earlier proxy): without it, every client
+of the gateway shares one key space.
+
+The daemon and API key come from --url and REDLOCKD_URL, and REDLOCKD_API_KEY
+(an environment variable: a flag shows in ps). Flags:
+`
+
+// idemProxySettings are the gateway's flags, checked.
+type idemProxySettings struct {
+	upstream  *url.URL
+	daemon    string
+	apiKey    string
+	listen    string
+	require   []proxyRoute
+	nsHeader  string
+	lease     time.Duration
+	retention time.Duration
+}
+
+// proxyRoute is a --require route: method "" means POST and PATCH.
+type proxyRoute struct{ method, prefix string }
+
+func (r proxyRoute) matches(req *http.Request) bool {
+	return (r.method == "" || r.method == req.Method) && strings.HasPrefix(req.URL.Path, r.prefix)
+}
+
+type routeList []proxyRoute
+
+func (l *routeList) String() string { return fmt.Sprint(*l) }
+
+func (l *routeList) Set(v string) error {
+	method, prefix, ok := strings.Cut(strings.TrimSpace(v), " ")
+	if !ok {
+		method, prefix = "", method
+	}
+	prefix = strings.TrimSpace(prefix)
+	if method != "" && method != http.MethodPost && method != http.MethodPatch {
+		return fmt.Errorf("method %q: only POST and PATCH carry Idempotency-Key here", method)
+	}
+	if !strings.HasPrefix(prefix, "/") {
+		return fmt.Errorf("path prefix %q must start with /", prefix)
+	}
+	*l = append(*l, proxyRoute{method: method, prefix: prefix})
+	return nil
+}
+
+func parseIdemProxyArgs(args []string, stderr io.Writer) (idemProxySettings, error) {
+	fs := flag.NewFlagSet("idempotency-proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, idemProxyUsage)
+		fs.PrintDefaults()
+	}
+	var s idemProxySettings
+	var upstream string
+	var routes routeList
+	var leaseS, retentionS int64
+	fs.StringVar(&upstream, "upstream", "", "base `URL` of the service behind the gateway, e.g. http://127.0.0.1:8080 (required)")
+	fs.StringVar(&s.daemon, "url", os.Getenv("REDLOCKD_URL"), "redlockd base URL (default $REDLOCKD_URL)")
+	fs.StringVar(&s.listen, "listen", "127.0.0.1:7080", "`address` to listen on")
+	fs.Var(&routes, "require", "`route` \"[POST|PATCH] /prefix\" whose POST/PATCH requests must carry Idempotency-Key (repeatable)")
+	fs.StringVar(&s.nsHeader, "namespace-header", "", "request header `name` whose value scopes the keys (e.g. X-User-Id)")
+	fs.Int64Var(&leaseS, "lease", 30, "processing lease in `seconds`: an attempt that takes longer is extended while the upstream works")
+	fs.Int64Var(&retentionS, "retention", 24*60*60, "how long answers are kept, in `seconds` (at most 604800, 7 days)")
+	if err := fs.Parse(args); err != nil {
+		return s, err
+	}
+	if fs.NArg() > 0 {
+		return s, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	u, err := url.Parse(upstream)
+	switch {
+	case upstream == "":
+		return s, errors.New("--upstream: required, the base URL of the service behind the gateway")
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return s, fmt.Errorf("--upstream %q: must be an absolute http or https URL", upstream)
+	case s.daemon == "":
+		return s, errors.New("--url or REDLOCKD_URL: required (e.g. http://127.0.0.1:7070)")
+	case leaseS < 1 || leaseS > 86400:
+		return s, fmt.Errorf("--lease: %d is outside 1 to 86400 seconds", leaseS)
+	case retentionS < leaseS || retentionS > 604800:
+		return s, fmt.Errorf("--retention: %d is outside --lease (%d) to 604800 seconds", retentionS, leaseS)
+	}
+	s.apiKey = os.Getenv("REDLOCKD_API_KEY")
+	if s.apiKey == "" {
+		return s, errors.New("REDLOCKD_API_KEY: required, the API key of the account whose records the gateway keeps")
+	}
+	s.upstream, s.require = u, routes
+	s.lease, s.retention = time.Duration(leaseS)*time.Second, time.Duration(retentionS)*time.Second
+	return s, nil
+}
+
+// newIdemProxy is the gateway's handler: the client's Idempotency-Key
+// middleware in front of a reverse proxy to the upstream.
+func newIdemProxy(s idemProxySettings, c *client.Client) http.Handler {
+	rp := httputil.NewSingleHostReverseProxy(s.upstream)
+	o := client.MiddlewareOptions{
+		Require: func(r *http.Request) bool {
+			for _, rt := range s.require {
+				if rt.matches(r) {
+					return true
+				}
+			}
+			return false
+		},
+		Options: []client.IdemOption{client.WithLease(s.lease), client.WithRetention(s.retention)},
+	}
+	if s.nsHeader != "" {
+		o.Namespace = func(r *http.Request) string { return r.Header.Get(s.nsHeader) }
+	}
+	mw := client.Middleware(c, o, rp)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Only the gateway says which attempt a request is.
+		r.Header.Del(client.HeaderIdempotencyFence)
+		r.Header.Del(client.HeaderIdempotencyTakeover)
+		mw.ServeHTTP(w, r)
+	})
+}
+
+// idempotencyProxy runs the gateway until ctx ends, then shuts it down,
+// letting requests in flight finish for up to 10 s.
+func idempotencyProxy(ctx context.Context, args []string, stderr io.Writer) error {
+	s, err := parseIdemProxyArgs(args, stderr)
+	if err != nil {
+		return err
+	}
+	c, err := client.New(s.daemon, s.apiKey, client.WithRetry(client.RetryPolicy{Attempts: 3, MaxDelay: 2 * time.Second}))
+	if err != nil {
+		return fmt.Errorf("--url: %w", err)
+	}
+	ln, err := net.Listen("tcp", s.listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	srv := &http.Server{Handler: newIdemProxy(s, c), ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(stderr, "idempotency-proxy: listening on http://%s, upstream %s, records on %s\n", ln.Addr(), s.upstream, s.daemon)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Shutdown(sctx)
+}

@@ -1,0 +1,301 @@
+package daemon
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redlockd/redlockd/redlock/idempotency"
+)
+
+// The idempotency actions of POST /v1/lock (docs/idempotency.md): records
+// kept on the masters by redlock/idempotency, scoped by account, namespace
+// and the client's key.
+
+// idemAction is one idempotency action.
+type idemAction uint8
+
+const (
+	idemBegin idemAction = iota + 1
+	idemComplete
+	idemAbort
+	idemGet
+	idemExtend
+)
+
+var idemActionNames = map[string]idemAction{
+	"idem_begin": idemBegin, "idem_complete": idemComplete, "idem_abort": idemAbort,
+	"idem_get": idemGet, "idem_extend": idemExtend,
+}
+
+func (a idemAction) String() string {
+	for n, v := range idemActionNames {
+		if v == a {
+			return n
+		}
+	}
+	return "idem_unknown"
+}
+
+// Defaults and limits of the idempotency fields, in seconds.
+const (
+	defaultIdemLease     = 30
+	defaultIdemRetention = 24 * 60 * 60
+	// idemBodySlack is what an idempotency body may hold beyond its answer
+	// (base64 takes 4/3 of the bytes): the other fields and headers.
+	idemBodySlack = 16 << 10
+)
+
+// idemKey is the base of an idempotency record's Redis keys (the record
+// "<base>:rec" and its lease "<base>:lease", redlock/idempotency):
+//
+//	prefix + "idem:" + enc(account) + ":" + enc(namespace) + ":" + enc(key)
+//
+// injective for the reason redisKey is (keys.go), and never a lock key:
+// it does not start with "lock:" after the prefix.
+func idemKey(prefix, account, namespace, key string) string {
+	var b strings.Builder
+	b.WriteString(prefix)
+	b.WriteString("idem:")
+	writePart(&b, account)
+	b.WriteByte(':')
+	writePart(&b, namespace)
+	b.WriteByte(':')
+	writePart(&b, key)
+	return b.String()
+}
+
+// idemBodyLimit is the largest idempotency body: an answer of the Store's
+// limit in base64, plus the other fields.
+func idemBodyLimit(st *idempotency.Store) int64 {
+	return int64(st.MaxAnswerBytes())*4/3 + idemBodySlack
+}
+
+// idemActionOf returns the idempotency action a body asks for; ok is false
+// for every other body, which the lock parser then judges. The cheap test
+// comes first: lock requests never contain "idem_".
+func idemActionOf(body []byte) (idemAction, bool) {
+	if !bytes.Contains(body, []byte(`"idem_`)) {
+		return 0, false
+	}
+	var head struct {
+		Action string `json:"action"`
+	}
+	if json.Unmarshal(body, &head) != nil {
+		return 0, false
+	}
+	a, ok := idemActionNames[head.Action]
+	return a, ok
+}
+
+// idemRequestBody is the JSON body of an idempotency action; unknown
+// fields are refused.
+type idemRequestBody struct {
+	Action      string        `json:"action"`
+	Key         *string       `json:"key"`
+	Namespace   *string       `json:"namespace"`
+	Fingerprint *string       `json:"fingerprint"`
+	Body        *string       `json:"body"`
+	BodyBase64  *string       `json:"body_base64"`
+	Lease       *json.Number  `json:"lease"`
+	Retention   *json.Number  `json:"retention"`
+	Token       *string       `json:"token"`
+	Retryable   *bool         `json:"retryable"`
+	Answer      *idemAnswerIn `json:"answer"`
+}
+
+type idemAnswerIn struct {
+	Status     *int              `json:"status"`
+	Headers    map[string]string `json:"headers"`
+	Body       *string           `json:"body"`
+	BodyBase64 *string           `json:"body_base64"`
+}
+
+// idemRequest is a decoded and validated idempotency body.
+type idemRequest struct {
+	action      idemAction
+	key         string
+	namespace   string
+	fingerprint string
+	lease       time.Duration
+	retention   time.Duration
+	token       string
+	retryable   bool
+	answer      *idempotency.Answer
+}
+
+// parseIdemRequest decodes body strictly (one object, known fields only)
+// and checks every field against its limit; messages name the field.
+func parseIdemRequest(body []byte, a idemAction, lim *limits, st *idempotency.Store) (idemRequest, *badRequest) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	var b idemRequestBody
+	if err := dec.Decode(&b); err != nil {
+		return idemRequest{}, bad("body: %s; the fields of %s are action, key, namespace, fingerprint, body, body_base64, lease, retention, token, retryable, answer", jsonErr(err), a)
+	}
+	if dec.More() {
+		return idemRequest{}, bad("body: unexpected data after the JSON object")
+	}
+	req := idemRequest{action: a, retryable: true}
+	if b.Key == nil {
+		return req, bad("key: required, a string of 1 to %d bytes", maxKeyBytes)
+	}
+	if err := checkText("key", &jsonValue{kind: kString, str: *b.Key}, 1, maxKeyBytes); err != nil {
+		return req, err
+	}
+	req.key = *b.Key
+	if b.Namespace != nil {
+		if err := checkText("namespace", &jsonValue{kind: kString, str: *b.Namespace}, 0, maxNamespaceBytes); err != nil {
+			return req, err
+		}
+		req.namespace = *b.Namespace
+	}
+	switch a {
+	case idemBegin:
+		fp, err := fingerprintOf(&b)
+		if err != nil {
+			return req, err
+		}
+		req.fingerprint = fp
+		n, err := seconds("lease", b.Lease, defaultIdemLease, 1, lim.maxTTL)
+		if err != nil {
+			return req, err
+		}
+		req.lease = time.Duration(n) * time.Second
+		maxRet := int64(st.MaxRetention() / time.Second)
+		n, err = seconds("retention", b.Retention, min(defaultIdemRetention, maxRet), 1, maxRet)
+		if err != nil {
+			return req, err
+		}
+		req.retention = time.Duration(n) * time.Second
+		if req.lease > req.retention {
+			return req, bad("lease: %d seconds is longer than the retention of %d seconds", int64(req.lease/time.Second), n)
+		}
+	case idemExtend:
+		n, err := seconds("lease", b.Lease, defaultIdemLease, 1, lim.maxTTL)
+		if err != nil {
+			return req, err
+		}
+		req.lease = time.Duration(n) * time.Second
+	}
+	if a == idemComplete || a == idemAbort || a == idemExtend {
+		if b.Token == nil || !isToken(*b.Token) {
+			return req, bad("token: required for %s; send the %d lowercase hex characters idem_begin returned", a, tokenLen)
+		}
+		req.token = *b.Token
+	}
+	if a == idemAbort && b.Retryable != nil {
+		req.retryable = *b.Retryable
+	}
+	if a == idemComplete || (a == idemAbort && !req.retryable) {
+		if b.Answer == nil {
+			if a == idemAbort {
+				return req, bad("answer: required for idem_abort with retryable false: the failure's answer, replayed to every retry")
+			}
+			return req, bad("answer: required for idem_complete: {\"status\": 100 to 599, \"headers\": {…}, \"body\" or \"body_base64\"}")
+		}
+		ans, err := answerOf(b.Answer)
+		if err != nil {
+			return req, err
+		}
+		req.answer = ans
+	}
+	return req, nil
+}
+
+// jsonErr says what is wrong with a body encoding/json refused, without
+// quoting more than a field name.
+func jsonErr(err error) string {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return fmt.Sprintf("field %q must be %s, got %s", te.Field, te.Type.String(), te.Value)
+	}
+	if s, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return "unknown field " + quoteShort(strings.Trim(s, `"`))
+	}
+	return "not a JSON object"
+}
+
+// seconds reads an integer field in seconds, def when absent.
+func seconds(field string, n *json.Number, def, lo, hi int64) (int64, *badRequest) {
+	if n == nil {
+		return def, nil
+	}
+	v := &jsonValue{kind: kNumber, num: n.String(), isInt: !strings.ContainsAny(n.String(), ".eE")}
+	if err := wantInt(field, "seconds", v); err != nil {
+		return 0, err
+	}
+	return intInRange(field, v, lo, hi)
+}
+
+// fingerprintOf is the request's fingerprint: the client's own (64
+// lowercase hex characters), or the SHA-256 of the exact bytes of body
+// (its UTF-8) or body_base64 (decoded): the canonical form is the bytes
+// the client names, unchanged (docs/idempotency.md).
+func fingerprintOf(b *idemRequestBody) (string, *badRequest) {
+	n := 0
+	for _, p := range []*string{b.Fingerprint, b.Body, b.BodyBase64} {
+		if p != nil {
+			n++
+		}
+	}
+	if n != 1 {
+		return "", bad("fingerprint: send exactly one of fingerprint (SHA-256, 64 lowercase hex characters), body or body_base64 (the daemon hashes the bytes)")
+	}
+	var raw []byte
+	switch {
+	case b.Fingerprint != nil:
+		fp := *b.Fingerprint
+		if len(fp) != 64 || strings.Trim(fp, "0123456789abcdef") != "" {
+			return "", bad("fingerprint: must be 64 lowercase hex characters (a SHA-256), got %d characters", len(fp))
+		}
+		return fp, nil
+	case b.Body != nil:
+		raw = []byte(*b.Body)
+	default:
+		var err error
+		if raw, err = base64.StdEncoding.DecodeString(*b.BodyBase64); err != nil {
+			return "", bad("body_base64: not standard base64 (RFC 4648 section 4, with padding)")
+		}
+	}
+	h := sha256.Sum256(raw)
+	return hex.EncodeToString(h[:]), nil
+}
+
+// answerOf checks an answer's fields; its size is checked by the Store.
+func answerOf(in *idemAnswerIn) (*idempotency.Answer, *badRequest) {
+	if in.Status == nil || *in.Status < 100 || *in.Status > 599 {
+		return nil, bad("answer.status: required, an HTTP status code from 100 to 599")
+	}
+	if in.Body != nil && in.BodyBase64 != nil {
+		return nil, bad("answer: send body or body_base64, not both")
+	}
+	const maxHeaders = 16
+	if len(in.Headers) > maxHeaders {
+		return nil, bad("answer.headers: %d headers is above the maximum of %d", len(in.Headers), maxHeaders)
+	}
+	for k, v := range in.Headers {
+		if k == "" || strings.ContainsAny(k, " :\r\n\t") || strings.ContainsAny(v, "\r\n") {
+			return nil, bad("answer.headers: %s is not a valid header name and value", quoteShort(k))
+		}
+	}
+	a := &idempotency.Answer{Status: *in.Status, Headers: in.Headers}
+	switch {
+	case in.Body != nil:
+		a.Body = []byte(*in.Body)
+	case in.BodyBase64 != nil:
+		b, err := base64.StdEncoding.DecodeString(*in.BodyBase64)
+		if err != nil {
+			return nil, bad("answer.body_base64: not standard base64 (RFC 4648 section 4, with padding)")
+		}
+		a.Body = b
+	}
+	return a, nil
+}

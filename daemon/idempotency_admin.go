@@ -1,0 +1,138 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/redlockd/redlockd/redlock"
+	"github.com/redlockd/redlockd/redlock/idempotency"
+)
+
+// listedRecord is one record in the answer of GET /admin/idempotency. Its
+// owner token is never shown.
+type listedRecord struct {
+	Namespace     string `json:"namespace"`
+	Key           string `json:"key"`
+	State         string `json:"state"`
+	Fingerprint   string `json:"fingerprint"`
+	Fence         int64  `json:"fence"`
+	Attempts      int64  `json:"attempts"`
+	StartedAtMS   int64  `json:"started_at_ms"`
+	CompletedAtMS int64  `json:"completed_at_ms,omitempty"`
+	RetentionLeft int64  `json:"retention_left"`
+	AnswerStatus  int    `json:"answer_status,omitempty"`
+	AnswerBytes   int    `json:"answer_bytes,omitempty"`
+}
+
+type recordList struct {
+	Account    string         `json:"account"`
+	Namespace  *string        `json:"namespace,omitempty"`
+	Records    []listedRecord `json:"records"`
+	NextCursor string         `json:"next_cursor"`
+}
+
+// serveIdemList answers GET /admin/idempotency?account=A[&namespace=N]
+// [&cursor=C][&limit=L]: one page of the account's idempotency records
+// (idempotency.Store.List: the masters are scanned one after another, each
+// record confirmed by a quorum read). An empty next_cursor ends the
+// listing; a page may be empty before it ends.
+func (s *Server) serveIdemList(w http.ResponseWriter, r *http.Request) {
+	if s.idem == nil {
+		writeError(w, http.StatusNotFound, codeNotFound, "idempotency records are not enabled on this daemon")
+		return
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeBadRequest, "query string: not valid URL encoding")
+		return
+	}
+	for name, vs := range q {
+		switch name {
+		case "account", "namespace", "cursor", "limit":
+			if len(vs) > 1 {
+				writeError(w, http.StatusBadRequest, codeBadRequest, name+": given more than once")
+				return
+			}
+		default:
+			writeError(w, http.StatusBadRequest, codeBadRequest, "unknown parameter "+quoteCut(name, 32)+"; the parameters are account, namespace, cursor, limit")
+			return
+		}
+	}
+	account := q.Get("account")
+	if msg := checkQueryText("account", account, 1, maxAccountBytes); msg != "" {
+		writeError(w, http.StatusBadRequest, codeBadRequest, msg)
+		return
+	}
+	if !s.wasRemoved(account) && !s.hasAccount(account) {
+		writeError(w, http.StatusBadRequest, codeBadRequest, "account: "+quoteCut(account, 64)+" is not a configured account, nor one a reload removed since this daemon started")
+		return
+	}
+	prefix := s.prefix + "idem:" + encPart(account) + ":"
+	ans := recordList{Account: account, Records: []listedRecord{}}
+	if vs, ok := q["namespace"]; ok {
+		ns := vs[0]
+		if msg := checkQueryText("namespace", ns, 0, maxNamespaceBytes); msg != "" {
+			writeError(w, http.StatusBadRequest, codeBadRequest, msg)
+			return
+		}
+		prefix += encPart(ns) + ":"
+		ans.Namespace = &ns
+	}
+	limit := DefaultListLimit
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > idempotency.MaxListCount {
+			writeError(w, http.StatusBadRequest, codeBadRequest, fmt.Sprintf("limit: must be an integer from 1 to %d, got %s", idempotency.MaxListCount, quoteCut(v[0], 32)))
+			return
+		}
+		limit = n
+	}
+	page, err := s.idem.store.List(r.Context(), prefix, q.Get("cursor"), limit)
+	switch {
+	case err == nil:
+	case errors.Is(err, idempotency.ErrInvalid):
+		writeError(w, http.StatusBadRequest, codeBadRequest, errMsg(err))
+		return
+	case r.Context().Err() != nil:
+		writeError(w, statusClientClosed, codeCancelled, "request cancelled")
+		return
+	case errors.Is(err, redlock.ErrQuorumUnavailable):
+		s.log.Warn("idempotency listing: no quorum", zap.Error(err))
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, codeQuorum, "cannot list the records: no quorum of masters counts for records; retry with the same cursor")
+		return
+	default:
+		s.log.Error("idempotency listing", zap.Error(err))
+		writeError(w, http.StatusInternalServerError, codeInternal, "internal error; it has been logged")
+		return
+	}
+	for _, lr := range page.Records {
+		// The record's key is idemKey's: decoded as a lock key's parts.
+		rest, ok := strings.CutPrefix(lr.Key, s.prefix+"idem:")
+		if !ok {
+			continue
+		}
+		acct, ns, key, err := decodeRedisKey(s.prefix, s.prefix+lockSpace+rest)
+		if err != nil || acct != account {
+			continue
+		}
+		rec := lr.Record
+		l := listedRecord{Namespace: ns, Key: key, State: rec.State.String(), Fingerprint: rec.Fingerprint, Fence: rec.Fence,
+			Attempts: rec.Attempts, StartedAtMS: rec.StartedAt.UnixMilli(), RetentionLeft: int64(rec.TTL.Seconds())}
+		if !rec.CompletedAt.IsZero() {
+			l.CompletedAtMS = rec.CompletedAt.UnixMilli()
+		}
+		if rec.Answer != nil {
+			l.AnswerStatus, l.AnswerBytes = rec.Answer.Status, rec.Answer.Size()
+		}
+		ans.Records = append(ans.Records, l)
+	}
+	ans.NextCursor = page.Cursor
+	writeJSONValue(w, http.StatusOK, &ans)
+}

@@ -1,0 +1,290 @@
+package daemon
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/redlockd/redlockd/redlock"
+	"github.com/redlockd/redlockd/redlock/idempotency"
+)
+
+// IdempotencyOptions turns on the idempotency actions.
+type IdempotencyOptions struct {
+	// Store keeps the records, on the masters of the Client behind the
+	// Locker (redlock/idempotency.New).
+	Store *idempotency.Store
+	// Registerer takes the idempotency metrics (redlockd_idempotency_*);
+	// nil keeps them unregistered.
+	Registerer prometheus.Registerer
+}
+
+// idemServer is the Server's idempotency state: nil when not configured.
+type idemServer struct {
+	store     *idempotency.Store
+	bodyLimit int64
+	metrics   *idemMetrics
+}
+
+func newIdemServer(o *IdempotencyOptions) (*idemServer, error) {
+	if o == nil || o.Store == nil {
+		return nil, nil
+	}
+	m := newIdemMetrics()
+	if o.Registerer != nil {
+		if err := m.register(o.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	return &idemServer{store: o.Store, bodyLimit: idemBodyLimit(o.Store), metrics: m}, nil
+}
+
+// idemData is data of an idempotency answer. Fields not set are left out.
+type idemData struct {
+	Action        string         `json:"action"`
+	Key           string         `json:"key"`
+	Outcome       string         `json:"outcome,omitempty"`
+	Token         string         `json:"token,omitempty"`
+	Fence         int64          `json:"fence,omitempty"`
+	PreviousFence int64          `json:"previous_fence,omitempty"`
+	Attempts      int64          `json:"attempts,omitempty"`
+	ValidityMS    *int64         `json:"validity_ms,omitempty"`
+	ExpireAt      int64          `json:"expire_at,omitempty"`
+	RetryAfter    int64          `json:"retry_after,omitempty"`
+	Answer        *idemAnswerOut `json:"answer,omitempty"`
+	State         string         `json:"state,omitempty"`
+	Fingerprint   string         `json:"fingerprint,omitempty"`
+	StartedAtMS   int64          `json:"started_at_ms,omitempty"`
+	CompletedAtMS int64          `json:"completed_at_ms,omitempty"`
+	// RetentionLeft is in whole seconds (rounded down).
+	RetentionLeft int64 `json:"retention_left,omitempty"`
+	Completed     *bool `json:"completed,omitempty"`
+	Aborted       *bool `json:"aborted,omitempty"`
+	Extended      *bool `json:"extended,omitempty"`
+}
+
+// idemAnswerOut is a stored answer as the API returns it: the body in
+// base64, so that it comes back byte for byte whatever it holds.
+type idemAnswerOut struct {
+	Status     int               `json:"status"`
+	Headers    map[string]string `json:"headers,omitempty"`
+	BodyBase64 string            `json:"body_base64"`
+}
+
+func answerOut(a *idempotency.Answer) *idemAnswerOut {
+	if a == nil {
+		return nil
+	}
+	return &idemAnswerOut{Status: a.Status, Headers: a.Headers, BodyBase64: base64.StdEncoding.EncodeToString(a.Body)}
+}
+
+type idemEnvelope struct {
+	Ret         string    `json:"ret"`
+	Data        *idemData `json:"data"`
+	Msg         string    `json:"msg"`
+	Code        string    `json:"code,omitempty"`
+	RemainQuota int64     `json:"remain_quota"`
+}
+
+// Stable codes of the idempotency answers that are not 200.
+const (
+	codeIdemInProgress = "in_progress"          // 409
+	codeIdemMismatch   = "fingerprint_mismatch" // 422
+	codeIdemNotOwner   = "not_owner"            // 409
+)
+
+// serveIdempotency answers an idempotency action; serveLock has checked
+// the method, the API key, the Content-Type and the body size.
+func (s *Server) serveIdempotency(ctx context.Context, w http.ResponseWriter, c *call, a idemAction, body []byte) {
+	c.action = actIdempotency
+	req, berr := parseIdemRequest(body, a, &s.lim, s.idem.store)
+	if berr != nil {
+		s.fail(w, c, http.StatusBadRequest, resBadRequest, codeBadRequest, berr.msg)
+		return
+	}
+	c.token = req.token
+	if c.limits != nil && !s.admit(w, c, actIdempotency, c.start) {
+		return
+	}
+	key := idemKey(s.prefix, c.account, req.namespace, req.key)
+	d := &idemData{Action: a.String(), Key: req.key}
+	var err error
+	switch a {
+	case idemBegin:
+		err = s.idemBegin(ctx, w, c, &req, key, d)
+	case idemComplete:
+		err = s.idem.store.Complete(ctx, key, req.token, req.answer)
+		if err == nil {
+			s.idem.metrics.stored.Add(float64(req.answer.Size()))
+			d.Completed = ptr(true)
+			s.idemOK(w, c, d, http.StatusOK, "")
+		}
+	case idemAbort:
+		if req.retryable {
+			err = s.idem.store.Abort(ctx, key, req.token)
+			d.Aborted = ptr(true)
+		} else {
+			// A failure that must not be retried is stored like an
+			// answer: every retry replays it.
+			err = s.idem.store.Complete(ctx, key, req.token, req.answer)
+			d.Completed = ptr(true)
+		}
+		if err == nil {
+			s.idemOK(w, c, d, http.StatusOK, "")
+		}
+	case idemGet:
+		var rec idempotency.Record
+		rec, err = s.idem.store.Get(ctx, key)
+		if err == nil {
+			fillRecord(d, &rec)
+			s.idemOK(w, c, d, http.StatusOK, "")
+		}
+	case idemExtend:
+		var until time.Time
+		until, err = s.idem.store.Extend(ctx, key, req.token, req.lease)
+		if err == nil {
+			d.Extended = ptr(true)
+			setIdemValidity(d, until)
+			s.idemOK(w, c, d, http.StatusOK, "")
+		}
+	}
+	s.idem.metrics.requests.WithLabelValues(a.String(), idemResultLabel(d, err)).Inc()
+	if err != nil {
+		s.idemFailed(ctx, w, c, d, err)
+	}
+}
+
+// idemBegin answers idem_begin: 200 started, expired_in_progress and
+// completed; 409 in_progress; 422 fingerprint mismatch.
+func (s *Server) idemBegin(ctx context.Context, w http.ResponseWriter, c *call, req *idemRequest, key string, d *idemData) error {
+	res, err := s.idem.store.Begin(ctx, idempotency.BeginRequest{Key: key, Fingerprint: req.fingerprint, Lease: req.lease, Retention: req.retention})
+	if err != nil {
+		return err
+	}
+	d.Outcome, d.Attempts = res.Outcome.String(), res.Attempts
+	m := s.idem.metrics
+	switch res.Outcome {
+	case idempotency.Started, idempotency.ExpiredInProgress:
+		c.token = res.Token
+		d.Token, d.Fence, d.PreviousFence = res.Token, res.Fence, res.PreviousFence
+		setIdemValidity(d, res.ValidUntil)
+		if res.Outcome == idempotency.ExpiredInProgress {
+			m.takeovers.Inc()
+		}
+		s.idemOK(w, c, d, http.StatusOK, "")
+	case idempotency.Completed:
+		m.replays.Inc()
+		fillRecord(d, &res.Record)
+		// Every replay of the record is the same bytes.
+		d.State, d.RetentionLeft = "", 0
+		s.idemOK(w, c, d, http.StatusOK, "")
+	case idempotency.InProgress:
+		if !res.Record.StartedAt.IsZero() {
+			m.inProgressAge.Observe(time.Since(res.Record.StartedAt).Seconds())
+		}
+		d.Fence = res.Record.Fence
+		d.RetryAfter = max(int64((res.RetryAfter+time.Second-1)/time.Second), 1)
+		w.Header().Set("Retry-After", strconv.FormatInt(d.RetryAfter, 10))
+		s.idemOK(w, c, d, http.StatusConflict, "another attempt of this key is in progress; retry after retry_after seconds")
+	case idempotency.Mismatch:
+		m.conflicts.Inc()
+		s.idemOK(w, c, d, http.StatusUnprocessableEntity, "this key was used with another request (fingerprint mismatch); use a new key for a new request")
+	}
+	return nil
+}
+
+// idemFailed answers the errors of the Store.
+func (s *Server) idemFailed(ctx context.Context, w http.ResponseWriter, c *call, d *idemData, err error) {
+	switch {
+	case errors.Is(err, idempotency.ErrAnswerTooLarge):
+		s.fail(w, c, http.StatusRequestEntityTooLarge, resTooLarge, codeTooLarge, "answer: "+errMsg(err))
+	case errors.Is(err, idempotency.ErrInvalid):
+		s.fail(w, c, http.StatusBadRequest, resBadRequest, codeBadRequest, errMsg(err))
+	case errors.Is(err, idempotency.ErrNotOwner):
+		d.Outcome = ""
+		s.idemOK(w, c, d, http.StatusConflict, errMsg(err))
+	case s.lockerFailed(ctx, w, c, err):
+	default:
+		s.internal(w, c, err)
+	}
+}
+
+// errMsg is err's message without the package prefix.
+func errMsg(err error) string {
+	msg := err.Error()
+	if p := "idempotency: "; len(msg) > len(p) && msg[:len(p)] == p {
+		msg = msg[len(p):]
+	}
+	return msg
+}
+
+// idemOK writes an answered idempotency action: ret "ok" with 200, else
+// ret "err" with the status's code and the data that explains it.
+func (s *Server) idemOK(w http.ResponseWriter, c *call, d *idemData, status int, msg string) {
+	s.outage.end()
+	env := idemEnvelope{Ret: "ok", Data: d, Msg: quotaMsg(msg, c), RemainQuota: c.remain}
+	c.result, c.status = resIdemAnswered, status
+	if status != http.StatusOK {
+		c.result = resIdemConflict
+		env.Ret, env.Msg = "err", msg
+		switch {
+		case status == http.StatusUnprocessableEntity:
+			env.Code = codeIdemMismatch
+		case d.Outcome == "":
+			env.Code = codeIdemNotOwner
+		default:
+			env.Code = codeIdemInProgress
+		}
+	}
+	b, err := json.Marshal(&env)
+	if err != nil {
+		s.internal(w, c, err)
+		return
+	}
+	writeJSON(w, status, append(b, '\n'))
+}
+
+func setIdemValidity(d *idemData, until time.Time) {
+	now := time.Now()
+	v := max(until.Sub(now), 0)
+	ms := v.Milliseconds()
+	d.ValidityMS, d.ExpireAt = &ms, now.Add(v).Unix()
+}
+
+func fillRecord(d *idemData, r *idempotency.Record) {
+	d.State, d.Fingerprint, d.Fence, d.Attempts = r.State.String(), r.Fingerprint, r.Fence, r.Attempts
+	if r.State == idempotency.StateAbsent {
+		return
+	}
+	d.StartedAtMS = r.StartedAt.UnixMilli()
+	if !r.CompletedAt.IsZero() {
+		d.CompletedAtMS = r.CompletedAt.UnixMilli()
+	}
+	d.RetentionLeft = int64(r.TTL / time.Second)
+	d.Answer = answerOut(r.Answer)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// idemResultLabel is the result label of redlockd_idempotency_requests_total.
+func idemResultLabel(d *idemData, err error) string {
+	switch {
+	case err == nil && d.Outcome != "":
+		return d.Outcome
+	case err == nil:
+		return "ok"
+	case errors.Is(err, idempotency.ErrNotOwner):
+		return "not_owner"
+	case errors.Is(err, idempotency.ErrInvalid), errors.Is(err, idempotency.ErrAnswerTooLarge):
+		return "bad_request"
+	case errors.Is(err, redlock.ErrQuorumUnavailable):
+		return "quorum_unavailable"
+	}
+	return "error"
+}

@@ -1,0 +1,304 @@
+package daemon
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/redlock"
+	"github.com/redlockd/redlockd/redlock/idempotency"
+)
+
+// idemServer starts a daemon replica over the deployment with the
+// idempotency actions on: a redlock Client and a Store of its own.
+func (d *deployment) idemServer(t *testing.T, opts ...idempotency.Option) *testServer {
+	t.Helper()
+	return d.idemServerWith(t, nil, opts...)
+}
+
+// idemServerWith is idemServer with Options edited by edit (nil: none).
+func (d *deployment) idemServerWith(t *testing.T, edit func(*Options), opts ...idempotency.Option) *testServer {
+	t.Helper()
+	masters := make([]*redis.Options, len(d.servers))
+	for i, s := range d.servers {
+		masters[i] = &redis.Options{Addr: s.Addr()}
+	}
+	c, err := redlock.New(masters,
+		redlock.WithFenceKey(d.prefix+"fence"), redlock.WithMarkerKey(d.prefix+"marker"),
+		redlock.WithPerMasterTimeout(500*time.Millisecond))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	st, err := idempotency.New(c, opts...)
+	require.NoError(t, err)
+	return newTestServer(t, NewRedlockLocker(c), func(o *Options) {
+		o.KeyPrefix = d.prefix
+		o.Idempotency = &IdempotencyOptions{Store: st, Registerer: o.Metrics.gatherer.(prometheus.Registerer)}
+		if edit != nil {
+			edit(o)
+		}
+	})
+}
+
+// idem posts one idempotency action with the acme key.
+func (ts *testServer) idem(t *testing.T, body map[string]any) *response {
+	t.Helper()
+	b, err := json.Marshal(body)
+	require.NoError(t, err)
+	return ts.lock(t, testKeyAcme, string(b))
+}
+
+type idemAnswer struct {
+	Status     int               `json:"status"`
+	Headers    map[string]string `json:"headers"`
+	BodyBase64 string            `json:"body_base64"`
+}
+
+type idemResult struct {
+	Outcome       string      `json:"outcome"`
+	Token         string      `json:"token"`
+	Fence         int64       `json:"fence"`
+	PreviousFence int64       `json:"previous_fence"`
+	Attempts      int64       `json:"attempts"`
+	RetryAfter    int64       `json:"retry_after"`
+	ValidityMS    int64       `json:"validity_ms"`
+	Answer        *idemAnswer `json:"answer"`
+	State         string      `json:"state"`
+}
+
+func (r *response) idem(t *testing.T) idemResult {
+	t.Helper()
+	var out idemResult
+	require.NoError(t, json.Unmarshal(r.Env.Data, &out), "data %s", r.Env.Data)
+	return out
+}
+
+// TestIdemBeginsAcrossTwoReplicas: 100 concurrent idem_begin of one key and
+// fingerprint through two daemon replicas: exactly one started; after
+// idem_complete, every begin through either replica gets the stored answer
+// byte for byte.
+func TestIdemBeginsAcrossTwoReplicas(t *testing.T) {
+	d := newDeployment(t)
+	replicas := []*testServer{d.idemServer(t), d.idemServer(t)}
+	begin := map[string]any{"action": "idem_begin", "key": "req-001", "namespace": "u1001", "body": `{"sku":"A1","qty":2}`, "lease": 30}
+
+	var mu sync.Mutex
+	byStatus := map[int]int{}
+	var started idemResult
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Go(func() {
+			r := replicas[i%2].idem(t, begin)
+			res := r.idem(t)
+			mu.Lock()
+			defer mu.Unlock()
+			byStatus[r.Status]++
+			switch r.Status {
+			case http.StatusOK:
+				assert.Equal(t, "started", res.Outcome)
+				started = res
+			case http.StatusConflict:
+				assert.Equal(t, "in_progress", res.Outcome)
+				assert.Equal(t, "in_progress", *r.Env.Code)
+				assert.Positive(t, res.RetryAfter)
+				assert.NotEmpty(t, r.Header.Get("Retry-After"))
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, map[int]int{http.StatusOK: 1, http.StatusConflict: 99}, byStatus)
+	require.Len(t, started.Token, 32)
+	require.Positive(t, started.Fence)
+
+	body := []byte("{\"order\":\"o-1\"}\x00\xff")
+	r := replicas[1].idem(t, map[string]any{"action": "idem_complete", "key": "req-001", "namespace": "u1001", "token": started.Token,
+		"answer": map[string]any{"status": 201, "headers": map[string]string{"Content-Type": "application/json", "Location": "/orders/o-1"}, "body_base64": base64.StdEncoding.EncodeToString(body)}})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+
+	var first string
+	for i := range 100 {
+		wg.Go(func() {
+			r := replicas[i%2].idem(t, begin)
+			if !assert.Equal(t, http.StatusOK, r.Status, r.Raw) {
+				return
+			}
+			res := r.idem(t)
+			assert.Equal(t, "completed", res.Outcome)
+			if assert.NotNil(t, res.Answer) {
+				assert.Equal(t, 201, res.Answer.Status)
+				assert.Equal(t, "/orders/o-1", res.Answer.Headers["Location"])
+				got, err := base64.StdEncoding.DecodeString(res.Answer.BodyBase64)
+				assert.NoError(t, err)
+				assert.Equal(t, body, got)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if first == "" {
+				first = string(r.Env.Data)
+			}
+			assert.Equal(t, first, string(r.Env.Data), "every replay is the same answer")
+		})
+	}
+	wg.Wait()
+	// Another account's key of the same name is another record.
+	other := replicas[0].lock(t, testKeyGlobex, `{"action":"idem_begin","key":"req-001","namespace":"u1001","body":"x"}`)
+	require.Equal(t, http.StatusOK, other.Status, other.Raw)
+	require.Equal(t, "started", other.idem(t).Outcome)
+}
+
+// TestIdemFingerprintMismatch: the same key with a changed quantity gets 422
+// while in progress and after completion; nothing starts.
+func TestIdemFingerprintMismatch(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t)
+	r := ts.idem(t, map[string]any{"action": "idem_begin", "key": "pay-7", "body": `{"qty":1}`})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	tok := r.idem(t).Token
+	changed := map[string]any{"action": "idem_begin", "key": "pay-7", "body": `{"qty":2}`}
+	for range 3 {
+		r := ts.idem(t, changed)
+		require.Equal(t, http.StatusUnprocessableEntity, r.Status, r.Raw)
+		require.Equal(t, "fingerprint_mismatch", *r.Env.Code)
+	}
+	r = ts.idem(t, map[string]any{"action": "idem_complete", "key": "pay-7", "token": tok, "answer": map[string]any{"status": 200, "body": "charged once"}})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	r = ts.idem(t, changed)
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, r.Raw)
+	r = ts.idem(t, map[string]any{"action": "idem_get", "key": "pay-7"})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	got := r.idem(t)
+	require.Equal(t, "COMPLETED", got.State)
+	require.EqualValues(t, 1, got.Attempts, "no other attempt began")
+}
+
+// TestIdemExpiredLease: a begin after the lease ended without complete
+// answers expired_in_progress with the earlier fence and a higher one.
+func TestIdemExpiredLease(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t)
+	begin := map[string]any{"action": "idem_begin", "key": "job-1", "fingerprint": strings.Repeat("ab", 32), "lease": 1}
+	r := ts.idem(t, begin)
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	first := r.idem(t)
+	var second idemResult
+	require.Eventually(t, func() bool {
+		r = ts.idem(t, begin)
+		second = r.idem(t)
+		return r.Status == http.StatusOK
+	}, 5*time.Second, 50*time.Millisecond)
+	require.Equal(t, "expired_in_progress", second.Outcome)
+	require.Equal(t, first.Fence, second.PreviousFence)
+	require.Greater(t, second.Fence, first.Fence)
+	require.EqualValues(t, 2, second.Attempts)
+	// The earlier attempt's complete is refused: 409 not_owner.
+	r = ts.idem(t, map[string]any{"action": "idem_complete", "key": "job-1", "token": first.Token, "answer": map[string]any{"status": 200}})
+	require.Equal(t, http.StatusConflict, r.Status, r.Raw)
+	require.Equal(t, "not_owner", *r.Env.Code)
+	r = ts.idem(t, map[string]any{"action": "idem_extend", "key": "job-1", "token": second.Token, "lease": 10})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	r = ts.idem(t, map[string]any{"action": "idem_abort", "key": "job-1", "token": second.Token})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	r = ts.idem(t, begin)
+	require.Equal(t, "started", r.idem(t).Outcome)
+}
+
+// TestIdemBadInput: every bad field is named with its limit, and nothing
+// is written.
+func TestIdemBadInput(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t, idempotency.WithMaxAnswerBytes(1000))
+	tok := strings.Repeat("0", 32)
+	for _, tc := range []struct {
+		body   string
+		status int
+		msg    string
+	}{
+		{`{"action":"idem_begin","body":"x"}`, 400, "key: required"},
+		{`{"action":"idem_begin","key":"k"}`, 400, "fingerprint: send exactly one of"},
+		{`{"action":"idem_begin","key":"k","fingerprint":"ABC"}`, 400, "fingerprint: must be 64 lowercase hex characters"},
+		{`{"action":"idem_begin","key":"k","body":"x","retention":604801}`, 400, "retention: 604801 is above the maximum of 604800"},
+		{`{"action":"idem_begin","key":"k","body":"x","lease":0}`, 400, "lease: 0 is below the minimum of 1"},
+		{`{"action":"idem_begin","key":"k","body":"x","lease":1.5}`, 400, "lease: must be an integer number of seconds"},
+		{`{"action":"idem_begin","key":"k","body":"x","lease":60,"retention":30}`, 400, "lease: 60 seconds is longer than the retention of 30 seconds"},
+		{`{"action":"idem_begin","key":"k","body":"x","colour":"red"}`, 400, `unknown field "colour"`},
+		{`{"action":"idem_complete","key":"k","answer":{"status":200}}`, 400, "token: required for idem_complete"},
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `"}`, 400, "answer: required for idem_complete"},
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":99}}`, 400, "answer.status: required, an HTTP status code from 100 to 599"},
+		{`{"action":"idem_abort","key":"k","token":"` + tok + `","retryable":false}`, 400, "answer: required for idem_abort with retryable false"},
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"body":"` + strings.Repeat("x", 1001) + `"}}`, 413, "1001 bytes (body and headers) is above the limit of 1000 bytes"},
+	} {
+		r := ts.lock(t, testKeyAcme, tc.body)
+		assert.Equal(t, tc.status, r.Status, tc.body)
+		assert.Contains(t, r.Env.Msg, tc.msg, tc.body)
+	}
+	r := ts.idem(t, map[string]any{"action": "idem_get", "key": "k"})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	require.Equal(t, "ABSENT", r.idem(t).State)
+	// A lock action keeps the lock body limit (4096 here).
+	big := fmt.Sprintf(`{"action":"acquire","key":"%s"}`, strings.Repeat("k", 5000))
+	r = ts.lock(t, testKeyAcme, big)
+	require.Equal(t, http.StatusRequestEntityTooLarge, r.Status, r.Raw)
+}
+
+// TestIdemAdminListing: GET /admin/idempotency lists an account's records
+// (of one namespace when asked) once each, across pages, without tokens.
+func TestIdemAdminListing(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServerWith(t, func(o *Options) { o.AdminListen = "127.0.0.1:0" })
+	admin := adminURL(t, ts)
+	want := map[string]string{}
+	for i := range 5 {
+		ns := "u1"
+		if i%2 == 1 {
+			ns = "u2:x" // ':' in a namespace: the encoding keeps it apart
+		}
+		key := fmt.Sprintf("req-%d", i)
+		r := ts.idem(t, map[string]any{"action": "idem_begin", "key": key, "namespace": ns, "body": key})
+		require.Equal(t, http.StatusOK, r.Status, r.Raw)
+		want[ns+"/"+key] = "IN_PROGRESS"
+		if i < 2 {
+			r = ts.idem(t, map[string]any{"action": "idem_complete", "key": key, "namespace": ns, "token": r.idem(t).Token, "answer": map[string]any{"status": 200, "body": "done"}})
+			require.Equal(t, http.StatusOK, r.Status, r.Raw)
+			want[ns+"/"+key] = "COMPLETED"
+		}
+	}
+	list := func(query string) map[string]string {
+		got := map[string]string{}
+		cursor := ""
+		for range 1000 {
+			st, body, _ := ts.raw(t, http.MethodGet, admin+"/admin/idempotency?"+query+"&limit=2&cursor="+cursor, nil)
+			require.Equal(t, http.StatusOK, st, body)
+			require.NotContains(t, body, "token")
+			var page recordList
+			require.NoError(t, json.Unmarshal([]byte(body), &page))
+			for _, r := range page.Records {
+				k := r.Namespace + "/" + r.Key
+				_, dup := got[k]
+				require.False(t, dup, "%s listed twice", k)
+				got[k] = r.State
+			}
+			if page.NextCursor == "" {
+				return got
+			}
+			cursor = page.NextCursor
+		}
+		t.Fatal("the listing did not end")
+		return nil
+	}
+	require.Equal(t, want, list("account=acme"))
+	u1 := list("account=acme&namespace=u1")
+	require.Len(t, u1, 3)
+	require.Empty(t, list("account=globex"))
+	st, body, _ := ts.raw(t, http.MethodGet, admin+"/admin/idempotency?account=acme&cursor=zz", nil)
+	require.Equal(t, http.StatusBadRequest, st, body)
+	require.Contains(t, body, "cursor: not one List returned")
+}

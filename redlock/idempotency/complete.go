@@ -1,0 +1,166 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redlockd/redlockd/redlock"
+)
+
+// Complete stores answer as the record's answer, on every master, and then
+// releases the lease. It answers nil once a quorum of counting masters
+// holds the COMPLETED copy: every later Begin replays answer (safety.go).
+// A copy is written where the token's IN_PROGRESS copy is, and where there
+// is none (a master that missed the begin) from the fields of a copy that
+// is; it is refused where a later attempt's copy is.
+//
+// It is accepted after the lease ended, as long as no later attempt began:
+// the work ran and its answer is the truth. Errors: ErrInvalid,
+// ErrAnswerTooLarge, ErrNotOwner (a later attempt began, or completed, or
+// the record is gone), or one matching redlock.ErrQuorumUnavailable.
+func (s *Store) Complete(ctx context.Context, key, token string, answer *Answer) error {
+	if key == "" || token == "" {
+		return fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
+	}
+	enc, err := s.encodeAnswer(answer)
+	if err != nil {
+		return err
+	}
+	// Round one: where the token's copy is. Round two, only when too few
+	// had one: fill in the masters that had none, from a copy of round one.
+	var own *Record
+	written, absent, err := s.completeRound(ctx, key, token, enc, nil, &own)
+	if err == nil && written < s.c.Quorum() && absent > 0 && own != nil {
+		written, _, err = s.completeRound(ctx, key, token, enc, own, &own)
+	}
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_, _ = s.c.Release(rctx, leaseKey(key), token)
+	return nil
+}
+
+// completeRound sends one round of complete writes; with fill, masters
+// without a copy get one made from fill's fields. own receives the token's
+// copy when one is seen.
+func (s *Store) completeRound(ctx context.Context, key, token, enc string, fill *Record, own **Record) (written, absent int, err error) {
+	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
+	args := []any{"complete", token, "-1", "", "0", "0", enc, "0", "0", now}
+	if fill != nil {
+		args = []any{"complete", token, strconv.FormatInt(fill.Fence, 10), fill.Fingerprint,
+			strconv.FormatInt(fill.Attempts, 10), strconv.FormatInt(fill.StartedAt.UnixMilli(), 10), enc,
+			ms(max(fill.TTL, MinRetention)), "0", now}
+	}
+	var failures []error
+	var others []Record // other attempts' copies that refused
+	counted := 0
+	err = s.c.RunQuorumScript(ctx, writeScript, recordKey(key), args, func(a redlock.MasterAnswer) bool {
+		if !s.counts(a) {
+			failures = append(failures, s.notCounted(a))
+			return false
+		}
+		counted++
+		p, ok := parseCopy(a.Extra, a.Value)
+		if ok && p.token == token {
+			*own = &p
+		}
+		switch a.Code {
+		case 1:
+			written++
+		case 4:
+			absent++
+		default:
+			if ok {
+				others = append(others, p)
+			}
+		}
+		return written >= s.c.Quorum()
+	})
+	if err != nil {
+		return written, absent, err
+	}
+	if written >= s.c.Quorum() {
+		return written, absent, nil
+	}
+	// Another attempt's copy refuses the token for good when it is a later
+	// attempt's or a COMPLETED one; an older attempt's IN_PROGRESS copy is
+	// on a master that missed this attempt's begin, and is filled in.
+	for _, o := range others {
+		if o.State == StateCompleted || *own == nil || o.Fence > (*own).Fence {
+			return written, absent, fmt.Errorf("%w: a later attempt began or completed", ErrNotOwner)
+		}
+		absent++
+	}
+	switch {
+	case fill == nil && absent > 0 && *own != nil:
+		return written, absent, nil // round two follows
+	case counted >= s.c.Quorum():
+		return written, absent, fmt.Errorf("%w: no IN_PROGRESS copy of this token on a quorum (aborted, past its retention, or never begun)", ErrNotOwner)
+	}
+	return written, absent, s.quorumError("complete", written, failures)
+}
+
+// Abort deletes the attempt's IN_PROGRESS copies and releases the lease,
+// so that the next Begin answers Started: for a failure that may be
+// retried, after which no work is left behind. A failure that must not be
+// retried is stored with Complete, its answer carrying the failure (as a
+// 4xx), so that retries replay it. Errors: ErrInvalid, ErrNotOwner (a
+// later attempt's copy, or a COMPLETED one, is on a counting master), or
+// one matching redlock.ErrQuorumUnavailable.
+func (s *Store) Abort(ctx context.Context, key, token string) error {
+	if key == "" || token == "" {
+		return fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
+	}
+	args := []any{"abort", token, "-1", "", "0", "0", "", "0", "0", "0"}
+	var failures []error
+	done, notOwner := 0, false
+	err := s.c.RunQuorumScript(ctx, writeScript, recordKey(key), args, func(a redlock.MasterAnswer) bool {
+		if !s.counts(a) {
+			failures = append(failures, s.notCounted(a))
+			return false
+		}
+		switch a.Code {
+		case 1, 4:
+			done++
+		default:
+			notOwner = true
+			return true
+		}
+		return false // every master: an abort deletes every copy it can
+	})
+	switch {
+	case err != nil:
+		return err
+	case notOwner:
+		return fmt.Errorf("%w: a later attempt began or completed", ErrNotOwner)
+	case done < s.c.Quorum():
+		return s.quorumError("abort", done, failures)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_, _ = s.c.Release(rctx, leaseKey(key), token)
+	return nil
+}
+
+// Extend makes the processing lease last lease more (redlock
+// Client.Extend on the lease) and returns the new end of its validity.
+// Errors: ErrNotOwner when the token no longer holds the lease, else the
+// lock's (redlock.ErrQuorumUnavailable, redlock.ErrInvalid).
+func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) (time.Time, error) {
+	if key == "" || token == "" {
+		return time.Time{}, fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
+	}
+	l, err := s.c.Extend(ctx, leaseKey(key), token, lease)
+	switch {
+	case errors.Is(err, redlock.ErrNotHeld):
+		return time.Time{}, fmt.Errorf("%w: the lease ended: %w", ErrNotOwner, err)
+	case err != nil:
+		return time.Time{}, err
+	}
+	return l.ValidUntil(), nil
+}

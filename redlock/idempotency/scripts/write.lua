@@ -1,0 +1,112 @@
+-- Write one master's copy of an idempotency record, ordered by fence: a
+-- copy is never replaced by one with a lower fence, and a COMPLETED copy
+-- is never replaced by an IN_PROGRESS one. Follows vote_prelude.lua.
+-- KEYS[1] record key, KEYS[2..] as in the prelude.
+-- ARGV[1] op: 'begin', 'complete', 'abort' (delete the attempt's copy) or
+--         'undo' (put back the copy the attempt's begin replaced)
+-- ARGV[2] token (the lease's), ARGV[3] fence (the lease's)
+-- ARGV[4] fingerprint ('' on complete when not known: then a master
+--         without the token's copy is not filled in: 4 when it has none,
+--         0 when it has another attempt's)
+-- ARGV[5] attempts at least (begin, fill), ARGV[6] started, unix ms
+-- ARGV[7] answer (complete), ARGV[8] retention ms, ARGV[9] lease ms (begin)
+-- ARGV[10] completed, unix ms (complete: the caller's clock, so that every
+--          copy says the same)
+-- Every reply's extra is the copy before the script (cjson of HGETALL, ''
+-- when none). Codes:
+--    1  written (begin: value = the attempt count written; abort: deleted)
+--    0  refused: another attempt's copy is here (begin: one with a fence
+--       at least this one's; complete: see ARGV[4]; abort, undo: any)
+--    2  refused: a COMPLETED copy of another attempt is here
+--    3  refused (begin): the copy here has another fingerprint
+--    4  no copy here and none written (complete without fingerprint, abort)
+--   -2  this master lost its data: nothing written
+if not intact then
+  return reply(-2, 0)
+end
+local op, tok, fence = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local f = redis.call('HGETALL', KEYS[1])
+local prior = ''
+local p = {}
+local kept = {} -- the copy without its 'prev' field
+if #f > 0 then
+  for i = 1, #f, 2 do
+    p[f[i]] = f[i + 1]
+    if f[i] ~= 'prev' then
+      kept[#kept + 1] = f[i]
+      kept[#kept + 1] = f[i + 1]
+    end
+  end
+  prior = cjson.encode(kept)
+end
+local pfence = tonumber(p.fence or '-1')
+if op == 'begin' then
+  if p.st == 'COMPLETED' then
+    return reply(2, 0, prior)
+  end
+  if p.fp and p.fp ~= ARGV[4] then
+    return reply(3, 0, prior)
+  end
+  if pfence >= fence then
+    return reply(0, 0, prior)
+  end
+  local att = math.max(tonumber(ARGV[5]), tonumber(p.att or '0') + 1)
+  redis.call('DEL', KEYS[1])
+  -- 'prev' keeps the copy replaced (an earlier attempt's IN_PROGRESS), for
+  -- an undo: a begin that fails must not erase the evidence of an earlier
+  -- attempt that may have done its work.
+  redis.call('HSET', KEYS[1], 'fp', ARGV[4], 'st', 'IN_PROGRESS', 'tok', tok, 'fence', ARGV[3],
+    'att', att, 't0', ARGV[6], 'ret', ARGV[8], 'prev', prior)
+  redis.call('PEXPIRE', KEYS[1], ARGV[8])
+  -- The record's lease is a lock granted with this master's vote or
+  -- another's: the horizon bounds it too (redlock/horizon.go).
+  raiseHorizon(tonumber(ARGV[9]))
+  return reply(1, att, prior)
+end
+if op == 'complete' then
+  if p.st == 'COMPLETED' then
+    if p.tok == tok then
+      return reply(1, 0, prior)
+    end
+    return reply(2, 0, prior)
+  end
+  if #f > 0 and p.tok ~= tok then
+    -- Another attempt's IN_PROGRESS copy: replaced only when filling in
+    -- (ARGV[4] set) and it is an older attempt's, which this master kept
+    -- because it missed this attempt's begin.
+    if ARGV[4] == '' or pfence >= fence then
+      return reply(0, 0, prior)
+    end
+    redis.call('DEL', KEYS[1])
+    f = {}
+  end
+  if #f == 0 then
+    if ARGV[4] == '' then
+      return reply(4, 0, prior)
+    end
+    redis.call('HSET', KEYS[1], 'fp', ARGV[4], 'tok', tok, 'fence', ARGV[3], 'att', ARGV[5], 't0', ARGV[6], 'ret', ARGV[8])
+  end
+  local ret = redis.call('HGET', KEYS[1], 'ret')
+  redis.call('HSET', KEYS[1], 'st', 'COMPLETED', 'ans', ARGV[7], 'tc', ARGV[10])
+  redis.call('PEXPIRE', KEYS[1], ret)
+  return reply(1, 0, prior)
+end
+-- abort, undo
+if #f == 0 then
+  return reply(4, 0, prior)
+end
+if p.st == 'COMPLETED' then
+  return reply(2, 0, prior)
+end
+if p.tok ~= tok then
+  return reply(0, 0, prior)
+end
+local pttl = redis.call('PTTL', KEYS[1])
+redis.call('DEL', KEYS[1])
+if op == 'undo' and p.prev and p.prev ~= '' then
+  redis.call('HSET', KEYS[1], unpack(cjson.decode(p.prev)))
+  if pttl > 0 then
+    redis.call('PEXPIRE', KEYS[1], pttl)
+  end
+end
+return reply(1, 0, prior)

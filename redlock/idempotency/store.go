@@ -1,0 +1,169 @@
+package idempotency
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redlockd/redlockd/redlock"
+)
+
+var (
+	//go:embed scripts/read.lua
+	readLua string
+	//go:embed scripts/write.lua
+	writeLua string
+
+	readScript  = redlock.NewQuorumScript(readLua)
+	writeScript = redlock.NewQuorumScript(writeLua)
+)
+
+// Defaults and ceilings of the options.
+const (
+	DefaultMaxAnswerBytes = 64 << 10
+	DefaultMaxRetention   = 7 * 24 * time.Hour
+	// MinRetention is the shortest retention Begin accepts.
+	MinRetention = time.Second
+)
+
+var (
+	// ErrInvalid: a bad argument; the message names it and the limit.
+	ErrInvalid = errors.New("idempotency: invalid argument")
+	// ErrAnswerTooLarge: the answer is above WithMaxAnswerBytes.
+	ErrAnswerTooLarge = errors.New("idempotency: answer too large")
+	// ErrNotOwner: the token is not the one of the record's current
+	// attempt: its lease ended and a later attempt began (take-over), or
+	// the record completed under another attempt, or is gone (aborted,
+	// past its retention, never begun).
+	ErrNotOwner = errors.New("idempotency: token does not own the record")
+)
+
+// Store keeps idempotency records on a redlock.Client's masters. It is safe
+// for concurrent use; it does not own the Client.
+type Store struct {
+	c              *redlock.Client
+	maxAnswerBytes int
+	maxRetention   time.Duration
+}
+
+// Option configures a Store.
+type Option func(*Store)
+
+// WithMaxAnswerBytes caps Answer.Size. Default DefaultMaxAnswerBytes.
+func WithMaxAnswerBytes(n int) Option { return func(s *Store) { s.maxAnswerBytes = n } }
+
+// WithMaxRetention caps Begin's retention, and is how long after its
+// repair a master that lost its data stays out of record answers (doc.go).
+// Every Store on one deployment must use the same or a longer one.
+// Default DefaultMaxRetention.
+func WithMaxRetention(d time.Duration) Option { return func(s *Store) { s.maxRetention = d } }
+
+// New returns a Store over c. Errors match ErrInvalid.
+func New(c *redlock.Client, opts ...Option) (*Store, error) {
+	s := &Store{c: c, maxAnswerBytes: DefaultMaxAnswerBytes, maxRetention: DefaultMaxRetention}
+	for _, o := range opts {
+		o(s)
+	}
+	switch {
+	case c == nil:
+		return nil, fmt.Errorf("%w: nil redlock.Client", ErrInvalid)
+	case s.maxAnswerBytes < 1:
+		return nil, fmt.Errorf("%w: max answer bytes %d is below 1", ErrInvalid, s.maxAnswerBytes)
+	case s.maxRetention < MinRetention:
+		return nil, fmt.Errorf("%w: max retention %v is below %v", ErrInvalid, s.maxRetention, MinRetention)
+	}
+	return s, nil
+}
+
+// MaxAnswerBytes and MaxRetention return the Store's limits.
+func (s *Store) MaxAnswerBytes() int         { return s.maxAnswerBytes }
+func (s *Store) MaxRetention() time.Duration { return s.maxRetention }
+
+func leaseKey(key string) string  { return key + ":lease" }
+func recordKey(key string) string { return key + ":rec" }
+
+// counts reports whether a master's answer may speak for a record: the
+// lock's checks passed (a.Err nil), and the master has kept its data for
+// at least the longest retention, so it kept every record still retained.
+func (s *Store) counts(a redlock.MasterAnswer) bool {
+	return a.Err == nil && (a.KeptSince.IsZero() || a.MasterTime.Sub(a.KeptSince) >= s.maxRetention)
+}
+
+// notCounted is the error for an answer counts refused.
+func (s *Store) notCounted(a redlock.MasterAnswer) error {
+	if a.Err != nil {
+		return a.Err
+	}
+	return fmt.Errorf("master %d: %w: repaired at %v, less than the max retention %v ago", a.Index, redlock.ErrMasterQuarantined, a.KeptSince, s.maxRetention)
+}
+
+// quorumError is a record action's failure to hear a quorum.
+func (s *Store) quorumError(op string, counted int, failures []error) error {
+	return fmt.Errorf("idempotency: %s: %d of %d counting masters answered: %w", op, counted, s.c.Quorum(), errors.Join(append([]error{redlock.ErrQuorumUnavailable}, failures...)...))
+}
+
+// read reads the record at quorum: every answer until a COMPLETED copy on
+// a counting master (the replay needs no more), or a quorum of counting
+// answers.
+func (s *Store) read(ctx context.Context, key string) (copies, error) {
+	var cp copies
+	var failures []error
+	err := s.c.RunQuorumScript(ctx, readScript, recordKey(key), nil, func(a redlock.MasterAnswer) bool {
+		if !s.counts(a) {
+			failures = append(failures, s.notCounted(a))
+			return false
+		}
+		cp.counted++
+		if a.Code == 1 {
+			if r, ok := parseCopy(a.Extra, a.Value); ok {
+				cp.add(r)
+			}
+		}
+		return cp.completed != nil || cp.counted >= s.c.Quorum()
+	})
+	if err != nil {
+		return cp, err
+	}
+	if cp.completed == nil && cp.counted < s.c.Quorum() {
+		return cp, s.quorumError("read", cp.counted, failures)
+	}
+	return cp, nil
+}
+
+// Get returns the record as a quorum read decides it: State StateAbsent
+// when no counting master has it. Errors: ErrInvalid, or one matching
+// redlock.ErrQuorumUnavailable.
+func (s *Store) Get(ctx context.Context, key string) (Record, error) {
+	if key == "" {
+		return Record{}, fmt.Errorf("%w: key must not be empty", ErrInvalid)
+	}
+	cp, err := s.read(ctx, key)
+	if err != nil {
+		return Record{}, err
+	}
+	if w := cp.winner(); w != nil {
+		return *w, nil
+	}
+	return Record{}, nil
+}
+
+// encodeAnswer checks a against the limits and encodes it for the record.
+func (s *Store) encodeAnswer(a *Answer) (string, error) {
+	if a == nil {
+		return "", fmt.Errorf("%w: answer: required", ErrInvalid)
+	}
+	if a.Status < 100 || a.Status > 599 {
+		return "", fmt.Errorf("%w: answer.status: %d is outside 100 to 599", ErrInvalid, a.Status)
+	}
+	if n := a.Size(); n > s.maxAnswerBytes {
+		return "", fmt.Errorf("%w: %d bytes (body and headers) is above the limit of %d bytes", ErrAnswerTooLarge, n, s.maxAnswerBytes)
+	}
+	b, err := json.Marshal(a)
+	return string(b), err
+}
+
+func ms(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }

@@ -1,0 +1,371 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/redlock"
+)
+
+// TestConcurrentBeginsOneStarted: 100 Begins of one key and fingerprint
+// through two Stores (two daemon replicas, each with its own Client):
+// exactly one Started; after Complete, every Begin replays the answer
+// byte for byte.
+func TestConcurrentBeginsOneStarted(t *testing.T) {
+	d := newDeployment(t)
+	stores := []*Store{d.store(t), d.store(t)}
+	key, f := newKey(t), fp(`{"order":1,"qty":2}`)
+	ctx := context.Background()
+	req := BeginRequest{Key: key, Fingerprint: f, Lease: 10 * time.Second, Retention: time.Hour}
+
+	var mu sync.Mutex
+	outcomes := map[Outcome]int{}
+	var started BeginResult
+	var wg sync.WaitGroup
+	for i := range 100 {
+		wg.Go(func() {
+			res, err := stores[i%2].Begin(ctx, req)
+			if !assert.NoError(t, err) {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			outcomes[res.Outcome]++
+			if res.Outcome == Started {
+				started = res
+			}
+		})
+	}
+	wg.Wait()
+	require.Equal(t, 1, outcomes[Started], "outcomes: %v", outcomes)
+	require.Equal(t, 99, outcomes[InProgress], "outcomes: %v", outcomes)
+	require.Positive(t, started.Fence)
+	require.EqualValues(t, 1, started.Attempts)
+
+	body := []byte{0, 1, 2, 0xff, 0xfe, '{', '"', '}', '\n'} // not UTF-8: replayed as bytes
+	ans := &Answer{Status: 201, Headers: map[string]string{"Content-Type": "application/octet-stream", "Location": "/orders/7"}, Body: body}
+	require.NoError(t, stores[0].Complete(ctx, key, started.Token, ans))
+
+	for i := range 100 {
+		wg.Go(func() {
+			res, err := stores[i%2].Begin(ctx, req)
+			if !assert.NoError(t, err) {
+				return
+			}
+			if assert.Equal(t, Completed, res.Outcome) {
+				assert.Equal(t, ans, res.Record.Answer)
+				assert.Equal(t, started.Fence, res.Record.Fence)
+			}
+		})
+	}
+	wg.Wait()
+	rec, err := stores[1].Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, StateCompleted, rec.State)
+	require.Equal(t, body, rec.Answer.Body)
+}
+
+// TestFingerprintMismatch: the same key with another payload answers
+// Mismatch while in progress and after completion, and nothing starts.
+func TestFingerprintMismatch(t *testing.T) {
+	d := newDeployment(t)
+	s := d.store(t)
+	ctx := context.Background()
+	key := newKey(t)
+	req := BeginRequest{Key: key, Fingerprint: fp(`{"qty":1}`), Lease: 5 * time.Second, Retention: time.Hour}
+	res, err := s.Begin(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, Started, res.Outcome)
+
+	other := req
+	other.Fingerprint = fp(`{"qty":2}`)
+	for range 3 {
+		r, err := s.Begin(ctx, other)
+		require.NoError(t, err)
+		require.Equal(t, Mismatch, r.Outcome)
+		require.Equal(t, req.Fingerprint, r.Record.Fingerprint)
+	}
+	require.NoError(t, s.Complete(ctx, key, res.Token, &Answer{Status: 200, Body: []byte("ok")}))
+	r, err := s.Begin(ctx, other)
+	require.NoError(t, err)
+	require.Equal(t, Mismatch, r.Outcome)
+	rec, err := s.Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, res.Fence, rec.Fence, "no other attempt wrote the record")
+	require.EqualValues(t, 1, rec.Attempts)
+}
+
+// TestExpiredLeaseTakeOver: a Begin after a lease that ended without
+// Complete answers ExpiredInProgress with the earlier fence and a higher
+// new one; the earlier attempt's late Complete is refused.
+func TestExpiredLeaseTakeOver(t *testing.T) {
+	d := newDeployment(t)
+	s := d.store(t)
+	ctx := context.Background()
+	key := newKey(t)
+	req := BeginRequest{Key: key, Fingerprint: fp("x"), Lease: 300 * time.Millisecond, Retention: time.Hour}
+	first, err := s.Begin(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, Started, first.Outcome)
+
+	r, err := s.Begin(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, InProgress, r.Outcome)
+	require.Positive(t, r.RetryAfter)
+
+	// The lease's keys end on the masters at most the TTL after the
+	// masters set them, a little after the holder's validity ends.
+	time.Sleep(time.Until(first.ValidUntil))
+	req.Lease = 5 * time.Second
+	var second BeginResult
+	require.Eventually(t, func() bool {
+		second, err = s.Begin(ctx, req)
+		require.NoError(t, err)
+		return second.Outcome != InProgress
+	}, 2*time.Second, 20*time.Millisecond)
+	require.Equal(t, ExpiredInProgress, second.Outcome, "%+v", second)
+	require.Equal(t, first.Fence, second.PreviousFence)
+	require.Greater(t, second.Fence, first.Fence)
+	require.EqualValues(t, 2, second.Attempts)
+
+	err = s.Complete(ctx, key, first.Token, &Answer{Status: 200})
+	require.ErrorIs(t, err, ErrNotOwner)
+	require.NoError(t, s.Complete(ctx, key, second.Token, &Answer{Status: 200, Body: []byte("second")}))
+	got, err := s.Begin(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, Completed, got.Outcome)
+	require.Equal(t, []byte("second"), got.Record.Answer.Body)
+}
+
+// TestAbortLetsARetryStart: after Abort the next Begin starts afresh.
+func TestAbortLetsARetryStart(t *testing.T) {
+	d := newDeployment(t)
+	s := d.store(t)
+	ctx := context.Background()
+	key := newKey(t)
+	req := BeginRequest{Key: key, Fingerprint: fp("a"), Lease: 5 * time.Second, Retention: time.Hour}
+	first, err := s.Begin(ctx, req)
+	require.NoError(t, err)
+	require.NoError(t, s.Abort(ctx, key, first.Token))
+	again, err := s.Begin(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, Started, again.Outcome)
+	require.Greater(t, again.Fence, first.Fence)
+	require.ErrorIs(t, s.Abort(ctx, key, first.Token), ErrNotOwner)
+
+	_, err = s.Extend(ctx, key, again.Token, 10*time.Second)
+	require.NoError(t, err)
+	_, err = s.Extend(ctx, key, first.Token, 10*time.Second)
+	require.ErrorIs(t, err, ErrNotOwner)
+}
+
+// TestLimits: bad arguments name the field and the limit; nothing is
+// written.
+func TestLimits(t *testing.T) {
+	d := newDeployment(t)
+	s := d.store(t, WithMaxAnswerBytes(1024), WithMaxRetention(time.Hour))
+	ctx := context.Background()
+	key := newKey(t)
+	_, err := s.Begin(ctx, BeginRequest{Key: key, Fingerprint: fp("a"), Lease: time.Second, Retention: 2 * time.Hour})
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "retention: 2h0m0s is outside 1s to 1h0m0s")
+	_, err = s.Begin(ctx, BeginRequest{Key: key, Fingerprint: "ABC", Lease: time.Second, Retention: time.Hour})
+	require.ErrorContains(t, err, "fingerprint: must be 64 lowercase hex")
+	_, err = s.Begin(ctx, BeginRequest{Key: key, Fingerprint: fp("a"), Lease: 48 * time.Hour, Retention: time.Hour})
+	require.ErrorIs(t, err, ErrInvalid)
+	rec, err := s.Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, StateAbsent, rec.State)
+
+	res, err := s.Begin(ctx, BeginRequest{Key: key, Fingerprint: fp("a"), Lease: 5 * time.Second, Retention: time.Hour})
+	require.NoError(t, err)
+	err = s.Complete(ctx, key, res.Token, &Answer{Status: 200, Body: make([]byte, 1025)})
+	require.ErrorIs(t, err, ErrAnswerTooLarge)
+	require.ErrorContains(t, err, "1025 bytes (body and headers) is above the limit of 1024 bytes")
+	rec, err = s.Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, StateInProgress, rec.State, "a refused answer stores nothing")
+}
+
+// TestTwoMastersLoseDataDuringInProgress: two of five masters lose their
+// data while an attempt is IN_PROGRESS (one FLUSHALL, one restarted
+// empty): no Begin answers Started before the lease ends, and the first
+// after it answers ExpiredInProgress, not Started.
+func TestTwoMastersLoseDataDuringInProgress(t *testing.T) {
+	d := newDeployment(t)
+	s := d.store(t)
+	ctx := context.Background()
+	key := newKey(t)
+	req := BeginRequest{Key: key, Fingerprint: fp("pay"), Lease: 3 * time.Second, Retention: time.Hour}
+	first, err := s.Begin(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, Started, first.Outcome)
+
+	require.NoError(t, flushAll(servers[0].Addr()))
+	require.NoError(t, servers[1].Restart())
+
+	fresh := d.store(t) // a replica started after the loss
+	deadline := first.ValidUntil
+	begins := 0
+	for time.Now().Before(deadline) {
+		for _, st := range []*Store{s, fresh} {
+			r, err := st.Begin(ctx, req)
+			if err != nil {
+				require.ErrorIs(t, err, redlock.ErrQuorumUnavailable)
+				continue
+			}
+			begins++
+			require.NotEqual(t, Started, r.Outcome, "a second attempt started during the lease")
+			require.NotEqual(t, ExpiredInProgress, r.Outcome, "taken over during the lease")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Positive(t, begins)
+	var after BeginResult
+	require.Eventually(t, func() bool {
+		after, err = fresh.Begin(ctx, req)
+		return err == nil && after.Outcome != InProgress
+	}, 5*time.Second, 50*time.Millisecond)
+	require.Equal(t, ExpiredInProgress, after.Outcome)
+	require.Equal(t, first.Fence, after.PreviousFence)
+}
+
+// TestCompletedSurvivesTwoMastersLosingData: a COMPLETED record is
+// replayed after two masters lost their data, and the repaired masters do
+// not answer "absent" for it.
+func TestCompletedSurvivesTwoMastersLosingData(t *testing.T) {
+	d := newDeployment(t)
+	s := d.store(t)
+	ctx := context.Background()
+	key := newKey(t)
+	req := BeginRequest{Key: key, Fingerprint: fp("pay"), Lease: 3 * time.Second, Retention: time.Hour}
+	first, err := s.Begin(ctx, req)
+	require.NoError(t, err)
+	require.NoError(t, s.Complete(ctx, key, first.Token, &Answer{Status: 200, Body: []byte("paid")}))
+
+	require.NoError(t, flushAll(servers[2].Addr()))
+	require.NoError(t, flushAll(servers[3].Addr()))
+	fresh := d.store(t)
+	for range 20 {
+		for _, st := range []*Store{s, fresh} {
+			r, err := st.Begin(ctx, req)
+			if errors.Is(err, redlock.ErrQuorumUnavailable) {
+				continue
+			}
+			require.NoError(t, err)
+			require.Equal(t, Completed, r.Outcome)
+			require.Equal(t, []byte("paid"), r.Record.Answer.Body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRepairedMastersDoNotAnswerForRecords: losses that each stay within
+// N−quorum but add up over a record's retention. Masters 3 and 4 are down
+// while the record completes (its copies: 0, 1, 2), come back empty and
+// are repaired, so they count for locks again; then 0 and 1 lose their
+// data and are repaired too. Only master 2 still has the record. Were the
+// repaired masters to answer for records, a quorum of them would say
+// "absent" and a Begin would start the work again: they must not, and the
+// Begin answers quorum unavailable instead.
+func TestRepairedMastersDoNotAnswerForRecords(t *testing.T) {
+	d := newDeployment(t)
+	c := d.client(t)
+	s, err := New(c)
+	require.NoError(t, err)
+	ctx := context.Background()
+	key := newKey(t)
+	req := BeginRequest{Key: key, Fingerprint: fp("pay"), Lease: 500 * time.Millisecond, Retention: time.Hour}
+
+	require.NoError(t, servers[3].Kill())
+	require.NoError(t, servers[4].Kill())
+	t.Cleanup(func() {
+		for _, i := range []int{3, 4} {
+			if !servers[i].Running() {
+				_ = servers[i].Restart()
+			}
+		}
+	})
+	first, err := s.Begin(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, Started, first.Outcome)
+	require.NoError(t, s.Complete(ctx, key, first.Token, &Answer{Status: 200, Body: []byte("paid")}))
+
+	require.NoError(t, servers[3].Restart())
+	require.NoError(t, servers[4].Restart())
+	waitCounting(t, c, 20*time.Second, 3, 4)
+	require.NoError(t, flushAll(servers[0].Addr()))
+	require.NoError(t, flushAll(servers[1].Addr()))
+	// A vote finds the loss at once; the repair follows within probes.
+	_, _ = c.Status(ctx, "probe:"+key)
+	waitCounting(t, c, 20*time.Second, 0, 1, 3, 4)
+	// Master 2, the one that kept the record, does not answer: what the
+	// other four say decides.
+	require.NoError(t, servers[2].Pause())
+	defer func() { require.NoError(t, servers[2].Resume()) }()
+
+	for _, st := range []*Store{s, d.store(t)} {
+		r, err := st.Begin(ctx, req)
+		require.ErrorIs(t, err, redlock.ErrQuorumUnavailable, "outcome %v", r.Outcome)
+	}
+	// With a max retention already past since the repairs, the repaired
+	// masters count again — and then answer "absent": the limit of the
+	// fault model (four masters lost data within the record's retention).
+	short, err := New(c, WithMaxRetention(time.Second))
+	require.NoError(t, err)
+	time.Sleep(time.Second)
+	req.Retention = time.Second
+	r, err := short.Begin(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, Started, r.Outcome, "the negative control: the rule is what refused")
+}
+
+// TestList: every record under a prefix is listed once, across pages and
+// masters; records of other prefixes are not.
+func TestList(t *testing.T) {
+	d := newDeployment(t)
+	s := d.store(t)
+	ctx := context.Background()
+	prefix := newKey(t) + ":acct*[1]:" // glob characters are matched literally
+	want := map[string]State{}
+	for i := range 12 {
+		key := fmt.Sprintf("%sreq-%d", prefix, i)
+		res, err := s.Begin(ctx, BeginRequest{Key: key, Fingerprint: fp(key), Lease: 10 * time.Second, Retention: time.Hour})
+		require.NoError(t, err)
+		want[key] = StateInProgress
+		if i%2 == 0 {
+			require.NoError(t, s.Complete(ctx, key, res.Token, &Answer{Status: 200}))
+			want[key] = StateCompleted
+		}
+	}
+	_, err := s.Begin(ctx, BeginRequest{Key: newKey(t) + ":acct-other:req", Fingerprint: fp("o"), Lease: 10 * time.Second, Retention: time.Hour})
+	require.NoError(t, err)
+
+	got := map[string]State{}
+	cursor, pages := "", 0
+	for {
+		page, err := s.List(ctx, prefix, cursor, 3)
+		require.NoError(t, err)
+		for _, r := range page.Records {
+			_, dup := got[r.Key]
+			require.False(t, dup, "%s listed twice", r.Key)
+			got[r.Key] = r.Record.State
+		}
+		pages++
+		if page.Cursor == "" {
+			break
+		}
+		cursor = page.Cursor
+		require.Less(t, pages, 10000)
+	}
+	require.Equal(t, want, got)
+	_, err = s.List(ctx, prefix, "9:0:0", 3)
+	require.ErrorIs(t, err, ErrInvalid)
+}
