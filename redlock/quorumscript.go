@@ -109,23 +109,12 @@ func (c *Client) RunQuorumScript(ctx context.Context, s *QuorumScript, key strin
 // checks of a vote, then whether the master counts.
 func (c *Client) judgeAnswer(r reply) MasterAnswer {
 	a := MasterAnswer{Index: r.idx}
-	m := c.masters[r.idx]
-	if r.err != nil {
-		a.Err = masterErr(c, r)
-		return a
+	v, parsed, err := c.judgeVote(r)
+	if parsed {
+		a.Code, a.Value, a.Extra, a.MasterTime = v.code, v.value, v.extra, v.time
 	}
-	v, ok := parseVote(r.val)
-	if !ok {
-		a.Err = &MasterError{Index: r.idx, Addr: m.addr, Err: errBadReply}
-		return a
-	}
-	a.Code, a.Value, a.Extra, a.MasterTime = v.code, v.value, v.extra, v.time
-	if err := m.checkVote(v, r); err != nil {
-		a.Err = &MasterError{Index: r.idx, Addr: m.addr, Err: err}
-		return a
-	}
-	if !m.counts() {
-		a.Err = &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined}
+	if err != nil {
+		a.Err = err
 		return a
 	}
 	// A repair marker's time is when the master was repaired: the loss
