@@ -114,7 +114,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	}
 	t := c.newAcquireTally(ctx, c.voteKeys(key), token)
 	start := time.Now()
-	out, _ := c.fanout(acquireScript, t.keys, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false, start, nil)
+	out, _ := c.fanout(script{s: acquireScript, keys: t.keys, args: []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}}, start)
 	c.gather(ctx, out, start, nil, t.add)
 	written := t.awaitEarly()
 	granting := t.granting()
@@ -338,7 +338,7 @@ func (c *Client) cleanup(key, token string, maybeHeld []bool) {
 	if !slices.Contains(maybeHeld, true) {
 		return
 	}
-	out, waiting := c.fanout(releaseScript, c.releaseKeys(key), []any{token}, true, time.Now(), maybeHeld)
+	out, waiting := c.fanout(script{s: releaseScript, keys: c.releaseKeys(key), args: []any{token}, mustSend: true, only: maybeHeld}, time.Now())
 	timer := time.NewTimer(c.opts.perMasterTimeout)
 	defer timer.Stop()
 	for ; waiting > 0; waiting-- {

@@ -357,19 +357,32 @@ type fan struct {
 	calls   []call
 }
 
-// fanout sends one script call to every master (or, when only is not nil,
-// to the masters it marks) and returns the fan-out, and how many masters
-// will answer. Every call for the same key goes through the same lane of
-// its master, which keeps their order. A call not written to its master
-// within the per-master timeout since start is not sent (except with
-// mustSend): it fails with ErrMasterTimeout.
-func (c *Client) fanout(script *redis.Script, keys []string, args []any, mustSend bool, start time.Time, only []bool) (*fan, int) {
-	i := c.laneOf(keys[0])
-	return c.fanoutVia(func(m *master) *lane { return m.lanes[i] }, script, keys, args, mustSend, start, only)
+// script is one script call, bound for the masters by fanout.
+type script struct {
+	s    *redis.Script
+	keys []string // keys[0] picks the lane: every call for one key keeps its order
+	args []any
+	// mustSend: sent even after the per-master timeout (a release, which
+	// cleans up after a slow SET; see call.mustSend).
+	mustSend bool
+	// only marks the masters it is sent to; nil: all of them.
+	only []bool
+	// via picks the lane on each master; nil: the lane of keys[0].
+	via func(*master) *lane
 }
 
-// fanoutVia is fanout through the lane via picks on each master.
-func (c *Client) fanoutVia(via func(*master) *lane, script *redis.Script, keys []string, args []any, mustSend bool, start time.Time, only []bool) (*fan, int) {
+// fanout sends one script call to every master (or, when s.only is not
+// nil, to the masters it marks) and returns the fan-out, and how many
+// masters will answer. Every call for the same key goes through the same
+// lane of its master, which keeps their order. A call not written to its
+// master within the per-master timeout since start is not sent (except
+// with mustSend): it fails with ErrMasterTimeout.
+func (c *Client) fanout(s script, start time.Time) (*fan, int) {
+	via := s.via
+	if via == nil {
+		i := c.laneOf(s.keys[0])
+		via = func(m *master) *lane { return m.lanes[i] }
+	}
 	f := &fan{replies: make(chan reply, len(c.masters)), calls: make([]call, len(c.masters))}
 	deadline := start.Add(c.opts.perMasterTimeout)
 	closed := false
@@ -379,14 +392,14 @@ func (c *Client) fanoutVia(via func(*master) *lane, script *redis.Script, keys [
 	default:
 	}
 	sent := 0
-	evalSha := evalShaArgs(script, keys, args)
+	evalSha := evalShaArgs(s.s, s.keys, s.args)
 	for i, m := range c.masters {
-		if only != nil && !only[i] {
+		if s.only != nil && !s.only[i] {
 			continue
 		}
 		sent++
 		cl := &f.calls[i]
-		cl.script, cl.keys, cl.args, cl.evalSha, cl.mustSend, cl.deadline, cl.idx, cl.out = script, keys, args, evalSha, mustSend, deadline, i, f.replies
+		cl.script, cl.keys, cl.args, cl.evalSha, cl.mustSend, cl.deadline, cl.idx, cl.out = s.s, s.keys, s.args, evalSha, s.mustSend, deadline, i, f.replies
 		if closed {
 			m.fail(cl, ErrClosed)
 			continue

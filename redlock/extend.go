@@ -55,7 +55,7 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 	if !c.opts.extendNeverShortens {
 		keepLonger = "0"
 	}
-	out, _ := c.fanout(extendScript, c.voteKeys(key), []any{token, strconv.FormatInt(ttl.Milliseconds(), 10), keepLonger, strconv.FormatInt(known, 10)}, false, start, nil)
+	out, _ := c.fanout(script{s: extendScript, keys: c.voteKeys(key), args: []any{token, strconv.FormatInt(ttl.Milliseconds(), 10), keepLonger, strconv.FormatInt(known, 10)}}, start)
 	res := OutcomeError{Op: "extend", Quorum: c.need, Masters: n}
 	var lefts []int64 // remaining TTL after the extend on each counted yes vote
 	var fence int64

@@ -96,7 +96,7 @@ var errFenceLockGone = errors.New("fence write-back: lock no longer held there")
 // that a second round knows how many it still needs).
 func (c *Client) writeFence(ctx context.Context, keys []string, token string, fence int64, only []bool, need int, failFast bool, res *OutcomeError) int {
 	start := time.Now()
-	out, sent := c.fanout(fenceScript, keys, []any{token, strconv.FormatInt(fence, 10)}, false, start, only)
+	out, sent := c.fanout(script{s: fenceScript, keys: keys, args: []any{token, strconv.FormatInt(fence, 10)}, only: only}, start)
 	written, failed := 0, 0
 	c.gather(ctx, out, start, only, func(r reply) bool {
 		m := c.masters[r.idx]

@@ -279,7 +279,7 @@ func (c *Client) scanStep(ctx context.Context, idx int, scan uint64, prefix stri
 	only := make([]bool, len(c.masters))
 	only[idx] = true
 	start := time.Now()
-	f, _ := c.fanoutVia(listLane, scanScript, []string{marker}, []any{strconv.FormatUint(scan, 10), globEscape(prefix) + "*", strconv.Itoa(count)}, false, start, only)
+	f, _ := c.fanout(script{s: scanScript, keys: []string{marker}, args: []any{strconv.FormatUint(scan, 10), globEscape(prefix) + "*", strconv.Itoa(count)}, only: only, via: listLane}, start)
 	var got reply
 	c.gather(ctx, f, start, only, func(r reply) bool { got = r; return true })
 	if got.err != nil {
@@ -332,7 +332,7 @@ func (c *Client) confirmBatch(ctx context.Context, keys []string, before []int) 
 	start := time.Now()
 	fans := make([]*fan, len(keys))
 	for i, k := range keys {
-		fans[i], _ = c.fanoutVia(listLane, statusScript, c.voteKeys(k), nil, false, start, nil)
+		fans[i], _ = c.fanout(script{s: statusScript, keys: c.voteKeys(k), via: listLane}, start)
 	}
 	var out []ListedLock
 	for i, k := range keys {

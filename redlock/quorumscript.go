@@ -98,7 +98,7 @@ func (c *Client) RunQuorumScript(ctx context.Context, s *QuorumScript, key strin
 		return ErrInvalid
 	}
 	start := time.Now()
-	f, _ := c.fanout(s.s, c.voteKeys(key), args, false, start, nil)
+	f, _ := c.fanout(script{s: s.s, keys: c.voteKeys(key), args: args}, start)
 	c.gather(ctx, f, start, nil, func(r reply) bool {
 		return onAnswer(c.judgeAnswer(r))
 	})
@@ -138,7 +138,7 @@ func (c *Client) RunQuorumScriptOn(ctx context.Context, s *QuorumScript, idx int
 	only := make([]bool, len(c.masters))
 	only[idx] = true
 	start := time.Now()
-	f, _ := c.fanout(s.s, c.voteKeys(key), args, false, start, only)
+	f, _ := c.fanout(script{s: s.s, keys: c.voteKeys(key), args: args, only: only}, start)
 	var a MasterAnswer
 	c.gather(ctx, f, start, only, func(r reply) bool {
 		a = c.judgeAnswer(r)

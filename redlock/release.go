@@ -28,7 +28,7 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 	}
 	n := len(c.masters)
 	start := time.Now()
-	out, _ := c.fanout(releaseScript, c.releaseKeys(key), []any{token, c.releaseChannel()}, true, start, nil)
+	out, _ := c.fanout(script{s: releaseScript, keys: c.releaseKeys(key), args: []any{token, c.releaseChannel()}, mustSend: true}, start)
 	res := OutcomeError{Op: "release", Quorum: c.quorum, Masters: n}
 	answered := 0
 	seen := make([]bool, n)
