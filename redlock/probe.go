@@ -53,41 +53,19 @@ func (c *Client) probeAll() {
 	wg.Wait()
 }
 
-// probeOnce runs PING, INFO (server, stats, replication, memory), CONFIG
-// GET (where the ACL allows it: appendfsync), GETs of the marker, lease
-// horizon and fencing counter and the max TTL and clock bounds
-// registrations in one pipeline, then TIME alone.
+// probeOnce is one health probe of m, in three steps: read (one pipeline,
+// then TIME alone), observe (what the answers say about m: its run, role,
+// memory, settings, deployment state and clock, recorded with their
+// warnings) and judge (whether m lost its data since it was last seen).
 func (m *master) probeOnce() {
 	o := &m.c.opts
 	ctx, cancel := context.WithTimeout(context.Background(), o.healthTimeout)
 	defer cancel()
 	start := time.Now()
-	pipe := m.probe.Pipeline()
-	ping := pipe.Ping(ctx)
-	info := pipe.Info(ctx, "server", "stats", "replication", "memory")
-	var cfg *redis.MapStringStringCmd
-	if !m.noConfigGet.Load() {
-		cfg = pipe.ConfigGet(ctx, "*") // filtered below; one call instead of five
-	}
-	marker := pipe.Get(ctx, o.markerKey)
-	horizonKeys := []string{o.horizonKey}
-	if o.fenceKey != "" {
-		horizonKeys = append(horizonKeys, o.fenceKey)
-	}
-	horizon := pipe.Eval(ctx, horizonReadLua, horizonKeys)
-	var fence *redis.StringCmd
-	if o.fenceKey != "" {
-		fence = pipe.Get(ctx, o.fenceKey)
-	}
-	maxTTL := pipe.Eval(ctx, maxTTLLua, []string{o.maxTTLKey}, o.maxTTL.Milliseconds(), maxTTLCeilingMS)
-	var bounds *redis.Cmd
-	if o.sharedClockBounds {
-		bounds = pipe.Eval(ctx, clockBoundsLua, []string{o.clockBoundsKey}, m.c.clockBoundsArgs()...)
-	}
-	_, _ = pipe.Exec(ctx)
+	p := m.readProbe(ctx)
 	d := time.Since(start)
 	m.checkedAt.Store(time.Now().UnixNano())
-	err := ping.Err()
+	err := p.ping.Err()
 	if o.observer != nil {
 		o.observer.ObserveProbe(m.idx, err == nil, d)
 	}
@@ -101,82 +79,141 @@ func (m *master) probeOnce() {
 	}
 	m.probeAnswered()
 	m.latencyNS.Store(int64(d))
-	m.registeredMaxTTL(maxTTL)
-	if bounds != nil {
-		m.registeredClockBounds(bounds)
-	}
+	m.judgeProbe(m.observeProbe(ctx, p))
+	m.setUp()
+}
 
-	if id, uptime, mode, ok := parseInfoServer(info.Val()); ok {
+// probeCmds are one probe's commands: PING, INFO (server, stats,
+// replication, memory), CONFIG GET (where the ACL allows it:
+// appendfsync), GETs of the marker, lease horizon and fencing counter, and
+// the max TTL and clock bounds registrations, in one pipeline.
+type probeCmds struct {
+	ping    *redis.StatusCmd
+	info    *redis.StringCmd
+	cfg     *redis.MapStringStringCmd // nil: CONFIG GET not allowed
+	marker  *redis.StringCmd
+	horizon *redis.Cmd
+	fence   *redis.StringCmd // nil: fencing off
+	maxTTL  *redis.Cmd
+	bounds  *redis.Cmd // nil: shared clock bounds off
+}
+
+// readProbe sends the probe's pipeline and waits for its answers.
+func (m *master) readProbe(ctx context.Context) probeCmds {
+	o := &m.c.opts
+	var p probeCmds
+	pipe := m.probe.Pipeline()
+	p.ping = pipe.Ping(ctx)
+	p.info = pipe.Info(ctx, "server", "stats", "replication", "memory")
+	if !m.noConfigGet.Load() {
+		p.cfg = pipe.ConfigGet(ctx, "*") // filtered below; one call instead of five
+	}
+	p.marker = pipe.Get(ctx, o.markerKey)
+	horizonKeys := []string{o.horizonKey}
+	if o.fenceKey != "" {
+		horizonKeys = append(horizonKeys, o.fenceKey)
+	}
+	p.horizon = pipe.Eval(ctx, horizonReadLua, horizonKeys)
+	if o.fenceKey != "" {
+		p.fence = pipe.Get(ctx, o.fenceKey)
+	}
+	p.maxTTL = pipe.Eval(ctx, maxTTLLua, []string{o.maxTTLKey}, o.maxTTL.Milliseconds(), maxTTLCeilingMS)
+	if o.sharedClockBounds {
+		p.bounds = pipe.Eval(ctx, clockBoundsLua, []string{o.clockBoundsKey}, m.c.clockBoundsArgs()...)
+	}
+	_, _ = pipe.Exec(ctx)
+	return p
+}
+
+// probeObservation is what a probe that answered says about the master's
+// data, for judgeProbe.
+type probeObservation struct {
+	role            string // INFO replication role
+	replID, replID2 string
+	evicted         int64 // INFO stats evicted_keys
+	evictedRead     bool
+	marker          string
+	markerRead      bool  // the marker was read (present or missing)
+	horizonMS       int64 // the lease horizon, -1 when missing
+	counter         int64 // the fencing counter, -1 when missing or fencing is off
+	horizonAt       time.Time
+	horizonRead     bool
+	counterMissing  bool
+	remote          time.Time // the master's TIME, read alone
+	timeRead        bool
+}
+
+// observeProbe records what the answers of p say about m (run, role,
+// memory, settings, registrations, deployment state, clock, each with
+// its warning), reads the master's TIME in a round trip of its own, and
+// returns what judgeProbe needs.
+func (m *master) observeProbe(ctx context.Context, p probeCmds) probeObservation {
+	o := &m.c.opts
+	var obs probeObservation
+	m.registeredMaxTTL(p.maxTTL)
+	if p.bounds != nil {
+		m.registeredClockBounds(p.bounds)
+	}
+	info := p.info.Val()
+	if id, uptime, mode, ok := parseInfoServer(info); ok {
 		m.observeRunID(id, "health probe")
 		m.st.mu.Lock()
 		m.st.uptime = uptime
 		m.st.mu.Unlock()
 		m.setWarning("cluster", mode == "cluster", "runs in cluster mode: Redlock needs independent standalone masters")
 	}
-	stats := parseInfoFields(info.Val(), "evicted_keys", "role", "master_replid", "master_replid2",
+	stats := parseInfoFields(info, "evicted_keys", "role", "master_replid", "master_replid2",
 		"used_memory", "maxmemory", "maxmemory_policy", "mem_not_counted_for_evict")
 	m.observeMemory(stats)
 	evicted, evErr := strconv.ParseInt(stats["evicted_keys"], 10, 64)
 	if evErr == nil {
 		m.st.lastEvicted.Store(evicted)
 	}
-	role := stats["role"]
+	obs.evicted, obs.evictedRead = evicted, evErr == nil
+	obs.role = stats["role"]
 	m.st.mu.Lock()
-	m.st.role = role
+	m.st.role = obs.role
 	m.st.mu.Unlock()
-	m.setWarning("replica", role != "" && role != "master", fmt.Sprintf("is a %s, not a master: its keys come from another server", role))
+	m.setWarning("replica", obs.role != "" && obs.role != "master", fmt.Sprintf("is a %s, not a master: its keys come from another server", obs.role))
 	// From INFO memory, which every user that may run INFO can read.
 	if lim, ok := stats["maxmemory"]; ok {
 		evicting := lim != "0" && lim != "" && stats["maxmemory_policy"] != "noeviction"
 		m.setWarning("eviction", evicting, fmt.Sprintf("maxmemory-policy %s can evict lock keys (they all have a TTL): use noeviction", stats["maxmemory_policy"]))
 	}
-	if cfg != nil {
-		conf, err := cfg.Result()
-		switch {
-		case err == nil:
-			m.st.mu.Lock()
-			m.st.durable = conf["appendonly"] == "yes" && conf["appendfsync"] == "always"
-			m.st.mu.Unlock()
-		case strings.HasPrefix(err.Error(), "NOPERM"):
-			// A least-privilege ACL user: not asked again. Durable stays
-			// false, so a restart is taken as a loss of data (the safe side).
-			m.noConfigGet.Store(true)
-			m.c.opts.logger.Info("master: CONFIG GET not allowed for this user: its appendfsync is not checked, and a restart is treated as data loss", masterAttr(m))
-		}
-	}
-	markerValue, markerErr := marker.Result()
-	if markerErr == nil || errors.Is(markerErr, redis.Nil) {
+	m.observeConfig(p.cfg)
+	markerValue, markerErr := p.marker.Result()
+	obs.marker, obs.markerRead = markerValue, markerErr == nil || errors.Is(markerErr, redis.Nil)
+	if obs.markerRead {
 		m.st.mu.Lock()
 		m.st.hasMarker = markerErr == nil
 		m.st.markerValue = markerValue
 		m.st.mu.Unlock()
 	}
-	hr, horizonErr := horizon.Slice()
-	var horizonMS, counterValue int64 = -1, -1
-	var horizonAt time.Time
+	hr, horizonErr := p.horizon.Slice()
+	obs.horizonMS, obs.counter = -1, -1
 	if horizonErr == nil && len(hr) == 4 {
 		sec, _ := hr[0].(int64)
 		usec, _ := hr[1].(int64)
-		horizonMS, _ = hr[2].(int64)
-		counterValue, _ = hr[3].(int64)
-		horizonAt = time.Unix(sec, usec*int64(time.Microsecond))
+		obs.horizonMS, _ = hr[2].(int64)
+		obs.counter, _ = hr[3].(int64)
+		obs.horizonAt = time.Unix(sec, usec*int64(time.Microsecond))
 	} else if horizonErr == nil {
 		horizonErr = errBadReply
 	}
-	replID, replID2 := stats["master_replid"], stats["master_replid2"]
+	obs.horizonRead = horizonErr == nil
+	obs.replID, obs.replID2 = stats["master_replid"], stats["master_replid2"]
 	m.st.mu.Lock()
-	m.st.hasHorizon = horizonErr == nil && horizonMS >= 0
+	m.st.hasHorizon = horizonErr == nil && obs.horizonMS >= 0
 	m.st.mu.Unlock()
-	counterMissing := false
-	if fence != nil {
-		v, err := fence.Int64()
-		counterMissing = errors.Is(err, redis.Nil)
-		if counterMissing {
+	if p.fence != nil {
+		v, err := p.fence.Int64()
+		obs.counterMissing = errors.Is(err, redis.Nil)
+		if obs.counterMissing {
 			v, err = 0, nil
 		}
 		m.st.mu.Lock()
 		m.st.fenceCounter, m.st.fenceRead = v, err == nil
-		m.st.hasCounter = err == nil && !counterMissing
+		m.st.hasCounter = err == nil && !obs.counterMissing
 		m.st.mu.Unlock()
 	}
 	// TIME in a round trip of its own: the reading is uncertain by half the
@@ -184,6 +221,7 @@ func (m *master) probeOnce() {
 	sent := time.Now()
 	remote, timeErr := m.probe.Time(ctx).Result()
 	received := time.Now()
+	obs.remote, obs.timeRead = remote, timeErr == nil
 	if timeErr == nil {
 		m.st.mu.Lock()
 		// When the server started, by its own clock: INFO's uptime is
@@ -197,28 +235,51 @@ func (m *master) probeOnce() {
 			m.observeClock(sent, received, remote)
 		}
 	}
-	// A master already seen must still have the state it had. The vote
-	// scripts check the same at every vote; this catches masters that
-	// receive no votes. Only the repair path ever writes that state back.
-	readable := (markerErr == nil || errors.Is(markerErr, redis.Nil)) && horizonErr == nil && timeErr == nil
-	guarded := o.dataLossGuard && (m.expectedMarker.Load() != nil || m.st.repairPending.Load()) && readable
+	return obs
+}
+
+// observeConfig records what CONFIG GET says (appendonly and appendfsync:
+// whether a restart keeps the data), or that the ACL refuses it.
+func (m *master) observeConfig(cfg *redis.MapStringStringCmd) {
+	if cfg == nil {
+		return
+	}
+	conf, err := cfg.Result()
+	switch {
+	case err == nil:
+		m.st.mu.Lock()
+		m.st.durable = conf["appendonly"] == "yes" && conf["appendfsync"] == "always"
+		m.st.mu.Unlock()
+	case strings.HasPrefix(err.Error(), "NOPERM"):
+		// A least-privilege ACL user: not asked again. Durable stays
+		// false, so a restart is taken as a loss of data (the safe side).
+		m.noConfigGet.Store(true)
+		m.c.opts.logger.Info("master: CONFIG GET not allowed for this user: its appendfsync is not checked, and a restart is treated as data loss", masterAttr(m))
+	}
+}
+
+// judgeProbe decides whether a master already seen still has the state it
+// had. The vote scripts check the same at every vote; this catches masters
+// that receive no votes. Only the repair path ever writes that state back.
+func (m *master) judgeProbe(obs probeObservation) {
+	readable := obs.markerRead && obs.horizonRead && obs.timeRead
+	guarded := m.c.opts.dataLossGuard && (m.expectedMarker.Load() != nil || m.st.repairPending.Load()) && readable
 	switch {
 	case !guarded:
-		m.promoted(replID, replID2) // keeps the known replication ID current
-	case role != "" && role != "master":
-		m.lostData(LossReplica, fmt.Sprintf("became a %s (REPLICAOF): its data is now another server's", role))
-	case !m.markerMatches(markerValue, remote, "a health probe"):
-	case m.promoted(replID, replID2):
+		m.promoted(obs.replID, obs.replID2) // keeps the known replication ID current
+	case obs.role != "" && obs.role != "master":
+		m.lostData(LossReplica, fmt.Sprintf("became a %s (REPLICAOF): its data is now another server's", obs.role))
+	case !m.markerMatches(obs.marker, obs.remote, "a health probe"):
+	case m.promoted(obs.replID, obs.replID2):
 		m.lostData(LossReplica, "its replication ID changed after a REPLICAOF and REPLICAOF NO ONE: its data was replaced by another server's")
-	case horizonMS < 0:
+	case obs.horizonMS < 0:
 		m.lostData(LossStateMissing, "data lost without restart: lease horizon missing (seen by a health probe)")
-	case !m.countersGrow(counterRead{horizon: horizonMS, raised: horizonMS, counter: counterValue}, horizonAt, "a health probe"):
-	case counterMissing:
+	case !m.countersGrow(counterRead{horizon: obs.horizonMS, raised: obs.horizonMS, counter: obs.counter}, obs.horizonAt, "a health probe"):
+	case obs.counterMissing:
 		m.lostData(LossStateMissing, "data lost without restart: fencing counter missing (seen by a health probe)")
-	case evErr == nil:
-		m.evictionsUnchanged(evicted, "a health probe")
+	case obs.evictedRead:
+		m.evictionsUnchanged(obs.evicted, "a health probe")
 	}
-	m.setUp()
 }
 
 // probeFailuresForDown is how many probes in a row must fail, other than
