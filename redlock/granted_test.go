@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -528,7 +529,10 @@ func TestReleaseRefusedByAMasterIsSentAgain(t *testing.T) {
 		return len(u.m) == 1
 	}, 5*time.Second, time.Millisecond, "master 4's refused release is kept")
 	restore()
-	assert.Equal(t, []int{4}, holders(t, rdbs, key, l.Token()), "master 4 refused the release")
+	// Release returned at a quorum: a master's release can still be on its
+	// way (seen under load: master 1's answer after master 4's refusal).
+	require.Eventually(t, func() bool { return slices.Equal(holders(t, rdbs, key, l.Token()), []int{4}) }, 2*time.Second, time.Millisecond,
+		"master 4 refused the release; the others applied it")
 	_, err := c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
 	require.ErrorIs(t, err, ErrLockHeld, "master 4 shows the released lock as granted")
 	c.probeAll()
