@@ -19,92 +19,16 @@ import (
 func (c *Client) afterProbes() {
 	c.probeMu.Lock()
 	defer c.probeMu.Unlock()
-	withMarker, withHorizon, answered := 0, 0, 0
-	// allNew: every marker found was written moments ago by a Client
-	// creating a brand-new deployment, which writes them one master at a
-	// time: another daemon doing that now, not a majority that lost data.
-	allNew := true
-	for _, m := range c.masters {
-		m.st.mu.Lock()
-		if m.answeredProbe() {
-			answered++
-			if m.st.hasHorizon {
-				withHorizon++
-			}
-			if m.st.hasMarker {
-				withMarker++
-				mk, ok := parseMarker(m.st.markerValue)
-				if age := time.Since(mk.at); !ok || mk.repaired || age > newDeploymentWindow || age < -newDeploymentWindow {
-					allNew = false
-				}
-			}
-		}
-		m.st.mu.Unlock()
-	}
+	census := c.takeMarkerCensus()
 	for _, m := range c.masters {
 		if !m.answeredProbe() {
 			continue
 		}
 		m.st.mu.Lock()
-		first, has, role := !m.st.seen, m.st.hasMarker, m.st.role
+		first := !m.st.seen
 		m.st.mu.Unlock()
-		if !first {
+		if !first || !c.markerRule(m, census) {
 			continue
-		}
-		// The marker rule, for a master seen for the first time:
-		//   - a replica: its data is another server's; it counts only once
-		//     it is a master again and has been repaired;
-		//   - with our marker: it kept its data since a redlockd wrote it,
-		//     unless its marker is older than its start (restoredFromSnapshot)
-		//     or its fencing counter is gone; a repair marker's quarantine
-		//     is kept (firstSeenWithMarker). Both need a reading of its
-		//     clock: until one, it is not seen;
-		//   - without, while a quorum of the others have theirs: it
-		//     lost its data while no redlockd was watching; quarantined,
-		//     and repaired from that quorum (repairMaster);
-		//   - without, while some but fewer than a quorum have theirs: a
-		//     majority lost its data. The same, but no quorum can repair it,
-		//     so it counts only after an operator runs
-		//     `redlockd repair-fences`;
-		//   - no marker on any master, and every master answered: a
-		//     brand-new deployment, which starts serving at once (brandNew);
-		//   - no marker on any master that answered, and some did not: the
-		//     silent ones may hold the markers (and the fencing counters) of
-		//     a deployment whose other masters all lost their data. Wait for
-		//     every master to answer; meanwhile none of them votes.
-		switch {
-		case role != "" && role != "master":
-			m.lostData(LossReplica, fmt.Sprintf("is a %s (REPLICAOF): its data is another server's", role))
-		case has && m.st.lastReading.Load() == nil:
-			// Its clock was never read (the probe's TIME, a round trip of
-			// its own, timed out): a repair marker's <until> and the
-			// restart-from-snapshot check both need it, and the master
-			// counted at once without them. The rule runs again next round.
-			m.waiting("its clock has not been read yet (the probe's TIME did not answer); counts once a probe reads it")
-			continue
-		case has:
-			if !m.firstSeenWithMarker(withHorizon) {
-				continue // not seen: the rule runs again next round
-			}
-		case withMarker >= c.quorum:
-			m.lostData(LossStateMissing, "marker key missing while a quorum of the other masters have theirs (lost its data while unwatched)")
-		case withMarker > 0 && allNew:
-			// Not seen: the markers are being written; the rule runs again next round.
-			m.waiting(fmt.Sprintf("a new deployment is being created by another client (%d of %d masters have its marker); counts once it has written them all, or %v after the first", withMarker, len(c.masters), newDeploymentWindow))
-			continue
-		case withMarker > 0:
-			m.lostData(LossStateMissing, fmt.Sprintf("marker key missing on %d of %d masters: a majority lost its data; it cannot be repaired from a quorum, run `redlockd repair-fences`", len(c.masters)-withMarker, len(c.masters)))
-			c.opts.logger.Error("a majority of masters lost their data: they vote again only after `redlockd repair-fences` raises their fencing counters", masterAttr(m))
-		case answered < len(c.masters):
-			if !m.st.waitLogged.Swap(true) {
-				c.opts.logger.Warn("no master has the marker yet and not all answered: waiting for every master before treating this as a new deployment", masterAttr(m), slog.Int("answered", answered), slog.Int("masters", len(c.masters)))
-			}
-			m.waiting(fmt.Sprintf("no master has the deployment marker yet and %d of %d answered: a new deployment is created only once every master answers (the silent ones may hold the markers of one that lost the others); bring the masters that do not answer back", answered, len(c.masters)))
-			continue // not seen: the rule runs again next round
-		default:
-			if !m.brandNew() {
-				continue
-			}
 		}
 		m.st.evicted.Store(m.st.lastEvicted.Load())
 		m.st.mu.Lock()
@@ -122,6 +46,96 @@ func (c *Client) afterProbes() {
 		}
 	}
 	c.spreadFence()
+}
+
+// markerCensus is what the last probe round found on the masters that
+// answered, for the marker rule.
+type markerCensus struct {
+	answered, withMarker, withHorizon int
+	// allNew: every marker found was written moments ago by a Client
+	// creating a brand-new deployment, which writes them one master at a
+	// time: another daemon doing that now, not a majority that lost data.
+	allNew bool
+}
+
+func (c *Client) takeMarkerCensus() markerCensus {
+	n := markerCensus{allNew: true}
+	for _, m := range c.masters {
+		m.st.mu.Lock()
+		if m.answeredProbe() {
+			n.answered++
+			if m.st.hasHorizon {
+				n.withHorizon++
+			}
+			if m.st.hasMarker {
+				n.withMarker++
+				mk, ok := parseMarker(m.st.markerValue)
+				if age := time.Since(mk.at); !ok || mk.repaired || age > newDeploymentWindow || age < -newDeploymentWindow {
+					n.allNew = false
+				}
+			}
+		}
+		m.st.mu.Unlock()
+	}
+	return n
+}
+
+// markerRule decides about a master seen for the first time, and reports
+// whether it is seen now (false: the rule runs again next round):
+//   - a replica: its data is another server's; it counts only once it is
+//     a master again and has been repaired;
+//   - with our marker: it kept its data since a redlockd wrote it, unless
+//     its marker is older than its start (restoredFromSnapshot) or its
+//     fencing counter is gone; a repair marker's quarantine is kept
+//     (firstSeenWithMarker). Both need a reading of its clock: until one,
+//     it is not seen;
+//   - without, while a quorum of the others have theirs: it lost its data
+//     while no redlockd was watching; quarantined, and repaired from that
+//     quorum (repairMaster);
+//   - without, while some but fewer than a quorum have theirs: a majority
+//     lost its data. The same, but no quorum can repair it, so it counts
+//     only after an operator runs `redlockd repair-fences`;
+//   - no marker on any master, and every master answered: a brand-new
+//     deployment, which starts serving at once (brandNew);
+//   - no marker on any master that answered, and some did not: the silent
+//     ones may hold the markers (and the fencing counters) of a deployment
+//     whose other masters all lost their data. Wait for every master to
+//     answer; meanwhile none of them votes.
+func (c *Client) markerRule(m *master, n markerCensus) bool {
+	m.st.mu.Lock()
+	has, role := m.st.hasMarker, m.st.role
+	m.st.mu.Unlock()
+	switch {
+	case role != "" && role != "master":
+		m.lostData(LossReplica, fmt.Sprintf("is a %s (REPLICAOF): its data is another server's", role))
+	case has && m.st.lastReading.Load() == nil:
+		// Its clock was never read (the probe's TIME, a round trip of its
+		// own, timed out): a repair marker's <until> and the
+		// restart-from-snapshot check both need it, and the master counted
+		// at once without them.
+		m.waiting("its clock has not been read yet (the probe's TIME did not answer); counts once a probe reads it")
+		return false
+	case has:
+		return m.firstSeenWithMarker(n.withHorizon)
+	case n.withMarker >= c.quorum:
+		m.lostData(LossStateMissing, "marker key missing while a quorum of the other masters have theirs (lost its data while unwatched)")
+	case n.withMarker > 0 && n.allNew:
+		// The markers are being written.
+		m.waiting(fmt.Sprintf("a new deployment is being created by another client (%d of %d masters have its marker); counts once it has written them all, or %v after the first", n.withMarker, len(c.masters), newDeploymentWindow))
+		return false
+	case n.withMarker > 0:
+		m.lostData(LossStateMissing, fmt.Sprintf("marker key missing on %d of %d masters: a majority lost its data; it cannot be repaired from a quorum, run `redlockd repair-fences`", len(c.masters)-n.withMarker, len(c.masters)))
+		c.opts.logger.Error("a majority of masters lost their data: they vote again only after `redlockd repair-fences` raises their fencing counters", masterAttr(m))
+	case n.answered < len(c.masters):
+		if !m.st.waitLogged.Swap(true) {
+			c.opts.logger.Warn("no master has the marker yet and not all answered: waiting for every master before treating this as a new deployment", masterAttr(m), slog.Int("answered", n.answered), slog.Int("masters", len(c.masters)))
+		}
+		m.waiting(fmt.Sprintf("no master has the deployment marker yet and %d of %d answered: a new deployment is created only once every master answers (the silent ones may hold the markers of one that lost the others); bring the masters that do not answer back", n.answered, len(c.masters)))
+		return false
+	default:
+		return m.brandNew()
+	}
+	return true
 }
 
 // waiting notes why m, not seen yet, does not count (MasterWaiting).
