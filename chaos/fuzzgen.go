@@ -148,10 +148,13 @@ func GenerateFuzzSchedule(seed uint64, masters, episodes int) FuzzSchedule {
 //   - pivot: SET lost on N − quorum masters, one fault of any kind on one
 //     of A's masters, optionally noise on one more master;
 //   - extend-under-faults: SET lost on up to one master, availability
-//     faults on up to N − quorum of A's masters, then an extend;
+//     faults (kill, pause, blackhole, latency) on up to N − quorum of A's
+//     masters, then an extend (more often shorter);
 //   - rollback-extend: SET lost on N − quorum masters, a snapshot, save or
 //     replica snapshot of one of A's masters, an extend (longer), then the
 //     rollback it prepared;
+//   - clock: SET lost on N − quorum masters, a clock jump (mostly forward)
+//     or a clock rate (mostly 10% fast) on one of A's masters;
 //   - mixed: anything on any masters, within the budget.
 func genEpisode(r *rand.Rand, e, n int, maxTTL time.Duration) []FuzzStep {
 	budget := n - (n/2 + 1)
@@ -168,11 +171,15 @@ func genEpisode(r *rand.Rand, e, n int, maxTTL time.Duration) []FuzzStep {
 			}
 		}
 	}
-	theme := []string{"pivot", "pivot", "pivot", "extend-under-faults", "rollback-extend", "rollback-extend", "mixed"}[r.IntN(7)]
+	themes := []string{"pivot", "pivot", "pivot", "extend-under-faults", "extend-under-faults", "rollback-extend", "rollback-extend", "clock", "clock", "clock", "mixed"}
+	theme := themes[r.IntN(len(themes))]
 	lostN := budget
 	switch theme {
 	case "extend-under-faults":
-		lostN = r.IntN(min(budget, 1) + 1)
+		lostN = min(budget, 1)
+		if r.IntN(4) == 0 {
+			lostN = 0
+		}
 	case "mixed":
 		lostN = r.IntN(budget + 1)
 	}
@@ -222,12 +229,24 @@ func genEpisode(r *rand.Rand, e, n int, maxTTL time.Duration) []FuzzStep {
 			}
 		}
 	case "extend-under-faults":
-		for range 1 + r.IntN(budget) {
-			op, prep := pickFault(func(_ string, data bool) bool { return !data })
+		n := budget
+		if r.IntN(4) == 0 {
+			n = 1
+		}
+		for range n {
+			op, prep := pickFault(func(op string, _ bool) bool {
+				return op == "kill" || op == "pause" || op == "blackhole" || op == "latency"
+			})
 			if m := pickMaster(aMasters); m >= 0 {
 				faults = append(faults, fault{op, prep, m})
 			}
 		}
+	case "clock":
+		op := "clock-rate"
+		if r.IntN(100) < 65 {
+			op = "clock-jump"
+		}
+		faults = append(faults, fault{op, "", pickMaster(aMasters)})
 	case "rollback-extend":
 		op, prep := pickFault(func(_ string, data bool) bool { return data })
 		for prep == "" && r.IntN(4) != 0 {
@@ -257,7 +276,7 @@ func genEpisode(r *rand.Rand, e, n int, maxTTL time.Duration) []FuzzStep {
 	}
 	extend := func() {
 		x := step(opExtend, -1)
-		if r.IntN(2) == 0 {
+		if r.IntN(5) < 2+map[bool]int{true: 1}[theme == "extend-under-faults"] {
 			x.TTL = time.Second // shorter than what is left
 		} else {
 			x.TTL = min(ttl+time.Duration(1+r.IntN(2))*time.Second, maxTTL)
@@ -288,11 +307,11 @@ func genEpisode(r *rand.Rand, e, n int, maxTTL time.Duration) []FuzzStep {
 		switch f.op {
 		case "clock-jump":
 			st.D = 30 * time.Second
-			if r.IntN(4) == 0 {
+			if r.IntN(5) == 0 {
 				st.D = -30 * time.Second
 			}
 		case "clock-rate":
-			st.Rate = []float64{1.1, 2, 0.5}[r.IntN(3)]
+			st.Rate = []float64{1.1, 1.1, 1.25, 2, 0.5}[r.IntN(5)]
 		case "latency":
 			st.D = time.Duration(100+r.IntN(400)) * time.Millisecond
 		}

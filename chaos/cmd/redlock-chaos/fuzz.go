@@ -25,7 +25,8 @@ func fuzzCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	duration := fs.Duration("duration", 2*time.Minute, "budget of each run: start, episodes, heal, sweep and check (at least 40s)")
 	masters := fs.Int("masters", 5, "masters N (faults on at most N − quorum per episode)")
 	control := fs.String("control", "none", "turn guards off in the drill's library clients: none, or a negative control ("+controlNames()+")")
-	runs := fs.Int("runs", 1, "runs, one seed after the other (seed, seed+1, ...); stops at the first finding")
+	runs := fs.Int("runs", 1, "runs, one seed after the other (seed, seed+1, ...); stops at the first finding (0: as many as --total allows)")
+	total := fs.Duration("total", 0, "with --runs 0: run seed after seed while a whole run of --duration still fits in this much time (make fuzz-faults DURATION=1h)")
 	replay := fs.String("replay", "", "run the schedule in this JSON file (written by an earlier run) instead of drawing one")
 	shrink := fs.Int("shrink", 12, "on a finding, at most this many reruns to shrink the schedule (0: do not shrink)")
 	out := fs.String("out", "fuzz-report", "directory for the schedule, the result, the timeline, and a shrunk reproduction as a Go test")
@@ -63,7 +64,20 @@ func fuzzCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
 	}
-	for run := range *runs {
+	if *runs == 0 && *total < *duration {
+		return fmt.Errorf("fuzz: --runs 0 needs a --total of at least --duration (%v)", *duration)
+	}
+	began := time.Now()
+	agg := aggregate{pairs: map[string]bool{}}
+	defer func() {
+		if agg.runs > 1 {
+			fmt.Fprintln(stdout, agg.summary(time.Since(began)))
+		}
+	}()
+	for run := 0; *runs == 0 || run < *runs; run++ {
+		if *runs == 0 && time.Since(began)+*duration > *total {
+			break
+		}
 		var sched chaos.FuzzSchedule
 		if *replay != "" {
 			b, err := os.ReadFile(*replay)
@@ -85,7 +99,7 @@ func fuzzCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err := writeJSON(filepath.Join(dir, "schedule.json"), sched); err != nil {
 			return err
 		}
-		res, err := chaos.RunFuzz(ctx, chaos.FuzzConfig{Schedule: sched, Duration: *duration, Control: ctl, Out: dir, Logf: logf, StopAtFind: *runs > 1})
+		res, err := chaos.RunFuzz(ctx, chaos.FuzzConfig{Schedule: sched, Duration: *duration, Control: ctl, Out: dir, Logf: logf, StopAtFind: ctl != nil || *runs != 1})
 		if res != nil {
 			for _, e := range res.EpisodeErrors {
 				fmt.Fprintf(stdout, "  episode cut short: %s\n", e)
@@ -94,6 +108,7 @@ func fuzzCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				fmt.Fprintf(stdout, "  %s %s: %s\n", v.Invariant, v.Key, v.Detail)
 			}
 			fmt.Fprintln(stdout, res.Summary())
+			agg.add(res)
 			fmt.Fprintf(stdout, "  fault pairs: %s\n", strings.Join(res.Pairs, " "))
 			if werr := writeJSON(filepath.Join(dir, "result.json"), res); werr != nil {
 				err = errors.Join(err, werr)
@@ -151,4 +166,25 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o644)
+}
+
+// aggregate sums the runs of one invocation for its closing line.
+type aggregate struct {
+	runs, episodes, faults int
+	pairs                  map[string]bool
+}
+
+func (a *aggregate) add(r *chaos.FuzzResult) {
+	a.runs++
+	a.episodes += r.Episodes
+	a.faults += r.Faults
+	for _, p := range r.Pairs {
+		a.pairs[p] = true
+	}
+}
+
+func (a *aggregate) summary(elapsed time.Duration) string {
+	mins := max(elapsed.Minutes(), 1.0/60)
+	return fmt.Sprintf("fuzz: %d runs in %v: %d episodes (%.1f schedules/min), %d faults (%.1f faults/min), %d distinct fault pairs",
+		a.runs, elapsed.Round(time.Second), a.episodes, float64(a.episodes)/mins, a.faults, float64(a.faults)/mins, len(a.pairs))
 }
