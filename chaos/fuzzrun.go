@@ -34,21 +34,53 @@ type FuzzControl struct {
 	Guards []guardswitch.Guard
 	// Options are added to the drill's library clients with the guards.
 	Options []redlock.Option
+	// Catches are the faults (and "extend-shorter") whose attacks the
+	// guards stop. A finding is the control's only in an episode with one
+	// of them and otherwise only fuzzNeutral faults: every control also
+	// turns the granted-lock check off, so a lost lock key, say, makes a
+	// second holder in every control, and that finding is the granted-lock
+	// check's. Nil: any finding (nogranted: every other guard is on).
+	Catches []string
+}
+
+// fuzzNeutral are the faults that never make a second holder with every
+// guard on or off (the masters that suffer them do not answer, or answer
+// truthfully): they may share an episode with a control's finding.
+var fuzzNeutral = []string{"kill", "pause", "blackhole", "latency", "daemon-restart", "extend-longer", "extend-shorter"}
+
+// Attributes reports whether a finding in an episode with these faults is
+// the control's (see Catches).
+func (c *FuzzControl) Attributes(faults []string) bool {
+	if c == nil || c.Catches == nil {
+		return true
+	}
+	caught := false
+	for _, f := range faults {
+		switch {
+		case slices.Contains(c.Catches, f):
+			caught = true
+		case !slices.Contains(fuzzNeutral, f):
+			return false
+		}
+	}
+	return caught
 }
 
 // FuzzControls returns the fuzzer's negative controls.
 func FuzzControls() []FuzzControl {
 	q, dl, g := guardswitch.Quarantine, guardswitch.DataLossCheck, guardswitch.GrantedLock
+	dataLoss := []string{"restart-empty", "restart-rdb", "flushall", "flushdb", "swapdb", "del-marker", "del-horizon", "del-fence", "evict", "resetstat", "rollback", "debug-reload", "replicaof-old"}
+	clock := []string{"clock-jump", "clock-rate"}
 	return []FuzzControl{
-		{Name: "noquarantine", Row: "restart-empty-noquarantine", Guards: []guardswitch.Guard{q, dl, g}},
-		{Name: "noclockguard", Row: "clock-fast-noguard", Guards: []guardswitch.Guard{guardswitch.ClockGuard, dl, g}},
+		{Name: "noquarantine", Row: "restart-empty-noquarantine", Guards: []guardswitch.Guard{q, dl, g}, Catches: dataLoss},
+		{Name: "noclockguard", Row: "clock-fast-noguard", Guards: []guardswitch.Guard{guardswitch.ClockGuard, dl, g}, Catches: clock},
 		// As clock-jump-contender-novoteclock: view b's library client
 		// probes once a minute, so only the vote's own clock reading can
 		// see a jump between its readings and its vote.
-		{Name: "novoteclock", Row: "clock-jump-contender-novoteclock", Guards: []guardswitch.Guard{guardswitch.VoteClock, g}, Options: []redlock.Option{redlock.WithHealthInterval(time.Minute)}},
-		{Name: "noreference", Row: "clock-jump-restart-noreference", Guards: []guardswitch.Guard{guardswitch.ClockReference, g}},
+		{Name: "novoteclock", Row: "clock-jump-contender-novoteclock", Guards: []guardswitch.Guard{guardswitch.VoteClock, g}, Options: []redlock.Option{redlock.WithHealthInterval(time.Minute)}, Catches: clock},
+		{Name: "noreference", Row: "clock-jump-restart-noreference", Guards: []guardswitch.Guard{guardswitch.ClockReference, g}, Catches: clock},
 		{Name: "nogranted", Row: "rollback-nogranted", Guards: []guardswitch.Guard{g}},
-		{Name: "noextendshortens", Guards: []guardswitch.Guard{guardswitch.ExtendNeverShortens, g}},
+		{Name: "noextendshortens", Guards: []guardswitch.Guard{guardswitch.ExtendNeverShortens, g}, Catches: []string{"extend-shorter"}},
 	}
 }
 
@@ -72,7 +104,9 @@ type FuzzConfig struct {
 	// Schedule to run; its episodes run in order until Duration is spent.
 	Schedule FuzzSchedule
 	// Duration is the whole run's budget: the target's start, the
-	// episodes, the final heal, the sweep and the check. At least 40s.
+	// episodes, the final heal, the sweep and the check. An episode starts
+	// only if the longest so far fits in what is left; one slower than
+	// every earlier one (a stalled machine) overruns by the difference.
 	Duration time.Duration
 	// Control turns guards off (nil: every guard on).
 	Control *FuzzControl
@@ -102,7 +136,13 @@ type FuzzResult struct {
 	Episodes, Scheduled int
 	// FoundEpisodes are the episodes whose keys the violations name.
 	FoundEpisodes []int `json:"found_episodes,omitempty"`
-	Faults        int   `json:"faults"`
+	// ControlFound: the run's negative control found what it is for (a
+	// finding in an episode it Attributes; with every guard on, any).
+	// FirstFound is then the first such finding.
+	ControlFound bool `json:"control_found"`
+	// EpisodeFaults are each episode's faults, in order.
+	EpisodeFaults map[int][]string `json:"episode_faults"`
+	Faults        int              `json:"faults"`
 	// Pairs are the distinct pairs of fault kinds one episode combined.
 	Pairs   []string      `json:"pairs"`
 	Elapsed time.Duration `json:"elapsed_ns"`
@@ -121,19 +161,28 @@ func (r *FuzzResult) Summary() string {
 	}
 	verdict := "no safety violation"
 	if len(r.Found) > 0 {
-		verdict = fmt.Sprintf("FOUND %d safety violation(s) in episode(s) %v, the first %v into the run", len(r.Found), r.FoundEpisodes, r.FirstFound.Round(time.Millisecond))
+		verdict = fmt.Sprintf("FOUND %d safety violation(s) in episode(s) %v", len(r.Found), r.FoundEpisodes)
+		if r.ControlFound {
+			verdict += fmt.Sprintf(", the first %v into the run", r.FirstFound.Round(time.Millisecond))
+		} else {
+			verdict += ", none of them in an episode the control's guards are about"
+		}
 	}
 	return fmt.Sprintf("fuzz seed %d: %s; %d/%d episodes in %v: %.1f schedules/min, %.1f faults/min, %d distinct fault pairs",
 		r.Seed, verdict, r.Episodes, r.Scheduled, r.Elapsed.Round(time.Second), float64(r.Episodes)/mins, float64(r.Faults)/mins, len(r.Pairs))
 }
 
 // fuzzOverhead is what a run spends outside its episodes: the target's
-// start, the drill's warm-up, the final heal, the sweep, the check.
+// start and the drill's warm-up (a few seconds), and fuzzTail.
 const fuzzOverhead = 15 * time.Second
+
+// fuzzTail is kept for the end of a run: the final heal, the sweep (which
+// waits out the longest TTL after the last call) and the check.
+const fuzzTail = 10 * time.Second
 
 // fuzzEpisodeBudget is the longest an episode may need: a hold and
 // contend over a lease of at most max TTL, and a heal waiting out a
-// quarantine of max TTL.
+// quarantine of max TTL. The shrinker gives each episode that much.
 func fuzzEpisodeBudget(maxTTL time.Duration) time.Duration { return 3*maxTTL + 5*time.Second }
 
 // EpisodesFor is how many episodes a run of duration can hold at most
@@ -181,7 +230,7 @@ func RunFuzz(ctx context.Context, fc FuzzConfig) (_ *FuzzResult, err error) {
 
 	res := &FuzzResult{Seed: fc.Schedule.Seed, Scheduled: len(fc.Schedule.Episodes())}
 	cfg := Config{
-		Duration: max(fc.Duration-fuzzOverhead-time.Since(started), 10*time.Second),
+		Duration: max(fc.Duration-fuzzTail-time.Since(started), 10*time.Second),
 		TTL:      time.Second, Clients: 2, Keys: 2, Seed: fc.Schedule.Seed,
 		Slack: 2 * time.Second, FastSlack: time.Second, Logf: fc.Logf,
 	}
@@ -201,6 +250,7 @@ func RunFuzz(ctx context.Context, fc FuzzConfig) (_ *FuzzResult, err error) {
 		sc.Options = append(sc.Options, fc.Control.Options...)
 	}
 	fr := &fuzzRunner{fc: fc, t: target, spare: spare, other: other, res: res, pairs: map[string]bool{}}
+	res.EpisodeFaults = map[int][]string{}
 	sc.Script = fr.script
 	r := Run(ctx, target, cfg, sc, fc.Out)
 	res.Result = r
@@ -210,9 +260,16 @@ func RunFuzz(ctx context.Context, fc FuzzConfig) (_ *FuzzResult, err error) {
 			continue
 		}
 		res.Found = append(res.Found, v)
-		if e, ok := episodeOfKey(v.Key); ok && !slices.Contains(res.FoundEpisodes, e) {
+		e, ok := episodeOfKey(v.Key)
+		if ok && !slices.Contains(res.FoundEpisodes, e) {
 			res.FoundEpisodes = append(res.FoundEpisodes, e)
 		}
+		// A violation on a workload key belongs to no episode: with every
+		// guard on it is a finding; a control needs one of its episodes.
+		if fc.Control != nil && !(ok && fc.Control.Attributes(res.EpisodeFaults[e])) {
+			continue
+		}
+		res.ControlFound = true
 		// The violation exists from when the later of its grants
 		// returned (Op IDs count from 1).
 		if r.History != nil {
@@ -278,31 +335,48 @@ func (fr *fuzzRunner) script(ctx context.Context, d *Drill) error {
 	}
 	defer dm.Close()
 	d.Logf("%s", fr.fc.Schedule.String())
-	budget := fuzzEpisodeBudget(d.Cfg.Client.MaxTTL)
+	// An episode starts only when the longest one so far (at least 6s:
+	// about a lease and a quarantine), and a second, fit in what is left
+	// of the budget. On a machine that stalls, an episode may still run
+	// past it by what it takes longer than the longest before.
+	longest := 5 * time.Second
 	steps := fr.fc.Schedule.Steps
 	for i := 0; i < len(steps); {
 		j := i
 		for j < len(steps) && steps[j].Episode == steps[i].Episode {
 			j++
 		}
-		if d.rec.Now()+budget > d.Cfg.Duration {
+		if d.rec.Now()+longest+time.Second > d.Cfg.Duration {
 			d.Notef("budget spent: %d of %d episodes run", fr.res.Episodes, fr.res.Scheduled)
 			break
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		began := d.rec.Now()
 		fr.runEpisode(ctx, d, dm, steps[i:j])
+		longest = max(longest, d.rec.Now()-began)
 		i = j
-		if fr.fc.StopAtFind {
-			h := d.rec.History(d.res.Writes())
-			if vs := append(checkI1(h, CheckParams{}), checkI2(h, CheckParams{})...); len(vs) > 0 {
-				d.Notef("a safety violation found after episode %d (%s): the run stops here", steps[i-1].Episode, vs[0].Detail)
-				break
-			}
+		if fr.fc.StopAtFind && fr.found(d) {
+			break
 		}
 	}
 	return nil
+}
+
+// found reports whether the history so far holds a safety violation that
+// the run's control attributes to one of its episodes (with every guard
+// on: any).
+func (fr *fuzzRunner) found(d *Drill) bool {
+	h := d.rec.History(d.res.Writes())
+	for _, v := range append(checkI1(h, CheckParams{}), checkI2(h, CheckParams{})...) {
+		e, ok := episodeOfKey(v.Key)
+		if fr.fc.Control == nil || ok && fr.fc.Control.Attributes(fr.res.EpisodeFaults[e]) {
+			d.Notef("a safety violation (%s) found: the run stops here", v.Detail)
+			return true
+		}
+	}
+	return false
 }
 
 func (fr *fuzzRunner) runEpisode(ctx context.Context, d *Drill, dm direct, steps []FuzzStep) {
@@ -319,6 +393,7 @@ func (fr *fuzzRunner) runEpisode(ctx context.Context, d *Drill, dm direct, steps
 			}
 		}
 	}
+	fr.res.EpisodeFaults[ep.n] = ep.faults
 	if err := fr.heal(ctx, d, ep); err != nil {
 		failed = errors.Join(failed, fmt.Errorf("episode %d heal: %w", ep.n, err))
 	}
@@ -397,12 +472,16 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 		ep.long = &h
 		return settle(ctx, d, ep.key+"-long", time.Now().Add(5*time.Second))
 	case opExtend:
+		kind := "extend-longer"
+		if st.TTL < time.Until(ep.a.g.validUntil) {
+			kind = "extend-shorter"
+		}
+		ep.faults = append(ep.faults, kind)
 		g, err := d.Extend(ctx, 0, ep.a.client, ep.key, ep.a.g, ep.a.id, st.TTL)
 		ep.a.g = g // a failed extend leaves the validity A was last told
 		if err != nil {
 			d.Logf("e%d extend to %v failed: %v", ep.n, st.TTL, err)
 		}
-		ep.faults = append(ep.faults, fmt.Sprintf("extend-%s", map[bool]string{true: "shorter", false: "longer"}[st.TTL < time.Until(ep.a.g.validUntil)]))
 		return nil
 	case opStatus:
 		s, err := d.Client(1).Status(ctx, lockKey)

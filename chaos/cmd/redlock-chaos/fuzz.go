@@ -117,7 +117,7 @@ func fuzzCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err != nil {
 			return err
 		}
-		if len(res.Found) == 0 {
+		if !res.ControlFound {
 			continue
 		}
 		if *shrink > 0 {
