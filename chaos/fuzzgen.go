@@ -310,9 +310,13 @@ func genEpisode(r *rand.Rand, e, n int, maxTTL time.Duration) []FuzzStep {
 		st := step(f.op, f.m)
 		switch f.op {
 		case "clock-jump":
-			st.D = 30 * time.Second
+			// Past any lease the fuzzer grants (max TTL), so A's key on the
+			// master expires at once; no further, because undoing it steps
+			// the clock back as far, and a master whose clock went back is
+			// kept out about that long.
+			st.D = maxTTL + time.Second
 			if r.IntN(5) == 0 {
-				st.D = -30 * time.Second
+				st.D = -st.D
 			}
 		case "clock-rate":
 			st.Rate = []float64{1.1, 1.1, 1.25, 2, 0.5}[r.IntN(5)]
@@ -375,8 +379,9 @@ func (s FuzzSchedule) String() string {
 	return b.String()
 }
 
-// GoLiteral returns the schedule as a Go expression of type FuzzSchedule,
-// for a test written out by the shrinker.
+// GoLiteral returns the schedule as a Go expression of type FuzzSchedule
+// (durations in whole milliseconds, as the generator draws them), for a
+// test written out by the shrinker; it needs package time.
 func (s FuzzSchedule) GoLiteral() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "chaos.FuzzSchedule{Seed: %d, Masters: %d, Steps: []chaos.FuzzStep{\n", s.Seed, s.Masters)
@@ -386,10 +391,10 @@ func (s FuzzSchedule) GoLiteral() string {
 			fmt.Fprintf(&b, ", Lost: %#v", st.Lost)
 		}
 		if st.TTL != 0 {
-			fmt.Fprintf(&b, ", TTL: %d", st.TTL)
+			fmt.Fprintf(&b, ", TTL: %d * time.Millisecond", st.TTL.Milliseconds())
 		}
 		if st.D != 0 {
-			fmt.Fprintf(&b, ", D: %d", st.D)
+			fmt.Fprintf(&b, ", D: %d * time.Millisecond", st.D.Milliseconds())
 		}
 		if st.Rate != 0 {
 			fmt.Fprintf(&b, ", Rate: %g", st.Rate)

@@ -7,6 +7,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"go/format"
 	"slices"
 	"strings"
 	"time"
@@ -161,5 +162,8 @@ func %s(t *testing.T) {
 	})
 }
 `)
+	if src, err := format.Source([]byte(b.String())); err == nil {
+		return string(src)
+	}
 	return b.String()
 }

@@ -52,6 +52,9 @@ func fuzzCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	if ctl != nil && ctl.Unreached != "" {
+		fmt.Fprintf(stderr, "fuzz: control %s is not expected to be found: %s\n", ctl.Name, ctl.Unreached)
+	}
 	if *seed == 0 {
 		*seed = rand.Uint64() >> 1
 	}
