@@ -134,8 +134,9 @@ fuzz: ## Fuzz the request decoder and the lock-key encoding for FUZZTIME each
 # on local redis-server masters, every guard on; it stops at the first
 # safety violation, shrinks it and writes a Go test reproducing it into
 # fuzz-report/. Before a release: make fuzz-faults DURATION=1h. (`make
-# fuzz` is Go's native fuzzing of the request decoder; `make test` runs a
-# two-minute fault fuzz, TestFuzz.)
+# fuzz` is Go's native fuzzing of the request decoder; `make test` runs
+# TestFuzz, about 1.5 minutes with every guard on, and TestFuzzControls,
+# about 2 minutes of negative controls.)
 DURATION  = 10m
 FUZZ_RUN  = 5m
 FUZZ_SEED = 0

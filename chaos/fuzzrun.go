@@ -635,7 +635,7 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 		return do(func(ctx context.Context) error { return t.RestartFromDisk(ctx, m) }, nil)
 	case "replicaof-old":
 		return do(func(ctx context.Context) error { return replicaOfOld(ctx, rdb(), fr.spare) }, func(ctx context.Context) error {
-			return rdb().SlaveOf(ctx, "NO", "ONE").Err()
+			return rdb().ReplicaOf(ctx, "NO", "ONE").Err()
 		})
 	case "clock-jump":
 		return do(func(ctx context.Context) error { return t.ClockJump(ctx, m, st.D) }, func(ctx context.Context) error { return t.clocks[m].Reset() })
@@ -717,7 +717,7 @@ func copyToSpare(ctx context.Context, rdb *redis.Client, spare *redisproc.Server
 // promotes it back with REPLICAOF NO ONE.
 func replicaOfOld(ctx context.Context, rdb *redis.Client, spare *redisproc.Server) error {
 	host, port, _ := strings.Cut(spare.Addr(), ":")
-	if err := rdb.SlaveOf(ctx, host, port).Err(); err != nil {
+	if err := rdb.ReplicaOf(ctx, host, port).Err(); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -727,12 +727,12 @@ func replicaOfOld(ctx context.Context, rdb *redis.Client, spare *redisproc.Serve
 			break
 		}
 		if time.Now().After(deadline) {
-			_ = rdb.SlaveOf(ctx, "NO", "ONE").Err()
+			_ = rdb.ReplicaOf(ctx, "NO", "ONE").Err()
 			return fmt.Errorf("replica of the old snapshot did not sync in 5s: %v", errOr(err, "link down"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return rdb.SlaveOf(ctx, "NO", "ONE").Err()
+	return rdb.ReplicaOf(ctx, "NO", "ONE").Err()
 }
 
 // heal ends an episode: A's release, the longer lock's release, every
