@@ -58,7 +58,7 @@ UP_TIMEOUT     = 60
 CLOCKSHIM_SO = dist/libclockshim.so
 CHAOS_ARGS   = --scenario all --duration 10s --out chaos-report
 
-.PHONY: help deps test-deps lint fuzz rules test-dashboards test-api image-prometheus up-monitoring dev test tidy-check drills build images image-redis image-redlockd image-chaos redlockd-linux up down bench chaos
+.PHONY: help deps test-deps lint fuzz fuzz-faults rules test-dashboards test-api image-prometheus up-monitoring dev test tidy-check drills build images image-redis image-redlockd image-chaos redlockd-linux up down bench chaos
 
 # redis-server runs the masters; gcc builds the gettimeofday shim that the
 # clock tests and drills preload into redis-server.
@@ -129,6 +129,22 @@ FUZZTIME = 20s
 fuzz: ## Fuzz the request decoder and the lock-key encoding for FUZZTIME each
 	$(GO) test -run '^$$' -fuzz '^FuzzParseLockRequest$$' -fuzztime $(FUZZTIME) ./daemon
 	$(GO) test -run '^$$' -fuzz '^FuzzKeyInjective$$' -fuzztime $(FUZZTIME) ./daemon
+
+# The fault fuzzer (chaos/README.md, "Fault fuzzing") for DURATION: runs of
+# FUZZ_RUN each, seed after seed from FUZZ_SEED (0: a random one, printed),
+# on local redis-server masters, every guard on; it stops at the first
+# safety violation, shrinks it and writes a Go test reproducing it into
+# fuzz-report/. Before a release: make fuzz-faults DURATION=1h. (`make
+# fuzz` is Go's native fuzzing of the request decoder; `make test` runs
+# TestFuzz, about 1.5 minutes with every guard on, and TestFuzzControls,
+# about 2 minutes of negative controls.)
+DURATION  = 10m
+FUZZ_RUN  = 5m
+FUZZ_SEED = 0
+FUZZ_ARGS =
+fuzz-faults: deps ## Fault-fuzz local masters for DURATION (make fuzz-faults DURATION=1h; FUZZ_ARGS="--control nogranted")
+	cd chaos && $(GO) build -o $(CURDIR)/bin/redlock-chaos ./cmd/redlock-chaos
+	bin/redlock-chaos fuzz --runs 0 --total $(DURATION) --duration $(FUZZ_RUN) --seed $(FUZZ_SEED) --out fuzz-report $(FUZZ_ARGS)
 
 # -p 1: one package at a time. The fault drills (chaos/) and the redlock
 # tests each start their own masters and pause, kill and partition them with

@@ -36,6 +36,13 @@
 //     from before the lock's extend: SWAPDB with a copied database), each
 //     with its control, and pause-holder.
 //
+// The fault fuzzer (RunFuzz, `redlock-chaos fuzz`) draws a FuzzSchedule
+// from a seed (GenerateFuzzSchedule: episodes of lock operations and
+// faults on at most N − quorum masters), runs it on a ProcessTarget with
+// the same checker, and shrinks a schedule that finds a safety violation
+// (ShrinkFuzz) into a Go test (ReproTest). FuzzControls are its negative
+// controls.
+//
 // # What a passing drill shows, and what it does not
 //
 // A pass means that, in the histories this run produced, the checker found

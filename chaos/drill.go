@@ -92,7 +92,8 @@ type Drill struct {
 	libs    []locker          // per view
 	https   []locker          // per daemon
 	fronts  []*Proxy          // per daemon
-	views   map[string]int    // locker name → view
+	viewsMu sync.RWMutex
+	views   map[string]int // locker name → view
 	hc      *http.Client
 
 	rngMu sync.Mutex
@@ -457,7 +458,18 @@ func eachMaster(ctx context.Context, masters []int, fn func(ctx context.Context,
 }
 
 // viewOf returns the view of a locker.
-func (d *Drill) viewOf(l locker) int { return d.views[l.Name()] }
+func (d *Drill) viewOf(l locker) int {
+	d.viewsMu.RLock()
+	defer d.viewsMu.RUnlock()
+	return d.views[l.Name()]
+}
+
+// setView records the view of a locker added while the workload runs.
+func (d *Drill) setView(name string, v int) {
+	d.viewsMu.Lock()
+	defer d.viewsMu.Unlock()
+	d.views[name] = v
+}
 
 // Acquire takes key through l for client, records the call and returns the
 // grant with its Op ID. wait 0 means a single attempt.

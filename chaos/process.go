@@ -35,6 +35,9 @@ type ProcessOptions struct {
 	ShimDir string
 	// RedisServer is the redis-server binary, default from PATH.
 	RedisServer string
+	// RedisArgs are added to every master's command line (e.g.
+	// "--enable-debug-command", "local").
+	RedisArgs []string
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -102,7 +105,7 @@ func NewProcessTarget(o ProcessOptions) (_ *ProcessTarget, err error) {
 	errs := make([]error, o.Masters)
 	var wg sync.WaitGroup
 	for i := range o.Masters {
-		ro := redisproc.Options{Binary: o.RedisServer}
+		ro := redisproc.Options{Binary: o.RedisServer, ExtraArgs: o.RedisArgs}
 		if shim != "" {
 			clk, cerr := clockshim.NewClock(filepath.Join(t.dir, fmt.Sprintf("clock%d", i)))
 			if cerr != nil {

@@ -41,6 +41,10 @@ type Scenario struct {
 	Workload bool
 	// Script injects and heals the faults.
 	Script func(ctx context.Context, d *Drill) error
+	// ScriptEnds: the workload stops when Script returns, not at
+	// Config.Duration (a fuzz schedule that ran out, or found what it
+	// looked for).
+	ScriptEnds bool
 }
 
 // Control reports whether the scenario is a negative control.
@@ -152,7 +156,7 @@ func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string)
 		stop := make(chan struct{})
 		wg := d.runWorkload(ctx, stop, true)
 		serr = sc.Script(ctx, d)
-		if serr == nil {
+		if serr == nil && !sc.ScriptEnds {
 			serr = d.SleepUntil(ctx, cfg.Duration)
 		}
 		close(stop)
