@@ -58,9 +58,15 @@ func (dm direct) Close() {
 }
 
 // placeOnly makes client A (the library client of view a) take key for
-// ttl, then deletes the key directly on every master not in on: A's lock
-// lives on those masters only, as if its SET had been lost on its way to
-// the others. A writes "begin" to the Resource at once.
+// ttl on the masters in on only, as if its SET had been lost on its way to
+// the others: before A asks, every master not in on holds the key for a
+// placeholder token, so it refuses A's SET and A's grant counts the votes
+// of masters in on alone (its fence write-back, and so its fence records,
+// go to masters in on); once A holds the lock the placeholders are
+// deleted. Deleting A's own key there after the grant instead would be a
+// loss of data on masters whose votes A counted (and which may hold its
+// fence records), not a lost message. A writes "begin" to the Resource at
+// once.
 //
 // A grant needs only a quorum of yes votes, so on a loaded machine A's SET
 // may not have reached every master in on (a call not written within the
@@ -75,6 +81,24 @@ func (dm direct) Close() {
 // on a master of off.
 func placeOnly(ctx context.Context, d *Drill, dm direct, key string, ttl time.Duration, on []int) (holder, error) {
 	a := holder{client: d.NewClientID()}
+	var off []int
+	var names []string
+	for m := range d.T.Masters() {
+		if !slices.Contains(on, m) {
+			off = append(off, m)
+			names = append(names, fmt.Sprint(m))
+		}
+	}
+	placeholder, err := redlock.RandomToken()
+	if err != nil {
+		return holder{}, err
+	}
+	lockKey := d.T.Space().LockKey(key)
+	if err := eachMaster(ctx, off, func(ctx context.Context, m int) error {
+		return dm[m].Set(ctx, lockKey, placeholder, 30*time.Second).Err()
+	}); err != nil {
+		return holder{}, fmt.Errorf("arrangement failed: the placeholders on masters %s: %w", strings.Join(names, ","), err)
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		// Retrying for a while: one slow answer on a loaded machine fails
@@ -104,23 +128,18 @@ func placeOnly(ctx context.Context, d *Drill, dm direct, key string, ttl time.Du
 		}
 	}
 	d.Write(key, a.g, a.client, a.id, "begin")
-	var off []int
-	var names []string
-	for m := range d.T.Masters() {
-		if !slices.Contains(on, m) {
-			off = append(off, m)
-			names = append(names, fmt.Sprint(m))
-		}
-	}
-	what := fmt.Sprintf("A's SET lost on its way to masters %s (its key deleted there)", strings.Join(names, ","))
+	what := fmt.Sprintf("A's SET lost on its way to masters %s (a placeholder refused it there; now deleted)", strings.Join(names, ","))
 	// Not an availability fault: those masters answer and vote.
-	err := d.Mark(ctx, what, func(ctx context.Context) error {
+	err = d.Mark(ctx, what, func(ctx context.Context) error {
 		return eachMaster(ctx, off, func(ctx context.Context, m int) error {
-			return dm[m].Del(ctx, d.T.Space().LockKey(key)).Err()
+			return delIfEqual.Run(ctx, dm[m], []string{lockKey}, placeholder).Err()
 		})
 	})
 	return a, err
 }
+
+// delIfEqual deletes KEYS[1] if it holds ARGV[1].
+var delIfEqual = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
 
 // settle returns once every master has run every command the library
 // client of view 0 sent for key before the call (or dropped those it never
