@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/redlockd/redlockd/redlock"
 )
 
 // Limits of the action API's fields.
@@ -12,6 +14,8 @@ const (
 	maxKeyBytes       = 512
 	maxNamespaceBytes = 128
 	tokenLen          = 32
+	// maxPermits is the largest semaphore (permits), redlock.MaxPermits.
+	maxPermits = redlock.MaxPermits
 )
 
 // action is what a request asks for. actUnknown labels requests refused
@@ -42,6 +46,13 @@ type lockRequest struct {
 	token     string // "" for acquire and status
 	ttl       int64  // seconds, defaulted
 	waitMS    int64
+	// permits is the semaphore's number of permits (acquire and status);
+	// 0 for a plain lock.
+	permits int64
+	// slot is the semaphore permit a release or extend acts on, when
+	// hasSlot: the lock key is then redlock.PermitKey(key, slot).
+	slot    int64
+	hasSlot bool
 }
 
 // limits are the configured bounds a request is checked against.
@@ -98,7 +109,7 @@ func (v *jsonValue) absent() bool { return v.kind == kNone }
 // The JSON syntax is jsontext's (scanObject); the rules above are checked
 // here, on its tokens.
 func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badRequest) {
-	var f struct{ action, key, ttl, token, namespace, waitMS jsonValue }
+	var f struct{ action, key, ttl, token, namespace, waitMS, permits, slot jsonValue }
 	if err := scanObject(body, func(name string, v jsonValue) (nested bool, err *badRequest) {
 		var dst *jsonValue
 		switch name {
@@ -116,8 +127,12 @@ func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badReques
 			dst, err = &f.namespace, wantString(name, &v)
 		case "wait_ms":
 			dst, nested = &f.waitMS, true
+		case "permits":
+			dst, nested = &f.permits, true
+		case "slot":
+			dst, nested = &f.slot, true
 		default:
-			return false, bad("body: unknown field %s; the fields are action, key, ttl, token, namespace, wait_ms", quoteShort(name))
+			return false, bad("body: unknown field %s; the fields are action, key, ttl, token, namespace, wait_ms, permits, slot", quoteShort(name))
 		}
 		if dst.kind != kNone {
 			return false, bad("body: field %q appears more than once", name)
@@ -186,6 +201,29 @@ func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badReques
 			return req, a, err
 		}
 		req.waitMS = n
+	}
+	// permits: a semaphore's acquire or status; slot: the permit a
+	// release or extend acts on. Each is ignored by the other actions, as
+	// ttl is.
+	if (a == actAcquire || a == actStatus) && !f.permits.absent() {
+		if err := wantInt("permits", "permits", &f.permits); err != nil {
+			return req, a, err
+		}
+		n, err := intInRange("permits", &f.permits, 1, maxPermits)
+		if err != nil {
+			return req, a, err
+		}
+		req.permits = n
+	}
+	if (a == actRelease || a == actExtend) && !f.slot.absent() {
+		if err := wantInt("slot", "slots", &f.slot); err != nil {
+			return req, a, err
+		}
+		n, err := intInRange("slot", &f.slot, 0, maxPermits-1)
+		if err != nil {
+			return req, a, err
+		}
+		req.slot, req.hasSlot = n, true
 	}
 	// token: required by release and extend; acquire and status ignore it.
 	if a == actRelease || a == actExtend {
