@@ -112,9 +112,12 @@ func (c *Client) AcquirePermit(ctx context.Context, name string, permits int, tt
 		cfg.retry = c.opts.retry()
 	}
 	giveUp := time.Now().Add(cfg.wait)
+	if err := c.lockDelayError(ttl, cfg.lockDelay); err != nil {
+		return nil, err
+	}
 	slot := -1
 	attempt := func(ctx context.Context) (*Lock, error) {
-		lock, s, err := c.acquireAnyPermit(ctx, name, permits, ttl)
+		lock, s, err := c.acquireAnyPermit(ctx, name, permits, ttl, cfg.lockDelay)
 		slot = s
 		return lock, err
 	}
@@ -149,12 +152,12 @@ func checkSemaphore(name string, permits int) error {
 
 // acquireAnyPermit is one attempt of AcquirePermit: every slot once, from a
 // random one, until one is granted. It returns the lock and its slot.
-func (c *Client) acquireAnyPermit(ctx context.Context, name string, permits int, ttl time.Duration) (*Lock, int, error) {
+func (c *Client) acquireAnyPermit(ctx context.Context, name string, permits int, ttl, lockDelay time.Duration) (*Lock, int, error) {
 	first := rand.IntN(permits)
 	held := OutcomeError{Op: "acquire", Kind: ErrLockHeld, Quorum: c.need, Masters: len(c.masters)}
 	for j := range permits {
 		slot := (first + j) % permits
-		lock, err := c.Acquire(ctx, PermitKey(name, slot), ttl)
+		lock, err := c.Acquire(ctx, PermitKey(name, slot), ttl, WithLockDelay(lockDelay))
 		if err == nil {
 			return lock, slot, nil
 		}
@@ -162,6 +165,7 @@ func (c *Client) acquireAnyPermit(ctx context.Context, name string, permits int,
 		if !errors.Is(err, ErrLockHeld) || !errors.As(err, &oe) || ctx.Err() != nil {
 			return nil, -1, err
 		}
+		held.Delayed += oe.Delayed
 		if oe.RetryAfter > 0 && (held.RetryAfter == 0 || oe.RetryAfter < held.RetryAfter) {
 			held.RetryAfter = oe.RetryAfter
 		}

@@ -145,6 +145,16 @@ func partialClient(t *testing.T, reach []int) *Client {
 	c, err := New(opts, WithPerMasterTimeout(500*time.Millisecond), WithMarkerKey(marker))
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	// The reachable masters vote once the first probe round ran for them.
+	require.Eventually(t, func() bool {
+		n := 0
+		for _, m := range c.Masters() {
+			if m.Counting {
+				n++
+			}
+		}
+		return n == len(reach)
+	}, 10*time.Second, 5*time.Millisecond)
 	return c
 }
 

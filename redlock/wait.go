@@ -190,7 +190,7 @@ func (c *Client) subscribe() {
 // queues behind the key's earlier waiters and attempts when the lock is
 // released, ends, or a fallback poll is due, until giveUp.
 func (c *Client) waitFor(ctx context.Context, key string, ttl time.Duration, cfg *acquireConfig, giveUp time.Time, err error) (*Lock, error) {
-	return c.waitInQueue(ctx, key, func(ctx context.Context) (*Lock, error) { return c.acquireOnce(ctx, key, ttl) }, cfg, giveUp, err)
+	return c.waitInQueue(ctx, key, func(ctx context.Context) (*Lock, error) { return c.acquireOnce(ctx, key, ttl, cfg.lockDelay) }, cfg, giveUp, err)
 }
 
 // waitInQueue is waitFor with the queue and the attempt given: a
