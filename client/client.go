@@ -129,6 +129,12 @@ func WithNamespace(ns string) LockOption { return func(r *request) { r.namespace
 // permit is taken. Ignored by Extend and Release. Default 0: a lock.
 func WithPermits(n int) LockOption { return func(r *request) { r.permits = n } }
 
+// WithLockDelay makes Acquire ask for a lock-delay of d (whole
+// milliseconds, at most 60 s; lock_delay_ms on the wire): if the lock ends
+// without a release, nobody acquires the key for d after it ends. Release
+// clears it. Ignored by the other calls. Default 0: none.
+func WithLockDelay(d time.Duration) LockOption { return func(r *request) { r.lockDelay = d } }
+
 // WithSlot makes Extend and Release act on the permit slot of the
 // semaphore key (the Lease.Slot its acquire returned). Ignored by Acquire
 // and Status. A Lease passes its own.
@@ -144,18 +150,20 @@ type request struct {
 	wait      time.Duration
 	permits   int  // acquire, status: a semaphore's permits; 0 for a lock
 	slot      *int // extend, release: a semaphore's permit slot
+	lockDelay time.Duration
 }
 
 // wireRequest is the JSON body of POST /v1/lock.
 type wireRequest struct {
-	Action    string `json:"action"`
-	Key       string `json:"key"`
-	Namespace string `json:"namespace,omitempty"`
-	Token     string `json:"token,omitempty"`
-	TTL       int64  `json:"ttl,omitempty"`
-	WaitMS    int64  `json:"wait_ms,omitempty"`
-	Permits   int    `json:"permits,omitempty"`
-	Slot      *int   `json:"slot,omitempty"`
+	Action      string `json:"action"`
+	Key         string `json:"key"`
+	Namespace   string `json:"namespace,omitempty"`
+	Token       string `json:"token,omitempty"`
+	TTL         int64  `json:"ttl,omitempty"`
+	WaitMS      int64  `json:"wait_ms,omitempty"`
+	Permits     int    `json:"permits,omitempty"`
+	Slot        *int   `json:"slot,omitempty"`
+	LockDelayMS int64  `json:"lock_delay_ms,omitempty"`
 }
 
 // envelope is every answer of POST /v1/lock.
@@ -224,6 +232,9 @@ func (c *Client) do(ctx context.Context, r *request) (*answer, error) {
 	switch r.action {
 	case "acquire", "status":
 		body.Permits = r.permits
+		if r.action == "acquire" {
+			body.LockDelayMS = r.lockDelay.Milliseconds()
+		}
 	case "extend", "release":
 		body.Slot = r.slot
 	}

@@ -28,6 +28,7 @@ import (
 const (
 	msgHeld        = "lock is held by another owner"
 	msgNotHeld     = "lock not held: it expired or was already released"
+	msgDelayed     = "lock is in its lock-delay: the last holder's lock ended without a release; retry after retry_after"
 	msgWrongToken  = "token does not match the current holder"
 	msgQuerySecret = "API keys and tokens must not be sent in the URL query string: send the API key in the X-API-Key header and the token in the JSON body"
 	msgPathSecret  = "API keys must not be sent in the URL: send the API key in the X-API-Key header"
@@ -177,7 +178,7 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
-	ar := AcquireRequest{Key: rk, TTL: time.Duration(req.ttl) * time.Second, Wait: time.Duration(req.waitMS) * time.Millisecond, Permits: int(req.permits)}
+	ar := AcquireRequest{Key: rk, TTL: time.Duration(req.ttl) * time.Second, Wait: time.Duration(req.waitMS) * time.Millisecond, Permits: int(req.permits), LockDelay: time.Duration(req.lockDelayMS) * time.Millisecond}
 	if ar.Wait > 0 {
 		c.waited = true
 		ok, why := s.waiters.enter(c.account)
@@ -234,7 +235,11 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 		// The same hint as a header, for HTTP clients and proxies that
 		// honour Retry-After on any answer.
 		w.Header().Set("Retry-After", strconv.FormatInt(d.retryAfter, 10))
-		s.ok(w, c, resNotAcquired, &d, msgHeld)
+		msg := msgHeld
+		if oe != nil && oe.Delayed > 0 && oe.Delayed == oe.Refused {
+			msg = msgDelayed
+		}
+		s.ok(w, c, resNotAcquired, &d, msg)
 		return
 	}
 	s.internal(w, c, err)

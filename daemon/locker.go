@@ -83,6 +83,9 @@ type AcquireRequest struct {
 	// Wait is how long to keep retrying while the lock is held; 0: one
 	// attempt.
 	Wait time.Duration
+	// LockDelay is the lock-delay (redlock.WithLockDelay): nobody acquires
+	// the key for this long after the lock ended without a release. 0: none.
+	LockDelay time.Duration
 	// Permits > 0 asks for one permit of the semaphore Key with that many
 	// permits (at most redlock.MaxPermits); 0 asks for the lock Key.
 	Permits int
@@ -110,6 +113,9 @@ func (l redlockLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, 
 	var opts []redlock.AcquireOption
 	if req.Wait > 0 {
 		opts = []redlock.AcquireOption{redlock.WithWait(req.Wait), redlock.WithStopWaiting(req.StopWaiting)}
+	}
+	if req.LockDelay > 0 {
+		opts = append(opts, redlock.WithLockDelay(req.LockDelay))
 	}
 	if req.Permits > 0 {
 		p, err := l.c.AcquirePermit(ctx, req.Key, req.Permits, req.TTL, opts...)

@@ -3,6 +3,7 @@ package daemon
 import (
 	"fmt"
 	"strconv"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -16,6 +17,8 @@ const (
 	tokenLen          = 32
 	// maxPermits is the largest semaphore (permits), redlock.MaxPermits.
 	maxPermits = redlock.MaxPermits
+	// maxLockDelayMS is the longest lock_delay_ms, redlock.MaxLockDelay.
+	maxLockDelayMS = int64(redlock.MaxLockDelay / time.Millisecond)
 )
 
 // action is what a request asks for. actUnknown labels requests refused
@@ -53,6 +56,9 @@ type lockRequest struct {
 	// hasSlot: the lock key is then redlock.PermitKey(key, slot).
 	slot    int64
 	hasSlot bool
+	// lockDelayMS is the acquire's lock-delay (redlock/lockdelay.go); 0
+	// for none.
+	lockDelayMS int64
 }
 
 // limits are the configured bounds a request is checked against.
@@ -109,7 +115,7 @@ func (v *jsonValue) absent() bool { return v.kind == kNone }
 // The JSON syntax is jsontext's (scanObject); the rules above are checked
 // here, on its tokens.
 func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badRequest) {
-	var f struct{ action, key, ttl, token, namespace, waitMS, permits, slot jsonValue }
+	var f struct{ action, key, ttl, token, namespace, waitMS, permits, slot, lockDelayMS jsonValue }
 	if err := scanObject(body, func(name string, v jsonValue) (nested bool, err *badRequest) {
 		var dst *jsonValue
 		switch name {
@@ -131,8 +137,10 @@ func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badReques
 			dst, nested = &f.permits, true
 		case "slot":
 			dst, nested = &f.slot, true
+		case "lock_delay_ms":
+			dst, nested = &f.lockDelayMS, true
 		default:
-			return false, bad("body: unknown field %s; the fields are action, key, ttl, token, namespace, wait_ms, permits, slot", quoteShort(name))
+			return false, bad("body: unknown field %s; the fields are action, key, ttl, token, namespace, wait_ms, permits, slot, lock_delay_ms", quoteShort(name))
 		}
 		if dst.kind != kNone {
 			return false, bad("body: field %q appears more than once", name)
@@ -224,6 +232,21 @@ func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badReques
 			return req, a, err
 		}
 		req.slot, req.hasSlot = n, true
+	}
+	if a == actAcquire && !f.lockDelayMS.absent() {
+		if err := wantInt("lock_delay_ms", "milliseconds", &f.lockDelayMS); err != nil {
+			return req, a, err
+		}
+		n, err := intInRange("lock_delay_ms", &f.lockDelayMS, 0, maxLockDelayMS)
+		if err != nil {
+			return req, a, err
+		}
+		// The delay record outlives the lock by the delay, and must not
+		// outlive max_ttl (redlock/lockdelay.go).
+		if req.ttl*1000+n > lim.maxTTL*1000 {
+			return req, a, bad("lock_delay_ms: ttl %d s + lock_delay_ms %d is above max_ttl (%d s)", req.ttl, n, lim.maxTTL)
+		}
+		req.lockDelayMS = n
 	}
 	// token: required by release and extend; acquire and status ignore it.
 	if a == actRelease || a == actExtend {

@@ -165,6 +165,7 @@ func (c *Client) acquireAnyPermit(ctx context.Context, name string, permits int,
 		if !errors.Is(err, ErrLockHeld) || !errors.As(err, &oe) || ctx.Err() != nil {
 			return nil, -1, err
 		}
+		held.Refused += oe.Refused
 		held.Delayed += oe.Delayed
 		if oe.RetryAfter > 0 && (held.RetryAfter == 0 || oe.RetryAfter < held.RetryAfter) {
 			held.RetryAfter = oe.RetryAfter

@@ -56,8 +56,8 @@ func exitf(code int, format string, args ...any) error {
 }
 
 const lockUsage = `Usage:
-  redlockd lock run --key K --ttl 5m [--wait 30s] [--namespace N] [--grace 10s] [--permits P] -- command [args...]
-  redlockd lock acquire --key K [--ttl 30s] [--wait 0s] [--namespace N] [--permits P]
+  redlockd lock run --key K --ttl 5m [--wait 30s] [--namespace N] [--grace 10s] [--permits P] [--lock-delay D] -- command [args...]
+  redlockd lock acquire --key K [--ttl 30s] [--wait 0s] [--namespace N] [--permits P] [--lock-delay D]
   redlockd lock extend  --key K --token T [--ttl 30s] [--namespace N] [--slot S]
   redlockd lock release --key K --token T [--namespace N] [--slot S]
   redlockd lock status  --key K [--namespace N] [--permits P]
@@ -98,6 +98,11 @@ adds REDLOCK_SLOT to the command's environment, acquire prints "slot"),
 extend and release act on the permit --slot S, and status prints the
 permits taken ("held" when all P are).
 
+--lock-delay D (run, acquire): if the lock ends without a release (lock
+run killed with SIGKILL, its host paused), nobody acquires it for D after
+it ends, so that a stalled holder can notice before the next one starts.
+A release ends the delay at once.
+
 acquire, extend, release and status print the answer's data object as JSON
 on stdout (acquire's includes the token) and exit with:
 
@@ -121,6 +126,7 @@ type lockFlags struct {
 	url, apiKey, key, namespace, token string
 	tlsCA, tlsCert, tlsKey             string
 	ttl, wait, grace                   time.Duration
+	lockDelay                          time.Duration
 	permits                            int // run, acquire, status: a semaphore's
 	slot                               int // extend, release: a permit's slot; -1 for a lock
 }
@@ -165,6 +171,9 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	switch sub {
 	case "run", "acquire", "status":
+		if sub != "status" {
+			durationVar(fs, &f.lockDelay, "lock-delay", 0, "if the lock ends without a release, nobody acquires it for this `duration` after (at most 60s), e.g. 15s")
+		}
 		fs.IntVar(&f.permits, "permits", 0, "treat --key as a semaphore of this many permits (1 to 1000); 0: a lock")
 	case "extend", "release":
 		fs.IntVar(&f.slot, "slot", -1, "the semaphore permit slot acquire returned (0 to 999); -1: a lock")
@@ -206,6 +215,9 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if f.slot >= 0 {
 		opts = append(opts, client.WithSlot(f.slot))
+	}
+	if f.lockDelay > 0 {
+		opts = append(opts, client.WithLockDelay(f.lockDelay))
 	}
 	switch sub {
 	case "run":
@@ -308,6 +320,8 @@ func (f *lockFlags) check(sub string, nargs int) error {
 		return fmt.Errorf("--wait: %v is negative", f.wait)
 	case f.grace < 0:
 		return fmt.Errorf("--grace: %v is negative", f.grace)
+	case f.lockDelay < 0 || f.lockDelay > time.Minute || f.lockDelay%time.Millisecond != 0:
+		return fmt.Errorf("--lock-delay: %v must be whole milliseconds from 0 to 60s", f.lockDelay)
 	case f.permits < 0 || f.permits > 1000:
 		return fmt.Errorf("--permits: %d is outside 1 to 1000", f.permits)
 	case f.slot < -1 || f.slot > 999:
