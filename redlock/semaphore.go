@@ -91,8 +91,9 @@ type Permit struct {
 // *OutcomeError matching ErrLockHeld whose RetryAfter is the earliest end
 // among the holders that report one. WithWait waits for a permit, woken by
 // the release of any slot (through any Client of the deployment), by the
-// earliest holder's end, or at the latest by a poll; WithRetry and
-// WithStopWaiting apply as for Acquire.
+// earliest holder's end, or at the latest by a poll; WithRetry,
+// WithStopWaiting and WithLockDelay (for the slot taken) apply as for
+// Acquire.
 //
 // An attempt costs one quorum round trip per held slot tried, so up to
 // permits round trips when all are held.
