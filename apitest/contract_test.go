@@ -168,6 +168,26 @@ func TestContract(t *testing.T) {
 				require.Equal(t, 200, x.status, "%s → %s", body, x.answer)
 				c.checkAnswer(t, x, true)
 			}
+
+			// A semaphore of one permit: granted with its slot, then refused,
+			// its status, and its permit extended and released by slot.
+			s := "export:merchant_5" + path
+			x = send(t, "POST", url, key, jsonCT, `{"action":"acquire","key":"`+s+`","ttl":30,"permits":1}`)
+			require.Equal(t, 200, x.status)
+			c.checkAnswer(t, x, true)
+			ptoken := data(t, x)["token"].(string)
+			assert.Equal(t, float64(0), data(t, x)["slot"])
+			for _, body := range []string{
+				`{"action":"acquire","key":"` + s + `","ttl":30,"permits":1}`, // acquired:false, retry_after
+				`{"action":"status","key":"` + s + `","permits":1}`,           // held, taken, next_free_ms
+				`{"action":"extend","key":"` + s + `","token":"` + ptoken + `","slot":0,"ttl":60}`,
+				`{"action":"release","key":"` + s + `","token":"` + ptoken + `","slot":0}`,
+				`{"action":"status","key":"` + s + `","permits":2}`, // taken 0
+			} {
+				x := send(t, "POST", url, key, jsonCT, body)
+				require.Equal(t, 200, x.status, "%s → %s", body, x.answer)
+				c.checkAnswer(t, x, true)
+			}
 		})
 	}
 
@@ -204,6 +224,9 @@ func TestContract(t *testing.T) {
 			{`not json`, 400, false},
 			{``, 400, false},
 			{`[1,2]`, 400, true},
+			{`{"key":"k","permits":0}`, 400, true},
+			{`{"key":"k","permits":1001}`, 400, true},
+			{`{"action":"release","key":"k","token":"0123456789abcdef0123456789abcdef","slot":1000}`, 400, true},
 		} {
 			x := send(t, "POST", url, key, jsonCT, tc.body)
 			require.Equal(t, tc.status, x.status, "%s → %s", tc.body, x.answer)

@@ -108,7 +108,8 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// LockOption modifies one call: WithWait, WithNamespace.
+// LockOption modifies one call: WithWait, WithNamespace, WithPermits,
+// WithSlot.
 type LockOption func(*request)
 
 // WithWait makes Acquire wait up to d for a held lock (the daemon retries
@@ -120,6 +121,25 @@ func WithWait(d time.Duration) LockOption { return func(r *request) { r.wait = d
 // A Lease remembers it for Extend, Release and Status.
 func WithNamespace(ns string) LockOption { return func(r *request) { r.namespace = ns } }
 
+// WithPermits makes Acquire take one of n permits of the semaphore key
+// (1 to 1000; permits on the wire) instead of the lock key: at most n
+// holders at once, each with its own token, fence and TTL. The Lease
+// remembers its slot (Lease.Slot) for Extend and Release. With Status, it
+// reads the semaphore: Status.Taken of Status.Permits, and Held when every
+// permit is taken. Ignored by Extend and Release. Default 0: a lock.
+func WithPermits(n int) LockOption { return func(r *request) { r.permits = n } }
+
+// WithLockDelay makes Acquire ask for a lock-delay of d (whole
+// milliseconds, at most 60 s; lock_delay_ms on the wire): if the lock ends
+// without a release, nobody acquires the key for d after it ends. Release
+// clears it. Ignored by the other calls. Default 0: none.
+func WithLockDelay(d time.Duration) LockOption { return func(r *request) { r.lockDelay = d } }
+
+// WithSlot makes Extend and Release act on the permit slot of the
+// semaphore key (the Lease.Slot its acquire returned). Ignored by Acquire
+// and Status. A Lease passes its own.
+func WithSlot(slot int) LockOption { return func(r *request) { r.slot = &slot } }
+
 // request is one call of the action API.
 type request struct {
 	action    string
@@ -128,16 +148,22 @@ type request struct {
 	token     string
 	ttl       time.Duration
 	wait      time.Duration
+	permits   int  // acquire, status: a semaphore's permits; 0 for a lock
+	slot      *int // extend, release: a semaphore's permit slot
+	lockDelay time.Duration
 }
 
 // wireRequest is the JSON body of POST /v1/lock.
 type wireRequest struct {
-	Action    string `json:"action"`
-	Key       string `json:"key"`
-	Namespace string `json:"namespace,omitempty"`
-	Token     string `json:"token,omitempty"`
-	TTL       int64  `json:"ttl,omitempty"`
-	WaitMS    int64  `json:"wait_ms,omitempty"`
+	Action      string `json:"action"`
+	Key         string `json:"key"`
+	Namespace   string `json:"namespace,omitempty"`
+	Token       string `json:"token,omitempty"`
+	TTL         int64  `json:"ttl,omitempty"`
+	WaitMS      int64  `json:"wait_ms,omitempty"`
+	Permits     int    `json:"permits,omitempty"`
+	Slot        *int   `json:"slot,omitempty"`
+	LockDelayMS int64  `json:"lock_delay_ms,omitempty"`
 }
 
 // envelope is every answer of POST /v1/lock.
@@ -161,7 +187,10 @@ type wireData struct {
 	RetryAfter int64  `json:"retry_after"`
 	Fence      int64  `json:"fence"`
 	ValidityMS *int64 `json:"validity_ms"`
-	ElapsedMS  int64  `json:"elapsed_ms"` // 0 from a daemon that does not send it
+	ElapsedMS  int64  `json:"elapsed_ms"`   // 0 from a daemon that does not send it
+	Slot       *int   `json:"slot"`         // a semaphore's acquire
+	Taken      int    `json:"taken"`        // a semaphore's status
+	NextFreeMS int64  `json:"next_free_ms"` // a semaphore's status
 }
 
 // answer is a 200 answer with the time its request was sent.
@@ -200,6 +229,15 @@ func ttlSeconds(ttl time.Duration) (int64, error) {
 // answer. Errors are *Error, with ctx.Err() joined when the context ended.
 func (c *Client) do(ctx context.Context, r *request) (*answer, error) {
 	body := wireRequest{Action: r.action, Key: r.key, Namespace: r.namespace, Token: r.token, WaitMS: r.wait.Milliseconds()}
+	switch r.action {
+	case "acquire", "status":
+		body.Permits = r.permits
+		if r.action == "acquire" {
+			body.LockDelayMS = r.lockDelay.Milliseconds()
+		}
+	case "extend", "release":
+		body.Slot = r.slot
+	}
 	if r.ttl != 0 {
 		s, err := ttlSeconds(r.ttl)
 		if err != nil {
@@ -325,7 +363,14 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if d.Token == "" || d.ValidityMS == nil {
 		return nil, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.token or data.validity_ms"}
 	}
-	return newLease(c, key, r.namespace, d.Token, d.Fence, time.Duration(d.TTL)*time.Second, a.validUntil()), nil
+	if r.permits > 0 && d.Slot == nil {
+		return nil, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.slot (a daemon without semaphores)"}
+	}
+	l := newLease(c, key, r.namespace, d.Token, d.Fence, time.Duration(d.TTL)*time.Second, a.validUntil())
+	if r.permits > 0 {
+		l.slot, l.permits = d.Slot, r.permits
+	}
+	return l, nil
 }
 
 // Extend resets the TTL of the lock key held by token to ttl and returns
@@ -411,6 +456,12 @@ type Status struct {
 	// the daemon does not report it (the holder's acquire has not finished,
 	// or an older daemon). The holder's token is never revealed.
 	Fence int64
+	// Permits, Taken and NextFree answer a semaphore's status
+	// (WithPermits): Taken of Permits are held, Held is Taken == Permits,
+	// and NextFree is the shortest validity among the holders (0 when none
+	// is taken). Zero for a lock.
+	Permits, Taken int
+	NextFree       time.Duration
 }
 
 // Status reads whether the lock key is held, by anyone. Errors:
@@ -429,6 +480,11 @@ func (c *Client) Status(ctx context.Context, key string, opts ...LockOption) (St
 		return Status{}, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.held"}
 	}
 	st := Status{Held: *d.Held}
+	if r.permits > 0 {
+		st.Permits, st.Taken = r.permits, d.Taken
+		st.NextFree = time.Duration(d.NextFreeMS) * time.Millisecond
+		return st, nil
+	}
 	if st.Held && d.ValidityMS != nil {
 		st.ValidUntil = a.validUntil()
 		st.Validity = max(time.Until(st.ValidUntil), 0)

@@ -19,6 +19,9 @@ type Lease struct {
 	ns    string
 	token string
 	fence int64
+	slot  *int // a semaphore permit's slot; nil for a lock
+	// permits is the semaphore's permits (WithPermits); 0 for a lock.
+	permits int
 
 	mu         sync.Mutex
 	ttl        time.Duration
@@ -44,6 +47,15 @@ func newLease(c *Client, key, ns, token string, fence int64, ttl time.Duration, 
 
 // Key returns the lock's key, as given to Acquire.
 func (l *Lease) Key() string { return l.key }
+
+// Slot returns the permit slot of a semaphore's lease (WithPermits), -1
+// for a lock.
+func (l *Lease) Slot() int {
+	if l.slot == nil {
+		return -1
+	}
+	return *l.slot
+}
 
 // Namespace returns the namespace given to Acquire ("" for none).
 func (l *Lease) Namespace() string { return l.ns }
@@ -144,7 +156,7 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	e, err := l.c.extend(ctx, &request{action: "extend", key: l.key, namespace: l.ns, token: l.token, ttl: ttl})
+	e, err := l.c.extend(ctx, &request{action: "extend", key: l.key, namespace: l.ns, token: l.token, ttl: ttl, slot: l.slot})
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -175,13 +187,19 @@ func (l *Lease) Release(ctx context.Context) error {
 	if exited != nil {
 		<-exited // no extend runs after the release
 	}
-	return l.c.Release(ctx, l.key, l.token, WithNamespace(l.ns))
+	return l.c.Release(ctx, l.key, l.token, WithNamespace(l.ns), l.slotOption())
+}
+
+// slotOption passes the lease's slot, if any, to a call.
+func (l *Lease) slotOption() LockOption {
+	return func(r *request) { r.slot = l.slot }
 }
 
 // Status reads whether the lease's key is held (by anyone: status does
-// not compare tokens). See Client.Status.
+// not compare tokens); for a semaphore's lease, the semaphore's permits
+// taken. See Client.Status.
 func (l *Lease) Status(ctx context.Context) (Status, error) {
-	return l.c.Status(ctx, l.key, WithNamespace(l.ns))
+	return l.c.Status(ctx, l.key, WithNamespace(l.ns), WithPermits(l.permits))
 }
 
 // KeepAlive extends the lease in a goroutine at about a third of its TTL

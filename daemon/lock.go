@@ -28,6 +28,7 @@ import (
 const (
 	msgHeld        = "lock is held by another owner"
 	msgNotHeld     = "lock not held: it expired or was already released"
+	msgDelayed     = "lock is in its lock-delay: the last holder's lock ended without a release; retry after retry_after"
 	msgWrongToken  = "token does not match the current holder"
 	msgQuerySecret = "API keys and tokens must not be sent in the URL query string: send the API key in the X-API-Key header and the token in the JSON body"
 	msgPathSecret  = "API keys must not be sent in the URL: send the API key in the X-API-Key header"
@@ -159,6 +160,10 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	rk := redisKey(s.prefix, account, req.namespace, req.key)
+	if req.hasSlot {
+		// A semaphore permit's release or extend acts on its slot lock.
+		rk = redlock.PermitKey(rk, int(req.slot))
+	}
 	ctx := r.Context()
 	switch req.action {
 	case actAcquire:
@@ -173,7 +178,7 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
-	ar := AcquireRequest{Key: rk, TTL: time.Duration(req.ttl) * time.Second, Wait: time.Duration(req.waitMS) * time.Millisecond}
+	ar := AcquireRequest{Key: rk, TTL: time.Duration(req.ttl) * time.Second, Wait: time.Duration(req.waitMS) * time.Millisecond, Permits: int(req.permits), LockDelay: time.Duration(req.lockDelayMS) * time.Millisecond}
 	if ar.Wait > 0 {
 		c.waited = true
 		ok, why := s.waiters.enter(c.account)
@@ -198,13 +203,20 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 		}
 	}
 	lease, err := s.locker.Acquire(ctx, ar)
-	if c.limits != nil {
-		c.limits.lockDone(rk, lease.Token)
+	held := rk
+	if err == nil && ar.Permits > 0 {
+		held = redlock.PermitKey(rk, lease.Slot)
 	}
-	d := lockData{action: actAcquire, key: req.key, outcome: outAcquired}
+	if c.limits != nil {
+		c.limits.lockDone(held, lease.Token)
+	}
+	d := lockData{action: actAcquire, key: req.key, outcome: outAcquired, permits: req.permits}
 	if err == nil {
 		c.token = lease.Token
 		d.ok, d.token, d.fence = true, lease.Token, lease.Fence
+		if ar.Permits > 0 {
+			d.slot, d.hasSlot = int64(lease.Slot), true
+		}
 		d.ttl, d.hasTTL = req.ttl, true
 		setValidity(&d, c.start, time.Now(), lease.ValidUntil)
 		s.ok(w, c, resAcquired, &d, "")
@@ -223,7 +235,11 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 		// The same hint as a header, for HTTP clients and proxies that
 		// honour Retry-After on any answer.
 		w.Header().Set("Retry-After", strconv.FormatInt(d.retryAfter, 10))
-		s.ok(w, c, resNotAcquired, &d, msgHeld)
+		msg := msgHeld
+		if oe != nil && oe.Delayed > 0 && oe.Delayed == oe.Refused {
+			msg = msgDelayed
+		}
+		s.ok(w, c, resNotAcquired, &d, msg)
 		return
 	}
 	s.internal(w, c, err)
@@ -279,6 +295,10 @@ func (s *Server) status(ctx context.Context, w http.ResponseWriter, c *call, req
 	// Validity counts from the end of the read and the read started after
 	// before, so before+Validity is never later than the truth.
 	before := time.Now()
+	if req.permits > 0 {
+		s.semaphoreStatus(ctx, w, c, req, rk, before)
+		return
+	}
 	st, err := s.locker.Status(ctx, rk)
 	if err != nil {
 		if !s.lockerFailed(ctx, w, c, err) {
@@ -299,6 +319,30 @@ func (s *Server) status(ctx context.Context, w http.ResponseWriter, c *call, req
 	// ttl 0. validity_ms and expire_at stay exact and conservative.
 	d.ttl, d.hasTTL = max((d.validityMS+999)/1000, 1), true
 	s.ok(w, c, resHeld, &d, "")
+}
+
+// semaphoreStatus answers a status with permits: held when every permit
+// is taken (an acquire would be refused), taken, and next_free_ms, the
+// shortest validity among the holders (no permit is sure to free before
+// it), counted from the read's start.
+func (s *Server) semaphoreStatus(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string, before time.Time) {
+	st, err := s.locker.SemaphoreStatus(ctx, rk, int(req.permits))
+	if err != nil {
+		if !s.lockerFailed(ctx, w, c, err) {
+			s.internal(w, c, err)
+		}
+		return
+	}
+	d := lockData{action: actStatus, key: req.key, outcome: outHeld, ok: st.Taken >= st.Permits,
+		permits: req.permits, taken: int64(st.Taken), hasTaken: true}
+	if st.Taken > 0 {
+		d.nextFreeMS, d.hasNextFree = max(time.Until(before.Add(st.NextFree)), 0).Milliseconds(), true
+	}
+	res := resNotHeld
+	if d.ok {
+		res = resHeld
+	}
+	s.ok(w, c, res, &d, "")
 }
 
 // setValidity fills validity_ms and expire_at (floor of now + validity, in

@@ -19,7 +19,9 @@ import (
 // lines; see NewRedlockLocker.
 type Locker interface {
 	// Acquire obtains req.Key for req.TTL, retrying for up to req.Wait
-	// (0: one attempt).
+	// (0: one attempt); with req.Permits > 0, one permit of the semaphore
+	// req.Key (redlock.Client.AcquirePermit), whose Lease.Slot says which:
+	// its lock key is redlock.PermitKey(req.Key, Slot).
 	Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	// Release deletes key on every master where token holds it.
 	Release(ctx context.Context, key, token string) (int, error)
@@ -27,6 +29,9 @@ type Locker interface {
 	Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error)
 	// Status is a majority read of key; it never reveals the token.
 	Status(ctx context.Context, key string) (redlock.Status, error)
+	// SemaphoreStatus reads the permits 0 … permits−1 of the semaphore
+	// key, as redlock.Client.SemaphoreStatus.
+	SemaphoreStatus(ctx context.Context, key string, permits int) (redlock.SemaphoreStatus, error)
 	// List is one page of the locks held whose keys start with prefix, as
 	// redlock.Client.List: cursor "" starts, count is 1 to
 	// redlock.MaxListCount; errors match redlock.ErrInvalid (a bad cursor
@@ -64,6 +69,9 @@ type Lease struct {
 	Fence int64
 	// ValidUntil is the end of validity, with a monotonic clock reading.
 	ValidUntil time.Time
+	// Slot is the permit a semaphore's acquire took (AcquireRequest.Permits
+	// > 0); 0 otherwise.
+	Slot int
 }
 
 // AcquireRequest is what the Server asks Locker.Acquire for.
@@ -75,6 +83,12 @@ type AcquireRequest struct {
 	// Wait is how long to keep retrying while the lock is held; 0: one
 	// attempt.
 	Wait time.Duration
+	// LockDelay is the lock-delay (redlock.WithLockDelay): nobody acquires
+	// the key for this long after the lock ended without a release. 0: none.
+	LockDelay time.Duration
+	// Permits > 0 asks for one permit of the semaphore Key with that many
+	// permits (at most redlock.MaxPermits); 0 asks for the lock Key.
+	Permits int
 	// StopWaiting is closed when the Server starts shutting down (nil for
 	// a request that does not wait). A Locker should then stop waiting and
 	// return the last attempt's answer (a held lock is answered
@@ -96,13 +110,21 @@ func (l redlockLocker) LongestMaxTTL() time.Duration { return l.c.LongestMaxTTL(
 func (l redlockLocker) ClockBounds() redlock.ClockBounds { return l.c.ClockBounds() }
 
 func (l redlockLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
-	var lk *redlock.Lock
-	var err error
+	var opts []redlock.AcquireOption
 	if req.Wait > 0 {
-		lk, err = l.c.Acquire(ctx, req.Key, req.TTL, redlock.WithWait(req.Wait), redlock.WithStopWaiting(req.StopWaiting))
-	} else {
-		lk, err = l.c.Acquire(ctx, req.Key, req.TTL)
+		opts = []redlock.AcquireOption{redlock.WithWait(req.Wait), redlock.WithStopWaiting(req.StopWaiting)}
 	}
+	if req.LockDelay > 0 {
+		opts = append(opts, redlock.WithLockDelay(req.LockDelay))
+	}
+	if req.Permits > 0 {
+		p, err := l.c.AcquirePermit(ctx, req.Key, req.Permits, req.TTL, opts...)
+		if err != nil {
+			return Lease{}, err
+		}
+		return Lease{Token: p.Token(), Fence: p.Fence(), ValidUntil: p.ValidUntil(), Slot: p.Slot}, nil
+	}
+	lk, err := l.c.Acquire(ctx, req.Key, req.TTL, opts...)
 	if err != nil {
 		return Lease{}, err
 	}
@@ -123,6 +145,10 @@ func (l redlockLocker) Extend(ctx context.Context, key, token string, ttl time.D
 
 func (l redlockLocker) Status(ctx context.Context, key string) (redlock.Status, error) {
 	return l.c.Status(ctx, key)
+}
+
+func (l redlockLocker) SemaphoreStatus(ctx context.Context, key string, permits int) (redlock.SemaphoreStatus, error) {
+	return l.c.SemaphoreStatus(ctx, key, permits)
 }
 
 func (l redlockLocker) List(ctx context.Context, prefix, cursor string, count int) (redlock.ListPage, error) {

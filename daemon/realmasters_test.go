@@ -85,7 +85,7 @@ func (d *deployment) locker(t *testing.T) Locker {
 	}
 	c, err := redlock.New(masters,
 		redlock.WithFenceKey(d.prefix+"fence"), redlock.WithMarkerKey(d.prefix+"marker"),
-		redlock.WithPerMasterTimeout(500*time.Millisecond))
+		redlock.WithPerMasterTimeout(500*time.Millisecond), redlock.WithMaxLockDelay(redlock.MaxLockDelay))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return NewRedlockLocker(c)

@@ -3,8 +3,11 @@ package daemon
 import (
 	"fmt"
 	"strconv"
+	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/redlockd/redlockd/redlock"
 )
 
 // Limits of the action API's fields.
@@ -12,6 +15,10 @@ const (
 	maxKeyBytes       = 512
 	maxNamespaceBytes = 128
 	tokenLen          = 32
+	// maxPermits is the largest semaphore (permits), redlock.MaxPermits.
+	maxPermits = redlock.MaxPermits
+	// maxLockDelayMS is the longest lock_delay_ms, redlock.MaxLockDelay.
+	maxLockDelayMS = int64(redlock.MaxLockDelay / time.Millisecond)
 )
 
 // action is what a request asks for. actUnknown labels requests refused
@@ -42,6 +49,16 @@ type lockRequest struct {
 	token     string // "" for acquire and status
 	ttl       int64  // seconds, defaulted
 	waitMS    int64
+	// permits is the semaphore's number of permits (acquire and status);
+	// 0 for a plain lock.
+	permits int64
+	// slot is the semaphore permit a release or extend acts on, when
+	// hasSlot: the lock key is then redlock.PermitKey(key, slot).
+	slot    int64
+	hasSlot bool
+	// lockDelayMS is the acquire's lock-delay (redlock/lockdelay.go); 0
+	// for none.
+	lockDelayMS int64
 }
 
 // limits are the configured bounds a request is checked against.
@@ -98,7 +115,7 @@ func (v *jsonValue) absent() bool { return v.kind == kNone }
 // The JSON syntax is jsontext's (scanObject); the rules above are checked
 // here, on its tokens.
 func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badRequest) {
-	var f struct{ action, key, ttl, token, namespace, waitMS jsonValue }
+	var f struct{ action, key, ttl, token, namespace, waitMS, permits, slot, lockDelayMS jsonValue }
 	if err := scanObject(body, func(name string, v jsonValue) (nested bool, err *badRequest) {
 		var dst *jsonValue
 		switch name {
@@ -116,8 +133,14 @@ func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badReques
 			dst, err = &f.namespace, wantString(name, &v)
 		case "wait_ms":
 			dst, nested = &f.waitMS, true
+		case "permits":
+			dst, nested = &f.permits, true
+		case "slot":
+			dst, nested = &f.slot, true
+		case "lock_delay_ms":
+			dst, nested = &f.lockDelayMS, true
 		default:
-			return false, bad("body: unknown field %s; the fields are action, key, ttl, token, namespace, wait_ms", quoteShort(name))
+			return false, bad("body: unknown field %s; the fields are action, key, ttl, token, namespace, wait_ms, permits, slot, lock_delay_ms", quoteShort(name))
 		}
 		if dst.kind != kNone {
 			return false, bad("body: field %q appears more than once", name)
@@ -186,6 +209,44 @@ func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badReques
 			return req, a, err
 		}
 		req.waitMS = n
+	}
+	// permits: a semaphore's acquire or status; slot: the permit a
+	// release or extend acts on. Each is ignored by the other actions, as
+	// ttl is.
+	if (a == actAcquire || a == actStatus) && !f.permits.absent() {
+		if err := wantInt("permits", "permits", &f.permits); err != nil {
+			return req, a, err
+		}
+		n, err := intInRange("permits", &f.permits, 1, maxPermits)
+		if err != nil {
+			return req, a, err
+		}
+		req.permits = n
+	}
+	if (a == actRelease || a == actExtend) && !f.slot.absent() {
+		if err := wantInt("slot", "slots", &f.slot); err != nil {
+			return req, a, err
+		}
+		n, err := intInRange("slot", &f.slot, 0, maxPermits-1)
+		if err != nil {
+			return req, a, err
+		}
+		req.slot, req.hasSlot = n, true
+	}
+	if a == actAcquire && !f.lockDelayMS.absent() {
+		if err := wantInt("lock_delay_ms", "milliseconds", &f.lockDelayMS); err != nil {
+			return req, a, err
+		}
+		n, err := intInRange("lock_delay_ms", &f.lockDelayMS, 0, maxLockDelayMS)
+		if err != nil {
+			return req, a, err
+		}
+		// The delay record outlives the lock by the delay, and must not
+		// outlive max_ttl (redlock/lockdelay.go).
+		if req.ttl*1000+n > lim.maxTTL*1000 {
+			return req, a, bad("lock_delay_ms: ttl %d s + lock_delay_ms %d is above max_ttl (%d s)", req.ttl, n, lim.maxTTL)
+		}
+		req.lockDelayMS = n
 	}
 	// token: required by release and extend; acquire and status ignore it.
 	if a == actRelease || a == actExtend {

@@ -128,7 +128,7 @@ func badInputs() []badInput {
 		{name: "leading zero", body: `{"key":"a","ttl":030}`, msg: "body: malformed JSON at byte 18: invalid character '3' after object value (expecting ',' or '}')"},
 		{name: "trailing data", body: `{"key":"a"} x`, msg: "body: unexpected data after the JSON object at byte 12"},
 		{name: "two objects", body: `{"key":"a"}{"key":"b"}`, msg: "body: unexpected data after the JSON object at byte 11"},
-		{name: "unknown field", body: `{"key":"a","foo":1}`, msg: `body: unknown field "foo"; the fields are action, key, ttl, token, namespace, wait_ms`},
+		{name: "unknown field", body: `{"key":"a","foo":1}`, msg: `body: unknown field "foo"; the fields are action, key, ttl, token, namespace, wait_ms, permits, slot, lock_delay_ms`},
 		{name: "field wrong case", body: `{"Key":"a"}`, msg: `body: unknown field "Key"`},
 		{name: "duplicate field", body: `{"key":"a","key":"b"}`, msg: `body: field "key" appears more than once`},
 		{name: "duplicate null field", body: `{"ttl":null,"key":"a","ttl":5}`, msg: `body: field "ttl" appears more than once`},

@@ -78,6 +78,15 @@ type lockData struct {
 	hasVal     bool
 	elapsedMS  int64 // see setValidity
 	hasElapsed bool
+	// A semaphore's answers: permits asked for (0 = absent), the slot
+	// granted, the permits taken and when the next may free.
+	permits     int64
+	slot        int64
+	hasSlot     bool
+	taken       int64
+	hasTaken    bool
+	nextFreeMS  int64
+	hasNextFree bool
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
@@ -124,6 +133,22 @@ func writeData(w http.ResponseWriter, d *lockData, msg string, remainQuota int64
 	if d.hasElapsed {
 		b = append(b, `,"elapsed_ms":`...)
 		b = strconv.AppendInt(b, d.elapsedMS, 10)
+	}
+	if d.permits > 0 {
+		b = append(b, `,"permits":`...)
+		b = strconv.AppendInt(b, d.permits, 10)
+	}
+	if d.hasSlot {
+		b = append(b, `,"slot":`...)
+		b = strconv.AppendInt(b, d.slot, 10)
+	}
+	if d.hasTaken {
+		b = append(b, `,"taken":`...)
+		b = strconv.AppendInt(b, d.taken, 10)
+	}
+	if d.hasNextFree {
+		b = append(b, `,"next_free_ms":`...)
+		b = strconv.AppendInt(b, d.nextFreeMS, 10)
 	}
 	b = append(b, `},"msg":`...)
 	b = appendJSONString(b, msg)

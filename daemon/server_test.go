@@ -231,6 +231,20 @@ func (f *fakeLocker) outcome(op string, kind error) *redlock.OutcomeError {
 var fakeTokens atomic.Uint64
 
 func (f *fakeLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
+	if req.Permits > 0 {
+		// One attempt per slot, as redlock does (without its wait queue).
+		var err error
+		for slot := range req.Permits {
+			r := req
+			r.Key, r.Permits, r.Wait = redlock.PermitKey(req.Key, slot), 0, 0
+			var l Lease
+			if l, err = f.Acquire(ctx, r); err == nil {
+				l.Slot = slot
+				return l, nil
+			}
+		}
+		return Lease{}, err
+	}
 	key, ttl, wait := req.Key, req.TTL, req.Wait
 	f.record(key)
 	f.mu.Lock()
@@ -350,6 +364,23 @@ func (f *fakeLocker) Status(ctx context.Context, key string) (redlock.Status, er
 		return redlock.Status{Answered: 5}, nil
 	}
 	return redlock.Status{Held: true, Holders: 5, Answered: 5, Validity: time.Until(l.until)}, nil
+}
+
+func (f *fakeLocker) SemaphoreStatus(ctx context.Context, key string, permits int) (redlock.SemaphoreStatus, error) {
+	out := redlock.SemaphoreStatus{Permits: permits}
+	for slot := range permits {
+		st, err := f.Status(ctx, redlock.PermitKey(key, slot))
+		if err != nil {
+			return redlock.SemaphoreStatus{}, err
+		}
+		if st.Held {
+			out.Taken++
+			if out.Taken == 1 || st.Validity < out.NextFree {
+				out.NextFree = st.Validity
+			}
+		}
+	}
+	return out, nil
 }
 
 // List pages through the held keys with prefix in key order; the cursor

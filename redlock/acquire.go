@@ -13,9 +13,10 @@ import (
 type AcquireOption func(*acquireConfig)
 
 type acquireConfig struct {
-	wait  time.Duration
-	retry RetryStrategy
-	stop  <-chan struct{}
+	wait      time.Duration
+	retry     RetryStrategy
+	stop      <-chan struct{}
+	lockDelay time.Duration // lockdelay.go
 }
 
 // WithStopWaiting ends the wait (WithWait) when stop is closed: Acquire
@@ -89,8 +90,11 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if cfg.retry == nil {
 		cfg.retry = c.opts.retry()
 	}
+	if err := c.lockDelayError(ttl, cfg.lockDelay); err != nil {
+		return nil, err
+	}
 	giveUp := time.Now().Add(cfg.wait)
-	lock, err := c.acquireOnce(ctx, key, ttl)
+	lock, err := c.acquireOnce(ctx, key, ttl, cfg.lockDelay)
 	switch {
 	case err == nil:
 		return lock, nil
@@ -106,7 +110,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 
 // acquireOnce is one attempt of Acquire: the votes (steps 2–4), the fence
 // write-back, and on failure the clean-up (step 5) and the error.
-func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
+func (c *Client) acquireOnce(ctx context.Context, key string, ttl, lockDelay time.Duration) (*Lock, error) {
 	c.attempts.Add(1)
 	token, err := c.opts.token()
 	if err != nil {
@@ -114,7 +118,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration)
 	}
 	t := c.newAcquireTally(ctx, c.voteKeys(key), token)
 	start := time.Now()
-	out, _ := c.fanout(script{s: acquireScript, keys: t.keys, args: []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}}, start)
+	out, _ := c.fanout(script{s: acquireScript, keys: t.keys, args: []any{token, strconv.FormatInt(ttl.Milliseconds(), 10), strconv.FormatInt(lockDelay.Milliseconds(), 10)}}, start)
 	c.gather(ctx, out, start, nil, t.add)
 	written := t.awaitEarly()
 	granting := t.granting()
@@ -214,6 +218,9 @@ func (t *acquireTally) add(r reply) bool {
 		}
 	default:
 		t.res.Refused++
+		if v.extra == "d" {
+			t.res.Delayed++
+		}
 		if v.value > 0 {
 			t.holderPTTLs = append(t.holderPTTLs, v.value)
 		}

@@ -136,6 +136,9 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 	if n < 3 || n%2 == 0 {
 		return nil, fmt.Errorf("%w: masters: %d given, need an odd number ≥ 3", ErrInvalid, n)
 	}
+	if err := checkLockDelayOption(&o); err != nil {
+		return nil, err
+	}
 	if o.extraVotes < 0 || o.extraVotes > n-(n/2+1) {
 		return nil, fmt.Errorf("%w: extra votes: %d given, at most %d with %d masters (quorum %d + extra votes ≤ masters)", ErrInvalid, o.extraVotes, n-(n/2+1), n, n/2+1)
 	}
@@ -319,6 +322,9 @@ func (c *Client) voteKeys(key string) []string {
 	if c.opts.fenceKey == "" {
 		return []string{key, marker, c.opts.horizonKey}
 	}
+	if c.opts.maxLockDelay > 0 {
+		return []string{key, marker, c.opts.horizonKey, c.opts.fenceKey, c.fenceRecordKey(key), c.delayRecordKey(key)}
+	}
 	return []string{key, marker, c.opts.horizonKey, c.opts.fenceKey, c.fenceRecordKey(key)}
 }
 
@@ -326,6 +332,9 @@ func (c *Client) voteKeys(key string) []string {
 func (c *Client) releaseKeys(key string) []string {
 	if c.opts.fenceKey == "" {
 		return []string{key}
+	}
+	if c.opts.maxLockDelay > 0 {
+		return []string{key, c.fenceRecordKey(key), c.delayRecordKey(key)}
 	}
 	return []string{key, c.fenceRecordKey(key)}
 }

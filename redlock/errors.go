@@ -76,6 +76,10 @@ type OutcomeError struct {
 	// it could be read (the quorum-th longest PTTL among refusing masters);
 	// 0 when unknown.
 	RetryAfter time.Duration
+	// Delayed counts, for acquire, the refusing masters where the key was
+	// free but in its lock-delay (lockdelay.go): the last lock ended
+	// without a release. RetryAfter then includes the delay.
+	Delayed int
 	// Absent and Foreign count, for release and extend, the masters where the
 	// key was absent and where it held another token.
 	Absent, Foreign int

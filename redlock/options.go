@@ -48,9 +48,10 @@ type options struct {
 	clockAllowance      bool // drift includes the clock checks' blind spot
 	sharedClockBounds   bool // clock bounds are registered and shared (clockbounds.go)
 	extendNeverShortens bool
-	statusNeedsQuorum   bool // status answers "unknown" without a quorum either way
-	grantedLockCheck    bool // no grant while another master shows a granted lock (granted.go)
-	extraVotes          int  // votes beyond the quorum an acquire and an extend need
+	statusNeedsQuorum   bool          // status answers "unknown" without a quorum either way
+	grantedLockCheck    bool          // no grant while another master shows a granted lock (granted.go)
+	extraVotes          int           // votes beyond the quorum an acquire and an extend need
+	maxLockDelay        time.Duration // lockdelay.go; 0: off
 }
 
 func defaultOptions() options {

@@ -171,6 +171,9 @@ func (c *Client) subscribe() {
 						switch msg := msg.(type) {
 						case *redis.Message:
 							c.waits.released(msg.Payload)
+							if q, ok := permitQueue(msg.Payload); ok {
+								c.waits.released(q)
+							}
 						case *redis.Subscription:
 							// Subscribed (again): what this master published
 							// before reached no waiter.
@@ -187,6 +190,13 @@ func (c *Client) subscribe() {
 // queues behind the key's earlier waiters and attempts when the lock is
 // released, ends, or a fallback poll is due, until giveUp.
 func (c *Client) waitFor(ctx context.Context, key string, ttl time.Duration, cfg *acquireConfig, giveUp time.Time, err error) (*Lock, error) {
+	return c.waitInQueue(ctx, key, func(ctx context.Context) (*Lock, error) { return c.acquireOnce(ctx, key, ttl, cfg.lockDelay) }, cfg, giveUp, err)
+}
+
+// waitInQueue is waitFor with the queue and the attempt given: a
+// semaphore's waiters (semaphore.go) share the queue permitQueue(name),
+// woken by the release of any of its permits.
+func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(context.Context) (*Lock, error), cfg *acquireConfig, giveUp time.Time, err error) (*Lock, error) {
 	c.subscribe()
 	w := c.waits.join(key)
 	defer c.waits.leave(key, w)
@@ -224,7 +234,7 @@ func (c *Client) waitFor(ctx context.Context, key string, ttl time.Duration, cfg
 			continue
 		}
 		var lock *Lock
-		lock, err = c.acquireOnce(ctx, key, ttl)
+		lock, err = attempt(ctx)
 		if err == nil {
 			return lock, nil
 		}

@@ -56,11 +56,11 @@ func exitf(code int, format string, args ...any) error {
 }
 
 const lockUsage = `Usage:
-  redlockd lock run --key K --ttl 5m [--wait 30s] [--namespace N] [--grace 10s] -- command [args...]
-  redlockd lock acquire --key K [--ttl 30s] [--wait 0s] [--namespace N]
-  redlockd lock extend  --key K --token T [--ttl 30s] [--namespace N]
-  redlockd lock release --key K --token T [--namespace N]
-  redlockd lock status  --key K [--namespace N]
+  redlockd lock run --key K --ttl 5m [--wait 30s] [--namespace N] [--grace 10s] [--permits P] [--lock-delay D] -- command [args...]
+  redlockd lock acquire --key K [--ttl 30s] [--wait 0s] [--namespace N] [--permits P] [--lock-delay D]
+  redlockd lock extend  --key K --token T [--ttl 30s] [--namespace N] [--slot S]
+  redlockd lock release --key K --token T [--namespace N] [--slot S]
+  redlockd lock status  --key K [--namespace N] [--permits P]
 
 The daemon and API key come from --url and --api-key, or from REDLOCKD_URL
 and REDLOCKD_API_KEY (prefer the variable: a flag shows in ps). --token
@@ -92,6 +92,17 @@ group of its own so that all it started can be stopped; when lock run is
 the terminal's foreground job, that group becomes the foreground (the
 command reads the terminal, and Ctrl-C reaches it directly).
 
+--permits P makes K a semaphore: run and acquire take one of its P permits
+(at most P holders at once, each with its own token, fence and TTL; run
+adds REDLOCK_SLOT to the command's environment, acquire prints "slot"),
+extend and release act on the permit --slot S, and status prints the
+permits taken ("held" when all P are).
+
+--lock-delay D (run, acquire): if the lock ends without a release (lock
+run killed with SIGKILL, its host paused), nobody acquires it for D after
+it ends, so that a stalled holder can notice before the next one starts.
+A release ends the delay at once.
+
 acquire, extend, release and status print the answer's data object as JSON
 on stdout (acquire's includes the token) and exit with:
 
@@ -115,6 +126,9 @@ type lockFlags struct {
 	url, apiKey, key, namespace, token string
 	tlsCA, tlsCert, tlsKey             string
 	ttl, wait, grace                   time.Duration
+	lockDelay                          time.Duration
+	permits                            int // run, acquire, status: a semaphore's
+	slot                               int // extend, release: a permit's slot; -1 for a lock
 }
 
 func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -155,6 +169,15 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "extend":
 		durationVar(fs, &f.ttl, "ttl", 30*time.Second, "new TTL, a `duration` in whole seconds, e.g. 30s")
 	}
+	switch sub {
+	case "run", "acquire", "status":
+		if sub != "status" {
+			durationVar(fs, &f.lockDelay, "lock-delay", 0, "if the lock ends without a release, nobody acquires it for this `duration` after (at most 60s), e.g. 15s")
+		}
+		fs.IntVar(&f.permits, "permits", 0, "treat --key as a semaphore of this many permits (1 to 1000); 0: a lock")
+	case "extend", "release":
+		fs.IntVar(&f.slot, "slot", -1, "the semaphore permit slot acquire returned (0 to 999); -1: a lock")
+	}
 	if sub == "extend" || sub == "release" {
 		fs.StringVar(&f.token, "token", os.Getenv("REDLOCK_TOKEN"), "token acquire returned (default $REDLOCK_TOKEN)")
 	}
@@ -187,6 +210,15 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return &exitError{code: exitUsage, err: cliWrap(err, "lock "+sub)}
 	}
 	opts := []client.LockOption{client.WithNamespace(f.namespace), client.WithWait(f.wait)}
+	if f.permits > 0 {
+		opts = append(opts, client.WithPermits(f.permits))
+	}
+	if f.slot >= 0 {
+		opts = append(opts, client.WithSlot(f.slot))
+	}
+	if f.lockDelay > 0 {
+		opts = append(opts, client.WithLockDelay(f.lockDelay))
+	}
 	switch sub {
 	case "run":
 		return lockRun(ctx, c, &f, opts, fs.Args(), stderr)
@@ -211,6 +243,17 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		st, err := c.Status(ctx, f.key, opts...)
 		if err != nil {
 			return lockFailed(stdout, "status", f.key, err)
+		}
+		if f.permits > 0 {
+			fs := []field{{"permits", int64(st.Permits)}, {"taken", int64(st.Taken)}}
+			if st.Taken > 0 {
+				fs = append(fs, field{"next_free_ms", st.NextFree.Milliseconds()})
+			}
+			_ = printData(stdout, "status", f.key, "held", st.Held, fs)
+			if !st.Held {
+				return &exitError{code: exitNotHeld}
+			}
+			return nil
 		}
 		if !st.Held {
 			_ = printData(stdout, "status", f.key, "held", false, nil)
@@ -277,6 +320,12 @@ func (f *lockFlags) check(sub string, nargs int) error {
 		return fmt.Errorf("--wait: %v is negative", f.wait)
 	case f.grace < 0:
 		return fmt.Errorf("--grace: %v is negative", f.grace)
+	case f.lockDelay < 0 || f.lockDelay > time.Minute || f.lockDelay%time.Millisecond != 0:
+		return fmt.Errorf("--lock-delay: %v must be whole milliseconds from 0 to 60s", f.lockDelay)
+	case f.permits < 0 || f.permits > 1000:
+		return fmt.Errorf("--permits: %d is outside 1 to 1000", f.permits)
+	case f.slot < -1 || f.slot > 999:
+		return fmt.Errorf("--slot: %d is outside 0 to 999", f.slot)
 	case (f.tlsCert == "") != (f.tlsKey == ""):
 		return errors.New("--tls-cert and --tls-key (REDLOCKD_TLS_CERT, REDLOCKD_TLS_KEY): give both or neither")
 	case (f.tlsCA != "" || f.tlsCert != "") && !strings.HasPrefix(f.url, "https://"):
@@ -333,6 +382,9 @@ func leaseFields(l *client.Lease, acquired bool) []field {
 	fs = append(fs, field{"ttl", int64(l.TTL() / time.Second)}, field{"expire_at", now.Add(v).Unix()})
 	if l.Fence() != 0 {
 		fs = append(fs, field{"fence", l.Fence()})
+	}
+	if acquired && l.Slot() >= 0 {
+		fs = append(fs, field{"slot", int64(l.Slot())})
 	}
 	return append(fs, field{"validity_ms", v.Milliseconds()})
 }
@@ -479,6 +531,9 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 	}
 	if err != nil {
 		if errors.Is(err, client.ErrLockHeld) {
+			if f.permits > 0 {
+				return &exitError{code: exitBusy, err: fmt.Errorf("lock run: every one of the %d permits of %q is held; the command did not run", f.permits, f.key)}
+			}
 			return &exitError{code: exitBusy, err: fmt.Errorf("lock run: %q is held by another owner; the command did not run", f.key)}
 		}
 		return &exitError{code: exitCode(err), err: actionFailed(err, "lock run: acquire", "acquire")}
@@ -493,6 +548,9 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 		"REDLOCK_FENCE="+strconv.FormatInt(l.Fence(), 10),
 		"REDLOCK_VALID_UNTIL="+strconv.FormatInt(l.ValidUntil().Unix(), 10),
 	)
+	if l.Slot() >= 0 {
+		cmd.Env = append(cmd.Env, "REDLOCK_SLOT="+strconv.Itoa(l.Slot()))
+	}
 	// The guardian stops the command if lock run itself is killed (guard.go).
 	g, err := startGuard(stderr)
 	if err != nil {

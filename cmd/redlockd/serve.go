@@ -93,6 +93,9 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		// Bookkeeping keys share the prefix but never the "lock:" word of
 		// lock keys (daemon/keys.go), so they cannot collide with a lock.
 		redlock.WithFenceKey(cfg.KeyPrefix+"fence"),
+		// Every replica reads the delay records, so that an acquire's
+		// lock_delay_ms holds whichever replica serves the next acquire.
+		redlock.WithMaxLockDelay(redlock.MaxLockDelay),
 		redlock.WithMarkerKey(cfg.KeyPrefix+"marker"),
 	)
 	if err != nil {

@@ -1,14 +1,18 @@
 -- Acquire one master's vote (Redis Redlock page, step 2), and report this
 -- master's fencing counter with the vote. Follows vote_prelude.lua.
 -- KEYS[1] lock key, KEYS[2..4] as in the prelude, KEYS[5] the lock's fence
--- record (fence.lua; absent when fencing is off)
--- ARGV[1] token (random, 32 hex chars), ARGV[2] TTL in milliseconds
+-- record (fence.lua; absent when fencing is off), KEYS[6] the lock's delay
+-- record (redlock/lockdelay.go; absent when lock-delay is off)
+-- ARGV[1] token (random, 32 hex chars), ARGV[2] TTL in milliseconds,
+-- ARGV[3] lock-delay in milliseconds (with KEYS[6]; '0': none)
 -- Returns the prelude's reply with code
 --    1  the key was set for this token; value = the fencing counter (0 without fencing)
 --    0  another token holds it; value = its remaining milliseconds (PTTL);
 --       extra = 'g' when the holder's fence record is here: its acquire
 --       reached a quorum, so it is a granted lock, not a contender's vote
 --       (redlock/granted.go)
+--       extra = 'd' when the key is free but its delay record is here: the
+--       last lock ended without a release; value = the record's PTTL
 --   -2  this master lost its data (marker, horizon or counter missing); nothing
 --       written; extra = 'g' and value = its PTTL, as for 0, when the
 --       key's holder is granted
@@ -31,8 +35,19 @@ if not intact then
   local g = granted()
   return reply(-2, g == 'g' and redis.call('PTTL', KEYS[1]) or 0, g)
 end
+if KEYS[6] then
+  local d = redis.call('PTTL', KEYS[6])
+  if d > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
+    return reply(0, d, 'd')
+  end
+end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  raiseHorizon(tonumber(ARGV[2]))
+  local delay = KEYS[6] and tonumber(ARGV[3]) or 0
+  if delay > 0 then
+    -- The record outlives the lock by the delay; the horizon covers it.
+    redis.call('SET', KEYS[6], ARGV[1], 'PX', tonumber(ARGV[2]) + delay)
+  end
+  raiseHorizon(tonumber(ARGV[2]) + delay)
   -- The prelude's reading of the counter: nothing in between writes it.
   return reply(1, math.max(counter, 0))
 end

@@ -9,7 +9,9 @@
 -- knows the token, so every master that extends the lock marks it granted
 -- (redlock/granted.go).
 -- KEYS[1] lock key, KEYS[2..4] as in the prelude, KEYS[5] the lock's fence
--- record (absent when fencing is off)
+-- record (absent when fencing is off), KEYS[6] the lock's delay record
+-- (redlock/lockdelay.go; absent when lock-delay is off): when it is this
+-- token's, it keeps outliving the lock by the same delay.
 -- ARGV[1] token, ARGV[2] requested TTL in milliseconds, ARGV[3] '0' to set
 -- the TTL to ARGV[2] even when shorter (negative controls only), ARGV[4] the
 -- lock's fence when the caller knows it, else '0'
@@ -26,11 +28,21 @@ local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   local ttl = tonumber(ARGV[2])
   local left = redis.call('PTTL', KEYS[1])
+  local delay = 0
+  if KEYS[6] and left >= 0 then
+    local rd = redis.call('PTTL', KEYS[6])
+    if rd > left and redis.call('GET', KEYS[6]) == v then
+      delay = rd - left
+    end
+  end
   if left >= 0 and (left < ttl or ARGV[3] == '0') then
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     left = ttl
   end
-  raiseHorizon(left)
+  if delay > 0 then
+    redis.call('PEXPIRE', KEYS[6], left + delay)
+  end
+  raiseHorizon(left + delay)
   local fence = ''
   if KEYS[5] and left > 0 then
     local f = redis.call('GET', KEYS[5])

@@ -2,7 +2,10 @@
 -- and tell the waiters (Client.Acquire with WithWait, in every daemon) that
 -- it is free.
 -- KEYS[1] lock key, KEYS[2] the lock's fence record (fence.lua; absent when
--- fencing is off), deleted with the lock
+-- fencing is off), deleted with the lock, KEYS[3] the lock's delay record
+-- (redlock/lockdelay.go; absent when lock-delay is off), deleted with the
+-- lock, and also when the lock already expired: the holder that releases
+-- late ends its delay
 -- ARGV[1] token, ARGV[2] release channel (absent: no notification, for the
 -- clean-up after a failed acquire)
 -- Returns 1 deleted, 0 absent (expired or released), -1 held by another token.
@@ -16,5 +19,8 @@ if v == ARGV[1] then
 end
 if v then
   return -1
+end
+if KEYS[3] and redis.call('GET', KEYS[3]) == ARGV[1] then
+  redis.call('DEL', KEYS[3])
 end
 return 0

@@ -1,0 +1,33 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestLockAcquireLockDelay: a lock taken with --lock-delay and never
+// released blocks the key for the delay after its TTL; its late release
+// ends the delay.
+func TestLockAcquireLockDelay(t *testing.T) {
+	base := daemonURL(t)
+	code, out, errOut := runLock(t, base, "acquire", "--key", "job:delay", "--ttl", "1s", "--lock-delay", "5s")
+	require.Equal(t, 0, code, errOut)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	token := got["token"].(string)
+	time.Sleep(1200 * time.Millisecond)
+	code, _, errOut = runLock(t, base, "run", "--key", "job:delay", "--ttl", "5s", "--", "true")
+	assert.Equal(t, exitBusy, code, "in the delay: %s", errOut)
+	code, _, _ = runLock(t, base, "release", "--key", "job:delay", "--token", token)
+	assert.Equal(t, exitNotHeld, code, "the lock itself had expired")
+	code, _, errOut = runLock(t, base, "run", "--key", "job:delay", "--ttl", "5s", "--", "true")
+	assert.Equal(t, 0, code, "the release ended the delay: %s", errOut)
+
+	code, _, errOut = runLock(t, base, "acquire", "--key", "job:delay", "--lock-delay", "61s")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "--lock-delay: 1m1s must be whole milliseconds from 0 to 60s")
+}

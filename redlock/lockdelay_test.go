@@ -1,0 +1,172 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestLockDelayAfterExpiry: a holder that stops (never extends, never
+// releases) past its TTL; a new acquire is refused for the delay, with the
+// reason (Delayed) and a RetryAfter within the delay, and gets the lock
+// once the delay has passed. A Client that does not read the delay records
+// (the negative control) grants the key during the delay.
+func TestLockDelayAfterExpiry(t *testing.T) {
+	c := newClient(t, WithMaxLockDelay(10*time.Second))
+	ctx := context.Background()
+	key := newKey(t)
+	const ttl, delay = 300 * time.Millisecond, 2 * time.Second
+	first, err := c.Acquire(ctx, key, ttl, WithLockDelay(delay))
+	require.NoError(t, err)
+	granted := time.Now()
+	time.Sleep(ttl + 100*time.Millisecond) // the holder is paused past its TTL
+
+	_, err = c.Acquire(ctx, key, ttl, WithRetry(NoRetry()))
+	require.ErrorIs(t, err, ErrLockHeld)
+	var oe *OutcomeError
+	require.ErrorAs(t, err, &oe)
+	assert.Positive(t, oe.Delayed, "refused by the delay records: %v", err)
+	assert.Equal(t, oe.Refused, oe.Delayed, "every refusal is the delay's: %v", err)
+	assert.Positive(t, oe.RetryAfter)
+	assert.LessOrEqual(t, oe.RetryAfter, delay)
+	assert.Less(t, time.Since(granted), ttl+delay, "the refusal came within the delay")
+
+	// The lost holder's extend is refused: its lock expired.
+	require.ErrorIs(t, first.Extend(ctx, time.Second), ErrNotHeld)
+
+	// Negative control: without WithMaxLockDelay the records are not read.
+	blind := newClient(t)
+	other := newKey(t)
+	_, err = c.Acquire(ctx, other, ttl, WithLockDelay(delay))
+	require.NoError(t, err)
+	time.Sleep(ttl + 100*time.Millisecond)
+	l, err := blind.Acquire(ctx, other, ttl, WithRetry(NoRetry()))
+	require.NoError(t, err, "a Client without WithMaxLockDelay ignores the delay")
+	_ = l.Release(ctx)
+
+	// The delay passes: the waiter gets the lock after it.
+	second, err := c.Acquire(ctx, key, time.Second, WithWait(5*time.Second))
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, time.Since(granted), ttl+delay-c.drift(ttl+delay), "granted before the delay ended")
+	assert.Greater(t, second.Fence(), first.Fence())
+	require.NoError(t, second.Release(ctx))
+}
+
+// TestLockDelayReleaseClears: a release, in time or after the lock
+// expired, clears the delay at once.
+func TestLockDelayReleaseClears(t *testing.T) {
+	c := newClient(t, WithMaxLockDelay(MaxLockDelay))
+	rdbs := direct(t)
+	ctx := context.Background()
+	key := newKey(t)
+	l, err := c.Acquire(ctx, key, 10*time.Second, WithLockDelay(MaxLockDelay))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(holders(t, rdbs, c.delayRecordKey(key), l.Token())) == 5 }, time.Second, 5*time.Millisecond)
+	require.NoError(t, l.Release(ctx))
+	assert.Empty(t, holders(t, rdbs, c.delayRecordKey(key), l.Token()), "released with the lock")
+	l2, err := c.Acquire(ctx, key, 200*time.Millisecond, WithLockDelay(MaxLockDelay), WithRetry(NoRetry()))
+	require.NoError(t, err, "no delay after a release")
+
+	// Released late, after the lock expired: the holder ends its delay.
+	time.Sleep(300 * time.Millisecond)
+	_, err = c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
+	require.ErrorIs(t, err, ErrLockHeld, "in the delay")
+	require.ErrorIs(t, l2.Release(ctx), ErrNotHeld, "the lock itself had expired")
+	l3, err := c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
+	require.NoError(t, err, "the late release cleared the delay")
+	require.NoError(t, l3.Release(ctx))
+}
+
+// TestLockDelayFollowsExtend: an extend moves the delay record with the
+// lock: it keeps outliving the lock by the delay.
+func TestLockDelayFollowsExtend(t *testing.T) {
+	c := newClient(t, WithMaxLockDelay(10*time.Second))
+	rdbs := direct(t)
+	ctx := context.Background()
+	key := newKey(t)
+	l, err := c.Acquire(ctx, key, time.Second, WithLockDelay(2*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, l.Extend(ctx, 5*time.Second))
+	require.Eventually(t, func() bool {
+		for _, r := range rdbs {
+			lock, err := r.PTTL(ctx, key).Result()
+			if err != nil || lock < 4*time.Second {
+				return false
+			}
+			rec, err := r.PTTL(ctx, c.delayRecordKey(key)).Result()
+			if err != nil || rec-lock < 1900*time.Millisecond || rec-lock > 2*time.Second {
+				return false
+			}
+		}
+		return true
+	}, 2*time.Second, 5*time.Millisecond, "every master: record = lock + 2s")
+	require.NoError(t, l.Release(ctx))
+}
+
+// TestLockDelayDownSubsets: for every subset of down masters, a lock with
+// a delay that expires blocks the key for the delay while a quorum is up;
+// otherwise the acquire fails and leaves no lock key and no delay record.
+func TestLockDelayDownSubsets(t *testing.T) {
+	rdbs := direct(t)
+	ctx := context.Background()
+	for mask := range 32 {
+		down := bits(mask)
+		t.Run(fmt.Sprintf("down=%v", down), func(t *testing.T) {
+			key := newKey(t)
+			withMasters(t, "kill", down...)
+			c := newClient(t, WithPerMasterTimeout(5*time.Second), WithMaxLockDelay(10*time.Second))
+			if len(down) <= 2 {
+				waitCounting(t, c, 5-len(down))
+			}
+			_, err := c.Acquire(ctx, key, time.Second, WithLockDelay(5*time.Second), WithRetry(NoRetry()))
+			if len(down) > 2 {
+				require.ErrorIs(t, err, ErrQuorumUnavailable)
+				assert.Empty(t, holders(t, rdbs, key, ""))
+				for i := range 5 {
+					if servers[i].Running() {
+						n, err := rdbs[i].Exists(ctx, key, c.delayRecordKey(key)).Result()
+						require.NoError(t, err)
+						assert.Zero(t, n, "master %d kept a key of the failed acquire", i)
+					}
+				}
+				return
+			}
+			require.NoError(t, err)
+			time.Sleep(1100 * time.Millisecond)
+			_, err = c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
+			require.ErrorIs(t, err, ErrLockHeld)
+			var oe *OutcomeError
+			require.ErrorAs(t, err, &oe)
+			assert.Positive(t, oe.Delayed, "refused for the delay: %v", err)
+			assert.Equal(t, oe.Refused, oe.Delayed, "every refusal is the delay's: %v", err)
+			assert.Greater(t, oe.RetryAfter, 3*time.Second)
+		})
+	}
+}
+
+func TestLockDelayInvalid(t *testing.T) {
+	ctx := context.Background()
+	off := newClient(t)
+	_, err := off.Acquire(ctx, "k", time.Second, WithLockDelay(time.Second))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Contains(t, err.Error(), "without WithMaxLockDelay")
+	c := newClient(t, WithMaxLockDelay(5*time.Second), WithMaxTTL(10*time.Second))
+	for d, want := range map[time.Duration]string{
+		-time.Second:            "negative",
+		6 * time.Second:         "above the maximum 5s",
+		time.Microsecond:        "whole number of milliseconds",
+		4500 * time.Millisecond: "above the max TTL",
+	} {
+		_, err := c.Acquire(ctx, "k", 6*time.Second, WithLockDelay(d))
+		require.ErrorIs(t, err, ErrInvalid, d)
+		assert.Contains(t, err.Error(), want)
+	}
+	_, err = New(masterOptions(), WithMaxLockDelay(MaxLockDelay+time.Second))
+	require.ErrorIs(t, err, ErrInvalid)
+	_, err = New(masterOptions(), WithMaxLockDelay(time.Second), WithFenceKey(""))
+	require.ErrorIs(t, err, ErrInvalid)
+}

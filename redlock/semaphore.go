@@ -1,0 +1,228 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Semaphores: up to N holders of one name at once.
+//
+// A semaphore of N permits is N slot locks, PermitKey(name, 0) …
+// PermitKey(name, N−1), each an ordinary Redlock lock; a holder takes one
+// slot with an ordinary Acquire (the vote script, the data-loss, clock and
+// counter checks, the granted-lock check, quarantine, the fence write-back:
+// everything a single key has). Its Permit is that slot's Lock, with its
+// own token, fencing token and TTL, released, extended and lost as any
+// lock; a holder that crashes frees its slot when its TTL ends.
+//
+// # Why at most N holders
+//
+// Every holder holds one slot lock with positive validity, and each slot
+// lock has at most one holder at a time (the guarantee of doc.go, under its
+// assumptions and fault model, since every protection of a plain lock
+// applies to it). A holder holds a slot < N, so at most N slots, hence at
+// most N holders, are valid at any moment. Nothing is counted: the bound
+// follows from N mutual exclusions, each of which has its own proof.
+//
+// Counting holders per master and granting when a quorum counts fewer than
+// N is NOT safe, which is why this is not done: quorums of different
+// holders need not intersect in a master that counts them all. With N = 2
+// and five masters, holders granted by {0,1,2}, {2,3,4} and {0,1,3} make
+// three, while no master counts more than two (TestSemaphoreCountingControl
+// shows it on real masters, next to this design refusing the third).
+//
+// Callers with different N for one name share slots 0 … min(N)−1: the
+// holders of a name are at most the largest N in use, and the holders that
+// asked for N are at most N among the slots < N.
+
+// MaxPermits is the largest number of permits a semaphore may have.
+const MaxPermits = 1000
+
+// permitSep separates a semaphore's name from its slot number in a slot
+// lock's key.
+const permitSep = "#permit:"
+
+// PermitKey returns the key of slot of the semaphore name:
+// "<name>#permit:<slot>". A plain lock of that key competes with the slot:
+// it takes a permit away, and cannot add a holder.
+func PermitKey(name string, slot int) string {
+	return name + permitSep + strconv.Itoa(slot)
+}
+
+// permitQueue returns the wait queue of the semaphore whose slot lock has
+// key: "<name>#permit:", which no slot key equals; ok is false when key is
+// not a slot key.
+func permitQueue(key string) (string, bool) {
+	i := strings.LastIndex(key, permitSep)
+	if i < 0 {
+		return "", false
+	}
+	digits := key[i+len(permitSep):]
+	if digits == "" {
+		return "", false
+	}
+	for j := 0; j < len(digits); j++ {
+		if digits[j] < '0' || digits[j] > '9' {
+			return "", false
+		}
+	}
+	return key[:i+len(permitSep)], true
+}
+
+// Permit is one held permit of a semaphore: the Lock of its slot
+// (Lock.Key is PermitKey(name, Slot)). Release, Extend, KeepAlive, Done
+// and Fence are the slot lock's.
+type Permit struct {
+	*Lock
+	// Slot is the slot this permit holds, 0 ≤ Slot < permits.
+	Slot int
+}
+
+// AcquirePermit takes one of the permits of the semaphore name for ttl:
+// it tries the slot locks, starting at a random slot and going round, with
+// one Acquire each (a full single-key attempt, every protection included)
+// until one is granted. When every slot is held it returns an
+// *OutcomeError matching ErrLockHeld whose RetryAfter is the earliest end
+// among the holders that report one. WithWait waits for a permit, woken by
+// the release of any slot (through any Client of the deployment), by the
+// earliest holder's end, or at the latest by a poll; WithRetry,
+// WithStopWaiting and WithLockDelay (for the slot taken) apply as for
+// Acquire.
+//
+// An attempt costs one quorum round trip per held slot tried, so up to
+// permits round trips when all are held.
+//
+// Errors: as Acquire; ErrInvalid also for permits outside 1 to MaxPermits.
+// Any error but ErrLockHeld on a slot ends the attempt (ErrQuorumUnavailable
+// on one slot says the masters cannot vote now).
+func (c *Client) AcquirePermit(ctx context.Context, name string, permits int, ttl time.Duration, opts ...AcquireOption) (*Permit, error) {
+	if err := checkSemaphore(name, permits); err != nil {
+		return nil, err
+	}
+	cfg := acquireConfig{}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.retry == nil {
+		cfg.retry = c.opts.retry()
+	}
+	giveUp := time.Now().Add(cfg.wait)
+	if err := c.lockDelayError(ttl, cfg.lockDelay); err != nil {
+		return nil, err
+	}
+	slot := -1
+	attempt := func(ctx context.Context) (*Lock, error) {
+		lock, s, err := c.acquireAnyPermit(ctx, name, permits, ttl, cfg.lockDelay)
+		slot = s
+		return lock, err
+	}
+	lock, err := attempt(ctx)
+	switch {
+	case err == nil:
+		return &Permit{Lock: lock, Slot: slot}, nil
+	case errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed):
+		return nil, err
+	case ctx.Err() != nil:
+		return nil, errors.Join(ErrNotObtained, ctx.Err(), err)
+	case cfg.wait <= 0 || cfg.retry.NextBackoff() <= 0:
+		return nil, err
+	}
+	q, _ := permitQueue(PermitKey(name, 0))
+	lock, err = c.waitInQueue(ctx, q, attempt, &cfg, giveUp, err)
+	if err != nil {
+		return nil, err
+	}
+	return &Permit{Lock: lock, Slot: slot}, nil
+}
+
+func checkSemaphore(name string, permits int) error {
+	if name == "" {
+		return fmt.Errorf("%w: name must not be empty", ErrInvalid)
+	}
+	if permits < 1 || permits > MaxPermits {
+		return fmt.Errorf("%w: permits %d is outside 1 to %d", ErrInvalid, permits, MaxPermits)
+	}
+	return nil
+}
+
+// acquireAnyPermit is one attempt of AcquirePermit: every slot once, from a
+// random one, until one is granted. It returns the lock and its slot.
+func (c *Client) acquireAnyPermit(ctx context.Context, name string, permits int, ttl, lockDelay time.Duration) (*Lock, int, error) {
+	first := rand.IntN(permits)
+	held := OutcomeError{Op: "acquire", Kind: ErrLockHeld, Quorum: c.need, Masters: len(c.masters)}
+	for j := range permits {
+		slot := (first + j) % permits
+		lock, err := c.Acquire(ctx, PermitKey(name, slot), ttl, WithLockDelay(lockDelay))
+		if err == nil {
+			return lock, slot, nil
+		}
+		var oe *OutcomeError
+		if !errors.Is(err, ErrLockHeld) || !errors.As(err, &oe) || ctx.Err() != nil {
+			return nil, -1, err
+		}
+		held.Refused += oe.Refused
+		held.Delayed += oe.Delayed
+		if oe.RetryAfter > 0 && (held.RetryAfter == 0 || oe.RetryAfter < held.RetryAfter) {
+			held.RetryAfter = oe.RetryAfter
+		}
+	}
+	return nil, -1, &held
+}
+
+// SemaphoreStatus is a majority read of every slot of a semaphore.
+type SemaphoreStatus struct {
+	// Permits is the number of permits read (the N asked for).
+	Permits int
+	// Taken is how many of the slots 0 … Permits−1 a quorum holds.
+	Taken int
+	// NextFree is the shortest validity among the holders (Status.Validity
+	// of each held slot): no permit is sure to free before it, so an
+	// acquire refused now is worth retrying then. 0 when none is taken.
+	NextFree time.Duration
+}
+
+// statusReaders bounds the slot reads in flight of one SemaphoreStatus.
+const statusReaders = 16
+
+// SemaphoreStatus reads the slots 0 … permits−1 of the semaphore name with
+// Client.Status each (at most statusReaders at once). It returns an error
+// when any slot cannot be decided (ErrQuorumUnavailable, as Status): a
+// taken permit is never reported free. Errors: ErrInvalid for an empty
+// name or permits outside 1 to MaxPermits.
+func (c *Client) SemaphoreStatus(ctx context.Context, name string, permits int) (SemaphoreStatus, error) {
+	if err := checkSemaphore(name, permits); err != nil {
+		return SemaphoreStatus{}, err
+	}
+	sts := make([]Status, permits)
+	errs := make([]error, permits)
+	sem := make(chan struct{}, statusReaders)
+	var wg sync.WaitGroup
+	for slot := range permits {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			sts[slot], errs[slot] = c.Status(ctx, PermitKey(name, slot))
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return SemaphoreStatus{}, err
+	}
+	out := SemaphoreStatus{Permits: permits}
+	for _, st := range sts {
+		if !st.Held {
+			continue
+		}
+		out.Taken++
+		if out.Taken == 1 || st.Validity < out.NextFree {
+			out.NextFree = st.Validity
+		}
+	}
+	return out, nil
+}
