@@ -54,7 +54,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	log.Info("redlockd serving", zap.String("addr", ln.Addr().String()), zap.Strings("masters", cfg.Masters))
+	log.Info("redlockd serving", zap.String("addr", ln.Addr().String()), zap.Strings("masters", allMasters(cfg)), zap.Int("master_groups", len(cfg.Groups())))
 	load := func() (config.Config, error) { return config.Load(*path, os.LookupEnv, fs) }
 	return runDaemon(ctx, cfg, log, ln, load)
 }
@@ -67,10 +67,14 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := daemon.NewMetrics(reg)
-	metrics.SetMasters(cfg.Masters)
+	metrics.SetMasters(allMasters(cfg))
 
 	redis.SetLogger(zapRedisLogger{log.Named("go-redis")})
-	masters, masterCert, err := masterOptions(cfg)
+	// Every group's masters at once (one client certificate to reload),
+	// then cut group by group.
+	all := cfg
+	all.Masters = allMasters(cfg)
+	masters, masterCert, err := masterOptions(all)
 	if err != nil {
 		ln.Close()
 		return err
@@ -79,6 +83,42 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		ln.Close()
 		return err
 	}
+	// The accounts' limits live on the first group's masters, on
+	// connections of their own.
+	limitMasters := masters[:len(cfg.Groups()[0].Masters)]
+	var groups []daemon.LockerGroup
+	for _, g := range cfg.Groups() {
+		locker, err := newGroupClient(ctx, cfg, log, metrics, masters[:len(g.Masters)])
+		masters = masters[len(g.Masters):]
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("master group %s: %w", g.Name, err)
+		}
+		defer locker.Close()
+		groups = append(groups, daemon.LockerGroup{Name: g.Name, Locker: daemon.NewRedlockLocker(locker)})
+	}
+	daemonLocker := groups[0].Locker
+	if len(cfg.MasterGroups) > 0 {
+		if daemonLocker, err = daemon.NewGroupsLocker(groups); err != nil {
+			ln.Close()
+			return err
+		}
+	}
+	return serveWith(ctx, cfg, log, ln, load, reg, metrics, masterCert, daemonLocker, limitMasters)
+}
+
+// allMasters is every master of every group, group after group.
+func allMasters(cfg config.Config) []string {
+	var out []string
+	for _, g := range cfg.Groups() {
+		out = append(out, g.Masters...)
+	}
+	return out
+}
+
+// newGroupClient is the redlock.Client over one master group, checked
+// (CheckMasters) before it serves.
+func newGroupClient(ctx context.Context, cfg config.Config, log *zap.Logger, metrics *daemon.Metrics, masters []*redis.Options) (*redlock.Client, error) {
 	locker, err := redlock.New(masters,
 		redlock.WithPerMasterTimeout(time.Duration(cfg.PerMasterTimeout)),
 		redlock.WithDriftFactor(cfg.DriftFactor),
@@ -95,16 +135,22 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		redlock.WithMarkerKey(cfg.KeyPrefix+"marker"),
 	)
 	if err != nil {
-		ln.Close()
-		return err
+		return nil, err
 	}
-	defer locker.Close()
 	// Five addresses that are really fewer servers is not Redlock: refuse
 	// to start. Masters that do not answer yet are not an error.
 	if err := locker.CheckMasters(ctx); err != nil {
-		ln.Close()
-		return err
+		locker.Close()
+		return nil, err
 	}
+	return locker, nil
+}
+
+// serveWith serves the daemon over locker until ctx ends; limitMasters
+// are the masters the accounts' limits live on.
+func serveWith(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.Listener, load func() (config.Config, error),
+	reg *prometheus.Registry, metrics *daemon.Metrics, masterCert *masterClientCert, locker daemon.Locker, limitMasters []*redis.Options) error {
+	var err error
 
 	var srvTLS *daemon.ServerTLS
 	if cfg.TLSCertFile != "" {
@@ -125,7 +171,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	}
 	// The accounts' limits live on the same masters, on connections of
 	// their own; a master is given twice the per-master timeout per sync.
-	limitStore, err := daemon.NewLimitStore(masters, max(2*time.Duration(cfg.PerMasterTimeout), 50*time.Millisecond))
+	limitStore, err := daemon.NewLimitStore(limitMasters, max(2*time.Duration(cfg.PerMasterTimeout), 50*time.Millisecond))
 	if err != nil {
 		ln.Close()
 		return err
@@ -145,7 +191,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		AuthFailureSources:    cfg.AuthFailureSources,
 		ShutdownTimeout:       time.Duration(cfg.ShutdownTimeout),
 		DrainDelay:            time.Duration(cfg.DrainDelay),
-		Locker:                daemon.NewRedlockLocker(locker),
+		Locker:                locker,
 		Metrics:               metrics,
 		Gatherer:              reg,
 		AdminListen:           cfg.AdminListen,
