@@ -58,6 +58,13 @@ type Config struct {
 	// in two groups. Default none: Masters is the one group, named
 	// DefaultGroupName. Set Masters or MasterGroups, not both.
 	MasterGroups []MasterGroup `yaml:"master_groups,omitempty"`
+	// PreviousMasterGroups, while the set of groups changes, is the
+	// master_groups (or, as one group DefaultGroupName, the masters) the
+	// deployment had before: the daemon then locks each key whose group
+	// changes in its previous group and in its new one (redlock.Moving).
+	// A group named in both lists must have the same masters in both.
+	// Default none. docs/operations.md, "Changing the master groups".
+	PreviousMasterGroups []MasterGroup `yaml:"previous_master_groups,omitempty"`
 	// MasterUsername, if set, is the Redis ACL user the daemon
 	// authenticates as on every master (AUTH username password); it needs
 	// MasterPassword. Default: Redis's default user. docs/operations.md ("TLS") gives the

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"regexp"
+	"slices"
 )
 
 // DefaultGroupName is the name of the one master group that Masters
@@ -39,6 +40,43 @@ func (c Config) smallestGroup() int {
 		}
 	}
 	return n
+}
+
+// validatePreviousGroups checks previous_master_groups: groups as
+// master_groups takes them, the same masters for a name in both lists,
+// and no master of a previous-only group in a current one.
+func (c *Config) validatePreviousGroups(v *validator) {
+	if len(c.PreviousMasterGroups) == 0 {
+		return
+	}
+	prev := Config{MasterGroups: c.PreviousMasterGroups}
+	var pv validator
+	prev.validateMasterGroups(&pv)
+	for _, e := range pv.errs {
+		v.errs = append(v.errs, &FieldError{Field: "previous_" + e.(*FieldError).Field, Problem: e.(*FieldError).Problem})
+	}
+	cur := map[string]MasterGroup{}
+	addrs := map[string]string{}
+	for _, g := range c.Groups() {
+		cur[g.Name] = g
+		for _, m := range g.Masters {
+			addrs[canonicalAddr(m)] = g.Name
+		}
+	}
+	for i, g := range c.PreviousMasterGroups {
+		field := fmt.Sprintf("previous_master_groups[%d]", i)
+		if now, ok := cur[g.Name]; ok {
+			if !slices.Equal(now.Masters, g.Masters) {
+				v.add(field+".masters", "group %q has other masters than in the current groups: a group that stays keeps its masters, in the same order", g.Name)
+			}
+			continue
+		}
+		for j, m := range g.Masters {
+			if other, ok := addrs[canonicalAddr(m)]; ok {
+				v.add(fmt.Sprintf("%s.masters[%d]", field, j), "%q is a master of the current group %q: a master belongs to one group", m, other)
+			}
+		}
+	}
 }
 
 func (c *Config) validateMasterGroups(v *validator) {

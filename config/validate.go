@@ -61,6 +61,7 @@ func (c *Config) Validate() error {
 	c.validateTLS(&v)
 	c.validateAdmin(&v)
 	c.validateMasters(&v)
+	c.validatePreviousGroups(&v)
 	c.validateMasterAuth(&v)
 	c.validateAPIKeys(&v)
 
@@ -184,7 +185,7 @@ func (c *Config) validateMasters(v *validator) {
 // and authenticate to the masters: what a command that only talks to the
 // masters (repair-fences) validates, beside its own.
 var MasterSettings = []string{
-	"masters", "master_groups", "master_username", "master_password", "master_password_file",
+	"masters", "master_groups", "previous_master_groups", "master_username", "master_password", "master_password_file",
 	"master_tls", "master_tls_ca_file", "master_tls_server_name", "master_tls_cert_file", "master_tls_key_file",
 }
 

@@ -80,6 +80,9 @@ type readyBody struct {
 	// Groups is each master group's quorum and masters, with master_groups
 	// only (see readyGroup); absent with one group of masters.
 	Groups []readyGroup `json:"groups,omitempty"`
+	// Placement is the placement phase, with master_groups only (see
+	// readyPlacement).
+	Placement *readyPlacement `json:"placement,omitempty"`
 }
 
 // readyGroup is one master group in /readyz, with master_groups:
@@ -259,6 +262,9 @@ func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	partial := false
 	if gl, ok := s.locker.(groupedLocker); ok {
 		partial = s.readyGroups(&body, gl)
+	}
+	if p, ok := s.locker.(placementer); ok {
+		body.Placement = p.placement()
 	}
 	status := http.StatusOK
 	switch {

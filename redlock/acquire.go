@@ -106,7 +106,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 
 func (c *Client) acquireOnce(ctx context.Context, key string, ttl time.Duration) (*Lock, error) {
 	c.attempts.Add(1)
-	token, err := c.opts.token()
+	token, err := c.tokenFor(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("redlock: token generator: %w", err)
 	}

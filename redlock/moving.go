@@ -85,6 +85,9 @@ type MovingLock struct {
 	fence  int64
 }
 
+// Token is the lock's token, the same in every group it holds.
+func (l *MovingLock) Token() string { return l.locks[0].Token() }
+
 // Fence is the lock's fencing token: the largest of its groups' fences,
 // written back to a quorum of every group it holds.
 func (l *MovingLock) Fence() int64 { return l.fence }
@@ -149,8 +152,17 @@ func (m *Moving) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		}
 		return nil, err
 	}
-	for _, g := range ml.groups {
-		lk, err := g.Client.Acquire(ctx, key, ttl, opts...)
+	for i, g := range ml.groups {
+		var lk *Lock
+		var err error
+		if i == 0 {
+			lk, err = g.Client.Acquire(ctx, key, ttl, opts...)
+		} else {
+			// One attempt, under the first group's token: never wait on a
+			// group while holding another, and let a release or extend
+			// that names the token reach every group.
+			lk, err = g.Client.Acquire(withSameToken(ctx, ml.locks[0].Token()), key, ttl)
+		}
 		if err != nil {
 			return fail(groupErr(g.Name, err))
 		}
@@ -173,4 +185,66 @@ func (m *Moving) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		return fail(fmt.Errorf("%w: validity ran out while the lock was taken in %d groups", ErrNotObtained, len(ml.locks)))
 	}
 	return ml, nil
+}
+
+// Release releases key held by token in every group of GroupsOf(key), and
+// returns how many masters held it in all. A group that does not hold it
+// (a lock taken by a locker of phase new holds only the new group) is not
+// an error; the groups' errors are joined, each a *GroupError.
+func (m *Moving) Release(ctx context.Context, key, token string) (int, error) {
+	n := 0
+	var errs []error
+	for _, g := range m.GroupsOf(key) {
+		k, err := g.Client.Release(ctx, key, token)
+		n += k
+		if err != nil && !errors.Is(err, ErrNotHeld) {
+			errs = append(errs, groupErr(g.Name, err))
+		}
+	}
+	if n == 0 && len(errs) == 0 {
+		return 0, fmt.Errorf("%w: key %q is not held by this token in any of its groups", ErrNotHeld, key)
+	}
+	return n, errors.Join(errs...)
+}
+
+// Extend extends key held by token in every group of GroupsOf(key) and
+// fails when any group refuses (a lock taken in phase old is absent from
+// the new group: it cannot be kept alive into phase new, see Moving). The
+// returned Lock is the first group's, with the fence of the group that
+// reports the largest.
+func (m *Moving) Extend(ctx context.Context, key, token string, ttl time.Duration) (*Lock, error) {
+	var first *Lock
+	for _, g := range m.GroupsOf(key) {
+		lk, err := g.Client.Extend(ctx, key, token, ttl)
+		if err != nil {
+			return nil, groupErr(g.Name, err)
+		}
+		if first == nil {
+			first = lk
+		} else if lk.Fence() > first.Fence() {
+			first.fence = lk.Fence()
+		}
+		if lk.ValidUntil().Before(first.ValidUntil()) {
+			first.validUntil = lk.ValidUntil()
+		}
+	}
+	return first, nil
+}
+
+// Status is a majority read of key in each group of GroupsOf(key): held
+// when any group holds it (a lock of phase old holds only the old group, a
+// lock of phase new only the new one), with that group's answer.
+func (m *Moving) Status(ctx context.Context, key string) (Status, error) {
+	var last Status
+	for _, g := range m.GroupsOf(key) {
+		st, err := g.Client.Status(ctx, key)
+		if err != nil {
+			return Status{}, groupErr(g.Name, err)
+		}
+		if st.Held {
+			return st, nil
+		}
+		last = st
+	}
+	return last, nil
 }

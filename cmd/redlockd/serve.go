@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,7 +55,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	log.Info("redlockd serving", zap.String("addr", ln.Addr().String()), zap.Strings("masters", allMasters(cfg)), zap.Int("master_groups", len(cfg.Groups())))
+	log.Info("redlockd serving", zap.String("addr", ln.Addr().String()), zap.Strings("masters", allMasters(cfg)), zap.Int("master_groups", len(cfg.Groups())), zap.Bool("changing_groups", len(cfg.PreviousMasterGroups) > 0))
 	load := func() (config.Config, error) { return config.Load(*path, os.LookupEnv, fs) }
 	return runDaemon(ctx, cfg, log, ln, load)
 }
@@ -87,7 +88,8 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	// connections of their own.
 	limitMasters := masters[:len(cfg.Groups()[0].Masters)]
 	var groups []daemon.LockerGroup
-	for _, g := range cfg.Groups() {
+	clients := map[string]*redlock.Client{}
+	for _, g := range distinctGroups(cfg) {
 		locker, err := newGroupClient(ctx, cfg, log, metrics, masters[:len(g.Masters)])
 		masters = masters[len(g.Masters):]
 		if err != nil {
@@ -95,25 +97,67 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 			return fmt.Errorf("master group %s: %w", g.Name, err)
 		}
 		defer locker.Close()
+		clients[g.Name] = locker
 		groups = append(groups, daemon.LockerGroup{Name: g.Name, Locker: daemon.NewRedlockLocker(locker)})
 	}
 	daemonLocker := groups[0].Locker
-	if len(cfg.MasterGroups) > 0 {
-		if daemonLocker, err = daemon.NewGroupsLocker(groups); err != nil {
-			ln.Close()
-			return err
-		}
+	switch {
+	case len(cfg.PreviousMasterGroups) > 0:
+		daemonLocker, err = movingLocker(cfg, clients, groups)
+	case len(cfg.MasterGroups) > 0:
+		daemonLocker, err = daemon.NewGroupsLocker(groups)
+	}
+	if err != nil {
+		ln.Close()
+		return err
 	}
 	return serveWith(ctx, cfg, log, ln, load, reg, metrics, masterCert, daemonLocker, limitMasters)
+}
+
+// distinctGroups is every group the daemon locks in: the current groups,
+// then the previous ones that are not current (while the groups change).
+func distinctGroups(cfg config.Config) []config.MasterGroup {
+	out := append([]config.MasterGroup(nil), cfg.Groups()...)
+	for _, p := range cfg.PreviousMasterGroups {
+		if !slices.ContainsFunc(out, func(g config.MasterGroup) bool { return g.Name == p.Name }) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // allMasters is every master of every group, group after group.
 func allMasters(cfg config.Config) []string {
 	var out []string
-	for _, g := range cfg.Groups() {
+	for _, g := range distinctGroups(cfg) {
 		out = append(out, g.Masters...)
 	}
 	return out
+}
+
+// movingLocker is the Locker of the moving phase: keys whose group changes
+// between previous_master_groups and the current groups are locked in
+// both (redlock.Moving); a group in both lists is one Client.
+func movingLocker(cfg config.Config, clients map[string]*redlock.Client, groups []daemon.LockerGroup) (daemon.Locker, error) {
+	list := func(gs []config.MasterGroup) (*redlock.Groups, []string, error) {
+		var rg []redlock.Group
+		var names []string
+		for _, g := range gs {
+			rg = append(rg, redlock.Group{Name: g.Name, Client: clients[g.Name]})
+			names = append(names, g.Name)
+		}
+		r, err := redlock.NewGroups(rg...)
+		return r, names, err
+	}
+	from, fromNames, err := list(cfg.PreviousMasterGroups)
+	if err != nil {
+		return nil, err
+	}
+	to, toNames, err := list(cfg.Groups())
+	if err != nil {
+		return nil, err
+	}
+	return daemon.NewMovingLocker(redlock.NewMoving(from, to), groups, fromNames, toNames)
 }
 
 // newGroupClient is the redlock.Client over one master group, checked
