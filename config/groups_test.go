@@ -66,3 +66,32 @@ extra_votes: 2`,
 		})
 	}
 }
+
+func TestPreviousMasterGroups(t *testing.T) {
+	a := `["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"]`
+	b := `["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"]`
+	path := writeFile(t, groupsKeys+`master_groups: [{name: default, masters: `+a+`}, {name: g1, masters: `+b+`}]
+previous_master_groups: [{name: default, masters: `+a+`}]
+`)
+	cfg, err := config.Load(path, nil, nil)
+	require.NoError(t, err)
+	require.Len(t, cfg.PreviousMasterGroups, 1)
+
+	for name, tc := range map[string]struct{ yaml, want string }{
+		"a group that stays changes its masters": {`master_groups: [{name: default, masters: ` + a + `}, {name: g1, masters: ` + b + `}]
+previous_master_groups: [{name: g1, masters: ["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7199"]}]`,
+			`previous_master_groups[0].masters: group "g1" has other masters than in the current groups`},
+		"a retired group shares a master": {`master_groups: [{name: g1, masters: ` + b + `}]
+previous_master_groups: [{name: old, masters: ["127.0.0.1:7101", "127.0.0.1:7202", "127.0.0.1:7203"]}]`,
+			`previous_master_groups[0].masters[0]: "127.0.0.1:7101" is a master of the current group "g1"`},
+		"an even previous group": {`masters: ` + a + `
+previous_master_groups: [{name: old, masters: ["127.0.0.1:7201", "127.0.0.1:7202"]}]`,
+			`previous_master_groups[0].masters: 2 given, need an odd number ≥ 3`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := config.Load(writeFile(t, groupsKeys+tc.yaml+"\n"), nil, nil)
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+}

@@ -34,6 +34,8 @@ type chartCase struct {
 	// external: Secrets the installer creates (name → keys), referenced but
 	// not rendered.
 	external map[string][]string
+	// previous: previous_master_groups' names (a change of groups).
+	previous []string
 }
 
 type groupWant struct {
@@ -49,6 +51,7 @@ var cases = []chartCase{
 	{values: "monitoring.yaml", groups: []groupWant{{"g0", 5}}, monitoring: true,
 		external: map[string][]string{"redlockd-auth": {"api-keys", "admin-token"}}},
 	{values: "persistence.yaml", groups: []groupWant{{"g0", 5}}, persistence: true},
+	{values: "moving.yaml", groups: []groupWant{{"g0", 5}, {"g1", 5}}, previous: []string{"g0"}},
 }
 
 const daemonName = releaseName + "-redlockd"
@@ -414,6 +417,13 @@ func checkDaemonConfig(t *testing.T, r *rendered, c chartCase) {
 		require.Empty(t, cfg.TLSCertFile)
 	}
 
+	var prev []string
+	for _, g := range cfg.PreviousMasterGroups {
+		prev = append(prev, g.Name)
+		require.Equal(t, groupsByName(cfg)[g.Name], g.Masters, "previous group %s keeps its masters", g.Name)
+	}
+	require.Equal(t, c.previous, prev, "previous_master_groups")
+
 	groups := configGroups(cfg)
 	require.Len(t, groups, len(c.groups))
 	for i, g := range c.groups {
@@ -514,6 +524,15 @@ func nonEmpty(s string) any {
 	return s
 }
 
+// groupsByName is the current groups' masters by name.
+func groupsByName(cfg config.Config) map[string][]string {
+	out := map[string][]string{}
+	for _, g := range cfg.Groups() {
+		out[g.Name] = g.Masters
+	}
+	return out
+}
+
 // configGroups is the master addresses per group of a loaded config.
 func configGroups(cfg config.Config) [][]string {
 	if len(cfg.MasterGroups) == 0 {
@@ -540,6 +559,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"tls secret":  {"tls: {enabled: true}", "tls.secretName"},
 		"one daemon":  {"autoscaling: {minReplicas: 1}", "autoscaling.minReplicas: at least 2"},
 		"affinity":    {"redis: {antiAffinity: maybe}", `redis.antiAffinity: "maybe" must be hard or soft`},
+		"previous":    {"placement: {previousGroups: [g9]}", `placement.previousGroups[0]: "g9" is not a group of masterGroups`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			base := "auth: {apiKeys: [{name: shop, key: 0123456789abcdef0123456789abcdef}], adminToken: admin-token-0123456789}\n"

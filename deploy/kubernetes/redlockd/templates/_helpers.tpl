@@ -80,3 +80,45 @@ app.kubernetes.io/component: master
 {{- define "redlockd.scheme" -}}
 {{- if .Values.tls.enabled -}}HTTPS{{- else -}}HTTP{{- end -}}
 {{- end -}}
+
+{{/* The group entries named by names (a list), in masterGroups order; fails on an unknown name. */}}
+{{- define "redlockd.namedGroups" -}}
+{{- $root := .root -}}
+{{- $out := list -}}
+{{- range $i, $n := .names -}}
+{{- $found := false -}}
+{{- range $g := $root.Values.masterGroups -}}
+{{- if eq (toString $g.name) (toString $n) -}}
+{{- $found = true -}}
+{{- end -}}
+{{- end -}}
+{{- if not $found -}}
+{{- fail (printf "%s[%d]: %q is not a group of masterGroups" $.field $i (toString $n)) -}}
+{{- end -}}
+{{- end -}}
+{{- range $g := $root.Values.masterGroups -}}
+{{- if has (toString $g.name) ($.names | toStrings) -}}
+{{- $out = append $out $g -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
+{{/* The groups keys are placed on: placement.groups, or every group. */}}
+{{- define "redlockd.placedGroups" -}}
+{{- if .Values.placement.groups -}}
+{{- include "redlockd.namedGroups" (dict "root" . "names" .Values.placement.groups "field" "placement.groups") -}}
+{{- else -}}
+{{- toJson .Values.masterGroups -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Renders a list of groups as the daemon's master_groups entries. */}}
+{{- define "redlockd.groupEntries" -}}
+{{- $root := .root -}}
+{{- range $g := .groups }}
+- name: {{ $g.name | quote }}
+  masters:
+  {{- include "redlockd.groupAddrs" (dict "root" $root "group" $g) | nindent 4 }}
+{{- end -}}
+{{- end -}}
