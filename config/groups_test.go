@@ -95,3 +95,15 @@ previous_master_groups: [{name: old, masters: ["127.0.0.1:7201", "127.0.0.1:7202
 		})
 	}
 }
+
+// TestComposeGroupsFile: docker/groups.compose.yml's daemon config loads:
+// two groups of five.
+func TestComposeGroupsFile(t *testing.T) {
+	cfg, err := config.LoadFile("../docker/redlockd.groups.compose.yaml")
+	require.NoError(t, err)
+	require.NoError(t, cfg.Validate())
+	groups := cfg.Groups()
+	require.Len(t, groups, 2)
+	require.Len(t, groups[0].Masters, 5)
+	require.Len(t, groups[1].Masters, 5)
+}
