@@ -58,7 +58,7 @@ UP_TIMEOUT     = 60
 CLOCKSHIM_SO = dist/libclockshim.so
 CHAOS_ARGS   = --scenario all --duration 10s --out chaos-report
 
-.PHONY: help deps test-deps lint fuzz fuzz-faults rules test-dashboards test-api image-prometheus up-monitoring dev test tidy-check drills build images image-redis image-redlockd image-chaos redlockd-linux up down bench chaos
+.PHONY: help deps test-deps lint fuzz fuzz-faults rules test-chart test-dashboards test-api image-prometheus up-monitoring dev test tidy-check drills build images image-redis image-redlockd image-chaos redlockd-linux up down bench chaos
 
 # redis-server runs the masters; gcc builds the gettimeofday shim that the
 # clock tests and drills preload into redis-server.
@@ -115,6 +115,10 @@ dev: deps ## Run five local redis-server masters and the daemon on 127.0.0.1:707
 # own go.mod. `go test ./...` here does not enter the others, so each step
 # names them.
 MODULES = . chaos bench dashtest apitest tools/testprogress examples/idempotency-orders
+# The Helm chart's offline checks (deploy/kubernetes/charttest): a test-only
+# module too, kept out of MODULES' staticcheck run because Helm and the
+# Kubernetes libraries make that run minutes longer; tidy-check covers it.
+CHARTTEST = deploy/kubernetes/charttest
 
 # staticcheck, pinned, run from the module proxy: it never enters a go.mod.
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
@@ -171,9 +175,10 @@ test: test-deps rules tidy-check lint fuzz $(TESTPROGRESS) ## Run the whole test
 	cd chaos && { $(GO) test -json -race -count=1 -p 1 -timeout 40m ./... 2>&1; echo $$? >$(CURDIR)/$(TEST_STATUS); } | $(CURDIR)/$(TESTPROGRESS) && [ "$$(cat $(CURDIR)/$(TEST_STATUS))" = 0 ]
 	$(MAKE) test-dashboards
 	$(MAKE) test-api
+	$(MAKE) test-chart
 
 tidy-check: ## Fail when a module's go.mod or go.sum is not tidy (go mod tidy -diff)
-	@for m in $(MODULES); do (cd $$m && $(GO) mod tidy -diff) || { echo "$$m: go.mod is not tidy: run go mod tidy there" >&2; exit 1; }; done
+	@for m in $(MODULES) $(CHARTTEST); do (cd $$m && $(GO) mod tidy -diff) || { echo "$$m: go.mod is not tidy: run go mod tidy there" >&2; exit 1; }; done
 
 # The dashboards against the real things, in the test-only dashtest module
 # (its own go.mod: chromedp and the Prometheus libraries stay out of ours;
@@ -191,6 +196,16 @@ test-dashboards: test-deps ## Check every dashboard and rule query on a real Pro
 # PHP) run against a real daemon on real masters.
 test-api: test-deps ## Check api/openapi.yaml against the real daemon and run examples/
 	cd apitest && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
+
+# The Helm chart (deploy/kubernetes/redlockd), offline: rendered for every
+# values file in $(CHARTTEST)/testdata, every manifest strictly decoded into
+# the Kubernetes API types, cross-checked (probe ports, Secret names, label
+# selectors, master addresses), the daemon config loaded by config.Load,
+# and helm lint --strict. No -race: the renders run on one goroutine, and
+# -race would compile Helm twice. A cold run compiles Helm and client-go
+# (about 2 minutes on 2 cores); warm, about 20 seconds.
+test-chart: ## Render and check the Helm chart offline (no cluster)
+	cd $(CHARTTEST) && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
 
 drills: deps ## Run only the fault-drill matrices (process back-end, and Docker when an engine is up)
 	cd chaos && $(GO) test -race -count=1 -p 1 -timeout 30m -run '$(DRILLS)' -v ./...

@@ -81,6 +81,7 @@ func main() {
 	flag.IntVar(&cfg.handoffRounds, "handoff-rounds", 200, "hand-offs measured per target and number of waiters")
 	flag.DurationVar(&cfg.handoffLimit, "handoff-limit", 8*time.Second, "time limit of one target at one number of waiters (fewer rounds if reached)")
 	flag.DurationVar(&cfg.loadWindow, "load-window", 5*time.Second, "how long the masters' commands are counted with 64 waiters on a held key")
+	groupsFlag := flag.String("groups", "", `master-groups scale cell alone: comma-separated numbers of groups of five masters (e.g. "1,2,3"), run at the largest -conc through the library; the other cells are skipped`)
 	flag.Parse()
 	if *quick {
 		cfg.dur = time.Second
@@ -113,6 +114,20 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if strings.TrimSpace(*groupsFlag) != "" {
+		counts, err := parseInts(*groupsFlag)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench: -groups:", err)
+			os.Exit(2)
+		}
+		rs, err := runGroupsCells(ctx, counts, slices.Max(cfg.conc), cfg.dur)
+		printGroups(rs)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctx, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)

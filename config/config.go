@@ -49,6 +49,22 @@ type Config struct {
 	// masters. Required: an odd number, at least 3, no duplicates. An even
 	// count tolerates no more failures than one master fewer.
 	Masters []string `yaml:"masters"`
+	// MasterGroups, instead of Masters, spread the keys over several
+	// groups of independent masters, each with its own quorum, health,
+	// quarantine, lease horizons, fencing counters and clock judgement;
+	// every key is placed on one group by rendezvous hashing
+	// (redlock.Placement). Each group: a name (1-32 characters from a-z
+	// 0-9 -, unique) and an odd number, at least 3, of masters; no master
+	// in two groups. Default none: Masters is the one group, named
+	// DefaultGroupName. Set Masters or MasterGroups, not both.
+	MasterGroups []MasterGroup `yaml:"master_groups,omitempty"`
+	// PreviousMasterGroups, while the set of groups changes, is the
+	// master_groups (or, as one group DefaultGroupName, the masters) the
+	// deployment had before: the daemon then locks each key whose group
+	// changes in its previous group and in its new one (redlock.Moving).
+	// A group named in both lists must have the same masters in both.
+	// Default none. docs/operations.md, "Changing the master groups".
+	PreviousMasterGroups []MasterGroup `yaml:"previous_master_groups,omitempty"`
 	// MasterUsername, if set, is the Redis ACL user the daemon
 	// authenticates as on every master (AUTH username password); it needs
 	// MasterPassword. Default: Redis's default user. docs/operations.md ("TLS") gives the

@@ -61,6 +61,7 @@ func (c *Config) Validate() error {
 	c.validateTLS(&v)
 	c.validateAdmin(&v)
 	c.validateMasters(&v)
+	c.validatePreviousGroups(&v)
 	c.validateMasterAuth(&v)
 	c.validateAPIKeys(&v)
 
@@ -99,9 +100,13 @@ func (c *Config) Validate() error {
 	v.duration("idempotency_max_retention", c.IdempotencyMaxRetention, time.Minute, 7*24*time.Hour)
 	v.integer("idempotency_max_answer_bytes", int64(c.IdempotencyMaxAnswerBytes), 1024, 1<<20)
 	v.duration("health_interval", c.HealthInterval, minHealthInterval, maxHealthInterval)
-	if n := len(c.Masters); n >= minMasters && n%2 == 1 {
+	if n := c.smallestGroup(); n >= minMasters && n%2 == 1 {
 		if most := n - (n/2 + 1); c.ExtraVotes < 0 || c.ExtraVotes > most {
-			v.add("extra_votes", "%d is out of range, need 0 to %d with %d masters (quorum %d + extra votes ≤ masters)", c.ExtraVotes, most, n, n/2+1)
+			which := ""
+			if len(c.MasterGroups) > 0 {
+				which = " in the smallest group"
+			}
+			v.add("extra_votes", "%d is out of range, need 0 to %d with %d masters%s (quorum %d + extra votes ≤ masters)", c.ExtraVotes, most, n, which, n/2+1)
 		}
 	} else if c.ExtraVotes < 0 {
 		v.add("extra_votes", "%d is out of range, need ≥ 0", c.ExtraVotes)
@@ -151,6 +156,10 @@ func (c *Config) validateAdmin(v *validator) {
 }
 
 func (c *Config) validateMasters(v *validator) {
+	if len(c.MasterGroups) > 0 {
+		c.validateMasterGroups(v)
+		return
+	}
 	if n := len(c.Masters); n < minMasters || n%2 == 0 {
 		v.add("masters", "%d given, need an odd number ≥ %d", n, minMasters)
 	}
@@ -178,7 +187,7 @@ func (c *Config) validateMasters(v *validator) {
 // and authenticate to the masters: what a command that only talks to the
 // masters (repair-fences) validates, beside its own.
 var MasterSettings = []string{
-	"masters", "master_username", "master_password", "master_password_file",
+	"masters", "master_groups", "previous_master_groups", "master_username", "master_password", "master_password_file",
 	"master_tls", "master_tls_ca_file", "master_tls_server_name", "master_tls_cert_file", "master_tls_key_file",
 }
 

@@ -77,6 +77,32 @@ type readyBody struct {
 	// when the Locker does not tell.
 	ClockBounds *readyClockBounds `json:"clock_bounds,omitempty"`
 	Masters     []readyMaster     `json:"masters"`
+	// Groups is each master group's quorum and masters, with master_groups
+	// only (see readyGroup); absent with one group of masters.
+	Groups []readyGroup `json:"groups,omitempty"`
+	// Placement is the placement phase, with master_groups only (see
+	// readyPlacement).
+	Placement *readyPlacement `json:"placement,omitempty"`
+}
+
+// readyGroup is one master group in /readyz, with master_groups:
+//
+//	{"name":"g1","quorum":{"needed":3,"counting":5,…,"available":true},
+//	 "ops":{"acquire":120,"release":118,"extend":4,"status":0},
+//	 "masters":[…as above…]}
+//
+// Each group has its own quorum; a key's lock needs its own group's. The
+// top-level quorum then adds the groups' counts up and is available only
+// when every group's is; the top-level masters list every group's masters,
+// each with its group. status is "ready" when every group has a quorum,
+// "partial" (still 200: keys of the groups with a quorum are served) when
+// some have, "no_quorum" (503) when none has. ops counts the calls this
+// daemon sent to the group since it started, per operation.
+type readyGroup struct {
+	Name    string           `json:"name"`
+	Quorum  readyQuorum      `json:"quorum"`
+	Ops     map[string]int64 `json:"ops"`
+	Masters []readyMaster    `json:"masters"`
 }
 
 // readyClockBounds is /readyz's clock_bounds: drift_factor judges the
@@ -124,6 +150,8 @@ type readyMaster struct {
 	LatencyMS        float64  `json:"latency_ms"`
 	LastError        string   `json:"last_error"`
 	CheckedAtMS      int64    `json:"checked_at_ms,omitempty"`
+	// Group is the master's group, with master_groups only.
+	Group string `json:"group,omitempty"`
 }
 
 // masterState is st.State, or up/down from st.Up for a Locker that does not
@@ -231,10 +259,19 @@ func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	body.Quorum.Available = body.Quorum.Writable >= body.Quorum.Needed
+	partial := false
+	if gl, ok := s.locker.(groupedLocker); ok {
+		partial = s.readyGroups(&body, gl)
+	}
+	if p, ok := s.locker.(placementer); ok {
+		body.Placement = p.placement()
+	}
 	status := http.StatusOK
 	switch {
 	case s.shuttingDown.Load():
 		body.Status, status = "shutting_down", http.StatusServiceUnavailable
+	case partial:
+		body.Status = "partial"
 	case !body.Quorum.Available:
 		body.Status, status = "no_quorum", http.StatusServiceUnavailable
 	}
@@ -255,4 +292,34 @@ func writeJSONValue(w http.ResponseWriter, status int, v any) {
 		return
 	}
 	writeJSON(w, status, append(b, '\n'))
+}
+
+// readyGroups fills body from each group's own snapshot (readyGroup says
+// how), and reports whether some groups have a quorum and some do not.
+func (s *Server) readyGroups(body *readyBody, gl groupedLocker) (partial bool) {
+	body.Quorum = readyQuorum{Available: true}
+	body.Masters = body.Masters[:0]
+	some := false
+	for i, grp := range gl.LockerGroups() {
+		q, ms := groupQuorum(grp.Locker)
+		rg := readyGroup{Name: grp.Name, Quorum: q, Masters: make([]readyMaster, len(ms)), Ops: map[string]int64{}}
+		for j := range ms {
+			rg.Masters[j] = readyMasterOf(&ms[j])
+			rm := rg.Masters[j]
+			rm.Group = grp.Name
+			body.Masters = append(body.Masters, rm)
+		}
+		for op, n := range gl.GroupOps(i) {
+			rg.Ops[groupOpNames[op]] = n
+		}
+		body.Groups = append(body.Groups, rg)
+		body.Quorum.Needed += q.Needed
+		body.Quorum.Counting += q.Counting
+		body.Quorum.Writable += q.Writable
+		body.Quorum.Up += q.Up
+		body.Quorum.Masters += q.Masters
+		body.Quorum.Available = body.Quorum.Available && q.Available
+		some = some || q.Available
+	}
+	return some && !body.Quorum.Available
 }

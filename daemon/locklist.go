@@ -175,7 +175,7 @@ func (s *Server) serveLockList(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, redlock.ErrQuorumUnavailable):
 		s.log.Warn("lock listing: no quorum", zap.Error(err))
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusServiceUnavailable, codeQuorum, "cannot list the locks: "+quorumMessage(err, s.locker.Masters())+"; retry with the same cursor")
+		writeError(w, http.StatusServiceUnavailable, codeQuorum, "cannot list the locks: "+s.listQuorumMessage(err)+"; retry with the same cursor")
 		return
 	default:
 		s.log.Error("lock listing", zap.Error(err))
@@ -234,4 +234,13 @@ func encPart(s string) string {
 	var b strings.Builder
 	writePart(&b, s)
 	return b.String()
+}
+
+// listQuorumMessage is quorumMessage over the masters of the group that
+// failed the listing (all masters with one group).
+func (s *Server) listQuorumMessage(err error) string {
+	if name, l, ok := groupOf(s.locker, err); ok {
+		return "master group " + name + ": " + quorumMessage(err, l.Masters())
+	}
+	return quorumMessage(err, s.locker.Masters())
 }

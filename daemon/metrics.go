@@ -226,6 +226,9 @@ type lockerDescs struct {
 	quorumAvailable, quorumCounting, quorumNeeded     *prometheus.Desc
 	fenceRepairs, quarantines, dataLoss               *prometheus.Desc
 	grantRefusals                                     *prometheus.Desc
+	// Per master group, with master_groups only (groups.go).
+	groupAvailable, groupCounting, groupNeeded *prometheus.Desc
+	groupMasters, groupOps                     *prometheus.Desc
 }
 
 func newLockerDescs() lockerDescs {
@@ -249,6 +252,11 @@ func newLockerDescs() lockerDescs {
 		grantRefusals:   prometheus.NewDesc("redlock_grant_refusals_total", "Acquires that had the votes and were refused because another master showed a granted lock on the key.", nil, nil),
 		quarantines:     prometheus.NewDesc("redlock_quarantines_total", "Times a master was quarantined.", nil, nil),
 		dataLoss:        prometheus.NewDesc("redlock_master_data_loss_total", "Times a master was found to have lost lock state, by how.", []string{"reason"}, nil),
+		groupAvailable:  prometheus.NewDesc("redlock_group_quorum_available", "With master_groups: 1 when at least a quorum of the group's masters counts and accepts writes.", []string{"group"}, nil),
+		groupCounting:   prometheus.NewDesc("redlock_group_quorum_counting", "With master_groups: the group's masters whose votes count now.", []string{"group"}, nil),
+		groupNeeded:     prometheus.NewDesc("redlock_group_quorum_needed", "With master_groups: the group's masters that must agree, N/2+1 of the group.", []string{"group"}, nil),
+		groupMasters:    prometheus.NewDesc("redlock_group_masters", "With master_groups: the group's masters in each state.", []string{"group", "state"}, nil),
+		groupOps:        prometheus.NewDesc("redlock_group_operations_total", "With master_groups: calls this daemon sent to the group, by operation (acquire, release, extend, status).", []string{"group", "operation"}, nil),
 	}
 }
 
@@ -456,6 +464,7 @@ func (c lockerCollector) Describe(ch chan<- *prometheus.Desc) {
 		d.clockOffset, d.driftRatio, d.warnings,
 		d.quorumAvailable, d.quorumCounting, d.quorumNeeded,
 		d.fenceRepairs, d.quarantines, d.dataLoss, d.grantRefusals,
+		d.groupAvailable, d.groupCounting, d.groupNeeded, d.groupMasters, d.groupOps,
 	} {
 		ch <- desc
 	}
@@ -502,7 +511,12 @@ func (c lockerCollector) Collect(ch chan<- prometheus.Metric) {
 	// Available is decided from the same snapshot, as in GET /readyz, so
 	// that the two and redlock_quorum_counting never disagree.
 	needed := box.l.Quorum()
-	gauge(d.quorumAvailable, b2f(writableN >= needed))
+	available := writableN >= needed
+	if gl, ok := box.l.(groupedLocker); ok {
+		// Every group needs its own quorum: available only when each has.
+		available = c.collectGroups(ch, gl)
+	}
+	gauge(d.quorumAvailable, b2f(available))
 	gauge(d.quorumCounting, float64(counting))
 	gauge(d.quorumNeeded, float64(needed))
 	ch <- prometheus.MustNewConstMetric(d.fenceRepairs, prometheus.CounterValue, float64(box.l.FenceRepairs()))
@@ -512,6 +526,34 @@ func (c lockerCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range redlock.DataLossReasons {
 		ch <- prometheus.MustNewConstMetric(d.dataLoss, prometheus.CounterValue, float64(losses[r]), string(r))
 	}
+}
+
+// collectGroups sends the redlock_group_* metrics, each group from one
+// snapshot of its masters, and reports whether every group has a quorum.
+func (c lockerCollector) collectGroups(ch chan<- prometheus.Metric, gl groupedLocker) bool {
+	d := &c.m.lockerDesc
+	all := true
+	for i, grp := range gl.LockerGroups() {
+		q, ms := groupQuorum(grp.Locker)
+		all = all && q.Available
+		ch <- prometheus.MustNewConstMetric(d.groupAvailable, prometheus.GaugeValue, b2f(q.Available), grp.Name)
+		ch <- prometheus.MustNewConstMetric(d.groupCounting, prometheus.GaugeValue, float64(q.Counting), grp.Name)
+		ch <- prometheus.MustNewConstMetric(d.groupNeeded, prometheus.GaugeValue, float64(q.Needed), grp.Name)
+		states := map[redlock.MasterState]int{}
+		for _, s := range masterStates {
+			states[s] = 0
+		}
+		for j := range ms {
+			states[masterState(&ms[j])]++
+		}
+		for s, n := range states {
+			ch <- prometheus.MustNewConstMetric(d.groupMasters, prometheus.GaugeValue, float64(n), grp.Name, string(s))
+		}
+		for op, n := range gl.GroupOps(i) {
+			ch <- prometheus.MustNewConstMetric(d.groupOps, prometheus.CounterValue, float64(n), grp.Name, groupOpNames[op])
+		}
+	}
+	return all
 }
 
 func b2f(b bool) float64 {

@@ -200,9 +200,14 @@ func quorumReturn(err error, masters []redlock.MasterStatus, quorum int) (time.D
 // outage's backoff.
 func (s *Server) quorumAnswer(err error, now time.Time) (string, time.Duration) {
 	retry := s.outage.backoff(now)
-	masters := s.locker.Masters()
-	msg := quorumMessage(err, masters)
-	if d, ok := quorumReturn(err, masters, s.locker.Quorum()); ok && d > 0 {
+	locker, prefix := s.locker, ""
+	if name, l, ok := groupOf(s.locker, err); ok {
+		// The key's own group: its masters, its quorum.
+		locker, prefix = l, "master group "+name+": "
+	}
+	masters := locker.Masters()
+	msg := prefix + quorumMessage(err, masters)
+	if d, ok := quorumReturn(err, masters, locker.Quorum()); ok && d > 0 {
 		d = max(d.Round(time.Second), time.Second)
 		retry = min(d, maxRetryAfter)
 		return msg + fmt.Sprintf("; a quorum is expected back in %v, when quarantines end; retry in %d s", d, retry/time.Second), retry

@@ -112,7 +112,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 // write-back, and on failure the clean-up (step 5) and the error.
 func (c *Client) acquireOnce(ctx context.Context, key string, ttl, lockDelay time.Duration) (*Lock, error) {
 	c.attempts.Add(1)
-	token, err := c.opts.token()
+	token, err := c.tokenFor(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("redlock: token generator: %w", err)
 	}

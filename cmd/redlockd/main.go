@@ -3,6 +3,7 @@
 //	redlockd serve --config redlockd.yaml   run against your masters
 //	redlockd dev                            five local masters + the daemon
 //	redlockd repair-fences --config FILE    after most masters lost their data
+//	redlockd groups-change --daemons URLS   the progress of a change of master groups
 //	redlockd lock run --key K --ttl 5m -- cmd   run cmd while holding a lock
 //	redlockd version                            version, VCS revision, Go version
 //
@@ -31,6 +32,8 @@ Usage:
   redlockd dev [flags]                   start five local redis-server masters and the daemon
   redlockd repair-fences --config FILE   after most masters lost their data: raise the fencing counters
                                          so the daemons count them again (see "redlockd repair-fences --help")
+  redlockd groups-change --daemons URL,…  show (and with --wait, follow) a change of master groups
+                                         (see "redlockd groups-change --help")
   redlockd lock run|acquire|extend|release|status
                                          hold a lock from a shell or cron (see "redlockd lock help")
   redlockd idempotency-proxy --upstream URL
@@ -67,7 +70,7 @@ func main() {
 var revision string
 
 // commands are the commands run knows, as the usage lists them.
-var commands = []string{"serve", "dev", "repair-fences", "lock", "idempotency-proxy", "version", "help"}
+var commands = []string{"serve", "dev", "repair-fences", "groups-change", "lock", "idempotency-proxy", "version", "help"}
 
 // versionString is what `redlockd version` prints:
 //
@@ -114,6 +117,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return dev(ctx, args[1:], stdout, stderr)
 	case "repair-fences":
 		return repairFences(ctx, args[1:], stdout, stderr)
+	case "groups-change":
+		return groupsChange(ctx, args[1:], stdout, stderr)
 	case "lock":
 		return lockCmd(ctx, args[1:], stdout, stderr)
 	case "idempotency-proxy":

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,7 +56,7 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	log.Info("redlockd serving", zap.String("addr", ln.Addr().String()), zap.Strings("masters", cfg.Masters))
+	log.Info("redlockd serving", zap.String("addr", ln.Addr().String()), zap.Strings("masters", allMasters(cfg)), zap.Int("master_groups", len(cfg.Groups())), zap.Bool("changing_groups", len(cfg.PreviousMasterGroups) > 0))
 	load := func() (config.Config, error) { return config.Load(*path, os.LookupEnv, fs) }
 	return runDaemon(ctx, cfg, log, ln, load)
 }
@@ -68,10 +69,14 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := daemon.NewMetrics(reg)
-	metrics.SetMasters(cfg.Masters)
+	metrics.SetMasters(allMasters(cfg))
 
 	redis.SetLogger(zapRedisLogger{log.Named("go-redis")})
-	masters, masterCert, err := masterOptions(cfg)
+	// Every group's masters at once (one client certificate to reload),
+	// then cut group by group.
+	all := cfg
+	all.Masters = allMasters(cfg)
+	masters, masterCert, err := masterOptions(all)
 	if err != nil {
 		ln.Close()
 		return err
@@ -80,6 +85,87 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		ln.Close()
 		return err
 	}
+	// The accounts' limits live on the first group's masters, on
+	// connections of their own.
+	limitMasters := masters[:len(cfg.Groups()[0].Masters)]
+	var groups []daemon.LockerGroup
+	clients := map[string]*redlock.Client{}
+	for _, g := range distinctGroups(cfg) {
+		locker, err := newGroupClient(ctx, cfg, log, metrics, masters[:len(g.Masters)])
+		masters = masters[len(g.Masters):]
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("master group %s: %w", g.Name, err)
+		}
+		defer locker.Close()
+		clients[g.Name] = locker
+		groups = append(groups, daemon.LockerGroup{Name: g.Name, Locker: daemon.NewRedlockLocker(locker)})
+	}
+	daemonLocker := groups[0].Locker
+	switch {
+	case len(cfg.PreviousMasterGroups) > 0:
+		daemonLocker, err = movingLocker(cfg, clients, groups)
+	case len(cfg.MasterGroups) > 0:
+		daemonLocker, err = daemon.NewGroupsLocker(groups)
+	}
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	// Idempotency records live on the first group too (one Client), behind
+	// its checks: placement spreads the lock keys, not the records.
+	return serveWith(ctx, cfg, log, ln, load, reg, metrics, masterCert, daemonLocker, limitMasters, clients[cfg.Groups()[0].Name])
+}
+
+// distinctGroups is every group the daemon locks in: the current groups,
+// then the previous ones that are not current (while the groups change).
+func distinctGroups(cfg config.Config) []config.MasterGroup {
+	out := append([]config.MasterGroup(nil), cfg.Groups()...)
+	for _, p := range cfg.PreviousMasterGroups {
+		if !slices.ContainsFunc(out, func(g config.MasterGroup) bool { return g.Name == p.Name }) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// allMasters is every master of every group, group after group.
+func allMasters(cfg config.Config) []string {
+	var out []string
+	for _, g := range distinctGroups(cfg) {
+		out = append(out, g.Masters...)
+	}
+	return out
+}
+
+// movingLocker is the Locker of the moving phase: keys whose group changes
+// between previous_master_groups and the current groups are locked in
+// both (redlock.Moving); a group in both lists is one Client.
+func movingLocker(cfg config.Config, clients map[string]*redlock.Client, groups []daemon.LockerGroup) (daemon.Locker, error) {
+	list := func(gs []config.MasterGroup) (*redlock.Groups, []string, error) {
+		var rg []redlock.Group
+		var names []string
+		for _, g := range gs {
+			rg = append(rg, redlock.Group{Name: g.Name, Client: clients[g.Name]})
+			names = append(names, g.Name)
+		}
+		r, err := redlock.NewGroups(rg...)
+		return r, names, err
+	}
+	from, fromNames, err := list(cfg.PreviousMasterGroups)
+	if err != nil {
+		return nil, err
+	}
+	to, toNames, err := list(cfg.Groups())
+	if err != nil {
+		return nil, err
+	}
+	return daemon.NewMovingLocker(redlock.NewMoving(from, to), groups, fromNames, toNames)
+}
+
+// newGroupClient is the redlock.Client over one master group, checked
+// (CheckMasters) before it serves.
+func newGroupClient(ctx context.Context, cfg config.Config, log *zap.Logger, metrics *daemon.Metrics, masters []*redis.Options) (*redlock.Client, error) {
 	locker, err := redlock.New(masters,
 		redlock.WithPerMasterTimeout(time.Duration(cfg.PerMasterTimeout)),
 		redlock.WithDriftFactor(cfg.DriftFactor),
@@ -99,16 +185,23 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		redlock.WithMarkerKey(cfg.KeyPrefix+"marker"),
 	)
 	if err != nil {
-		ln.Close()
-		return err
+		return nil, err
 	}
-	defer locker.Close()
 	// Five addresses that are really fewer servers is not Redlock: refuse
 	// to start. Masters that do not answer yet are not an error.
 	if err := locker.CheckMasters(ctx); err != nil {
-		ln.Close()
-		return err
+		locker.Close()
+		return nil, err
 	}
+	return locker, nil
+}
+
+// serveWith serves the daemon over locker until ctx ends; limitMasters
+// are the masters the accounts' limits live on, idemClient the Client the
+// idempotency records live behind.
+func serveWith(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.Listener, load func() (config.Config, error),
+	reg *prometheus.Registry, metrics *daemon.Metrics, masterCert *masterClientCert, locker daemon.Locker, limitMasters []*redis.Options, idemClient *redlock.Client) error {
+	var err error
 
 	var srvTLS *daemon.ServerTLS
 	if cfg.TLSCertFile != "" {
@@ -129,15 +222,15 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	}
 	// The accounts' limits live on the same masters, on connections of
 	// their own; a master is given twice the per-master timeout per sync.
-	limitStore, err := daemon.NewLimitStore(masters, max(2*time.Duration(cfg.PerMasterTimeout), 50*time.Millisecond))
+	limitStore, err := daemon.NewLimitStore(limitMasters, max(2*time.Duration(cfg.PerMasterTimeout), 50*time.Millisecond))
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	defer limitStore.Close()
-	// Idempotency records live on the same masters, behind the same
-	// Client's checks (redlock/idempotency).
-	idemStore, err := idempotency.New(locker,
+	// Idempotency records live on idemClient's masters, behind its checks
+	// (redlock/idempotency).
+	idemStore, err := idempotency.New(idemClient,
 		idempotency.WithMaxRetention(time.Duration(cfg.IdempotencyMaxRetention)),
 		idempotency.WithMaxAnswerBytes(cfg.IdempotencyMaxAnswerBytes))
 	if err != nil {
@@ -158,7 +251,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		AuthFailureSources:    cfg.AuthFailureSources,
 		ShutdownTimeout:       time.Duration(cfg.ShutdownTimeout),
 		DrainDelay:            time.Duration(cfg.DrainDelay),
-		Locker:                daemon.NewRedlockLocker(locker),
+		Locker:                locker,
 		Metrics:               metrics,
 		Gatherer:              reg,
 		AdminListen:           cfg.AdminListen,

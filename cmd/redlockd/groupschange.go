@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+)
+
+const groupsChangeUsage = `Usage: redlockd groups-change --daemons URL,URL,… [--to G,G,…] [--wait] [--interval 2s]
+
+Shows the progress of a change of master groups (docs/operations.md,
+"Changing the master groups") from every daemon's GET /readyz:
+
+  step 1: every daemon runs with previous_master_groups (phase "moving");
+  step 2: max TTL after the last one started so, every lock taken by a
+          daemon without it has ended;
+  step 3: every daemon runs without previous_master_groups (phase
+          "stable" over the new groups).
+
+List every daemon serving the masters (e.g. each pod's address): a daemon
+left out, still on the old groups, is the one that could grant a moved key
+twice. Without --wait it reports once; with --wait it reports every
+--interval until step 2 is done (or every daemon is on the new groups), and
+exits 0 then. Exit status 1: a daemon did not answer, or the daemons
+disagree on the groups. Flags:
+`
+
+// daemonPlacement is what groups-change reads from one daemon's /readyz.
+type daemonPlacement struct {
+	Placement      *placementBody `json:"placement"`
+	LongestMaxTTLS int64          `json:"longest_max_ttl_s"`
+}
+
+// placementBody is /readyz's placement (daemon.readyPlacement).
+type placementBody struct {
+	Phase   string   `json:"phase"`
+	From    []string `json:"from"`
+	To      []string `json:"to"`
+	SinceMS int64    `json:"since_ms"`
+}
+
+// changeProgress is one report over every daemon.
+type changeProgress struct {
+	moving, onNew, onOld int
+	// stepTwoDone: when step 2 ends (zero before every daemon moves).
+	stepTwoDone time.Time
+	lines       []string
+}
+
+func groupsChange(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("groups-change", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	daemons := fs.String("daemons", "", "comma-separated base URLs of every daemon, e.g. http://10.0.0.7:7070")
+	toFlag := fs.String("to", "", "comma-separated names of the new master groups, in configuration order (default: what the moving daemons say; needed to recognise step 3 once no daemon is moving)")
+	wait := fs.Bool("wait", false, "report until step 2 is done")
+	interval := fs.Duration("interval", 2*time.Second, "time between reports with --wait")
+	fs.Usage = func() {
+		fmt.Fprint(stderr, groupsChangeUsage)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var urls []string
+	for _, u := range strings.Split(*daemons, ",") {
+		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
+			urls = append(urls, u)
+		}
+	}
+	switch {
+	case len(urls) == 0:
+		return errors.New("groups-change: --daemons: at least one daemon URL is needed")
+	case *interval < 100*time.Millisecond:
+		return fmt.Errorf("groups-change: --interval: %v is below 100ms", *interval)
+	}
+	var to []string
+	if *toFlag != "" {
+		to = strings.Split(*toFlag, ",")
+	}
+	client := &http.Client{Timeout: 5 * time.Second}
+	for {
+		p, err := readProgress(ctx, client, urls, to)
+		for _, l := range p.lines {
+			fmt.Fprintln(stdout, l)
+		}
+		if err != nil {
+			return err
+		}
+		now := time.Now()
+		switch {
+		case p.onNew == len(urls):
+			fmt.Fprintf(stdout, "step 3 done: all %d daemons lock on the new groups only; the change is complete\n", len(urls))
+			return nil
+		case p.moving == 0 && p.onNew == 0 && to == nil:
+			fmt.Fprintln(stdout, "no daemon is moving: step 1 has not started, or (give --to) the change is complete")
+			return nil
+		case p.moving+p.onNew < len(urls):
+			fmt.Fprintf(stdout, "step 1: %d of %d daemons lock moved keys in both groups; restart or reload the other %d with previous_master_groups\n", p.moving+p.onNew, len(urls), p.onOld)
+		case p.onNew > 0:
+			fmt.Fprintf(stdout, "step 3: %d of %d daemons on the new groups only\n", p.onNew, len(urls))
+		case now.Before(p.stepTwoDone):
+			fmt.Fprintf(stdout, "step 2: every daemon is moving; waiting %v more (max TTL after the last one moved, until %s)\n",
+				p.stepTwoDone.Sub(now).Round(time.Second), p.stepTwoDone.UTC().Format(time.RFC3339))
+		default:
+			fmt.Fprintln(stdout, "step 2 done: every lock taken without previous_master_groups has ended; remove previous_master_groups from every daemon (step 3)")
+			return nil
+		}
+		if !*wait {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(*interval):
+		}
+	}
+}
+
+// readProgress reads every daemon's placement and tells where the change
+// is: a stable daemon is on the new groups when they are those every
+// moving daemon moves to, else on the old ones.
+func readProgress(ctx context.Context, client *http.Client, urls, to []string) (changeProgress, error) {
+	var p changeProgress
+	placements := make([]daemonPlacement, len(urls))
+	for i, u := range urls {
+		d, err := readPlacement(ctx, client, u)
+		if err != nil {
+			return p, fmt.Errorf("groups-change: %s: %w", u, err)
+		}
+		if d.Placement == nil { // one masters list: the one group "default"
+			d.Placement = &placementBody{Phase: "stable", To: []string{"default"}}
+		}
+		placements[i] = d
+		if pl := d.Placement; pl.Phase == "moving" {
+			if to != nil && !slices.Equal(to, pl.To) {
+				return p, fmt.Errorf("groups-change: %s moves to groups %v, another daemon to %v: give every daemon the same master_groups", u, pl.To, to)
+			}
+			to = pl.To
+		}
+	}
+	for i, d := range placements {
+		pl := d.Placement
+		switch {
+		case pl.Phase == "moving":
+			p.moving++
+			if end := time.UnixMilli(pl.SinceMS).Add(time.Duration(d.LongestMaxTTLS) * time.Second); end.After(p.stepTwoDone) {
+				p.stepTwoDone = end
+			}
+			p.lines = append(p.lines, fmt.Sprintf("%s: moving from %v to %v since %s (max TTL %d s)", urls[i], pl.From, pl.To, time.UnixMilli(pl.SinceMS).UTC().Format(time.RFC3339), d.LongestMaxTTLS))
+		case to != nil && slices.Equal(pl.To, to):
+			p.onNew++
+			p.lines = append(p.lines, fmt.Sprintf("%s: on the new groups %v", urls[i], pl.To))
+		default:
+			p.onOld++
+			p.lines = append(p.lines, fmt.Sprintf("%s: on the groups %v, not moving", urls[i], pl.To))
+		}
+	}
+	return p, nil
+}
+
+func readPlacement(ctx context.Context, client *http.Client, base string) (daemonPlacement, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/readyz", nil)
+	if err != nil {
+		return daemonPlacement{}, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return daemonPlacement{}, err
+	}
+	defer resp.Body.Close()
+	var d daemonPlacement
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&d); err != nil {
+		return daemonPlacement{}, fmt.Errorf("GET /readyz: %s: %w", resp.Status, err)
+	}
+	return d, nil
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/config"
+	"github.com/redlockd/redlockd/internal/redisproc"
+	"github.com/redlockd/redlockd/redlock"
+)
+
+// TestChangingMasterGroups: a deployment on one masters list (the group
+// "default") gains the group g1, with three daemons of the three phases
+// over the same real masters: old (masters only), moving
+// (previous_master_groups), new (master_groups only). A moved key locked
+// through any of them is refused by the others that may run at the same
+// time; the moving daemon locks it in both groups under one token; the
+// fences go up across the phases although g1's counter started far below
+// default's; and groups-change reports each step.
+func TestChangingMasterGroups(t *testing.T) {
+	srvs, err := redisproc.StartN(6, redisproc.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = redisproc.StopAll(srvs) })
+	a := []string{srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr()}
+	b := []string{srvs[3].Addr(), srvs[4].Addr(), srvs[5].Addr()}
+	prefix := fmt.Sprintf("chg%d:", prefixSeq.Add(1))
+	common := func(c *config.Config) { c.KeyPrefix, c.MaxTTL, c.DefaultTTL = prefix, 2, 2 }
+	newGroups := []config.MasterGroup{{Name: "default", Masters: a}, {Name: "g1", Masters: b}}
+	dOld := daemonURL(t, common, func(c *config.Config) { c.Masters = a })
+	dMoving := daemonURL(t, common, func(c *config.Config) {
+		c.Masters, c.MasterGroups = nil, newGroups
+		c.PreviousMasterGroups = []config.MasterGroup{{Name: "default", Masters: a}}
+	})
+	dNew := daemonURL(t, common, func(c *config.Config) { c.Masters, c.MasterGroups = nil, newGroups })
+
+	place, err := redlock.NewPlacement("default", "g1")
+	require.NoError(t, err)
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("moved:%d", i); place.Group(lockRedisKey(prefix, "acme", k)) == 1 {
+			key = k
+		}
+	}
+	rk := lockRedisKey(prefix, "acme", key)
+	acquire := func(base string) (bool, string, int64) {
+		t.Helper()
+		code, env, _ := post(t, lockURL(base), keyA, fmt.Sprintf(`{"key":%q,"ttl":2}`, key))
+		require.Equal(t, http.StatusOK, code, env.Msg)
+		if env.Data["acquired"] != true {
+			return false, "", 0
+		}
+		return true, env.Data["token"].(string), int64(env.Data["fence"].(float64))
+	}
+	release := func(base, token string) {
+		t.Helper()
+		code, env, _ := post(t, lockURL(base), keyA, fmt.Sprintf(`{"key":%q,"action":"release","token":%q}`, key, token))
+		require.Equal(t, http.StatusOK, code, env.Msg)
+		require.Equal(t, true, env.Data["released"], env.Msg)
+	}
+	// Group default's fencing counter well above g1's.
+	for i := range 20 {
+		code, env, _ := post(t, lockURL(dOld), keyA, fmt.Sprintf(`{"key":"warm:%d","ttl":2}`, i))
+		require.Equal(t, http.StatusOK, code, env.Msg)
+	}
+
+	// Old and moving run together: they share group default.
+	ok, tok, oldFence := acquire(dOld)
+	require.True(t, ok)
+	ok, _, _ = acquire(dMoving)
+	require.False(t, ok, "the moving daemon sees the old daemon's lock")
+	release(dOld, tok)
+
+	ok, tok, movingFence := acquire(dMoving)
+	require.True(t, ok)
+	require.Greater(t, movingFence, oldFence)
+	for i, addr := range append(append([]string{}, a...), b...) {
+		r := redis.NewClient(&redis.Options{Addr: addr})
+		v, err := r.Get(context.Background(), rk).Result()
+		r.Close()
+		if err == nil {
+			require.Equal(t, tok, v, "master %d holds the moving lock's one token", i)
+		}
+	}
+	ok, _, _ = acquire(dOld)
+	require.False(t, ok, "the old daemon sees the moving lock (group default)")
+	ok, _, _ = acquire(dNew)
+	require.False(t, ok, "the new daemon sees the moving lock (group g1)")
+	release(dMoving, tok)
+
+	// Moving and new run together: they share group g1.
+	ok, tok, newFence := acquire(dNew)
+	require.True(t, ok)
+	require.Greater(t, newFence, movingFence, "g1's fence starts above every fence the key had")
+	ok, _, _ = acquire(dMoving)
+	require.False(t, ok, "the moving daemon sees the new daemon's lock")
+	release(dNew, tok)
+
+	// groups-change follows the steps.
+	report := func(args ...string) string {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		require.NoError(t, run(context.Background(), append([]string{"groups-change"}, args...), &out, &errOut), errOut.String())
+		return out.String()
+	}
+	out := report("--daemons", dOld+","+dMoving)
+	require.Contains(t, out, "step 1: 1 of 2 daemons lock moved keys in both groups")
+	require.Contains(t, out, dMoving+": moving from [default] to [default g1]")
+	out = report("--daemons", dMoving, "--wait", "--interval", "200ms")
+	require.Contains(t, out, "step 2 done")
+	t.Log(out)
+	out = report("--daemons", dMoving+","+dNew)
+	require.Contains(t, out, "step 3: 1 of 2 daemons on the new groups only")
+	out = report("--daemons", dNew, "--to", "default,g1")
+	require.Contains(t, out, "step 3 done")
+	var errOut bytes.Buffer
+	require.ErrorContains(t, run(context.Background(), []string{"groups-change", "--daemons", ""}, &bytes.Buffer{}, &errOut), "--daemons: at least one daemon URL")
+}

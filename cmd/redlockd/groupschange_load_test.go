@@ -1,0 +1,150 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/config"
+	"github.com/redlockd/redlockd/internal/redisproc"
+)
+
+// httpHold is one lock as its HTTP caller saw it: from the acquire's
+// answer to the release's request (or the end of validity_ms, if earlier).
+type httpHold struct {
+	key        string
+	fence      int64
+	start, end time.Time
+	via        string
+}
+
+// TestChangingMasterGroupsUnderLoad runs a change of master groups (one
+// group grows to two) through the HTTP API with 64 concurrent callers and
+// three daemons, one per phase, used as the change's steps allow: old and
+// moving, then moving alone for the max TTL, then moving and new. Every
+// grant is checked against every other of its key: no two overlap, and in
+// acquisition order the fences strictly increase; no call fails.
+func TestChangingMasterGroupsUnderLoad(t *testing.T) {
+	violations, grants, failed, last := changeUnderLoad(t, func(old, moving, nw string, load func(time.Duration, ...string)) {
+		load(1500*time.Millisecond, old, moving) // step 1
+		load(2200*time.Millisecond, moving)      // step 2: the max TTL (2 s) with moving daemons only
+		load(1500*time.Millisecond, moving, nw)  // step 3
+	})
+	require.Zero(t, failed, "failed calls, last: %v", last)
+	require.Empty(t, violations)
+	for _, n := range []string{"old", "moving", "new"} {
+		require.Greater(t, grants[n], 10, "grants through the %s daemon", n)
+	}
+	t.Logf("grants checked: %v; 0 failed calls, 0 violations", grants)
+}
+
+// TestChangingMasterGroupsSkippedStepIsCaught is the negative control: an
+// old and a new daemon at once (step 2 skipped) grant moved keys twice,
+// and the same check says so.
+func TestChangingMasterGroupsSkippedStepIsCaught(t *testing.T) {
+	violations, _, _, _ := changeUnderLoad(t, func(old, _, nw string, load func(time.Duration, ...string)) {
+		load(1500*time.Millisecond, old, nw)
+	})
+	twice := slices.IndexFunc(violations, func(v string) bool { return strings.Contains(v, ": two holders: ") })
+	require.GreaterOrEqual(t, twice, 0, "an old and a new daemon together must show two holders; saw %d other violations", len(violations))
+	t.Logf("%d violations, e.g. %s", len(violations), violations[twice])
+}
+
+// changeUnderLoad starts the masters and one daemon per phase, runs plan,
+// whose load calls run 64 callers over eight keys through the daemons
+// given, and checks the grants: it returns the violations (two holders at
+// once, a fence not above the one before), the grants per daemon, and the
+// failed calls.
+func changeUnderLoad(t *testing.T, plan func(old, moving, nw string, load func(time.Duration, ...string))) ([]string, map[string]int, int64, any) {
+	srvs, err := redisproc.StartN(6, redisproc.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = redisproc.StopAll(srvs) })
+	a := []string{srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr()}
+	b := []string{srvs[3].Addr(), srvs[4].Addr(), srvs[5].Addr()}
+	prefix := fmt.Sprintf("chgl%d:", prefixSeq.Add(1))
+	common := func(c *config.Config) { c.KeyPrefix, c.MaxTTL, c.DefaultTTL = prefix, 2, 1 }
+	newGroups := []config.MasterGroup{{Name: "default", Masters: a}, {Name: "g1", Masters: b}}
+	old := daemonURL(t, common, func(c *config.Config) { c.Masters = a })
+	moving := daemonURL(t, common, func(c *config.Config) {
+		c.Masters, c.MasterGroups = nil, newGroups
+		c.PreviousMasterGroups = []config.MasterGroup{{Name: "default", Masters: a}}
+	})
+	nw := daemonURL(t, common, func(c *config.Config) { c.Masters, c.MasterGroups = nil, newGroups })
+	names := map[string]string{old: "old", moving: "moving", nw: "new"}
+
+	keys := []string{"k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"}
+	var mu sync.Mutex
+	var holds []httpHold
+	var errs atomic.Int64
+	var lastErr atomic.Value
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	load := func(d time.Duration, daemons ...string) {
+		stop := time.Now().Add(d)
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					base := daemons[rand.IntN(len(daemons))]
+					key := keys[rand.IntN(len(keys))]
+					env, err := tryPost(client, lockURL(base), keyA, fmt.Sprintf(`{"key":%q,"ttl":1}`, key))
+					if err != nil || env.Ret != "ok" {
+						errs.Add(1)
+						lastErr.Store(fmt.Sprint(err, env.Msg))
+						continue
+					}
+					if env.Data["acquired"] != true {
+						continue
+					}
+					start := time.Now()
+					valid := start.Add(time.Duration(env.Data["validity_ms"].(float64)) * time.Millisecond)
+					time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+					end := time.Now()
+					if valid.Before(end) {
+						end = valid
+					}
+					if end.Before(valid) { // a lock that expired held is not released
+						env, err := tryPost(client, lockURL(base), keyA, fmt.Sprintf(`{"key":%q,"action":"release","token":%q}`, key, env.Data["token"]))
+						if err != nil || env.Ret != "ok" {
+							errs.Add(1)
+							lastErr.Store(fmt.Sprint(err, env.Msg))
+						}
+					}
+					mu.Lock()
+					holds = append(holds, httpHold{key: key, fence: int64(env.Data["fence"].(float64)), start: start, end: end, via: names[base]})
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	plan(old, moving, nw, load)
+
+	byKey := map[string][]httpHold{}
+	perDaemon := map[string]int{}
+	for _, h := range holds {
+		byKey[h.key] = append(byKey[h.key], h)
+		perDaemon[h.via]++
+	}
+	var violations []string
+	for key, hs := range byKey {
+		slices.SortFunc(hs, func(x, y httpHold) int { return x.start.Compare(y.start) })
+		for i := 1; i < len(hs); i++ {
+			p, c := hs[i-1], hs[i]
+			if c.start.Before(p.end) {
+				violations = append(violations, fmt.Sprintf("%s: two holders: %s (fence %d) until %v, %s (fence %d) from %v", key, p.via, p.fence, p.end, c.via, c.fence, c.start))
+			}
+			if c.fence <= p.fence {
+				violations = append(violations, fmt.Sprintf("%s: fence went backwards: %s (%d) then %s (%d)", key, p.via, p.fence, c.via, c.fence))
+			}
+		}
+	}
+	return violations, perDaemon, errs.Load(), lastErr.Load()
+}

@@ -1,0 +1,166 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/redlockd/redlockd/redlock"
+)
+
+// movingLocker serves the moving phase of a change of master groups
+// (config previous_master_groups): every call goes through redlock.Moving,
+// which locks a moved key in its previous group and its new one under one
+// token (redlock/moving.go holds the safety argument). The health views
+// (/readyz, /metrics, List) are those of every group of either list, as a
+// groupsLocker over them shows them.
+type movingLocker struct {
+	*groupsLocker // every group of either list: the views, List, ops counts
+	m             *redlock.Moving
+	index         map[string]int // group name → index in groupsLocker
+	from, to      []string
+	since         time.Time
+}
+
+// NewMovingLocker serves m. groups are every distinct group of the
+// previous and the current lists (each once, a group in both lists once),
+// for the health views; from and to are the two lists' names.
+func NewMovingLocker(m *redlock.Moving, groups []LockerGroup, from, to []string) (Locker, error) {
+	gl, err := NewGroupsLocker(groups)
+	if err != nil {
+		return nil, err
+	}
+	ml := &movingLocker{groupsLocker: gl.(*groupsLocker), m: m, index: map[string]int{}, from: from, to: to, since: time.Now()}
+	for i, g := range groups {
+		ml.index[g.Name] = i
+	}
+	return ml, nil
+}
+
+// count counts one call of op on each group key is locked in.
+func (l *movingLocker) count(key string, op int) {
+	for _, g := range l.m.GroupsOf(key) {
+		if i, ok := l.index[g.Name]; ok {
+			l.ops[i][op].Add(1)
+		}
+	}
+}
+
+func (l *movingLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
+	l.count(req.Key, opAcquire)
+	var opts []redlock.AcquireOption
+	if req.Wait > 0 && req.Permits == 0 {
+		opts = append(opts, redlock.WithWait(req.Wait), redlock.WithStopWaiting(req.StopWaiting))
+	}
+	if req.LockDelay > 0 {
+		opts = append(opts, redlock.WithLockDelay(req.LockDelay))
+	}
+	if req.Permits > 0 {
+		return l.acquirePermit(ctx, req, opts)
+	}
+	lk, err := l.m.Acquire(ctx, req.Key, req.TTL, opts...)
+	if err != nil {
+		return Lease{}, err
+	}
+	return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
+}
+
+// acquirePermit takes one slot of the semaphore req.Key during a change of
+// groups: each slot is a lock of its own (redlock/semaphore.go), taken
+// through the moving phase like any key (in its old and its new group),
+// tried once each from a random slot on. A permit's wait is one pass over
+// the slots: the moving phase has no shared wait queue.
+func (l *movingLocker) acquirePermit(ctx context.Context, req AcquireRequest, opts []redlock.AcquireOption) (Lease, error) {
+	if req.Permits > redlock.MaxPermits {
+		return Lease{}, fmt.Errorf("%w: permits %d is above the limit %d", redlock.ErrInvalid, req.Permits, redlock.MaxPermits)
+	}
+	first := rand.IntN(req.Permits)
+	var last error
+	for i := range req.Permits {
+		slot := (first + i) % req.Permits
+		lk, err := l.m.Acquire(ctx, redlock.PermitKey(req.Key, slot), req.TTL, opts...)
+		if err == nil {
+			return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil(), Slot: slot}, nil
+		}
+		if !errors.Is(err, redlock.ErrLockHeld) {
+			return Lease{}, err
+		}
+		last = err
+	}
+	return Lease{}, last
+}
+
+// SemaphoreStatus reads every slot of the semaphore key through the
+// moving phase (a slot held in either group is taken).
+func (l *movingLocker) SemaphoreStatus(ctx context.Context, key string, permits int) (redlock.SemaphoreStatus, error) {
+	if permits < 1 || permits > redlock.MaxPermits {
+		return redlock.SemaphoreStatus{}, fmt.Errorf("%w: permits %d is not 1 to %d", redlock.ErrInvalid, permits, redlock.MaxPermits)
+	}
+	l.count(key, opStatus)
+	out := redlock.SemaphoreStatus{Permits: permits}
+	for slot := range permits {
+		st, err := l.m.Status(ctx, redlock.PermitKey(key, slot))
+		if err != nil {
+			return redlock.SemaphoreStatus{}, err
+		}
+		if st.Held {
+			out.Taken++
+			if out.Taken == 1 || st.Validity < out.NextFree {
+				out.NextFree = st.Validity
+			}
+		}
+	}
+	return out, nil
+}
+
+func (l *movingLocker) Release(ctx context.Context, key, token string) (int, error) {
+	l.count(key, opRelease)
+	return l.m.Release(ctx, key, token)
+}
+
+func (l *movingLocker) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
+	l.count(key, opExtend)
+	lk, err := l.m.Extend(ctx, key, token, ttl)
+	if err != nil {
+		return Lease{}, err
+	}
+	return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
+}
+
+func (l *movingLocker) Status(ctx context.Context, key string) (redlock.Status, error) {
+	l.count(key, opStatus)
+	return l.m.Status(ctx, key)
+}
+
+// placement is /readyz's placement: the phase of a change of groups.
+func (l *movingLocker) placement() *readyPlacement {
+	return &readyPlacement{Phase: "moving", From: l.from, To: l.to, SinceMS: l.since.UnixMilli()}
+}
+
+// placement of a groupsLocker: no change in force.
+func (g *groupsLocker) placement() *readyPlacement {
+	names := make([]string, len(g.groups))
+	for i, grp := range g.groups {
+		names[i] = grp.Name
+	}
+	return &readyPlacement{Phase: "stable", To: names}
+}
+
+// placementer is a Locker over master groups that tells its placement phase.
+type placementer interface{ placement() *readyPlacement }
+
+// readyPlacement is /readyz's placement, with master_groups:
+//
+//	{"phase":"moving","from":["default"],"to":["default","g1"],"since_ms":1735689600123}
+//
+// phase is "stable" (to: the groups; from absent) or "moving" (this daemon
+// locks a moved key in its group of from and its group of to, since
+// since_ms, when it started so). `redlockd groups-change` reads it.
+type readyPlacement struct {
+	Phase   string   `json:"phase"`
+	From    []string `json:"from,omitempty"`
+	To      []string `json:"to"`
+	SinceMS int64    `json:"since_ms,omitempty"`
+}

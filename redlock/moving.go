@@ -1,0 +1,250 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Moving serves keys while the set of master groups changes from one
+// Groups (from) to another (to): a placement change. A key whose group is
+// the same in both is locked in that group alone, as Groups does; a key
+// that moves is locked in both its old and its new group.
+//
+// # The change, and why no key gets two holders
+//
+// Every locker of a deployment is in one of three phases: old (locks in
+// from only: a plain Groups over from), moving (this type: both groups of
+// a moved key) or new (a plain Groups over to). A change runs:
+//
+//  1. Every locker moves from old to moving (a rolling restart or reload).
+//  2. When no locker is in old any more, wait max TTL: every lock an old
+//     locker took, or extended, has then ended.
+//  3. Every locker moves from moving to new.
+//
+// Claim: two lockers never hold one key at once. Phases old and new never
+// run at the same time (step 2 ends old before step 3 starts new, and the
+// locks old took end before new starts). Any two acquisitions in phases
+// that do overlap — old with moving, or moving with new — both lock one
+// common group: the key's old group (old and moving), its new group
+// (moving and new), or both (moving and moving). Within that group the
+// second acquisition finds the first's lock and fails (the group's own
+// Redlock guarantee). A moving acquisition is all or nothing: when the
+// second group refuses, the first group's lock is released before the
+// call returns, so no half-taken lock blocks, or protects, anyone. The
+// groups are taken in a fixed order (old group, then new), and a refused
+// group is never waited for while the other is held, so two acquirers
+// never wait on each other. A moving extend extends every group the lock
+// holds and fails when one refuses: a lock taken in phase old, which a
+// moving locker finds absent from its new group, cannot be kept alive past
+// max TTL into phase new.
+//
+// Claim: a key's fences never go backwards: a lock L2 acquired after lock
+// L1 on the same key ended has fence(L2) > fence(L1). Invariant: when any
+// acquisition reports fence f, every group it locked has f written back on
+// a quorum of its masters (a group's own write-back does this for its
+// fence; a moving acquisition reports r = the largest of its groups'
+// fences and first raises the other group's counter to r with the same
+// max-assign write-back, on a quorum, while its token holds the lock
+// there). L1 and L2 lock a common group G (above); L2's votes in G came
+// after L1 ended, so after G's quorum held counters ≥ fence(L1); L2's
+// voting quorum in G shares a master with that quorum, so G gives L2 a
+// fence > fence(L1), and L2 reports that fence or a larger one. The
+// groups' own assumptions (at most N − quorum masters losing data, each
+// repaired before it counts; fence.go) carry over.
+//
+// Outside the change's steps the claims do not hold: an old locker still
+// running when a new one starts can grant a moved key twice. The step
+// boundaries are the operator's to keep (docs/operations.md, "Changing
+// the master groups").
+type Moving struct {
+	from, to *Groups
+}
+
+// NewMoving returns the moving phase from from to to. A group that stays
+// should be the same *Client in both (a key that does not move is then
+// locked once); Groups that share no Client move every key whose group
+// name or Client differs.
+func NewMoving(from, to *Groups) *Moving { return &Moving{from: from, to: to} }
+
+// GroupsOf is the groups a key is locked in during the change: its old
+// group, then its new one if that is another Client.
+func (m *Moving) GroupsOf(key string) []Group {
+	old, nw := m.from.For(key), m.to.For(key)
+	if old.Client == nw.Client {
+		return []Group{old}
+	}
+	return []Group{old, nw}
+}
+
+// MovingLock is a lock taken by Moving.Acquire: one Lock per group.
+type MovingLock struct {
+	groups []Group
+	locks  []*Lock
+	fence  int64
+}
+
+// Token is the lock's token, the same in every group it holds.
+func (l *MovingLock) Token() string { return l.locks[0].Token() }
+
+// Fence is the lock's fencing token: the largest of its groups' fences,
+// written back to a quorum of every group it holds.
+func (l *MovingLock) Fence() int64 { return l.fence }
+
+// Groups is the names of the groups the lock holds, in acquisition order.
+func (l *MovingLock) Groups() []string {
+	out := make([]string, len(l.groups))
+	for i, g := range l.groups {
+		out[i] = g.Name
+	}
+	return out
+}
+
+// ValidUntil is the earliest end of validity of the lock's groups.
+func (l *MovingLock) ValidUntil() time.Time {
+	v := l.locks[0].ValidUntil()
+	for _, lk := range l.locks[1:] {
+		if u := lk.ValidUntil(); u.Before(v) {
+			v = u
+		}
+	}
+	return v
+}
+
+// Release releases the lock in every group it holds; the groups' errors
+// are joined, each a *GroupError.
+func (l *MovingLock) Release(ctx context.Context) error {
+	var errs []error
+	for i, lk := range l.locks {
+		errs = append(errs, groupErr(l.groups[i].Name, lk.Release(ctx)))
+	}
+	return errors.Join(errs...)
+}
+
+// Extend extends the lock in every group it holds, to ttl; it fails when
+// any group refuses (the lock is then not safe to keep: see Moving).
+func (l *MovingLock) Extend(ctx context.Context, ttl time.Duration) error {
+	for i, lk := range l.locks {
+		nl, err := l.groups[i].Client.Extend(ctx, lk.Key(), lk.Token(), ttl)
+		if err != nil {
+			return groupErr(l.groups[i].Name, err)
+		}
+		l.locks[i] = nl
+	}
+	return nil
+}
+
+// Acquire locks key in each of GroupsOf(key), in that order, all or
+// nothing: one refusal releases what was taken (on a context detached from
+// ctx) and returns that group's error, a *GroupError. Before it returns,
+// every group's fencing counter is raised to the reported fence (see
+// Moving); when that write-back reaches no quorum, or validity ran out
+// meanwhile, the lock is released and the error matches ErrNotObtained.
+func (m *Moving) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*MovingLock, error) {
+	ml := &MovingLock{groups: m.GroupsOf(key)}
+	fail := func(err error) (*MovingLock, error) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+		defer cancel()
+		for _, lk := range ml.locks {
+			// A release that fails leaves the lock to expire within ttl.
+			_ = lk.Release(rctx)
+		}
+		return nil, err
+	}
+	for i, g := range ml.groups {
+		var lk *Lock
+		var err error
+		if i == 0 {
+			lk, err = g.Client.Acquire(ctx, key, ttl, opts...)
+		} else {
+			// One attempt, under the first group's token: never wait on a
+			// group while holding another, and let a release or extend
+			// that names the token reach every group.
+			lk, err = g.Client.Acquire(withSameToken(ctx, ml.locks[0].Token()), key, ttl)
+		}
+		if err != nil {
+			return fail(groupErr(g.Name, err))
+		}
+		ml.locks = append(ml.locks, lk)
+		ml.fence = max(ml.fence, lk.Fence())
+	}
+	for i, lk := range ml.locks {
+		if lk.Fence() >= ml.fence {
+			continue
+		}
+		g := ml.groups[i]
+		c := g.Client
+		var res OutcomeError
+		if written := c.writeFence(ctx, c.voteKeys(key), lk.Token(), ml.fence, nil, c.quorum, true, &res); written < c.quorum {
+			return fail(groupErr(g.Name, fmt.Errorf("%w: raising the fencing counter to %d reached %d of the %d masters needed: %w",
+				ErrNotObtained, ml.fence, written, c.quorum, errors.Join(res.Failures...))))
+		}
+	}
+	if time.Until(ml.ValidUntil()) <= 0 {
+		return fail(fmt.Errorf("%w: validity ran out while the lock was taken in %d groups", ErrNotObtained, len(ml.locks)))
+	}
+	return ml, nil
+}
+
+// Release releases key held by token in every group of GroupsOf(key), and
+// returns how many masters held it in all. A group that does not hold it
+// (a lock taken by a locker of phase new holds only the new group) is not
+// an error; the groups' errors are joined, each a *GroupError.
+func (m *Moving) Release(ctx context.Context, key, token string) (int, error) {
+	n := 0
+	var errs []error
+	for _, g := range m.GroupsOf(key) {
+		k, err := g.Client.Release(ctx, key, token)
+		n += k
+		if err != nil && !errors.Is(err, ErrNotHeld) {
+			errs = append(errs, groupErr(g.Name, err))
+		}
+	}
+	if n == 0 && len(errs) == 0 {
+		return 0, fmt.Errorf("%w: key %q is not held by this token in any of its groups", ErrNotHeld, key)
+	}
+	return n, errors.Join(errs...)
+}
+
+// Extend extends key held by token in every group of GroupsOf(key) and
+// fails when any group refuses (a lock taken in phase old is absent from
+// the new group: it cannot be kept alive into phase new, see Moving). The
+// returned Lock is the first group's, with the fence of the group that
+// reports the largest.
+func (m *Moving) Extend(ctx context.Context, key, token string, ttl time.Duration) (*Lock, error) {
+	var first *Lock
+	for _, g := range m.GroupsOf(key) {
+		lk, err := g.Client.Extend(ctx, key, token, ttl)
+		if err != nil {
+			return nil, groupErr(g.Name, err)
+		}
+		if first == nil {
+			first = lk
+		} else if lk.Fence() > first.Fence() {
+			first.fence = lk.Fence()
+		}
+		if lk.ValidUntil().Before(first.ValidUntil()) {
+			first.validUntil = lk.ValidUntil()
+		}
+	}
+	return first, nil
+}
+
+// Status is a majority read of key in each group of GroupsOf(key): held
+// when any group holds it (a lock of phase old holds only the old group, a
+// lock of phase new only the new one), with that group's answer.
+func (m *Moving) Status(ctx context.Context, key string) (Status, error) {
+	var last Status
+	for _, g := range m.GroupsOf(key) {
+		st, err := g.Client.Status(ctx, key)
+		if err != nil {
+			return Status{}, groupErr(g.Name, err)
+		}
+		if st.Held {
+			return st, nil
+		}
+		last = st
+	}
+	return last, nil
+}

@@ -1,0 +1,224 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/internal/redisproc"
+)
+
+// hold is one lock as its holder saw it: from the return of its acquire to
+// the start of its release (or its end of validity, if earlier).
+type hold struct {
+	key        string
+	fence      int64
+	start, end time.Time
+	phase      string
+}
+
+// history collects holds and counts failures other than a held lock.
+type history struct {
+	mu     sync.Mutex
+	holds  []hold
+	errs   atomic.Int64
+	lastEr atomic.Value
+	phases sync.Map // phase → *atomic.Int64 grants
+}
+
+func (h *history) add(x hold) {
+	h.mu.Lock()
+	h.holds = append(h.holds, x)
+	h.mu.Unlock()
+	n, _ := h.phases.LoadOrStore(x.phase, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
+}
+
+// violations checks every key's holds: none overlaps another, and in
+// acquisition order fences strictly increase.
+func (h *history) violations() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	byKey := map[string][]hold{}
+	for _, x := range h.holds {
+		byKey[x.key] = append(byKey[x.key], x)
+	}
+	var out []string
+	for key, hs := range byKey {
+		slices.SortFunc(hs, func(a, b hold) int { return a.start.Compare(b.start) })
+		for i := 1; i < len(hs); i++ {
+			p, c := hs[i-1], hs[i]
+			if c.start.Before(p.end) {
+				out = append(out, fmt.Sprintf("%s: two holders: %s lock (fence %d) until %v, %s lock (fence %d) from %v", key, p.phase, p.fence, p.end.Format("15:04:05.000000"), c.phase, c.fence, c.start.Format("15:04:05.000000")))
+			}
+			if c.fence <= p.fence {
+				out = append(out, fmt.Sprintf("%s: fence went backwards: %s lock fence %d, then %s lock fence %d", key, p.phase, p.fence, c.phase, c.fence))
+			}
+		}
+	}
+	return out
+}
+
+// locker is one phase's way to take and give back a lock.
+type phaseLocker struct {
+	name    string
+	acquire func(ctx context.Context, key string, ttl time.Duration) (fence int64, validUntil time.Time, release func(context.Context) error, err error)
+}
+
+func groupsLocker(name string, g *Groups) phaseLocker {
+	return phaseLocker{name, func(ctx context.Context, key string, ttl time.Duration) (int64, time.Time, func(context.Context) error, error) {
+		lk, err := g.Acquire(ctx, key, ttl)
+		if err != nil {
+			return 0, time.Time{}, nil, err
+		}
+		return lk.Fence(), lk.ValidUntil(), lk.Release, nil
+	}}
+}
+
+func movingLocker(m *Moving, spans *atomic.Int64) phaseLocker {
+	return phaseLocker{"moving", func(ctx context.Context, key string, ttl time.Duration) (int64, time.Time, func(context.Context) error, error) {
+		lk, err := m.Acquire(ctx, key, ttl)
+		if err != nil {
+			return 0, time.Time{}, nil, err
+		}
+		if len(lk.Groups()) == 2 {
+			spans.Add(1)
+		}
+		return lk.Fence(), lk.ValidUntil(), lk.Release, nil
+	}}
+}
+
+// load runs workers for d, each picking a locker of lockers and a key of
+// keys at random, holding a granted lock a few milliseconds.
+func load(workers int, d time.Duration, keys []string, lockers []phaseLocker, h *history) {
+	ctx := context.Background()
+	stop := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				l := lockers[rand.IntN(len(lockers))]
+				key := keys[rand.IntN(len(keys))]
+				fence, validUntil, release, err := l.acquire(ctx, key, time.Second)
+				if err != nil {
+					if !errors.Is(err, ErrLockHeld) {
+						h.errs.Add(1)
+						h.lastEr.Store(err.Error())
+					}
+					time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+					continue
+				}
+				start := time.Now()
+				time.Sleep(time.Duration(rand.IntN(3)) * time.Millisecond)
+				end := time.Now()
+				if validUntil.Before(end) {
+					end = validUntil
+				}
+				h.add(hold{key: key, fence: fence, start: start, end: end, phase: l.name})
+				if err := release(ctx); err != nil {
+					h.errs.Add(1)
+					h.lastEr.Store(err.Error())
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// changeGroups is a deployment of group a (3 masters) growing by group b
+// (3 masters): lockers in the old phase (a only), the moving phase, and
+// the new phase (a and b), each on Clients of its own, as separate daemons
+// would be.
+type changeGroups struct {
+	old, new *Groups
+	moving   *Moving
+	keys     []string // half stay on a, half move to b
+}
+
+func newChangeGroups(t *testing.T) *changeGroups {
+	srvs, err := redisproc.StartN(6, redisproc.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = redisproc.StopAll(srvs) })
+	client := func(s []*redisproc.Server) *Client {
+		opts := make([]*redis.Options, len(s))
+		for i, m := range s {
+			opts[i] = &redis.Options{Addr: m.Addr()}
+		}
+		c, err := New(opts, WithPerMasterTimeout(500*time.Millisecond), WithMaxTTL(2*time.Second))
+		require.NoError(t, err)
+		t.Cleanup(func() { require.NoError(t, c.Close()) })
+		return c
+	}
+	a, b := srvs[:3], srvs[3:]
+	cg := &changeGroups{}
+	cg.old, err = NewGroups(Group{"a", client(a)})
+	require.NoError(t, err)
+	ma := client(a)
+	mFrom, err := NewGroups(Group{"a", ma})
+	require.NoError(t, err)
+	mTo, err := NewGroups(Group{"a", ma}, Group{"b", client(b)})
+	require.NoError(t, err)
+	cg.moving = NewMoving(mFrom, mTo)
+	cg.new, err = NewGroups(Group{"a", client(a)}, Group{"b", client(b)})
+	require.NoError(t, err)
+	// Raise group a's fences well above b's: a moved key's fences would
+	// go backwards if its new group started from its own counter.
+	ctx := context.Background()
+	for i := range 50 {
+		lk, err := cg.old.Acquire(ctx, fmt.Sprintf("test:warm:%d", i), time.Second)
+		require.NoError(t, err)
+		require.NoError(t, lk.Release(ctx))
+	}
+	p := cg.new.Placement()
+	cg.keys = append(keysOn(p, 0, 4, "test:moving"), keysOn(p, 1, 4, "test:moving")...)
+	return cg
+}
+
+// TestMovingKeysUnderLoad runs a placement change (group b added) under 64
+// concurrent workers, through its three steps, with the history checked:
+// no key ever has two holders and no key's fence goes backwards, and no
+// call fails for any reason but a held lock.
+func TestMovingKeysUnderLoad(t *testing.T) {
+	cg := newChangeGroups(t)
+	h := &history{}
+	var spans atomic.Int64
+	moving := movingLocker(cg.moving, &spans)
+	old, nw := groupsLocker("old", cg.old), groupsLocker("new", cg.new)
+
+	load(64, 1500*time.Millisecond, cg.keys, []phaseLocker{old, moving}, h) // step 1: old and moving lockers
+	load(64, 2200*time.Millisecond, cg.keys, []phaseLocker{moving}, h)      // step 2: max TTL (2s) with moving lockers only
+	load(64, 1500*time.Millisecond, cg.keys, []phaseLocker{moving, nw}, h)  // step 3: moving and new lockers
+
+	require.Empty(t, h.violations())
+	require.Zero(t, h.errs.Load(), "calls failed: last %v", h.lastEr.Load())
+	for _, phase := range []string{"old", "moving", "new"} {
+		n, ok := h.phases.Load(phase)
+		require.True(t, ok, "no lock granted in phase %s", phase)
+		require.Greater(t, n.(*atomic.Int64).Load(), int64(20), "locks granted in phase %s", phase)
+	}
+	require.Greater(t, spans.Load(), int64(20), "moving locks that held both groups")
+	t.Logf("%d locks checked; %d moving locks held two groups", len(h.holds), spans.Load())
+}
+
+// TestMovingCheckerSeesSkippedStep is the negative control: old and new
+// lockers at once (step 2 skipped) grant moved keys twice, and the same
+// check says so.
+func TestMovingCheckerSeesSkippedStep(t *testing.T) {
+	cg := newChangeGroups(t)
+	h := &history{}
+	load(32, time.Second, cg.keys[4:], []phaseLocker{groupsLocker("old", cg.old), groupsLocker("new", cg.new)}, h)
+	v := h.violations()
+	twice := slices.IndexFunc(v, func(s string) bool { return strings.Contains(s, ": two holders: ") })
+	require.GreaterOrEqual(t, twice, 0, "old and new lockers together must show two holders of a moved key; saw %d other violations", len(v))
+	t.Logf("%d violations, e.g. %s", len(v), v[twice])
+}
