@@ -196,6 +196,7 @@ test-dashboards: test-deps ## Check every dashboard and rule query on a real Pro
 # PHP) run against a real daemon on real masters.
 test-api: test-deps ## Check api/openapi.yaml against the real daemon and run examples/
 	cd apitest && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
+	cd examples/idempotency-orders && $(GO) vet ./... && $(GO) test -count=1 -timeout 10m ./...
 
 # The Helm chart (deploy/kubernetes/redlockd), offline: rendered for every
 # values file in $(CHARTTEST)/testdata, every manifest strictly decoded into
