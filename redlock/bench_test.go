@@ -3,6 +3,8 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -226,12 +228,18 @@ func BenchmarkScripts(b *testing.B) {
 		{"fence", fenceScript, voteKeys, []any{token, "7"}},
 		{"release", releaseScript, func(k string) []string { return []string{k, k + ":fence"} }, []any{token, run + ":released"}},
 		{"stats-reading", statsReadScript, func(string) []string { return nil }, nil},
+		// The same three steps as they were at df18b48, before the data-loss,
+		// clock and granted-lock checks (testdata/df18b48): what the checks
+		// cost, script by script.
+		{"df18b48-acquire", df18b48Script(b, "acquire"), func(k string) []string { return []string{k, counter} }, []any{token, "10000"}},
+		{"df18b48-fence", df18b48Script(b, "fence"), func(k string) []string { return []string{k, counter} }, []any{token, "7"}},
+		{"df18b48-release", df18b48Script(b, "release"), func(k string) []string { return []string{k} }, []any{token}},
 	} {
 		b.Run(s.name, func(b *testing.B) {
 			if err := s.script.Load(ctx, rdb).Err(); err != nil {
 				b.Fatal(err)
 			}
-			if s.name == "fence" || s.name == "release" {
+			if strings.HasSuffix(s.name, "fence") || strings.HasSuffix(s.name, "release") {
 				// The lock each call acts on, as in a cycle.
 				b.StopTimer()
 				for i := 0; i < b.N; i += 256 {
@@ -258,6 +266,16 @@ func BenchmarkScripts(b *testing.B) {
 			b.ReportMetric((readMastersCPUOf(b, rdb)-cpu0).Seconds()*1e6/float64(b.N), "master-cpu-µs/call")
 		})
 	}
+}
+
+// df18b48Script is the cycle script name as it was at df18b48
+// (testdata/df18b48/<name>.lua).
+func df18b48Script(b *testing.B, name string) *redis.Script {
+	src, err := os.ReadFile(filepath.Join("testdata", "df18b48", name+".lua"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return redis.NewScript(string(src))
 }
 
 // readMastersCPUOf reads one master's INFO cpu used_cpu_user +
