@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -237,7 +238,8 @@ func (c *Client) Idempotent(ctx context.Context, key, fingerprint string, fn fun
 }
 
 // keepAttempt extends a's lease by lease at half its length until stop is
-// called or ctx ends (stop waits for the extender to end); an extension
+// called or ctx ends (stop waits for the extender to end; calling it
+// again is a no-op); an extension
 // answered ErrNotOwner cancels the work through cancel.
 func (c *Client) keepAttempt(ctx context.Context, cancel context.CancelFunc, a *Attempt, lease time.Duration) (stop func()) {
 	done := make(chan struct{})
@@ -260,8 +262,9 @@ func (c *Client) keepAttempt(ctx context.Context, cancel context.CancelFunc, a *
 			}
 		}
 	}()
+	var once sync.Once
 	return func() {
-		close(done)
+		once.Do(func() { close(done) })
 		<-exited
 	}
 }

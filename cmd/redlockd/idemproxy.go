@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -28,8 +29,11 @@ attempt's lease ended without an answer), stores the upstream's answer
 (status, the replayed headers, body up to 64 KiB) and replays it to every
 retry with Idempotent-Replayed: true. While an attempt runs, a retry gets
 409 with Retry-After; the same key with another method, target or body
-gets 422. An upstream answer of 5xx (or none: 502) is not stored, so a
-retry runs again. Other requests pass through; Idempotency-Fence and
+gets 422. The upstream's answer is stored even when the client went away
+before it came. An upstream answer of 5xx (or none: 502) is not stored
+and the attempt is left to its lease: a retry after the lease runs the
+upstream again with Idempotency-Takeover: true, so the upstream must look
+for the earlier attempt's work first (by the key, or the fence it saw). Other requests pass through; Idempotency-Fence and
 Idempotency-Takeover sent by clients are removed.
 
 --require names the routes on which a POST or PATCH without
@@ -142,6 +146,11 @@ func newIdemProxy(s idemProxySettings, c *client.Client) http.Handler {
 			return false
 		},
 		Options: []client.IdemOption{client.WithLease(s.lease), client.WithRetention(s.retention)},
+		// An upstream 5xx, or the proxy's own 502, says nothing about
+		// what the upstream did: never a blind re-run (AbortOn5xx false).
+		OnError: func(op, key string, err error) {
+			log.Printf("idempotency-proxy: %s of key %q failed, the answer is not stored; a retry after the lease is a take-over: %v", op, key, err)
+		},
 	}
 	if s.nsHeader != "" {
 		o.Namespace = func(r *http.Request) string { return r.Header.Get(s.nsHeader) }
