@@ -28,6 +28,9 @@ var (
 	// ErrNotOwner: the token's attempt no longer owns the record (HTTP 409
 	// not_owner): its lease ended and a later attempt began or completed.
 	ErrNotOwner = errors.New("redlockd: idempotency token does not own the record")
+	// ErrAlreadyCompleted: a second Complete of an attempt with another
+	// answer (HTTP 409 already_completed); the first answer is kept.
+	ErrAlreadyCompleted = errors.New("redlockd: idempotency attempt already completed with another answer")
 )
 
 // Answer is a response stored by Complete and replayed to every later
@@ -353,6 +356,8 @@ func (c *Client) idemOnce(ctx context.Context, action string, body []byte) (*ide
 		e.Kind = ErrFingerprintMismatch
 	case "not_owner":
 		e.Kind = ErrNotOwner
+	case "already_completed":
+		e.Kind = ErrAlreadyCompleted
 	}
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
 		e.RetryAfter = time.Duration(s) * time.Second

@@ -97,6 +97,7 @@ const (
 	codeIdemInProgress = "in_progress"          // 409
 	codeIdemMismatch   = "fingerprint_mismatch" // 422
 	codeIdemNotOwner   = "not_owner"            // 409
+	codeIdemCompleted  = "already_completed"    // 409
 )
 
 // serveIdempotency answers an idempotency action; serveLock has checked
@@ -128,14 +129,13 @@ func (s *Server) serveIdempotency(ctx context.Context, w http.ResponseWriter, c 
 	case idemAbort:
 		if req.retryable {
 			err = s.idem.store.Abort(ctx, key, req.token)
-			d.Aborted = ptr(true)
 		} else {
 			// A failure that must not be retried is stored like an
 			// answer: every retry replays it.
 			err = s.idem.store.Complete(ctx, key, req.token, req.answer)
-			d.Completed = ptr(true)
 		}
 		if err == nil {
+			d.Aborted = ptr(true)
 			s.idemOK(w, c, d, http.StatusOK, "")
 		}
 	case idemGet:
@@ -209,6 +209,9 @@ func (s *Server) idemFailed(ctx context.Context, w http.ResponseWriter, c *call,
 	case errors.Is(err, idempotency.ErrNotOwner):
 		d.Outcome = ""
 		s.idemOK(w, c, d, http.StatusConflict, errMsg(err))
+	case errors.Is(err, idempotency.ErrAlreadyCompleted):
+		d.Outcome = "already_completed"
+		s.idemOK(w, c, d, http.StatusConflict, errMsg(err))
 	case s.lockerFailed(ctx, w, c, err):
 	default:
 		s.internal(w, c, err)
@@ -238,6 +241,9 @@ func (s *Server) idemOK(w http.ResponseWriter, c *call, d *idemData, status int,
 			env.Code = codeIdemMismatch
 		case d.Outcome == "":
 			env.Code = codeIdemNotOwner
+		case d.Outcome == codeIdemCompleted:
+			d.Outcome = ""
+			env.Code = codeIdemCompleted
 		default:
 			env.Code = codeIdemInProgress
 		}
@@ -281,6 +287,8 @@ func idemResultLabel(d *idemData, err error) string {
 		return "ok"
 	case errors.Is(err, idempotency.ErrNotOwner):
 		return "not_owner"
+	case errors.Is(err, idempotency.ErrAlreadyCompleted):
+		return "already_completed"
 	case errors.Is(err, idempotency.ErrInvalid), errors.Is(err, idempotency.ErrAnswerTooLarge):
 		return "bad_request"
 	case errors.Is(err, redlock.ErrQuorumUnavailable):

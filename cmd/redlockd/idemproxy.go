@@ -120,8 +120,8 @@ func parseIdemProxyArgs(args []string, stderr io.Writer) (idemProxySettings, err
 		return s, errors.New("--url or REDLOCKD_URL: required (e.g. http://127.0.0.1:7070)")
 	case leaseS < 1 || leaseS > 86400:
 		return s, fmt.Errorf("--lease: %d is outside 1 to 86400 seconds", leaseS)
-	case retentionS < leaseS || retentionS > 604800:
-		return s, fmt.Errorf("--retention: %d is outside --lease (%d) to 604800 seconds", retentionS, leaseS)
+	case retentionS < 2*leaseS || retentionS > 604800:
+		return s, fmt.Errorf("--retention: %d is outside twice --lease (%d) to 604800 seconds: the record must outlive the lease so that a retry after it is a take-over", retentionS, 2*leaseS)
 	}
 	s.apiKey = os.Getenv("REDLOCKD_API_KEY")
 	if s.apiKey == "" {

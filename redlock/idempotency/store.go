@@ -40,6 +40,10 @@ var (
 	// the record completed under another attempt, or is gone (aborted,
 	// past its retention, never begun).
 	ErrNotOwner = errors.New("idempotency: token does not own the record")
+	// ErrAlreadyCompleted: Complete of an attempt that already completed
+	// with another answer; the first answer is kept and replayed (as
+	// Stripe replays the first result of a key).
+	ErrAlreadyCompleted = errors.New("idempotency: the attempt already completed with another answer; the first answer is kept")
 )
 
 // Store keeps idempotency records on a redlock.Client's masters. It is safe
