@@ -5,8 +5,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -212,10 +214,37 @@ func (s *Server) idemFailed(ctx context.Context, w http.ResponseWriter, c *call,
 	case errors.Is(err, idempotency.ErrAlreadyCompleted):
 		d.Outcome = "already_completed"
 		s.idemOK(w, c, d, http.StatusConflict, errMsg(err))
+	case s.idemQuorumFailed(ctx, w, c, err):
 	case s.lockerFailed(ctx, w, c, err):
 	default:
 		s.internal(w, c, err)
 	}
+}
+
+// idemQuorumFailed answers a record action that heard no quorum of masters
+// counting for records (idempotency.QuorumError): 503 with every master's
+// reason and, when a quorum's return is known (repaired masters waiting
+// out the max retention), when, as Retry-After (at most maxRetryAfter).
+// The lock's own quorum failures (the lease) go to lockerFailed.
+func (s *Server) idemQuorumFailed(ctx context.Context, w http.ResponseWriter, c *call, err error) bool {
+	var qe *idempotency.QuorumError
+	if !errors.As(err, &qe) || ctx.Err() != nil {
+		return false
+	}
+	c.err = err
+	msg := fmt.Sprintf("idempotency records: no quorum of masters counting for records (%d of %d needed; %d did it, %d not counted: %v)",
+		qe.Quorum, qe.Masters, qe.Done, len(qe.Failures), errors.Join(qe.Failures...))
+	retry := s.outage.backoff(time.Now())
+	if qe.ReturnKnown {
+		d := max(qe.Return.Round(time.Second), time.Second)
+		retry = min(d, maxRetryAfter)
+		msg += fmt.Sprintf("; a quorum counts for records again in %v; retry in %d s", d, retry/time.Second)
+	} else {
+		msg += "; no time is known for a quorum to count for records again; retry later"
+	}
+	w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
+	s.fail(w, c, http.StatusServiceUnavailable, resQuorumUnavailable, codeQuorum, strings.ReplaceAll(msg, "\n", "; "))
+	return true
 }
 
 // errMsg is err's message without the package prefix.

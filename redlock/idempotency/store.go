@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -102,12 +103,73 @@ func (s *Store) notCounted(a redlock.MasterAnswer) error {
 	if a.Err != nil {
 		return a.Err
 	}
-	return fmt.Errorf("master %d: %w: repaired at %v, less than the max retention %v ago", a.Index, redlock.ErrMasterQuarantined, a.KeptSince, s.maxRetention)
+	return &RetentionWaitError{Master: a.Index, RepairedAt: a.KeptSince,
+		Left: s.maxRetention - a.MasterTime.Sub(a.KeptSince), MaxRetention: s.maxRetention}
+}
+
+// RetentionWaitError is a master that answers the lock path but not yet
+// for records: it lost its data at RepairedAt, and may miss copies written
+// before that until the max retention has passed since (safety.go), Left
+// from the answer's time. It matches redlock.ErrMasterQuarantined.
+type RetentionWaitError struct {
+	Master       int
+	RepairedAt   time.Time
+	Left         time.Duration
+	MaxRetention time.Duration
+}
+
+func (e *RetentionWaitError) Error() string {
+	return fmt.Sprintf("master %d: lost its data and was repaired at %s: it answers for records again in %v, when the max retention (%v) has passed since",
+		e.Master, e.RepairedAt.UTC().Format(time.RFC3339), e.Left.Round(time.Second), e.MaxRetention)
+}
+
+func (e *RetentionWaitError) Unwrap() error { return redlock.ErrMasterQuarantined }
+
+// QuorumError is a record action that did not hear a quorum of masters
+// that count for records. It matches redlock.ErrQuorumUnavailable and
+// every master's failure.
+type QuorumError struct {
+	Op string
+	// Done is how many counting masters did the action (wrote, read), of
+	// Quorum needed, of Masters.
+	Done, Quorum, Masters int
+	// Failures are the masters that did not count, one error each.
+	Failures []error
+	// Return is how long until a quorum of masters counts for records
+	// again, when known (ReturnKnown): masters that counted count now, a
+	// master waiting out its retention (RetentionWaitError) when it ends,
+	// any other failure has no known return.
+	Return      time.Duration
+	ReturnKnown bool
+}
+
+func (e *QuorumError) Error() string {
+	return fmt.Sprintf("idempotency: %s: %d of %d needed masters did it (%d masters, %d not counted): %v",
+		e.Op, e.Done, e.Quorum, e.Masters, len(e.Failures), errors.Join(e.Failures...))
+}
+
+func (e *QuorumError) Unwrap() []error {
+	return append([]error{redlock.ErrQuorumUnavailable}, e.Failures...)
 }
 
 // quorumError is a record action's failure to hear a quorum.
-func (s *Store) quorumError(op string, counted int, failures []error) error {
-	return fmt.Errorf("idempotency: %s: %d of %d counting masters answered: %w", op, counted, s.c.Quorum(), errors.Join(append([]error{redlock.ErrQuorumUnavailable}, failures...)...))
+func (s *Store) quorumError(op string, done int, failures []error) error {
+	e := &QuorumError{Op: op, Done: done, Quorum: s.c.Quorum(), Masters: s.c.MasterCount(), Failures: failures}
+	ends := make([]time.Duration, 0, e.Masters)
+	for range max(e.Masters-len(failures), 0) {
+		ends = append(ends, 0)
+	}
+	for _, f := range failures {
+		var rw *RetentionWaitError
+		if errors.As(f, &rw) {
+			ends = append(ends, max(rw.Left, 0))
+		}
+	}
+	if len(ends) >= e.Quorum {
+		slices.Sort(ends)
+		e.Return, e.ReturnKnown = ends[e.Quorum-1], true
+	}
+	return e
 }
 
 // read reads the record at quorum: every answer until a COMPLETED copy on
