@@ -77,6 +77,36 @@ type readyBody struct {
 	// when the Locker does not tell.
 	ClockBounds *readyClockBounds `json:"clock_bounds,omitempty"`
 	Masters     []readyMaster     `json:"masters"`
+	// Idempotency is the records' own quorum (absent when the
+	// idempotency actions are off): a master repaired after a data loss
+	// counts for locks once repaired, for records only when the max
+	// retention has passed since (redlock/idempotency/safety.go). It does
+	// not change ready: locks work without it.
+	Idempotency *readyIdem `json:"idempotency,omitempty"`
+}
+
+// readyIdem is /readyz's idempotency: needed and counting as in quorum,
+// counting the masters whose answers count for records now; available is
+// counting >= needed.
+type readyIdem struct {
+	Needed    int               `json:"needed"`
+	Counting  int               `json:"counting"`
+	Available bool              `json:"available"`
+	Masters   []readyIdemMaster `json:"masters"`
+}
+
+// readyIdemMaster is one master's standing for records: counts (its
+// votes count for locks and it is not waiting out the max retention since
+// a repair); seen is false before its first answer to a record action
+// (then counts follows the lock state); repaired_at_ms (Unix ms, absent
+// when never repaired) and counts_again_in_s say when a repaired master
+// answers for records again.
+type readyIdemMaster struct {
+	Index          int   `json:"index"`
+	Counts         bool  `json:"counts"`
+	Seen           bool  `json:"seen"`
+	RepairedAtMS   int64 `json:"repaired_at_ms,omitempty"`
+	CountsAgainInS int64 `json:"counts_again_in_s"`
 }
 
 // readyClockBounds is /readyz's clock_bounds: drift_factor judges the
@@ -231,6 +261,24 @@ func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	body.Quorum.Available = body.Quorum.Writable >= body.Quorum.Needed
+	if s.idem != nil {
+		rm := s.idem.store.RecordMasters(time.Now())
+		ri := &readyIdem{Needed: body.Quorum.Needed, Masters: make([]readyIdemMaster, len(rm))}
+		for i, m := range rm {
+			lock := i < len(ms) && ms[i].Counting
+			rim := readyIdemMaster{Index: m.Index, Seen: m.Seen, Counts: lock && (m.Counts || !m.Seen),
+				CountsAgainInS: int64((m.Left + time.Second - 1) / time.Second)}
+			if !m.RepairedAt.IsZero() {
+				rim.RepairedAtMS = m.RepairedAt.UnixMilli()
+			}
+			if rim.Counts {
+				ri.Counting++
+			}
+			ri.Masters[i] = rim
+		}
+		ri.Available = ri.Counting >= ri.Needed
+		body.Idempotency = ri
+	}
 	status := http.StatusOK
 	switch {
 	case s.shuttingDown.Load():

@@ -418,3 +418,34 @@ func TestIdemSecondsStrict(t *testing.T) {
 	r := ts.idem(t, map[string]any{"action": "idem_get", "key": "s"})
 	require.Equal(t, "ABSENT", r.idem(t).State)
 }
+
+// TestIdemReadyzShowsRecordQuorum: /readyz shows the records' own quorum,
+// each master seen by a record action and counting for records.
+func TestIdemReadyzShowsRecordQuorum(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t)
+	r := ts.do(t, http.MethodGet, "/readyz", "", nil)
+	var b readyBody
+	require.NoError(t, json.Unmarshal([]byte(r.Raw), &b), r.Raw)
+	require.NotNil(t, b.Idempotency, r.Raw)
+	require.Len(t, b.Idempotency.Masters, 5)
+	r = ts.idem(t, map[string]any{"action": "idem_get", "key": "ready-1"})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	require.Eventually(t, func() bool {
+		r = ts.do(t, http.MethodGet, "/readyz", "", nil)
+		b = readyBody{}
+		require.NoError(t, json.Unmarshal([]byte(r.Raw), &b), r.Raw)
+		seen := 0
+		for _, m := range b.Idempotency.Masters {
+			if m.Seen {
+				seen++
+			}
+		}
+		return seen >= 3 // a read stops at a quorum
+	}, 5*time.Second, 50*time.Millisecond)
+	require.Equal(t, readyIdem{Needed: 3, Counting: 5, Available: true, Masters: b.Idempotency.Masters}, *b.Idempotency)
+	for _, m := range b.Idempotency.Masters {
+		require.True(t, m.Counts)
+		require.Zero(t, m.CountsAgainInS)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redlockd/redlockd/redlock"
@@ -53,6 +54,73 @@ type Store struct {
 	c              *redlock.Client
 	maxAnswerBytes int
 	maxRetention   time.Duration
+
+	mu   sync.Mutex
+	seen []masterSeen // by master index: the last answer's retention state
+}
+
+// masterSeen is what a master's last answer said about its data.
+type masterSeen struct {
+	at         time.Time // our clock, when the answer came
+	keptSince  time.Time // zero: kept its data since the first marker
+	masterTime time.Time
+}
+
+// RecordMaster is what the Store last heard of one master's standing for
+// records (RecordMasters).
+type RecordMaster struct {
+	Index int
+	// Seen is false before the master's first answer to a record action.
+	Seen bool
+	// Counts: its answers count for records (it kept its data for at
+	// least the max retention). A master that does not count for locks
+	// does not count for records either; that is the lock path's state.
+	Counts bool
+	// RepairedAt is the master's last repair after a data loss (zero when
+	// none); Left is how long until it counts for records again.
+	RepairedAt time.Time
+	Left       time.Duration
+}
+
+// RecordMasters reports, per master, whether its answers count for
+// records, from its last answer to a record action: a master repaired
+// after a data loss answers for locks once repaired, but for records only
+// when the max retention has passed since its repair (safety.go).
+func (s *Store) RecordMasters(now time.Time) []RecordMaster {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]RecordMaster, s.c.MasterCount())
+	for i := range out {
+		out[i].Index = i
+		if i >= len(s.seen) || s.seen[i].at.IsZero() {
+			continue
+		}
+		m := &s.seen[i]
+		out[i].Seen, out[i].Counts = true, true
+		if !m.keptSince.IsZero() {
+			out[i].RepairedAt = m.keptSince
+			left := s.maxRetention - m.masterTime.Sub(m.keptSince) - now.Sub(m.at)
+			if left > 0 {
+				out[i].Counts, out[i].Left = false, left
+			}
+		}
+	}
+	return out
+}
+
+// observe keeps a master's answer's retention state for RecordMasters.
+func (s *Store) observe(a redlock.MasterAnswer) {
+	if a.Err != nil || a.MasterTime.IsZero() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = make([]masterSeen, s.c.MasterCount())
+	}
+	if a.Index >= 0 && a.Index < len(s.seen) {
+		s.seen[a.Index] = masterSeen{at: time.Now(), keptSince: a.KeptSince, masterTime: a.MasterTime}
+	}
 }
 
 // Option configures a Store.
@@ -95,6 +163,7 @@ func recordKey(key string) string { return key + ":rec" }
 // lock's checks passed (a.Err nil), and the master has kept its data for
 // at least the longest retention, so it kept every record still retained.
 func (s *Store) counts(a redlock.MasterAnswer) bool {
+	s.observe(a)
 	return a.Err == nil && (a.KeptSince.IsZero() || a.MasterTime.Sub(a.KeptSince) >= s.maxRetention)
 }
 
