@@ -230,6 +230,7 @@ func TestIdemBadInput(t *testing.T) {
 		{`{"action":"idem_begin","key":"k","body":"x","lease":1.5}`, 400, "lease: must be an integer number of seconds"},
 		{`{"action":"idem_begin","key":"k","body":"x","lease":60,"retention":30}`, 400, "retention: 30 seconds must be at least twice the lease (60 seconds)"},
 		{`{"action":"idem_begin","key":"k","body":"x","colour":"red"}`, 400, `unknown field "colour"`},
+		{`{"action":"idem_bogus","key":"k"}`, 400, `is not one of acquire, release, extend, status (and, where idempotency records are on, idem_begin, idem_complete, idem_abort, idem_get, idem_extend)`},
 		{`{"action":"idem_complete","key":"k","answer":{"status":200}}`, 400, "token: required for idem_complete"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `"}`, 400, "answer: required for idem_complete"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":99}}`, 400, "answer.status: required, an HTTP status code from 100 to 599"},
