@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -120,6 +121,11 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 			next.ServeHTTP(w, r)
 			return
 		}
+		if len(r.Header.Values(HeaderIdempotencyKey)) > 1 {
+			// Which one the client meant is unknowable: use none.
+			http.Error(w, "Idempotency-Key: sent more than once; send one key", http.StatusBadRequest)
+			return
+		}
 		key := r.Header.Get(HeaderIdempotencyKey)
 		if key == "" {
 			if o.Require != nil && o.Require(r) {
@@ -223,15 +229,22 @@ func (o *MiddlewareOptions) report(op string, a *Attempt, err error) {
 	}
 }
 
+// maxInProgressRetryAfter caps the Retry-After of a 409 in progress, in
+// seconds.
+const maxInProgressRetryAfter = 5
+
 // refuse answers a Begin that did not start an attempt.
 func refuse(w http.ResponseWriter, err error) {
 	var e *Error
 	errors.As(err, &e)
 	switch {
 	case errors.Is(err, ErrInProgress):
+		// The holder's lease is extended while it works, so its remaining
+		// time is about the whole lease however soon it finishes: the
+		// hint is capped at maxInProgressRetryAfter.
 		secs := int64(1)
 		if e != nil && e.RetryAfter > 0 {
-			secs = int64((e.RetryAfter + time.Second - 1) / time.Second)
+			secs = min(int64((e.RetryAfter+time.Second-1)/time.Second), maxInProgressRetryAfter)
 		}
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		http.Error(w, "a request with this Idempotency-Key is being processed; retry later", http.StatusConflict)
@@ -241,6 +254,12 @@ func refuse(w http.ResponseWriter, err error) {
 		msg := err.Error()
 		if e != nil {
 			msg = e.Msg
+		}
+		if strings.HasPrefix(msg, "namespace") {
+			// The namespace comes from the request (a header the
+			// deployment names), not from the key.
+			http.Error(w, "the namespace header's value (scoping Idempotency-Key): "+msg, http.StatusBadRequest)
+			return
 		}
 		http.Error(w, "Idempotency-Key: "+msg, http.StatusBadRequest)
 	default:

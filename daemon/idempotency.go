@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -194,8 +195,11 @@ func parseIdemRequest(body []byte, a idemAction, lim *limits, st *idempotency.St
 		req.lease = time.Duration(n) * time.Second
 	}
 	if a == idemComplete || a == idemAbort || a == idemExtend {
-		if b.Token == nil || !isToken(*b.Token) {
+		if b.Token == nil {
 			return req, bad("token: required for %s; send the %d lowercase hex characters idem_begin returned", a, tokenLen)
+		}
+		if !isToken(*b.Token) {
+			return req, bad("token: must be the %d lowercase hex characters idem_begin returned, got %d characters", tokenLen, len(*b.Token))
 		}
 		req.token = *b.Token
 	}
@@ -223,12 +227,44 @@ func parseIdemRequest(body []byte, a idemAction, lim *limits, st *idempotency.St
 func jsonErr(err error) string {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		return fmt.Sprintf("field %q must be %s, got %s", te.Field, te.Type.String(), te.Value)
+		return fmt.Sprintf("field %q must be %s, got %s", te.Field, jsonTypeName(te.Type), jsonValueName(te.Value))
 	}
 	if s, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		return "unknown field " + quoteShort(strings.Trim(s, `"`))
 	}
 	return "not a JSON object"
+}
+
+// jsonTypeName names a Go type by the JSON it takes, never by its Go name.
+func jsonTypeName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "another JSON type"
+}
+
+// jsonValueName names the JSON value encoding/json reports ("string",
+// "number", "object", …) with its article.
+func jsonValueName(v string) string {
+	switch {
+	case v == "object", v == "array":
+		return "an " + v
+	case strings.HasPrefix(v, "number"):
+		return "a number"
+	case v == "string", v == "bool":
+		return map[string]string{"string": "a string", "bool": "true or false"}[v]
+	}
+	return v
 }
 
 // seconds reads an integer field in seconds, def when absent. As with the

@@ -12,6 +12,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"path"
 	"strings"
 	"time"
 
@@ -62,8 +63,17 @@ type idemProxySettings struct {
 // proxyRoute is a --require route: method "" means POST and PATCH.
 type proxyRoute struct{ method, prefix string }
 
+// matches compares whole path segments of the cleaned path (path.Clean:
+// "//orders" and "/x/../orders" are "/orders"), so that "/orders" covers
+// "/orders" and "/orders/42" but not "/ordersX", and no spelling of a
+// required path slips past.
 func (r proxyRoute) matches(req *http.Request) bool {
-	return (r.method == "" || r.method == req.Method) && strings.HasPrefix(req.URL.Path, r.prefix)
+	if r.method != "" && r.method != req.Method {
+		return false
+	}
+	p := path.Clean("/" + req.URL.Path)
+	prefix := strings.TrimSuffix(r.prefix, "/")
+	return prefix == "" || p == prefix || strings.HasPrefix(p, prefix+"/")
 }
 
 type routeList []proxyRoute
@@ -82,6 +92,7 @@ func (l *routeList) Set(v string) error {
 	if !strings.HasPrefix(prefix, "/") {
 		return fmt.Errorf("path prefix %q must start with /", prefix)
 	}
+	prefix = path.Clean(prefix)
 	*l = append(*l, proxyRoute{method: method, prefix: prefix})
 	return nil
 }

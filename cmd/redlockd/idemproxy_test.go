@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,6 +108,9 @@ func TestIdempotencyProxyReplays(t *testing.T) {
 	busy, _ := send(http.MethodPost, "/slow", "slow-1", "x")
 	require.Equal(t, http.StatusConflict, busy.StatusCode)
 	require.NotEmpty(t, busy.Header.Get("Retry-After"))
+	ra, err := strconv.Atoi(busy.Header.Get("Retry-After"))
+	require.NoError(t, err)
+	require.LessOrEqual(t, ra, 5, "capped, not the whole 30 s lease")
 	close(release)
 	<-done
 	require.EqualValues(t, 3, seen.Load())
@@ -248,4 +252,35 @@ func TestIdempotencyProxyStoresAnswersUpToTheCap(t *testing.T) {
 	require.Equal(t, "/payments/1", replay.Header.Get("Location"))
 	require.Empty(t, b)
 	require.EqualValues(t, 2, seen.Load())
+}
+
+// TestIdempotencyProxyRequireMatchesSegments: --require "POST /orders"
+// covers /orders and /orders/42 however spelt (//orders, /x/../orders),
+// not /ordersX.
+func TestIdempotencyProxyRequireMatchesSegments(t *testing.T) {
+	var routes routeList
+	require.NoError(t, routes.Set("POST /orders/"))
+	for p, want := range map[string]bool{
+		"/orders": true, "/orders/42": true, "//orders": true, "/x/../orders": true, "/orders/./": true,
+		"/ordersX": false, "/order": false, "/": false,
+	} {
+		req := httptest.NewRequest(http.MethodPost, "http://gw", nil)
+		req.URL.Path = p
+		require.Equal(t, want, routes[0].matches(req), p)
+	}
+}
+
+// TestIdempotencyProxyTwoKeysRefused: two Idempotency-Key headers are 400
+// and nothing reaches the upstream.
+func TestIdempotencyProxyTwoKeysRefused(t *testing.T) {
+	gw, seen := gatewayFor(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), 30*time.Second)
+	req, err := http.NewRequest(http.MethodPost, gw.URL+"/orders", strings.NewReader("x"))
+	require.NoError(t, err)
+	req.Header.Add(client.HeaderIdempotencyKey, "a")
+	req.Header.Add(client.HeaderIdempotencyKey, "b")
+	resp, err := gw.Client().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Zero(t, seen.Load())
 }
