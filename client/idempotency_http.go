@@ -50,7 +50,9 @@ type MiddlewareOptions struct {
 	// 413). Default 1 MiB.
 	MaxBodyBytes int64
 	// MaxAnswerBytes caps the response body stored; a larger body is sent
-	// to the client but stored empty. Default 64 KiB (the daemon's cap).
+	// to the client but stored without its body (Idempotent-Body-Omitted).
+	// It counts the body and the replayed headers, as the daemon does.
+	// Default 64 KiB (the daemon's cap).
 	MaxAnswerBytes int
 	// Options are passed to every Begin (lease, retention).
 	Options []IdemOption

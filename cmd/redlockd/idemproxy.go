@@ -114,7 +114,7 @@ func parseIdemProxyArgs(args []string, stderr io.Writer) (idemProxySettings, err
 	fs.Var(&routes, "require", "`route` \"[POST|PATCH] /prefix\" whose POST/PATCH requests must carry Idempotency-Key (repeatable)")
 	fs.StringVar(&s.nsHeader, "namespace-header", "", "request header `name` whose value scopes the keys (e.g. X-User-Id)")
 	fs.Int64Var(&leaseS, "lease", 30, "processing lease in `seconds`: an attempt that takes longer is extended while the upstream works")
-	fs.Int64Var(&retentionS, "retention", 24*60*60, "how long answers are kept, in `seconds` (at most 604800, 7 days)")
+	fs.Int64Var(&retentionS, "retention", 24*60*60, "how long answers are kept, in `seconds` (at least twice --lease, at most 604800, 7 days)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
