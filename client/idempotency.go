@@ -12,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -27,6 +28,9 @@ var (
 	// ErrNotOwner: the token's attempt no longer owns the record (HTTP 409
 	// not_owner): its lease ended and a later attempt began or completed.
 	ErrNotOwner = errors.New("redlockd: idempotency token does not own the record")
+	// ErrAlreadyCompleted: a second Complete of an attempt with another
+	// answer (HTTP 409 already_completed); the first answer is kept.
+	ErrAlreadyCompleted = errors.New("redlockd: idempotency attempt already completed with another answer")
 )
 
 // Answer is a response stored by Complete and replayed to every later
@@ -237,7 +241,8 @@ func (c *Client) Idempotent(ctx context.Context, key, fingerprint string, fn fun
 }
 
 // keepAttempt extends a's lease by lease at half its length until stop is
-// called or ctx ends (stop waits for the extender to end); an extension
+// called or ctx ends (stop waits for the extender to end; calling it
+// again is a no-op); an extension
 // answered ErrNotOwner cancels the work through cancel.
 func (c *Client) keepAttempt(ctx context.Context, cancel context.CancelFunc, a *Attempt, lease time.Duration) (stop func()) {
 	done := make(chan struct{})
@@ -260,8 +265,9 @@ func (c *Client) keepAttempt(ctx context.Context, cancel context.CancelFunc, a *
 			}
 		}
 	}()
+	var once sync.Once
 	return func() {
-		close(done)
+		once.Do(func() { close(done) })
 		<-exited
 	}
 }
@@ -350,6 +356,8 @@ func (c *Client) idemOnce(ctx context.Context, action string, body []byte) (*ide
 		e.Kind = ErrFingerprintMismatch
 	case "not_owner":
 		e.Kind = ErrNotOwner
+	case "already_completed":
+		e.Kind = ErrAlreadyCompleted
 	}
 	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s > 0 {
 		e.RetryAfter = time.Duration(s) * time.Second

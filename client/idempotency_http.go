@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -25,6 +26,10 @@ const (
 	HeaderIdempotencyTakeover = "Idempotency-Takeover"
 	// HeaderIdempotentReplayed is "true" on a replayed answer.
 	HeaderIdempotentReplayed = "Idempotent-Replayed"
+	// HeaderIdempotentBodyOmitted is set on a replayed answer whose body
+	// was above the stored cap: its value is the original body's length in
+	// bytes, and the replay carries no body.
+	HeaderIdempotentBodyOmitted = "Idempotent-Body-Omitted"
 )
 
 // ReplayedHeaders are the response headers stored with an answer and
@@ -45,10 +50,26 @@ type MiddlewareOptions struct {
 	// 413). Default 1 MiB.
 	MaxBodyBytes int64
 	// MaxAnswerBytes caps the response body stored; a larger body is sent
-	// to the client but stored empty. Default 64 KiB (the daemon's cap).
+	// to the client but stored without its body (Idempotent-Body-Omitted).
+	// It counts the body and the replayed headers, as the daemon does.
+	// Default 64 KiB (the daemon's cap).
 	MaxAnswerBytes int
 	// Options are passed to every Begin (lease, retention).
 	Options []IdemOption
+	// AbortOn5xx says that a 5xx answer of next means that next did
+	// nothing: the attempt is aborted and a retry runs next at once as a
+	// fresh start. By default (false) a 5xx answer is neither stored nor
+	// aborted: a retry runs next again only after the lease ends, with
+	// Idempotency-Takeover: true. A proxy must leave it false: an upstream
+	// error (or a dropped connection) says nothing about what the upstream
+	// did.
+	AbortOn5xx bool
+	// OnError is told of every Complete or Abort that failed (op
+	// "complete", "abort", or "panic" for a handler that panicked), with
+	// the client's key (never the token). The answer was then not stored:
+	// the attempt stays IN_PROGRESS until its lease ends and a retry is a
+	// take-over. nil: not reported.
+	OnError func(op, key string, err error)
 }
 
 // attemptKey is the context key of the request's Attempt.
@@ -83,10 +104,13 @@ func RequestFingerprint(method, target string, body []byte) string {
 // ReplayedHeaders, body) to every retry. While an attempt runs, a retry
 // gets 409 with Retry-After; a retry with another body, method or target
 // gets 422. The lease is extended while next runs; next's context ends
-// if the attempt is taken over. next sees the attempt's fence in the Idempotency-Fence header
-// and AttemptFrom. An answer with a 5xx status is not stored: the attempt
-// is aborted so that a retry runs next again. The daemon being unreachable
-// answers 503.
+// if the attempt is taken over, not when the client goes away (the answer
+// is stored all the same, and the retry replays it). next sees the
+// attempt's fence in the Idempotency-Fence header and AttemptFrom. An
+// answer with a 5xx status is not stored (see AbortOn5xx). An answer
+// above MaxAnswerBytes (body and replayed headers) is stored without its
+// body, and replayed with Idempotent-Body-Omitted. The daemon being
+// unreachable answers 503.
 func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler {
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = 1 << 20
@@ -97,6 +121,11 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost && r.Method != http.MethodPatch {
 			next.ServeHTTP(w, r)
+			return
+		}
+		if len(r.Header.Values(HeaderIdempotencyKey)) > 1 {
+			// Which one the client meant is unknowable: use none.
+			http.Error(w, "Idempotency-Key: sent more than once; send one key", http.StatusBadRequest)
 			return
 		}
 		key := r.Header.Get(HeaderIdempotencyKey)
@@ -141,20 +170,70 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 			r2.Header.Del(HeaderIdempotencyTakeover)
 		}
 		rec := &recorder{ResponseWriter: w, max: o.MaxAnswerBytes}
-		work, cancel := context.WithCancel(r2.Context())
-		stop := c.keepAttempt(work, cancel, a, leaseOf(opts))
-		next.ServeHTTP(rec, r2.WithContext(work))
-		stop()
-		cancel()
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+		// The work does not end with the client's connection: once next
+		// starts, its answer is what a retry must get, so it runs to the
+		// end and is stored even when nobody reads it. It ends early only
+		// when the attempt is taken over.
+		work, cancel := context.WithCancel(context.WithoutCancel(r2.Context()))
 		defer cancel()
+		stop := c.keepAttempt(work, cancel, a, leaseOf(opts))
+		ran := false
+		defer func() {
+			stop()
+			if !ran {
+				// next panicked: it may have done its work, so the
+				// attempt is left IN_PROGRESS (never aborted): a retry
+				// after the lease is a take-over.
+				o.report("panic", a, errors.New("the handler panicked; the attempt is left to its lease"))
+			}
+		}()
+		next.ServeHTTP(rec, r2.WithContext(work))
+		ran = true
+		stop()
+		ctx, cancel2 := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+		defer cancel2()
 		if rec.status >= 500 {
-			_ = c.Abort(ctx, a)
+			if o.AbortOn5xx {
+				if err := c.Abort(ctx, a); err != nil {
+					o.report("abort", a, err)
+				}
+			}
+			// Otherwise not stored and not aborted: the handler (or the
+			// upstream behind a proxy) may have done part of its work
+			// before failing, so a retry runs next again only after the
+			// lease, as a take-over (Idempotency-Takeover: true).
 			return
 		}
-		_ = c.Complete(ctx, a, rec.answer())
+		ans := rec.answer()
+		err = c.Complete(ctx, a, ans)
+		if errors.Is(err, ErrInvalid) && len(ans.Body) > 0 {
+			// Refused for its size (the daemon counts the headers too):
+			// store the status and headers with a marker instead, so that
+			// a retry gets a replay that says the body is missing rather
+			// than running next again.
+			o.report("complete", a, err)
+			ans = rec.withoutBody()
+			err = c.Complete(ctx, a, ans)
+		}
+		if err != nil {
+			// Not stored: the attempt stays IN_PROGRESS until its lease
+			// ends, and a retry after that is a take-over, never a blind
+			// start.
+			o.report("complete", a, err)
+		}
 	})
 }
+
+// report passes a failed Complete or Abort to o.OnError.
+func (o *MiddlewareOptions) report(op string, a *Attempt, err error) {
+	if o.OnError != nil {
+		o.OnError(op, a.Key, err)
+	}
+}
+
+// maxInProgressRetryAfter caps the Retry-After of a 409 in progress, in
+// seconds.
+const maxInProgressRetryAfter = 5
 
 // refuse answers a Begin that did not start an attempt.
 func refuse(w http.ResponseWriter, err error) {
@@ -162,9 +241,12 @@ func refuse(w http.ResponseWriter, err error) {
 	errors.As(err, &e)
 	switch {
 	case errors.Is(err, ErrInProgress):
+		// The holder's lease is extended while it works, so its remaining
+		// time is about the whole lease however soon it finishes: the
+		// hint is capped at maxInProgressRetryAfter.
 		secs := int64(1)
 		if e != nil && e.RetryAfter > 0 {
-			secs = int64((e.RetryAfter + time.Second - 1) / time.Second)
+			secs = min(int64((e.RetryAfter+time.Second-1)/time.Second), maxInProgressRetryAfter)
 		}
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		http.Error(w, "a request with this Idempotency-Key is being processed; retry later", http.StatusConflict)
@@ -174,6 +256,12 @@ func refuse(w http.ResponseWriter, err error) {
 		msg := err.Error()
 		if e != nil {
 			msg = e.Msg
+		}
+		if strings.HasPrefix(msg, "namespace") {
+			// The namespace comes from the request (a header the
+			// deployment names), not from the key.
+			http.Error(w, "the namespace header's value (scoping Idempotency-Key): "+msg, http.StatusBadRequest)
+			return
 		}
 		http.Error(w, "Idempotency-Key: "+msg, http.StatusBadRequest)
 	default:
@@ -204,6 +292,11 @@ type recorder struct {
 	overflow  bool
 	headers   map[string]string
 	wroteHead bool
+	// headerBytes is the replayed headers' names and values, counted
+	// against max as the daemon counts them (Answer.Size).
+	headerBytes int
+	size        int // the whole body's length
+	clientGone  bool
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -215,6 +308,7 @@ func (r *recorder) WriteHeader(code int) {
 	for _, k := range ReplayedHeaders {
 		if v := r.Header().Get(k); v != "" {
 			r.headers[k] = v
+			r.headerBytes += len(k) + len(v)
 		}
 	}
 	r.ResponseWriter.WriteHeader(code)
@@ -224,24 +318,48 @@ func (r *recorder) Write(b []byte) (int, error) {
 	if !r.wroteHead {
 		r.WriteHeader(http.StatusOK)
 	}
+	r.size += len(b)
 	if !r.overflow {
-		if r.body.Len()+len(b) > r.max {
+		if r.headerBytes+r.body.Len()+len(b) > r.max {
 			r.overflow = true
 			r.body.Reset()
 		} else {
 			r.body.Write(b)
 		}
 	}
-	return r.ResponseWriter.Write(b)
+	if !r.clientGone {
+		if _, err := r.ResponseWriter.Write(b); err != nil {
+			// The client went away: the answer is still recorded to the
+			// end and stored, for the retry.
+			r.clientGone = true
+		}
+	}
+	return len(b), nil
 }
 
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// answer is what is stored: a body above the cap is stored empty, with
-// its headers and status.
+// answer is what is stored: a body above the cap (counted with the
+// replayed headers) is left out, see withoutBody.
 func (r *recorder) answer() Answer {
 	if !r.wroteHead {
 		r.WriteHeader(http.StatusOK)
 	}
+	if r.overflow {
+		return r.withoutBody()
+	}
 	return Answer{Status: r.status, Headers: r.headers, Body: bytes.Clone(r.body.Bytes())}
+}
+
+// withoutBody is the answer stored when the body is above the cap: status
+// and headers, no body, and Idempotent-Body-Omitted with the body's length.
+func (r *recorder) withoutBody() Answer {
+	h := make(map[string]string, len(r.headers)+1)
+	for k, v := range r.headers {
+		if k != "Content-Length" {
+			h[k] = v
+		}
+	}
+	h[HeaderIdempotentBodyOmitted] = strconv.Itoa(r.size)
+	return Answer{Status: r.status, Headers: h}
 }

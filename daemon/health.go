@@ -83,6 +83,36 @@ type readyBody struct {
 	// Placement is the placement phase, with master_groups only (see
 	// readyPlacement).
 	Placement *readyPlacement `json:"placement,omitempty"`
+	// Idempotency is the records' own quorum (absent when the
+	// idempotency actions are off): a master repaired after a data loss
+	// counts for locks once repaired, for records only when the max
+	// retention has passed since (redlock/idempotency/safety.go). It does
+	// not change ready: locks work without it.
+	Idempotency *readyIdem `json:"idempotency,omitempty"`
+}
+
+// readyIdem is /readyz's idempotency: needed and counting as in quorum,
+// counting the masters whose answers count for records now; available is
+// counting >= needed.
+type readyIdem struct {
+	Needed    int               `json:"needed"`
+	Counting  int               `json:"counting"`
+	Available bool              `json:"available"`
+	Masters   []readyIdemMaster `json:"masters"`
+}
+
+// readyIdemMaster is one master's standing for records: counts (its
+// votes count for locks and it is not waiting out the max retention since
+// a repair); seen is false before its first answer to a record action
+// (then counts follows the lock state); repaired_at_ms (Unix ms, absent
+// when never repaired) and counts_again_in_s say when a repaired master
+// answers for records again.
+type readyIdemMaster struct {
+	Index          int   `json:"index"`
+	Counts         bool  `json:"counts"`
+	Seen           bool  `json:"seen"`
+	RepairedAtMS   int64 `json:"repaired_at_ms,omitempty"`
+	CountsAgainInS int64 `json:"counts_again_in_s"`
 }
 
 // readyGroup is one master group in /readyz, with master_groups:
@@ -262,6 +292,28 @@ func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	partial := false
 	if gl, ok := s.locker.(groupedLocker); ok {
 		partial = s.readyGroups(&body, gl)
+	}
+	if s.idem != nil {
+		rm := s.idem.store.RecordMasters(time.Now())
+		needed := body.Quorum.Needed
+		if len(body.Groups) > 0 { // the records live behind the first group's Client
+			needed = body.Groups[0].Quorum.Needed
+		}
+		ri := &readyIdem{Needed: needed, Masters: make([]readyIdemMaster, len(rm))}
+		for i, m := range rm {
+			lock := i < len(ms) && ms[i].Counting
+			rim := readyIdemMaster{Index: m.Index, Seen: m.Seen, Counts: lock && (m.Counts || !m.Seen),
+				CountsAgainInS: int64((m.Left + time.Second - 1) / time.Second)}
+			if !m.RepairedAt.IsZero() {
+				rim.RepairedAtMS = m.RepairedAt.UnixMilli()
+			}
+			if rim.Counts {
+				ri.Counting++
+			}
+			ri.Masters[i] = rim
+		}
+		ri.Available = ri.Counting >= ri.Needed
+		body.Idempotency = ri
 	}
 	if p, ok := s.locker.(placementer); ok {
 		body.Placement = p.placement()

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -47,9 +48,13 @@ func (a idemAction) String() string {
 const (
 	defaultIdemLease     = 30
 	defaultIdemRetention = 24 * 60 * 60
-	// idemBodySlack is what an idempotency body may hold beyond its answer
-	// (base64 takes 4/3 of the bytes): the other fields and headers.
+	// idemBodySlack is what an idempotency body may hold beyond its answer:
+	// the other fields and their JSON.
 	idemBodySlack = 16 << 10
+	// idemEscapeFactor is the most JSON bytes one answer byte can take:
+	// a \u00XX escape is 6 bytes (RFC 8259 section 7), more than base64's
+	// 4/3. The answer itself is measured decoded, by the Store.
+	idemEscapeFactor = 6
 )
 
 // idemKey is the base of an idempotency record's Redis keys (the record
@@ -72,9 +77,10 @@ func idemKey(prefix, account, namespace, key string) string {
 }
 
 // idemBodyLimit is the largest idempotency body: an answer of the Store's
-// limit in base64, plus the other fields.
+// limit (body and headers) in its most escaped JSON, plus the other
+// fields. The Store then checks the decoded answer against its limit.
 func idemBodyLimit(st *idempotency.Store) int64 {
-	return int64(st.MaxAnswerBytes())*4/3 + idemBodySlack
+	return int64(st.MaxAnswerBytes())*idemEscapeFactor + idemBodySlack
 }
 
 // idemActionOf returns the idempotency action a body asks for; ok is false
@@ -97,17 +103,17 @@ func idemActionOf(body []byte) (idemAction, bool) {
 // idemRequestBody is the JSON body of an idempotency action; unknown
 // fields are refused.
 type idemRequestBody struct {
-	Action      string        `json:"action"`
-	Key         *string       `json:"key"`
-	Namespace   *string       `json:"namespace"`
-	Fingerprint *string       `json:"fingerprint"`
-	Body        *string       `json:"body"`
-	BodyBase64  *string       `json:"body_base64"`
-	Lease       *json.Number  `json:"lease"`
-	Retention   *json.Number  `json:"retention"`
-	Token       *string       `json:"token"`
-	Retryable   *bool         `json:"retryable"`
-	Answer      *idemAnswerIn `json:"answer"`
+	Action      string          `json:"action"`
+	Key         *string         `json:"key"`
+	Namespace   *string         `json:"namespace"`
+	Fingerprint *string         `json:"fingerprint"`
+	Body        *string         `json:"body"`
+	BodyBase64  *string         `json:"body_base64"`
+	Lease       json.RawMessage `json:"lease"`
+	Retention   json.RawMessage `json:"retention"`
+	Token       *string         `json:"token"`
+	Retryable   *bool           `json:"retryable"`
+	Answer      *idemAnswerIn   `json:"answer"`
 }
 
 type idemAnswerIn struct {
@@ -175,8 +181,11 @@ func parseIdemRequest(body []byte, a idemAction, lim *limits, st *idempotency.St
 			return req, err
 		}
 		req.retention = time.Duration(n) * time.Second
-		if req.lease > req.retention {
-			return req, bad("lease: %d seconds is longer than the retention of %d seconds", int64(req.lease/time.Second), n)
+		if req.retention < 2*req.lease {
+			// The record must outlive the lease so that a retry after the
+			// lease sees the attempt (expired_in_progress), never a
+			// blind started.
+			return req, bad("retention: %d seconds must be at least twice the lease (%d seconds), so that a retry after the lease still sees the attempt", n, int64(req.lease/time.Second))
 		}
 	case idemExtend:
 		n, err := seconds("lease", b.Lease, defaultIdemLease, 1, lim.maxTTL)
@@ -186,8 +195,11 @@ func parseIdemRequest(body []byte, a idemAction, lim *limits, st *idempotency.St
 		req.lease = time.Duration(n) * time.Second
 	}
 	if a == idemComplete || a == idemAbort || a == idemExtend {
-		if b.Token == nil || !isToken(*b.Token) {
+		if b.Token == nil {
 			return req, bad("token: required for %s; send the %d lowercase hex characters idem_begin returned", a, tokenLen)
+		}
+		if !isToken(*b.Token) {
+			return req, bad("token: must be the %d lowercase hex characters idem_begin returned, got %d characters", tokenLen, len(*b.Token))
 		}
 		req.token = *b.Token
 	}
@@ -215,7 +227,7 @@ func parseIdemRequest(body []byte, a idemAction, lim *limits, st *idempotency.St
 func jsonErr(err error) string {
 	var te *json.UnmarshalTypeError
 	if errors.As(err, &te) {
-		return fmt.Sprintf("field %q must be %s, got %s", te.Field, te.Type.String(), te.Value)
+		return fmt.Sprintf("field %q must be %s, got %s", te.Field, jsonTypeName(te.Type), jsonValueName(te.Value))
 	}
 	if s, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		return "unknown field " + quoteShort(strings.Trim(s, `"`))
@@ -223,12 +235,61 @@ func jsonErr(err error) string {
 	return "not a JSON object"
 }
 
-// seconds reads an integer field in seconds, def when absent.
-func seconds(field string, n *json.Number, def, lo, hi int64) (int64, *badRequest) {
-	if n == nil {
+// jsonTypeName names a Go type by the JSON it takes, never by its Go name.
+func jsonTypeName(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int64, reflect.Int32:
+		return "an integer"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "another JSON type"
+}
+
+// jsonValueName names the JSON value encoding/json reports ("string",
+// "number", "object", …) with its article.
+func jsonValueName(v string) string {
+	switch {
+	case v == "object", v == "array":
+		return "an " + v
+	case strings.HasPrefix(v, "number"):
+		return "a number"
+	case v == "string", v == "bool":
+		return map[string]string{"string": "a string", "bool": "true or false"}[v]
+	}
+	return v
+}
+
+// seconds reads an integer field in seconds, def when absent. As with the
+// lock path's ttl, only an integer written as one is taken: "30", 30.5,
+// 3e1, true and null are refused.
+func seconds(field string, raw json.RawMessage, def, lo, hi int64) (int64, *badRequest) {
+	if raw == nil {
 		return def, nil
 	}
-	v := &jsonValue{kind: kNumber, num: n.String(), isInt: !strings.ContainsAny(n.String(), ".eE")}
+	s := string(raw)
+	v := &jsonValue{kind: kNumber, num: s, isInt: !strings.ContainsAny(s, ".eE")}
+	switch s[0] {
+	case '"':
+		v.kind = kString
+	case 'n':
+		v.kind = kNull
+	case 't':
+		v.kind = kTrue
+	case 'f':
+		v.kind = kFalse
+	case '{':
+		v.kind = kObject
+	case '[':
+		v.kind = kArray
+	}
 	if err := wantInt(field, "seconds", v); err != nil {
 		return 0, err
 	}

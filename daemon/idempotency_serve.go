@@ -5,8 +5,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -97,6 +99,7 @@ const (
 	codeIdemInProgress = "in_progress"          // 409
 	codeIdemMismatch   = "fingerprint_mismatch" // 422
 	codeIdemNotOwner   = "not_owner"            // 409
+	codeIdemCompleted  = "already_completed"    // 409
 )
 
 // serveIdempotency answers an idempotency action; serveLock has checked
@@ -128,14 +131,13 @@ func (s *Server) serveIdempotency(ctx context.Context, w http.ResponseWriter, c 
 	case idemAbort:
 		if req.retryable {
 			err = s.idem.store.Abort(ctx, key, req.token)
-			d.Aborted = ptr(true)
 		} else {
 			// A failure that must not be retried is stored like an
 			// answer: every retry replays it.
 			err = s.idem.store.Complete(ctx, key, req.token, req.answer)
-			d.Completed = ptr(true)
 		}
 		if err == nil {
+			d.Aborted = ptr(true)
 			s.idemOK(w, c, d, http.StatusOK, "")
 		}
 	case idemGet:
@@ -209,10 +211,40 @@ func (s *Server) idemFailed(ctx context.Context, w http.ResponseWriter, c *call,
 	case errors.Is(err, idempotency.ErrNotOwner):
 		d.Outcome = ""
 		s.idemOK(w, c, d, http.StatusConflict, errMsg(err))
+	case errors.Is(err, idempotency.ErrAlreadyCompleted):
+		d.Outcome = "already_completed"
+		s.idemOK(w, c, d, http.StatusConflict, errMsg(err))
+	case s.idemQuorumFailed(ctx, w, c, err):
 	case s.lockerFailed(ctx, w, c, err):
 	default:
 		s.internal(w, c, err)
 	}
+}
+
+// idemQuorumFailed answers a record action that heard no quorum of masters
+// counting for records (idempotency.QuorumError): 503 with every master's
+// reason and, when a quorum's return is known (repaired masters waiting
+// out the max retention), when, as Retry-After (at most maxRetryAfter).
+// The lock's own quorum failures (the lease) go to lockerFailed.
+func (s *Server) idemQuorumFailed(ctx context.Context, w http.ResponseWriter, c *call, err error) bool {
+	var qe *idempotency.QuorumError
+	if !errors.As(err, &qe) || ctx.Err() != nil {
+		return false
+	}
+	c.err = err
+	msg := fmt.Sprintf("idempotency records: no quorum of masters counting for records (%d of %d needed; %d did it, %d not counted: %v)",
+		qe.Quorum, qe.Masters, qe.Done, len(qe.Failures), errors.Join(qe.Failures...))
+	retry := s.outage.backoff(time.Now())
+	if qe.ReturnKnown {
+		d := max(qe.Return.Round(time.Second), time.Second)
+		retry = min(d, maxRetryAfter)
+		msg += fmt.Sprintf("; a quorum counts for records again in %v; retry in %d s", d, retry/time.Second)
+	} else {
+		msg += "; no time is known for a quorum to count for records again; retry later"
+	}
+	w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
+	s.fail(w, c, http.StatusServiceUnavailable, resQuorumUnavailable, codeQuorum, strings.ReplaceAll(msg, "\n", "; "))
+	return true
 }
 
 // errMsg is err's message without the package prefix.
@@ -238,6 +270,9 @@ func (s *Server) idemOK(w http.ResponseWriter, c *call, d *idemData, status int,
 			env.Code = codeIdemMismatch
 		case d.Outcome == "":
 			env.Code = codeIdemNotOwner
+		case d.Outcome == codeIdemCompleted:
+			d.Outcome = ""
+			env.Code = codeIdemCompleted
 		default:
 			env.Code = codeIdemInProgress
 		}
@@ -281,6 +316,8 @@ func idemResultLabel(d *idemData, err error) string {
 		return "ok"
 	case errors.Is(err, idempotency.ErrNotOwner):
 		return "not_owner"
+	case errors.Is(err, idempotency.ErrAlreadyCompleted):
+		return "already_completed"
 	case errors.Is(err, idempotency.ErrInvalid), errors.Is(err, idempotency.ErrAnswerTooLarge):
 		return "bad_request"
 	case errors.Is(err, redlock.ErrQuorumUnavailable):

@@ -228,8 +228,12 @@ func TestIdemBadInput(t *testing.T) {
 		{`{"action":"idem_begin","key":"k","body":"x","retention":604801}`, 400, "retention: 604801 is above the maximum of 604800"},
 		{`{"action":"idem_begin","key":"k","body":"x","lease":0}`, 400, "lease: 0 is below the minimum of 1"},
 		{`{"action":"idem_begin","key":"k","body":"x","lease":1.5}`, 400, "lease: must be an integer number of seconds"},
-		{`{"action":"idem_begin","key":"k","body":"x","lease":60,"retention":30}`, 400, "lease: 60 seconds is longer than the retention of 30 seconds"},
+		{`{"action":"idem_begin","key":"k","body":"x","lease":60,"retention":30}`, 400, "retention: 30 seconds must be at least twice the lease (60 seconds)"},
 		{`{"action":"idem_begin","key":"k","body":"x","colour":"red"}`, 400, `unknown field "colour"`},
+		{`{"action":"idem_complete","key":"k","token":"xyz","answer":{"status":200}}`, 400, "token: must be the 32 lowercase hex characters idem_begin returned, got 3 characters"},
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":"x"}`, 400, `field "answer" must be an object, got a string`},
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"headers":[]}}`, 400, `field "answer.headers" must be an object, got an array`},
+		{`{"action":"idem_bogus","key":"k"}`, 400, `is not one of acquire, release, extend, status (and, where idempotency records are on, idem_begin, idem_complete, idem_abort, idem_get, idem_extend)`},
 		{`{"action":"idem_complete","key":"k","answer":{"status":200}}`, 400, "token: required for idem_complete"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `"}`, 400, "answer: required for idem_complete"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":99}}`, 400, "answer.status: required, an HTTP status code from 100 to 599"},
@@ -301,4 +305,151 @@ func TestIdemAdminListing(t *testing.T) {
 	st, body, _ := ts.raw(t, http.MethodGet, admin+"/admin/idempotency?account=acme&cursor=zz", nil)
 	require.Equal(t, http.StatusBadRequest, st, body)
 	require.Contains(t, body, "cursor: not one List returned")
+}
+
+// TestIdemAbortRefusedSaysSo: an abort that deleted nothing is 409
+// not_owner without aborted:true: another token, a token after its
+// complete, a key never begun.
+func TestIdemAbortRefusedSaysSo(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t)
+	r := ts.idem(t, map[string]any{"action": "idem_begin", "key": "k-ab2", "body": "x"})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	tok := r.idem(t).Token
+	other := strings.Repeat("f", 32)
+	for _, key := range []string{"k-ab2", "never-begun"} {
+		r = ts.idem(t, map[string]any{"action": "idem_abort", "key": key, "token": other})
+		require.Equal(t, http.StatusConflict, r.Status, r.Raw)
+		require.Equal(t, "not_owner", *r.Env.Code)
+		require.NotContains(t, r.Raw, `"aborted"`)
+	}
+	r = ts.idem(t, map[string]any{"action": "idem_complete", "key": "k-ab2", "token": tok, "answer": map[string]any{"status": 201}})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	r = ts.idem(t, map[string]any{"action": "idem_abort", "key": "k-ab2", "token": tok})
+	require.Equal(t, http.StatusConflict, r.Status, r.Raw)
+	require.NotContains(t, r.Raw, `"aborted"`)
+	r = ts.idem(t, map[string]any{"action": "idem_get", "key": "k-ab2"})
+	require.Equal(t, "COMPLETED", r.idem(t).State)
+}
+
+// TestIdemSecondCompleteRefused: a second complete of one attempt with
+// another answer is 409 already_completed and the first answer stays; the
+// same complete again (a retry) is 200.
+func TestIdemSecondCompleteRefused(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t)
+	r := ts.idem(t, map[string]any{"action": "idem_begin", "key": "k-c2", "body": "x"})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	tok := r.idem(t).Token
+	first := map[string]any{"action": "idem_complete", "key": "k-c2", "token": tok, "answer": map[string]any{"status": 201, "body": "one"}}
+	r = ts.idem(t, first)
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	r = ts.idem(t, first)
+	require.Equal(t, http.StatusOK, r.Status, "the same complete again is a retry: %s", r.Raw)
+	for _, second := range []map[string]any{
+		{"action": "idem_complete", "key": "k-c2", "token": tok, "answer": map[string]any{"status": 500, "body": "two"}},
+		{"action": "idem_abort", "key": "k-c2", "token": tok, "retryable": false, "answer": map[string]any{"status": 400}},
+	} {
+		r = ts.idem(t, second)
+		require.Equal(t, http.StatusConflict, r.Status, r.Raw)
+		require.Equal(t, "already_completed", *r.Env.Code)
+		require.NotContains(t, r.Raw, `"completed":true`)
+	}
+	r = ts.idem(t, map[string]any{"action": "idem_begin", "key": "k-c2", "body": "x"})
+	ans := r.idem(t).Answer
+	require.NotNil(t, ans)
+	require.Equal(t, 201, ans.Status)
+	require.Equal(t, base64.StdEncoding.EncodeToString([]byte("one")), ans.BodyBase64)
+}
+
+// TestIdemRetentionOutlivesLease: a retention that leaves no take-over
+// window after the lease is refused, naming both fields.
+func TestIdemRetentionOutlivesLease(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t)
+	for _, body := range []string{
+		`{"action":"idem_begin","key":"ret-1","body":"x","lease":2,"retention":2}`,
+		`{"action":"idem_begin","key":"ret-1","body":"x","lease":2,"retention":3}`,
+	} {
+		r := ts.lock(t, testKeyAcme, body)
+		require.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
+		require.Contains(t, r.Env.Msg, "retention: ", body)
+		require.Contains(t, r.Env.Msg, "twice the lease (2 seconds)", body)
+	}
+	r := ts.lock(t, testKeyAcme, `{"action":"idem_begin","key":"ret-1","body":"x","lease":1,"retention":2}`)
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	first := r.idem(t)
+	time.Sleep(1100 * time.Millisecond)
+	r = ts.lock(t, testKeyAcme, `{"action":"idem_begin","key":"ret-1","body":"x","lease":1,"retention":2}`)
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	second := r.idem(t)
+	require.Equal(t, "expired_in_progress", second.Outcome, "a retry after the lease sees the earlier attempt")
+	require.Equal(t, first.Fence, second.PreviousFence)
+}
+
+// TestIdemAnswerEscapedUnderCap: an answer under the cap is accepted however
+// its JSON escapes it (every byte a \" or a \u escape).
+func TestIdemAnswerEscapedUnderCap(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t)
+	for i, body := range []string{strings.Repeat(`\"`, 60<<10), strings.Repeat(`\u0001`, 60<<10), strings.Repeat(`\u4e2d`, 18000)} {
+		key := fmt.Sprintf("esc-%d", i)
+		r := ts.idem(t, map[string]any{"action": "idem_begin", "key": key, "body": "x"})
+		require.Equal(t, http.StatusOK, r.Status, r.Raw)
+		tok := r.idem(t).Token
+		raw := `{"action":"idem_complete","key":"` + key + `","token":"` + tok + `","answer":{"status":200,"body":"` + body + `"}}`
+		r = ts.lock(t, testKeyAcme, raw)
+		require.Equal(t, http.StatusOK, r.Status, "%d bytes of JSON: %.300s", len(raw), r.Raw)
+	}
+}
+
+// TestIdemSecondsStrict: lease and retention are integers written as
+// integers; strings and null are refused like the lock path's ttl.
+func TestIdemSecondsStrict(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t)
+	for _, tc := range []struct{ body, msg string }{
+		{`{"action":"idem_begin","key":"s","body":"x","lease":"5"}`, "lease: must be an integer number of seconds, got a string"},
+		{`{"action":"idem_begin","key":"s","body":"x","retention":"10"}`, "retention: must be an integer number of seconds, got a string"},
+		{`{"action":"idem_begin","key":"s","body":"x","lease":null}`, "lease: must be an integer number of seconds, got null"},
+		{`{"action":"idem_begin","key":"s","body":"x","lease":true}`, "lease: must be an integer number of seconds, got true"},
+		{`{"action":"idem_extend","key":"s","token":"` + strings.Repeat("0", 32) + `","lease":"5"}`, "lease: must be an integer number of seconds, got a string"},
+	} {
+		r := ts.lock(t, testKeyAcme, tc.body)
+		require.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
+		require.Contains(t, r.Env.Msg, tc.msg, tc.body)
+	}
+	r := ts.idem(t, map[string]any{"action": "idem_get", "key": "s"})
+	require.Equal(t, "ABSENT", r.idem(t).State)
+}
+
+// TestIdemReadyzShowsRecordQuorum: /readyz shows the records' own quorum,
+// each master seen by a record action and counting for records.
+func TestIdemReadyzShowsRecordQuorum(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t)
+	r := ts.do(t, http.MethodGet, "/readyz", "", nil)
+	var b readyBody
+	require.NoError(t, json.Unmarshal([]byte(r.Raw), &b), r.Raw)
+	require.NotNil(t, b.Idempotency, r.Raw)
+	require.Len(t, b.Idempotency.Masters, 5)
+	r = ts.idem(t, map[string]any{"action": "idem_get", "key": "ready-1"})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	require.Eventually(t, func() bool {
+		r = ts.do(t, http.MethodGet, "/readyz", "", nil)
+		b = readyBody{}
+		require.NoError(t, json.Unmarshal([]byte(r.Raw), &b), r.Raw)
+		seen := 0
+		for _, m := range b.Idempotency.Masters {
+			if m.Seen {
+				seen++
+			}
+		}
+		return seen >= 3 // a read stops at a quorum
+	}, 5*time.Second, 50*time.Millisecond)
+	require.Equal(t, readyIdem{Needed: 3, Counting: 5, Available: true, Masters: b.Idempotency.Masters}, *b.Idempotency)
+	for _, m := range b.Idempotency.Masters {
+		require.True(t, m.Counts)
+		require.Zero(t, m.CountsAgainInS)
+	}
 }

@@ -165,7 +165,7 @@ func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badReques
 	case s == "status":
 		req.action = actStatus
 	default:
-		return req, actUnknown, bad("action: %s is not one of acquire, release, extend, status", quoteShort(s))
+		return req, actUnknown, bad("action: %s is not one of acquire, release, extend, status (and, where idempotency records are on, idem_begin, idem_complete, idem_abort, idem_get, idem_extend)", quoteShort(s))
 	}
 	a := req.action
 	if f.key.absent() {

@@ -6,11 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"path"
 	"strings"
 	"time"
 
@@ -28,8 +30,11 @@ attempt's lease ended without an answer), stores the upstream's answer
 (status, the replayed headers, body up to 64 KiB) and replays it to every
 retry with Idempotent-Replayed: true. While an attempt runs, a retry gets
 409 with Retry-After; the same key with another method, target or body
-gets 422. An upstream answer of 5xx (or none: 502) is not stored, so a
-retry runs again. Other requests pass through; Idempotency-Fence and
+gets 422. The upstream's answer is stored even when the client went away
+before it came. An upstream answer of 5xx (or none: 502) is not stored
+and the attempt is left to its lease: a retry after the lease runs the
+upstream again with Idempotency-Takeover: true, so the upstream must look
+for the earlier attempt's work first (by the key, or the fence it saw). Other requests pass through; Idempotency-Fence and
 Idempotency-Takeover sent by clients are removed.
 
 --require names the routes on which a POST or PATCH without
@@ -58,8 +63,17 @@ type idemProxySettings struct {
 // proxyRoute is a --require route: method "" means POST and PATCH.
 type proxyRoute struct{ method, prefix string }
 
+// matches compares whole path segments of the cleaned path (path.Clean:
+// "//orders" and "/x/../orders" are "/orders"), so that "/orders" covers
+// "/orders" and "/orders/42" but not "/ordersX", and no spelling of a
+// required path slips past.
 func (r proxyRoute) matches(req *http.Request) bool {
-	return (r.method == "" || r.method == req.Method) && strings.HasPrefix(req.URL.Path, r.prefix)
+	if r.method != "" && r.method != req.Method {
+		return false
+	}
+	p := path.Clean("/" + req.URL.Path)
+	prefix := strings.TrimSuffix(r.prefix, "/")
+	return prefix == "" || p == prefix || strings.HasPrefix(p, prefix+"/")
 }
 
 type routeList []proxyRoute
@@ -78,6 +92,7 @@ func (l *routeList) Set(v string) error {
 	if !strings.HasPrefix(prefix, "/") {
 		return fmt.Errorf("path prefix %q must start with /", prefix)
 	}
+	prefix = path.Clean(prefix)
 	*l = append(*l, proxyRoute{method: method, prefix: prefix})
 	return nil
 }
@@ -99,7 +114,7 @@ func parseIdemProxyArgs(args []string, stderr io.Writer) (idemProxySettings, err
 	fs.Var(&routes, "require", "`route` \"[POST|PATCH] /prefix\" whose POST/PATCH requests must carry Idempotency-Key (repeatable)")
 	fs.StringVar(&s.nsHeader, "namespace-header", "", "request header `name` whose value scopes the keys (e.g. X-User-Id)")
 	fs.Int64Var(&leaseS, "lease", 30, "processing lease in `seconds`: an attempt that takes longer is extended while the upstream works")
-	fs.Int64Var(&retentionS, "retention", 24*60*60, "how long answers are kept, in `seconds` (at most 604800, 7 days)")
+	fs.Int64Var(&retentionS, "retention", 24*60*60, "how long answers are kept, in `seconds` (at least twice --lease, at most 604800, 7 days)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
@@ -116,8 +131,8 @@ func parseIdemProxyArgs(args []string, stderr io.Writer) (idemProxySettings, err
 		return s, errors.New("--url or REDLOCKD_URL: required (e.g. http://127.0.0.1:7070)")
 	case leaseS < 1 || leaseS > 86400:
 		return s, fmt.Errorf("--lease: %d is outside 1 to 86400 seconds", leaseS)
-	case retentionS < leaseS || retentionS > 604800:
-		return s, fmt.Errorf("--retention: %d is outside --lease (%d) to 604800 seconds", retentionS, leaseS)
+	case retentionS < 2*leaseS || retentionS > 604800:
+		return s, fmt.Errorf("--retention: %d is outside twice --lease (%d) to 604800 seconds: the record must outlive the lease so that a retry after it is a take-over", retentionS, 2*leaseS)
 	}
 	s.apiKey = os.Getenv("REDLOCKD_API_KEY")
 	if s.apiKey == "" {
@@ -142,6 +157,11 @@ func newIdemProxy(s idemProxySettings, c *client.Client) http.Handler {
 			return false
 		},
 		Options: []client.IdemOption{client.WithLease(s.lease), client.WithRetention(s.retention)},
+		// An upstream 5xx, or the proxy's own 502, says nothing about
+		// what the upstream did: never a blind re-run (AbortOn5xx false).
+		OnError: func(op, key string, err error) {
+			log.Printf("idempotency-proxy: %s of key %q failed, the answer is not stored; a retry after the lease is a take-over: %v", op, key, err)
+		},
 	}
 	if s.nsHeader != "" {
 		o.Namespace = func(r *http.Request) string { return r.Header.Get(s.nsHeader) }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,6 +108,9 @@ func TestIdempotencyProxyReplays(t *testing.T) {
 	busy, _ := send(http.MethodPost, "/slow", "slow-1", "x")
 	require.Equal(t, http.StatusConflict, busy.StatusCode)
 	require.NotEmpty(t, busy.Header.Get("Retry-After"))
+	ra, err := strconv.Atoi(busy.Header.Get("Retry-After"))
+	require.NoError(t, err)
+	require.LessOrEqual(t, ra, 5, "capped, not the whole 30 s lease")
 	close(release)
 	<-done
 	require.EqualValues(t, 3, seen.Load())
@@ -126,4 +130,157 @@ func TestIdempotencyProxyBadFlags(t *testing.T) {
 		_, err := parseIdemProxyArgs(tc.args, io.Discard)
 		require.ErrorContains(t, err, tc.msg, tc.args)
 	}
+}
+
+// gatewayFor starts the gateway in front of h with the given lease.
+func gatewayFor(t *testing.T, h http.Handler, lease time.Duration) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
+	base := daemonURL(t)
+	var seen atomic.Int32
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Add(1)
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(upstream.Close)
+	u, err := url.Parse(upstream.URL)
+	require.NoError(t, err)
+	c, err := client.New(base, keyA)
+	require.NoError(t, err)
+	gw := httptest.NewServer(newIdemProxy(idemProxySettings{upstream: u, lease: lease, retention: time.Hour}, c))
+	t.Cleanup(gw.Close)
+	return gw, &seen
+}
+
+// postUntilDecided sends the keyed POST until it is no longer 409 (an
+// attempt in progress), for up to 20 s.
+func postUntilDecided(t *testing.T, gw *httptest.Server, path, key, body string) (*http.Response, []byte) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		req, err := http.NewRequest(http.MethodPost, gw.URL+path, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set(client.HeaderIdempotencyKey, key)
+		resp, err := gw.Client().Do(req)
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		if resp.StatusCode != http.StatusConflict || time.Now().After(deadline) {
+			return resp, b
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestIdempotencyProxyClientTimeoutChargesOnce: a client that gives up
+// while the upstream works must not make the retry run the upstream again:
+// the upstream's answer is stored although nobody read it, and the retry
+// replays it.
+func TestIdempotencyProxyClientTimeoutChargesOnce(t *testing.T) {
+	gw, seen := gatewayFor(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(600 * time.Millisecond)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("charged"))
+	}), 30*time.Second)
+	req, err := http.NewRequest(http.MethodPost, gw.URL+"/payments", strings.NewReader(`{"amt":100}`))
+	require.NoError(t, err)
+	req.Header.Set(client.HeaderIdempotencyKey, "pay-42")
+	hc := &http.Client{Timeout: 100 * time.Millisecond}
+	_, err = hc.Do(req)
+	require.Error(t, err, "the client gives up before the upstream answers")
+	resp, b := postUntilDecided(t, gw, "/payments", "pay-42", `{"amt":100}`)
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	require.Equal(t, "true", resp.Header.Get(client.HeaderIdempotentReplayed))
+	require.Equal(t, "charged", string(b))
+	require.EqualValues(t, 1, seen.Load(), "the upstream ran once")
+}
+
+// TestIdempotencyProxyUpstreamErrorIsTakeover: an upstream 5xx may come
+// after the upstream did part of its work: the retry runs it again only
+// as a take-over (Idempotency-Takeover: true, after the lease), never as
+// a blind start.
+func TestIdempotencyProxyUpstreamErrorIsTakeover(t *testing.T) {
+	var takeover []string
+	var mu sync.Mutex
+	gw, seen := gatewayFor(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		takeover = append(takeover, r.Header.Get(client.HeaderIdempotencyTakeover))
+		n := len(takeover)
+		mu.Unlock()
+		if n == 1 {
+			w.WriteHeader(http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}), time.Second)
+	resp, _ := postUntilDecided(t, gw, "/payments", "pay-5xx", "x")
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode)
+	resp, _ = postUntilDecided(t, gw, "/payments", "pay-5xx", "x")
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	require.EqualValues(t, 2, seen.Load())
+	require.Equal(t, []string{"", "true"}, takeover, "the second run is a take-over")
+}
+
+// TestIdempotencyProxyStoresAnswersUpToTheCap: an answer just under the
+// 64 KiB cap (body plus replayed headers) is stored and replayed; a larger
+// one is stored without its body, and its replay says so.
+func TestIdempotencyProxyStoresAnswersUpToTheCap(t *testing.T) {
+	gw, seen := gatewayFor(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := 65400
+		if r.URL.Path == "/huge" {
+			n = 65500 // under 64 KiB, but above it with the replayed headers
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Location", "/payments/1")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write(bytes.Repeat([]byte("a"), n))
+	}), 30*time.Second)
+	first, b1 := postUntilDecided(t, gw, "/payments", "big-42", "x")
+	require.Equal(t, http.StatusCreated, first.StatusCode)
+	again, b2 := postUntilDecided(t, gw, "/payments", "big-42", "x")
+	require.Equal(t, http.StatusCreated, again.StatusCode)
+	require.Equal(t, "true", again.Header.Get(client.HeaderIdempotentReplayed))
+	require.True(t, bytes.Equal(b1, b2))
+	require.EqualValues(t, 1, seen.Load())
+
+	huge, _ := postUntilDecided(t, gw, "/huge", "huge-42", "x")
+	require.Equal(t, http.StatusCreated, huge.StatusCode)
+	replay, b := postUntilDecided(t, gw, "/huge", "huge-42", "x")
+	require.Equal(t, http.StatusCreated, replay.StatusCode)
+	require.Equal(t, "true", replay.Header.Get(client.HeaderIdempotentReplayed))
+	require.Equal(t, "65500", replay.Header.Get(client.HeaderIdempotentBodyOmitted))
+	require.Equal(t, "/payments/1", replay.Header.Get("Location"))
+	require.Empty(t, b)
+	require.EqualValues(t, 2, seen.Load())
+}
+
+// TestIdempotencyProxyRequireMatchesSegments: --require "POST /orders"
+// covers /orders and /orders/42 however spelt (//orders, /x/../orders),
+// not /ordersX.
+func TestIdempotencyProxyRequireMatchesSegments(t *testing.T) {
+	var routes routeList
+	require.NoError(t, routes.Set("POST /orders/"))
+	for p, want := range map[string]bool{
+		"/orders": true, "/orders/42": true, "//orders": true, "/x/../orders": true, "/orders/./": true,
+		"/ordersX": false, "/order": false, "/": false,
+	} {
+		req := httptest.NewRequest(http.MethodPost, "http://gw", nil)
+		req.URL.Path = p
+		require.Equal(t, want, routes[0].matches(req), p)
+	}
+}
+
+// TestIdempotencyProxyTwoKeysRefused: two Idempotency-Key headers are 400
+// and nothing reaches the upstream.
+func TestIdempotencyProxyTwoKeysRefused(t *testing.T) {
+	gw, seen := gatewayFor(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), 30*time.Second)
+	req, err := http.NewRequest(http.MethodPost, gw.URL+"/orders", strings.NewReader("x"))
+	require.NoError(t, err)
+	req.Header.Add(client.HeaderIdempotencyKey, "a")
+	req.Header.Add(client.HeaderIdempotencyKey, "b")
+	resp, err := gw.Client().Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Zero(t, seen.Load())
 }

@@ -47,7 +47,7 @@ type BeginRequest struct {
 	// max TTL.
 	Lease time.Duration
 	// Retention is how long the record is kept: MinRetention to the
-	// Store's max retention.
+	// Store's max retention, and at least twice Lease.
 	Retention time.Duration
 }
 
@@ -82,8 +82,11 @@ func (s *Store) checkBegin(b *BeginRequest) error {
 		return fmt.Errorf("%w: fingerprint: must be 64 lowercase hex characters (a SHA-256)", ErrInvalid)
 	case b.Retention < MinRetention || b.Retention > s.maxRetention:
 		return fmt.Errorf("%w: retention: %v is outside %v to %v", ErrInvalid, b.Retention, MinRetention, s.maxRetention)
-	case b.Lease > b.Retention:
-		return fmt.Errorf("%w: lease %v is longer than the retention %v", ErrInvalid, b.Lease, b.Retention)
+	case b.Retention < 2*b.Lease:
+		// The record must outlive the lease by a lease at least: a retry
+		// after the lease then finds the attempt's copy and answers
+		// ExpiredInProgress, not a blind Started (safety.go, 3).
+		return fmt.Errorf("%w: retention: %v must be at least twice the lease (%v), so that a retry after the lease still sees the attempt", ErrInvalid, b.Retention, b.Lease)
 	}
 	return nil
 }

@@ -20,7 +20,9 @@ import (
 // It is accepted after the lease ended, as long as no later attempt began:
 // the work ran and its answer is the truth. Errors: ErrInvalid,
 // ErrAnswerTooLarge, ErrNotOwner (a later attempt began, or completed, or
-// the record is gone), or one matching redlock.ErrQuorumUnavailable.
+// the record is gone), ErrAlreadyCompleted (this attempt completed with
+// another answer: the first is kept; the same answer again is nil, a
+// retry), or one matching redlock.ErrQuorumUnavailable.
 func (s *Store) Complete(ctx context.Context, key, token string, answer *Answer) error {
 	if key == "" || token == "" {
 		return fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
@@ -58,7 +60,7 @@ func (s *Store) completeRound(ctx context.Context, key, token, enc string, fill 
 	}
 	var failures []error
 	var others []Record // other attempts' copies that refused
-	counted := 0
+	counted, again := 0, false
 	err = s.c.RunQuorumScript(ctx, writeScript, recordKey(key), args, func(a redlock.MasterAnswer) bool {
 		if !s.counts(a) {
 			failures = append(failures, s.notCounted(a))
@@ -74,6 +76,9 @@ func (s *Store) completeRound(ctx context.Context, key, token, enc string, fill 
 			written++
 		case 4:
 			absent++
+		case 5:
+			again = true
+			return true
 		default:
 			if ok {
 				others = append(others, p)
@@ -81,6 +86,9 @@ func (s *Store) completeRound(ctx context.Context, key, token, enc string, fill 
 		}
 		return written >= s.c.Quorum()
 	})
+	if again {
+		return written, absent, ErrAlreadyCompleted
+	}
 	if err != nil {
 		return written, absent, err
 	}
@@ -110,7 +118,8 @@ func (s *Store) completeRound(ctx context.Context, key, token, enc string, fill 
 // retried, after which no work is left behind. A failure that must not be
 // retried is stored with Complete, its answer carrying the failure (as a
 // 4xx), so that retries replay it. Errors: ErrInvalid, ErrNotOwner (a
-// later attempt's copy, or a COMPLETED one, is on a counting master), or
+// later attempt's copy, or a COMPLETED one, is on a counting master, or
+// no counting master of a quorum had the token's copy), or
 // one matching redlock.ErrQuorumUnavailable.
 func (s *Store) Abort(ctx context.Context, key, token string) error {
 	if key == "" || token == "" {
@@ -118,14 +127,17 @@ func (s *Store) Abort(ctx context.Context, key, token string) error {
 	}
 	args := []any{"abort", token, "-1", "", "0", "0", "", "0", "0", "0"}
 	var failures []error
-	done, notOwner := 0, false
+	done, deleted, notOwner := 0, 0, false
 	err := s.c.RunQuorumScript(ctx, writeScript, recordKey(key), args, func(a redlock.MasterAnswer) bool {
 		if !s.counts(a) {
 			failures = append(failures, s.notCounted(a))
 			return false
 		}
 		switch a.Code {
-		case 1, 4:
+		case 1:
+			done++
+			deleted++
+		case 4:
 			done++
 		default:
 			notOwner = true
@@ -140,6 +152,10 @@ func (s *Store) Abort(ctx context.Context, key, token string) error {
 		return fmt.Errorf("%w: a later attempt began or completed", ErrNotOwner)
 	case done < s.c.Quorum():
 		return s.quorumError("abort", done, failures)
+	case deleted == 0:
+		// A quorum of counting masters has no copy of this token: nothing
+		// was aborted (never begun, aborted already, or past retention).
+		return fmt.Errorf("%w: no copy of this token on a quorum of masters (never begun, aborted already, or past its retention)", ErrNotOwner)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redlockd/redlockd/redlock"
@@ -40,6 +42,10 @@ var (
 	// the record completed under another attempt, or is gone (aborted,
 	// past its retention, never begun).
 	ErrNotOwner = errors.New("idempotency: token does not own the record")
+	// ErrAlreadyCompleted: Complete of an attempt that already completed
+	// with another answer; the first answer is kept and replayed (as
+	// Stripe replays the first result of a key).
+	ErrAlreadyCompleted = errors.New("idempotency: the attempt already completed with another answer; the first answer is kept")
 )
 
 // Store keeps idempotency records on a redlock.Client's masters. It is safe
@@ -48,6 +54,73 @@ type Store struct {
 	c              *redlock.Client
 	maxAnswerBytes int
 	maxRetention   time.Duration
+
+	mu   sync.Mutex
+	seen []masterSeen // by master index: the last answer's retention state
+}
+
+// masterSeen is what a master's last answer said about its data.
+type masterSeen struct {
+	at         time.Time // our clock, when the answer came
+	keptSince  time.Time // zero: kept its data since the first marker
+	masterTime time.Time
+}
+
+// RecordMaster is what the Store last heard of one master's standing for
+// records (RecordMasters).
+type RecordMaster struct {
+	Index int
+	// Seen is false before the master's first answer to a record action.
+	Seen bool
+	// Counts: its answers count for records (it kept its data for at
+	// least the max retention). A master that does not count for locks
+	// does not count for records either; that is the lock path's state.
+	Counts bool
+	// RepairedAt is the master's last repair after a data loss (zero when
+	// none); Left is how long until it counts for records again.
+	RepairedAt time.Time
+	Left       time.Duration
+}
+
+// RecordMasters reports, per master, whether its answers count for
+// records, from its last answer to a record action: a master repaired
+// after a data loss answers for locks once repaired, but for records only
+// when the max retention has passed since its repair (safety.go).
+func (s *Store) RecordMasters(now time.Time) []RecordMaster {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]RecordMaster, s.c.MasterCount())
+	for i := range out {
+		out[i].Index = i
+		if i >= len(s.seen) || s.seen[i].at.IsZero() {
+			continue
+		}
+		m := &s.seen[i]
+		out[i].Seen, out[i].Counts = true, true
+		if !m.keptSince.IsZero() {
+			out[i].RepairedAt = m.keptSince
+			left := s.maxRetention - m.masterTime.Sub(m.keptSince) - now.Sub(m.at)
+			if left > 0 {
+				out[i].Counts, out[i].Left = false, left
+			}
+		}
+	}
+	return out
+}
+
+// observe keeps a master's answer's retention state for RecordMasters.
+func (s *Store) observe(a redlock.MasterAnswer) {
+	if a.Err != nil || a.MasterTime.IsZero() {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.seen == nil {
+		s.seen = make([]masterSeen, s.c.MasterCount())
+	}
+	if a.Index >= 0 && a.Index < len(s.seen) {
+		s.seen[a.Index] = masterSeen{at: time.Now(), keptSince: a.KeptSince, masterTime: a.MasterTime}
+	}
 }
 
 // Option configures a Store.
@@ -90,6 +163,7 @@ func recordKey(key string) string { return key + ":rec" }
 // lock's checks passed (a.Err nil), and the master has kept its data for
 // at least the longest retention, so it kept every record still retained.
 func (s *Store) counts(a redlock.MasterAnswer) bool {
+	s.observe(a)
 	return a.Err == nil && (a.KeptSince.IsZero() || a.MasterTime.Sub(a.KeptSince) >= s.maxRetention)
 }
 
@@ -98,12 +172,73 @@ func (s *Store) notCounted(a redlock.MasterAnswer) error {
 	if a.Err != nil {
 		return a.Err
 	}
-	return fmt.Errorf("master %d: %w: repaired at %v, less than the max retention %v ago", a.Index, redlock.ErrMasterQuarantined, a.KeptSince, s.maxRetention)
+	return &RetentionWaitError{Master: a.Index, RepairedAt: a.KeptSince,
+		Left: s.maxRetention - a.MasterTime.Sub(a.KeptSince), MaxRetention: s.maxRetention}
+}
+
+// RetentionWaitError is a master that answers the lock path but not yet
+// for records: it lost its data at RepairedAt, and may miss copies written
+// before that until the max retention has passed since (safety.go), Left
+// from the answer's time. It matches redlock.ErrMasterQuarantined.
+type RetentionWaitError struct {
+	Master       int
+	RepairedAt   time.Time
+	Left         time.Duration
+	MaxRetention time.Duration
+}
+
+func (e *RetentionWaitError) Error() string {
+	return fmt.Sprintf("master %d: lost its data and was repaired at %s: it answers for records again in %v, when the max retention (%v) has passed since",
+		e.Master, e.RepairedAt.UTC().Format(time.RFC3339), e.Left.Round(time.Second), e.MaxRetention)
+}
+
+func (e *RetentionWaitError) Unwrap() error { return redlock.ErrMasterQuarantined }
+
+// QuorumError is a record action that did not hear a quorum of masters
+// that count for records. It matches redlock.ErrQuorumUnavailable and
+// every master's failure.
+type QuorumError struct {
+	Op string
+	// Done is how many counting masters did the action (wrote, read), of
+	// Quorum needed, of Masters.
+	Done, Quorum, Masters int
+	// Failures are the masters that did not count, one error each.
+	Failures []error
+	// Return is how long until a quorum of masters counts for records
+	// again, when known (ReturnKnown): masters that counted count now, a
+	// master waiting out its retention (RetentionWaitError) when it ends,
+	// any other failure has no known return.
+	Return      time.Duration
+	ReturnKnown bool
+}
+
+func (e *QuorumError) Error() string {
+	return fmt.Sprintf("idempotency: %s: %d of %d needed masters did it (%d masters, %d not counted): %v",
+		e.Op, e.Done, e.Quorum, e.Masters, len(e.Failures), errors.Join(e.Failures...))
+}
+
+func (e *QuorumError) Unwrap() []error {
+	return append([]error{redlock.ErrQuorumUnavailable}, e.Failures...)
 }
 
 // quorumError is a record action's failure to hear a quorum.
-func (s *Store) quorumError(op string, counted int, failures []error) error {
-	return fmt.Errorf("idempotency: %s: %d of %d counting masters answered: %w", op, counted, s.c.Quorum(), errors.Join(append([]error{redlock.ErrQuorumUnavailable}, failures...)...))
+func (s *Store) quorumError(op string, done int, failures []error) error {
+	e := &QuorumError{Op: op, Done: done, Quorum: s.c.Quorum(), Masters: s.c.MasterCount(), Failures: failures}
+	ends := make([]time.Duration, 0, e.Masters)
+	for range max(e.Masters-len(failures), 0) {
+		ends = append(ends, 0)
+	}
+	for _, f := range failures {
+		var rw *RetentionWaitError
+		if errors.As(f, &rw) {
+			ends = append(ends, max(rw.Left, 0))
+		}
+	}
+	if len(ends) >= e.Quorum {
+		slices.Sort(ends)
+		e.Return, e.ReturnKnown = ends[e.Quorum-1], true
+	}
+	return e
 }
 
 // read reads the record at quorum: every answer until a COMPLETED copy on

@@ -314,7 +314,29 @@ func TestRepairedMastersDoNotAnswerForRecords(t *testing.T) {
 	for _, st := range []*Store{s, d.store(t)} {
 		r, err := st.Begin(ctx, req)
 		require.ErrorIs(t, err, redlock.ErrQuorumUnavailable, "outcome %v", r.Outcome)
+		// The error says why and when: four masters wait out the max
+		// retention since their repair, so a quorum counts for records
+		// again in about that (7 days by default).
+		var qe *QuorumError
+		require.ErrorAs(t, err, &qe)
+		require.True(t, qe.ReturnKnown, "%v", err)
+		require.Greater(t, qe.Return, DefaultMaxRetention-time.Hour, "%v", err)
+		var rw *RetentionWaitError
+		require.ErrorAs(t, err, &rw)
+		require.ErrorIs(t, err, redlock.ErrMasterQuarantined)
+		require.Contains(t, err.Error(), "answers for records again in")
 	}
+	// RecordMasters (shown on /readyz) says which masters count for
+	// records and when the repaired ones will.
+	waiting := 0
+	for _, m := range s.RecordMasters(time.Now()) {
+		if m.Seen && !m.Counts {
+			waiting++
+			require.False(t, m.RepairedAt.IsZero())
+			require.Greater(t, m.Left, DefaultMaxRetention-time.Hour)
+		}
+	}
+	require.Equal(t, 4, waiting, "masters 0, 1, 3 and 4 wait out the max retention")
 	// With a max retention already past since the repairs, the repaired
 	// masters count again — and then answer "absent": the limit of the
 	// fault model (four masters lost data within the record's retention).

@@ -20,6 +20,8 @@
 --    2  refused: a COMPLETED copy of another attempt is here
 --    3  refused (begin): the copy here has another fingerprint
 --    4  no copy here and none written (complete without fingerprint, abort)
+--    5  refused (complete): this attempt already completed here with
+--       another answer, which is kept
 --   -2  this master lost its data: nothing written
 if not intact then
   return reply(-2, 0)
@@ -66,7 +68,10 @@ end
 if op == 'complete' then
   if p.st == 'COMPLETED' then
     if p.tok == tok then
-      return reply(1, 0, prior)
+      if p.ans == ARGV[7] then
+        return reply(1, 0, prior) -- the same complete again: a retry
+      end
+      return reply(5, 0, prior)
     end
     return reply(2, 0, prior)
   end
