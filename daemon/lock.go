@@ -590,15 +590,10 @@ func putBody(bb *bodyBuf) {
 	bodyPool.Put(bb)
 }
 
-// readBody reads at most maxBody bytes into a pooled buffer, which the
-// caller returns with putBody. status is 0 on success, else the HTTP status
-// (413 or 400) with msg; bb is nil when nothing was read.
-func (s *Server) readBody(r *http.Request) (bb *bodyBuf, status int, msg string) {
-	return s.readBodyUpTo(r, s.maxBody)
-}
-
-// readBodyUpTo is readBody with a limit of its own (the idempotency
-// actions' is larger); a body above it is refused with the limit's 413.
+// readBodyUpTo reads at most limit bytes (maxBody, or the idempotency
+// actions' larger limit) into a pooled buffer, which the caller returns
+// with putBody. status is 0 on success, else the HTTP status (413 or 400)
+// with msg; bb is nil when nothing was read.
 func (s *Server) readBodyUpTo(r *http.Request, limit int64) (bb *bodyBuf, status int, msg string) {
 	tooLarge := s.msgTooLarge
 	if limit != s.maxBody {

@@ -62,10 +62,6 @@ func countOrders(t *testing.T, s *Service, key string) int {
 	return n
 }
 
-// errCrash stands for the process dying: the attempt neither completes
-// nor aborts.
-type errCrash struct{}
-
 // TestCrashAfterCommitBeforeComplete: the first attempt commits its order
 // and dies before completing the record. The retry after the lease ended
 // is a take-over (expired_in_progress), finds the order by its request

@@ -36,7 +36,8 @@ func (s *Store) Complete(ctx context.Context, key, token string, answer *Answer)
 	var own *Record
 	written, absent, err := s.completeRound(ctx, key, token, enc, nil, &own)
 	if err == nil && written < s.c.Quorum() && absent > 0 && own != nil {
-		written, _, err = s.completeRound(ctx, key, token, enc, own, &own)
+		// Round two answers nil only with the answer on a quorum.
+		_, _, err = s.completeRound(ctx, key, token, enc, own, &own)
 	}
 	if err != nil {
 		return err
