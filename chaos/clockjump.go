@@ -142,13 +142,7 @@ func clockJumpRestart(guard bool) *Scenario {
 		if err != nil {
 			return err
 		}
-		closeClients := func(context.Context) error {
-			for _, c := range d.clients { // they watch no more
-				_ = c.Close()
-			}
-			return nil
-		}
-		if err := d.Mark(ctx, "the drill's library clients stopped", closeClients); err != nil {
+		if err := d.Mark(ctx, "the drill's library clients stopped", d.closeClients); err != nil {
 			return err
 		}
 		if err := jump(ctx, d, dm, 4, key); err != nil {
@@ -166,7 +160,7 @@ func clockJumpRestart(guard bool) *Scenario {
 			return err
 		}
 		defer c.Close()
-		b := &libLocker{name: "lib/b-new", c: c, space: d.T.Space(), pmt: d.Cfg.Client.PerMasterTimeout}
+		b := newLibLocker("lib/b-new", c, d.T.Space(), d.Cfg.Client.PerMasterTimeout)
 		d.views[b.name] = 1 // no workload runs in this row: nothing reads views meanwhile
 		contenders := []locker{b}
 		if h := d.HTTP(1); guard && h != nil {

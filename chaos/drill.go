@@ -86,15 +86,18 @@ type Drill struct {
 	Cfg Config
 	Sc  *Scenario
 
-	rec     *Recorder
-	res     *Resource
-	clients []*redlock.Client // per view
-	libs    []locker          // per view
-	https   []locker          // per daemon
-	fronts  []*Proxy          // per daemon
-	viewsMu sync.RWMutex
-	views   map[string]int // locker name → view
-	hc      *http.Client
+	rec *Recorder
+	res *Resource
+	// clientsMu guards clients: replaceClients swaps them while the
+	// workload and the watcher run.
+	clientsMu sync.RWMutex
+	clients   []*redlock.Client // per view
+	libs      []locker          // per view: *libLocker, the same for the whole run
+	https     []locker          // per daemon
+	fronts    []*Proxy          // per daemon
+	viewsMu   sync.RWMutex
+	views     map[string]int // locker name → view
+	hc        *http.Client
 
 	rngMu sync.Mutex
 	rng   *rand.Rand // the workload's choices
@@ -142,7 +145,7 @@ func newDrill(ctx context.Context, t Target, cfg Config, sc *Scenario) (*Drill, 
 			return nil, err
 		}
 		d.clients = append(d.clients, c)
-		l := &libLocker{name: fmt.Sprintf("lib/%c", 'a'+v), c: c, space: space, pmt: cfg.Client.PerMasterTimeout}
+		l := newLibLocker(fmt.Sprintf("lib/%c", 'a'+v), c, space, cfg.Client.PerMasterTimeout)
 		d.libs = append(d.libs, l)
 		d.views[l.name] = v
 	}
@@ -205,7 +208,7 @@ func warmUp(ctx context.Context, l locker, ttl time.Duration) error {
 }
 
 func (d *Drill) close() {
-	for _, c := range d.clients {
+	for _, c := range d.libClients() {
 		_ = c.Close()
 	}
 	for _, f := range d.fronts {
@@ -260,8 +263,74 @@ func (d *Drill) SleepUntil(ctx context.Context, at time.Duration) error {
 // Lib returns the library locker of view v.
 func (d *Drill) Lib(v int) locker { return d.libs[v] }
 
-// Client returns the drill's library client of view v.
-func (d *Drill) Client(v int) *redlock.Client { return d.clients[v] }
+// Client returns the drill's library client of view v (the one now: see
+// replaceClients).
+func (d *Drill) Client(v int) *redlock.Client {
+	d.clientsMu.RLock()
+	defer d.clientsMu.RUnlock()
+	return d.clients[v]
+}
+
+// libClients returns the drill's library clients now, one per view.
+func (d *Drill) libClients() []*redlock.Client {
+	d.clientsMu.RLock()
+	defer d.clientsMu.RUnlock()
+	return slices.Clone(d.clients)
+}
+
+// closeClients closes the drill's library clients: from now on they watch
+// no master (no health probe, no vote) until replaceClients. Calls through
+// them fail with redlock.ErrClosed meanwhile.
+func (d *Drill) closeClients(context.Context) error {
+	for _, c := range d.libClients() {
+		_ = c.Close()
+	}
+	return nil
+}
+
+// replaceClients gives every view a new library client, with the run's
+// options and no earlier reading of any master, and closes the old ones.
+// The lockers of Lib keep their names and views and switch to the new
+// clients at once; a call already running finishes on the old client. It
+// returns once every new client has probed every master once.
+func (d *Drill) replaceClients(ctx context.Context) error {
+	var fresh []*redlock.Client
+	for v := range d.T.Views() {
+		c, err := newClient(d.T.MasterAddrs(v), d.Cfg.Client.clientOptions(d.T.Space(), d.Sc.Options...))
+		if err != nil {
+			for _, c := range fresh {
+				_ = c.Close()
+			}
+			return err
+		}
+		fresh = append(fresh, c)
+	}
+	d.clientsMu.Lock()
+	old := d.clients
+	d.clients = fresh
+	for v, l := range d.libs {
+		l.(*libLocker).cp.Store(fresh[v])
+	}
+	d.clientsMu.Unlock()
+	for _, c := range old {
+		_ = c.Close()
+	}
+	for _, c := range fresh {
+		for {
+			probed := true
+			for _, st := range c.Masters() {
+				probed = probed && !st.CheckedAt.IsZero()
+			}
+			if probed {
+				break
+			}
+			if err := d.Sleep(ctx, 10*time.Millisecond); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
 
 // HTTP returns the HTTP locker of daemon i, or nil.
 func (d *Drill) HTTP(i int) locker {
@@ -395,14 +464,15 @@ func (d *Drill) settle(ctx context.Context, view int, masters []int) error {
 // quorum of masters count and the masters given await a fencing repair:
 // the repair reads from a quorum of counting masters, so it never happens.
 func (d *Drill) unrepairable(masters []int) bool {
-	sts := d.clients[0].Masters()
+	c0 := d.Client(0)
+	sts := c0.Masters()
 	counting := 0
 	for _, st := range sts {
 		if st.Counting {
 			counting++
 		}
 	}
-	if counting >= d.clients[0].Quorum() {
+	if counting >= c0.Quorum() {
 		return false
 	}
 	for _, m := range masters {
@@ -428,7 +498,7 @@ func (d *Drill) counting(ctx context.Context) ([]bool, error) {
 	for i := range out {
 		out[i] = true
 	}
-	for _, c := range d.clients {
+	for _, c := range d.libClients() {
 		for i, st := range c.Masters() {
 			out[i] = out[i] && st.Counting
 		}
@@ -528,7 +598,7 @@ func (d *Drill) Extend(ctx context.Context, v, client int, key string, g grant, 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), op.Bound+30*time.Second)
 	defer cancel()
 	op.Invoke = d.rec.Now()
-	lk, err := l.c.Extend(cctx, l.space.LockKey(key), g.token, ttl)
+	lk, err := l.client().Extend(cctx, l.space.LockKey(key), g.token, ttl)
 	op.Return = d.rec.Now()
 	if err != nil {
 		op.Outcome, op.Err = outcomeOf(err), err.Error()

@@ -159,9 +159,10 @@ func TestFuzz(t *testing.T) {
 var fuzzControlSeeds = map[string]uint64{
 	"noquarantine":     3,  // episode 1: an extend, then DEBUG RELOAD NOSAVE of a save from before it
 	"noclockguard":     3,  // episode 0: a clock at rate 1.25 on one of A's masters
-	"novoteclock":      10, // episode 2: a forward clock jump on one of A's masters (and again in episodes 3 and 5)
+	"novoteclock":      23, // episode 0: a forward clock jump on one of A's masters, B contending through view b's library client alone
 	"noextendshortens": 2,  // episode 3: pause and latency on two of A's masters, then an extend shorter
 	"nogranted":        2,  // episode 1: A's lock key lost on one of its masters
+	"noreference":      1,  // episode 0: an unwatched jump of one of A's masters (and again in episodes 7 and 8)
 }
 
 // TestFuzzControls: with each control's guards off, the fuzzer finds a

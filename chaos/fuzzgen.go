@@ -59,7 +59,9 @@ type FuzzStep struct {
 // NOSAVE: back to the saved RDB), restart-rdb (restart from the saved
 // RDB, with a new run_id), replicaof-old (REPLICAOF the spare holding the
 // old snapshot until synced, then REPLICAOF NO ONE), clock-jump (D),
-// clock-rate (Rate). Faults on no master: daemon-restart (both daemons
+// clock-rate (Rate), unwatched-jump (D: every daemon and library client
+// of the run stops, master's clock jumps D forward, and they all start
+// again, knowing nothing of it). Faults on no master: daemon-restart (both daemons
 // stop and start again, knowing nothing), sleep (D).
 //
 // heal ends an episode: A's release, every fault undone, and a wait until
@@ -68,7 +70,11 @@ const (
 	opHold, opHoldLong, opExtend, opStatus, opContend, opRelease, opCheck = "hold", "hold-long", "extend", "status", "contend", "release", "check"
 	opSnapshot, opSave, opReplicaSnapshot                                 = "snapshot", "save", "replica-snapshot"
 	opHeal, opSleep, opDaemonRestart                                      = "heal", "sleep", "daemon-restart"
+	opUnwatchedJump                                                       = "unwatched-jump"
 )
+
+// unwatchedSalt seeds genEpisode's side source (any constant apart from 0).
+const unwatchedSalt = 0x756e77617463688e
 
 // fuzzFaults are the master faults, with the preparation each needs.
 var fuzzFaults = []struct {
@@ -85,10 +91,12 @@ var fuzzFaults = []struct {
 	{"rollback", opSnapshot, true}, {"debug-reload", opSave, true},
 	{"restart-rdb", opSave, true}, {"replicaof-old", opReplicaSnapshot, true},
 	{"clock-jump", "", false}, {"clock-rate", "", false},
+	// Not drawn from here (only by its theme, which keeps the draws of
+	// the other themes as they were): opUnwatchedJump.
 }
 
 func isFault(op string) bool {
-	return slices.ContainsFunc(fuzzFaults, func(f struct {
+	return op == opUnwatchedJump || slices.ContainsFunc(fuzzFaults, func(f struct {
 		op, prep string
 		data     bool
 	}) bool {
@@ -134,7 +142,7 @@ func GenerateFuzzSchedule(seed uint64, masters, episodes int) FuzzSchedule {
 	maxTTL := DaemonConfig{}.withDefaults().MaxTTL
 	s := FuzzSchedule{Seed: seed, Masters: masters}
 	for e := range episodes {
-		s.Steps = append(s.Steps, genEpisode(rand.New(rand.NewPCG(seed, uint64(e)+1)), e, masters, maxTTL)...)
+		s.Steps = append(s.Steps, genEpisode(rand.New(rand.NewPCG(seed, uint64(e)+1)), rand.New(rand.NewPCG(seed^unwatchedSalt, uint64(e)+1)), e, masters, maxTTL)...)
 	}
 	return s
 }
@@ -155,8 +163,16 @@ func GenerateFuzzSchedule(seed uint64, masters, episodes int) FuzzSchedule {
 //     rollback it prepared;
 //   - clock: SET lost on N − quorum masters, a clock jump (mostly forward)
 //     or a clock rate (mostly 10% fast) on one of A's masters;
-//   - mixed: anything on any masters, within the budget.
-func genEpisode(r *rand.Rand, e, n int, maxTTL time.Duration) []FuzzStep {
+//   - mixed: anything on any masters, within the budget;
+//   - unwatched-jump (drawn from side, one episode in eight, in place of
+//     the others): SET lost on N − quorum masters, then an unwatched-jump
+//     on one of A's masters: every daemon and library client stops, the
+//     master's clock jumps forward past A's TTL, and every one starts
+//     again with no earlier reading of it.
+//
+// side is a source of its own (seed, e) stream, so that adding the
+// unwatched-jump theme left every other episode of a seed as it was.
+func genEpisode(r, side *rand.Rand, e, n int, maxTTL time.Duration) []FuzzStep {
 	budget := n - (n/2 + 1)
 	all := make([]int, n)
 	for i := range all {
@@ -173,6 +189,9 @@ func genEpisode(r *rand.Rand, e, n int, maxTTL time.Duration) []FuzzStep {
 	}
 	themes := []string{"pivot", "pivot", "pivot", "extend-under-faults", "extend-under-faults", "rollback-extend", "rollback-extend", "clock", "clock", "clock", "mixed"}
 	theme := themes[r.IntN(len(themes))]
+	if side.IntN(8) == 0 {
+		theme = "unwatched-jump"
+	}
 	lostN := budget
 	switch theme {
 	case "extend-under-faults":
@@ -188,6 +207,11 @@ func genEpisode(r *rand.Rand, e, n int, maxTTL time.Duration) []FuzzStep {
 	aMasters := slices.Sorted(slices.Values(perm[lostN:]))
 	ttl := time.Duration(2+r.IntN(3)) * time.Second
 	ttl = min(ttl, maxTTL-time.Second)
+	if theme == "unwatched-jump" {
+		// The longest: A's lease must outlast every daemon's and client's
+		// stop and start.
+		ttl = maxTTL - time.Second
+	}
 
 	var steps []FuzzStep
 	hold := step(opHold, -1)
@@ -247,6 +271,8 @@ func genEpisode(r *rand.Rand, e, n int, maxTTL time.Duration) []FuzzStep {
 			op = "clock-jump"
 		}
 		faults = append(faults, fault{op, "", pickMaster(aMasters)})
+	case "unwatched-jump":
+		faults = append(faults, fault{opUnwatchedJump, "", pickMaster(aMasters)})
 	case "rollback-extend":
 		op, prep := pickFault(func(_ string, data bool) bool { return data })
 		for prep == "" && r.IntN(4) != 0 {
@@ -318,6 +344,8 @@ func genEpisode(r *rand.Rand, e, n int, maxTTL time.Duration) []FuzzStep {
 			if r.IntN(5) == 0 {
 				st.D = -st.D
 			}
+		case opUnwatchedJump:
+			st.D = maxTTL + time.Second // forward only: see unwatchedJump
 		case "clock-rate":
 			st.Rate = []float64{1.1, 1.1, 1.25, 2, 0.5}[r.IntN(5)]
 		case "latency":

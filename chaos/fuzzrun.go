@@ -76,7 +76,7 @@ func (c *FuzzControl) Attributes(faults []string) bool {
 func FuzzControls() []FuzzControl {
 	q, dl, g := guardswitch.Quarantine, guardswitch.DataLossCheck, guardswitch.GrantedLock
 	dataLoss := []string{"restart-empty", "restart-rdb", "flushall", "flushdb", "swapdb", "del-marker", "del-horizon", "del-fence", "evict", "resetstat", "rollback", "debug-reload", "replicaof-old"}
-	clock := []string{"clock-jump", "clock-rate"}
+	clock := []string{"clock-jump", "clock-rate", opUnwatchedJump}
 	return []FuzzControl{
 		{Name: "noquarantine", Row: "restart-empty-noquarantine", Guards: []guardswitch.Guard{q, dl, g}, Catches: dataLoss},
 		{Name: "noclockguard", Row: "clock-fast-noguard", Guards: []guardswitch.Guard{guardswitch.ClockGuard, dl, g}, Catches: clock},
@@ -89,12 +89,13 @@ func FuzzControls() []FuzzControl {
 			// repair marker that B's votes then carry, racing B's first
 			// try (under -race they won it).
 			Via: "lib"},
-		{Name: "noreference", Row: "clock-jump-restart-noreference", Guards: []guardswitch.Guard{guardswitch.ClockReference, g}, Catches: clock,
-			// Measured: a client started after the jump (the "fresh"
-			// contender) found master 2 already quarantined, by the repair
-			// marker that the daemons or the drill's own clients wrote on
-			// it when they saw the jump.
-			Unreached: "the comparison with the other masters' clocks is the only guard left only for a client that starts after a jump nobody saw; while the fuzzer runs, the daemons and the drill's library clients watch every master, and the first to see a jump writes a repair marker on the master that a client started later obeys (the clock-jump-restart row stops every client across the jump)"},
+		// The comparison with the other masters' clocks is the last guard
+		// only for a client that starts after a jump nobody saw: a client
+		// watching across a jump sees it with its probes and writes a
+		// repair marker that later clients obey. The unwatched-jump fault
+		// (every daemon and library client stopped across the jump) is
+		// what reaches it.
+		{Name: "noreference", Row: "clock-jump-restart-noreference", Guards: []guardswitch.Guard{guardswitch.ClockReference, g}, Catches: []string{opUnwatchedJump}},
 		{Name: "nogranted", Row: "rollback-nogranted", Guards: []guardswitch.Guard{g}},
 		{Name: "noextendshortens", Guards: []guardswitch.Guard{guardswitch.ExtendNeverShortens, g}, Catches: []string{"extend-shorter"}},
 	}
@@ -234,15 +235,22 @@ func RunFuzz(ctx context.Context, fc FuzzConfig) (_ *FuzzResult, err error) {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, spare.Stop()) }()
-	other, err := startLocalDaemon("c", 1, target.MasterAddrs(1), DaemonConfig{
+	otherCfg := DaemonConfig{
 		// A second daemon with other settings: a longer per-master
 		// timeout, a larger drift factor, a slower health loop.
 		PerMasterTimeout: 250 * time.Millisecond, HealthInterval: 400 * time.Millisecond, DriftFactor: 0.02, MaxTTL: target.opts.Daemon.MaxTTL,
-	}, "127.0.0.1:0")
+	}
+	other, err := startLocalDaemon("c", 1, target.MasterAddrs(1), otherCfg, "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, other.close()) }()
+	var fr *fuzzRunner
+	defer func() {
+		if fr != nil {
+			other = fr.other // unwatchedJump starts it again as a new one
+		}
+		err = errors.Join(err, other.close())
+	}()
 
 	res := &FuzzResult{Seed: fc.Schedule.Seed, Scheduled: len(fc.Schedule.Episodes())}
 	cfg := Config{
@@ -268,7 +276,7 @@ func RunFuzz(ctx context.Context, fc FuzzConfig) (_ *FuzzResult, err error) {
 			cfg.Via = fc.Control.Via
 		}
 	}
-	fr := &fuzzRunner{fc: fc, t: target, spare: spare, other: other, res: res, pairs: map[string]bool{}}
+	fr = &fuzzRunner{fc: fc, t: target, spare: spare, other: other, otherCfg: otherCfg, res: res, pairs: map[string]bool{}}
 	res.EpisodeFaults = map[int][]string{}
 	sc.Script = fr.script
 	r := Run(ctx, target, cfg, sc, fc.Out)
@@ -327,9 +335,11 @@ type fuzzRunner struct {
 	fc    FuzzConfig
 	t     *ProcessTarget
 	spare *redisproc.Server
-	other *localDaemon
-	res   *FuzzResult
-	pairs map[string]bool
+	other *localDaemon // the second daemon, with otherCfg
+	// otherCfg: the second daemon's settings, to start it again.
+	otherCfg DaemonConfig
+	res      *FuzzResult
+	pairs    map[string]bool
 	// drillStart is the wall time of the drill clock's zero.
 	drillStart time.Time
 }
@@ -528,7 +538,7 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 					return err
 				}
 				defer c.Close()
-				ls = append(ls, &libLocker{name: "lib/b-fresh", c: c, space: d.T.Space(), pmt: d.Cfg.Client.PerMasterTimeout})
+				ls = append(ls, newLibLocker("lib/b-fresh", c, d.T.Space(), d.Cfg.Client.PerMasterTimeout))
 			}
 		}
 		for _, l := range ls {
@@ -542,7 +552,7 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 		d.Logf("e%d contend: first try: %v", ep.n, first)
 		for _, l := range ls {
 			if ll, ok := l.(*libLocker); ok {
-				for i, st := range ll.c.Masters() {
+				for i, st := range ll.client().Masters() {
 					if !st.Counting {
 						d.Logf("e%d %s: master %d %s (%s)", ep.n, l.Name(), i, st.State, st.QuarantineReason)
 					}
@@ -567,6 +577,8 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 		err := d.Unmark(ctx, fmt.Sprintf("e%d daemons started again", ep.n), fr.t.StartDaemons)
 		d.hc.CloseIdleConnections()
 		return err
+	case opUnwatchedJump:
+		return fr.unwatchedJump(ctx, d, dm, ep, st)
 	case opSnapshot:
 		_, err := copyScript.Run(ctx, rdb(), nil).Int()
 		return err
@@ -643,6 +655,55 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 		return do(func(ctx context.Context) error { return t.ClockRate(ctx, m, st.Rate) }, func(ctx context.Context) error { return t.clocks[m].Reset() })
 	}
 	return fmt.Errorf("chaos: fuzz fault %q has no injector", st.Op)
+}
+
+// unwatchedJump jumps master st.Master's wall clock st.D forward while no
+// client watches any master: every daemon (a, b and the second daemon c)
+// and every library client of the drill stops first, and all start again
+// after it, with no earlier reading of the master's clock. A client that
+// watched across the jump would see it with its probes and write a repair
+// marker that quarantines the master for every later client; here the
+// only guard left is the clock reference (each client compares every
+// master's clock with the median of the masters'). The master still
+// answers and votes; A's key on it expires at once (st.D is past A's TTL).
+// The heal steps the clock back.
+func (fr *fuzzRunner) unwatchedJump(ctx context.Context, d *Drill, dm direct, ep *episode, st FuzzStep) error {
+	m := st.Master
+	if m < 0 || m >= d.T.Masters() || st.D <= 0 {
+		return fmt.Errorf("chaos: fuzz step %s: needs a master and a forward jump", st)
+	}
+	ep.faults = append(ep.faults, st.Op)
+	ep.flags[m] = true
+	fr.res.Faults++
+	ep.broken[m] = append(ep.broken[m], func(context.Context) error { return fr.t.clocks[m].Reset() })
+	stopAll := func(ctx context.Context) error {
+		return errors.Join(fr.t.StopDaemons(ctx), fr.other.close(), d.closeClients(ctx))
+	}
+	startAll := func(ctx context.Context) error {
+		err := fr.t.StartDaemons(ctx)
+		if fr.other.stopped() {
+			addr := strings.TrimPrefix(fr.other.info.URL, "http://")
+			o, oerr := startLocalDaemon(fr.other.info.Name, fr.other.info.View, fr.t.MasterAddrs(fr.other.info.View), fr.otherCfg, addr)
+			if oerr == nil {
+				fr.other = o
+			}
+			err = errors.Join(err, oerr)
+		}
+		return errors.Join(err, d.replaceClients(ctx))
+	}
+	err := d.Mark(ctx, fmt.Sprintf("e%d every daemon and library client stopped", ep.n), stopAll)
+	if err == nil {
+		err = d.Fault(ctx, fmt.Sprintf("e%d %s master %d", ep.n, faultWhat(st), m), AllViews, []int{m}, func(ctx context.Context, _ int) error {
+			return fr.t.ClockJump(ctx, m, st.D)
+		})
+	}
+	if err == nil {
+		err = keyGone(ctx, d, dm, m, ep.key, "after its clock jumped (is the clock shim preloaded?)")
+	}
+	// Started again even after a failure: the rest of the run needs them.
+	err = errors.Join(err, d.Unmark(context.WithoutCancel(ctx), fmt.Sprintf("e%d every daemon and library client started again, with no reading of master %d from before its jump", ep.n, m), startAll))
+	d.hc.CloseIdleConnections() // connections to the stopped daemons are gone
+	return err
 }
 
 // evict sets a maxmemory just above what master rdb uses, with the

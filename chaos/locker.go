@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlockd/redlockd/redlock"
@@ -61,12 +62,23 @@ func outcomeOf(err error) string {
 }
 
 // libLocker takes locks with a redlock.Client in the daemons' key space.
+// Its client may be replaced while calls run (Drill.replaceClients): each
+// call uses the client it loaded when it began.
 type libLocker struct {
 	name  string
-	c     *redlock.Client
+	cp    atomic.Pointer[redlock.Client]
 	space KeySpace
 	pmt   time.Duration
 }
+
+func newLibLocker(name string, c *redlock.Client, space KeySpace, pmt time.Duration) *libLocker {
+	l := &libLocker{name: name, space: space, pmt: pmt}
+	l.cp.Store(c)
+	return l
+}
+
+// client returns the locker's redlock.Client now.
+func (l *libLocker) client() *redlock.Client { return l.cp.Load() }
 
 func (l *libLocker) Name() string                    { return l.name }
 func (l *libLocker) PerMasterTimeout() time.Duration { return l.pmt }
@@ -78,7 +90,7 @@ func (l *libLocker) Acquire(ctx context.Context, key string, ttl, wait time.Dura
 	} else {
 		opts = append(opts, redlock.WithRetry(redlock.NoRetry()))
 	}
-	lk, err := l.c.Acquire(ctx, l.space.LockKey(key), ttl, opts...)
+	lk, err := l.client().Acquire(ctx, l.space.LockKey(key), ttl, opts...)
 	if err != nil {
 		return grant{}, err
 	}
@@ -86,7 +98,7 @@ func (l *libLocker) Acquire(ctx context.Context, key string, ttl, wait time.Dura
 }
 
 func (l *libLocker) Release(ctx context.Context, key, token string) error {
-	_, err := l.c.Release(ctx, l.space.LockKey(key), token)
+	_, err := l.client().Release(ctx, l.space.LockKey(key), token)
 	return err
 }
 

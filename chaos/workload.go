@@ -93,9 +93,9 @@ func (d *Drill) client(ctx context.Context, stop <-chan struct{}, l locker, id i
 // clients see it (down, quarantined and why, repairing), so the report
 // says why a master did not count, until stop is closed.
 func (d *Drill) watch(stop <-chan struct{}) {
-	last := make([][]redlock.MasterState, len(d.clients))
+	last := make([][]redlock.MasterState, len(d.libs))
 	for !stopped(stop) {
-		for v, c := range d.clients {
+		for v, c := range d.libClients() {
 			sts := c.Masters()
 			if last[v] == nil {
 				last[v] = make([]redlock.MasterState, len(sts))
