@@ -2,10 +2,7 @@ package daemon
 
 import (
 	"errors"
-	"fmt"
 	"net/http"
-	"net/url"
-	"strconv"
 	"strings"
 
 	"go.uber.org/zap"
@@ -47,53 +44,22 @@ func (s *Server) serveIdemList(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeNotFound, "idempotency records are not enabled on this daemon")
 		return
 	}
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, codeBadRequest, "query string: not valid URL encoding")
+	q, ok := s.parseListQuery(w, r, idempotency.MaxListCount)
+	if !ok {
 		return
 	}
-	for name, vs := range q {
-		switch name {
-		case "account", "namespace", "cursor", "limit":
-			if len(vs) > 1 {
-				writeError(w, http.StatusBadRequest, codeBadRequest, name+": given more than once")
-				return
-			}
-		default:
-			writeError(w, http.StatusBadRequest, codeBadRequest, "unknown parameter "+quoteCut(name, 32)+"; the parameters are account, namespace, cursor, limit")
-			return
-		}
-	}
-	account := q.Get("account")
-	if msg := checkQueryText("account", account, 1, maxAccountBytes); msg != "" {
-		writeError(w, http.StatusBadRequest, codeBadRequest, msg)
+	account := q.account
+	prefix := q.prefix(s.prefix + "idem:")
+	ans := recordList{Account: account, Namespace: q.namespace, Records: []listedRecord{}}
+	// The same gate as the lock listing: operator listings never starve
+	// the lock path.
+	if ok, why := s.listings.enter(account); !ok {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, codeTooManyListings, why)
 		return
 	}
-	if !s.wasRemoved(account) && !s.hasAccount(account) {
-		writeError(w, http.StatusBadRequest, codeBadRequest, "account: "+quoteCut(account, 64)+" is not a configured account, nor one a reload removed since this daemon started")
-		return
-	}
-	prefix := s.prefix + "idem:" + encPart(account) + ":"
-	ans := recordList{Account: account, Records: []listedRecord{}}
-	if vs, ok := q["namespace"]; ok {
-		ns := vs[0]
-		if msg := checkQueryText("namespace", ns, 0, maxNamespaceBytes); msg != "" {
-			writeError(w, http.StatusBadRequest, codeBadRequest, msg)
-			return
-		}
-		prefix += encPart(ns) + ":"
-		ans.Namespace = &ns
-	}
-	limit := DefaultListLimit
-	if v, ok := q["limit"]; ok {
-		n, err := strconv.Atoi(v[0])
-		if err != nil || n < 1 || n > idempotency.MaxListCount {
-			writeError(w, http.StatusBadRequest, codeBadRequest, fmt.Sprintf("limit: must be an integer from 1 to %d, got %s", idempotency.MaxListCount, quoteCut(v[0], 32)))
-			return
-		}
-		limit = n
-	}
-	page, err := s.idem.store.List(r.Context(), prefix, q.Get("cursor"), limit)
+	defer s.listings.leave(account)
+	page, err := s.idem.store.List(r.Context(), prefix, q.cursor, q.limit)
 	switch {
 	case err == nil:
 	case errors.Is(err, idempotency.ErrInvalid):

@@ -305,6 +305,21 @@ func TestIdemAdminListing(t *testing.T) {
 	st, body, _ := ts.raw(t, http.MethodGet, admin+"/admin/idempotency?account=acme&cursor=zz", nil)
 	require.Equal(t, http.StatusBadRequest, st, body)
 	require.Contains(t, body, "cursor: not one List returned")
+	// The listings' gate is the lock listing's: with the account's
+	// listings all running, one more is refused, before any master is read.
+	for range MaxAccountListings {
+		ok, _ := ts.Server.listings.enter("acme")
+		require.True(t, ok)
+	}
+	st, body, hdr := ts.raw(t, http.MethodGet, admin+"/admin/idempotency?account=acme", nil)
+	require.Equal(t, http.StatusTooManyRequests, st, body)
+	require.Contains(t, body, "too_many_listings")
+	require.Equal(t, "1", hdr.Get("Retry-After"))
+	for range MaxAccountListings {
+		ts.Server.listings.leave("acme")
+	}
+	st, body, _ = ts.raw(t, http.MethodGet, admin+"/admin/idempotency?account=acme", nil)
+	require.Equal(t, http.StatusOK, st, body)
 }
 
 // TestIdemAbortRefusedSaysSo: an abort that deleted nothing is 409

@@ -49,9 +49,9 @@ func (g *listGate) enter(account string) (ok bool, why string) {
 	defer g.mu.Unlock()
 	switch {
 	case g.total >= MaxListings:
-		return false, fmt.Sprintf("too many listings: this daemon runs at most %d GET /admin/locks at once; retry after 1 s (Retry-After)", MaxListings)
+		return false, fmt.Sprintf("too many listings: this daemon runs at most %d listings (GET /admin/locks, GET /admin/idempotency) at once; retry after 1 s (Retry-After)", MaxListings)
 	case g.byAccount[account] >= MaxAccountListings:
-		return false, fmt.Sprintf("too many listings: this daemon runs at most %d GET /admin/locks at once per account; retry after 1 s (Retry-After)", MaxAccountListings)
+		return false, fmt.Sprintf("too many listings: this daemon runs at most %d listings (GET /admin/locks, GET /admin/idempotency) at once per account; retry after 1 s (Retry-After)", MaxAccountListings)
 	}
 	if g.byAccount == nil {
 		g.byAccount = map[string]int{}
@@ -108,53 +108,14 @@ type lockList struct {
 // guarantees while locks come and go). Bad parameters are answered 400
 // naming the parameter; no quorum 503.
 func (s *Server) serveLockList(w http.ResponseWriter, r *http.Request) {
-	q, err := url.ParseQuery(r.URL.RawQuery)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, codeBadRequest, "query string: not valid URL encoding")
+	q, ok := s.parseListQuery(w, r, MaxListLimit)
+	if !ok {
 		return
 	}
-	for name, vs := range q {
-		switch name {
-		case "account", "namespace", "cursor", "limit":
-			if len(vs) > 1 {
-				writeError(w, http.StatusBadRequest, codeBadRequest, name+": given more than once")
-				return
-			}
-		default:
-			writeError(w, http.StatusBadRequest, codeBadRequest, "unknown parameter "+quoteCut(name, 32)+"; the parameters are account, namespace, cursor, limit")
-			return
-		}
-	}
-	account := q.Get("account")
-	if msg := checkQueryText("account", account, 1, maxAccountBytes); msg != "" {
-		writeError(w, http.StatusBadRequest, codeBadRequest, msg)
-		return
-	}
-	removed := s.wasRemoved(account)
-	if !removed && !s.hasAccount(account) {
-		writeError(w, http.StatusBadRequest, codeBadRequest, "account: "+quoteCut(account, 64)+" is not a configured account, nor one a reload removed since this daemon started")
-		return
-	}
-	prefix := s.prefix + lockSpace + encPart(account) + ":"
-	ans := lockList{Account: account, Removed: removed, Locks: []listedLock{}}
-	if vs, ok := q["namespace"]; ok {
-		ns := vs[0]
-		if msg := checkQueryText("namespace", ns, 0, maxNamespaceBytes); msg != "" {
-			writeError(w, http.StatusBadRequest, codeBadRequest, msg)
-			return
-		}
-		prefix += encPart(ns) + ":"
-		ans.Namespace = &ns
-	}
-	limit := DefaultListLimit
-	if v, ok := q["limit"]; ok {
-		n, err := strconv.Atoi(v[0])
-		if err != nil || n < 1 || n > MaxListLimit {
-			writeError(w, http.StatusBadRequest, codeBadRequest, fmt.Sprintf("limit: must be an integer from 1 to %d, got %s", MaxListLimit, quoteCut(v[0], 32)))
-			return
-		}
-		limit = n
-	}
+	account := q.account
+	prefix := q.prefix(s.prefix + lockSpace)
+	ans := lockList{Account: account, Removed: q.removed, Namespace: q.namespace, Locks: []listedLock{}}
+	limit := q.limit
 	if ok, why := s.listings.enter(account); !ok {
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusTooManyRequests, codeTooManyListings, why)
@@ -162,7 +123,7 @@ func (s *Server) serveLockList(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.listings.leave(account)
 	before := time.Now()
-	page, err := s.locker.List(r.Context(), prefix, q.Get("cursor"), limit)
+	page, err := s.locker.List(r.Context(), prefix, q.cursor, limit)
 	switch {
 	case err == nil:
 	case errors.Is(err, redlock.ErrInvalid):
@@ -243,4 +204,72 @@ func (s *Server) listQuorumMessage(err error) string {
 		return "master group " + name + ": " + quorumMessage(err, l.Masters())
 	}
 	return quorumMessage(err, s.locker.Masters())
+}
+
+// listQuery is a listing's parameters (GET /admin/locks and
+// /admin/idempotency): account (configured, or removed by a reload since
+// this daemon started), namespace (nil: every namespace), cursor and limit.
+type listQuery struct {
+	account   string
+	removed   bool
+	namespace *string
+	cursor    string
+	limit     int
+}
+
+// parseListQuery reads a listing's query string (account, namespace,
+// cursor, limit 1 to maxLimit, each at most once). On a bad parameter it
+// answers 400 naming it and returns false.
+func (s *Server) parseListQuery(w http.ResponseWriter, r *http.Request, maxLimit int) (listQuery, bool) {
+	bad := func(msg string) (listQuery, bool) {
+		writeError(w, http.StatusBadRequest, codeBadRequest, msg)
+		return listQuery{}, false
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return bad("query string: not valid URL encoding")
+	}
+	for name, vs := range q {
+		switch name {
+		case "account", "namespace", "cursor", "limit":
+			if len(vs) > 1 {
+				return bad(name + ": given more than once")
+			}
+		default:
+			return bad("unknown parameter " + quoteCut(name, 32) + "; the parameters are account, namespace, cursor, limit")
+		}
+	}
+	lq := listQuery{account: q.Get("account"), cursor: q.Get("cursor"), limit: DefaultListLimit}
+	if msg := checkQueryText("account", lq.account, 1, maxAccountBytes); msg != "" {
+		return bad(msg)
+	}
+	lq.removed = s.wasRemoved(lq.account)
+	if !lq.removed && !s.hasAccount(lq.account) {
+		return bad("account: " + quoteCut(lq.account, 64) + " is not a configured account, nor one a reload removed since this daemon started")
+	}
+	if vs, ok := q["namespace"]; ok {
+		ns := vs[0]
+		if msg := checkQueryText("namespace", ns, 0, maxNamespaceBytes); msg != "" {
+			return bad(msg)
+		}
+		lq.namespace = &ns
+	}
+	if v, ok := q["limit"]; ok {
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > maxLimit {
+			return bad(fmt.Sprintf("limit: must be an integer from 1 to %d, got %s", maxLimit, quoteCut(v[0], 32)))
+		}
+		lq.limit = n
+	}
+	return lq, true
+}
+
+// prefix is the listing's key prefix under base: the account's, and the
+// namespace's when one was given.
+func (q listQuery) prefix(base string) string {
+	p := base + encPart(q.account) + ":"
+	if q.namespace != nil {
+		p += encPart(*q.namespace) + ":"
+	}
+	return p
 }

@@ -34,7 +34,7 @@ const (
 	codeQuotaExhausted = "quota_exhausted"
 	codeRateLimited    = "rate_limited"
 	codeTooManyLocks   = "too_many_locks"
-	// codeTooManyListings: 429, too many GET /admin/locks at once.
+	// codeTooManyListings: 429, too many listings (GET /admin/locks, GET /admin/idempotency) at once.
 	codeTooManyListings = "too_many_listings"
 	codeInternal        = "internal" // 500
 	// codeCancelled answers a request whose client went away (HTTP 499, as

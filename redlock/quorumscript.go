@@ -129,8 +129,10 @@ func (c *Client) judgeAnswer(r reply) MasterAnswer {
 
 // RunQuorumScriptOn is RunQuorumScript on master idx alone (its position
 // in the configuration, 0 to N−1): for reads that walk the masters one
-// after another, as a listing does. Errors: ErrInvalid for an empty key
-// or an idx out of range.
+// after another, as a listing does. It goes over the listing connection
+// of the master (as List's reads do), never queueing in front of a lock
+// command of this process. Errors: ErrInvalid for an empty key or an idx
+// out of range.
 func (c *Client) RunQuorumScriptOn(ctx context.Context, s *QuorumScript, idx int, key string, args []any) (MasterAnswer, error) {
 	if key == "" || c.reservedKey(key) || idx < 0 || idx >= len(c.masters) {
 		return MasterAnswer{}, ErrInvalid
@@ -138,7 +140,7 @@ func (c *Client) RunQuorumScriptOn(ctx context.Context, s *QuorumScript, idx int
 	only := make([]bool, len(c.masters))
 	only[idx] = true
 	start := time.Now()
-	f, _ := c.fanout(script{s: s.s, keys: c.voteKeys(key), args: args, only: only}, start)
+	f, _ := c.fanout(script{s: s.s, keys: c.voteKeys(key), args: args, only: only, via: listLane}, start)
 	var a MasterAnswer
 	c.gather(ctx, f, start, only, func(r reply) bool {
 		a = c.judgeAnswer(r)
