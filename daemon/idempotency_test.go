@@ -523,3 +523,21 @@ func TestIdemLeasesCountAgainstMaxLocks(t *testing.T) {
 	started("k4")
 	refused("k5")
 }
+
+// TestIdemExtendPastRetentionRefused: an idem_extend whose lease the max
+// retention cannot cover twice is refused 400 naming lease and retention;
+// the lease is unchanged and a smaller extend still works.
+func TestIdemExtendPastRetentionRefused(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t, idempotency.WithMaxRetention(time.Minute))
+	r := ts.idem(t, map[string]any{"action": "idem_begin", "key": "x1", "body": "b", "lease": 10, "retention": 60})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	tok := r.idem(t).Token
+	r = ts.idem(t, map[string]any{"action": "idem_extend", "key": "x1", "token": tok, "lease": 31})
+	require.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
+	assert.Contains(t, r.Env.Msg, "lease: 31s")
+	assert.Contains(t, r.Env.Msg, "max retention (1m0s): the lease can be at most 30s")
+	r = ts.idem(t, map[string]any{"action": "idem_extend", "key": "x1", "token": tok, "lease": 30})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	assert.Greater(t, r.idem(t).ValidityMS, int64(20000))
+}
