@@ -6,7 +6,8 @@
 //
 //	cd bench && go run . [-quick] [-duration 3s] [-conc 1,16,64,256]
 //	    [-scenarios healthy,pause1,pause2] [-targets lib,http,redsync,floor]
-//	    [-down3 pause,kill] [-json results/latest.json] [-cpuprofile FILE]
+//	    [-down3 pause,kill] [-idempotency=false] [-json results/latest.json]
+//	    [-cpuprofile FILE]
 //
 // It is a separate module so that go-redsync never enters the product's
 // go.mod; the replace directive builds redlockd from the working tree, and
@@ -57,6 +58,8 @@ type config struct {
 	handoffRounds int
 	handoffLimit  time.Duration
 	loadWindow    time.Duration
+	// idem runs the idempotency cell (idempotency.go).
+	idem bool
 }
 
 var scenarioPaused = map[string][]int{ // master indexes paused in each scenario
@@ -81,6 +84,7 @@ func main() {
 	flag.IntVar(&cfg.handoffRounds, "handoff-rounds", 200, "hand-offs measured per target and number of waiters")
 	flag.DurationVar(&cfg.handoffLimit, "handoff-limit", 8*time.Second, "time limit of one target at one number of waiters (fewer rounds if reached)")
 	flag.DurationVar(&cfg.loadWindow, "load-window", 5*time.Second, "how long the masters' commands are counted with 64 waiters on a held key")
+	flag.BoolVar(&cfg.idem, "idempotency", true, "idempotency cell: the library's idempotency store at c=64 on the same masters, begin + complete cycles/s and replays/s, as ratios to the healthy c=64 lib cell (-idempotency=false to skip)")
 	groupsFlag := flag.String("groups", "", `master-groups scale cell alone: comma-separated numbers of groups of five masters (e.g. "1,2,3"), run at the largest -conc through the library; the other cells are skipped`)
 	flag.Parse()
 	if *quick {
@@ -170,6 +174,9 @@ func run(ctx context.Context, cfg config) error {
 	rep := newReport(cfg, addrs)
 	warmUp(ctx, cfg, tgs)
 	if err := env.runCells(ctx, tgs, rep); err != nil {
+		return err
+	}
+	if err := env.runIdem(ctx, addrs, rep); err != nil {
 		return err
 	}
 	if err := env.runHandoff(ctx, addrs, rep); err != nil {

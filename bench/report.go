@@ -41,6 +41,8 @@ type report struct {
 	Handoff []handoffResult `json:"handoff"`
 	Load    []masterLoad    `json:"masters_load"`
 	Checks  []check         `json:"targets"`
+	// Idem is the idempotency cell (nil when skipped).
+	Idem *idemResult `json:"idempotency,omitempty"`
 }
 
 type check struct {
@@ -131,6 +133,7 @@ func (r *report) finish() {
 		}
 	}
 	r.handoffChecks()
+	r.idemChecks()
 	var hwm int64
 	for _, c := range r.Cells {
 		hwm = max(hwm, c.DaemonVmHWMKiB)
@@ -199,6 +202,7 @@ func (r *report) markdown(cfg config) string {
 		p("\n")
 	}
 	r.handoffMarkdown(p)
+	r.idemMarkdown(p)
 	var mem []string
 	for _, c := range r.Cells {
 		if c.DaemonVmHWMKiB > 0 {
@@ -272,6 +276,7 @@ func benchNotes() []string {
 		"Paused cells: the master(s) get SIGSTOP right before the cell and SIGCONT after it; the next cell starts once the library and the daemon report every master up. A cell is cut at 2× duration + 5 s: workers still inside a call are abandoned (counted as stuck, their call cancelled).",
 		"lib: redlock.New with default options. http: the real `redlockd serve` binary built from this tree, default settings (REDLOCKD_MASTERS, REDLOCKD_API_KEYS, REDLOCKD_LISTEN only), called with keep-alive connections; the HTTP client runs in the bench process and shares the CPUs with the daemon and the masters.",
 		"floor: plain SET key token NX PX + Lua compare-and-delete on master 4 alone (never paused), go-redis with default options.",
+		"idempotency (after the cells; -idempotency=false skips it): redlock/idempotency's Store over the lib target's Client (default options, so fencing on), 64 workers, healthy, one cell duration per phase: begin (lease 5 s, retention 10 s) + complete of 15 bytes on a fresh key each time, then begin of a completed key (1 KiB answer, one key per worker), answered Completed from one quorum read. Ratios are to the healthy c=64 lib cell of the same run.",
 	}
 }
 

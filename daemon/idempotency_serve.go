@@ -123,6 +123,7 @@ func (s *Server) serveIdempotency(ctx context.Context, w http.ResponseWriter, c 
 		err = s.idemBegin(ctx, w, c, &req, key, d)
 	case idemComplete:
 		err = s.idem.store.Complete(ctx, key, req.token, req.answer)
+		s.idemLeaseEnded(c, key, req.token, err)
 		if err == nil {
 			s.idem.metrics.stored.Add(float64(req.answer.Size()))
 			d.Completed = ptr(true)
@@ -136,6 +137,7 @@ func (s *Server) serveIdempotency(ctx context.Context, w http.ResponseWriter, c 
 			// answer: every retry replays it.
 			err = s.idem.store.Complete(ctx, key, req.token, req.answer)
 		}
+		s.idemLeaseEnded(c, key, req.token, err)
 		if err == nil {
 			d.Aborted = ptr(true)
 			s.idemOK(w, c, d, http.StatusOK, "")
@@ -150,6 +152,9 @@ func (s *Server) serveIdempotency(ctx context.Context, w http.ResponseWriter, c 
 	case idemExtend:
 		var until time.Time
 		until, err = s.idem.store.Extend(ctx, key, req.token, req.lease)
+		if err == nil && c.limits != nil {
+			c.limits.lockChanged(idempotency.LeaseKey(key), req.token, false)
+		}
 		if err == nil {
 			d.Extended = ptr(true)
 			setIdemValidity(d, until)
@@ -165,8 +170,8 @@ func (s *Server) serveIdempotency(ctx context.Context, w http.ResponseWriter, c 
 // idemBegin answers idem_begin: 200 started, expired_in_progress and
 // completed; 409 in_progress; 422 fingerprint mismatch.
 func (s *Server) idemBegin(ctx context.Context, w http.ResponseWriter, c *call, req *idemRequest, key string, d *idemData) error {
-	res, err := s.idem.store.Begin(ctx, idempotency.BeginRequest{Key: key, Fingerprint: req.fingerprint, Lease: req.lease, Retention: req.retention})
-	if err != nil {
+	res, refused, err := s.idemBeginLimited(ctx, w, c, req, key)
+	if err != nil || refused {
 		return err
 	}
 	d.Outcome, d.Attempts = res.Outcome.String(), res.Attempts
@@ -199,6 +204,52 @@ func (s *Server) idemBegin(ctx context.Context, w http.ResponseWriter, c *call, 
 		s.idemOK(w, c, d, http.StatusUnprocessableEntity, "this key was used with another request (fingerprint mismatch); use a new key for a new request")
 	}
 	return nil
+}
+
+// idemLeaseEnded counts the end of a processing lease for max_locks, as a
+// release is counted (lock.go): Complete and Abort release the lease when
+// they succeed, and a token that is no longer the owner holds no lease.
+func (s *Server) idemLeaseEnded(c *call, key, token string, err error) {
+	if c.limits != nil && (err == nil || errors.Is(err, idempotency.ErrNotOwner)) {
+		c.limits.lockChanged(idempotency.LeaseKey(key), token, true)
+	}
+}
+
+// idemBeginLimited runs the Store's Begin, counting the processing lease
+// against the account's max_locks as an acquire is (lock.go): a slot is
+// reserved before the lease is taken and ended with the lease's token, or
+// with none when no lease was kept. At the limit, a record that answers
+// without a lease still does (a completed record replays, another
+// fingerprint is refused) from one quorum read; a begin that would take a
+// lease is refused 429 too_many_locks (refused true, answered here).
+func (s *Server) idemBeginLimited(ctx context.Context, w http.ResponseWriter, c *call, req *idemRequest, key string) (res idempotency.BeginResult, refused bool, err error) {
+	breq := idempotency.BeginRequest{Key: key, Fingerprint: req.fingerprint, Lease: req.lease, Retention: req.retention}
+	if c.limits == nil {
+		res, err = s.idem.store.Begin(ctx, breq)
+		return res, false, err
+	}
+	r, ok := c.limits.reserveLock()
+	if ok {
+		res, err = s.idem.store.Begin(ctx, breq)
+		token := ""
+		if err == nil && (res.Outcome == idempotency.Started || res.Outcome == idempotency.ExpiredInProgress) {
+			token = res.Token
+		}
+		c.limits.lockDone(idempotency.LeaseKey(key), token)
+		return res, false, err
+	}
+	rec, err := s.idem.store.Get(ctx, key)
+	switch {
+	case err != nil:
+		return res, false, err
+	case rec.State != idempotency.StateAbsent && rec.Fingerprint != req.fingerprint:
+		return idempotency.BeginResult{Outcome: idempotency.Mismatch, Record: rec, Attempts: rec.Attempts}, false, nil
+	case rec.State == idempotency.StateCompleted:
+		return idempotency.BeginResult{Outcome: idempotency.Completed, Record: rec, Attempts: rec.Attempts}, false, nil
+	}
+	s.refund(c)
+	s.refuse(w, c, r)
+	return res, true, nil
 }
 
 // idemFailed answers the errors of the Store.

@@ -468,3 +468,91 @@ func TestIdemReadyzShowsRecordQuorum(t *testing.T) {
 		require.Zero(t, m.CountsAgainInS)
 	}
 }
+
+// TestIdemLeasesCountAgainstMaxLocks: a processing lease holds a slot of
+// the account's max_locks as a lock does: a begin that would take one
+// past the limit is refused 429 too_many_locks (no lease written), while a
+// completed record still replays and another fingerprint is still refused
+// 422; complete and abort give the slot back.
+func TestIdemLeasesCountAgainstMaxLocks(t *testing.T) {
+	d := newDeployment(t)
+	masters := make([]*redis.Options, len(d.servers))
+	for i, s := range d.servers {
+		masters[i] = &redis.Options{Addr: s.Addr()}
+	}
+	ls, err := NewLimitStore(masters, time.Second)
+	require.NoError(t, err)
+	ts := d.idemServerWith(t, func(o *Options) {
+		for i := range o.APIKeys {
+			if o.APIKeys[i].Account == "acme" {
+				o.APIKeys[i].Limits = AccountLimits{MaxLocks: 2}
+			}
+		}
+		o.LimitStore, o.LimitsSyncInterval = ls, limitsInterval
+	})
+	begin := func(key, body string) *response {
+		return ts.idem(t, map[string]any{"action": "idem_begin", "key": key, "body": body, "lease": 30})
+	}
+	started := func(key string) idemResult {
+		t.Helper()
+		r := begin(key, "b-"+key)
+		require.Equal(t, http.StatusOK, r.Status, r.Raw)
+		res := r.idem(t)
+		require.Equal(t, "started", res.Outcome, r.Raw)
+		return res
+	}
+	refused := func(key string) {
+		t.Helper()
+		r := begin(key, "b-"+key)
+		require.Equal(t, http.StatusTooManyRequests, r.Status, r.Raw)
+		assert.Equal(t, "too_many_locks", r.code())
+		assert.Contains(t, r.Env.Msg, "holds 2 and its limit (max_locks) is 2")
+		assert.Empty(t, keysOn(t, d.servers, d.prefix+"*"+key+"*"), "a refused begin writes no lease and no record")
+	}
+
+	k1 := started("k1")
+	k2 := started("k2")
+	refused("k3")
+
+	r := ts.idem(t, map[string]any{"action": "idem_complete", "key": "k1", "token": k1.Token,
+		"answer": map[string]any{"status": 200, "body_base64": base64.StdEncoding.EncodeToString([]byte("one"))}})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	started("k3")
+	refused("k4")
+
+	// At the limit, a completed record still replays, and another
+	// fingerprint is still told apart.
+	r = begin("k1", "b-k1")
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	require.Equal(t, "completed", r.idem(t).Outcome, r.Raw)
+	r = begin("k1", "another body")
+	require.Equal(t, http.StatusUnprocessableEntity, r.Status, r.Raw)
+	// An in-progress record is not replayed: it would take a lease.
+	r = begin("k2", "b-k2")
+	require.Equal(t, http.StatusTooManyRequests, r.Status, r.Raw)
+
+	r = ts.idem(t, map[string]any{"action": "idem_extend", "key": "k2", "token": k2.Token, "lease": 30})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	r = ts.idem(t, map[string]any{"action": "idem_abort", "key": "k2", "token": k2.Token})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	started("k4")
+	refused("k5")
+}
+
+// TestIdemExtendPastRetentionRefused: an idem_extend whose lease the max
+// retention cannot cover twice is refused 400 naming lease and retention;
+// the lease is unchanged and a smaller extend still works.
+func TestIdemExtendPastRetentionRefused(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t, idempotency.WithMaxRetention(time.Minute))
+	r := ts.idem(t, map[string]any{"action": "idem_begin", "key": "x1", "body": "b", "lease": 10, "retention": 60})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	tok := r.idem(t).Token
+	r = ts.idem(t, map[string]any{"action": "idem_extend", "key": "x1", "token": tok, "lease": 31})
+	require.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
+	assert.Contains(t, r.Env.Msg, "lease: 31s")
+	assert.Contains(t, r.Env.Msg, "max retention (1m0s): the lease can be at most 30s")
+	r = ts.idem(t, map[string]any{"action": "idem_extend", "key": "x1", "token": tok, "lease": 30})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	assert.Greater(t, r.idem(t).ValidityMS, int64(20000))
+}

@@ -166,11 +166,26 @@ func (s *Store) Abort(ctx context.Context, key, token string) error {
 
 // Extend makes the processing lease last lease more (redlock
 // Client.Extend on the lease) and returns the new end of its validity.
-// Errors: ErrNotOwner when the token no longer holds the lease, else the
-// lock's (redlock.ErrQuorumUnavailable, redlock.ErrInvalid).
+// Before the lease, it keeps the attempt's IN_PROGRESS record at least
+// 2×lease more on a quorum of counting masters (keepRecord), so the record
+// always outlives the lease by a lease, as Begin's retention rule asks.
+// Errors: ErrInvalid when 2×lease is over the max retention (naming lease
+// and retention), ErrNotOwner when the token no longer holds the lease or
+// its record, else the lock's (redlock.ErrQuorumUnavailable,
+// redlock.ErrInvalid) or a QuorumError of the record write; on an error
+// of the record write the lease is not extended.
 func (s *Store) Extend(ctx context.Context, key, token string, lease time.Duration) (time.Time, error) {
-	if key == "" || token == "" {
+	switch {
+	case key == "" || token == "":
 		return time.Time{}, fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
+	case lease <= 0:
+		return time.Time{}, fmt.Errorf("%w: lease: %v must be positive", ErrInvalid, lease)
+	case 2*lease > s.maxRetention:
+		return time.Time{}, fmt.Errorf("%w: lease: %v: the record is kept twice the lease from now, and that is over the max retention (%v): the lease can be at most %v",
+			ErrInvalid, lease, s.maxRetention, s.maxRetention/2)
+	}
+	if err := s.keepRecord(ctx, key, token, lease); err != nil {
+		return time.Time{}, err
 	}
 	l, err := s.c.Extend(ctx, leaseKey(key), token, lease)
 	switch {
@@ -180,4 +195,64 @@ func (s *Store) Extend(ctx context.Context, key, token string, lease time.Durati
 		return time.Time{}, err
 	}
 	return l.ValidUntil(), nil
+}
+
+// keepRecord raises the TTL of the attempt's IN_PROGRESS copy to at least
+// 2×lease on every master that has it, and needs a quorum of counting
+// masters to have done so.
+//
+// Why the record always outlives an extended lease (safety.go, 3): Begin
+// writes the copy with a retention of at least twice the lease. An extend
+// first raises the copy's TTL to at least twice the new lease, from its
+// write, on a quorum Q1 of counting masters, and only then extends the
+// lease, which ends at most lease after the extend reached each master
+// (the lock's extend script); so each copy in Q1 lasts beyond the lease's
+// end by a lease less the time between the two writes (bounded by the
+// Client's per-master timeout, far below any lease), the margin Begin
+// gives. A later Begin's
+// write hears a quorum Q2; a master in Q1 ∩ Q2 still has the copy and the
+// Begin answers ExpiredInProgress, never a blind Started. If the record
+// write fails the lease is not extended, so it ends within the TTL the
+// copies had; a record write that succeeds before a failed lease extend
+// only keeps the copy longer, which is safe. The TTL is never lowered and
+// 2×lease is within the max retention (checked by Extend), so every copy
+// ends within the max retention of its last write: a repaired master's
+// wait (Store.counts) still covers it.
+func (s *Store) keepRecord(ctx context.Context, key, token string, lease time.Duration) error {
+	args := []any{"extend", token, "0", "", "0", "0", "", "0", ms(lease), "0"}
+	kept, none := 0, 0
+	notOwner := false
+	var failures []error
+	err := s.c.RunQuorumScript(ctx, writeScript, recordKey(key), args, func(a redlock.MasterAnswer) bool {
+		if !s.counts(a) {
+			failures = append(failures, s.notCounted(a))
+			return false
+		}
+		switch a.Code {
+		case 1:
+			kept++
+		case 0, 4:
+			// No copy, or another attempt's: a master that missed this
+			// attempt's begin may keep an earlier attempt's copy.
+			none++
+			failures = append(failures, fmt.Errorf("master %d: has no copy of this attempt", a.Index))
+		case 2:
+			notOwner = true
+			return true
+		default:
+			failures = append(failures, fmt.Errorf("master %d: refused the extend write (code %d)", a.Index, a.Code))
+		}
+		return kept >= s.c.Quorum()
+	})
+	switch {
+	case err != nil:
+		return err
+	case notOwner:
+		return fmt.Errorf("%w: the record is completed", ErrNotOwner)
+	case kept >= s.c.Quorum():
+		return nil
+	case none >= s.c.Quorum():
+		return fmt.Errorf("%w: no copy of this token on a quorum of masters (a later attempt began, or it was aborted or is past its retention)", ErrNotOwner)
+	}
+	return s.quorumError("extend", kept, failures)
 }

@@ -31,7 +31,10 @@ package idempotency
 //     the same argument), reports it, and the Begin answers
 //     ExpiredInProgress, never Started, with the earlier fence. A Begin
 //     that fails after writing puts back the copies it replaced (undo), so
-//     a failed Begin does not erase that evidence.
+//     a failed Begin does not erase that evidence. The copy outlives the
+//     lease: Begin writes it with a retention of at least twice the lease,
+//     and Extend raises its TTL to twice the new lease on a quorum of
+//     counting masters before it extends the lease (Store.keepRecord).
 //  4. A late Complete of an attempt whose lease ended races only with the
 //     later attempt that took over: each copy keeps the higher fence, and a
 //     COMPLETED copy of either attempt answers for the record. Both ran;

@@ -156,7 +156,12 @@ func New(c *redlock.Client, opts ...Option) (*Store, error) {
 func (s *Store) MaxAnswerBytes() int         { return s.maxAnswerBytes }
 func (s *Store) MaxRetention() time.Duration { return s.maxRetention }
 
-func leaseKey(key string) string  { return key + ":lease" }
+func leaseKey(key string) string { return key + ":lease" }
+
+// LeaseKey is the Redis key of key's processing lease: a Redlock lock
+// like any other, for callers that account for the locks held (the
+// daemon's max_locks).
+func LeaseKey(key string) string  { return leaseKey(key) }
 func recordKey(key string) string { return key + ":rec" }
 
 // counts reports whether a master's answer may speak for a record: the

@@ -391,3 +391,46 @@ func TestList(t *testing.T) {
 	_, err = s.List(ctx, prefix, "9:0:0", 3)
 	require.ErrorIs(t, err, ErrInvalid)
 }
+
+// TestExtendKeepsTheRecord: a lease extended past the record's retention
+// keeps the record with it, so the retry after the lease ends answers
+// ExpiredInProgress, not a blind Started; an extend whose lease the max
+// retention cannot cover is refused and extends nothing.
+func TestExtendKeepsTheRecord(t *testing.T) {
+	d := newDeployment(t)
+	s := d.store(t, WithMaxRetention(time.Hour))
+	ctx := context.Background()
+	key := newKey(t)
+	req := BeginRequest{Key: key, Fingerprint: fp("a"), Lease: 500 * time.Millisecond, Retention: time.Second}
+	first, err := s.Begin(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, Started, first.Outcome)
+
+	extendedAt := time.Now()
+	_, err = s.Extend(ctx, key, first.Token, 1500*time.Millisecond)
+	require.NoError(t, err)
+
+	// Past the retention Begin gave the record, still within the lease.
+	time.Sleep(time.Until(extendedAt.Add(1100 * time.Millisecond)))
+	rec, err := s.Get(ctx, key)
+	require.NoError(t, err)
+	require.Equal(t, StateInProgress, rec.State)
+	require.Equal(t, first.Fence, rec.Fence)
+
+	// Past the extended lease: the retry sees the attempt.
+	time.Sleep(time.Until(extendedAt.Add(1600 * time.Millisecond)))
+	var second BeginResult
+	require.Eventually(t, func() bool {
+		second, err = s.Begin(ctx, req)
+		require.NoError(t, err)
+		return second.Outcome != InProgress
+	}, 2*time.Second, 20*time.Millisecond)
+	require.Equal(t, ExpiredInProgress, second.Outcome, "%+v", second)
+	require.Equal(t, first.Fence, second.PreviousFence)
+
+	_, err = s.Extend(ctx, key, second.Token, 31*time.Minute)
+	require.ErrorIs(t, err, ErrInvalid)
+	require.ErrorContains(t, err, "lease: 31m0s")
+	require.ErrorContains(t, err, "max retention (1h0m0s): the lease can be at most 30m0s")
+	require.NoError(t, s.Abort(ctx, key, second.Token))
+}

@@ -2,24 +2,30 @@
 -- copy is never replaced by one with a lower fence, and a COMPLETED copy
 -- is never replaced by an IN_PROGRESS one. Follows vote_prelude.lua.
 -- KEYS[1] record key, KEYS[2..] as in the prelude.
--- ARGV[1] op: 'begin', 'complete', 'abort' (delete the attempt's copy) or
---         'undo' (put back the copy the attempt's begin replaced)
+-- ARGV[1] op: 'begin', 'complete', 'abort' (delete the attempt's copy),
+--         'undo' (put back the copy the attempt's begin replaced) or
+--         'extend' (keep the attempt's IN_PROGRESS copy at least twice
+--         ARGV[9] more: the lease is being extended to ARGV[9])
 -- ARGV[2] token (the lease's), ARGV[3] fence (the lease's)
 -- ARGV[4] fingerprint ('' on complete when not known: then a master
 --         without the token's copy is not filled in: 4 when it has none,
 --         0 when it has another attempt's)
 -- ARGV[5] attempts at least (begin, fill), ARGV[6] started, unix ms
--- ARGV[7] answer (complete), ARGV[8] retention ms, ARGV[9] lease ms (begin)
+-- ARGV[7] answer (complete), ARGV[8] retention ms, ARGV[9] lease ms
+--         (begin, extend)
 -- ARGV[10] completed, unix ms (complete: the caller's clock, so that every
 --          copy says the same)
 -- Every reply's extra is the copy before the script (cjson of HGETALL, ''
 -- when none). Codes:
---    1  written (begin: value = the attempt count written; abort: deleted)
+--    1  written (begin: value = the attempt count written; abort: deleted;
+--       extend: value = the copy's TTL now, ms)
 --    0  refused: another attempt's copy is here (begin: one with a fence
---       at least this one's; complete: see ARGV[4]; abort, undo: any)
+--       at least this one's; complete: see ARGV[4]; abort, undo, extend:
+--       any)
 --    2  refused: a COMPLETED copy of another attempt is here
 --    3  refused (begin): the copy here has another fingerprint
---    4  no copy here and none written (complete without fingerprint, abort)
+--    4  no copy here and none written (complete without fingerprint,
+--       abort, extend)
 --    5  refused (complete): this attempt already completed here with
 --       another answer, which is kept
 --   -2  this master lost its data: nothing written
@@ -95,6 +101,26 @@ if op == 'complete' then
   redis.call('HSET', KEYS[1], 'st', 'COMPLETED', 'ans', ARGV[7], 'tc', ARGV[10])
   redis.call('PEXPIRE', KEYS[1], ret)
   return reply(1, 0, prior)
+end
+if op == 'extend' then
+  if #f == 0 then
+    return reply(4, 0, prior)
+  end
+  if p.st == 'COMPLETED' then
+    return reply(2, 0, prior)
+  end
+  if p.tok ~= tok then
+    return reply(0, 0, prior)
+  end
+  -- Never shortened: the copy lasts at least two leases from now, so it
+  -- outlives the extended lease by a lease (safety.go, 3; Store.keepRecord).
+  local want = 2 * tonumber(ARGV[9])
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl < want then
+    redis.call('PEXPIRE', KEYS[1], want)
+    pttl = want
+  end
+  return reply(1, pttl, prior)
 end
 -- abort, undo
 if #f == 0 then
