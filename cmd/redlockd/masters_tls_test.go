@@ -10,6 +10,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -328,4 +330,40 @@ func replaceLine(s, prefix, with string) string {
 		out = append(out, l)
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestACLAllowsEveryScriptCommand: every command a script of this
+// repository calls (redis.call / redis.pcall in any .lua file the product
+// embeds) is allowed by the documented least-privilege ACL user and by
+// `redlockd dev --tls`'s. A script that starts using a command the ACL
+// does not list fails every vote on such a master (it happened with MGET);
+// this catches it before a master does.
+func TestACLAllowsEveryScriptCommand(t *testing.T) {
+	call := regexp.MustCompile(`redis\.p?call\('([A-Za-z]+)'`)
+	used := map[string][]string{}
+	for _, dir := range []string{"../../redlock/scripts", "../../redlock/idempotency/scripts", "../../daemon/scripts"} {
+		files, err := filepath.Glob(filepath.Join(dir, "*.lua"))
+		require.NoError(t, err)
+		require.NotEmpty(t, files, dir)
+		for _, f := range files {
+			src, err := os.ReadFile(f)
+			require.NoError(t, err)
+			for _, m := range call.FindAllStringSubmatch(string(src), -1) {
+				cmd := strings.ToLower(m[1])
+				used[cmd] = append(used[cmd], filepath.Base(f))
+			}
+		}
+	}
+	require.Contains(t, used, "mget", "the scan found the scripts' commands")
+	for name, rules := range map[string]string{"the documented ACL line": readmeACLLine(t), "devACLRules": devACLRules} {
+		allowed := map[string]bool{}
+		for _, f := range strings.Fields(rules) {
+			if c, ok := strings.CutPrefix(f, "+"); ok {
+				allowed[strings.ToLower(c)] = true
+			}
+		}
+		for cmd, files := range used {
+			assert.True(t, allowed[cmd], "%s does not allow %s, which %v call", name, cmd, slices.Compact(slices.Sorted(slices.Values(files))))
+		}
+	}
 }
