@@ -100,15 +100,10 @@ func (c *Config) validateMasterGroups(v *validator) {
 		}
 		for i, m := range g.Masters {
 			mf := fmt.Sprintf("%s.masters[%d]", field, i)
-			if m == "" {
-				v.add(mf, "empty")
+			id, ok := v.masterAddr(mf, m)
+			if !ok {
 				continue
 			}
-			if p := addrProblem(m, false); p != "" {
-				v.add(mf, "%s", p)
-				continue
-			}
-			id := canonicalAddr(m)
 			if other, dup := addrs[id]; dup {
 				v.add(mf, "%q duplicates %s: a master belongs to one group", m, other)
 				continue

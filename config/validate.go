@@ -166,15 +166,10 @@ func (c *Config) validateMasters(v *validator) {
 	seen := make(map[string]int, len(c.Masters))
 	for i, m := range c.Masters {
 		field := fmt.Sprintf("masters[%d]", i)
-		if m == "" {
-			v.add(field, "empty")
+		id, ok := v.masterAddr(field, m)
+		if !ok {
 			continue
 		}
-		if p := addrProblem(m, false); p != "" {
-			v.add(field, "%s", p)
-			continue
-		}
-		id := canonicalAddr(m)
 		if j, dup := seen[id]; dup {
 			v.add(field, "%q duplicates masters[%d]", m, j)
 			continue
@@ -420,4 +415,19 @@ func isNameRune(r rune) bool {
 
 func isHexRune(r rune) bool {
 	return '0' <= r && r <= '9' || 'a' <= r && r <= 'f' || 'A' <= r && r <= 'F'
+}
+
+// masterAddr checks one master's address (field names it): not empty, a
+// host:port. It returns the address in the form duplicates are compared
+// in, and false after adding the problem to v.
+func (v *validator) masterAddr(field, m string) (string, bool) {
+	if m == "" {
+		v.add(field, "empty")
+		return "", false
+	}
+	if p := addrProblem(m, false); p != "" {
+		v.add(field, "%s", p)
+		return "", false
+	}
+	return canonicalAddr(m), true
 }
