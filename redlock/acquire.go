@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 )
 
@@ -74,15 +73,22 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if c.reservedKey(key) {
 		return nil, fmt.Errorf("%w: key %q is one of the Client's own keys (marker, lease horizon, fencing counter, or a fence record \"<fence key>:…\")", ErrInvalid, key)
 	}
-	if ttl < MinTTL {
-		return nil, fmt.Errorf("%w: ttl %v is below the minimum %v", ErrInvalid, ttl, MinTTL)
-	}
-	if ttl > c.opts.maxTTL {
-		return nil, fmt.Errorf("%w: ttl %v is above the max TTL %v", ErrInvalid, ttl, c.opts.maxTTL)
-	}
-	if err := c.ttlError(ttl); err != nil {
+	if err := c.checkAcquireTTL(ttl); err != nil {
 		return nil, err
 	}
+	cfg, err := c.newAcquireConfig(ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	delay := cfg.lockDelay
+	return c.attemptThenWait(ctx, &cfg, key, nil, func(ctx context.Context) (*Lock, error) {
+		return c.acquireOnce(ctx, key, ttl, delay)
+	})
+}
+
+// newAcquireConfig applies opts, with the Client's retry strategy unless
+// one is given, and checks the lock-delay against ttl.
+func (c *Client) newAcquireConfig(ttl time.Duration, opts []AcquireOption) (acquireConfig, error) {
 	cfg := acquireConfig{}
 	for _, o := range opts {
 		o(&cfg)
@@ -90,11 +96,15 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	if cfg.retry == nil {
 		cfg.retry = c.opts.retry()
 	}
-	if err := c.lockDelayError(ttl, cfg.lockDelay); err != nil {
-		return nil, err
-	}
+	return cfg, c.lockDelayError(ttl, cfg.lockDelay)
+}
+
+// attemptThenWait makes an acquire's first attempt and, when it is refused
+// and cfg allows a wait, waits in queue (waitInQueue; woken also by the
+// release of any key of watch, for a multi-key lock) until the wait ends.
+func (c *Client) attemptThenWait(ctx context.Context, cfg *acquireConfig, queue string, watch []string, attempt func(context.Context) (*Lock, error)) (*Lock, error) {
 	giveUp := time.Now().Add(cfg.wait)
-	lock, err := c.acquireOnce(ctx, key, ttl, cfg.lockDelay)
+	lock, err := attempt(ctx)
 	switch {
 	case err == nil:
 		return lock, nil
@@ -105,7 +115,23 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 	case cfg.wait <= 0 || cfg.retry.NextBackoff() <= 0:
 		return nil, err
 	}
-	return c.waitFor(ctx, key, ttl, &cfg, giveUp, err)
+	if watch != nil {
+		c.waits.watch(queue, watch)
+		defer c.waits.unwatch(queue, watch)
+	}
+	return c.waitInQueue(ctx, queue, attempt, cfg, giveUp, err)
+}
+
+// checkAcquireTTL checks an acquire's ttl: MinTTL to the max TTL, and
+// longer than its drift allowance.
+func (c *Client) checkAcquireTTL(ttl time.Duration) error {
+	if ttl < MinTTL {
+		return fmt.Errorf("%w: ttl %v is below the minimum %v", ErrInvalid, ttl, MinTTL)
+	}
+	if ttl > c.opts.maxTTL {
+		return fmt.Errorf("%w: ttl %v is above the max TTL %v", ErrInvalid, ttl, c.opts.maxTTL)
+	}
+	return c.ttlError(ttl)
 }
 
 // acquireOnce is one attempt of Acquire: the votes (steps 2–4), the fence
@@ -116,9 +142,20 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl, lockDelay tim
 	if err != nil {
 		return nil, fmt.Errorf("redlock: token generator: %w", err)
 	}
-	t := c.newAcquireTally(ctx, c.voteKeys(key), token)
+	set := lockSet{key: key, vote: c.voteKeys(key)}
+	return c.acquireSet(ctx, &set, token, ttl, lockDelay)
+}
+
+// acquireSet is acquireOnce for a lock key or, with set.multi, the keys of
+// a multi-key lock (multikey.go): the same votes, grant rules, fence
+// write-back and clean-up, with the set's scripts.
+func (c *Client) acquireSet(ctx context.Context, set *lockSet, token string, ttl, lockDelay time.Duration) (*Lock, error) {
+	t := c.newAcquireTally(ctx, set, token)
+	if t.tooFewUp() {
+		return nil, t.failure(false, false, 0, 0)
+	}
 	start := time.Now()
-	out, _ := c.fanout(script{s: acquireScript, keys: t.keys, args: []any{token, strconv.FormatInt(ttl.Milliseconds(), 10), strconv.FormatInt(lockDelay.Milliseconds(), 10)}}, start)
+	out, _ := c.fanout(set.acquireCall(c, token, ttl, lockDelay), start)
 	c.gather(ctx, out, start, nil, t.add)
 	written := t.awaitEarly()
 	granting := t.granting()
@@ -131,9 +168,9 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl, lockDelay tim
 	validity := ttl - time.Since(start) - c.drift(ttl)
 	if granting && validity > 0 && !fenceFailed {
 		c.issued(fence)
-		return &Lock{c: c, key: key, token: token, fence: fence, ttl: ttl, validUntil: start.Add(ttl - c.drift(ttl))}, nil
+		return &Lock{c: c, key: set.key, keys: set.multi, token: token, fence: fence, ttl: ttl, validUntil: start.Add(ttl - c.drift(ttl))}, nil
 	}
-	c.cleanup(key, token, t.maybeHeld)
+	c.cleanup(set, token, t.maybeHeld)
 	return nil, t.failure(granting, fenceFailed, validity, time.Since(start))
 }
 
@@ -143,7 +180,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl, lockDelay tim
 type acquireTally struct {
 	c            *Client
 	ctx          context.Context
-	keys         []string
+	set          *lockSet
 	token        string
 	issuedBefore int64 // the highest fence issued before the votes: see issuedFloor
 	// check: the granted-lock check (granted.go). With a quorum of votes,
@@ -155,9 +192,12 @@ type acquireTally struct {
 	// maybeHeld: masters where our SET may have landed: all but those
 	// that refused, including those that have not answered when the
 	// outcome is decided.
-	maybeHeld   []bool
-	voted       []bool // counted yes votes: where the fence is written back
-	counter     int64  // highest fencing counter among the counted yes votes
+	maybeHeld []bool
+	voted     []bool // counted yes votes: where the fence is written back
+	// counter: the highest fencing counter among every answer read so
+	// far, yes votes, refusals and uncounted votes alike (fence.go,
+	// "Counters of every master heard"): the fence is above it.
+	counter     int64
 	holderPTTLs []int64
 	granted     []int64 // PTTLs of the granted locks seen
 	heard       int
@@ -172,10 +212,10 @@ type acquireTally struct {
 	earlyFence int64
 }
 
-func (c *Client) newAcquireTally(ctx context.Context, keys []string, token string) *acquireTally {
+func (c *Client) newAcquireTally(ctx context.Context, set *lockSet, token string) *acquireTally {
 	n := len(c.masters)
 	t := &acquireTally{
-		c: c, ctx: ctx, keys: keys, token: token,
+		c: c, ctx: ctx, set: set, token: token,
 		issuedBefore: c.fenceIssued.Load(),
 		check:        c.grantedCheck(),
 		res:          OutcomeError{Op: "acquire", Quorum: c.need, Masters: n},
@@ -186,6 +226,28 @@ func (c *Client) newAcquireTally(ctx context.Context, keys []string, token strin
 		t.maybeHeld[i] = true
 	}
 	return t
+}
+
+// tooFewUp reports whether more masters are known to be down than the
+// votes needed allow, with each of them in t's failures: the attempt then
+// sends nothing and fails at once (ErrQuorumUnavailable), closed and fast.
+// The fan-out would fail the down masters without a round trip anyway
+// (lane.submit); what it saves is the SETs on the masters still up, which
+// could never make a quorum and would each need a release (cleanup) —
+// one round trip of a failed acquire that was all its latency. A master
+// that comes back is probed at once (failure kicks the health loop).
+func (t *acquireTally) tooFewUp() bool {
+	c := t.c
+	for _, m := range c.masters {
+		if !m.up.Load() {
+			t.res.Failures = append(t.res.Failures, &MasterError{Index: m.idx, Addr: m.addr, Err: ErrMasterDown})
+		}
+	}
+	if len(t.res.Failures) > len(c.masters)-c.need {
+		return true
+	}
+	t.res.Failures = t.res.Failures[:0]
+	return false
 }
 
 // add reads one master's answer (gather's onReply) and reports whether the
@@ -199,6 +261,9 @@ func (t *acquireTally) add(r reply) bool {
 	v, parsed, err := c.judgeVote(r)
 	if parsed {
 		t.maybeHeld[r.idx] = v.code == 1
+		if c.opts.fenceAboveEveryAnswer || v.code == 1 && err == nil {
+			t.counter = max(t.counter, v.counter)
+		}
 		if (v.code == 0 || v.code == codeLost) && v.extra == "g" {
 			// Evidence from any master that answered, counting or not,
 			// intact or not: a record is written only after a quorum
@@ -210,7 +275,6 @@ func (t *acquireTally) add(r reply) bool {
 	case err != nil:
 		t.res.Failures = append(t.res.Failures, err)
 	case v.code == 1:
-		t.counter = max(t.counter, v.value)
 		t.res.Votes++
 		t.voted[r.idx] = true
 		if t.check && t.early == nil && t.res.Votes >= c.need && len(t.granted) == 0 && t.unheard == 0 {
@@ -244,7 +308,7 @@ func (t *acquireTally) startEarlyWriteBack() {
 	t.early = make(chan int, 1)
 	fence, voted := t.earlyFence, t.earlyVoted
 	go func() {
-		t.early <- c.writeFence(t.ctx, t.keys, t.token, fence, voted, c.quorum, false, &t.earlyRes)
+		t.early <- c.writeFence(t.ctx, t.set, t.token, fence, voted, c.quorum, false, &t.earlyRes)
 	}()
 }
 
@@ -277,14 +341,26 @@ func (t *acquireTally) granting() bool {
 // script call each), then, if a voter stopped answering in between, to the
 // other masters that may hold the lock: their SETs are ahead of the
 // write-back on the same lane.
+//
+// The early write-back's fence came from the answers in by then; when a
+// later answer showed a counter at or above it (another key's grant
+// raised that master's counter meanwhile, or the first answers' masters
+// lost the last holder's write-back unseen: fence.go, "Counters of every
+// master heard"), that fence is not the grant's: a new one, above every
+// counter heard, is written back to the voters (a max-assign, the record
+// overwritten) before the grant, one more round trip in that case only
+// (Client.FenceRewrites counts them).
 func (t *acquireTally) writeBack(written int) (fence int64, stored int) {
 	c, n := t.c, len(t.c.masters)
 	voted := t.voted
-	if t.early != nil {
+	if t.early != nil && (t.earlyFence > t.counter || !c.opts.fenceAboveEveryAnswer) {
 		fence, voted = t.earlyFence, t.earlyVoted
 	} else {
+		if t.early != nil {
+			c.fenceRewrites.Add(1)
+		}
 		fence = c.issuedFloor(t.counter, t.issuedBefore) + 1
-		written = c.writeFence(t.ctx, t.keys, t.token, fence, voted, c.quorum, false, &t.res)
+		written = c.writeFence(t.ctx, t.set, t.token, fence, voted, c.quorum, false, &t.res)
 	}
 	if written < c.quorum {
 		rest := make([]bool, n)
@@ -294,7 +370,7 @@ func (t *acquireTally) writeBack(written int) (fence int64, stored int) {
 			more = more || rest[i]
 		}
 		if more {
-			written += c.writeFence(t.ctx, t.keys, t.token, fence, rest, c.quorum-written, true, &t.res)
+			written += c.writeFence(t.ctx, t.set, t.token, fence, rest, c.quorum-written, true, &t.res)
 		}
 	}
 	return fence, written
@@ -341,11 +417,13 @@ func (t *acquireTally) failure(granting, fenceFailed bool, validity, elapsed tim
 // token may have been set, on a context of its own, and waits (bounded by
 // the per-master timeout) for the answers. The releases are queued behind
 // their SETs on the same lane, so none can overtake the SET it cleans up.
-func (c *Client) cleanup(key, token string, maybeHeld []bool) {
+func (c *Client) cleanup(set *lockSet, token string, maybeHeld []bool) {
 	if !slices.Contains(maybeHeld, true) {
 		return
 	}
-	out, waiting := c.fanout(script{s: releaseScript, keys: c.releaseKeys(key), args: []any{token}, mustSend: true, only: maybeHeld}, time.Now())
+	rel := set.releaseCall(c, token, false)
+	rel.mustSend, rel.only = true, maybeHeld
+	out, waiting := c.fanout(rel, time.Now())
 	timer := time.NewTimer(c.opts.perMasterTimeout)
 	defer timer.Stop()
 	for ; waiting > 0; waiting-- {

@@ -92,11 +92,6 @@ type statsReading struct {
 	ok       bool      // false: no reading (failed, missing, unparsable): the batch's votes are refused
 }
 
-// isVote reports whether c runs a vote script (vote_prelude.lua).
-func (c *call) isVote() bool {
-	return c.script == acquireScript || c.script == extendScript || c.script == statusScript || isQuorumScript(c.script)
-}
-
 // queueStatsReading appends the batch reading to pipe, as EVALSHA, or as
 // EVAL when retrying a NOSCRIPT (eval).
 func queueStatsReading(ctx context.Context, pipe redis.Pipeliner, eval bool) *redis.Cmd {

@@ -45,9 +45,9 @@ func TestBatchReadingCatchesEvictionBetweenVotes(t *testing.T) {
 		deadline := time.Now().Add(time.Minute)
 		keys := slow.voteKeys(key)
 		calls := []*call{
-			{script: statusScript, keys: keys, deadline: deadline, idx: 4, out: out},
+			{script: slow.sc.status, keys: keys, deadline: deadline, idx: 4, out: out},
 			{script: writeScript, keys: []string{filler}, args: []any{strconv.Itoa(size)}, deadline: deadline, idx: 4, out: out},
-			{script: statusScript, keys: keys, deadline: deadline, idx: 4, out: out},
+			{script: slow.sc.status, keys: keys, deadline: deadline, idx: 4, out: out},
 		}
 		m.lanes[0].exec(calls)
 		var votes []reply
@@ -165,8 +165,8 @@ func TestVotesAfterScriptFlush(t *testing.T) {
 	out := make(chan reply, 2)
 	deadline := time.Now().Add(time.Minute)
 	calls := []*call{
-		{script: statusScript, keys: slow.voteKeys(key), deadline: deadline, idx: 4, out: out},
-		{script: statusScript, keys: slow.voteKeys(key), deadline: deadline, idx: 4, out: out},
+		{script: slow.sc.status, keys: slow.voteKeys(key), deadline: deadline, idx: 4, out: out},
+		{script: slow.sc.status, keys: slow.voteKeys(key), deadline: deadline, idx: 4, out: out},
 	}
 	m.lanes[0].exec(calls)
 	for range calls {
@@ -204,7 +204,7 @@ func TestStatusVoteReadUnderOOM(t *testing.T) {
 	t.Cleanup(func() { r.ConfigSet(ctx, "maxmemory", "0") })
 	require.ErrorContains(t, r.Set(ctx, key+":x", "x", time.Second).Err(), "OOM", "negative control: the master is out of memory")
 	out := make(chan reply, 1)
-	m.lanes[0].exec([]*call{{script: statusScript, keys: slow.voteKeys(key), deadline: time.Now().Add(time.Minute), idx: 4, out: out}})
+	m.lanes[0].exec([]*call{{script: slow.sc.status, keys: slow.voteKeys(key), deadline: time.Now().Add(time.Minute), idx: 4, out: out}})
 	rep := <-out
 	require.NoError(t, rep.err)
 	assert.True(t, rep.stats.ok, "the batch reading runs under OOM")

@@ -2,7 +2,6 @@ package redlock
 
 import (
 	"context"
-	_ "embed"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -16,57 +15,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-var (
-	//go:embed scripts/acquire.lua
-	acquireLua string
-	//go:embed scripts/release.lua
-	releaseLua string
-	//go:embed scripts/extend.lua
-	extendLua string
-	//go:embed scripts/status.lua
-	statusLua string
-	//go:embed scripts/fence.lua
-	fenceLua string
-	//go:embed scripts/fence_repair.lua
-	fenceRepairLua string
-	//go:embed scripts/marker.lua
-	markerLua string
-	//go:embed scripts/repair.lua
-	repairLua string
-	//go:embed scripts/vote_prelude.lua
-	votePreludeLua string
-	//go:embed scripts/stats_read.lua
-	statsReadLua string
-	//go:embed scripts/horizon_read.lua
-	horizonReadLua string
-	//go:embed scripts/scan.lua
-	scanLua string
-	//go:embed scripts/max_ttl.lua
-	maxTTLLua string
-	//go:embed scripts/clock_bounds.lua
-	clockBoundsLua string
-
-	// The vote scripts share one opening (vote_prelude.lua): the master's
-	// clock and the check that it still has the deployment's state.
-	acquireScript = redis.NewScript(votePreludeLua + acquireLua)
-	extendScript  = redis.NewScript(votePreludeLua + extendLua)
-	statusScript  = redis.NewScript(votePreludeLua + statusLua)
-	releaseScript = redis.NewScript(releaseLua)
-	fenceScript   = redis.NewScript(fenceLua)
-	scanScript    = redis.NewScript(scanLua)
-	// statsReadScript follows a batch of votes (batchstats.go).
-	statsReadScript = redis.NewScript(statsReadLua)
-
-	fenceRepairScript = redis.NewScript(fenceRepairLua)
-	markerScript      = redis.NewScript(markerLua)
-	repairScript      = redis.NewScript(repairLua)
-	maxTTLScript      = redis.NewScript(maxTTLLua)
-	clockBoundsScript = redis.NewScript(clockBoundsLua)
-
-	// laneScripts are loaded on every new lane connection.
-	laneScripts = []string{votePreludeLua + acquireLua, releaseLua, votePreludeLua + extendLua, votePreludeLua + statusLua, fenceLua, scanLua, statsReadLua}
-)
-
 // Client runs the Redlock algorithm over N independent Redis masters.
 // It is safe for concurrent use. Create it with New and Close it when done.
 type Client struct {
@@ -74,6 +22,7 @@ type Client struct {
 	quorum  int
 	need    int // votes a grant and an extend need: quorum + WithExtraVotes
 	opts    options
+	sc      *scripts // the Lua scripts with checks (scripts.go)
 	seed    maphash.Seed
 
 	epoch     time.Time                          // monotonic origin of quarantine deadlines
@@ -102,6 +51,9 @@ type Client struct {
 	attempts atomic.Int64 // acquire attempts (fan-outs), for tests
 	// grantRefusals: acquires refused over a granted lock (granted.go).
 	grantRefusals atomic.Int64
+	// fenceRewrites: grants whose early fence write-back was below a
+	// counter a later answer showed, written again (acquire.go writeBack).
+	fenceRewrites atomic.Int64
 	subOnce       sync.Once
 	subs          []*redis.PubSub // release-channel subscriptions, one per master
 
@@ -146,6 +98,7 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 		quorum: n/2 + 1,
 		need:   n/2 + 1 + o.extraVotes,
 		opts:   o,
+		sc:     controlScripts(&o),
 		seed:   maphash.MakeSeed(),
 		epoch:  time.Now(),
 		kick:   make(chan struct{}, 1),
@@ -158,46 +111,7 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 		if mo == nil || mo.Addr == "" {
 			return nil, fmt.Errorf("%w: masters[%d]: missing address", ErrInvalid, i)
 		}
-		m := &master{idx: i, addr: mo.Addr, c: c}
-		m.st.evicted.Store(-1)
-		m.st.clock = clockGuard{perMasterTimeout: o.perMasterTimeout}
-		lo := *mo
-		lo.MaxRetries = -1
-		lo.DialTimeout = max(o.perMasterTimeout, 100*time.Millisecond)
-		lo.DialerRetries = 1 // a refused dial is an answer: the master is down
-		lo.ReadTimeout = o.stallTimeout
-		lo.WriteTimeout = o.stallTimeout
-		lo.ContextTimeoutEnabled = false
-		lo.PoolSize = o.lanes + 3 // + the listing lane
-		// Dial (and run onConnect on) the lanes' connections up front, so
-		// the first acquire does not pay for dial, script load and INFO
-		// within its per-master timeout.
-		lo.MinIdleConns = o.lanes
-		lo.PipelinePoolSize = -1
-		lo.DisableIdentity = true
-		lo.OnConnect = m.onConnect
-		m.laneOpts = lo
-		m.rdb.Store(redis.NewClient(&lo))
-
-		po := *mo
-		po.MaxRetries = -1
-		po.DialTimeout = o.healthTimeout
-		po.DialerRetries = 1
-		po.ReadTimeout = o.healthTimeout
-		po.WriteTimeout = o.healthTimeout
-		po.PoolSize = 1
-		po.PipelinePoolSize = -1
-		po.DisableIdentity = true
-		po.OnConnect = nil
-		m.probeOpts = po
-		m.probe = redis.NewClient(&po)
-
-		m.up.Store(true) // optimistic until the first probe or dial says otherwise
-		for range o.lanes {
-			m.lanes = append(m.lanes, newLane(m, o.maxBatch))
-		}
-		m.list = newLane(m, listBatch)
-		c.masters = append(c.masters, m)
+		c.masters = append(c.masters, c.newMaster(i, mo))
 	}
 	for _, m := range c.masters {
 		for _, l := range m.lanes {
@@ -213,6 +127,53 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 	c.warmLanes()
 	c.wg.Go(c.healthLoop)
 	return c, nil
+}
+
+// newMaster returns master i, reached with mo: its lanes' connection pool
+// (the Client's own settings: no silent retry, the stall timeout, scripts
+// loaded on connect) and its health probe's own connection.
+func (c *Client) newMaster(i int, mo *redis.Options) *master {
+	o := &c.opts
+	m := &master{idx: i, addr: mo.Addr, c: c}
+	m.st.evicted.Store(-1)
+	m.st.clock = clockGuard{perMasterTimeout: o.perMasterTimeout}
+	lo := *mo
+	lo.MaxRetries = -1
+	lo.DialTimeout = max(o.perMasterTimeout, 100*time.Millisecond)
+	lo.DialerRetries = 1 // a refused dial is an answer: the master is down
+	lo.ReadTimeout = o.stallTimeout
+	lo.WriteTimeout = o.stallTimeout
+	lo.ContextTimeoutEnabled = false
+	lo.PoolSize = o.lanes + 3 // + the listing lane
+	// Dial (and run onConnect on) the lanes' connections up front, so
+	// the first acquire does not pay for dial, script load and INFO
+	// within its per-master timeout.
+	lo.MinIdleConns = o.lanes
+	lo.PipelinePoolSize = -1
+	lo.DisableIdentity = true
+	lo.OnConnect = m.onConnect
+	m.laneOpts = lo
+	m.rdb.Store(redis.NewClient(&lo))
+
+	po := *mo
+	po.MaxRetries = -1
+	po.DialTimeout = o.healthTimeout
+	po.DialerRetries = 1
+	po.ReadTimeout = o.healthTimeout
+	po.WriteTimeout = o.healthTimeout
+	po.PoolSize = 1
+	po.PipelinePoolSize = -1
+	po.DisableIdentity = true
+	po.OnConnect = nil
+	m.probeOpts = po
+	m.probe = redis.NewClient(&po)
+
+	m.up.Store(true) // optimistic until the first probe or dial says otherwise
+	for range o.lanes {
+		m.lanes = append(m.lanes, newLane(m, o.maxBatch))
+	}
+	m.list = newLane(m, listBatch)
+	return m
 }
 
 // warmLanes opens the lanes' connections (dial, script load, run_id check in
@@ -302,6 +263,12 @@ func (c *Client) VotesNeeded() int { return c.need }
 // rollback, an eviction), or a release did not reach every master.
 func (c *Client) GrantRefusals() int64 { return c.grantRefusals.Load() }
 
+// FenceRewrites returns how many grants wrote their fence back a second
+// time: a master that answered after the votes needed were in showed a
+// fencing counter at or above the fence their counters gave (fence.go,
+// "Counters of every master heard"). Each cost one more round trip.
+func (c *Client) FenceRewrites() int64 { return c.fenceRewrites.Load() }
+
 // drift returns the clock drift allowance for ttl: ttl × factor + 2ms (the
 // Redis Redlock page, "Safety arguments"), plus clockAllowance, the largest
 // forward jump of a master's clock the clock checks may miss (clockref.go).
@@ -316,9 +283,6 @@ func (c *Client) drift(ttl time.Duration) time.Duration {
 // record]} (vote_prelude.lua, fence.lua).
 func (c *Client) voteKeys(key string) []string {
 	marker := c.opts.markerKey
-	if !c.opts.dataLossGuard {
-		marker = "" // the scripts skip the check: negative controls only
-	}
 	if c.opts.fenceKey == "" {
 		return []string{key, marker, c.opts.horizonKey}
 	}

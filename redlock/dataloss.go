@@ -76,12 +76,27 @@ func (c *Client) countLoss(r DataLossReason) {
 // repaired (repairMaster). Safe to call from the vote path and repeatedly:
 // only the first call per loss logs and counts.
 func (m *master) lostData(why DataLossReason, reason string) {
+	m.lostDataSeen(m.st.repairGen.Load(), why, reason)
+}
+
+// lostDataSeen is lostData for a loss found in a reading sent while m's
+// repair generation was gen: a reading sent before a repair that has
+// completed since may have run before the repair's write, and shows the
+// loss the repair ended, not a new one (it is dropped, and its vote does
+// not count). The generation is compared under lossMu, with which repairs
+// bump it (newRepairGen), so no repair can complete between the comparison
+// and the loss being taken as pending.
+func (m *master) lostDataSeen(gen uint64, why DataLossReason, reason string) {
 	if !m.c.opts.quarantine {
 		m.c.opts.logger.Warn("master lost its data; not quarantined or repaired (quarantine disabled)", masterAttr(m), slog.String("reason", reason))
 		return
 	}
-	if m.st.repairPending.Swap(true) {
-		return // this loss is already being handled
+	m.st.lossMu.Lock()
+	stale := gen != m.st.repairGen.Load()
+	already := !stale && m.st.repairPending.Swap(true)
+	m.st.lossMu.Unlock()
+	if stale || already {
+		return // read before the last repair, or this loss is already being handled
 	}
 	m.st.mu.Lock()
 	m.st.lossRunID = "" // set by the callers whose loss is a restart
@@ -92,19 +107,42 @@ func (m *master) lostData(why DataLossReason, reason string) {
 	m.c.kickHealth()
 }
 
+// sighting names what read a master's state (in logs and reasons: "a
+// vote", "a health probe") and the repair generation of m when the
+// reading was sent (lostDataSeen).
+type sighting struct {
+	by  string
+	gen uint64
+}
+
+// expectMarker makes value the marker m is known to carry, in a new
+// repair generation: called once the write or read that established it has
+// been answered (a repair, an adopted repair, the first marker), before the
+// baselines that go with it are stored. Readings sent before it are judged
+// stale (lostDataSeen): they may have run before that write and show the
+// state it replaced, which is not a new loss.
+func (m *master) expectMarker(value *string) {
+	m.st.lossMu.Lock()
+	m.st.repairGen.Add(1)
+	m.st.lossMu.Unlock()
+	m.expectedMarker.Store(value)
+}
+
 // markerMatches checks the marker a vote or probe read on m (value, at the
 // master's time now) against the marker m is known to carry. A missing
 // marker means data lost; a different one means data replaced, unless it is
 // a repair marker for this very server written after this Client saw it
 // lose its data (another redlockd, or `redlockd repair-fences`): that one
 // is adopted, with its quarantine.
-func (m *master) markerMatches(value string, now time.Time, via string) bool {
+// An adopted repair starts a new generation (expectMarker), which via
+// then carries: the reading read the repair's own marker.
+func (m *master) markerMatches(value string, now time.Time, via *sighting) bool {
 	exp := m.expectedMarker.Load()
 	if exp != nil && *exp == value || exp == nil && !m.st.repairPending.Load() {
 		return true
 	}
 	if value == "" {
-		m.lostData(LossStateMissing, "data lost without restart: marker missing (seen by "+via+")")
+		m.lostDataSeen(via.gen, LossStateMissing, "data lost without restart: marker missing (seen by "+via.by+")")
 		return false
 	}
 	mk, ok := parseMarker(value)
@@ -114,12 +152,16 @@ func (m *master) markerMatches(value string, now time.Time, via string) bool {
 	}
 	if ok && mk.repaired && mk.runID != "" && mk.runID == m.runID() && !mk.at.Before(old.at) {
 		m.adoptRepair(value, mk, now)
+		// This reading carries the marker just adopted: it was taken
+		// after that repair's write, in the generation adoptRepair
+		// started, and judges the rest of what it read against it.
+		via.gen = m.st.repairGen.Load()
 		return true
 	}
 	if exp == nil {
 		return false // lost before it was first seen, and still not repaired
 	}
-	m.lostData(LossMarkerReplaced, fmt.Sprintf("data replaced: marker %q where %q was (seen by %s; REPLICAOF, a restore or SWAPDB)", clip(value), clip(*exp), via))
+	m.lostDataSeen(via.gen, LossMarkerReplaced, fmt.Sprintf("data replaced: marker %q where %q was (seen by %s; REPLICAOF, a restore or SWAPDB)", clip(value), clip(*exp), via.by))
 	return false
 }
 
@@ -141,18 +183,19 @@ func (m *master) markerMatches(value string, now time.Time, via string) bool {
 // horizon down); such a marker ends no loss, and what this Client read
 // before is how a loss that happened before it is seen. Resetting
 // there let a rollback just before a repair-fences run go unseen by every
-// Client, and a second holder in.
+// Client, and a second holder in (guard RepairKeepsBaselines: with it
+// off, every repair marker resets them, as that code did).
 func (m *master) adoptRepair(value string, mk marker, now time.Time) {
 	m.st.repairedAt.Store(mk.at.UnixMilli())
 	covers := m.c.repairEnd(mk).After(mk.at) // a repair of a master that lost its data
-	if covers {
+	if covers || !m.c.opts.repairKeepsBaselines {
 		m.st.evicted.Store(mk.evicted) // -1 (the next read is the baseline) for a marker without ev=
 		m.resetCountersSeen()
 		m.st.mu.Lock()
 		m.st.replID = "" // the next probe's is the baseline
 		m.st.mu.Unlock()
 	}
-	m.expectedMarker.Store(&value)
+	m.expectMarker(&value)
 	completed := false
 	if m.st.repairPending.Load() && covers && m.repairFollowsLoss(mk) {
 		m.st.repairPending.Store(false)
@@ -260,7 +303,7 @@ func (m *master) repairFollowsLoss(mk marker) bool {
 
 // evictionsUnchanged reports whether m's evicted_keys (read by a vote or a
 // probe) is still the value seen when m was last found intact.
-func (m *master) evictionsUnchanged(n int64, via string) bool {
+func (m *master) evictionsUnchanged(n int64, via sighting) bool {
 	base := m.st.evicted.Load()
 	if base < 0 { // unknown since a repair by someone else: this is the baseline
 		m.st.evicted.CompareAndSwap(base, n)
@@ -272,10 +315,10 @@ func (m *master) evictionsUnchanged(n int64, via string) bool {
 	if n < base {
 		// The count went down without a restart: CONFIG RESETSTAT, which
 		// would hide evictions made just before it.
-		m.lostData(LossEvicted, fmt.Sprintf("evicted_keys went down from %d to %d (seen by %s; CONFIG RESETSTAT?): evictions just before it would be hidden", base, n, via))
+		m.lostDataSeen(via.gen, LossEvicted, fmt.Sprintf("evicted_keys went down from %d to %d (seen by %s; CONFIG RESETSTAT?): evictions just before it would be hidden", base, n, via.by))
 		return false
 	}
-	m.lostData(LossEvicted, fmt.Sprintf("evicted %d keys since it was last checked (seen by %s): lock keys may be gone; use maxmemory-policy noeviction", n-base, via))
+	m.lostDataSeen(via.gen, LossEvicted, fmt.Sprintf("evicted %d keys since it was last checked (seen by %s): lock keys may be gone; use maxmemory-policy noeviction", n-base, via.by))
 	return false
 }
 
@@ -415,7 +458,7 @@ type counterRead struct {
 //
 // Answers read out of order (a slower reply of an earlier script) are
 // judged by the master's time of the read.
-func (m *master) countersGrow(r counterRead, now time.Time, via string) bool {
+func (m *master) countersGrow(r counterRead, now time.Time, via sighting) bool {
 	s := &m.st.countersSeen
 	at := now.UnixMicro()
 	h := r.horizon
@@ -431,10 +474,10 @@ func (m *master) countersGrow(r counterRead, now time.Time, via string) bool {
 	case !later:
 		return true
 	case h < prevH:
-		m.lostData(LossRolledBack, fmt.Sprintf("data went back in time: its lease horizon fell from %d to %d (seen by %s; a rollback to an older copy of its data)", prevH, h, via))
+		m.lostDataSeen(via.gen, LossRolledBack, fmt.Sprintf("data went back in time: its lease horizon fell from %d to %d (seen by %s; a rollback to an older copy of its data)", prevH, h, via.by))
 		return false
 	case r.counter >= 0 && r.counter < prevC:
-		m.lostData(LossRolledBack, fmt.Sprintf("data went back in time: its fencing counter fell from %d to %d (seen by %s; a rollback to an older copy of its data)", prevC, r.counter, via))
+		m.lostDataSeen(via.gen, LossRolledBack, fmt.Sprintf("data went back in time: its fencing counter fell from %d to %d (seen by %s; a rollback to an older copy of its data)", prevC, r.counter, via.by))
 		return false
 	}
 	return true
@@ -450,7 +493,7 @@ func (m *master) countersGrow(r counterRead, now time.Time, via string) bool {
 // each is judged against the readings the master took before it (by its
 // own TIME, read in the same script as the count), so a slower answer of
 // an earlier reading is not taken for a drop.
-func (m *master) commandsGrow(n int64, now time.Time, via string) bool {
+func (m *master) commandsGrow(n int64, now time.Time, via sighting) bool {
 	s := &m.st.countersSeen
 	at := now.UnixMicro()
 	s.mu.Lock()
@@ -461,7 +504,7 @@ func (m *master) commandsGrow(n int64, now time.Time, via string) bool {
 	}
 	s.mu.Unlock()
 	if later && n < prevN {
-		m.lostData(LossEvicted, fmt.Sprintf("its statistics were reset (total_commands_processed fell from %d to %d, seen by %s; CONFIG RESETSTAT), which would hide evictions", prevN, n, via))
+		m.lostDataSeen(via.gen, LossEvicted, fmt.Sprintf("its statistics were reset (total_commands_processed fell from %d to %d, seen by %s; CONFIG RESETSTAT), which would hide evictions", prevN, n, via.by))
 		return false
 	}
 	return true

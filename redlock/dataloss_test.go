@@ -125,7 +125,10 @@ func TestFlushAllThreeAtOnceKeepsFencesUp(t *testing.T) {
 		require.ErrorIs(t, err, ErrMasterDataLost)
 	})
 	t.Run("negative control: data-loss check off", func(t *testing.T) {
-		first, second, err := scenario(t, withGuardOff(guardswitch.DataLossCheck), withGuardOff(guardswitch.GrantedLock))
+		// The refusals of masters 3 and 4 carry their counters: the
+		// fence from every answer (fence.go) is off too, or it keeps the
+		// fence above the first's while the second holder is let in.
+		first, second, err := scenario(t, withGuardOff(guardswitch.DataLossCheck), withGuardOff(guardswitch.GrantedLock), withGuardOff(guardswitch.FenceAboveEveryAnswer))
 		require.NoError(t, err, "a second holder while the first is valid")
 		assert.Equal(t, int64(1), second.Fence(), "and the fence back at 1 (the first had %d)", first.Fence())
 	})
@@ -617,4 +620,31 @@ func TestHorizonMissingWhileAQuorumHaveTheirs(t *testing.T) {
 	require.Eventually(t, func() bool { return !later.masters[0].st.repairPending.Load() }, 5*time.Second, 5*time.Millisecond,
 		"repaired from the others: %v", states(later))
 	assert.True(t, time.Now().Add(later.Masters()[0].QuarantineLeft).After(lock.ValidUntil()), "kept out until the lock has ended")
+}
+
+// TestReadingFromBeforeARepairCountsNoLoss: a vote sent before a repair
+// of its master, that ran before the repair's write and is judged after the
+// repair completed, shows the loss the repair ended. It counts no second
+// loss and its vote does not count (TestEveryWayOfLosingData counted some
+// losses twice this way: warmUp's vote and the acquire's, one each side of
+// the slow Client's own repair). Negative control: the same reading sent
+// after the repair is a new loss, counted once.
+func TestReadingFromBeforeARepairCountsNoLoss(t *testing.T) {
+	c, _ := brandNewClient(t)
+	m := c.masters[4]
+	sent := reply{idx: 4, gen: m.st.repairGen.Load()}
+	exp := *m.expectedMarker.Load()
+	m.expectMarker(&exp) // a repair completed after the vote was sent
+	stale := sighting{by: "a vote", gen: sent.gen}
+	assert.False(t, m.markerMatches("", time.Now(), &stale), "the stale reading does not count")
+	m.lostDataSeen(sent.gen, LossStateMissing, "a stale vote")
+	assert.False(t, m.st.repairPending.Load(), "no loss pending")
+	assert.Zero(t, c.DataLosses()[LossStateMissing])
+
+	fresh := sighting{by: "a vote", gen: m.st.repairGen.Load()}
+	assert.False(t, m.markerMatches("", time.Now(), &fresh))
+	assert.Equal(t, int64(1), c.DataLosses()[LossStateMissing], "negative control: a reading sent after the repair shows a new loss")
+	assert.True(t, m.st.repairPending.Load())
+	m.lostDataSeen(fresh.gen, LossStateMissing, "the same loss seen again")
+	assert.Equal(t, int64(1), c.DataLosses()[LossStateMissing], "one loss counted once")
 }

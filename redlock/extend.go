@@ -43,6 +43,15 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 	if key == "" || token == "" {
 		return time.Time{}, 0, fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
 	}
+	return c.extendSet(ctx, &lockSet{key: key, vote: c.voteKeys(key)}, token, ttl, known)
+}
+
+// extendSet is extend for a lock key or, with set.multi, the keys of a
+// multi-key lock (multikey.go).
+func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl time.Duration, known int64) (time.Time, int64, error) {
+	if token == "" {
+		return time.Time{}, 0, fmt.Errorf("%w: token must not be empty", ErrInvalid)
+	}
 	if ttl < MinTTL || ttl > c.opts.maxTTL {
 		return time.Time{}, 0, fmt.Errorf("%w: ttl %v is outside %v to %v", ErrInvalid, ttl, MinTTL, c.opts.maxTTL)
 	}
@@ -51,11 +60,12 @@ func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duratio
 	}
 	n := len(c.masters)
 	start := time.Now()
-	keepLonger := "1"
-	if !c.opts.extendNeverShortens {
-		keepLonger = "0"
+	maxTTL := strconv.FormatInt(c.opts.maxTTL.Milliseconds(), 10) // caps ttl + a lock-delay (extend.lua)
+	ext := script{s: c.sc.extend, keys: set.vote, args: []any{token, strconv.FormatInt(ttl.Milliseconds(), 10), strconv.FormatInt(known, 10), maxTTL}}
+	if set.multi != nil {
+		ext.s, ext.args = c.sc.extendMulti, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10), strconv.FormatInt(known, 10), strconv.Itoa(c.multiStride()), maxTTL}
 	}
-	out, _ := c.fanout(script{s: extendScript, keys: c.voteKeys(key), args: []any{token, strconv.FormatInt(ttl.Milliseconds(), 10), keepLonger, strconv.FormatInt(known, 10)}}, start)
+	out, _ := c.fanout(ext, start)
 	res := OutcomeError{Op: "extend", Quorum: c.need, Masters: n}
 	var lefts []int64 // remaining TTL after the extend on each counted yes vote
 	var fence int64

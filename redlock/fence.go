@@ -5,17 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 )
 
 // Fencing tokens (Kleppmann, "How to do distributed locking": "fencing").
 //
 // Every master keeps a counter (one key, Option WithFenceKey). The acquire
-// script returns the master's counter with its vote; once a quorum Q2 has
-// voted, the acquirer takes f = max(counters of Q2) + 1 and writes f back
-// with a max-assign, only where its token still holds the lock, to a quorum
-// Q3, before it reports success. Validity is computed after the write-back.
+// script returns the master's counter with its vote, and with its refusal;
+// once a quorum Q2 has voted, the acquirer takes f = max(counters of every
+// answer heard) + 1 and writes f back with a max-assign, only where its
+// token still holds the lock, to a quorum Q3, before it reports success.
+// Validity is computed after the write-back.
 //
 // Claim: if lock L1 on a key ended before L2 on the same key was acquired,
 // fence(L2) > fence(L1).
@@ -42,7 +42,37 @@ import (
 // stay out until an operator runs RepairFences (`redlockd repair-fences`),
 // which raises every counter past the highest left anywhere by a margin or
 // to a floor the operator knows (the resource's highest accepted fence).
-// That step leaves the proof: its bound is the operator's. One counter serves every
+// That step leaves the proof: its bound is the operator's.
+//
+// Counters of every master heard (with the granted-lock check, granted.go).
+//
+// The proof above needs the lost master to be seen before it votes; a
+// master rolled back to an older copy of its data (DEBUG RELOAD of an old
+// dump, SWAPDB, REPLICAOF an old copy) while no running client had read
+// it before, e.g. across a daemon restart, is not. If it is the only
+// master Q1 and Q2 share, max(counters of Q2) is below f1. With the
+// granted-lock check an acquire hears every master before it grants (or
+// until they fail), so its fence is taken above the counters of all of
+// them, voters or not.
+//
+// Claim: if lock L1 ended before L2 was acquired with the check on, and
+// at most N − quorum masters lose data (seen or not) or fail to answer
+// L2 between L1's write-back and L2's grant, fence(L2) > fence(L1).
+//
+// Proof: let F be those masters; |F| ≤ N − quorum < quorum ≤ |Q1|, so a
+// master s of Q1 is not in F: it kept a counter ≥ f1 and answered L2 (its
+// answer, a vote or a refusal, carries its counter), so f2 > f1.
+//
+// The early write-back (acquire.go) starts at the votes needed, with the
+// counters heard by then; when a later answer shows a counter ≥ that
+// fence, the grant writes a new one, above it, to its voters before it
+// returns (Client.FenceRewrites counts those). Without the check (or with
+// the guard FenceAboveEveryAnswer off) the fence is the first proof's, and
+// an unseen rollback of the one shared master repeats f1 (the fuzz finding
+// docs/findings/fuzz-seed-1452374815532617200;
+// TestFenceAboveEveryCounterHeard).
+//
+// One counter serves every
 // key of a Client: fences form one global sequence, so state does not grow
 // with the number of keys and never resets when a lock expires; two
 // different keys may receive the same fence, which is harmless because
@@ -94,9 +124,11 @@ var errFenceLockGone = errors.New("fence write-back: lock no longer held there")
 // deciding as soon as need of them have — or, with failFast, as soon as
 // need can no longer be reached (otherwise it waits for every answer, so
 // that a second round knows how many it still needs).
-func (c *Client) writeFence(ctx context.Context, keys []string, token string, fence int64, only []bool, need int, failFast bool, res *OutcomeError) int {
+func (c *Client) writeFence(ctx context.Context, set *lockSet, token string, fence int64, only []bool, need int, failFast bool, res *OutcomeError) int {
 	start := time.Now()
-	out, sent := c.fanout(script{s: fenceScript, keys: keys, args: []any{token, strconv.FormatInt(fence, 10)}, only: only}, start)
+	w := set.fenceCall(c, token, fence)
+	w.only = only
+	out, sent := c.fanout(w, start)
 	written, failed := 0, 0
 	c.gather(ctx, out, start, only, func(r reply) bool {
 		m := c.masters[r.idx]
@@ -114,7 +146,7 @@ func (c *Client) writeFence(ctx context.Context, keys []string, token string, fe
 				m.counterAtLeast(fence, at)
 			} else if v == codeLost {
 				failed++
-				m.lostData(LossStateMissing, "data lost without restart: marker, lease horizon or fencing counter missing (seen by a fence write-back)")
+				m.lostDataSeen(r.gen, LossStateMissing, "data lost without restart: marker, lease horizon or fencing counter missing (seen by a fence write-back)")
 				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterDataLost})
 			} else {
 				failed++
@@ -184,7 +216,7 @@ func parseFenceReply(v any) (code int64, at time.Time) {
 }
 
 // issuedFloor returns the highest of counter (the highest fencing counter
-// among an acquire's votes) and the highest fence this Client issued. The
+// among an acquire's answers) and the highest fence this Client issued. The
 // counters stay above every fence issued unless more than N − quorum
 // masters lose their data and an operator's RepairFences sets them from a
 // floor that is too low (`--min` below the fences the resources accepted,

@@ -129,7 +129,8 @@ func (c *Client) Masters() []MasterStatus {
 	out := make([]MasterStatus, len(c.masters))
 	now := time.Now()
 	for i, m := range c.masters {
-		st := MasterStatus{Index: i, Addr: m.addr, Up: m.up.Load(), Counting: m.counts(), Latency: time.Duration(m.latencyNS.Load())}
+		state, why := m.verdict()
+		st := MasterStatus{Index: i, Addr: m.addr, Up: state != MasterDown, Counting: state == MasterUp, State: state, Latency: time.Duration(m.latencyNS.Load())}
 		if t := m.checkedAt.Load(); t != 0 {
 			st.CheckedAt = time.Unix(0, t)
 		}
@@ -144,28 +145,15 @@ func (c *Client) Masters() []MasterStatus {
 		st.Warnings = append([]string(nil), m.st.warnings...)
 		st.RefusingWrites, st.WriteRefusal = m.refusingWritesLocked(now)
 		st.WriteRefusals = m.st.oomRefusals.Load()
-		hold := m.st.clockHold.Load()
-		if st.QuarantineLeft > 0 || m.st.repairPending.Load() || hold || !m.st.probed.Load() {
+		if st.QuarantineLeft > 0 || m.st.repairPending.Load() || m.st.clockHold.Load() || !m.st.probed.Load() || state == MasterWaiting {
 			st.QuarantineReason = m.st.quarantineReason
 		}
 		m.st.mu.Unlock()
 		switch {
-		case !st.Up:
-			st.State = MasterDown
-		case m.st.repairPending.Load():
-			st.State = MasterRepairing
-		case !m.st.probed.Load():
-			st.State = MasterWaiting
-		case st.QuarantineLeft > 0 || hold:
-			st.State = MasterQuarantined
-		case m.c.opts.clockGuard && m.c.opts.clockReference && !m.st.clockJudged.Load():
-			// Its clock not yet compared with the other masters'.
-			st.State = MasterWaiting
+		case why == causeClockUnjudged:
 			st.QuarantineReason = fmt.Sprintf("its clock has not been compared with the other masters' yet: counts after a probe round in which a quorum of the masters answer TIME within %v", m.c.opts.perMasterTimeout/4)
-		case st.RefusingWrites:
+		case state == MasterUp && st.RefusingWrites:
 			st.State = MasterOOM
-		default:
-			st.State = MasterUp
 		}
 		out[i] = st
 	}
@@ -230,7 +218,7 @@ func (c *Client) QuorumExpectedIn() (time.Duration, bool) {
 		switch {
 		case m.counts():
 			ends = append(ends, 0)
-		case m.up.Load() && m.st.probed.Load() && !m.st.repairPending.Load() && !m.st.clockHold.Load():
+		case m.state() == MasterQuarantined && !m.st.clockHold.Load():
 			if left := m.quarantineLeft(); left > 0 {
 				ends = append(ends, left)
 			}

@@ -144,7 +144,7 @@ func (c *Client) repairMaster(m *master) {
 		return
 	}
 	value, _ := out[0].(string)
-	m.expectedMarker.Store(&value)
+	m.expectMarker(&value)
 	m.resetCountersSeen()
 	replID, _ := out[2].(string)
 	m.st.mu.Lock()

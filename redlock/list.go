@@ -273,20 +273,17 @@ func (c *Client) scanStep(ctx context.Context, idx int, scan uint64, prefix stri
 		return fail(&MasterError{Index: idx, Addr: m.addr, Err: ErrMasterQuarantined})
 	}
 	marker := c.opts.markerKey
-	if !c.opts.dataLossGuard {
-		marker = ""
-	}
 	only := make([]bool, len(c.masters))
 	only[idx] = true
 	start := time.Now()
-	f, _ := c.fanout(script{s: scanScript, keys: []string{marker}, args: []any{strconv.FormatUint(scan, 10), globEscape(prefix) + "*", strconv.Itoa(count)}, only: only, via: listLane}, start)
+	f, _ := c.fanout(script{s: c.sc.scan, keys: []string{marker}, args: []any{strconv.FormatUint(scan, 10), globEscape(prefix) + "*", strconv.Itoa(count)}, only: only, via: listLane}, start)
 	var got reply
 	c.gather(ctx, f, start, only, func(r reply) bool { got = r; return true })
 	if got.err != nil {
 		return fail(masterErr(c, got))
 	}
 	if code, ok := got.val.(int64); ok && code == codeLost {
-		m.lostData(LossStateMissing, "data lost without restart: marker missing (seen by a listing's SCAN)")
+		m.lostDataSeen(got.gen, LossStateMissing, "data lost without restart: marker missing (seen by a listing's SCAN)")
 		return fail(&MasterError{Index: idx, Addr: m.addr, Err: ErrMasterDataLost})
 	}
 	a, ok := got.val.([]any)
@@ -332,7 +329,7 @@ func (c *Client) confirmBatch(ctx context.Context, keys []string, before []int) 
 	start := time.Now()
 	fans := make([]*fan, len(keys))
 	for i, k := range keys {
-		fans[i], _ = c.fanout(script{s: statusScript, keys: c.voteKeys(k), via: listLane}, start)
+		fans[i], _ = c.fanout(script{s: c.sc.status, keys: c.voteKeys(k), via: listLane}, start)
 	}
 	var out []ListedLock
 	for i, k := range keys {

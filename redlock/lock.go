@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -16,6 +17,7 @@ import (
 type Lock struct {
 	c     *Client
 	key   string
+	keys  []string // every key of a multi-key lock (AcquireMulti); nil for one key
 	token string
 	fence int64
 
@@ -26,8 +28,26 @@ type Lock struct {
 	keep keepAlive // Done, Err, KeepAlive: keepalive.go
 }
 
-// Key returns the Redis key of the lock.
+// Key returns the Redis key of the lock; for a multi-key lock
+// (AcquireMulti), its first key.
 func (l *Lock) Key() string { return l.key }
+
+// Keys returns every key of the lock: the keys of a multi-key lock, in the
+// order given to AcquireMulti, or the one key.
+func (l *Lock) Keys() []string {
+	if l.keys == nil {
+		return []string{l.key}
+	}
+	return slices.Clone(l.keys)
+}
+
+// set is the lockSet the lock's release and extends act on.
+func (l *Lock) set() *lockSet {
+	if l.keys == nil {
+		return &lockSet{key: l.key, vote: l.c.voteKeys(l.key)}
+	}
+	return l.c.multiSet(l.keys)
+}
 
 // Token returns the random token that proves ownership; pass it to Release
 // and Extend. Treat it as a secret.
@@ -60,15 +80,23 @@ func (l *Lock) Validity() time.Duration {
 // matches ErrReleased unless the lock was lost before). See Client.Release.
 func (l *Lock) Release(ctx context.Context) error {
 	l.released()
-	_, err := l.c.Release(ctx, l.key, l.token)
+	if l.keys == nil {
+		// One key: the release names the key and its records, not the
+		// vote's keys (releaseCall), so they are not built.
+		_, err := l.c.releaseSet(ctx, &lockSet{key: l.key}, l.token)
+		return err
+	}
+	_, err := l.c.releaseSet(ctx, l.c.multiSet(l.keys), l.token)
 	return err
 }
 
 // Extend makes the lock last at least ttl more on a quorum (never shorter
 // than it already was) and moves its validity later when the new one is.
-// See Client.Extend.
+// A lock with a lock-delay (WithLockDelay) is extended to at most the max
+// TTL minus the delay, so that its delay record never outlives the max TTL
+// (the bound Acquire checks); ValidUntil tells how far. See Client.Extend.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	validUntil, _, err := l.c.extend(ctx, l.key, l.token, ttl, l.fence)
+	validUntil, _, err := l.c.extendSet(ctx, l.set(), l.token, ttl, l.fence)
 	if err != nil {
 		return err
 	}

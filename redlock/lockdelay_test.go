@@ -67,6 +67,7 @@ func TestLockDelayReleaseClears(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(holders(t, rdbs, c.delayRecordKey(key), l.Token())) == 5 }, time.Second, 5*time.Millisecond)
 	require.NoError(t, l.Release(ctx))
+	settle(t, c, key) // Release answers at quorum
 	assert.Empty(t, holders(t, rdbs, c.delayRecordKey(key), l.Token()), "released with the lock")
 	l2, err := c.Acquire(ctx, key, 200*time.Millisecond, WithLockDelay(MaxLockDelay), WithRetry(NoRetry()))
 	require.NoError(t, err, "no delay after a release")
@@ -169,4 +170,43 @@ func TestLockDelayInvalid(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalid)
 	_, err = New(masterOptions(), WithMaxLockDelay(time.Second), WithFenceKey(""))
 	require.ErrorIs(t, err, ErrInvalid)
+}
+
+// TestLockDelayExtendCappedAtMaxTTL: an extend of a lock with a delay
+// stops at the max TTL minus the delay, single key and set alike, so that
+// the delay record never outlives the max TTL (the bound the acquire
+// checks: ttl + delay ≤ max TTL); the validity says so. Before, an extend
+// to the max TTL left the record at max TTL + delay (a README-only
+// break-it pass found it through the daemon).
+func TestLockDelayExtendCappedAtMaxTTL(t *testing.T) {
+	const maxTTL, delay = 10 * time.Second, 4 * time.Second
+	c := newClient(t, WithMaxTTL(maxTTL), WithMaxLockDelay(delay))
+	rdbs := direct(t)
+	ctx := context.Background()
+	single := newKey(t)
+	set := []string{newKey(t) + ":a", newKey(t) + ":b"}
+	for name, acquire := range map[string]func() (*Lock, error){
+		"single key": func() (*Lock, error) { return c.Acquire(ctx, single, 2*time.Second, WithLockDelay(delay)) },
+		"set":        func() (*Lock, error) { return c.AcquireMulti(ctx, set, 2*time.Second, WithLockDelay(delay)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			l, err := acquire()
+			require.NoError(t, err)
+			require.NoError(t, l.Extend(ctx, maxTTL))
+			assert.LessOrEqual(t, time.Until(l.ValidUntil()), maxTTL-delay, "validity: at most the max TTL minus the delay")
+			assert.Greater(t, time.Until(l.ValidUntil()), maxTTL-delay-time.Second, "extended")
+			settle(t, c, l.Keys()...)
+			for i, r := range rdbs {
+				for _, k := range l.Keys() {
+					lock, err := r.PTTL(ctx, k).Result()
+					require.NoError(t, err)
+					rec, err := r.PTTL(ctx, c.delayRecordKey(k)).Result()
+					require.NoError(t, err)
+					assert.LessOrEqual(t, rec, maxTTL, "master %d %s: the delay record within the max TTL", i, k)
+					assert.InDelta(t, delay.Milliseconds(), (rec - lock).Milliseconds(), 100, "master %d %s: still the delay after the lock", i, k)
+				}
+			}
+			require.NoError(t, l.Release(ctx))
+		})
+	}
 }

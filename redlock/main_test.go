@@ -62,24 +62,36 @@ func newClient(t *testing.T, opts ...Option) *Client {
 
 // plantMarker writes the deployment state of the marker key (the marker,
 // its lease horizon, and the default fencing counter where it is missing)
-// on every master that answers within 200ms: newClient models a Client of an
-// established deployment, whose masters kept their state (a brand-new deployment with a master down waits for
-// it; TestNewDeploymentWaitsForEveryMaster covers that).
+// on every master that runs and is not paused: newClient models a Client of
+// an established deployment, whose masters kept their state (a brand-new
+// deployment with a master down waits for it;
+// TestNewDeploymentWaitsForEveryMaster covers that). A running master is
+// retried for up to 10s: one that missed its marker because the machine was
+// busy would be quarantined by the new Client and silently change what the
+// test measures (a negative control then counts one vote short).
 func plantMarker(marker string) {
 	var wg sync.WaitGroup
 	for _, s := range servers {
+		if !s.Running() || s.Paused() {
+			continue // a down or paused master keeps none
+		}
 		wg.Go(func() {
-			r := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond, WriteTimeout: 200 * time.Millisecond})
+			r := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
 			defer r.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			// A down or paused master keeps none.
-			_, _ = r.Pipelined(ctx, func(p redis.Pipeliner) error {
-				p.Set(ctx, marker+":horizon", "0", 0)
-				p.SetNX(ctx, "redlock:fence", "0", 0)
-				p.Set(ctx, marker, "redlockd", 0)
-				return nil
-			})
+			for {
+				_, err := r.Pipelined(ctx, func(p redis.Pipeliner) error {
+					p.Set(ctx, marker+":horizon", "0", 0)
+					p.SetNX(ctx, "redlock:fence", "0", 0)
+					p.Set(ctx, marker, "redlockd", 0)
+					return nil
+				})
+				if err == nil || ctx.Err() != nil || !s.Running() || s.Paused() {
+					return
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
 		})
 	}
 	wg.Wait()

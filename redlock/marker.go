@@ -183,7 +183,7 @@ func (m *master) writeMarker(horizon time.Duration) bool {
 		m.st.hasCounter = true
 	}
 	m.st.mu.Unlock()
-	m.expectedMarker.Store(&v)
+	m.expectMarker(&v)
 	return true
 }
 
@@ -219,7 +219,7 @@ func (m *master) firstSeenWithMarker(withHorizon int) bool {
 			return false
 		}
 	}
-	m.expectedMarker.Store(&v)
+	m.expectMarker(&v)
 	if mk, ok := parseMarker(v); ok && !mk.until.IsZero() {
 		if r := m.st.lastReading.Load(); r != nil {
 			now := time.Unix(0, c.epochWall+r.at+r.offset)

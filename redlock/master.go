@@ -79,6 +79,9 @@ type reply struct {
 	// stats: for a vote, the INFO stats its lane read after the batch's
 	// votes (batchstats.go); ok false when there is none.
 	stats statsReading
+	// gen is the master's repair generation when the pipeline was
+	// written: a reading from an older one counts no loss (lostDataSeen).
+	gen uint64
 }
 
 // call is one script invocation bound for one master.
@@ -255,6 +258,7 @@ func (l *lane) exec(batch []*call) {
 	}
 	ctx := context.Background()
 	l.busySince.Store(now.UnixNano())
+	gen := m.st.repairGen.Load()
 	pipe := m.rdb.Load().Pipeline()
 	votes := false
 	for _, c := range send {
@@ -265,7 +269,7 @@ func (l *lane) exec(batch []*call) {
 		c.cmd.SetFirstKeyPos(3)
 		_ = pipe.Process(ctx, c.cmd)
 		c.written.Store(now.UnixNano())
-		votes = votes || c.isVote()
+		votes = votes || l.m.c.sc.isVote(c.script)
 	}
 	// One reading of the INFO statistics after the batch's votes, which
 	// judges them all (batchstats.go). Without the data loss guard no
@@ -292,6 +296,14 @@ func (l *lane) exec(batch []*call) {
 			m.setDown(err)
 		}
 	}
+	m.deliver(send, stats, now, received, gen)
+}
+
+// deliver hands every call of a batch its answer: the Redis or transport
+// error (a refused write for OOM noted, voteOOM), or the reply with when
+// the pipeline was written and answered, the repair generation it was
+// sent in and, for a vote, the batch's statistics reading.
+func (m *master) deliver(send []*call, stats statsReading, now, received time.Time, gen uint64) {
 	for _, c := range send {
 		if c.out == nil {
 			continue
@@ -305,14 +317,14 @@ func (l *lane) exec(batch []*call) {
 			}
 			c.out <- reply{idx: c.idx, err: cerr}
 		} else {
-			if c.script == acquireScript {
+			if c.script == m.c.sc.acquire {
 				// Its SET ran (whatever it answered): writes are accepted.
 				// Releases and status reads succeed under OOM too, so they
 				// say nothing.
 				m.voteWrote()
 			}
-			r := reply{idx: c.idx, val: c.cmd.Val(), sent: now, at: received}
-			if c.isVote() {
+			r := reply{idx: c.idx, val: c.cmd.Val(), sent: now, at: received, gen: gen}
+			if m.c.sc.isVote(c.script) {
 				r.stats = stats
 			}
 			c.out <- r
@@ -333,7 +345,7 @@ func (l *lane) retryNoScript(ctx context.Context, send []*call, reading **redis.
 	for _, c := range send {
 		if isNoScript(c.cmd.Err()) {
 			again = append(again, c)
-			votes = votes || c.isVote()
+			votes = votes || l.m.c.sc.isVote(c.script)
 		}
 	}
 	readAgain := *reading != nil && (votes || isNoScript((*reading).Err()))

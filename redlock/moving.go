@@ -78,7 +78,9 @@ func (m *Moving) GroupsOf(key string) []Group {
 	return []Group{old, nw}
 }
 
-// MovingLock is a lock taken by Moving.Acquire: one Lock per group.
+// MovingLock is a lock held in several groups: taken by Moving.Acquire,
+// or a multi-key lock of Groups.AcquireMulti or Moving.AcquireMulti. It
+// has one Lock per group (a multi-key Lock for a set's part).
 type MovingLock struct {
 	groups []Group
 	locks  []*Lock
@@ -126,11 +128,9 @@ func (l *MovingLock) Release(ctx context.Context) error {
 // any group refuses (the lock is then not safe to keep: see Moving).
 func (l *MovingLock) Extend(ctx context.Context, ttl time.Duration) error {
 	for i, lk := range l.locks {
-		nl, err := l.groups[i].Client.Extend(ctx, lk.Key(), lk.Token(), ttl)
-		if err != nil {
+		if err := lk.Extend(ctx, ttl); err != nil {
 			return groupErr(l.groups[i].Name, err)
 		}
-		l.locks[i] = nl
 	}
 	return nil
 }
@@ -176,7 +176,7 @@ func (m *Moving) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		g := ml.groups[i]
 		c := g.Client
 		var res OutcomeError
-		if written := c.writeFence(ctx, c.voteKeys(key), lk.Token(), ml.fence, nil, c.quorum, true, &res); written < c.quorum {
+		if written := c.writeFence(ctx, &lockSet{key: key, vote: c.voteKeys(key)}, lk.Token(), ml.fence, nil, c.quorum, true, &res); written < c.quorum {
 			return fail(groupErr(g.Name, fmt.Errorf("%w: raising the fencing counter to %d reached %d of the %d masters needed: %w",
 				ErrNotObtained, ml.fence, written, c.quorum, errors.Join(res.Failures...))))
 		}

@@ -52,6 +52,13 @@ type options struct {
 	grantedLockCheck    bool          // no grant while another master shows a granted lock (granted.go)
 	extraVotes          int           // votes beyond the quorum an acquire and an extend need
 	maxLockDelay        time.Duration // lockdelay.go; 0: off
+
+	// adoptRepair: a repair marker without a quarantine keeps what was
+	// read from the master before (a guard, as those above)
+	repairKeepsBaselines bool
+	// fenceAboveEveryAnswer: an acquire's fence is above every counter
+	// its answers carried, not only its yes votes' (fence.go)
+	fenceAboveEveryAnswer bool
 }
 
 func defaultOptions() options {
@@ -80,6 +87,9 @@ func defaultOptions() options {
 		extendNeverShortens: true,
 		statusNeedsQuorum:   true,
 		grantedLockCheck:    true,
+
+		repairKeepsBaselines:  true,
+		fenceAboveEveryAnswer: true,
 	}
 }
 
@@ -242,6 +252,10 @@ func withGuardOff(g guardswitch.Guard) Option {
 		return func(o *options) { o.statusNeedsQuorum = false }
 	case guardswitch.GrantedLock:
 		return func(o *options) { o.grantedLockCheck = false }
+	case guardswitch.RepairKeepsBaselines:
+		return func(o *options) { o.repairKeepsBaselines = false }
+	case guardswitch.FenceAboveEveryAnswer:
+		return func(o *options) { o.fenceAboveEveryAnswer = false }
 	}
 	panic(fmt.Sprintf("redlock: unknown guard %d", int(g)))
 }

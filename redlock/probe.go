@@ -96,12 +96,13 @@ type probeCmds struct {
 	fence   *redis.StringCmd // nil: fencing off
 	maxTTL  *redis.Cmd
 	bounds  *redis.Cmd // nil: shared clock bounds off
+	gen     uint64     // m's repair generation when the pipeline was sent (lostDataSeen)
 }
 
 // readProbe sends the probe's pipeline and waits for its answers.
 func (m *master) readProbe(ctx context.Context) probeCmds {
 	o := &m.c.opts
-	var p probeCmds
+	p := probeCmds{gen: m.st.repairGen.Load()}
 	pipe := m.probe.Pipeline()
 	p.ping = pipe.Ping(ctx)
 	p.info = pipe.Info(ctx, "server", "stats", "replication", "memory")
@@ -141,6 +142,7 @@ type probeObservation struct {
 	counterMissing  bool
 	remote          time.Time // the master's TIME, read alone
 	timeRead        bool
+	seen            sighting // "a health probe", in the generation it was sent in
 }
 
 // observeProbe records what the answers of p say about m (run, role,
@@ -148,13 +150,21 @@ type probeObservation struct {
 // its warning), reads the master's TIME in a round trip of its own, and
 // returns what judgeProbe needs.
 func (m *master) observeProbe(ctx context.Context, p probeCmds) probeObservation {
-	o := &m.c.opts
-	var obs probeObservation
+	obs := probeObservation{seen: sighting{by: "a health probe", gen: p.gen}}
 	m.registeredMaxTTL(p.maxTTL)
 	if p.bounds != nil {
 		m.registeredClockBounds(p.bounds)
 	}
-	info := p.info.Val()
+	m.observeInfo(p.info.Val(), &obs)
+	m.observeConfig(p.cfg)
+	m.observeState(p, &obs)
+	m.observeTime(ctx, &obs)
+	return obs
+}
+
+// observeInfo records what INFO says (run, uptime, mode, memory,
+// evictions, role, replication IDs), with their warnings, into m and obs.
+func (m *master) observeInfo(info string, obs *probeObservation) {
 	if id, uptime, mode, ok := parseInfoServer(info); ok {
 		m.observeRunID(id, "health probe")
 		m.st.mu.Lock()
@@ -171,6 +181,7 @@ func (m *master) observeProbe(ctx context.Context, p probeCmds) probeObservation
 	}
 	obs.evicted, obs.evictedRead = evicted, evErr == nil
 	obs.role = stats["role"]
+	obs.replID, obs.replID2 = stats["master_replid"], stats["master_replid2"]
 	m.st.mu.Lock()
 	m.st.role = obs.role
 	m.st.mu.Unlock()
@@ -180,7 +191,11 @@ func (m *master) observeProbe(ctx context.Context, p probeCmds) probeObservation
 		evicting := lim != "0" && lim != "" && stats["maxmemory_policy"] != "noeviction"
 		m.setWarning("eviction", evicting, fmt.Sprintf("maxmemory-policy %s can evict lock keys (they all have a TTL): use noeviction", stats["maxmemory_policy"]))
 	}
-	m.observeConfig(p.cfg)
+}
+
+// observeState records the deployment state the probe read: the marker,
+// the lease horizon with the master's time, and the fencing counter.
+func (m *master) observeState(p probeCmds, obs *probeObservation) {
 	markerValue, markerErr := p.marker.Result()
 	obs.marker, obs.markerRead = markerValue, markerErr == nil || errors.Is(markerErr, redis.Nil)
 	if obs.markerRead {
@@ -201,7 +216,6 @@ func (m *master) observeProbe(ctx context.Context, p probeCmds) probeObservation
 		horizonErr = errBadReply
 	}
 	obs.horizonRead = horizonErr == nil
-	obs.replID, obs.replID2 = stats["master_replid"], stats["master_replid2"]
 	m.st.mu.Lock()
 	m.st.hasHorizon = horizonErr == nil && obs.horizonMS >= 0
 	m.st.mu.Unlock()
@@ -216,26 +230,31 @@ func (m *master) observeProbe(ctx context.Context, p probeCmds) probeObservation
 		m.st.hasCounter = err == nil && !obs.counterMissing
 		m.st.mu.Unlock()
 	}
-	// TIME in a round trip of its own: the reading is uncertain by half the
-	// round trip, so it must not wait behind INFO and CONFIG GET.
+}
+
+// observeTime reads the master's TIME in a round trip of its own (the
+// reading is uncertain by half the round trip, so it must not wait behind
+// INFO and CONFIG GET) and records it: the server's start by its clock,
+// and, with the clock guard, the clock reading and its checks.
+func (m *master) observeTime(ctx context.Context, obs *probeObservation) {
 	sent := time.Now()
 	remote, timeErr := m.probe.Time(ctx).Result()
 	received := time.Now()
 	obs.remote, obs.timeRead = remote, timeErr == nil
-	if timeErr == nil {
-		m.st.mu.Lock()
-		// When the server started, by its own clock: INFO's uptime is
-		// whole seconds, so this is up to 1s later than the real start.
-		m.st.startedAt = remote.Add(-m.st.uptime)
-		m.st.mu.Unlock()
-		s := m.c.reading(remote, sent, received)
-		m.st.lastReading.Store(&s)
-		if o.clockGuard {
-			m.observeReading(s)
-			m.observeClock(sent, received, remote)
-		}
+	if timeErr != nil {
+		return
 	}
-	return obs
+	m.st.mu.Lock()
+	// When the server started, by its own clock: INFO's uptime is
+	// whole seconds, so this is up to 1s later than the real start.
+	m.st.startedAt = remote.Add(-m.st.uptime)
+	m.st.mu.Unlock()
+	s := m.c.reading(remote, sent, received)
+	m.st.lastReading.Store(&s)
+	if m.c.opts.clockGuard {
+		m.observeReading(s)
+		m.observeClock(sent, received, remote)
+	}
 }
 
 // observeConfig records what CONFIG GET says (appendonly and appendfsync:
@@ -268,17 +287,17 @@ func (m *master) judgeProbe(obs probeObservation) {
 	case !guarded:
 		m.promoted(obs.replID, obs.replID2) // keeps the known replication ID current
 	case obs.role != "" && obs.role != "master":
-		m.lostData(LossReplica, fmt.Sprintf("became a %s (REPLICAOF): its data is now another server's", obs.role))
-	case !m.markerMatches(obs.marker, obs.remote, "a health probe"):
+		m.lostDataSeen(obs.seen.gen, LossReplica, fmt.Sprintf("became a %s (REPLICAOF): its data is now another server's", obs.role))
+	case !m.markerMatches(obs.marker, obs.remote, &obs.seen):
 	case m.promoted(obs.replID, obs.replID2):
-		m.lostData(LossReplica, "its replication ID changed after a REPLICAOF and REPLICAOF NO ONE: its data was replaced by another server's")
+		m.lostDataSeen(obs.seen.gen, LossReplica, "its replication ID changed after a REPLICAOF and REPLICAOF NO ONE: its data was replaced by another server's")
 	case obs.horizonMS < 0:
-		m.lostData(LossStateMissing, "data lost without restart: lease horizon missing (seen by a health probe)")
-	case !m.countersGrow(counterRead{horizon: obs.horizonMS, raised: obs.horizonMS, counter: obs.counter}, obs.horizonAt, "a health probe"):
+		m.lostDataSeen(obs.seen.gen, LossStateMissing, "data lost without restart: lease horizon missing (seen by a health probe)")
+	case !m.countersGrow(counterRead{horizon: obs.horizonMS, raised: obs.horizonMS, counter: obs.counter}, obs.horizonAt, obs.seen):
 	case obs.counterMissing:
-		m.lostData(LossStateMissing, "data lost without restart: fencing counter missing (seen by a health probe)")
+		m.lostDataSeen(obs.seen.gen, LossStateMissing, "data lost without restart: fencing counter missing (seen by a health probe)")
 	case obs.evictedRead:
-		m.evictionsUnchanged(obs.evicted, "a health probe")
+		m.evictionsUnchanged(obs.evicted, obs.seen)
 	}
 }
 
@@ -406,7 +425,7 @@ func (m *master) onConnect(ctx context.Context, cn *redis.Conn) error {
 		// ScriptLoad, not Script.Load: go-redis's Script.Load stores the
 		// reply as the script's hash, which inside an unexecuted pipeline
 		// is "" and would turn every later EVALSHA into a NOSCRIPT.
-		for _, src := range laneScripts {
+		for _, src := range m.c.sc.lane {
 			p.ScriptLoad(ctx, src)
 		}
 		info = p.Info(ctx, "server")

@@ -16,8 +16,15 @@ type masterState struct {
 	// of math.MaxInt64 means until repaired.
 	excludedUntil atomic.Int64
 	// repairPending: the master lost its data and its fencing counter has
-	// not been repaired from a quorum yet; its votes do not count.
+	// not been repaired from a quorum yet; its votes do not count. Set
+	// under lossMu (lostDataSeen).
 	repairPending atomic.Bool
+	// repairGen counts the markers m was known to carry (expectMarker);
+	// every reading carries the one it was sent in, and one sent in an
+	// older generation counts no loss (lostDataSeen). lossMu orders its
+	// changes with repairPending's setting.
+	repairGen atomic.Uint64
+	lossMu    sync.Mutex
 	// probed: answered a probe and passed the marker rule. Until then its
 	// votes do not count: it may have lost its data while unwatched.
 	probed atomic.Bool
@@ -101,18 +108,72 @@ type masterState struct {
 
 // counts reports whether the master's answers count towards a quorum now.
 // A quarantined master keeps receiving writes; only its votes are ignored.
+// It is state() == MasterUp: what /readyz shows and what the votes obey are
+// one derived value. (A master refusing writes for OOM shows MasterOOM in
+// Masters and still counts: its votes on keys it already holds are
+// answered; acquires it refuses fail on their own.)
 func (m *master) counts() bool {
-	if !m.up.Load() || !m.st.probed.Load() || m.st.repairPending.Load() || m.st.clockHold.Load() {
-		return false
+	return m.state() == MasterUp
+}
+
+// state is m's health, derived in this one place from what the health loop
+// and the votes found, in order of precedence: down, repairing (lost its
+// data), waiting (no probe through the marker rule yet), quarantined (for
+// a time, or held for its clock), waiting (marker not known, or clock not
+// yet compared with the other masters'), up. Masters refines up into
+// MasterOOM when the master refuses writes.
+func (m *master) state() MasterState {
+	s, _ := m.verdict()
+	return s
+}
+
+// cause is why state() found a master not counting: the first rule that
+// applied, in its order of precedence.
+type cause uint8
+
+const (
+	causeNone          cause = iota // it counts (MasterUp)
+	causeDown                       // MasterDown
+	causeRepairing                  // MasterRepairing: lost its data, counter not repaired yet
+	causeNotProbed                  // MasterWaiting: no probe through the marker rule yet
+	causeClockHold                  // MasterQuarantined: held for its clock
+	causeQuarantine                 // MasterQuarantined: for a time
+	causeMarkerUnknown              // MasterWaiting: its votes are refused (checkVote)
+	causeClockUnjudged              // MasterWaiting: clock not yet compared with the others'
+)
+
+// verdict is state() with its cause: the one derivation of both, which
+// Masters shows (the waiting reason) and counts() reads.
+func (m *master) verdict() (MasterState, cause) {
+	o := &m.c.opts
+	switch {
+	case !m.up.Load():
+		return MasterDown, causeDown
+	case m.st.repairPending.Load():
+		return MasterRepairing, causeRepairing
+	case !m.st.probed.Load():
+		return MasterWaiting, causeNotProbed
+	case m.st.clockHold.Load():
+		return MasterQuarantined, causeClockHold
 	}
-	if m.c.opts.dataLossGuard && m.expectedMarker.Load() == nil {
-		return false // its votes are refused (checkVote): not through the marker rule
+	if until := m.st.excludedUntil.Load(); until != 0 && m.c.sinceEpoch() < until {
+		return MasterQuarantined, causeQuarantine
 	}
-	if o := &m.c.opts; o.clockGuard && o.clockReference && !m.st.clockJudged.Load() {
-		return false
+	switch {
+	case o.dataLossGuard && m.expectedMarker.Load() == nil:
+		return MasterWaiting, causeMarkerUnknown // not through the marker rule
+	case m.clockUnjudged():
+		return MasterWaiting, causeClockUnjudged
 	}
-	until := m.st.excludedUntil.Load()
-	return until == 0 || m.c.sinceEpoch() >= until
+	return MasterUp, causeNone
+}
+
+// clockUnjudged reports whether m's clock has not yet been compared with
+// the other masters' (and must be before it votes: a jump before this
+// Client started would go unseen).
+func (m *master) clockUnjudged() bool {
+	o := &m.c.opts
+	return o.clockGuard && o.clockReference && !m.st.clockJudged.Load()
 }
 
 func (c *Client) sinceEpoch() int64 { return int64(time.Since(c.epoch)) }

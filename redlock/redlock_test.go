@@ -417,3 +417,50 @@ func TestCloseFlushesReleases(t *testing.T) {
 	require.NoError(t, c.Close())
 	assert.Zero(t, r.Exists(ctx, key).Val(), "the delete landed before Close returned")
 }
+
+// TestKnownDownMajorityFailsWithoutSending: with three masters known to be
+// down, an acquire sends nothing to the two still up (no SET that could
+// never make a quorum, and no release after it) and fails at once with
+// ErrQuorumUnavailable naming the three. Before, it wrote its key on the
+// two and waited for their answers and releases: the round trip that was
+// a failed acquire's whole latency (docs/performance.md, three masters
+// down).
+func TestKnownDownMajorityFailsWithoutSending(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	withMasters(t, "kill", 0, 1, 2)
+	require.Eventually(t, func() bool {
+		ms := c.Masters()
+		return !ms[0].Up && !ms[1].Up && !ms[2].Up
+	}, 10*time.Second, 10*time.Millisecond)
+	rdbs := direct(t)
+	evalshas := func() (n int64) {
+		for _, r := range rdbs[3:] {
+			info := r.Info(ctx, "commandstats").Val()
+			for line := range strings.SplitSeq(info, "\n") {
+				if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:calls="); ok {
+					calls, _, _ := strings.Cut(rest, ",")
+					v, err := strconv.ParseInt(calls, 10, 64)
+					require.NoError(t, err)
+					n += v
+				}
+			}
+		}
+		return n
+	}
+	before := evalshas()
+	key := newKey(t)
+	_, err := c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	require.ErrorIs(t, err, ErrQuorumUnavailable)
+	var oe *OutcomeError
+	require.ErrorAs(t, err, &oe)
+	require.Len(t, oe.Failures, 3)
+	for i, f := range oe.Failures {
+		var me *MasterError
+		require.ErrorAs(t, f, &me)
+		assert.Equal(t, i, me.Index)
+		assert.ErrorIs(t, f, ErrMasterDown)
+	}
+	assert.Equal(t, before, evalshas(), "no script sent to the masters still up")
+	assert.Zero(t, rdbs[3].Exists(ctx, key).Val()+rdbs[4].Exists(ctx, key).Val())
+}

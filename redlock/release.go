@@ -26,15 +26,28 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 	if key == "" || token == "" {
 		return 0, fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
 	}
+	return c.releaseSet(ctx, &lockSet{key: key}, token)
+}
+
+// releaseSet is Release of a lock key or, with set.multi, of the keys of a
+// multi-key lock (multikey.go).
+func (c *Client) releaseSet(ctx context.Context, set *lockSet, token string) (int, error) {
 	n := len(c.masters)
 	start := time.Now()
-	out, _ := c.fanout(script{s: releaseScript, keys: c.releaseKeys(key), args: []any{token, c.releaseChannel()}, mustSend: true}, start)
+	rel := set.releaseCall(c, token, true)
+	rel.mustSend = true
+	out, _ := c.fanout(rel, start)
 	res := OutcomeError{Op: "release", Quorum: c.quorum, Masters: n}
 	answered := 0
 	seen := make([]bool, n)
 	missed := func(r reply) bool {
 		if r.err != nil {
-			c.masters[r.idx].releaseLater(key, token)
+			if set.multi == nil {
+				c.masters[r.idx].releaseLater(set.key, token)
+			}
+			for _, k := range set.multi {
+				c.masters[r.idx].releaseLater(k, token)
+			}
 		}
 		return r.err != nil
 	}

@@ -777,31 +777,71 @@ func evictSome(t *testing.T, r *redis.Client) {
 // kept its data and writes a repair marker without a quarantine. The
 // Client adopted that marker by forgetting what it had read from master 3
 // (the horizon it compares with): the rollback went unseen, and the lock
-// was granted again on masters 0, 3 and 4 while it stood.
+// was granted again on masters 0, 3 and 4 while it stood. The negative
+// control turns that back on (guard RepairKeepsBaselines off) and must see
+// the second holder. (Since repair-fences quarantines a master whose
+// counter lags, the counters are made equal first, as the health loop
+// does: without that, masters 0 and 4, which the lock did not reach, were
+// quarantined and refused the second acquire with or without the fix.)
 func TestOperatorRepairOfAnIntactMasterKeepsWhatTheClientRead(t *testing.T) {
-	ctx := context.Background()
-	c, _ := brandNewClient(t, WithHealthInterval(time.Hour))
-	r := direct(t)[3]
-	old, err := r.Get(ctx, c.opts.horizonKey).Result() // the older copy
-	require.NoError(t, err)
-	key := newKey(t)
-	first := placeOn(t, c, key, 20*time.Second, 1, 2, 3)
-	require.NoError(t, r.Set(ctx, c.opts.horizonKey, old, 0).Err())
-	require.NoError(t, r.Del(ctx, key).Err())
-	res, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: c.opts.markerKey, FenceKey: c.opts.fenceKey, MaxTTL: time.Minute})
-	require.NoError(t, err)
-	mk, ok := parseMarker(res.Masters[3].Marker)
-	require.True(t, ok && !mk.repaired, "master 3 looked intact to repair-fences: %q", res.Masters[3].Marker)
+	for _, tc := range []struct {
+		name string
+		opts []Option
+		keep bool // the guard is on: the rollback is seen
+	}{
+		// The granted-lock check (masters 1 and 2 answer that a granted
+		// lock holds the key) is off in both: the fix alone decides.
+		{"guard on", []Option{withGuardOff(guardswitch.GrantedLock)}, true},
+		{"negative control: every repair marker resets the baselines", []Option{withGuardOff(guardswitch.GrantedLock), withGuardOff(guardswitch.RepairKeepsBaselines)}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			c, _ := brandNewClient(t, append([]Option{WithHealthInterval(time.Hour)}, tc.opts...)...)
+			r := direct(t)[3]
+			old, err := r.Get(ctx, c.opts.horizonKey).Result() // the older copy
+			require.NoError(t, err)
+			key := newKey(t)
+			first := placeOn(t, c, key, 20*time.Second, 1, 2, 3)
+			// The health loop copies the highest fencing counter to every
+			// master (spreadFence): 0 and 4, which the lock did not
+			// reach, catch up, and none lags for repair-fences to
+			// quarantine.
+			highest, err := r.Get(ctx, c.opts.fenceKey).Int64()
+			require.NoError(t, err)
+			for _, m := range direct(t) {
+				require.NoError(t, m.Set(ctx, c.opts.fenceKey, highest, 0).Err())
+			}
+			// The rollback: master 3's horizon back to the older copy's
+			// and the lock gone; its counter as it was.
+			require.NoError(t, r.Set(ctx, c.opts.horizonKey, old, 0).Err())
+			require.NoError(t, r.Del(ctx, key).Err())
+			res, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: c.opts.markerKey, FenceKey: c.opts.fenceKey, MaxTTL: time.Minute})
+			require.NoError(t, err)
+			mk, ok := parseMarker(res.Masters[3].Marker)
+			require.True(t, ok && !mk.repaired, "master 3 looked intact to repair-fences: %q", res.Masters[3].Marker)
+			for i, mr := range res.Masters {
+				require.Empty(t, mr.Lost, "repair-fences found master %d intact and quarantined none", i)
+			}
 
-	c.probeAll() // the Client's next look at master 3
-	c.afterProbes()
-	assert.EqualValues(t, 1, c.DataLosses()[LossRolledBack], "%v", c.DataLosses())
-	second, err := c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
-	if err == nil {
-		_ = second.Release(ctx)
+			// The Client's next look at the masters adopts the repair
+			// markers (the probe's own reading, sent before the adoption,
+			// counts no loss); the acquire's votes read master 3 again.
+			c.probeAll()
+			c.afterProbes()
+			second, err := c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+			if err == nil {
+				_ = second.Release(ctx)
+			}
+			require.True(t, time.Now().Before(first.ValidUntil()), "the first lock still stood at the second acquire")
+			if !tc.keep {
+				assert.Zero(t, c.DataLosses()[LossRolledBack], "%v", c.DataLosses())
+				require.NoError(t, err, "with the baselines reset, the rollback goes unseen and a second holder gets in on masters 0, 3 and 4")
+				return
+			}
+			require.ErrorIs(t, err, ErrNotObtained, "no second holder while the first lock stands")
+			assert.EqualValues(t, 1, c.DataLosses()[LossRolledBack], "%v", c.DataLosses())
+		})
 	}
-	require.ErrorIs(t, err, ErrNotObtained, "no second holder while the first lock stands")
-	assert.True(t, time.Now().Before(first.ValidUntil()))
 }
 
 // TestFencesContinueAboveWhatTheClientIssued: every master is wiped and the

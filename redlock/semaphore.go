@@ -105,36 +105,17 @@ func (c *Client) AcquirePermit(ctx context.Context, name string, permits int, tt
 	if err := checkSemaphore(name, permits); err != nil {
 		return nil, err
 	}
-	cfg := acquireConfig{}
-	for _, o := range opts {
-		o(&cfg)
-	}
-	if cfg.retry == nil {
-		cfg.retry = c.opts.retry()
-	}
-	giveUp := time.Now().Add(cfg.wait)
-	if err := c.lockDelayError(ttl, cfg.lockDelay); err != nil {
+	cfg, err := c.newAcquireConfig(ttl, opts)
+	if err != nil {
 		return nil, err
 	}
 	slot := -1
-	attempt := func(ctx context.Context) (*Lock, error) {
+	q, _ := permitQueue(PermitKey(name, 0))
+	lock, err := c.attemptThenWait(ctx, &cfg, q, nil, func(ctx context.Context) (*Lock, error) {
 		lock, s, err := c.acquireAnyPermit(ctx, name, permits, ttl, cfg.lockDelay)
 		slot = s
 		return lock, err
-	}
-	lock, err := attempt(ctx)
-	switch {
-	case err == nil:
-		return &Permit{Lock: lock, Slot: slot}, nil
-	case errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed):
-		return nil, err
-	case ctx.Err() != nil:
-		return nil, errors.Join(ErrNotObtained, ctx.Err(), err)
-	case cfg.wait <= 0 || cfg.retry.NextBackoff() <= 0:
-		return nil, err
-	}
-	q, _ := permitQueue(PermitKey(name, 0))
-	lock, err = c.waitInQueue(ctx, q, attempt, &cfg, giveUp, err)
+	})
 	if err != nil {
 		return nil, err
 	}

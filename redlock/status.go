@@ -48,7 +48,7 @@ func (c *Client) Status(ctx context.Context, key string) (Status, error) {
 		return Status{}, fmt.Errorf("%w: key must not be empty", ErrInvalid)
 	}
 	start := time.Now()
-	out, _ := c.fanout(script{s: statusScript, keys: c.voteKeys(key)}, start)
+	out, _ := c.fanout(script{s: c.sc.status, keys: c.voteKeys(key)}, start)
 	t := c.newStatusTally()
 	c.gather(ctx, out, start, nil, func(r reply) bool { return t.add(r, true) })
 	return t.result(start)

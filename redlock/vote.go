@@ -107,15 +107,19 @@ func (m *master) checkVote(v voteReply, r reply) error {
 			// brand-new deployment's marker not written): it does not vote.
 			return ErrMasterQuarantined
 		}
-		if v.time.UnixMilli() < m.st.repairedAt.Load() {
-			// Read before the master's last repair: says nothing about now.
+		if r.gen != m.st.repairGen.Load() || v.time.UnixMilli() < m.st.repairedAt.Load() {
+			// Sent before the master's last repair (or its marker was
+			// first known): it may have run before the repair's write and
+			// says nothing about now. The generation decides where the
+			// clocks cannot: a vote in the repair's own millisecond.
 			return ErrMasterQuarantined
 		}
+		seen := sighting{by: "a vote", gen: r.gen}
 		if v.code == codeLost {
-			m.lostData(LossStateMissing, "data lost without restart: marker, lease horizon or fencing counter missing (seen by a vote)")
+			m.lostDataSeen(r.gen, LossStateMissing, "data lost without restart: marker, lease horizon or fencing counter missing (seen by a vote)")
 			return ErrMasterDataLost
 		}
-		if !m.markerMatches(v.marker, v.time, "a vote") {
+		if !m.markerMatches(v.marker, v.time, &seen) {
 			return ErrMasterDataLost
 		}
 		if !r.stats.ok {
@@ -123,13 +127,13 @@ func (m *master) checkVote(v voteReply, r reply) error {
 			// evicted nothing before the vote ran (fail closed).
 			return errNoStatsReading
 		}
-		if !m.evictionsUnchanged(r.stats.evicted, "a vote's batch reading") {
+		if !m.evictionsUnchanged(r.stats.evicted, sighting{by: "a vote's batch reading", gen: seen.gen}) {
 			return ErrMasterDataLost
 		}
-		if !m.countersGrow(counterRead{horizon: v.horizon, raised: v.raised, counter: v.counter}, v.time, "a vote") {
+		if !m.countersGrow(counterRead{horizon: v.horizon, raised: v.raised, counter: v.counter}, v.time, seen) {
 			return ErrMasterDataLost
 		}
-		if !m.commandsGrow(r.stats.commands, r.stats.at, "a vote's batch reading") {
+		if !m.commandsGrow(r.stats.commands, r.stats.at, sighting{by: "a vote's batch reading", gen: seen.gen}) {
 			return ErrMasterDataLost
 		}
 	}

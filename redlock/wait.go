@@ -56,6 +56,39 @@ type waitQueues struct {
 	mu     sync.Mutex
 	byKey  map[string][]*waiter
 	active int // waiters in all queues
+	// watchers: per key, the queues of multi-key locks (multikey.go) that
+	// hold it, with how many waiters of each watch it: the release of any
+	// key of a set wakes the set's queue.
+	watchers map[string]map[string]int
+}
+
+// watch makes the release of any of keys wake the head of queue q.
+func (q *waitQueues) watch(queue string, keys []string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.watchers == nil {
+		q.watchers = map[string]map[string]int{}
+	}
+	for _, k := range keys {
+		if q.watchers[k] == nil {
+			q.watchers[k] = map[string]int{}
+		}
+		q.watchers[k][queue]++
+	}
+}
+
+// unwatch undoes one watch(queue, keys).
+func (q *waitQueues) unwatch(queue string, keys []string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, k := range keys {
+		if q.watchers[k][queue]--; q.watchers[k][queue] <= 0 {
+			delete(q.watchers[k], queue)
+		}
+		if len(q.watchers[k]) == 0 {
+			delete(q.watchers, k)
+		}
+	}
 }
 
 // join appends a waiter to key's queue.
@@ -107,6 +140,11 @@ func (q *waitQueues) released(key string) {
 	defer q.mu.Unlock()
 	if ws := q.byKey[key]; len(ws) > 0 {
 		notify(ws[0])
+	}
+	for queue := range q.watchers[key] {
+		if ws := q.byKey[queue]; len(ws) > 0 {
+			notify(ws[0])
+		}
 	}
 }
 
@@ -186,16 +224,12 @@ func (c *Client) subscribe() {
 	})
 }
 
-// waitFor is Acquire's wait after a first attempt failed with err: it
-// queues behind the key's earlier waiters and attempts when the lock is
-// released, ends, or a fallback poll is due, until giveUp.
-func (c *Client) waitFor(ctx context.Context, key string, ttl time.Duration, cfg *acquireConfig, giveUp time.Time, err error) (*Lock, error) {
-	return c.waitInQueue(ctx, key, func(ctx context.Context) (*Lock, error) { return c.acquireOnce(ctx, key, ttl, cfg.lockDelay) }, cfg, giveUp, err)
-}
-
-// waitInQueue is waitFor with the queue and the attempt given: a
-// semaphore's waiters (semaphore.go) share the queue permitQueue(name),
-// woken by the release of any of its permits.
+// waitInQueue is an acquire's wait after a first attempt failed with err
+// (attemptThenWait): it queues behind queue's earlier waiters and
+// attempts when the lock is released, ends, or a fallback poll is due,
+// until giveUp. A key's queue is the key; a semaphore's waiters
+// (semaphore.go) share the queue permitQueue(name), woken by the release
+// of any of its permits; a multi-key lock's, multiQueue(keys).
 func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(context.Context) (*Lock, error), cfg *acquireConfig, giveUp time.Time, err error) (*Lock, error) {
 	c.subscribe()
 	w := c.waits.join(key)

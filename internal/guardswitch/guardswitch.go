@@ -57,6 +57,21 @@ const (
 	// nor reads other clients': each judges clocks and budgets validities
 	// by its own options alone.
 	SharedClockBounds
+	// RepairKeepsBaselines: adopting a repair marker that carries no
+	// quarantine (the one `redlockd repair-fences` writes on a master it
+	// finds intact) keeps what the Client read from the master before
+	// (eviction count, lease horizon and fencing counter seen,
+	// replication ID). With it off, adopting any repair marker resets
+	// them, as the Client once did: a rollback just before a
+	// repair-fences run goes unseen.
+	RepairKeepsBaselines
+	// FenceAboveEveryAnswer: an acquire's fence is above the fencing
+	// counter of every master that answered its votes, yes or no. With it
+	// off, it is above its yes votes' counters only, as read when the
+	// votes needed were in: when the only master its votes share with the
+	// last holder's write-back lost that write unseen (a rollback no
+	// running client read before), the fence is issued again.
+	FenceAboveEveryAnswer
 )
 
 // String returns the guard's name, e.g. "quarantine".
@@ -82,6 +97,10 @@ func (g Guard) String() string {
 		return "granted-lock check"
 	case SharedClockBounds:
 		return "shared clock bounds"
+	case RepairKeepsBaselines:
+		return "repair keeps baselines"
+	case FenceAboveEveryAnswer:
+		return "fence above every answer"
 	}
 	return "unknown guard"
 }

@@ -258,6 +258,13 @@ func (s *Server) PID() int {
 	return 0
 }
 
+// Paused reports whether the process was stopped by Pause and not resumed.
+func (s *Server) Paused() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.p != nil && s.paused
+}
+
 // Running reports whether the process is alive. A paused process is alive.
 func (s *Server) Running() bool { return s.live() != nil }
 

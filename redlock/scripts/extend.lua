@@ -5,16 +5,18 @@
 -- The lock's fence record (fence.lua), when it belongs to this token, is given
 -- the lock's remaining time, so the two keep one expiry. Where it is missing
 -- (a master the acquire's write-back did not reach) or an earlier holder's,
--- it is written as "<ARGV[4]> <token>": only the holder of a granted lock
+-- it is written as "<ARGV[3]> <token>": only the holder of a granted lock
 -- knows the token, so every master that extends the lock marks it granted
 -- (redlock/granted.go).
 -- KEYS[1] lock key, KEYS[2..4] as in the prelude, KEYS[5] the lock's fence
 -- record (absent when fencing is off), KEYS[6] the lock's delay record
 -- (redlock/lockdelay.go; absent when lock-delay is off): when it is this
 -- token's, it keeps outliving the lock by the same delay.
--- ARGV[1] token, ARGV[2] requested TTL in milliseconds, ARGV[3] '0' to set
--- the TTL to ARGV[2] even when shorter (negative controls only), ARGV[4] the
--- lock's fence when the caller knows it, else '0'
+-- ARGV[1] token, ARGV[2] requested TTL in milliseconds, ARGV[3] the lock's
+-- fence when the caller knows it, else '0', ARGV[4] the max TTL in
+-- milliseconds: with a delay record, the lock is extended to at most the
+-- max TTL minus the delay, so that the record, like the lock, never
+-- outlives the max TTL (as the acquire checks: ttl + delay ≤ max TTL)
 -- Returns the prelude's reply with code
 --    1  extended (or already longer); value = its remaining milliseconds after;
 --       extra = the holder's fence when its fence record is here, else ''
@@ -35,8 +37,11 @@ if v == ARGV[1] then
       delay = rd - left
     end
   end
-  if left >= 0 and (left < ttl or ARGV[3] == '0') then
-    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if delay > 0 and ARGV[4] and ttl + delay > tonumber(ARGV[4]) then
+    ttl = tonumber(ARGV[4]) - delay
+  end
+  if left >= 0 and left < ttl then
+    redis.call('PEXPIRE', KEYS[1], ttl)
     left = ttl
   end
   if delay > 0 then
@@ -51,7 +56,7 @@ if v == ARGV[1] then
       redis.call('PEXPIRE', KEYS[5], left)
       fence = string.sub(f, 1, sp - 1)
     else
-      redis.call('SET', KEYS[5], (ARGV[4] or '0') .. ' ' .. v, 'PX', left)
+      redis.call('SET', KEYS[5], (ARGV[3] or '0') .. ' ' .. v, 'PX', left)
     end
   end
   return reply(1, left, fence)

@@ -4,7 +4,7 @@
 -- still has the deployment's state. Store the fence with the lock in its
 -- fence record "<fence> <token>", expiring with the lock (status reports it;
 -- the token in it ties it to this holder, fence.go).
--- KEYS[1] lock key, KEYS[2] marker ('' skips the check: negative controls only), KEYS[3] lease horizon, KEYS[4] fencing counter,
+-- KEYS[1] lock key, KEYS[2] marker, KEYS[3] lease horizon, KEYS[4] fencing counter,
 -- KEYS[5] the lock's fence record (absent: not stored)
 -- ARGV[1] token, ARGV[2] fencing token
 -- Returns {code, sec, usec}: code 1 written (or already ≥), 0 the lock is
@@ -18,7 +18,7 @@ end
 -- One MGET: the lock's holder, the marker, the horizon and the counter
 -- (false where missing).
 local s = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
-if KEYS[2] ~= '' and not (s[2] and s[3] and s[4]) then
+if not (s[2] and s[3] and s[4]) then
   return reply(-2)
 end
 if s[1] ~= ARGV[1] then

@@ -2,7 +2,7 @@
 -- this master's clock and the deployment state that a master which lost its
 -- data (FLUSHALL, FLUSHDB, SWAPDB, DEL, eviction, REPLICAOF, restart) no
 -- longer has, so the client can refuse the vote in the same round trip.
--- KEYS[2] deployment marker ('' skips the check: negative controls only),
+-- KEYS[2] deployment marker,
 -- KEYS[3] lease horizon (unix ms by this master's clock), KEYS[4] fencing
 -- counter (absent when fencing is off).
 -- Every reply is {code, value, marker, sec, usec, extra, horizon, horizon
@@ -34,7 +34,7 @@ else
   state = redis.call('MGET', KEYS[2], KEYS[3])
 end
 local marker = state[1]
-local intact = KEYS[2] == '' or marker and state[2] and (KEYS[4] == nil or state[3]) and true
+local intact = marker and state[2] and (KEYS[4] == nil or state[3]) and true
 local horizon = tonumber(state[2] or '0')
 local horizonBefore = horizon
 local counter = -1

@@ -1,0 +1,80 @@
+-- Acquire one master's vote for a multi-key lock: every key of the set for
+-- this token, or none (redlock/multikey.go). Follows vote_prelude.lua; the
+-- codes are acquire.lua's, for the set.
+-- KEYS[1] the first lock key (the prelude's layout), KEYS[2..4] as in the
+-- prelude (fencing is required: KEYS[4] is the counter), then from KEYS[5]
+-- ARGV[4] keys per lock key: the lock key, its fence record (fence.lua) and,
+-- with ARGV[4] = 3, its delay record (redlock/lockdelay.go)
+-- ARGV[1] token, ARGV[2] TTL in milliseconds, ARGV[3] lock-delay in
+-- milliseconds ('0': none; needs ARGV[4] = 3), ARGV[4] keys per lock key
+-- Returns the prelude's reply with code
+--    1  every key was set for this token; value = the fencing counter
+--    0  some key is held by another token: nothing written; value = the
+--       longest PTTL among the held keys, extra = 'g' when any of them is
+--       a granted lock here (its fence record holds its holder's token);
+--       or no key is held but one has a delay record: extra = 'd', value =
+--       the longest delay record PTTL
+--   -2  this master lost its data: nothing written; extra and value as
+--       for 0 when a granted lock holds a key of the set
+local stride = tonumber(ARGV[4])
+local locks = {}
+for i = 5, #KEYS, stride do
+  locks[#locks + 1] = KEYS[i]
+end
+-- held reports the set's keys that another token holds: the longest PTTL
+-- among them and 'g' when any is a granted lock here.
+local function held()
+  local longest, g = 0, ''
+  for i = 5, #KEYS, stride do
+    local left = redis.call('PTTL', KEYS[i])
+    if left ~= -2 then
+      if left == -1 then
+        left = 0
+      end
+      if left > longest then
+        longest = left
+      end
+      if g == '' then
+        local hf = redis.call('MGET', KEYS[i], KEYS[i + 1])
+        local holder, f = hf[1], hf[2]
+        local sp = f and string.find(f, ' ', 1, true)
+        if sp and string.sub(f, sp + 1) == holder then
+          g = 'g'
+        end
+      end
+    end
+  end
+  return longest, g
+end
+if not intact then
+  local left, g = held()
+  return reply(-2, g == 'g' and left or 0, g)
+end
+-- EXISTS, not MGET: a key of another type (a hash the user keeps under
+-- that name) holds the key as much as a lock does, as for SET NX.
+if redis.call('EXISTS', unpack(locks)) > 0 then
+  local left, g = held()
+  return reply(0, left, g)
+end
+local delay = stride == 3 and tonumber(ARGV[3]) or 0
+if stride == 3 then
+  local longest = 0
+  for i = 7, #KEYS, stride do
+    local d = redis.call('PTTL', KEYS[i])
+    if d > longest then
+      longest = d
+    end
+  end
+  if longest > 0 then
+    return reply(0, longest, 'd')
+  end
+end
+for i = 5, #KEYS, stride do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  if delay > 0 then
+    -- The record outlives the lock by the delay; the horizon covers it.
+    redis.call('SET', KEYS[i + 2], ARGV[1], 'PX', tonumber(ARGV[2]) + delay)
+  end
+end
+raiseHorizon(tonumber(ARGV[2]) + delay)
+return reply(1, math.max(counter, 0))

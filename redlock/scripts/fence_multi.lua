@@ -1,0 +1,40 @@
+-- fence.lua for a multi-key lock: raise the counter to ARGV[2] and store
+-- the fence in every key's fence record, only where this token holds every
+-- key of the set and this master still has the deployment's state.
+-- KEYS[1] the first lock key, KEYS[2] marker, KEYS[3] lease horizon,
+-- KEYS[4] fencing counter, then
+-- from KEYS[5] ARGV[3] keys per lock key: the lock key, its fence record[,
+-- its delay record (not touched)]
+-- ARGV[1] token, ARGV[2] fencing token, ARGV[3] keys per lock key
+-- Returns {code, sec, usec} as fence.lua: 1 written, 0 the token does not
+-- hold every key here, -2 this master lost its data.
+local t = redis.call('TIME')
+local function reply(code)
+  return {code, tonumber(t[1]), tonumber(t[2])}
+end
+local stride = tonumber(ARGV[3])
+local s = redis.call('MGET', KEYS[2], KEYS[3], KEYS[4])
+if not (s[1] and s[2] and s[3]) then
+  return reply(-2)
+end
+local locks = {}
+for i = 5, #KEYS, stride do
+  locks[#locks + 1] = KEYS[i]
+end
+local holders = redis.call('MGET', unpack(locks))
+for j = 1, #holders do
+  if holders[j] ~= ARGV[1] then
+    return reply(0)
+  end
+end
+if tonumber(s[3] or '0') < tonumber(ARGV[2]) then
+  redis.call('SET', KEYS[4], ARGV[2])
+end
+local record = ARGV[2] .. ' ' .. ARGV[1]
+for i = 5, #KEYS, stride do
+  local left = redis.call('PTTL', KEYS[i])
+  if left > 0 then
+    redis.call('SET', KEYS[i + 1], record, 'PX', left)
+  end
+end
+return reply(1)
