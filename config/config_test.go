@@ -308,6 +308,22 @@ func TestValidate(t *testing.T) {
 		{"max_locks too high", func(c *config.Config) { c.AccountDefaults.MaxLocks = ptr(200_000_000) }, []string{
 			"account_defaults.max_locks: 200000000 is above the limit of 100000000",
 		}},
+		{"lock_delay too long", func(c *config.Config) { c.AccountDefaults.LockDelay = ptr(ms(61 * time.Second)) }, []string{
+			"account_defaults.lock_delay: 1m1s is above the limit of 1m0s",
+		}},
+		{"lock_delay not whole milliseconds", func(c *config.Config) { c.APIKeys[0].LockDelay = ptr(ms(1500 * time.Microsecond)) }, []string{
+			"api_keys[0].lock_delay: 1.5ms is not a whole number of milliseconds",
+		}},
+		{"lock_delay leaves no room under max_ttl", func(c *config.Config) {
+			c.MaxTTL, c.DefaultTTL = 10, 5
+			c.APIKeys[0].LockDelay = ptr(ms(9500 * time.Millisecond))
+		}, []string{
+			"api_keys[0].lock_delay: 9.5s is above max_ttl (10 s) − 1s, so no acquire could take it",
+		}},
+		{"lock_delay at max_ttl − 1s", func(c *config.Config) {
+			c.MaxTTL, c.DefaultTTL = 10, 5
+			c.AccountDefaults.LockDelay = ptr(ms(9 * time.Second))
+		}, nil},
 		{"limits_sync_interval low", func(c *config.Config) { c.LimitsSyncInterval = ms(time.Millisecond) }, []string{
 			"limits_sync_interval: 1ms is below the minimum of 10ms",
 		}},
@@ -454,14 +470,15 @@ func TestAccountLimits(t *testing.T) {
 	}
 	c.AccountDefaults = config.Limits{
 		Quota: &config.Quota{Calls: 100, Per: config.Duration(time.Hour)}, Rate: ptr(2.5), MaxLocks: ptr(7),
+		LockDelay: ptr(config.Duration(15 * time.Second)),
 	}
-	own := config.APIKey{Name: "own", Limits: config.Limits{Quota: &config.Quota{}, Burst: ptr(9), MaxLocks: ptr(0)}}
+	own := config.APIKey{Name: "own", Limits: config.Limits{Quota: &config.Quota{}, Burst: ptr(9), MaxLocks: ptr(0), LockDelay: ptr(config.Duration(0))}}
 	if got, want := c.AccountLimits(c.APIKeys[0]), (config.AccountLimits{
-		QuotaCalls: 100, QuotaPer: time.Hour, Rate: 2.5, Burst: 3, MaxLocks: 7,
+		QuotaCalls: 100, QuotaPer: time.Hour, Rate: 2.5, Burst: 3, MaxLocks: 7, LockDelay: 15 * time.Second,
 	}); got != want {
 		t.Errorf("inherited: %+v, want %+v (burst: the rate rounded up)", got, want)
 	}
 	if got, want := c.AccountLimits(own), (config.AccountLimits{Rate: 2.5, Burst: 9}); got != want {
-		t.Errorf("overridden: %+v, want %+v (quota unlimited, no lock cap)", got, want)
+		t.Errorf("overridden: %+v, want %+v (quota unlimited, no lock cap, no lock-delay)", got, want)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // --max-wait, --max-body-bytes, --health-interval, --drain-delay,
 // --shutdown-timeout, --account-defaults-quota, --account-defaults-rate,
 // --account-defaults-burst, --account-defaults-max-locks,
-// --limits-sync-interval, --log-format and --log-level. API keys, the
+// --account-defaults-lock-delay, --limits-sync-interval, --log-format and --log-level. API keys, the
 // master password and the admin token have no flag, since any local user
 // can read a process's arguments; their *_file variants do.
 //

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/redlockd/redlockd/redlock"
 )
 
 // Limits are what one account may use: a call quota over a window, a
@@ -28,6 +30,11 @@ type Limits struct {
 	// MaxLocks caps the locks the account holds at once, across every
 	// daemon of the deployment; 0 means no cap. 0 to 100000000.
 	MaxLocks *int `yaml:"max_locks,omitempty"`
+	// LockDelay is the lock-delay of the account's acquires that send no
+	// lock_delay_ms (an acquire that sends one, 0 included, keeps its
+	// own); 0 means none. 0 to 60s, whole milliseconds, and at most
+	// max_ttl − 1s so that an acquire of ttl 1 can take it.
+	LockDelay *Duration `yaml:"lock_delay,omitempty"`
 }
 
 // Quota is a number of calls per window. Windows are aligned on the Unix
@@ -127,6 +134,8 @@ type AccountLimits struct {
 	Rate       float64
 	Burst      int
 	MaxLocks   int
+	// LockDelay is the default lock-delay (Limits.LockDelay).
+	LockDelay time.Duration
 }
 
 // AccountLimits returns the limits of k: k's own fields, the rest from
@@ -156,12 +165,15 @@ func (c Config) AccountLimits(k APIKey) AccountLimits {
 	if src := pick(func(x Limits) bool { return x.MaxLocks != nil }); src.MaxLocks != nil {
 		l.MaxLocks = *src.MaxLocks
 	}
+	if src := pick(func(x Limits) bool { return x.LockDelay != nil }); src.LockDelay != nil {
+		l.LockDelay = time.Duration(*src.LockDelay)
+	}
 	return l
 }
 
 // limits checks one Limits block; field is its YAML path
-// ("account_defaults", "api_keys[2]").
-func (v *validator) limits(field string, l Limits) {
+// ("account_defaults", "api_keys[2]"); maxTTL is max_ttl in seconds.
+func (v *validator) limits(field string, l Limits, maxTTL int) {
 	if l.Quota != nil && (l.Quota.Calls != 0 || l.Quota.Per != 0) {
 		v.integer(field+".quota.calls", l.Quota.Calls, 1, maxQuotaCalls)
 		v.duration(field+".quota.per", l.Quota.Per, minQuotaPer, maxQuotaPer)
@@ -177,6 +189,19 @@ func (v *validator) limits(field string, l Limits) {
 	}
 	if l.MaxLocks != nil {
 		v.integer(field+".max_locks", int64(*l.MaxLocks), 0, maxMaxLocks)
+	}
+	if l.LockDelay != nil {
+		d := time.Duration(*l.LockDelay)
+		switch {
+		case d > redlock.MaxLockDelay:
+			v.add(field+".lock_delay", "%v is above the limit of %v", d, redlock.MaxLockDelay)
+		case d%time.Millisecond != 0:
+			v.add(field+".lock_delay", "%v is not a whole number of milliseconds", d)
+		case maxTTL >= 1 && d > time.Duration(maxTTL-1)*time.Second:
+			// The delay record outlives the lock by the delay and must not
+			// outlive max_ttl (redlock/lockdelay.go): ttl 1 + the delay.
+			v.add(field+".lock_delay", "%v is above max_ttl (%d s) − 1s, so no acquire could take it", d, maxTTL)
+		}
 	}
 }
 

@@ -233,6 +233,7 @@ func TestApplyEnv(t *testing.T) {
 			"REDLOCKD_ACCOUNT_DEFAULTS_RATE":        "2.5",
 			"REDLOCKD_ACCOUNT_DEFAULTS_BURST":       "7",
 			"REDLOCKD_ACCOUNT_DEFAULTS_MAX_LOCKS":   "40",
+			"REDLOCKD_ACCOUNT_DEFAULTS_LOCK_DELAY":  "15s",
 			"REDLOCKD_LIMITS_SYNC_INTERVAL":         "250ms",
 			"REDLOCKD_LOG_FORMAT":                   "console",
 			"REDLOCKD_LOG_LEVEL":                    "debug",
@@ -275,6 +276,7 @@ func TestApplyEnv(t *testing.T) {
 				AccountDefaults: config.Limits{
 					Quota: &config.Quota{Calls: 5000, Per: config.Duration(time.Hour)},
 					Rate:  ptr(2.5), Burst: ptr(7), MaxLocks: ptr(40),
+					LockDelay: ptr(config.Duration(15 * time.Second)),
 				},
 				LimitsSyncInterval: config.Duration(250 * time.Millisecond),
 				LogFormat:          "console",
@@ -508,18 +510,25 @@ func TestLoadFileLimits(t *testing.T) {
 account_defaults:
   quota: {calls: 1000, per: 24h}
   rate: 20
+  lock_delay: 15s
 api_keys:
   - name: a
     key_sha256: "` + strings.Repeat("a", 64) + `"
     quota: unlimited
     burst: 50
     max_locks: 3
+  - name: b
+    key_sha256: "` + strings.Repeat("b", 64) + `"
+    lock_delay: 0s
 `))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := c.AccountLimits(c.APIKeys[0]), (config.AccountLimits{Rate: 20, Burst: 50, MaxLocks: 3}); got != want {
+	if got, want := c.AccountLimits(c.APIKeys[0]), (config.AccountLimits{Rate: 20, Burst: 50, MaxLocks: 3, LockDelay: 15 * time.Second}); got != want {
 		t.Errorf("limits %+v, want %+v", got, want)
+	}
+	if got := c.AccountLimits(c.APIKeys[1]).LockDelay; got != 0 {
+		t.Errorf("lock_delay: 0s on the entry: %v, want 0 (none)", got)
 	}
 	if got := c.AccountDefaults.Quota; got == nil || *got != (config.Quota{Calls: 1000, Per: config.Duration(24 * time.Hour)}) {
 		t.Errorf("default quota %+v", got)

@@ -148,6 +148,15 @@ var settings = []setting{
 		func(c *Config) **int { return &c.AccountDefaults.Burst }),
 	optionalIntSetting("account_defaults.max_locks", "most locks one account holds at once across all daemons unless its api_keys entry sets it, a `number`; 0 for no cap",
 		func(c *Config) **int { return &c.AccountDefaults.MaxLocks }),
+	parsedSetting("account_defaults.lock_delay", "every account's lock-delay for acquires that send no lock_delay_ms, unless its api_keys entry sets one, a `duration` from 0 to 60s; 0 for none",
+		parseDuration,
+		func(c *Config, d Duration) { c.AccountDefaults.LockDelay = &d },
+		func(c *Config) string {
+			if c.AccountDefaults.LockDelay == nil {
+				return "0s"
+			}
+			return c.AccountDefaults.LockDelay.String()
+		}),
 	durationSetting("limits_sync_interval", "how often quotas, rates and lock counts are synced with the masters, a `duration` from 10ms to 10s", func(c *Config) *Duration { return &c.LimitsSyncInterval }),
 	stringSetting("log_format", "log `format`: json or console", func(c *Config) *string { return &c.LogFormat }),
 	stringSetting("log_level", "log `level`: debug, info, warn or error", func(c *Config) *string { return &c.LogLevel }),

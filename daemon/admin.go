@@ -204,7 +204,7 @@ func (s *Server) SetAPIKeys(keys []APIKey) (ReloadResult, error) {
 	if err := checkAPIKeys(keys); err != nil {
 		return ReloadResult{}, err
 	}
-	if err := checkLimits(keys, s.limits.store); err != nil {
+	if err := checkLimits(keys, s.limitStore); err != nil {
 		return ReloadResult{}, err
 	}
 	s.keysMu.Lock()
@@ -241,7 +241,7 @@ func (s *Server) SetAPIKeys(keys []APIKey) (ReloadResult, error) {
 	s.removed.Store(&removed)
 	// The limits first: a request with a new key finds its account's
 	// limits in force.
-	s.limits.setKeys(keys)
+	s.limits.SetAccounts(limitAccounts(keys))
 	s.keys.Store(&keys)
 	return res, nil
 }

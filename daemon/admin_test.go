@@ -126,7 +126,9 @@ func TestAdminToken(t *testing.T) {
 	st, _, _ = ts.raw(t, http.MethodGet, ts.URL+"/readyz", nil)
 	assert.Equal(t, http.StatusOK, st, "the public listener needs no admin token")
 
-	_, err = New(nil, &Options{APIKeys: validOptions(newFakeLocker()).APIKeys, Locker: newFakeLocker(), AdminToken: token})
+	o := validOptions(newFakeLocker())
+	o.AdminToken = token
+	_, err = New(nil, o)
 	assert.ErrorContains(t, err, "AdminToken: needs AdminListen")
 }
 

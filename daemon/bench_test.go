@@ -64,7 +64,7 @@ var benchBodies = map[string]string{
 // benchServer is a Server over l as `redlockd serve` builds it: a JSON
 // logger at info (request lines are debug, so they are checked and
 // dropped) writing nowhere, and metrics on a registry of their own.
-func benchServer(b *testing.B, l Locker) *Server {
+func benchServer(b *testing.B, l MasterLocker) *Server {
 	b.Helper()
 	enc := zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig())
 	log := zap.New(zapcore.NewCore(enc, zapcore.AddSync(io.Discard), zapcore.InfoLevel))
@@ -287,7 +287,7 @@ func acquireToken(b *testing.B, c *http.Client, url, body string) string {
 // BenchmarkParse measures decoding and validating one body.
 func BenchmarkParse(b *testing.B) {
 	body := []byte(`{"action":"extend","key":"order:pay:10086","namespace":"payments","token":"` + goodToken + `","ttl":120}`)
-	lim := &limits{defaultTTL: 30, maxTTL: 86400, maxWaitMS: 30000}
+	lim := &lockBounds{defaultTTL: 30, maxTTL: 86400, maxWaitMS: 30000}
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, _, err := parseLockRequest(body, lim); err != nil {

@@ -1,7 +1,7 @@
 // Package daemon is redlockd's HTTP server: the action API over a Locker
 // (a quorum of Redis masters, see package redlock), API-key tenants and
-// namespaces, account limits, health, Prometheus metrics and a dashboard
-// page.
+// namespaces, account limits, health (read from a MasterHealth),
+// Prometheus metrics and a dashboard page.
 //
 // This comment describes the package. The wire — every endpoint, field,
 // answer, status code and error code — is specified once, in
@@ -22,11 +22,18 @@
 //     request (URL length, query parameters, credentials in the URL;
 //     Content-Length together with Transfer-Encoding).
 //   - authlimit.go: the per-source limit on failed authentications.
-//   - limits.go, limitstore.go, limitmetrics.go: account quotas, rate
+//   - admission.go and package limits (limits/): account quotas, rate
 //     limits and held-lock caps, shared by every daemon on the same masters
-//     through counters on the masters.
+//     through counters on the masters. A request deals with them through
+//     one limits.Admission (call.limits), taken when its API key is known;
+//     admission.go maps its refusals to 429 answers and checks the
+//     configured limits.
 //   - waiters.go: acquires waiting with wait_ms, woken by release
 //     notifications.
+//   - locker.go, masterhealth.go: what the Server is given: the lock
+//     actions (Locker) and the masters' health (MasterHealth), and their
+//     adapters over a *redlock.Client; groups.go and moving.go serve
+//     several master groups as one.
 //   - health.go: /healthz and /readyz (readyBody).
 //   - quorum.go: why no quorum voted and when to retry: the message and
 //     Retry-After of a 503 quorum_unavailable.

@@ -12,22 +12,6 @@ import (
 	"github.com/redlockd/redlockd/redlock"
 )
 
-// LockerGroup is one master group as the daemon serves it: its name and
-// the Locker over its masters.
-type LockerGroup struct {
-	Name   string
-	Locker Locker
-}
-
-// groupedLocker is a Locker over several master groups: /readyz and
-// /metrics show each group (NewGroupsLocker's Locker is one).
-type groupedLocker interface {
-	LockerGroups() []LockerGroup
-	// GroupOps is how many calls of each operation (acquire, release,
-	// extend, status) group i has answered since start.
-	GroupOps(i int) [numGroupOps]int64
-}
-
 // The operations counted per group.
 const (
 	opAcquire = iota
@@ -37,44 +21,113 @@ const (
 	numGroupOps
 )
 
-var groupOpNames = [numGroupOps]string{"acquire", "release", "extend", "status"}
-
 // groupsLocker routes every key to the one group redlock.Placement puts it
 // on (the same placement as redlock.Groups, over the same full Redis key,
 // so every replica and every library user agree).
 type groupsLocker struct {
-	groups []LockerGroup
+	names  []string
+	groups []redlockLocker
 	place  *redlock.Placement
 	ops    [][numGroupOps]atomic.Int64
+	// lib routes the multi-key locks that span groups
+	// (redlock.Groups.AcquireMulti).
+	lib *redlock.Groups
 }
 
 // NewGroupsLocker serves the groups (at least one, names unique and
 // non-empty) as one Locker: Acquire, Release, Extend and Status go to the
-// key's group, and their errors are *redlock.GroupError naming it. Masters
-// lists every group's masters, group after group, and Quorum is the sum
-// of the groups' quorums: only the per-group views (/readyz's groups,
-// the redlock_group_* metrics) say whether each group has its own quorum.
-// List walks the groups one after the other.
-func NewGroupsLocker(groups []LockerGroup) (Locker, error) {
-	names := make([]string, len(groups))
-	for i, g := range groups {
-		names[i] = g.Name
-	}
-	p, err := redlock.NewPlacement(names...)
+// key's group, and their errors are *redlock.GroupError naming it; a
+// multi-key lock whose keys live on several groups goes through
+// redlock.Groups. Its MasterHealth lists every group's masters, group
+// after group, with Quorum the sum of the groups' quorums; Groups has
+// each group's own view (/readyz's groups, the redlock_group_* metrics).
+// List walks the groups one after the other. The Clients stay the
+// caller's to Close.
+func NewGroupsLocker(groups []redlock.Group) (MasterLocker, error) {
+	return newGroupsLocker(groups)
+}
+
+func newGroupsLocker(groups []redlock.Group) (*groupsLocker, error) {
+	lib, err := redlock.NewGroups(groups...)
 	if err != nil {
 		return nil, err
 	}
-	return &groupsLocker{groups: append([]LockerGroup(nil), groups...), place: p, ops: make([][numGroupOps]atomic.Int64, len(groups))}, nil
+	gl := &groupsLocker{names: make([]string, len(groups)), groups: make([]redlockLocker, len(groups)), lib: lib,
+		ops: make([][numGroupOps]atomic.Int64, len(groups))}
+	for i, g := range groups {
+		gl.names[i], gl.groups[i] = g.Name, redlockLocker{g.Client}
+	}
+	if gl.place, err = redlock.NewPlacement(gl.names...); err != nil {
+		return nil, err
+	}
+	return gl, nil
 }
 
-func (g *groupsLocker) LockerGroups() []LockerGroup { return append([]LockerGroup(nil), g.groups...) }
-
-func (g *groupsLocker) GroupOps(i int) [numGroupOps]int64 {
-	var out [numGroupOps]int64
-	for op := range numGroupOps {
-		out[op] = g.ops[i][op].Load()
+// routeSet is the group of every key of a multi-key lock, counted as one
+// call of op, or -1 when the keys live on several groups (counted on
+// each).
+func (g *groupsLocker) routeSet(keys []string, op int) int {
+	first := g.place.Group(keys[0])
+	for _, k := range keys[1:] {
+		if g.place.Group(k) != first {
+			seen := map[int]bool{}
+			for _, k := range keys {
+				if i := g.place.Group(k); !seen[i] {
+					seen[i] = true
+					g.ops[i][op].Add(1)
+				}
+			}
+			return -1
+		}
 	}
-	return out
+	g.ops[first][op].Add(1)
+	return first
+}
+
+func (g *groupsLocker) acquireSet(ctx context.Context, req AcquireRequest) (Lease, error) {
+	if i := g.routeSet(req.Keys, opAcquire); i >= 0 {
+		l, err := g.groups[i].Acquire(ctx, req)
+		return l, g.wrap(i, err)
+	}
+	ml, err := g.lib.AcquireMulti(ctx, req.Keys, req.TTL, acquireOptions(req)...)
+	if err != nil {
+		return Lease{}, err
+	}
+	return Lease{Token: ml.Token(), Fence: ml.Fence(), ValidUntil: ml.ValidUntil()}, nil
+}
+
+func (g *groupsLocker) ReleaseMulti(ctx context.Context, keys []string, token string) (int, error) {
+	if i := g.routeSet(keys, opRelease); i >= 0 {
+		n, err := g.groups[i].ReleaseMulti(ctx, keys, token)
+		return n, g.wrap(i, err)
+	}
+	return g.lib.ReleaseMulti(ctx, keys, token)
+}
+
+func (g *groupsLocker) ExtendMulti(ctx context.Context, keys []string, token string, ttl time.Duration) (Lease, error) {
+	if i := g.routeSet(keys, opExtend); i >= 0 {
+		l, err := g.groups[i].ExtendMulti(ctx, keys, token, ttl)
+		return l, g.wrap(i, err)
+	}
+	lk, err := g.lib.ExtendMulti(ctx, keys, token, ttl)
+	if err != nil {
+		return Lease{}, err
+	}
+	return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
+}
+
+func (g *groupsLocker) StatusMulti(ctx context.Context, keys []string) (redlock.MultiStatus, error) {
+	if i := g.routeSet(keys, opStatus); i >= 0 {
+		st, err := g.groups[i].StatusMulti(ctx, keys)
+		return st, g.wrap(i, err)
+	}
+	return g.lib.StatusMulti(ctx, keys)
+}
+
+// groupOps is how many calls of each operation group i was sent.
+func (g *groupsLocker) groupOps(i int) GroupOps {
+	n := &g.ops[i]
+	return GroupOps{Acquire: n[opAcquire].Load(), Release: n[opRelease].Load(), Extend: n[opExtend].Load(), Status: n[opStatus].Load()}
 }
 
 // route is the index of key's group, counted as one call of op.
@@ -88,30 +141,33 @@ func (g *groupsLocker) wrap(i int, err error) error {
 	if err == nil {
 		return nil
 	}
-	return &redlock.GroupError{Group: g.groups[i].Name, Err: err}
+	return &redlock.GroupError{Group: g.names[i], Err: err}
 }
 
 func (g *groupsLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
+	if req.Keys != nil {
+		return g.acquireSet(ctx, req)
+	}
 	i := g.route(req.Key, opAcquire)
-	l, err := g.groups[i].Locker.Acquire(ctx, req)
+	l, err := g.groups[i].Acquire(ctx, req)
 	return l, g.wrap(i, err)
 }
 
 func (g *groupsLocker) Release(ctx context.Context, key, token string) (int, error) {
 	i := g.route(key, opRelease)
-	n, err := g.groups[i].Locker.Release(ctx, key, token)
+	n, err := g.groups[i].Release(ctx, key, token)
 	return n, g.wrap(i, err)
 }
 
 func (g *groupsLocker) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
 	i := g.route(key, opExtend)
-	l, err := g.groups[i].Locker.Extend(ctx, key, token, ttl)
+	l, err := g.groups[i].Extend(ctx, key, token, ttl)
 	return l, g.wrap(i, err)
 }
 
 func (g *groupsLocker) Status(ctx context.Context, key string) (redlock.Status, error) {
 	i := g.route(key, opStatus)
-	st, err := g.groups[i].Locker.Status(ctx, key)
+	st, err := g.groups[i].Status(ctx, key)
 	return st, g.wrap(i, err)
 }
 
@@ -119,7 +175,7 @@ func (g *groupsLocker) Status(ctx context.Context, key string) (redlock.Status, 
 // semaphore is placed by its name (redlock.Placement.Group).
 func (g *groupsLocker) SemaphoreStatus(ctx context.Context, key string, permits int) (redlock.SemaphoreStatus, error) {
 	i := g.route(key, opStatus)
-	st, err := g.groups[i].Locker.SemaphoreStatus(ctx, key, permits)
+	st, err := g.groups[i].SemaphoreStatus(ctx, key, permits)
 	return st, g.wrap(i, err)
 }
 
@@ -135,7 +191,7 @@ func (g *groupsLocker) List(ctx context.Context, prefix, cursor string, count in
 		}
 		i, inner = n, rest
 	}
-	page, err := g.groups[i].Locker.List(ctx, prefix, inner, count)
+	page, err := g.groups[i].List(ctx, prefix, inner, count)
 	if err != nil {
 		return redlock.ListPage{}, g.wrap(i, err)
 	}
@@ -151,7 +207,7 @@ func (g *groupsLocker) List(ctx context.Context, prefix, cursor string, count in
 func (g *groupsLocker) Masters() []redlock.MasterStatus {
 	var out []redlock.MasterStatus
 	for _, grp := range g.groups {
-		out = append(out, grp.Locker.Masters()...)
+		out = append(out, grp.Masters()...)
 	}
 	return out
 }
@@ -159,58 +215,58 @@ func (g *groupsLocker) Masters() []redlock.MasterStatus {
 func (g *groupsLocker) Quorum() int {
 	n := 0
 	for _, grp := range g.groups {
-		n += grp.Locker.Quorum()
+		n += grp.Quorum()
 	}
 	return n
 }
 
-func (g *groupsLocker) sum(f func(Locker) int64) int64 {
-	var n int64
+// Counters are the sums of the groups' counters.
+func (g *groupsLocker) Counters() HealthCounters {
+	out := HealthCounters{DataLosses: map[redlock.DataLossReason]int64{}}
 	for _, grp := range g.groups {
-		n += f(grp.Locker)
-	}
-	return n
-}
-
-func (g *groupsLocker) FenceRepairs() int64 {
-	return g.sum(Locker.FenceRepairs)
-}
-
-func (g *groupsLocker) Quarantines() int64 { return g.sum(Locker.Quarantines) }
-
-func (g *groupsLocker) GrantRefusals() int64 { return g.sum(Locker.GrantRefusals) }
-
-func (g *groupsLocker) DataLosses() map[redlock.DataLossReason]int64 {
-	out := map[redlock.DataLossReason]int64{}
-	for _, grp := range g.groups {
-		for r, n := range grp.Locker.DataLosses() {
-			out[r] += n
+		c := grp.Counters()
+		out.FenceRepairs += c.FenceRepairs
+		out.Quarantines += c.Quarantines
+		out.GrantRefusals += c.GrantRefusals
+		for r, n := range c.DataLosses {
+			out.DataLosses[r] += n
 		}
 	}
 	return out
 }
 
-// LongestMaxTTL is the longest of the groups' (/readyz shows it).
+// LongestMaxTTL is the longest of the groups'.
 func (g *groupsLocker) LongestMaxTTL() time.Duration {
 	var d time.Duration
 	for _, grp := range g.groups {
-		if l, ok := grp.Locker.(longestMaxTTLer); ok {
-			d = max(d, l.LongestMaxTTL())
-		}
+		d = max(d, grp.LongestMaxTTL())
 	}
 	return d
 }
 
-// groupOf is the group a failed call's error names, and its Locker.
-func groupOf(l Locker, err error) (string, Locker, bool) {
-	gl, ok := l.(groupedLocker)
+// ClockBounds is the zero value, not known: each group's Client has
+// bounds of its own, and /readyz shows none.
+func (g *groupsLocker) ClockBounds() redlock.ClockBounds { return redlock.ClockBounds{} }
+
+// Groups is each group's view, placed stably over all of them.
+func (g *groupsLocker) Groups() *GroupsHealth {
+	gh := &GroupsHealth{Groups: make([]GroupHealth, len(g.groups)), To: append([]string(nil), g.names...)}
+	for i, grp := range g.groups {
+		gh.Groups[i] = GroupHealth{Name: g.names[i], Health: grp, Ops: g.groupOps(i)}
+	}
+	return gh
+}
+
+// groupOf is the group a failed call's error names, and its health.
+func groupOf(h MasterHealth, err error) (string, MasterHealth, bool) {
 	var ge *redlock.GroupError
-	if !ok || !errors.As(err, &ge) {
+	gh := h.Groups()
+	if gh == nil || !errors.As(err, &ge) {
 		return "", nil, false
 	}
-	for _, grp := range gl.LockerGroups() {
+	for _, grp := range gh.Groups {
 		if grp.Name == ge.Group {
-			return grp.Name, grp.Locker, true
+			return grp.Name, grp.Health, true
 		}
 	}
 	return "", nil, false
@@ -218,9 +274,9 @@ func groupOf(l Locker, err error) (string, Locker, bool) {
 
 // groupQuorum is one group's quorum counts from one snapshot of its
 // masters, as /readyz and /metrics show them.
-func groupQuorum(l Locker) (readyQuorum, []redlock.MasterStatus) {
-	ms := l.Masters()
-	q := readyQuorum{Needed: l.Quorum(), Masters: len(ms)}
+func groupQuorum(h MasterHealth) (readyQuorum, []redlock.MasterStatus) {
+	ms := h.Masters()
+	q := readyQuorum{Needed: h.Quorum(), Masters: len(ms)}
 	for i := range ms {
 		st := &ms[i]
 		if st.Up {

@@ -69,12 +69,12 @@ type readyBody struct {
 	// LongestMaxTTLS is the longest max TTL the daemon knows of on its
 	// masters, in seconds: its max_ttl, or a longer one another client
 	// registered (redlock.Client.LongestMaxTTL). It bounds how long a
-	// master that lost its data stays out. Absent when the Locker does not
-	// tell.
+	// master that lost its data stays out. Absent when the MasterHealth does
+	// not tell.
 	LongestMaxTTLS int64 `json:"longest_max_ttl_s,omitempty"`
 	// ClockBounds are the clock bounds the daemon uses, its own tightened
 	// by other clients of its masters (redlock.Client.ClockBounds). Absent
-	// when the Locker does not tell.
+	// when the MasterHealth does not tell.
 	ClockBounds *readyClockBounds `json:"clock_bounds,omitempty"`
 	Masters     []readyMaster     `json:"masters"`
 	// Groups is each master group's quorum and masters, with master_groups
@@ -144,14 +144,6 @@ type readyClockBounds struct {
 	ClockAllowanceMS    int64   `json:"clock_allowance_ms"`
 }
 
-// clockBoundser is a Locker that tells its clock bounds (redlockLocker
-// does).
-type clockBoundser interface{ ClockBounds() redlock.ClockBounds }
-
-// longestMaxTTLer is a Locker that tells the longest max TTL it knows of
-// (redlockLocker does).
-type longestMaxTTLer interface{ LongestMaxTTL() time.Duration }
-
 type readyQuorum struct {
 	Needed    int  `json:"needed"`
 	Counting  int  `json:"counting"`
@@ -184,8 +176,8 @@ type readyMaster struct {
 	Group string `json:"group,omitempty"`
 }
 
-// masterState is st.State, or up/down from st.Up for a Locker that does not
-// set it.
+// masterState is st.State, or up/down from st.Up for a MasterHealth that
+// does not set it.
 func masterState(st *redlock.MasterStatus) redlock.MasterState {
 	switch {
 	case st.State != "":
@@ -260,18 +252,15 @@ func (s *Server) serveHealthz(w http.ResponseWriter, _ *http.Request) {
 // else 503; the body lists every master either way. Readiness is decided
 // from the same snapshot the body shows, so the two never disagree.
 func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
-	ms := s.locker.Masters()
+	ms := s.health.Masters()
 	body := readyBody{
-		Status:  "ready",
-		Quorum:  readyQuorum{Needed: s.locker.Quorum(), Masters: len(ms)},
-		Waiting: s.waiters.waiting(),
-		Masters: make([]readyMaster, len(ms)),
+		Status:         "ready",
+		Quorum:         readyQuorum{Needed: s.health.Quorum(), Masters: len(ms)},
+		Waiting:        s.waiters.waiting(),
+		Masters:        make([]readyMaster, len(ms)),
+		LongestMaxTTLS: quarantineSeconds(s.health.LongestMaxTTL()),
 	}
-	if l, ok := s.locker.(longestMaxTTLer); ok {
-		body.LongestMaxTTLS = quarantineSeconds(l.LongestMaxTTL())
-	}
-	if l, ok := s.locker.(clockBoundser); ok {
-		b := l.ClockBounds()
+	if b := s.health.ClockBounds(); b != (redlock.ClockBounds{}) {
 		body.ClockBounds = &readyClockBounds{DriftFactor: b.DriftFactor, ValidityDriftFactor: b.ValidityDriftFactor,
 			ClockAllowanceMS: (b.ClockAllowance + time.Millisecond - 1).Milliseconds()}
 	}
@@ -290,8 +279,10 @@ func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	}
 	body.Quorum.Available = body.Quorum.Writable >= body.Quorum.Needed
 	partial := false
-	if gl, ok := s.locker.(groupedLocker); ok {
-		partial = s.readyGroups(&body, gl)
+	gh := s.health.Groups()
+	if gh != nil {
+		partial = readyGroups(&body, gh)
+		body.Placement = placementOf(gh)
 	}
 	if s.idem != nil {
 		rm := s.idem.store.RecordMasters(time.Now())
@@ -314,9 +305,6 @@ func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 		}
 		ri.Available = ri.Counting >= ri.Needed
 		body.Idempotency = ri
-	}
-	if p, ok := s.locker.(placementer); ok {
-		body.Placement = p.placement()
 	}
 	status := http.StatusOK
 	switch {
@@ -348,21 +336,18 @@ func writeJSONValue(w http.ResponseWriter, status int, v any) {
 
 // readyGroups fills body from each group's own snapshot (readyGroup says
 // how), and reports whether some groups have a quorum and some do not.
-func (s *Server) readyGroups(body *readyBody, gl groupedLocker) (partial bool) {
+func readyGroups(body *readyBody, gh *GroupsHealth) (partial bool) {
 	body.Quorum = readyQuorum{Available: true}
 	body.Masters = body.Masters[:0]
 	some := false
-	for i, grp := range gl.LockerGroups() {
-		q, ms := groupQuorum(grp.Locker)
-		rg := readyGroup{Name: grp.Name, Quorum: q, Masters: make([]readyMaster, len(ms)), Ops: map[string]int64{}}
+	for _, grp := range gh.Groups {
+		q, ms := groupQuorum(grp.Health)
+		rg := readyGroup{Name: grp.Name, Quorum: q, Masters: make([]readyMaster, len(ms)), Ops: grp.Ops.named()}
 		for j := range ms {
 			rg.Masters[j] = readyMasterOf(&ms[j])
 			rm := rg.Masters[j]
 			rm.Group = grp.Name
 			body.Masters = append(body.Masters, rm)
-		}
-		for op, n := range gl.GroupOps(i) {
-			rg.Ops[groupOpNames[op]] = n
 		}
 		body.Groups = append(body.Groups, rg)
 		body.Quorum.Needed += q.Needed

@@ -30,11 +30,11 @@ const (
 // per master, all allocated by newHistory and reused: its memory is fixed
 // at historySamples × (192 + 40 × masters) bytes on 64-bit platforms
 // (338 KiB for five masters) however long the daemon runs. Sampling reads
-// the Locker's snapshot and the metrics' counters; the request path never
+// the MasterHealth's snapshot and the metrics' counters; the request path never
 // touches it.
 type history struct {
 	metrics *Metrics
-	locker  Locker
+	health  MasterHealth
 	started time.Time // when this history began: a page that sees a new value starts over
 
 	mu      sync.Mutex
@@ -80,9 +80,9 @@ type masterSample struct {
 	quarantineS int32   // quarantine left, whole seconds rounded up
 }
 
-func newHistory(m *Metrics, l Locker, now time.Time) *history {
-	n := len(l.Masters())
-	h := &history{metrics: m, locker: l, started: now, samples: make([]sample, historySamples)}
+func newHistory(m *Metrics, mh MasterHealth, now time.Time) *history {
+	n := len(mh.Masters())
+	h := &history{metrics: m, health: mh, started: now, samples: make([]sample, historySamples)}
 	backing := make([]masterSample, historySamples*n)
 	for i := range h.samples {
 		h.samples[i].masters = backing[i*n : (i+1)*n : (i+1)*n]
@@ -109,8 +109,8 @@ func (h *history) run(stop <-chan struct{}) {
 
 // record takes one sample at now.
 func (h *history) record(now time.Time) {
-	ms := h.locker.Masters()
-	needed := h.locker.Quorum()
+	ms := h.health.Masters()
+	needed := h.health.Quorum()
 	var results [numResults]uint64
 	for a := range numActions {
 		for r := range numResults {
@@ -300,7 +300,7 @@ func (n jsonNum) MarshalJSON() ([]byte, error) {
 
 // body lists the samples taken after since.
 func (h *history) body(since time.Time, now time.Time) *historyBody {
-	ms := h.locker.Masters()
+	ms := h.health.Masters()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	first := (h.next - h.n + len(h.samples)) % len(h.samples)
@@ -311,36 +311,7 @@ func (h *history) body(since time.Time, now time.Time) *historyBody {
 			idx = append(idx, i)
 		}
 	}
-	b := &historyBody{
-		IntervalMS: HistoryInterval.Milliseconds(),
-		WindowS:    int64(HistoryWindow / time.Second),
-		StartedMS:  h.started.UnixMilli(),
-		NowMS:      now.UnixMilli(),
-		TMS:        make([]int64, 0, len(idx)),
-		Quorum: historyQuorum{
-			Needed:   make([]int16, 0, len(idx)),
-			Counting: make([]int16, 0, len(idx)),
-			Up:       make([]int16, 0, len(idx)),
-		},
-		Masters:  make([]historyMaster, len(h.samples[0].masters)),
-		Outcomes: map[string][]jsonNum{},
-		Acquire:  historyLatency{P50: make([]jsonNum, 0, len(idx)), P99: make([]jsonNum, 0, len(idx))},
-		Wait:     historyLatency{P50: make([]jsonNum, 0, len(idx)), P99: make([]jsonNum, 0, len(idx))},
-	}
-	for j := range b.Masters {
-		hm := &b.Masters[j]
-		hm.Index = j
-		if j < len(ms) {
-			hm.Addr = ms[j].Addr
-		}
-		hm.State = make([]redlock.MasterState, 0, len(idx))
-		hm.Drifting = make([]bool, 0, len(idx))
-		hm.Counts = make([]bool, 0, len(idx))
-		hm.QuarantineLeftS = make([]int32, 0, len(idx))
-		hm.ClockOffsetMS = make([]jsonNum, 0, len(idx))
-		hm.DriftRatio = make([]jsonNum, 0, len(idx))
-		hm.ProbeLatencyMS = make([]jsonNum, 0, len(idx))
-	}
+	b := h.newBody(len(idx), ms, now)
 	var seen [numResults]bool
 	for _, i := range idx {
 		for r, n := range h.samples[i].outcomes {
@@ -348,41 +319,82 @@ func (h *history) body(since time.Time, now time.Time) *historyBody {
 		}
 	}
 	for k, i := range idx {
-		s := &h.samples[i]
-		b.TMS = append(b.TMS, s.at.UnixMilli())
-		b.Quorum.Needed = append(b.Quorum.Needed, s.needed)
-		b.Quorum.Counting = append(b.Quorum.Counting, s.counting)
-		b.Quorum.Up = append(b.Quorum.Up, s.up)
-		b.Acquire.P50 = append(b.Acquire.P50, jsonNum(s.acquireP50*1000))
-		b.Acquire.P99 = append(b.Acquire.P99, jsonNum(s.acquireP99*1000))
-		b.Wait.P50 = append(b.Wait.P50, jsonNum(s.waitP50*1000))
-		b.Wait.P99 = append(b.Wait.P99, jsonNum(s.waitP99*1000))
-		for r := range numResults {
-			if !seen[r] {
-				continue
-			}
-			col := b.Outcomes[r.String()]
-			if col == nil {
-				col = make([]jsonNum, len(idx))
-				b.Outcomes[r.String()] = col
-			}
-			col[k] = jsonNum(math.NaN())
-			if s.seconds > 0 {
-				col[k] = jsonNum(float64(s.outcomes[r]) / s.seconds)
-			}
-		}
-		for j := range b.Masters {
-			x, hm := &s.masters[j], &b.Masters[j]
-			hm.State = append(hm.State, x.state)
-			hm.Drifting = append(hm.Drifting, x.drifting)
-			hm.Counts = append(hm.Counts, x.counts)
-			hm.QuarantineLeftS = append(hm.QuarantineLeftS, x.quarantineS)
-			hm.ClockOffsetMS = append(hm.ClockOffsetMS, jsonNum(x.offsetMS))
-			hm.DriftRatio = append(hm.DriftRatio, jsonNum(x.driftRatio))
-			hm.ProbeLatencyMS = append(hm.ProbeLatencyMS, jsonNum(x.probeRTTMS))
-		}
+		b.add(k, len(idx), &h.samples[i], &seen)
 	}
 	return b
+}
+
+// newBody returns an empty historyBody with room for n samples of the
+// masters ms (their addresses; the samples' count of masters rules).
+func (h *history) newBody(n int, ms []redlock.MasterStatus, now time.Time) *historyBody {
+	b := &historyBody{
+		IntervalMS: HistoryInterval.Milliseconds(),
+		WindowS:    int64(HistoryWindow / time.Second),
+		StartedMS:  h.started.UnixMilli(),
+		NowMS:      now.UnixMilli(),
+		TMS:        make([]int64, 0, n),
+		Quorum: historyQuorum{
+			Needed:   make([]int16, 0, n),
+			Counting: make([]int16, 0, n),
+			Up:       make([]int16, 0, n),
+		},
+		Masters:  make([]historyMaster, len(h.samples[0].masters)),
+		Outcomes: map[string][]jsonNum{},
+		Acquire:  historyLatency{P50: make([]jsonNum, 0, n), P99: make([]jsonNum, 0, n)},
+		Wait:     historyLatency{P50: make([]jsonNum, 0, n), P99: make([]jsonNum, 0, n)},
+	}
+	for j := range b.Masters {
+		hm := &b.Masters[j]
+		hm.Index = j
+		if j < len(ms) {
+			hm.Addr = ms[j].Addr
+		}
+		hm.State = make([]redlock.MasterState, 0, n)
+		hm.Drifting = make([]bool, 0, n)
+		hm.Counts = make([]bool, 0, n)
+		hm.QuarantineLeftS = make([]int32, 0, n)
+		hm.ClockOffsetMS = make([]jsonNum, 0, n)
+		hm.DriftRatio = make([]jsonNum, 0, n)
+		hm.ProbeLatencyMS = make([]jsonNum, 0, n)
+	}
+	return b
+}
+
+// add appends sample s, the k-th of n, to b: the outcome rates only of the
+// results seen in any of the n (a column of NaN where s covers no time).
+func (b *historyBody) add(k, n int, s *sample, seen *[numResults]bool) {
+	b.TMS = append(b.TMS, s.at.UnixMilli())
+	b.Quorum.Needed = append(b.Quorum.Needed, s.needed)
+	b.Quorum.Counting = append(b.Quorum.Counting, s.counting)
+	b.Quorum.Up = append(b.Quorum.Up, s.up)
+	b.Acquire.P50 = append(b.Acquire.P50, jsonNum(s.acquireP50*1000))
+	b.Acquire.P99 = append(b.Acquire.P99, jsonNum(s.acquireP99*1000))
+	b.Wait.P50 = append(b.Wait.P50, jsonNum(s.waitP50*1000))
+	b.Wait.P99 = append(b.Wait.P99, jsonNum(s.waitP99*1000))
+	for r := range numResults {
+		if !seen[r] {
+			continue
+		}
+		col := b.Outcomes[r.String()]
+		if col == nil {
+			col = make([]jsonNum, n)
+			b.Outcomes[r.String()] = col
+		}
+		col[k] = jsonNum(math.NaN())
+		if s.seconds > 0 {
+			col[k] = jsonNum(float64(s.outcomes[r]) / s.seconds)
+		}
+	}
+	for j := range b.Masters {
+		x, hm := &s.masters[j], &b.Masters[j]
+		hm.State = append(hm.State, x.state)
+		hm.Drifting = append(hm.Drifting, x.drifting)
+		hm.Counts = append(hm.Counts, x.counts)
+		hm.QuarantineLeftS = append(hm.QuarantineLeftS, x.quarantineS)
+		hm.ClockOffsetMS = append(hm.ClockOffsetMS, jsonNum(x.offsetMS))
+		hm.DriftRatio = append(hm.DriftRatio, jsonNum(x.driftRatio))
+		hm.ProbeLatencyMS = append(hm.ProbeLatencyMS, jsonNum(x.probeRTTMS))
+	}
 }
 
 // serveHistory answers GET /v1/history; see historyBody. A since_ms that

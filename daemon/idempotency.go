@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redlockd/redlockd/internal/keyenc"
 	"github.com/redlockd/redlockd/redlock/idempotency"
 )
 
@@ -68,11 +69,11 @@ func idemKey(prefix, account, namespace, key string) string {
 	var b strings.Builder
 	b.WriteString(prefix)
 	b.WriteString("idem:")
-	writePart(&b, account)
+	keyenc.WritePart(&b, account)
 	b.WriteByte(':')
-	writePart(&b, namespace)
+	keyenc.WritePart(&b, namespace)
 	b.WriteByte(':')
-	writePart(&b, key)
+	keyenc.WritePart(&b, key)
 	return b.String()
 }
 
@@ -138,7 +139,7 @@ type idemRequest struct {
 
 // parseIdemRequest decodes body strictly (one object, known fields only)
 // and checks every field against its limit; messages name the field.
-func parseIdemRequest(body []byte, a idemAction, lim *limits, st *idempotency.Store) (idemRequest, *badRequest) {
+func parseIdemRequest(body []byte, a idemAction, lim *lockBounds, st *idempotency.Store) (idemRequest, *badRequest) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
@@ -163,63 +164,82 @@ func parseIdemRequest(body []byte, a idemAction, lim *limits, st *idempotency.St
 		}
 		req.namespace = *b.Namespace
 	}
-	switch a {
+	if err := req.leases(&b, lim, st); err != nil {
+		return req, err
+	}
+	if err := req.outcome(&b); err != nil {
+		return req, err
+	}
+	return req, nil
+}
+
+// leases reads an idem_begin's fingerprint, lease and retention, or an
+// idem_extend's lease, from b into req, each checked against its limit.
+func (req *idemRequest) leases(b *idemRequestBody, lim *lockBounds, st *idempotency.Store) *badRequest {
+	switch req.action {
 	case idemBegin:
-		fp, err := fingerprintOf(&b)
+		fp, err := fingerprintOf(b)
 		if err != nil {
-			return req, err
+			return err
 		}
 		req.fingerprint = fp
 		n, err := seconds("lease", b.Lease, defaultIdemLease, 1, lim.maxTTL)
 		if err != nil {
-			return req, err
+			return err
 		}
 		req.lease = time.Duration(n) * time.Second
 		maxRet := int64(st.MaxRetention() / time.Second)
 		n, err = seconds("retention", b.Retention, min(defaultIdemRetention, maxRet), 1, maxRet)
 		if err != nil {
-			return req, err
+			return err
 		}
 		req.retention = time.Duration(n) * time.Second
 		if req.retention < 2*req.lease {
 			// The record must outlive the lease so that a retry after the
 			// lease sees the attempt (expired_in_progress), never a
 			// blind started.
-			return req, bad("retention: %d seconds must be at least twice the lease (%d seconds), so that a retry after the lease still sees the attempt", n, int64(req.lease/time.Second))
+			return bad("retention: %d seconds must be at least twice the lease (%d seconds), so that a retry after the lease still sees the attempt", n, int64(req.lease/time.Second))
 		}
 	case idemExtend:
 		n, err := seconds("lease", b.Lease, defaultIdemLease, 1, lim.maxTTL)
 		if err != nil {
-			return req, err
+			return err
 		}
 		req.lease = time.Duration(n) * time.Second
 	}
-	if a == idemComplete || a == idemAbort || a == idemExtend {
+	return nil
+}
+
+// outcome reads the token an idem_complete, idem_abort or idem_extend
+// names, and the answer an idem_complete (or a final idem_abort) stores,
+// from b into req.
+func (req *idemRequest) outcome(b *idemRequestBody) *badRequest {
+	if req.action == idemComplete || req.action == idemAbort || req.action == idemExtend {
 		if b.Token == nil {
-			return req, bad("token: required for %s; send the %d lowercase hex characters idem_begin returned", a, tokenLen)
+			return bad("token: required for %s; send the %d lowercase hex characters idem_begin returned", req.action, tokenLen)
 		}
 		if !isToken(*b.Token) {
-			return req, bad("token: must be the %d lowercase hex characters idem_begin returned, got %d characters", tokenLen, len(*b.Token))
+			return bad("token: must be the %d lowercase hex characters idem_begin returned, got %d characters", tokenLen, len(*b.Token))
 		}
 		req.token = *b.Token
 	}
-	if a == idemAbort && b.Retryable != nil {
+	if req.action == idemAbort && b.Retryable != nil {
 		req.retryable = *b.Retryable
 	}
-	if a == idemComplete || (a == idemAbort && !req.retryable) {
+	if req.action == idemComplete || (req.action == idemAbort && !req.retryable) {
 		if b.Answer == nil {
-			if a == idemAbort {
-				return req, bad("answer: required for idem_abort with retryable false: the failure's answer, replayed to every retry")
+			if req.action == idemAbort {
+				return bad("answer: required for idem_abort with retryable false: the failure's answer, replayed to every retry")
 			}
-			return req, bad("answer: required for idem_complete: {\"status\": 100 to 599, \"headers\": {…}, \"body\" or \"body_base64\"}")
+			return bad("answer: required for idem_complete: {\"status\": 100 to 599, \"headers\": {…}, \"body\" or \"body_base64\"}")
 		}
 		ans, err := answerOf(b.Answer)
 		if err != nil {
-			return req, err
+			return err
 		}
 		req.answer = ans
 	}
-	return req, nil
+	return nil
 }
 
 // jsonErr says what is wrong with a body encoding/json refused, without
@@ -290,10 +310,7 @@ func seconds(field string, raw json.RawMessage, def, lo, hi int64) (int64, *badR
 	case '[':
 		v.kind = kArray
 	}
-	if err := wantInt(field, "seconds", v); err != nil {
-		return 0, err
-	}
-	return intInRange(field, v, lo, hi)
+	return intField(field, "seconds", v, lo, hi)
 }
 
 // fingerprintOf is the request's fingerprint: the client's own (64
@@ -332,8 +349,11 @@ func fingerprintOf(b *idemRequestBody) (string, *badRequest) {
 
 // answerOf checks an answer's fields; its size is checked by the Store.
 func answerOf(in *idemAnswerIn) (*idempotency.Answer, *badRequest) {
-	if in.Status == nil || *in.Status < 100 || *in.Status > 599 {
+	if in.Status == nil {
 		return nil, bad("answer.status: required, an HTTP status code from 100 to 599")
+	}
+	if *in.Status < 100 || *in.Status > 599 {
+		return nil, bad("answer.status: %d is outside 100 to 599 (an HTTP status code)", *in.Status)
 	}
 	if in.Body != nil && in.BodyBase64 != nil {
 		return nil, bad("answer: send body or body_base64, not both")

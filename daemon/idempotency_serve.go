@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/redlockd/redlockd/daemon/limits"
 	"github.com/redlockd/redlockd/redlock"
 	"github.com/redlockd/redlockd/redlock/idempotency"
 )
@@ -112,7 +113,7 @@ func (s *Server) serveIdempotency(ctx context.Context, w http.ResponseWriter, c 
 		return
 	}
 	c.token = req.token
-	if c.limits != nil && !s.admit(w, c, actIdempotency, c.start) {
+	if !s.admit(w, c, actIdempotency, c.start) {
 		return
 	}
 	key := idemKey(s.prefix, c.account, req.namespace, req.key)
@@ -152,8 +153,8 @@ func (s *Server) serveIdempotency(ctx context.Context, w http.ResponseWriter, c 
 	case idemExtend:
 		var until time.Time
 		until, err = s.idem.store.Extend(ctx, key, req.token, req.lease)
-		if err == nil && c.limits != nil {
-			c.limits.lockChanged(idempotency.LeaseKey(key), req.token, false)
+		if err == nil {
+			c.limits.Changed(idempotency.LeaseKey(key), req.token, limits.Extended)
 		}
 		if err == nil {
 			d.Extended = ptr(true)
@@ -210,8 +211,8 @@ func (s *Server) idemBegin(ctx context.Context, w http.ResponseWriter, c *call, 
 // release is counted (lock.go): Complete and Abort release the lease when
 // they succeed, and a token that is no longer the owner holds no lease.
 func (s *Server) idemLeaseEnded(c *call, key, token string, err error) {
-	if c.limits != nil && (err == nil || errors.Is(err, idempotency.ErrNotOwner)) {
-		c.limits.lockChanged(idempotency.LeaseKey(key), token, true)
+	if err == nil || errors.Is(err, idempotency.ErrNotOwner) {
+		c.limits.Changed(idempotency.LeaseKey(key), token, limits.Released)
 	}
 }
 
@@ -224,18 +225,14 @@ func (s *Server) idemLeaseEnded(c *call, key, token string, err error) {
 // lease is refused 429 too_many_locks (refused true, answered here).
 func (s *Server) idemBeginLimited(ctx context.Context, w http.ResponseWriter, c *call, req *idemRequest, key string) (res idempotency.BeginResult, refused bool, err error) {
 	breq := idempotency.BeginRequest{Key: key, Fingerprint: req.fingerprint, Lease: req.lease, Retention: req.retention}
-	if c.limits == nil {
-		res, err = s.idem.store.Begin(ctx, breq)
-		return res, false, err
-	}
-	r, ok := c.limits.reserveLock()
+	r, ok := c.limits.Reserve(1)
 	if ok {
 		res, err = s.idem.store.Begin(ctx, breq)
 		token := ""
 		if err == nil && (res.Outcome == idempotency.Started || res.Outcome == idempotency.ExpiredInProgress) {
 			token = res.Token
 		}
-		c.limits.lockDone(idempotency.LeaseKey(key), token)
+		c.limits.Done(idempotency.LeaseKey(key), token)
 		return res, false, err
 	}
 	rec, err := s.idem.store.Get(ctx, key)
@@ -311,7 +308,7 @@ func errMsg(err error) string {
 // ret "err" with the status's code and the data that explains it.
 func (s *Server) idemOK(w http.ResponseWriter, c *call, d *idemData, status int, msg string) {
 	s.outage.end()
-	env := idemEnvelope{Ret: "ok", Data: d, Msg: quotaMsg(msg, c), RemainQuota: c.remain}
+	env := idemEnvelope{Ret: "ok", Data: d, Msg: quotaMsg(msg, c), RemainQuota: c.limits.Remain()}
 	c.result, c.status = resIdemAnswered, status
 	if status != http.StatusOK {
 		c.result = resIdemConflict

@@ -17,6 +17,8 @@ import (
 
 	"github.com/redlockd/redlockd/redlock"
 	"github.com/redlockd/redlockd/redlock/idempotency"
+
+	"github.com/redlockd/redlockd/daemon/limits"
 )
 
 // idemServer starts a daemon replica over the deployment with the
@@ -236,7 +238,9 @@ func TestIdemBadInput(t *testing.T) {
 		{`{"action":"idem_bogus","key":"k"}`, 400, `is not one of acquire, release, extend, status (and, where idempotency records are on, idem_begin, idem_complete, idem_abort, idem_get, idem_extend)`},
 		{`{"action":"idem_complete","key":"k","answer":{"status":200}}`, 400, "token: required for idem_complete"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `"}`, 400, "answer: required for idem_complete"},
-		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":99}}`, 400, "answer.status: required, an HTTP status code from 100 to 599"},
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":99}}`, 400, "answer.status: 99 is outside 100 to 599 (an HTTP status code)"},
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":600}}`, 400, "answer.status: 600 is outside 100 to 599"},
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"headers":{}}}`, 400, "answer.status: required, an HTTP status code from 100 to 599"},
 		{`{"action":"idem_abort","key":"k","token":"` + tok + `","retryable":false}`, 400, "answer: required for idem_abort with retryable false"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"body":"` + strings.Repeat("x", 1001) + `"}}`, 413, "1001 bytes (body and headers) is above the limit of 1000 bytes"},
 	} {
@@ -480,12 +484,12 @@ func TestIdemLeasesCountAgainstMaxLocks(t *testing.T) {
 	for i, s := range d.servers {
 		masters[i] = &redis.Options{Addr: s.Addr()}
 	}
-	ls, err := NewLimitStore(masters, time.Second)
+	ls, err := limits.NewStore(masters, time.Second)
 	require.NoError(t, err)
 	ts := d.idemServerWith(t, func(o *Options) {
 		for i := range o.APIKeys {
 			if o.APIKeys[i].Account == "acme" {
-				o.APIKeys[i].Limits = AccountLimits{MaxLocks: 2}
+				o.APIKeys[i].Limits = limits.Limits{MaxLocks: 2}
 			}
 		}
 		o.LimitStore, o.LimitsSyncInterval = ls, limitsInterval

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 
@@ -14,8 +15,9 @@ import (
 // member in order, with names and values as jsontext reads them; the first
 // error (of the syntax or of field) ends the scan. A member whose value is
 // an object or an array is skipped (its syntax checked) when field returns
-// nested true, and refused otherwise: every field but the ignorable ttl and
-// wait_ms refuses those by type already.
+// nested true, and refused otherwise: every field but keys and the
+// ignorable ttl and wait_ms refuses those by type already. An array's
+// text is in jsonValue.raw (keys reads it: readStrings).
 //
 // jsontext (github.com/go-json-experiment/json, the proposed encoding/json
 // v2) checks the syntax strictly (RFC 8259, nothing after the value) and
@@ -74,8 +76,10 @@ func scanObject(body []byte, field func(name string, v jsonValue) (nested bool, 
 				// Every other field rejects these; field must have said so.
 				return bad("body: %s: nested values are not accepted", quoteShort(name))
 			}
-			if err := d.SkipValue(); err != nil {
-				return malformed(err)
+			if v.kind == kObject {
+				if err := d.SkipValue(); err != nil {
+					return malformed(err)
+				}
 			}
 		}
 	}
@@ -92,14 +96,20 @@ func scanObject(body []byte, field func(name string, v jsonValue) (nested bool, 
 // decoders are reused: a jsontext.Decoder keeps its buffers across Reset.
 var decoders = sync.Pool{New: func() any { return new(jsontext.Decoder) }}
 
-// readValue reads the value of a member. An object or an array is only
-// peeked at (its kind returned, nothing read): the caller skips it.
+// readValue reads the value of a member. An object is only peeked at (its
+// kind returned, nothing read): the caller skips it. An array is read
+// whole into raw.
 func readValue(d *jsontext.Decoder) (jsonValue, error) {
 	switch d.PeekKind() {
 	case '{':
 		return jsonValue{kind: kObject}, nil
 	case '[':
-		return jsonValue{kind: kArray}, nil
+		// Read whole (its syntax checked): keys is an array of strings.
+		raw, err := d.ReadValue()
+		if err != nil {
+			return jsonValue{}, err
+		}
+		return jsonValue{kind: kArray, raw: slices.Clone(raw)}, nil
 	case '"':
 		raw, err := d.ReadValue()
 		if err != nil {

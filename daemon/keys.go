@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+
+	"github.com/redlockd/redlockd/internal/keyenc"
 )
 
 // lockSpace is the part of every lock's Redis key that follows the
@@ -12,7 +14,7 @@ import (
 // "<prefix>fence:<lock key>" (redlock/fence.go), the marker
 // "<prefix>marker" (cmd/redlockd serve) and the accounts' limits
 // "<prefix>quota:…", "<prefix>rate:…" and "<prefix>held:…"
-// (limitstore.go), do not start with "lock:", so a lock key can never
+// (limits/store.go), do not start with "lock:", so a lock key can never
 // equal one of them; new bookkeeping keys must not start
 // with "lock:" either.
 const lockSpace = "lock:"
@@ -48,19 +50,12 @@ func redisKey(prefix, account, namespace, key string) string {
 	b.Grow(len(prefix) + len(lockSpace) + partLen(account) + 1 + partLen(namespace) + 1 + partLen(key))
 	b.WriteString(prefix)
 	b.WriteString(lockSpace)
-	writePart(&b, account)
+	keyenc.WritePart(&b, account)
 	b.WriteByte(':')
-	writePart(&b, namespace)
+	keyenc.WritePart(&b, namespace)
 	b.WriteByte(':')
-	writePart(&b, key)
+	keyenc.WritePart(&b, key)
 	return b.String()
-}
-
-func writePart(b *strings.Builder, s string) {
-	var digits [20]byte
-	b.Write(strconv.AppendInt(digits[:0], int64(len(s)), 10))
-	b.WriteByte(':')
-	b.WriteString(s)
 }
 
 // partLen is the length of writePart's output for s.

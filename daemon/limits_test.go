@@ -22,6 +22,8 @@ import (
 
 	"github.com/redlockd/redlockd/internal/redisproc"
 	"github.com/redlockd/redlockd/redlock"
+
+	"github.com/redlockd/redlockd/daemon/limits"
 )
 
 // Account limits on real masters: every test starts five redis-server
@@ -53,7 +55,7 @@ type limitDaemon struct {
 
 // startLimitDaemon serves account acme with lim (globex: no limits) over
 // servers, syncing every interval.
-func startLimitDaemon(t *testing.T, servers []*redisproc.Server, lim AccountLimits, interval time.Duration) *limitDaemon {
+func startLimitDaemon(t *testing.T, servers []*redisproc.Server, lim limits.Limits, interval time.Duration) *limitDaemon {
 	t.Helper()
 	masters := make([]*redis.Options, len(servers))
 	for i, s := range servers {
@@ -65,9 +67,10 @@ func startLimitDaemon(t *testing.T, servers []*redisproc.Server, lim AccountLimi
 	locker, err := redlock.New(masters, redlock.WithMarkerKey(testPrefix+"marker"), redlock.WithFenceKey(testPrefix+"fence"),
 		redlock.WithHealthInterval(100*time.Millisecond), redlock.WithPerMasterTimeout(500*time.Millisecond))
 	require.NoError(t, err)
-	store, err := NewLimitStore(masters, time.Second) // as redlockd: twice the per-master timeout
+	store, err := limits.NewStore(masters, time.Second) // as redlockd: twice the per-master timeout
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
+	rl := NewRedlockLocker(locker)
 	srv, err := New(zap.NewNop(), &Options{
 		APIKeys: []APIKey{
 			{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme)), Limits: lim},
@@ -76,7 +79,8 @@ func startLimitDaemon(t *testing.T, servers []*redisproc.Server, lim AccountLimi
 		KeyPrefix:          testPrefix,
 		MaxWait:            2 * time.Second,
 		ShutdownTimeout:    5 * time.Second,
-		Locker:             NewRedlockLocker(locker),
+		Locker:             rl,
+		Health:             rl,
 		Metrics:            NewMetrics(reg),
 		LimitStore:         store,
 		LimitsSyncInterval: interval,
@@ -142,13 +146,13 @@ func (d *limitDaemon) lockAs(t *testing.T, apiKey, body string) *response {
 }
 
 // stats is acme's entry in GET /v1/stats.
-func (d *limitDaemon) stats(t *testing.T) accountStats {
+func (d *limitDaemon) stats(t *testing.T) limits.AccountStats {
 	t.Helper()
 	resp, err := d.client.Get(d.URL + "/v1/stats")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	var body struct {
-		Accounts map[string]accountStats `json:"accounts"`
+		Accounts map[string]limits.AccountStats `json:"accounts"`
 	}
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
 	_, hasGlobex := body.Accounts["globex"]
@@ -233,7 +237,7 @@ func statusBody(key string) string { return `{"action":"status","key":"` + key +
 // quota_exhausted, Retry-After until the window ends, and no key written.
 func TestQuotaSharedByTwoDaemons(t *testing.T) {
 	servers := limitMasters(t)
-	lim := AccountLimits{QuotaCalls: 20, QuotaWindow: time.Hour}
+	lim := limits.Limits{QuotaCalls: 20, QuotaWindow: time.Hour}
 	awayFromWindowEnd(t, lim.QuotaWindow)
 	a := startLimitDaemon(t, servers, lim, limitsInterval)
 	b := startLimitDaemon(t, servers, lim, limitsInterval)
@@ -335,7 +339,7 @@ func scrape(t *testing.T, d *limitDaemon) string {
 // when it stops, and reads everyone's before it serves.
 func TestQuotaSurvivesRestart(t *testing.T) {
 	servers := limitMasters(t)
-	lim := AccountLimits{QuotaCalls: 10, QuotaWindow: 24 * time.Hour}
+	lim := limits.Limits{QuotaCalls: 10, QuotaWindow: 24 * time.Hour}
 	awayFromWindowEnd(t, lim.QuotaWindow)
 	// An interval far longer than the test: only the first and the last
 	// round run.
@@ -356,7 +360,7 @@ func TestQuotaSurvivesRestart(t *testing.T) {
 // reaching the masters.
 func TestRateSharedByTwoDaemons(t *testing.T) {
 	servers := limitMasters(t)
-	lim := AccountLimits{Rate: 0.5, Burst: 8}
+	lim := limits.Limits{Rate: 0.5, Burst: 8}
 	a := startLimitDaemon(t, servers, lim, limitsInterval)
 	b := startLimitDaemon(t, servers, lim, limitsInterval)
 
@@ -390,7 +394,7 @@ func TestRateSharedByTwoDaemons(t *testing.T) {
 // count is the largest a master reports.
 func TestLimitsWithTwoMastersDown(t *testing.T) {
 	servers := limitMasters(t)
-	lim := AccountLimits{QuotaCalls: 12, QuotaWindow: time.Hour, MaxLocks: 2}
+	lim := limits.Limits{QuotaCalls: 12, QuotaWindow: time.Hour, MaxLocks: 2}
 	awayFromWindowEnd(t, lim.QuotaWindow)
 	a := startLimitDaemon(t, servers, lim, limitsInterval)
 	b := startLimitDaemon(t, servers, lim, limitsInterval)
@@ -423,7 +427,7 @@ func TestLimitsWithTwoMastersDown(t *testing.T) {
 // when a lock is released (through the other daemon) and when one expires.
 func TestMaxLocksAcrossDaemons(t *testing.T) {
 	servers := limitMasters(t)
-	lim := AccountLimits{MaxLocks: 3}
+	lim := limits.Limits{MaxLocks: 3}
 	a := startLimitDaemon(t, servers, lim, limitsInterval)
 	b := startLimitDaemon(t, servers, lim, limitsInterval)
 	acquire := func(d *limitDaemon, key string, ttl int) string {
@@ -480,19 +484,19 @@ func TestMaxLocksAcrossDaemons(t *testing.T) {
 // New refuses limits that cannot work.
 func TestNewValidatesLimits(t *testing.T) {
 	for _, tc := range []struct {
-		lim   AccountLimits
+		lim   limits.Limits
 		store bool
 		want  string
 	}{
-		{AccountLimits{MaxLocks: 1}, false, "Options.LimitStore: required, since account acme has limits"},
-		{AccountLimits{QuotaCalls: 5}, true, "QuotaCalls 5 and QuotaWindow 0s: set both"},
-		{AccountLimits{Rate: 5}, true, "Limits.Burst: 0, need at least 1 with a rate"},
-		{AccountLimits{MaxLocks: -1}, true, "Limits: negative"},
+		{limits.Limits{MaxLocks: 1}, false, "Options.LimitStore: required, since account acme has limits"},
+		{limits.Limits{QuotaCalls: 5}, true, "QuotaCalls 5 and QuotaWindow 0s: set both"},
+		{limits.Limits{Rate: 5}, true, "Limits.Burst: 0, need at least 1 with a rate"},
+		{limits.Limits{MaxLocks: -1}, true, "Limits: negative"},
 	} {
 		o := validOptions(newFakeLocker())
 		o.APIKeys[0].Limits = tc.lim
 		if tc.store {
-			store, err := NewLimitStore([]*redis.Options{{Addr: "127.0.0.1:1"}}, time.Second)
+			store, err := limits.NewStore([]*redis.Options{{Addr: "127.0.0.1:1"}}, time.Second)
 			require.NoError(t, err)
 			o.LimitStore = store
 			defer store.Close()
@@ -508,13 +512,13 @@ func TestNewValidatesLimits(t *testing.T) {
 func TestSetAPIKeysChangesLimits(t *testing.T) {
 	servers := limitMasters(t)
 	awayFromWindowEnd(t, time.Hour)
-	d := startLimitDaemon(t, servers, AccountLimits{}, limitsInterval)
+	d := startLimitDaemon(t, servers, limits.Limits{}, limitsInterval)
 	okRemain(t, d.lock(t, statusBody("before")), -1)
 
 	const initechKey = "initech-key-0123456789abcdef"
 	_, err := d.srv.SetAPIKeys([]APIKey{
-		{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme)), Limits: AccountLimits{QuotaCalls: 2, QuotaWindow: time.Hour}},
-		{Account: "initech", Hash: sha256.Sum256([]byte(initechKey)), Limits: AccountLimits{MaxLocks: 1}},
+		{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme)), Limits: limits.Limits{QuotaCalls: 2, QuotaWindow: time.Hour}},
+		{Account: "initech", Hash: sha256.Sum256([]byte(initechKey)), Limits: limits.Limits{MaxLocks: 1}},
 	})
 	require.NoError(t, err)
 	okRemain(t, d.lock(t, statusBody("after")), 1)
@@ -529,7 +533,7 @@ func TestSetAPIKeysChangesLimits(t *testing.T) {
 	assert.Equal(t, "too_many_locks", r.code())
 
 	// Limits that cannot work are refused, and the old keys stay.
-	_, err = d.srv.SetAPIKeys([]APIKey{{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme)), Limits: AccountLimits{Rate: 1}}})
+	_, err = d.srv.SetAPIKeys([]APIKey{{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme)), Limits: limits.Limits{Rate: 1}}})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "Limits.Burst: 0, need at least 1 with a rate")
 	r = d.lock(t, statusBody("after"))
@@ -541,7 +545,7 @@ func TestSetAPIKeysChangesLimits(t *testing.T) {
 func TestReleaseNeverRefusedByLimits(t *testing.T) {
 	servers := limitMasters(t)
 	awayFromWindowEnd(t, time.Hour)
-	d := startLimitDaemon(t, servers, AccountLimits{QuotaCalls: 2, QuotaWindow: time.Hour, Rate: 0.01, Burst: 2, MaxLocks: 1}, limitsInterval)
+	d := startLimitDaemon(t, servers, limits.Limits{QuotaCalls: 2, QuotaWindow: time.Hour, Rate: 0.01, Burst: 2, MaxLocks: 1}, limitsInterval)
 	r := d.lock(t, `{"key":"rel","ttl":30}`)
 	okRemain(t, r, 1)
 	token := r.data(t)["token"].(string)
@@ -558,4 +562,12 @@ func TestReleaseNeverRefusedByLimits(t *testing.T) {
 	require.Eventually(t, func() bool { return len(keysOn(t, servers, testPrefix+"lock:*rel*")) == 0 }, 5*time.Second, 5*time.Millisecond,
 		"the release reached the masters")
 	require.Eventually(t, func() bool { return *d.stats(t).LocksHeld == 0 }, 5*time.Second, 5*time.Millisecond, "the slot came back")
+}
+
+// windowStart is the start, Unix ms, of the quota window of length w that
+// holds now: windows start at multiples of w since the epoch
+// (limits.Limits).
+func windowStart(now time.Time, w time.Duration) int64 {
+	ms := now.UnixMilli()
+	return ms - ms%w.Milliseconds()
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockd/redlockd/internal/redisproc"
+
+	"github.com/redlockd/redlockd/daemon/limits"
 )
 
 // A reload changes an account's limits, never what was counted against
@@ -28,12 +30,12 @@ import (
 
 // reloadAcme applies acme's limits lim by a reload (SetAPIKeys, as
 // POST /admin/reload and SIGHUP do); without lim, acme is removed.
-func reloadAcme(t *testing.T, d *limitDaemon, lim ...AccountLimits) {
+func reloadAcme(t *testing.T, d *limitDaemon, lim ...limits.Limits) {
 	t.Helper()
 	require.NoError(t, setAcme(d, lim...))
 }
 
-func setAcme(d *limitDaemon, lim ...AccountLimits) error {
+func setAcme(d *limitDaemon, lim ...limits.Limits) error {
 	keys := []APIKey{{Account: "globex", Hash: sha256.Sum256([]byte(testKeyGlobex))}}
 	if len(lim) > 0 {
 		keys = append(keys, APIKey{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme)), Limits: lim[0]})
@@ -50,7 +52,7 @@ func setAcme(d *limitDaemon, lim ...AccountLimits) error {
 func TestReloadKeepsQuotaCount(t *testing.T) {
 	servers := limitMasters(t)
 	awayFromWindowEnd(t, time.Hour)
-	lim := AccountLimits{QuotaCalls: 10, QuotaWindow: time.Hour, MaxLocks: 100}
+	lim := limits.Limits{QuotaCalls: 10, QuotaWindow: time.Hour, MaxLocks: 100}
 	d := startLimitDaemon(t, servers, lim, time.Hour)
 	admitted := 0
 	spend := func(want int) {
@@ -114,7 +116,7 @@ func TestReloadKeepsQuotaCount(t *testing.T) {
 // removed and added back.
 func TestReloadKeepsRateBucket(t *testing.T) {
 	servers := limitMasters(t)
-	lim := AccountLimits{Rate: 0.001, Burst: 3}
+	lim := limits.Limits{Rate: 0.001, Burst: 3}
 	d := startLimitDaemon(t, servers, lim, time.Hour)
 	for range 3 {
 		okRemain(t, d.lock(t, statusBody("r")), -1)
@@ -123,7 +125,7 @@ func TestReloadKeepsRateBucket(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, r.Status, r.Raw)
 	assert.Equal(t, "rate_limited", r.code())
 
-	for _, next := range []AccountLimits{
+	for _, next := range []limits.Limits{
 		{Rate: 0.002, Burst: 6},
 		{Rate: 0.002, Burst: 6, MaxLocks: 5},
 		{Rate: 0.002, Burst: 6, QuotaCalls: 100, QuotaWindow: time.Hour},
@@ -136,7 +138,7 @@ func TestReloadKeepsRateBucket(t *testing.T) {
 		assert.Equal(t, "rate_limited", r.code())
 	}
 	reloadAcme(t, d)
-	reloadAcme(t, d, AccountLimits{Rate: 0.002, Burst: 6})
+	reloadAcme(t, d, limits.Limits{Rate: 0.002, Burst: 6})
 	r = d.lock(t, statusBody("r"))
 	require.Equal(t, http.StatusTooManyRequests, r.Status, "removed and added back: %s", r.Raw)
 }
@@ -146,7 +148,7 @@ func TestReloadKeepsRateBucket(t *testing.T) {
 // cap, counting the locks granted before the reload and not synced yet.
 func TestReloadMaxLocksBurst(t *testing.T) {
 	servers := limitMasters(t)
-	lim := AccountLimits{MaxLocks: 21}
+	lim := limits.Limits{MaxLocks: 21}
 	d := startLimitDaemon(t, servers, lim, time.Hour)
 	for i := range 20 {
 		r := d.lock(t, fmt.Sprintf(`{"key":"pre%d","ttl":60}`, i))
@@ -237,8 +239,8 @@ func heldOnMasters(t *testing.T, servers []*redisproc.Server) (held, keys []int6
 func TestReloadStormKeepsLimits(t *testing.T) {
 	servers := limitMasters(t)
 	awayFromWindowEnd(t, time.Hour)
-	limA := AccountLimits{QuotaCalls: 600, QuotaWindow: time.Hour, Rate: 400, Burst: 40, MaxLocks: 150}
-	limB := AccountLimits{QuotaCalls: 601, QuotaWindow: time.Hour, Rate: 401, Burst: 41, MaxLocks: 151}
+	limA := limits.Limits{QuotaCalls: 600, QuotaWindow: time.Hour, Rate: 400, Burst: 40, MaxLocks: 150}
+	limB := limits.Limits{QuotaCalls: 601, QuotaWindow: time.Hour, Rate: 401, Burst: 41, MaxLocks: 151}
 	daemons := []*limitDaemon{
 		startLimitDaemon(t, servers, limA, limitsInterval),
 		startLimitDaemon(t, servers, limA, limitsInterval),
@@ -288,7 +290,7 @@ func TestReloadStormKeepsLimits(t *testing.T) {
 		go func() {
 			defer reloads.Done()
 			for i := range 300 {
-				lim := [][]AccountLimits{{limA}, {limB}, {limA}, {limB}, nil}[(i+di)%5]
+				lim := [][]limits.Limits{{limA}, {limB}, {limA}, {limB}, nil}[(i+di)%5]
 				assert.NoError(t, setAcme(d, lim...))
 				if i%10 == 0 {
 					// Let calls through between reloads.
@@ -326,3 +328,7 @@ func TestReloadStormKeepsLimits(t *testing.T) {
 			"locks_held is what the masters hold")
 	}
 }
+
+// heldKey is the key of account's held-lock set on the masters, as
+// package limits lays it out (limits/store.go).
+func heldKey(prefix, account string) string { return prefix + "held:" + encPart(account) }

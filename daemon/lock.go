@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/redlockd/redlockd/daemon/limits"
 	"github.com/redlockd/redlockd/redlock"
 )
 
@@ -49,10 +50,10 @@ type call struct {
 	// line is written.
 	token string
 	err   error // for warn and error lines
-	// limits is the account's limits state, nil when it has none; remain
-	// is remain_quota for the answer.
-	limits *accountState
-	remain int64
+	// limits is the request's admission by its account's limits, the
+	// zero value when the account has none; it holds remain_quota for the
+	// answer.
+	limits limits.Admission
 	// start is when the handler began: elapsed_ms counts from here.
 	start time.Time
 	// waited: an acquire with wait_ms, timed apart (Metrics.request).
@@ -67,22 +68,52 @@ type call struct {
 // whose answer is 200 when the masters answered, 503 when no quorum did.
 func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	c := call{result: resInternal, status: http.StatusInternalServerError, remain: RemainQuota, start: start}
+	c := call{result: resInternal, status: http.StatusInternalServerError, start: start}
 	defer func() { s.finish(r, &c, time.Since(start)) }()
 
+	entry := s.guardRequest(w, r, &c, start)
+	if entry == nil {
+		return
+	}
+	bb, done := s.readLockBody(w, r, &c)
+	defer putBody(bb)
+	if done {
+		return
+	}
+	req, a, berr := parseLockRequest(bb.Bytes(), &s.lim)
+	if berr == nil {
+		berr = accountLockDelay(&req, entry.LockDelay, &s.lim)
+	}
+	c.action = a
+	if berr != nil {
+		s.fail(w, &c, http.StatusBadRequest, resBadRequest, codeBadRequest, berr.msg)
+		return
+	}
+	c.token = req.token
+	if !s.admit(w, &c, req.action, start) {
+		return
+	}
+	s.dispatch(r.Context(), w, &c, &req, entry.Account)
+}
+
+// guardRequest is the request guard of POST /v1/lock: the method, one API
+// key that is known (with the per-source limit on failed
+// authentications), and the Content-Type. It returns the key's entry, with
+// c's account and limits set, or nil once it has answered the refusal.
+func (s *Server) guardRequest(w http.ResponseWriter, r *http.Request, c *call, start time.Time) *APIKey {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
-		s.fail(w, &c, http.StatusMethodNotAllowed, resMethodNotAllowed, codeMethodNotAllowed,
+		s.fail(w, c, http.StatusMethodNotAllowed, resMethodNotAllowed, codeMethodNotAllowed,
 			"method not allowed: use POST with a JSON body")
-		return
+		return nil
 	}
 	// Two X-API-Key headers are ambiguous credentials (a proxy adding its
 	// own, a client library merging defaults): refused rather than letting
 	// one win. The values are never echoed.
 	apiKeys := r.Header[hdrAPIKey]
 	if len(apiKeys) > 1 {
-		s.fail(w, &c, http.StatusBadRequest, resBadRequest, codeBadRequest, msgTwoAPIKeys)
-		return
+		s.fail(w, c, http.StatusBadRequest, resBadRequest, codeBadRequest, msgTwoAPIKeys)
+		return nil
 	}
 	apiKey := ""
 	if len(apiKeys) == 1 {
@@ -90,95 +121,108 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 	}
 	src, srcOK, limited := s.authSourceLimited(w, r, start)
 	if limited {
-		s.fail(w, &c, http.StatusTooManyRequests, resAuthLimited, codeTooManyAuthFailures, msgAuthLimited)
-		return
+		s.fail(w, c, http.StatusTooManyRequests, resAuthLimited, codeTooManyAuthFailures, msgAuthLimited)
+		return nil
 	}
 	if apiKey == "" {
 		s.authMiss(src, srcOK, start)
 		s.authFailed(r, authMissingKey, "")
-		s.fail(w, &c, http.StatusUnauthorized, resUnauthorized, codeUnauthorized,
+		s.fail(w, c, http.StatusUnauthorized, resUnauthorized, codeUnauthorized,
 			"missing API key: send it in the X-API-Key header")
-		return
+		return nil
 	}
 	entry := s.apiKey(apiKey)
 	if entry == nil {
 		s.authMiss(src, srcOK, start)
 		s.authFailed(r, authUnknownKey, apiKey)
-		s.fail(w, &c, http.StatusUnauthorized, resUnauthorized, codeUnauthorized,
+		s.fail(w, c, http.StatusUnauthorized, resUnauthorized, codeUnauthorized,
 			"unknown API key: send a valid key in the X-API-Key header")
-		return
+		return nil
 	}
-	account := entry.Account
-	c.account = account
-	if c.limits = s.limits.stateFor(entry); c.limits != nil {
-		c.remain = c.limits.remain(start)
-	}
+	c.account = entry.Account
+	c.limits = s.limits.Admission(entry.Account, entry.Limits, start)
 	if ct := headerValue(r.Header, hdrContentType); ct != "" && !isJSONContentType(ct) {
-		s.fail(w, &c, http.StatusUnsupportedMediaType, resUnsupportedMediaType, codeUnsupportedMedia,
+		s.fail(w, c, http.StatusUnsupportedMediaType, resUnsupportedMediaType, codeUnsupportedMedia,
 			`Content-Type must be application/json (with curl: -H "Content-Type: application/json")`)
-		return
+		return nil
 	}
+	return entry
+}
+
+// readLockBody reads the request body (up to the idempotency actions'
+// larger limit when they are on) into a pooled buffer, which the caller
+// returns with putBody. An idempotency action is served from here; a lock
+// action's body must fit maxBody. done reports that the request has been
+// answered (served, or refused: 413, 400, a body timeout).
+func (s *Server) readLockBody(w http.ResponseWriter, r *http.Request, c *call) (bb *bodyBuf, done bool) {
 	limit := s.maxBody
 	if s.idem != nil {
 		limit = max(limit, s.idem.bodyLimit)
 	}
 	bb, status, msg := s.readBodyUpTo(r, limit)
-	defer putBody(bb)
 	if status == 0 {
 		if a, ok := idemActionOf(bb.Bytes()); ok {
 			if s.idem == nil {
 				c.action = actIdempotency
-				s.fail(w, &c, http.StatusBadRequest, resBadRequest, codeBadRequest, "action: "+a.String()+": idempotency records are not enabled on this daemon")
-				return
+				s.fail(w, c, http.StatusBadRequest, resBadRequest, codeBadRequest, "action: "+a.String()+": idempotency records are not enabled on this daemon")
+				return bb, true
 			}
-			s.serveIdempotency(r.Context(), w, &c, a, bb.Bytes())
-			return
+			s.serveIdempotency(r.Context(), w, c, a, bb.Bytes())
+			return bb, true
 		}
 		if int64(bb.Len()) > s.maxBody {
 			status, msg = http.StatusRequestEntityTooLarge, s.msgTooLarge
 		}
 	}
-	if status != 0 {
-		res, code := resBadRequest, codeBadRequest
-		switch {
-		case status == http.StatusRequestEntityTooLarge:
-			res, code = resTooLarge, codeTooLarge
-		case msg == msgBodyTimeout:
-			res = resTimeout
+	if status == 0 {
+		return bb, false
+	}
+	res, code := resBadRequest, codeBadRequest
+	switch {
+	case status == http.StatusRequestEntityTooLarge:
+		res, code = resTooLarge, codeTooLarge
+	case msg == msgBodyTimeout:
+		res = resTimeout
+	}
+	s.fail(w, c, status, res, code, msg)
+	return bb, true
+}
+
+// dispatch runs an admitted lock action of account: a multi-key set's, or
+// one key's (a semaphore permit's release or extend acts on its slot
+// lock).
+func (s *Server) dispatch(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, account string) {
+	if req.keys != nil {
+		rks := make([]string, len(req.keys))
+		for i, k := range req.keys {
+			rks[i] = redisKey(s.prefix, account, req.namespace, k)
 		}
-		s.fail(w, &c, status, res, code, msg)
-		return
-	}
-	req, a, berr := parseLockRequest(bb.Bytes(), &s.lim)
-	c.action = a
-	if berr != nil {
-		s.fail(w, &c, http.StatusBadRequest, resBadRequest, codeBadRequest, berr.msg)
-		return
-	}
-	c.token = req.token
-	if c.limits != nil && !s.admit(w, &c, req.action, start) {
+		s.serveSet(ctx, w, c, req, rks)
 		return
 	}
 	rk := redisKey(s.prefix, account, req.namespace, req.key)
 	if req.hasSlot {
-		// A semaphore permit's release or extend acts on its slot lock.
 		rk = redlock.PermitKey(rk, int(req.slot))
 	}
-	ctx := r.Context()
 	switch req.action {
 	case actAcquire:
-		s.acquire(ctx, w, &c, &req, rk)
+		s.acquire(ctx, w, c, req, rk)
 	case actRelease:
-		s.release(ctx, w, &c, &req, rk)
+		s.release(ctx, w, c, req, rk)
 	case actExtend:
-		s.extend(ctx, w, &c, &req, rk)
+		s.extend(ctx, w, c, req, rk)
 	case actStatus:
-		s.status(ctx, w, &c, &req, rk)
+		s.status(ctx, w, c, req, rk)
 	}
 }
 
-func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
-	ar := AcquireRequest{Key: rk, TTL: time.Duration(req.ttl) * time.Second, Wait: time.Duration(req.waitMS) * time.Millisecond, Permits: int(req.permits), LockDelay: time.Duration(req.lockDelayMS) * time.Millisecond}
+// admitAcquire admits an acquire of keys lock keys: a place among the
+// account's waiters when it waits (429 too_many_waiters otherwise), and
+// keys held-lock slots of max_locks (429 too_many_locks). When it
+// answered the refusal itself it returns false; else leave ends the wait's
+// place, once the acquire is done.
+func (s *Server) admitAcquire(w http.ResponseWriter, c *call, ar *AcquireRequest, keys int) (leave func(), ok bool) {
+	leave = func() {}
 	if ar.Wait > 0 {
 		c.waited = true
 		ok, why := s.waiters.enter(c.account)
@@ -186,30 +230,37 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 			s.refund(c)
 			w.Header().Set("Retry-After", "1")
 			s.fail(w, c, http.StatusTooManyRequests, resTooManyWaiters, codeTooManyWaiters, why)
-			return
+			return nil, false
 		}
 		s.metrics.waiting.Inc()
-		defer func() {
+		leave = func() {
 			s.waiters.leave(c.account)
 			s.metrics.waiting.Dec()
-		}()
+		}
 		ar.StopWaiting = s.stopWaits
 	}
-	if c.limits != nil {
-		if r, ok := c.limits.reserveLock(); !ok {
-			s.refund(c)
-			s.refuse(w, c, r)
-			return
-		}
+	if r, ok := c.limits.Reserve(keys); !ok {
+		leave()
+		s.refund(c)
+		s.refuse(w, c, r)
+		return nil, false
 	}
+	return leave, true
+}
+
+func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
+	ar := AcquireRequest{Key: rk, TTL: time.Duration(req.ttl) * time.Second, Wait: time.Duration(req.waitMS) * time.Millisecond, Permits: int(req.permits), LockDelay: time.Duration(req.lockDelayMS) * time.Millisecond}
+	leave, ok := s.admitAcquire(w, c, &ar, 1)
+	if !ok {
+		return
+	}
+	defer leave()
 	lease, err := s.locker.Acquire(ctx, ar)
 	held := rk
 	if err == nil && ar.Permits > 0 {
 		held = redlock.PermitKey(rk, lease.Slot)
 	}
-	if c.limits != nil {
-		c.limits.lockDone(held, lease.Token)
-	}
+	c.limits.Done(held, lease.Token)
 	d := lockData{action: actAcquire, key: req.key, outcome: outAcquired, permits: req.permits}
 	if err == nil {
 		c.token = lease.Token
@@ -222,6 +273,12 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 		s.ok(w, c, resAcquired, &d, "")
 		return
 	}
+	s.acquireRefused(ctx, w, c, &d, err)
+}
+
+// acquireRefused answers an acquire that err refused: held (with
+// retry_after), or the failure's own answer.
+func (s *Server) acquireRefused(ctx context.Context, w http.ResponseWriter, c *call, d *lockData, err error) {
 	if s.lockerFailed(ctx, w, c, err) {
 		return
 	}
@@ -239,7 +296,7 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 		if oe != nil && oe.Delayed > 0 && oe.Delayed == oe.Refused {
 			msg = msgDelayed
 		}
-		s.ok(w, c, resNotAcquired, &d, msg)
+		s.ok(w, c, resNotAcquired, d, msg)
 		return
 	}
 	s.internal(w, c, err)
@@ -248,8 +305,8 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 func (s *Server) release(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
 	_, err := s.locker.Release(ctx, rk, req.token)
 	d := lockData{action: actRelease, key: req.key, outcome: outReleased}
-	if c.limits != nil && (err == nil || errors.Is(err, redlock.ErrNotHeld)) {
-		c.limits.lockChanged(rk, req.token, err == nil)
+	if ch, ok := releaseChange(err); ok {
+		c.limits.Changed(rk, req.token, ch)
 	}
 	if err == nil {
 		d.ok = true
@@ -266,13 +323,24 @@ func (s *Server) release(ctx context.Context, w http.ResponseWriter, c *call, re
 	s.internal(w, c, err)
 }
 
+// releaseChange is what a release that ended with err does to its
+// account's held-lock count: Released, NotHeld, or nothing (ok false) when
+// the masters did not answer.
+func releaseChange(err error) (ch limits.Change, ok bool) {
+	switch {
+	case err == nil:
+		return limits.Released, true
+	case errors.Is(err, redlock.ErrNotHeld):
+		return limits.NotHeld, true
+	}
+	return 0, false
+}
+
 func (s *Server) extend(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
 	lease, err := s.locker.Extend(ctx, rk, req.token, time.Duration(req.ttl)*time.Second)
 	d := lockData{action: actExtend, key: req.key, outcome: outExtended}
-	if err == nil && c.limits != nil {
-		c.limits.lockChanged(rk, req.token, false)
-	}
 	if err == nil {
+		c.limits.Changed(rk, req.token, limits.Extended)
 		d.ok, d.fence = true, lease.Fence
 		setValidity(&d, c.start, time.Now(), lease.ValidUntil)
 		// An extend never shortens: with a ttl below what was left, the
@@ -439,12 +507,12 @@ func (s *Server) internal(w http.ResponseWriter, c *call, err error) {
 func (s *Server) ok(w http.ResponseWriter, c *call, res result, d *lockData, msg string) {
 	s.outage.end()
 	c.result, c.status = res, http.StatusOK
-	writeData(w, d, quotaMsg(msg, c), c.remain)
+	writeData(w, d, quotaMsg(msg, c), c.limits.Remain())
 }
 
 func (s *Server) fail(w http.ResponseWriter, c *call, status int, res result, code, msg string) {
 	c.result, c.status = res, status
-	writeErrorQuota(w, status, code, msg, c.remain)
+	writeErrorQuota(w, status, code, msg, c.limits.Remain())
 }
 
 // finish records the request's metrics and logs it: every request at

@@ -119,7 +119,7 @@ func TestActionsFlow(t *testing.T) {
 }
 
 func TestDefaultTTLAndAlias(t *testing.T) {
-	ts := newTestServer(t, newFakeLocker(), func(o *Options) { o.DefaultTTL = 45 })
+	ts := newTestServer(t, newFakeLocker(), func(o *Options) { o.DefaultTTL = 45 * time.Second })
 	r := ts.do(t, http.MethodPost, "/gateway/distlock", `{"key":"job:daily_report"}`, map[string]string{"X-API-Key": testKeyAcme})
 	d := okData(t, r)
 	assert.Equal(t, true, d["acquired"])

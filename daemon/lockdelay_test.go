@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"crypto/sha256"
 	"net/http"
 	"testing"
 	"time"
@@ -60,4 +61,63 @@ func TestLockDelayBadInput(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, r.Status, body)
 		assert.Equal(t, msg, r.Env.Msg, body)
 	}
+}
+
+// TestAccountLockDelay: an account's default lock-delay applies to its
+// acquires that send no lock_delay_ms, on any daemon; lock_delay_ms 0 opts
+// out; another account keeps none; a ttl that leaves no room for the
+// default is refused naming both; and SetAPIKeys (a reload) puts a new
+// default in force for the next request.
+func TestAccountLockDelay(t *testing.T) {
+	d := newDeployment(t)
+	withDelay := func(delay time.Duration) []APIKey {
+		return []APIKey{
+			{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme)), LockDelay: delay},
+			{Account: "globex", Hash: sha256.Sum256([]byte(testKeyGlobex))},
+		}
+	}
+	opts := func(o *Options) {
+		o.KeyPrefix, o.APIKeys, o.MaxTTL = d.prefix, withDelay(2*time.Second), 10*time.Second
+	}
+	a := newTestServer(t, d.locker(t), opts)
+	b := newTestServer(t, d.locker(t), opts)
+
+	// Expire without a release: the default delay holds the key.
+	for _, key := range []string{"default", "optout"} {
+		body := `{"action":"acquire","key":"` + key + `","ttl":1}`
+		if key == "optout" {
+			body = `{"action":"acquire","key":"optout","ttl":1,"lock_delay_ms":0}`
+		}
+		require.Equal(t, true, okData(t, a.lock(t, testKeyAcme, body))["acquired"], key)
+	}
+	require.Equal(t, true, okData(t, a.lock(t, testKeyGlobex, `{"action":"acquire","key":"default","ttl":1}`))["acquired"])
+	time.Sleep(1200 * time.Millisecond) // every holder stalled past its TTL
+
+	r := b.lock(t, testKeyAcme, `{"action":"acquire","key":"default","ttl":1}`)
+	assert.Equal(t, false, okData(t, r)["acquired"], "in the account's default delay")
+	assert.Equal(t, msgDelayed, r.Env.Msg)
+	ra := num(t, okData(t, r), "retry_after")
+	assert.True(t, ra >= 1 && ra <= 2, "retry_after %d", ra)
+	assert.Equal(t, true, okData(t, b.lock(t, testKeyAcme, `{"action":"acquire","key":"optout","ttl":1,"lock_delay_ms":0}`))["acquired"], "lock_delay_ms 0 took no delay")
+	assert.Equal(t, true, okData(t, b.lock(t, testKeyGlobex, `{"action":"acquire","key":"default","ttl":1}`))["acquired"], "globex has no default delay")
+
+	// No room under max_ttl for the default: 400 naming ttl, the default
+	// and max_ttl; with lock_delay_ms the request decides.
+	r = a.lock(t, testKeyAcme, `{"action":"acquire","key":"long","ttl":9}`)
+	assert.Equal(t, http.StatusBadRequest, r.Status)
+	assert.Equal(t, "ttl: 9 s + the account's default lock-delay of 2000 ms is above max_ttl (10 s); send a shorter ttl, or lock_delay_ms to set the delay yourself (0 for none)", r.Env.Msg)
+	long := okData(t, a.lock(t, testKeyAcme, `{"action":"acquire","key":"long","ttl":9,"lock_delay_ms":1000}`))
+	require.Equal(t, true, long["acquired"])
+	assert.Equal(t, true, okData(t, a.lock(t, testKeyAcme, `{"action":"release","key":"long","token":"`+long["token"].(string)+`"}`))["released"])
+
+	// A reload drops the default on b, and it is in force at once there.
+	_, err := b.Server.SetAPIKeys(withDelay(0))
+	require.NoError(t, err)
+	require.Equal(t, true, okData(t, b.lock(t, testKeyAcme, `{"action":"acquire","key":"reloaded","ttl":1}`))["acquired"])
+	time.Sleep(1200 * time.Millisecond)
+	assert.Equal(t, true, okData(t, a.lock(t, testKeyAcme, `{"action":"acquire","key":"reloaded","ttl":1}`))["acquired"], "b's acquire after the reload took no delay")
+
+	// A bad default is refused, naming the account and the limit.
+	_, err = b.Server.SetAPIKeys(withDelay(61 * time.Second))
+	require.EqualError(t, err, "daemon: Options.APIKeys[0] (acme).LockDelay: 1m1s is above the maximum of 1m0s")
 }

@@ -7,11 +7,12 @@ import (
 	"github.com/redlockd/redlockd/redlock"
 )
 
-// Locker is the lock service the daemon serves: a quorum of Redis masters
+// Locker is the lock actions the daemon serves: a quorum of Redis masters
 // in production (NewRedlockLocker), or anything with the same behaviour in
 // tests. Keys given to it are full Redis keys; errors follow the redlock
 // package (*redlock.OutcomeError matching redlock.ErrLockHeld,
-// ErrQuorumUnavailable or ErrNotHeld).
+// ErrQuorumUnavailable or ErrNotHeld). The health of the masters behind it
+// is a MasterHealth of its own (Options.Health).
 //
 // It is not *redlock.Client itself because a *redlock.Lock can only be made
 // by a Client and redlock.AcquireOption is opaque, so nothing but a real
@@ -25,6 +26,12 @@ type Locker interface {
 	Acquire(ctx context.Context, req AcquireRequest) (Lease, error)
 	// Release deletes key on every master where token holds it.
 	Release(ctx context.Context, key, token string) (int, error)
+	// ReleaseMulti, ExtendMulti and StatusMulti act on the keys of a
+	// multi-key lock (AcquireRequest.Keys) as a whole, as
+	// redlock.Client.ReleaseMulti, ExtendMulti and StatusMulti.
+	ReleaseMulti(ctx context.Context, keys []string, token string) (int, error)
+	ExtendMulti(ctx context.Context, keys []string, token string, ttl time.Duration) (Lease, error)
+	StatusMulti(ctx context.Context, keys []string) (redlock.MultiStatus, error)
 	// Extend resets the TTL of key, held by token, to ttl.
 	Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error)
 	// Status is a majority read of key; it never reveals the token.
@@ -37,27 +44,6 @@ type Locker interface {
 	// redlock.MaxListCount; errors match redlock.ErrInvalid (a bad cursor
 	// or count, the message naming it) or redlock.ErrQuorumUnavailable.
 	List(ctx context.Context, prefix, cursor string, count int) (redlock.ListPage, error)
-	// Masters is a health snapshot of every master, in configuration order:
-	// State, Counting, quarantine, clock and warnings as redlock.MasterStatus
-	// documents them. The daemon derives quorum availability from it (at
-	// least Quorum masters Counting), so that /readyz and /metrics show
-	// one consistent picture, and, with a failed call's outcome, the 503
-	// quorum_unavailable answer's counts and when a quorum is expected
-	// back.
-	Masters() []redlock.MasterStatus
-	// Quorum is the number of masters that must agree: N/2+1.
-	Quorum() int
-	// FenceRepairs is how many fencing counters of masters that lost their
-	// data were repaired from a quorum since start.
-	FenceRepairs() int64
-	// Quarantines is how many times a master was quarantined since start.
-	Quarantines() int64
-	// GrantRefusals counts acquires refused over a granted lock
-	// (redlock.Client.GrantRefusals).
-	GrantRefusals() int64
-	// DataLosses is how many times a master was found to have lost lock
-	// state since start, per reason.
-	DataLosses() map[redlock.DataLossReason]int64
 }
 
 // Lease is a lock granted by Acquire or renewed by Extend.
@@ -78,6 +64,10 @@ type Lease struct {
 type AcquireRequest struct {
 	// Key is the full Redis key.
 	Key string
+	// Keys, when not nil, are the full Redis keys of a multi-key lock (2
+	// to redlock.MaxMultiKeys, Key being Keys[0]): every key or none
+	// (redlock.Client.AcquireMulti).
+	Keys []string
 	// TTL is the lock's time to live, whole seconds from the API.
 	TTL time.Duration
 	// Wait is how long to keep retrying while the lock is held; 0: one
@@ -97,25 +87,32 @@ type AcquireRequest struct {
 	StopWaiting <-chan struct{}
 }
 
-// NewRedlockLocker adapts a *redlock.Client to Locker. The Client stays the
-// caller's to Close, after Server.Run has returned.
-func NewRedlockLocker(c *redlock.Client) Locker { return redlockLocker{c} }
+// NewRedlockLocker adapts a *redlock.Client to Locker and MasterHealth.
+// The Client stays the caller's to Close, after Server.Run has returned.
+func NewRedlockLocker(c *redlock.Client) MasterLocker { return redlockLocker{c} }
 
 type redlockLocker struct{ c *redlock.Client }
 
-// LongestMaxTTL is redlock.Client.LongestMaxTTL (/readyz shows it).
-func (l redlockLocker) LongestMaxTTL() time.Duration { return l.c.LongestMaxTTL() }
-
-// ClockBounds is redlock.Client.ClockBounds (/readyz shows it).
-func (l redlockLocker) ClockBounds() redlock.ClockBounds { return l.c.ClockBounds() }
-
-func (l redlockLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
+// acquireOptions are the redlock options of req's wait and lock-delay.
+func acquireOptions(req AcquireRequest) []redlock.AcquireOption {
 	var opts []redlock.AcquireOption
 	if req.Wait > 0 {
 		opts = []redlock.AcquireOption{redlock.WithWait(req.Wait), redlock.WithStopWaiting(req.StopWaiting)}
 	}
 	if req.LockDelay > 0 {
 		opts = append(opts, redlock.WithLockDelay(req.LockDelay))
+	}
+	return opts
+}
+
+func (l redlockLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
+	opts := acquireOptions(req)
+	if req.Keys != nil {
+		lk, err := l.c.AcquireMulti(ctx, req.Keys, req.TTL, opts...)
+		if err != nil {
+			return Lease{}, err
+		}
+		return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
 	}
 	if req.Permits > 0 {
 		p, err := l.c.AcquirePermit(ctx, req.Key, req.Permits, req.TTL, opts...)
@@ -143,6 +140,22 @@ func (l redlockLocker) Extend(ctx context.Context, key, token string, ttl time.D
 	return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
 }
 
+func (l redlockLocker) ReleaseMulti(ctx context.Context, keys []string, token string) (int, error) {
+	return l.c.ReleaseMulti(ctx, keys, token)
+}
+
+func (l redlockLocker) ExtendMulti(ctx context.Context, keys []string, token string, ttl time.Duration) (Lease, error) {
+	lk, err := l.c.ExtendMulti(ctx, keys, token, ttl)
+	if err != nil {
+		return Lease{}, err
+	}
+	return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
+}
+
+func (l redlockLocker) StatusMulti(ctx context.Context, keys []string) (redlock.MultiStatus, error) {
+	return l.c.StatusMulti(ctx, keys)
+}
+
 func (l redlockLocker) Status(ctx context.Context, key string) (redlock.Status, error) {
 	return l.c.Status(ctx, key)
 }
@@ -155,11 +168,13 @@ func (l redlockLocker) List(ctx context.Context, prefix, cursor string, count in
 	return l.c.List(ctx, prefix, cursor, count)
 }
 
-func (l redlockLocker) Masters() []redlock.MasterStatus { return l.c.Masters() }
-func (l redlockLocker) Quorum() int                     { return l.c.VotesNeeded() }
-func (l redlockLocker) FenceRepairs() int64             { return l.c.FenceRepairs() }
-func (l redlockLocker) Quarantines() int64              { return l.c.Quarantines() }
-func (l redlockLocker) GrantRefusals() int64            { return l.c.GrantRefusals() }
-func (l redlockLocker) DataLosses() map[redlock.DataLossReason]int64 {
-	return l.c.DataLosses()
+func (l redlockLocker) Masters() []redlock.MasterStatus  { return l.c.Masters() }
+func (l redlockLocker) Quorum() int                      { return l.c.VotesNeeded() }
+func (l redlockLocker) LongestMaxTTL() time.Duration     { return l.c.LongestMaxTTL() }
+func (l redlockLocker) ClockBounds() redlock.ClockBounds { return l.c.ClockBounds() }
+func (l redlockLocker) Groups() *GroupsHealth            { return nil }
+
+func (l redlockLocker) Counters() HealthCounters {
+	return HealthCounters{FenceRepairs: l.c.FenceRepairs(), Quarantines: l.c.Quarantines(),
+		GrantRefusals: l.c.GrantRefusals(), DataLosses: l.c.DataLosses()}
 }

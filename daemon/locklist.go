@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/redlockd/redlockd/internal/keyenc"
 	"github.com/redlockd/redlockd/redlock"
 )
 
@@ -193,17 +194,17 @@ func (s *Server) wasRemoved(account string) bool {
 // encPart is writePart's encoding of one part of a lock key.
 func encPart(s string) string {
 	var b strings.Builder
-	writePart(&b, s)
+	keyenc.WritePart(&b, s)
 	return b.String()
 }
 
 // listQuorumMessage is quorumMessage over the masters of the group that
 // failed the listing (all masters with one group).
 func (s *Server) listQuorumMessage(err error) string {
-	if name, l, ok := groupOf(s.locker, err); ok {
-		return "master group " + name + ": " + quorumMessage(err, l.Masters())
+	if name, h, ok := groupOf(s.health, err); ok {
+		return "master group " + name + ": " + quorumMessage(err, h.Masters())
 	}
-	return quorumMessage(err, s.locker.Masters())
+	return quorumMessage(err, s.health.Masters())
 }
 
 // listQuery is a listing's parameters (GET /admin/locks and

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/redlockd/redlockd/daemon/limits"
 	"github.com/redlockd/redlockd/redlock"
 )
 
@@ -119,7 +120,7 @@ func plausible(a action, r result) bool {
 //     a held lock, or for a quorum: a waiting acquire keeps waiting while
 //     no quorum can vote, within its wait_ms).
 //
-// Masters and quorum, read from the served Locker at scrape time (the same
+// Masters and quorum, read from the served MasterHealth at scrape time (the same
 // snapshot GET /readyz shows; the label is host:port):
 //
 //   - redlock_master_up{master} gauge, 1 when the master answers probes and
@@ -175,8 +176,8 @@ func plausible(a action, r result) bool {
 //     trips.
 //   - redlock_master_probes_total{master,result} counter: result up or down.
 //
-// Account limits (quota, rate, max_locks): see limitMetrics in
-// limitmetrics.go: redlockd_quota_remaining{account},
+// Account limits (quota, rate, max_locks): see limits.Metrics
+// (limits/metrics.go): redlockd_quota_remaining{account},
 // redlockd_quota_limit{account}, redlockd_quota_exhausted_total{account},
 // redlockd_rate_limited_total{account}, redlockd_locks_held{account},
 // redlockd_max_locks{account}, redlockd_too_many_locks_total{account},
@@ -185,7 +186,7 @@ func plausible(a action, r result) bool {
 // Observer calls that arrive before the masters' addresses are known (see
 // SetMasters) are not recorded.
 type Metrics struct {
-	limits       *limitMetrics
+	limits       *limits.Metrics
 	requests     *prometheus.CounterVec
 	byPair       [numActions][numResults]prometheus.Counter
 	counts       [numActions][numResults]atomic.Uint64
@@ -205,8 +206,8 @@ type Metrics struct {
 	started      time.Time
 	mastersMu    sync.Mutex // serializes SetMasters
 	perMaster    atomic.Pointer[[]masterMetrics]
-	locker       atomic.Pointer[lockerBox]
-	lockerDesc   lockerDescs
+	health       atomic.Pointer[healthBox]
+	healthDesc   healthDescs
 }
 
 // masterStates are the values of redlock_master_state's state label: one
@@ -217,8 +218,9 @@ var masterStates = []redlock.MasterState{
 	redlock.MasterOOM,
 }
 
-// lockerDescs describe the scrape-time metrics read from the Locker.
-type lockerDescs struct {
+// healthDescs describe the scrape-time metrics read from the
+// MasterHealth.
+type healthDescs struct {
 	up, counts, quarantined, quarantineLeft, drifting *prometheus.Desc
 	refusingWrites, writeRefusals                     *prometheus.Desc
 	state                                             *prometheus.Desc
@@ -231,9 +233,9 @@ type lockerDescs struct {
 	groupMasters, groupOps                     *prometheus.Desc
 }
 
-func newLockerDescs() lockerDescs {
+func newHealthDescs() healthDescs {
 	master := []string{"master"}
-	return lockerDescs{
+	return healthDescs{
 		up:              prometheus.NewDesc("redlock_master_up", "1 when the master is up (answers probes and accepts connections).", master, nil),
 		state:           prometheus.NewDesc("redlock_master_state", "1 for the master's state now (the state label), 0 for the other states.", []string{"master", "state"}, nil),
 		counts:          prometheus.NewDesc("redlock_master_counts", "1 when the master's votes count towards the quorum now.", master, nil),
@@ -267,7 +269,7 @@ type masterMetrics struct {
 	probeUp, probeDown prometheus.Counter
 }
 
-type lockerBox struct{ l Locker }
+type healthBox struct{ h MasterHealth }
 
 var _ redlock.Observer = (*Metrics)(nil)
 
@@ -328,7 +330,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for f := range numAuthFailures {
 		m.authFailures[f] = authFailures.WithLabelValues(f.String())
 	}
-	m.lockerDesc = newLockerDescs()
+	m.healthDesc = newHealthDescs()
 	duration := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "redlockd_request_duration_seconds",
 		Help:    "Time to answer an action API request, by action.",
@@ -347,9 +349,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			}
 		}
 	}
-	reg.MustRegister(m.requests, duration, m.waitDuration, authFailures, m.inFlight, m.waiting, m.rtt, m.commands, m.batchErrs, m.probeRTT, m.probes, lockerCollector{m})
-	m.limits = newLimitMetrics()
-	reg.MustRegister(m.limits.collectors()...)
+	reg.MustRegister(m.requests, duration, m.waitDuration, authFailures, m.inFlight, m.waiting, m.rtt, m.commands, m.batchErrs, m.probeRTT, m.probes, healthCollector{m})
+	m.limits = limits.NewMetrics()
+	reg.MustRegister(m.limits.Collectors()...)
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		m.gatherer = g
 	}
@@ -357,7 +359,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 }
 
 // SetMasters names the masters, in the order given to redlock.New, for the
-// per-master metrics. New calls it with the Locker's masters; call it
+// per-master metrics. New calls it with Options.Health's masters; call it
 // before redlock.New to record the Client's first probes too.
 func (m *Metrics) SetMasters(addrs []string) {
 	m.mastersMu.Lock()
@@ -421,15 +423,15 @@ func (m *Metrics) ObserveProbe(master int, up bool, d time.Duration) {
 	}
 }
 
-// bind makes the scrape-time master and quorum metrics read l.
-func (m *Metrics) bind(l Locker) {
-	ms := l.Masters()
+// bind makes the scrape-time master and quorum metrics read h.
+func (m *Metrics) bind(h MasterHealth) {
+	ms := h.Masters()
 	addrs := make([]string, len(ms))
 	for i, st := range ms {
 		addrs[i] = st.Addr
 	}
 	m.SetMasters(addrs)
-	m.locker.Store(&lockerBox{l})
+	m.health.Store(&healthBox{h})
 }
 
 // request records one finished action API request; waited is an acquire
@@ -453,11 +455,11 @@ func (m *Metrics) request(a action, r result, d time.Duration, waited bool) {
 	m.durSumNS[a].Add(int64(d))
 }
 
-// lockerCollector reads the bound Locker's health snapshot at scrape time.
-type lockerCollector struct{ m *Metrics }
+// healthCollector reads the bound MasterHealth's snapshot at scrape time.
+type healthCollector struct{ m *Metrics }
 
-func (c lockerCollector) Describe(ch chan<- *prometheus.Desc) {
-	d := &c.m.lockerDesc
+func (c healthCollector) Describe(ch chan<- *prometheus.Desc) {
+	d := &c.m.healthDesc
 	for _, desc := range []*prometheus.Desc{
 		d.up, d.state, d.counts, d.quarantined, d.quarantineLeft, d.drifting,
 		d.refusingWrites, d.writeRefusals,
@@ -470,17 +472,17 @@ func (c lockerCollector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-func (c lockerCollector) Collect(ch chan<- prometheus.Metric) {
-	box := c.m.locker.Load()
+func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
+	box := c.m.health.Load()
 	if box == nil {
 		return
 	}
-	d := &c.m.lockerDesc
+	d := &c.m.healthDesc
 	gauge := func(desc *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(desc, prometheus.GaugeValue, v, labels...)
 	}
 	counting, writableN := 0, 0
-	for _, st := range box.l.Masters() {
+	for _, st := range box.h.Masters() {
 		a := st.Addr
 		if st.Counting {
 			counting++
@@ -510,19 +512,20 @@ func (c lockerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	// Available is decided from the same snapshot, as in GET /readyz, so
 	// that the two and redlock_quorum_counting never disagree.
-	needed := box.l.Quorum()
+	needed := box.h.Quorum()
 	available := writableN >= needed
-	if gl, ok := box.l.(groupedLocker); ok {
+	if gh := box.h.Groups(); gh != nil {
 		// Every group needs its own quorum: available only when each has.
-		available = c.collectGroups(ch, gl)
+		available = c.collectGroups(ch, gh)
 	}
 	gauge(d.quorumAvailable, b2f(available))
 	gauge(d.quorumCounting, float64(counting))
 	gauge(d.quorumNeeded, float64(needed))
-	ch <- prometheus.MustNewConstMetric(d.fenceRepairs, prometheus.CounterValue, float64(box.l.FenceRepairs()))
-	ch <- prometheus.MustNewConstMetric(d.grantRefusals, prometheus.CounterValue, float64(box.l.GrantRefusals()))
-	ch <- prometheus.MustNewConstMetric(d.quarantines, prometheus.CounterValue, float64(box.l.Quarantines()))
-	losses := box.l.DataLosses()
+	counters := box.h.Counters()
+	ch <- prometheus.MustNewConstMetric(d.fenceRepairs, prometheus.CounterValue, float64(counters.FenceRepairs))
+	ch <- prometheus.MustNewConstMetric(d.grantRefusals, prometheus.CounterValue, float64(counters.GrantRefusals))
+	ch <- prometheus.MustNewConstMetric(d.quarantines, prometheus.CounterValue, float64(counters.Quarantines))
+	losses := counters.DataLosses
 	for _, r := range redlock.DataLossReasons {
 		ch <- prometheus.MustNewConstMetric(d.dataLoss, prometheus.CounterValue, float64(losses[r]), string(r))
 	}
@@ -530,11 +533,11 @@ func (c lockerCollector) Collect(ch chan<- prometheus.Metric) {
 
 // collectGroups sends the redlock_group_* metrics, each group from one
 // snapshot of its masters, and reports whether every group has a quorum.
-func (c lockerCollector) collectGroups(ch chan<- prometheus.Metric, gl groupedLocker) bool {
-	d := &c.m.lockerDesc
+func (c healthCollector) collectGroups(ch chan<- prometheus.Metric, gh *GroupsHealth) bool {
+	d := &c.m.healthDesc
 	all := true
-	for i, grp := range gl.LockerGroups() {
-		q, ms := groupQuorum(grp.Locker)
+	for _, grp := range gh.Groups {
+		q, ms := groupQuorum(grp.Health)
 		all = all && q.Available
 		ch <- prometheus.MustNewConstMetric(d.groupAvailable, prometheus.GaugeValue, b2f(q.Available), grp.Name)
 		ch <- prometheus.MustNewConstMetric(d.groupCounting, prometheus.GaugeValue, float64(q.Counting), grp.Name)
@@ -549,8 +552,8 @@ func (c lockerCollector) collectGroups(ch chan<- prometheus.Metric, gl groupedLo
 		for s, n := range states {
 			ch <- prometheus.MustNewConstMetric(d.groupMasters, prometheus.GaugeValue, float64(n), grp.Name, string(s))
 		}
-		for op, n := range gl.GroupOps(i) {
-			ch <- prometheus.MustNewConstMetric(d.groupOps, prometheus.CounterValue, float64(n), grp.Name, groupOpNames[op])
+		for op, n := range grp.Ops.named() {
+			ch <- prometheus.MustNewConstMetric(d.groupOps, prometheus.CounterValue, float64(n), grp.Name, op)
 		}
 	}
 	return all
@@ -571,7 +574,7 @@ type statsBody struct {
 	Requests      map[string]map[string]uint64  `json:"requests"`
 	Duration      map[string]statsDurationEntry `json:"duration"`
 	// Accounts are the accounts with a quota, rate limit or max_locks.
-	Accounts map[string]accountStats `json:"accounts"`
+	Accounts map[string]limits.AccountStats `json:"accounts"`
 }
 
 type statsDurationEntry struct {
@@ -584,7 +587,7 @@ func (m *Metrics) stats() statsBody {
 		UptimeSeconds: time.Since(m.started).Seconds(),
 		Requests:      map[string]map[string]uint64{},
 		Duration:      map[string]statsDurationEntry{},
-		Accounts:      m.limits.limiter.Load().accountStats(),
+		Accounts:      m.limits.Stats(),
 	}
 	for a := range numActions {
 		for r := range numResults {

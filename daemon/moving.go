@@ -26,13 +26,14 @@ type movingLocker struct {
 
 // NewMovingLocker serves m. groups are every distinct group of the
 // previous and the current lists (each once, a group in both lists once),
-// for the health views; from and to are the two lists' names.
-func NewMovingLocker(m *redlock.Moving, groups []LockerGroup, from, to []string) (Locker, error) {
-	gl, err := NewGroupsLocker(groups)
+// for the health views; from and to are the two lists' names, which its
+// MasterHealth's Groups reports as GroupsHealth.From and To.
+func NewMovingLocker(m *redlock.Moving, groups []redlock.Group, from, to []string) (MasterLocker, error) {
+	gl, err := newGroupsLocker(groups)
 	if err != nil {
 		return nil, err
 	}
-	ml := &movingLocker{groupsLocker: gl.(*groupsLocker), m: m, index: map[string]int{}, from: from, to: to, since: time.Now()}
+	ml := &movingLocker{groupsLocker: gl, m: m, index: map[string]int{}, from: from, to: to, since: time.Now()}
 	for i, g := range groups {
 		ml.index[g.Name] = i
 	}
@@ -49,6 +50,10 @@ func (l *movingLocker) count(key string, op int) {
 }
 
 func (l *movingLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
+	if req.Keys != nil {
+		l.countSet(req.Keys, opAcquire)
+		return l.acquireSet(ctx, req)
+	}
 	l.count(req.Key, opAcquire)
 	var opts []redlock.AcquireOption
 	if req.Wait > 0 && req.Permits == 0 {
@@ -115,6 +120,41 @@ func (l *movingLocker) SemaphoreStatus(ctx context.Context, key string, permits 
 	return out, nil
 }
 
+// acquireSet takes a multi-key lock through the moving phase: every key
+// in each of its groups (redlock.Moving.AcquireMulti).
+func (l *movingLocker) acquireSet(ctx context.Context, req AcquireRequest) (Lease, error) {
+	ml, err := l.m.AcquireMulti(ctx, req.Keys, req.TTL, acquireOptions(req)...)
+	if err != nil {
+		return Lease{}, err
+	}
+	return Lease{Token: ml.Token(), Fence: ml.Fence(), ValidUntil: ml.ValidUntil()}, nil
+}
+
+func (l *movingLocker) countSet(keys []string, op int) {
+	for _, k := range keys {
+		l.count(k, op)
+	}
+}
+
+func (l *movingLocker) ReleaseMulti(ctx context.Context, keys []string, token string) (int, error) {
+	l.countSet(keys, opRelease)
+	return l.m.ReleaseMulti(ctx, keys, token)
+}
+
+func (l *movingLocker) ExtendMulti(ctx context.Context, keys []string, token string, ttl time.Duration) (Lease, error) {
+	l.countSet(keys, opExtend)
+	lk, err := l.m.ExtendMulti(ctx, keys, token, ttl)
+	if err != nil {
+		return Lease{}, err
+	}
+	return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
+}
+
+func (l *movingLocker) StatusMulti(ctx context.Context, keys []string) (redlock.MultiStatus, error) {
+	l.countSet(keys, opStatus)
+	return l.m.StatusMulti(ctx, keys)
+}
+
 func (l *movingLocker) Release(ctx context.Context, key, token string) (int, error) {
 	l.count(key, opRelease)
 	return l.m.Release(ctx, key, token)
@@ -134,22 +174,13 @@ func (l *movingLocker) Status(ctx context.Context, key string) (redlock.Status, 
 	return l.m.Status(ctx, key)
 }
 
-// placement is /readyz's placement: the phase of a change of groups.
-func (l *movingLocker) placement() *readyPlacement {
-	return &readyPlacement{Phase: "moving", From: l.from, To: l.to, SinceMS: l.since.UnixMilli()}
+// Groups is every group's view, placed from the previous groups to the
+// current ones.
+func (l *movingLocker) Groups() *GroupsHealth {
+	gh := l.groupsLocker.Groups()
+	gh.From, gh.To, gh.Since = l.from, l.to, l.since
+	return gh
 }
-
-// placement of a groupsLocker: no change in force.
-func (g *groupsLocker) placement() *readyPlacement {
-	names := make([]string, len(g.groups))
-	for i, grp := range g.groups {
-		names[i] = grp.Name
-	}
-	return &readyPlacement{Phase: "stable", To: names}
-}
-
-// placementer is a Locker over master groups that tells its placement phase.
-type placementer interface{ placement() *readyPlacement }
 
 // readyPlacement is /readyz's placement, with master_groups:
 //
@@ -163,4 +194,12 @@ type readyPlacement struct {
 	From    []string `json:"from,omitempty"`
 	To      []string `json:"to"`
 	SinceMS int64    `json:"since_ms,omitempty"`
+}
+
+// placementOf is /readyz's placement of gh.
+func placementOf(gh *GroupsHealth) *readyPlacement {
+	if gh.From == nil {
+		return &readyPlacement{Phase: "stable", To: gh.To}
+	}
+	return &readyPlacement{Phase: "moving", From: gh.From, To: gh.To, SinceMS: gh.Since.UnixMilli()}
 }

@@ -17,7 +17,7 @@ import (
 // outcome was decided: an acquire stops as soon as a quorum is out of
 // reach, so with every master out it reports three failures of five. The
 // masters it does not mention are classified from the health snapshot
-// (Locker.Masters), so that the counts in the message add up to every
+// (MasterHealth.Masters), so that the counts in the message add up to every
 // master.
 
 // masterFate is why one master did not help a quorum.
@@ -200,14 +200,14 @@ func quorumReturn(err error, masters []redlock.MasterStatus, quorum int) (time.D
 // outage's backoff.
 func (s *Server) quorumAnswer(err error, now time.Time) (string, time.Duration) {
 	retry := s.outage.backoff(now)
-	locker, prefix := s.locker, ""
-	if name, l, ok := groupOf(s.locker, err); ok {
+	health, prefix := s.health, ""
+	if name, h, ok := groupOf(s.health, err); ok {
 		// The key's own group: its masters, its quorum.
-		locker, prefix = l, "master group "+name+": "
+		health, prefix = h, "master group "+name+": "
 	}
-	masters := locker.Masters()
+	masters := health.Masters()
 	msg := prefix + quorumMessage(err, masters)
-	if d, ok := quorumReturn(err, masters, locker.Quorum()); ok && d > 0 {
+	if d, ok := quorumReturn(err, masters, health.Quorum()); ok && d > 0 {
 		d = max(d.Round(time.Second), time.Second)
 		retry = min(d, maxRetryAfter)
 		return msg + fmt.Sprintf("; a quorum is expected back in %v, when quarantines end; retry in %d s", d, retry/time.Second), retry

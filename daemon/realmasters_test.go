@@ -77,7 +77,7 @@ func newDeployment(t *testing.T) *deployment {
 // locker returns a new redlock Client over the deployment (one per
 // daemon), closed at cleanup, with the per-master timeout the daemon
 // tests under -race can meet.
-func (d *deployment) locker(t *testing.T) Locker {
+func (d *deployment) locker(t *testing.T) MasterLocker {
 	t.Helper()
 	masters := make([]*redis.Options, len(d.servers))
 	for i, s := range d.servers {

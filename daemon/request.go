@@ -1,11 +1,15 @@
 package daemon
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/redlockd/redlockd/redlock"
 )
@@ -19,6 +23,8 @@ const (
 	maxPermits = redlock.MaxPermits
 	// maxLockDelayMS is the longest lock_delay_ms, redlock.MaxLockDelay.
 	maxLockDelayMS = int64(redlock.MaxLockDelay / time.Millisecond)
+	// maxMultiKeys is the most keys of a multi-key lock, redlock.MaxMultiKeys.
+	maxMultiKeys = redlock.MaxMultiKeys
 )
 
 // action is what a request asks for. actUnknown labels requests refused
@@ -57,12 +63,17 @@ type lockRequest struct {
 	slot    int64
 	hasSlot bool
 	// lockDelayMS is the acquire's lock-delay (redlock/lockdelay.go); 0
-	// for none.
-	lockDelayMS int64
+	// for none. hasLockDelay: the request sent lock_delay_ms.
+	lockDelayMS  int64
+	hasLockDelay bool
+	// keys are the keys of a multi-key lock (redlock/multikey.go), 2 to
+	// maxMultiKeys distinct keys; nil for one key (key). A keys of one key
+	// is that key.
+	keys []string
 }
 
-// limits are the configured bounds a request is checked against.
-type limits struct {
+// lockBounds are the configured bounds a request is checked against.
+type lockBounds struct {
 	defaultTTL int64 // seconds
 	maxTTL     int64 // seconds
 	maxWaitMS  int64
@@ -96,6 +107,7 @@ type jsonValue struct {
 	kind    jsonKind
 	str     string // kString, unescaped
 	notText bool   // kString: invalid UTF-8 or a lone surrogate escape
+	raw     []byte // kArray: the array's JSON text
 	num     string // kNumber, as written
 	isInt   bool   // kNumber: no fraction and no exponent
 }
@@ -114,15 +126,47 @@ func (v *jsonValue) absent() bool { return v.kind == kNone }
 //
 // The JSON syntax is jsontext's (scanObject); the rules above are checked
 // here, on its tokens.
-func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badRequest) {
-	var f struct{ action, key, ttl, token, namespace, waitMS, permits, slot, lockDelayMS jsonValue }
-	if err := scanObject(body, func(name string, v jsonValue) (nested bool, err *badRequest) {
+func parseLockRequest(body []byte, lim *lockBounds) (lockRequest, action, *badRequest) {
+	f, err := scanLockFields(body)
+	if err != nil {
+		return lockRequest{}, actUnknown, err
+	}
+	var req lockRequest
+	if req.action, err = f.parseAction(); err != nil {
+		return req, actUnknown, err
+	}
+	a := req.action
+	for _, step := range []func(*lockRequest, *lockBounds) *badRequest{f.parseTarget, f.parseNumbers, f.parseToken} {
+		if err := step(&req, lim); err != nil {
+			return req, a, err
+		}
+	}
+	return req, a, nil
+}
+
+// lockFields are the fields of a lock body as scanned, each kNone when
+// absent.
+type lockFields struct {
+	action, key, keys, ttl, token, namespace, waitMS, permits, slot, lockDelayMS jsonValue
+}
+
+// scanLockFields reads body's fields by name: a known name at most once,
+// strings where a string is the only shape (the numbers, and keys, are
+// checked once the action is known).
+func scanLockFields(body []byte) (*lockFields, *badRequest) {
+	var f lockFields
+	err := scanObject(body, func(name string, v jsonValue) (nested bool, err *badRequest) {
 		var dst *jsonValue
 		switch name {
 		case "action":
 			dst, err = &f.action, wantString(name, &v)
 		case "key":
 			dst, err = &f.key, wantString(name, &v)
+		case "keys":
+			dst, nested = &f.keys, true
+			if v.kind != kArray {
+				err = bad("keys: must be an array of 1 to %d strings, got %s", maxMultiKeys, kindNames[v.kind])
+			}
 		case "ttl":
 			// Checked once the action is known (it may come later in the
 			// body); until then any value, nested ones included, is kept.
@@ -140,125 +184,192 @@ func parseLockRequest(body []byte, lim *limits) (lockRequest, action, *badReques
 		case "lock_delay_ms":
 			dst, nested = &f.lockDelayMS, true
 		default:
-			return false, bad("body: unknown field %s; the fields are action, key, ttl, token, namespace, wait_ms, permits, slot, lock_delay_ms", quoteShort(name))
+			return false, bad("body: unknown field %s; the fields are action, key, keys, ttl, token, namespace, wait_ms, permits, slot, lock_delay_ms", quoteShort(name))
 		}
 		if dst.kind != kNone {
 			return false, bad("body: field %q appears more than once", name)
 		}
 		*dst = v
 		return nested, err
-	}); err != nil {
-		return lockRequest{}, actUnknown, err
-	}
+	})
+	return &f, err
+}
 
-	var req lockRequest
-	// An absent action means acquire, the documented default. An empty
-	// string is not absent: like any other value outside the enum it is
-	// refused (null was refused by wantString).
+// parseAction reads action. An absent action means acquire, the
+// documented default. An empty string is not absent: like any other value
+// outside the enum it is refused (null was refused by wantString).
+func (f *lockFields) parseAction() (action, *badRequest) {
 	switch s := f.action.str; {
 	case f.action.absent() || s == "acquire":
-		req.action = actAcquire
+		return actAcquire, nil
 	case s == "release":
-		req.action = actRelease
+		return actRelease, nil
 	case s == "extend":
-		req.action = actExtend
+		return actExtend, nil
 	case s == "status":
-		req.action = actStatus
+		return actStatus, nil
 	default:
-		return req, actUnknown, bad("action: %s is not one of acquire, release, extend, status (and, where idempotency records are on, idem_begin, idem_complete, idem_abort, idem_get, idem_extend)", quoteShort(s))
+		return actUnknown, bad("action: %s is not one of acquire, release, extend, status (and, where idempotency records are on, idem_begin, idem_complete, idem_abort, idem_get, idem_extend)", quoteShort(s))
 	}
-	a := req.action
-	if f.key.absent() {
-		return req, a, bad("key: required, a string of 1 to %d bytes", maxKeyBytes)
+}
+
+// parseTarget reads what the action acts on: key or keys (one of them),
+// and namespace.
+func (f *lockFields) parseTarget(req *lockRequest, _ *lockBounds) *badRequest {
+	switch {
+	case !f.keys.absent() && !f.key.absent():
+		return bad("key, keys: send one of them: key for one lock, keys for a multi-key lock")
+	case !f.keys.absent():
+		keys, err := parseKeys(f.keys.raw)
+		if err != nil {
+			return err
+		}
+		req.key = keys[0]
+		if len(keys) > 1 {
+			req.keys = keys
+		}
+	case f.key.absent():
+		return bad("key: required, a string of 1 to %d bytes (or keys, an array of 1 to %d such strings)", maxKeyBytes, maxMultiKeys)
+	default:
+		if err := checkText("key", &f.key, 1, maxKeyBytes); err != nil {
+			return err
+		}
+		req.key = f.key.str
 	}
-	if err := checkText("key", &f.key, 1, maxKeyBytes); err != nil {
-		return req, a, err
-	}
-	req.key = f.key.str
 	if err := checkText("namespace", &f.namespace, 0, maxNamespaceBytes); err != nil {
-		return req, a, err
+		return err
 	}
 	req.namespace = f.namespace.str
-	// ttl is used by acquire and extend only, wait_ms by acquire only. An
-	// action that does not use a field ignores it entirely — any value of
-	// any type, even an object, is accepted and has no effect (req.ttl
-	// stays 0 for release and status) — so that a client may send one body
-	// shape for every action, and so that "ttl is ignored by release and
-	// status" (the API documentation) holds literally. The field must still be
-	// well-formed JSON, known by name, and appear at most once: those are
-	// rules of the body, not of the field.
+	return nil
+}
+
+// parseNumbers reads ttl, wait_ms, permits, slot and lock_delay_ms, each
+// for the actions that use it.
+//
+// ttl is used by acquire and extend only, wait_ms by acquire only. An
+// action that does not use a field ignores it entirely — any value of
+// any type, even an object, is accepted and has no effect (req.ttl
+// stays 0 for release and status) — so that a client may send one body
+// shape for every action, and so that "ttl is ignored by release and
+// status" (the API documentation) holds literally. The field must still be
+// well-formed JSON, known by name, and appear at most once: those are
+// rules of the body, not of the field. permits (a semaphore's acquire or
+// status) and slot (the permit a release or extend acts on) are ignored by
+// the other actions in the same way.
+func (f *lockFields) parseNumbers(req *lockRequest, lim *lockBounds) *badRequest {
+	a := req.action
+	var err *badRequest
 	if a == actAcquire || a == actExtend {
 		req.ttl = lim.defaultTTL
 		if !f.ttl.absent() {
-			if err := wantInt("ttl", "seconds", &f.ttl); err != nil {
-				return req, a, err
+			if req.ttl, err = intField("ttl", "seconds", &f.ttl, 1, lim.maxTTL); err != nil {
+				return err
 			}
-			n, err := intInRange("ttl", &f.ttl, 1, lim.maxTTL)
-			if err != nil {
-				return req, a, err
-			}
-			req.ttl = n
 		}
 	}
 	if a == actAcquire && !f.waitMS.absent() {
-		if err := wantInt("wait_ms", "milliseconds", &f.waitMS); err != nil {
-			return req, a, err
+		if req.waitMS, err = intField("wait_ms", "milliseconds", &f.waitMS, 0, lim.maxWaitMS); err != nil {
+			return err
 		}
-		n, err := intInRange("wait_ms", &f.waitMS, 0, lim.maxWaitMS)
-		if err != nil {
-			return req, a, err
-		}
-		req.waitMS = n
 	}
-	// permits: a semaphore's acquire or status; slot: the permit a
-	// release or extend acts on. Each is ignored by the other actions, as
-	// ttl is.
 	if (a == actAcquire || a == actStatus) && !f.permits.absent() {
-		if err := wantInt("permits", "permits", &f.permits); err != nil {
-			return req, a, err
+		if req.permits, err = intField("permits", "permits", &f.permits, 1, maxPermits); err != nil {
+			return err
 		}
-		n, err := intInRange("permits", &f.permits, 1, maxPermits)
-		if err != nil {
-			return req, a, err
-		}
-		req.permits = n
 	}
 	if (a == actRelease || a == actExtend) && !f.slot.absent() {
-		if err := wantInt("slot", "slots", &f.slot); err != nil {
-			return req, a, err
+		if req.slot, err = intField("slot", "slots", &f.slot, 0, maxPermits-1); err != nil {
+			return err
 		}
-		n, err := intInRange("slot", &f.slot, 0, maxPermits-1)
-		if err != nil {
-			return req, a, err
-		}
-		req.slot, req.hasSlot = n, true
+		req.hasSlot = true
 	}
 	if a == actAcquire && !f.lockDelayMS.absent() {
-		if err := wantInt("lock_delay_ms", "milliseconds", &f.lockDelayMS); err != nil {
-			return req, a, err
-		}
-		n, err := intInRange("lock_delay_ms", &f.lockDelayMS, 0, maxLockDelayMS)
+		n, err := intField("lock_delay_ms", "milliseconds", &f.lockDelayMS, 0, maxLockDelayMS)
 		if err != nil {
-			return req, a, err
+			return err
 		}
 		// The delay record outlives the lock by the delay, and must not
 		// outlive max_ttl (redlock/lockdelay.go).
 		if req.ttl*1000+n > lim.maxTTL*1000 {
-			return req, a, bad("lock_delay_ms: ttl %d s + lock_delay_ms %d is above max_ttl (%d s)", req.ttl, n, lim.maxTTL)
+			return bad("lock_delay_ms: ttl %d s + lock_delay_ms %d is above max_ttl (%d s)", req.ttl, n, lim.maxTTL)
 		}
-		req.lockDelayMS = n
+		req.lockDelayMS, req.hasLockDelay = n, true
 	}
-	// token: required by release and extend; acquire and status ignore it.
-	if a == actRelease || a == actExtend {
-		if f.token.absent() || f.token.str == "" {
-			return req, a, bad("token: required for %s; send the token that acquire returned", a)
-		}
-		if !isToken(f.token.str) {
-			return req, a, bad("token: must be the %d lowercase hex characters that acquire returned", tokenLen)
-		}
-		req.token = f.token.str
+	if req.keys != nil && req.permits > 0 {
+		return bad("permits, keys: a semaphore has one name; send key with permits, or keys without")
 	}
-	return req, a, nil
+	if req.keys != nil && req.hasSlot {
+		return bad("slot, keys: a slot is a semaphore permit's; send key with slot, or keys without")
+	}
+	return nil
+}
+
+// parseToken reads token: required by release and extend; acquire and
+// status ignore it.
+func (f *lockFields) parseToken(req *lockRequest, _ *lockBounds) *badRequest {
+	a := req.action
+	if a != actRelease && a != actExtend {
+		return nil
+	}
+	if f.token.absent() || f.token.str == "" {
+		return bad("token: required for %s; send the token that acquire returned", a)
+	}
+	if !isToken(f.token.str) {
+		return bad("token: must be the %d lowercase hex characters that acquire returned", tokenLen)
+	}
+	req.token = f.token.str
+	return nil
+}
+
+// intField reads an integer field of unit in [lo, hi]: written as an
+// integer (wantInt), then in range (intInRange).
+func intField(field, unit string, v *jsonValue, lo, hi int64) (int64, *badRequest) {
+	if err := wantInt(field, unit, v); err != nil {
+		return 0, err
+	}
+	return intInRange(field, v, lo, hi)
+}
+
+// parseKeys reads the keys array: 1 to maxMultiKeys strings, each a key
+// as checkText("key") takes it, no two the same.
+func parseKeys(raw []byte) ([]string, *badRequest) {
+	d := jsontext.NewDecoder(bytes.NewReader(raw), jsontext.AllowInvalidUTF8(true))
+	if _, err := d.ReadToken(); err != nil { // '['
+		return nil, malformed(err)
+	}
+	var keys []string
+	for d.PeekKind() != ']' {
+		i := len(keys)
+		if i == maxMultiKeys {
+			n := i
+			for d.PeekKind() != ']' {
+				if err := d.SkipValue(); err != nil {
+					return nil, malformed(err)
+				}
+				n++
+			}
+			return nil, bad("keys: %d keys is above the maximum of %d", n, maxMultiKeys)
+		}
+		v, err := readValue(d)
+		if err != nil {
+			return nil, malformed(err)
+		}
+		field := "keys[" + strconv.Itoa(i) + "]"
+		if v.kind != kString {
+			return nil, bad("%s: must be a string, got %s", field, kindNames[v.kind])
+		}
+		if err := checkText(field, &v, 1, maxKeyBytes); err != nil {
+			return nil, err
+		}
+		if j := slices.Index(keys, v.str); j >= 0 {
+			return nil, bad("%s: %s is keys[%d] again; every key of a set must be different", field, quoteShort(v.str), j)
+		}
+		keys = append(keys, v.str)
+	}
+	if len(keys) == 0 {
+		return nil, bad("keys: must hold 1 to %d keys, got none", maxMultiKeys)
+	}
+	return keys, nil
 }
 
 func bad(format string, args ...any) *badRequest {

@@ -81,7 +81,7 @@ func badInputs() []badInput {
 		{name: "ttl on extend is checked", body: `{"key":"a","action":"extend","token":"` + goodToken + `","ttl":0}`, msg: "ttl: 0 is below the minimum of 1"},
 		{name: "ttl on extend is typed", body: `{"ttl":"30","key":"a","action":"extend","token":"` + goodToken + `"}`, msg: "ttl: must be an integer number of seconds, got a string"},
 		{name: "ttl object on acquire", body: `{"key":"a","ttl":{"s":30}}`, msg: "ttl: must be an integer number of seconds, got an object"},
-		{name: "ignored ttl still malformed", body: `{"key":"a","action":"status","ttl":[1,}`, msg: "body: malformed JSON at byte 37: invalid character ',' at start of value"},
+		{name: "ignored ttl still malformed", body: `{"key":"a","action":"status","ttl":[1,}`, msg: "body: malformed JSON at byte 38: invalid character '}' at start of value"},
 		{name: "ignored ttl still once", body: `{"key":"a","action":"status","ttl":1,"ttl":2}`, msg: `body: field "ttl" appears more than once`},
 		// wait_ms
 		{name: "wait above max", body: `{"key":"a","wait_ms":2001}`, msg: "wait_ms: 2001 is above the maximum of 2000"},
@@ -128,7 +128,7 @@ func badInputs() []badInput {
 		{name: "leading zero", body: `{"key":"a","ttl":030}`, msg: "body: malformed JSON at byte 18: invalid character '3' after object value (expecting ',' or '}')"},
 		{name: "trailing data", body: `{"key":"a"} x`, msg: "body: unexpected data after the JSON object at byte 12"},
 		{name: "two objects", body: `{"key":"a"}{"key":"b"}`, msg: "body: unexpected data after the JSON object at byte 11"},
-		{name: "unknown field", body: `{"key":"a","foo":1}`, msg: `body: unknown field "foo"; the fields are action, key, ttl, token, namespace, wait_ms, permits, slot, lock_delay_ms`},
+		{name: "unknown field", body: `{"key":"a","foo":1}`, msg: `body: unknown field "foo"; the fields are action, key, keys, ttl, token, namespace, wait_ms, permits, slot, lock_delay_ms`},
 		{name: "field wrong case", body: `{"Key":"a"}`, msg: `body: unknown field "Key"`},
 		{name: "duplicate field", body: `{"key":"a","key":"b"}`, msg: `body: field "key" appears more than once`},
 		{name: "duplicate null field", body: `{"ttl":null,"key":"a","ttl":5}`, msg: `body: field "ttl" appears more than once`},
@@ -238,7 +238,7 @@ func TestContentTypesAccepted(t *testing.T) {
 // Accepted shapes: absent fields take their defaults, whitespace anywhere,
 // escapes.
 func TestParseAccepts(t *testing.T) {
-	lim := &limits{defaultTTL: 30, maxTTL: 86400, maxWaitMS: 1000}
+	lim := &lockBounds{defaultTTL: 30, maxTTL: 86400, maxWaitMS: 1000}
 	cases := []struct {
 		body string
 		want lockRequest
@@ -278,7 +278,7 @@ func FuzzParseLockRequest(f *testing.F) {
 	}
 	f.Add([]byte(`{"action":"release","key":"k","token":"` + goodToken + `","ttl":5,"wait_ms":0,"namespace":"n"}`))
 	f.Add([]byte(`{"key":"\ud83d\udd12\u00e9\n"}`))
-	lim := &limits{defaultTTL: 30, maxTTL: 86400, maxWaitMS: 5000}
+	lim := &lockBounds{defaultTTL: 30, maxTTL: 86400, maxWaitMS: 5000}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		req, _, err := parseLockRequest(body, lim)
 		if err != nil {

@@ -30,7 +30,7 @@ const (
 	// key from one source.
 	codeTooManyAuthFailures = "too_many_auth_failures"
 	// codeQuotaExhausted, codeRateLimited, codeTooManyLocks: 429, the
-	// account's limits (limits.go).
+	// account's limits (package limits, admission.go).
 	codeQuotaExhausted = "quota_exhausted"
 	codeRateLimited    = "rate_limited"
 	codeTooManyLocks   = "too_many_locks"
@@ -63,7 +63,8 @@ var outcomeNames = [...]string{"", "acquired", "released", "extended", "held"}
 // not enabled (fence == 0) and token everywhere but a successful acquire.
 type lockData struct {
 	action  action
-	key     string // the caller's key, not the Redis key
+	key     string   // the caller's key, not the Redis key
+	keys    []string // a multi-key lock's keys, the caller's; nil for one key
 	outcome outcome
 	ok      bool // the outcome's value
 
@@ -100,6 +101,16 @@ func writeData(w http.ResponseWriter, d *lockData, msg string, remainQuota int64
 	b = append(b, d.action.String()...)
 	b = append(b, `","key":`...)
 	b = appendJSONString(b, d.key)
+	if d.keys != nil {
+		b = append(b, `,"keys":[`...)
+		for i, k := range d.keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, k)
+		}
+		b = append(b, ']')
+	}
 	if d.outcome != outNone {
 		b = append(b, ',', '"')
 		b = append(b, outcomeNames[d.outcome]...)

@@ -50,7 +50,7 @@ type testServer struct {
 // opts may change the Options before New. The server is shut down, and its
 // Serve error checked, when the test ends. locker may be a real
 // NewRedlockLocker(client).
-func newTestServer(t *testing.T, locker Locker, opts ...func(*Options)) *testServer {
+func newTestServer(t *testing.T, locker MasterLocker, opts ...func(*Options)) *testServer {
 	t.Helper()
 	core, logs := observer.New(zapcore.DebugLevel)
 	reg := prometheus.NewRegistry()
@@ -64,6 +64,7 @@ func newTestServer(t *testing.T, locker Locker, opts ...func(*Options)) *testSer
 		MaxBodyBytes:    4096,
 		ShutdownTimeout: 5 * time.Second,
 		Locker:          locker,
+		Health:          locker,
 		Metrics:         NewMetrics(reg),
 	}
 	for _, f := range opts {
@@ -307,6 +308,22 @@ func (f *fakeLocker) holder(key string) (fakeLock, bool) {
 	return l, true
 }
 
+// errFakeMulti: the fake has no multi-key locks; they are tested on real
+// masters (multikey_test.go).
+var errFakeMulti = errors.New("fakeLocker: multi-key locks are tested on real masters")
+
+func (f *fakeLocker) ReleaseMulti(context.Context, []string, string) (int, error) {
+	return 0, errFakeMulti
+}
+
+func (f *fakeLocker) ExtendMulti(context.Context, []string, string, time.Duration) (Lease, error) {
+	return Lease{}, errFakeMulti
+}
+
+func (f *fakeLocker) StatusMulti(context.Context, []string) (redlock.MultiStatus, error) {
+	return redlock.MultiStatus{}, errFakeMulti
+}
+
 func (f *fakeLocker) Release(ctx context.Context, key, token string) (int, error) {
 	f.record(key)
 	if f.down.Load() {
@@ -434,13 +451,15 @@ func (f *fakeLocker) Masters() []redlock.MasterStatus {
 	return out
 }
 
-func (f *fakeLocker) Quorum() int          { return 3 }
-func (f *fakeLocker) FenceRepairs() int64  { return f.repairs.Load() }
-func (f *fakeLocker) Quarantines() int64   { return f.quarantines.Load() }
-func (f *fakeLocker) GrantRefusals() int64 { return 0 }
-func (f *fakeLocker) DataLosses() map[redlock.DataLossReason]int64 {
-	return map[redlock.DataLossReason]int64{}
+func (f *fakeLocker) Quorum() int { return 3 }
+func (f *fakeLocker) Counters() HealthCounters {
+	return HealthCounters{FenceRepairs: f.repairs.Load(), Quarantines: f.quarantines.Load()}
 }
+
+// LongestMaxTTL and ClockBounds are not known: /readyz omits them.
+func (f *fakeLocker) LongestMaxTTL() time.Duration     { return 0 }
+func (f *fakeLocker) ClockBounds() redlock.ClockBounds { return redlock.ClockBounds{} }
+func (f *fakeLocker) Groups() *GroupsHealth            { return nil }
 
 func (f *fakeLocker) setUp(i int, up bool) {
 	f.mu.Lock()
@@ -456,10 +475,11 @@ func (f *fakeLocker) setStatus(i int, edit func(*redlock.MasterStatus)) {
 	f.mu.Unlock()
 }
 
-func validOptions(l Locker) *Options {
+func validOptions(l MasterLocker) *Options {
 	return &Options{
 		APIKeys: []APIKey{{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme))}},
 		Locker:  l,
+		Health:  l,
 		Metrics: NewMetrics(prometheus.NewRegistry()),
 	}
 }
@@ -472,6 +492,7 @@ func TestNewValidates(t *testing.T) {
 		want string
 	}{
 		{"no locker", func(o *Options) { o.Locker = nil }, "Options.Locker: required"},
+		{"no health", func(o *Options) { o.Health = nil }, "Options.Health: required"},
 		{"no keys", func(o *Options) { o.APIKeys = nil }, "Options.APIKeys: at least one"},
 		{"empty account", func(o *Options) { o.APIKeys = []APIKey{{Hash: h}} }, "APIKeys[0].Account"},
 		{"zero hash", func(o *Options) { o.APIKeys = []APIKey{{Account: "a"}} }, "APIKeys[0] (a).Hash: missing"},
@@ -481,9 +502,12 @@ func TestNewValidates(t *testing.T) {
 		{"duplicate key", func(o *Options) {
 			o.APIKeys = append(o.APIKeys, APIKey{Account: "b", Hash: o.APIKeys[0].Hash})
 		}, "APIKeys[1] (b).Hash: the same key as APIKeys[0]"},
-		{"max ttl too big", func(o *Options) { o.MaxTTL = 86401 }, "Options.MaxTTL: 86401"},
-		{"max ttl negative", func(o *Options) { o.MaxTTL = -1 }, "Options.MaxTTL: -1"},
-		{"default above max", func(o *Options) { o.MaxTTL, o.DefaultTTL = 10, 20 }, "Options.DefaultTTL: 20"},
+		{"max ttl too big", func(o *Options) { o.MaxTTL = 86401 * time.Second }, "Options.MaxTTL: 24h0m1s is outside 1s to 24h0m0s"},
+		{"max ttl negative", func(o *Options) { o.MaxTTL = -time.Second }, "Options.MaxTTL: -1s"},
+		{"max ttl below a second", func(o *Options) { o.MaxTTL = 500 * time.Millisecond }, "Options.MaxTTL: 500ms is outside 1s to 24h0m0s"},
+		{"max ttl not whole seconds", func(o *Options) { o.MaxTTL = 1500 * time.Millisecond }, "Options.MaxTTL: 1.5s is not a whole number of seconds"},
+		{"default above max", func(o *Options) { o.MaxTTL, o.DefaultTTL = 10*time.Second, 20*time.Second }, "Options.DefaultTTL: 20s is outside 1s to MaxTTL (10s)"},
+		{"default not whole seconds", func(o *Options) { o.DefaultTTL = 2500 * time.Millisecond }, "Options.DefaultTTL: 2.5s is not a whole number of seconds"},
 		{"negative wait", func(o *Options) { o.MaxWait = -time.Second }, "Options.MaxWait"},
 		{"tiny body", func(o *Options) { o.MaxBodyBytes = 10 }, "Options.MaxBodyBytes: 10"},
 		{"negative shutdown", func(o *Options) { o.ShutdownTimeout = -1 }, "Options.ShutdownTimeout"},
@@ -505,12 +529,12 @@ func TestNewValidates(t *testing.T) {
 func TestNewDefaults(t *testing.T) {
 	s, err := New(nil, validOptions(newFakeLocker()))
 	require.NoError(t, err)
-	assert.Equal(t, limits{defaultTTL: 30, maxTTL: 86400, maxWaitMS: 0}, s.lim)
+	assert.Equal(t, lockBounds{defaultTTL: 30, maxTTL: 86400, maxWaitMS: 0}, s.lim)
 	assert.EqualValues(t, DefaultMaxBodyBytes, s.maxBody)
 	assert.Equal(t, DefaultShutdownTimeout, s.shutdownTimeout)
 
 	o := validOptions(newFakeLocker())
-	o.MaxTTL = 10
+	o.MaxTTL = 10 * time.Second
 	s, err = New(nil, o)
 	require.NoError(t, err)
 	assert.EqualValues(t, 10, s.lim.defaultTTL, "the built-in default is lowered to MaxTTL")

@@ -1,5 +1,5 @@
-// The redlockd dashboard. Every second it reads GET /readyz (masters and
-// quorum now), GET /v1/history?since_ms=… (the samples it has not seen
+// The redlockd dashboard. Every second it reads GET /readyz (masters,
+// quorum and, with master_groups, each group's now), GET /v1/history?since_ms=… (the samples it has not seen
 // yet) and GET /v1/stats (the accounts' limits), keeps the last 15 minutes and draws them as SVG. Every value goes
 // into the page through textContent or an attribute, never as HTML.
 "use strict";
@@ -297,7 +297,43 @@
     else if (margin === 0) { text += "margin 0: one more failure stops locking"; qe.className = "warn"; }
     else { text += "can lose " + margin + " more"; qe.className = ""; }
     qe.textContent = text;
+    showGroups(r);
     document.getElementById("masters").replaceChildren(...r.masters.map(masterCard));
+  }
+
+  // ---- master groups (master_groups only): quorum, masters, calls/s ----
+
+  let lastOps = null; // { at: ms, ops: {group: total calls} } of the previous /readyz
+
+  function showGroups(r) {
+    const box = document.getElementById("groups-box");
+    if (!r.groups || !r.groups.length) { box.hidden = true; lastOps = null; return; }
+    box.hidden = false;
+    const now = Date.now(), ops = {};
+    const body = document.querySelector("#groups tbody");
+    body.replaceChildren(...r.groups.map(function (g) {
+      const q = g.quorum, margin = q.counting - q.needed;
+      const total = Object.keys(g.ops || {}).reduce(function (s, k) { return s + g.ops[k]; }, 0);
+      ops[g.name] = total;
+      const tr = el("tr");
+      tr.setAttribute("data-group", g.name);
+      tr.append(el("td", "", g.name));
+      tr.append(el("td", margin < 0 ? "bad" : margin === 0 ? "warn" : "",
+        q.counting + " of " + q.masters + " counting, " + q.needed + " needed — " +
+        (margin < 0 ? "no quorum: its keys cannot be locked" : margin === 0 ? "margin 0" : "can lose " + margin + " more")));
+      const states = {};
+      g.masters.forEach(function (m) { states[m.state] = (states[m.state] || 0) + 1; });
+      tr.append(el("td", "", Object.keys(states).sort().map(function (st) { return states[st] + " " + st; }).join(", ")));
+      // Calls this daemon sent to the group per second, between the last
+      // two readings of its counters.
+      const prev = lastOps ? lastOps.ops[g.name] : undefined;
+      const rate = prev === undefined || now <= lastOps.at ? null : (total - prev) * 1000 / (now - lastOps.at);
+      tr.append(el("td", "", rate === null ? "–" : fmt(Math.max(rate, 0))));
+      return tr;
+    }));
+    lastOps = { at: now, ops: ops };
+    const p = r.placement;
+    document.getElementById("placement").textContent = p && p.phase ? "· placement: " + p.phase : "";
   }
 
   function masterCard(m) {
@@ -309,6 +345,7 @@
     card.appendChild(head);
     const badges = el("div", "badges");
     badges.appendChild(el("span", "badge vote " + (m.counts ? "ok" : "idle"), m.counts ? "vote counts" : "vote excluded"));
+    if (m.group) { badges.appendChild(document.createTextNode(" ")); badges.appendChild(el("span", "badge idle group", "group " + m.group)); }
     if (m.drifting) { badges.appendChild(document.createTextNode(" ")); badges.appendChild(el("span", "badge info", "drifting")); }
     card.appendChild(badges);
     if (m.quarantine_left_s > 0 || m.state === "repairing") {

@@ -1,4 +1,4 @@
-package daemon
+package limits
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"maps"
 	"math"
-	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,8 +15,8 @@ import (
 	"go.uber.org/zap"
 )
 
-// AccountLimits are what one account may use. Zero fields mean "no limit".
-type AccountLimits struct {
+// Limits are what one account may use. Zero fields mean "no limit".
+type Limits struct {
 	// QuotaCalls is the number of calls allowed per QuotaWindow. Windows
 	// start at multiples of QuotaWindow since the Unix epoch, by each
 	// daemon's wall clock. Both or neither are set.
@@ -30,17 +30,19 @@ type AccountLimits struct {
 	MaxLocks int
 }
 
-func (l AccountLimits) any() bool { return l.QuotaCalls > 0 || l.Rate > 0 || l.MaxLocks > 0 }
+// Any reports whether l limits anything.
+func (l Limits) Any() bool { return l.QuotaCalls > 0 || l.Rate > 0 || l.MaxLocks > 0 }
 
-// DefaultLimitsSyncInterval is Options.LimitsSyncInterval when left 0.
-const DefaultLimitsSyncInterval = 100 * time.Millisecond
+// DefaultSyncInterval is the sync interval redlockd uses when none is
+// configured.
+const DefaultSyncInterval = 100 * time.Millisecond
 
 // Limits shared by several daemons
 //
 // Each daemon decides alone, from what it knows, whether a call is within
 // its account's limits: a refusal costs nothing on the masters, and an
 // admitted call costs no extra round trip. What it knows is synced with the
-// masters by a loop (limiter.run) every Options.LimitsSyncInterval, one
+// masters by a loop (Limiter.run) every sync interval, one
 // pipelined batch per master per round:
 //
 //   - Calls (quota and rate) are G-counters. Each daemon has a random id
@@ -64,7 +66,7 @@ const DefaultLimitsSyncInterval = 100 * time.Millisecond
 //     protects. Between rounds, a daemon adds the locks it granted and
 //     subtracts those it released; its acquires in flight hold a slot.
 //     Each lock change is reconciled again once the lock path's writes
-//     have settled (limiter.settle).
+//     have settled (Limiter.settle).
 //
 // Overshoot. A daemon does not see what the others admitted since their
 // last round reached it, so together n daemons can admit, beyond a limit:
@@ -80,11 +82,11 @@ const DefaultLimitsSyncInterval = 100 * time.Millisecond
 // With the default interval of 100 ms, two daemons and rate 200/s, burst
 // 400: at most 420 calls more than one bucket would allow. A daemon
 // restarted keeps nothing locally, but the counts are on the masters: its
-// first round runs before it serves (Server.Serve), and its last when it
+// first round runs before it serves (Start), and its last when it
 // stops.
-type limiter struct {
+type Limiter struct {
 	log      *zap.Logger
-	store    *LimitStore
+	store    *Store
 	prefix   string
 	id       string // this daemon's field in the shared counters
 	interval time.Duration
@@ -93,7 +95,7 @@ type limiter struct {
 	accounts atomic.Pointer[limitAccounts]
 
 	// settle is how old a lock change must be for its second sync: the
-	// LimitStore's timeout, twice the lock path's per-master timeout in
+	// Store's timeout, twice the lock path's per-master timeout in
 	// redlockd. An acquire answers at quorum, and its SETs on the other
 	// masters are written within the per-master timeout or never (a
 	// release's deletes likewise), so the first sync, in the next round,
@@ -102,21 +104,21 @@ type limiter struct {
 	// second one, once they have landed, puts that right.
 	settle time.Duration
 
-	mu      sync.Mutex // serializes rounds and setKeys
+	mu      sync.Mutex // serializes rounds and SetAccounts
 	backlog []map[*accountState][]heldOp
 	started bool // the first round ran
 	stop    chan struct{}
 	done    chan struct{}
 }
 
-// limitAccounts are the accounts with any limit, as of the last setKeys,
+// limitAccounts are the accounts with any limit, as of the last SetAccounts,
 // and the retired ones: those a reload removed or left without any limit,
 // kept until the daemon stops. A request admitted with the keys from
 // before the reload still counts against its account's state (stateFor),
 // a retired state is synced while it has anything to carry (idle), and a
 // reload that restores the account finds its counts as they were.
 type limitAccounts struct {
-	states  []*accountState // in APIKeys order
+	states  []*accountState // in SetAccounts order
 	byName  map[string]*accountState
 	retired map[string]*accountState
 }
@@ -126,7 +128,19 @@ type limitAccounts struct {
 type heldOp struct {
 	key, token string
 	at         time.Time
+	// kind: what the change counts in acq or rel until a round takes it
+	// (takeOps): an acquire one more, a release one fewer, an extend
+	// nothing.
+	kind opKind
 }
+
+type opKind uint8
+
+const (
+	opExtend opKind = iota
+	opAcquire
+	opRelease
+)
 
 // maxBacklog bounds the held-set changes kept for a master that does not
 // answer, per account; older ones are dropped (their locks then leave that
@@ -136,15 +150,20 @@ const maxBacklog = 4096
 // maxOpsPerCall bounds the locks one held_sync call reconciles.
 const maxOpsPerCall = 512
 
-func newLimiter(log *zap.Logger, store *LimitStore, prefix string, interval time.Duration, m *Metrics) *limiter {
+// NewLimiter returns the limiter of a daemon serving the masters of store
+// with lock keys under prefix; it syncs every interval once started, and
+// m reports its accounts. store may be nil when no account has a limit;
+// without one, nothing is synced.
+func NewLimiter(log *zap.Logger, store *Store, prefix string, interval time.Duration, m *Metrics) *Limiter {
 	var idb [8]byte
 	_, _ = rand.Read(idb[:])
-	l := &limiter{
+	l := &Limiter{
 		log: log, store: store, prefix: prefix, id: hex.EncodeToString(idb[:]),
 		interval: interval, metrics: m,
 		stop: make(chan struct{}), done: make(chan struct{}),
 	}
 	l.accounts.Store(&limitAccounts{byName: map[string]*accountState{}, retired: map[string]*accountState{}})
+	m.limiter.Store(l)
 	if store != nil {
 		l.settle = store.timeout
 		l.quorum = store.Masters()/2 + 1
@@ -156,41 +175,48 @@ func newLimiter(log *zap.Logger, store *LimitStore, prefix string, interval time
 	return l
 }
 
-// setKeys makes keys' limits the ones in force. A reload changes limits,
+// Account is one account's name and limits, as SetAccounts takes them.
+type Account struct {
+	Name   string
+	Limits Limits
+}
+
+// SetAccounts makes accounts' limits the ones in force (an account
+// without any limit is not tracked). A reload changes limits,
 // never counts: an account keeps its state (the calls in its window, its
 // bucket, its held locks, the lock changes not synced yet) whatever limit
 // changes, and an account removed is retired with it (see limitAccounts),
 // so that adding it back restores it. An account new to this daemon, or
 // back from retirement, is synced with the masters before it is served,
 // once the sync loop has started (before that, the first round does it).
-// It runs before the Server swaps the keys, so that a request with a new
-// key finds its account's state.
-func (l *limiter) setKeys(keys []APIKey) {
+// The daemon calls it before it swaps its API keys, so that a request
+// with a new key finds its account's state.
+func (l *Limiter) SetAccounts(accounts []Account) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	old := l.accounts.Load()
 	next := &limitAccounts{byName: map[string]*accountState{}, retired: maps.Clone(old.retired)}
 	now := time.Now()
 	var fresh []*accountState
-	for _, k := range keys {
-		if !k.Limits.any() {
+	for _, k := range accounts {
+		if !k.Limits.Any() {
 			continue
 		}
-		st := old.byName[k.Account]
+		st := old.byName[k.Name]
 		if st == nil {
-			if st = next.retired[k.Account]; st != nil {
-				delete(next.retired, k.Account)
+			if st = next.retired[k.Name]; st != nil {
+				delete(next.retired, k.Name)
 				fresh = append(fresh, st) // what it knows may be old
 			}
 		}
 		if st == nil {
-			st = l.newState(k.Account, k.Limits, now)
+			st = l.newState(k.Name, k.Limits, now)
 			fresh = append(fresh, st)
 		} else {
 			st.setLimits(k.Limits, now)
 		}
 		next.states = append(next.states, st)
-		next.byName[k.Account] = st
+		next.byName[k.Name] = st
 	}
 	for _, st := range old.states {
 		if next.byName[st.name] != st {
@@ -203,7 +229,7 @@ func (l *limiter) setKeys(keys []APIKey) {
 	l.accounts.Store(next)
 }
 
-func (l *limiter) newState(account string, lim AccountLimits, now time.Time) *accountState {
+func (l *Limiter) newState(account string, lim Limits, now time.Time) *accountState {
 	st := &accountState{name: account, lim: lim, hadRate: lim.Rate > 0, others: map[string]int64{}, seen: map[int64]map[string]int64{}, ownSec: map[int64]int64{}}
 	st.tokens, st.refilled = float64(lim.Burst), now
 	st.quotaKey = func(window time.Duration, start int64) string { return quotaKey(l.prefix, account, window, start) }
@@ -218,7 +244,7 @@ func (l *limiter) newState(account string, lim AccountLimits, now time.Time) *ac
 // new length starts where it would by the epoch, and holds the calls of
 // the window in progress: the counts only ever go with the account, never
 // back to zero before a window ends.
-func (st *accountState) setLimits(lim AccountLimits, now time.Time) {
+func (st *accountState) setLimits(lim Limits, now time.Time) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	old := st.lim
@@ -242,25 +268,25 @@ func (st *accountState) setLimits(lim AccountLimits, now time.Time) {
 }
 
 // limits are the account's limits in force.
-func (st *accountState) limits() AccountLimits {
+func (st *accountState) limits() Limits {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.lim
 }
 
-// stateFor returns the limits state of a request authenticated with k,
-// from the keys in force when it arrived: nil when k has no limits, its
-// account's state otherwise, retired if a reload has removed the account
-// (or its limits) since.
-func (l *limiter) stateFor(k *APIKey) *accountState {
-	if !k.Limits.any() {
+// stateFor returns the limits state of a request of account, whose API
+// key carried lim when the request arrived: nil when lim limits nothing,
+// the account's state otherwise, retired if a reload has removed the
+// account (or its limits) since.
+func (l *Limiter) stateFor(account string, lim Limits) *accountState {
+	if !lim.Any() {
 		return nil
 	}
 	a := l.accounts.Load()
-	if st := a.byName[k.Account]; st != nil {
+	if st := a.byName[account]; st != nil {
 		return st
 	}
-	return a.retired[k.Account]
+	return a.retired[account]
 }
 
 // accountState is what one daemon knows of one account's use.
@@ -271,7 +297,7 @@ type accountState struct {
 	metrics  *accountMetrics
 
 	mu  sync.Mutex
-	lim AccountLimits // replaced by a reload (setLimits)
+	lim Limits // replaced by a reload (setLimits)
 	// Quota: the current window and the calls in it.
 	window    int64            // start, Unix ms
 	own       int64            // this daemon's calls
@@ -296,6 +322,14 @@ type accountState struct {
 	ops       []heldOp       // not yet sent; a zero heldOp was dropped
 	pending   map[string]int // token → index in ops of the acquires not yet sent
 	recheck   []heldOp       // sent once, to be sent again once settled
+	// inflight: the tokens the round in flight carries ops for; released:
+	// those of them released meanwhile. Such a release is subtracted
+	// (rel) while the round runs, and once it ends only if the round
+	// still counted the lock: a round whose masters already saw the key
+	// gone left the lock out of held, and subtracting it again would let
+	// an acquire past max_locks.
+	inflight map[string]bool
+	released []string
 }
 
 // rateSpan is how many seconds of the shared rate counter a round reads
@@ -303,16 +337,9 @@ type accountState struct {
 // round, so that a round delayed by a slow master misses nobody's calls.
 const rateSpan = 5
 
-// refusal says why a call was refused; the zero value admits it.
-type refusal struct {
-	code, msg  string
-	res        result
-	retryAfter time.Duration
-}
-
 // admit charges one call to st, or refuses it (quota, then rate) without
 // charging. remain is remain_quota after the call (-1 without a quota).
-func (st *accountState) admit(now time.Time) (remain int64, r refusal) {
+func (st *accountState) admit(now time.Time) (remain int64, r Refusal) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	remain = -1
@@ -321,10 +348,10 @@ func (st *accountState) admit(now time.Time) (remain int64, r refusal) {
 		used := st.own + st.othersSum
 		if used >= st.lim.QuotaCalls {
 			end := time.UnixMilli(st.window).Add(st.lim.QuotaWindow)
-			return 0, refusal{
-				code: codeQuotaExhausted, res: resQuotaExhausted,
-				msg:        "not enough calls, 0 left: the quota of " + fmtInt(st.lim.QuotaCalls) + " calls per " + fmtWindow(st.lim.QuotaWindow) + " is used up; it resets at " + end.UTC().Format(time.RFC3339),
-				retryAfter: end.Sub(now),
+			return 0, Refusal{
+				Reason:     QuotaExhausted,
+				Msg:        "not enough calls, 0 left: the quota of " + fmtInt(st.lim.QuotaCalls) + " calls per " + fmtWindow(st.lim.QuotaWindow) + " is used up; it resets at " + end.UTC().Format(time.RFC3339),
+				RetryAfter: end.Sub(now),
 			}
 		}
 		remain = st.lim.QuotaCalls - used - 1
@@ -336,10 +363,10 @@ func (st *accountState) admit(now time.Time) (remain int64, r refusal) {
 			if st.lim.QuotaCalls > 0 {
 				remain++ // not charged
 			}
-			return remain, refusal{
-				code: codeRateLimited, res: resRateLimited,
-				msg:        "rate limited: more than " + fmtRate(st.lim.Rate) + " calls per second (burst " + fmtInt(int64(st.lim.Burst)) + ") for this account; retry after " + fmtInt(max(int64((wait+time.Second-1)/time.Second), 1)) + " s (Retry-After)",
-				retryAfter: wait,
+			return remain, Refusal{
+				Reason:     RateLimited,
+				Msg:        "rate limited: more than " + fmtRate(st.lim.Rate) + " calls per second (burst " + fmtInt(int64(st.lim.Burst)) + ") for this account; retry after " + fmtInt(max(int64((wait+time.Second-1)/time.Second), 1)) + " s (Retry-After)",
+				RetryAfter: wait,
 			}
 		}
 		st.tokens--
@@ -348,7 +375,7 @@ func (st *accountState) admit(now time.Time) (remain int64, r refusal) {
 	if st.lim.QuotaCalls > 0 {
 		st.own++
 	}
-	return remain, refusal{}
+	return remain, Refusal{}
 }
 
 // refund gives back a call admit charged, for a call refused before it
@@ -399,21 +426,21 @@ func (st *accountState) refill(now time.Time) {
 	}
 }
 
-// reserveLock takes a held-lock slot for an acquire, or says why not.
-// Held locks are counted for every account with a limit, so that a reload
-// that sets max_locks finds them counted.
-func (st *accountState) reserveLock() (refusal, bool) {
+// reserveLocks takes keys held-lock slots for an acquire of a multi-key
+// lock (each key counts against max_locks), all or none; each ends with a
+// lockDone.
+func (st *accountState) reserveLocks(keys int) (Refusal, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if n := st.heldEstimate(); st.lim.MaxLocks > 0 && n >= int64(st.lim.MaxLocks) {
-		return refusal{
-			code: codeTooManyLocks, res: resTooManyLocks,
-			msg:        "too many locks: this account holds " + fmtInt(n) + " and its limit (max_locks) is " + fmtInt(int64(st.lim.MaxLocks)) + "; release some, or wait for them to expire",
-			retryAfter: time.Second,
-		}, false
+	if n := st.heldEstimate(); st.lim.MaxLocks > 0 && n+int64(keys) > int64(st.lim.MaxLocks) {
+		msg := "too many locks: this account holds " + fmtInt(n) + " and its limit (max_locks) is " + fmtInt(int64(st.lim.MaxLocks)) + "; release some, or wait for them to expire"
+		if keys > 1 {
+			msg = "too many locks: this account holds " + fmtInt(n) + ", this lock has " + fmtInt(int64(keys)) + " keys (each counts) and the limit (max_locks) is " + fmtInt(int64(st.lim.MaxLocks)) + "; release some, or wait for them to expire"
+		}
+		return Refusal{Reason: TooManyLocks, Msg: msg, RetryAfter: time.Second}, false
 	}
-	st.reserved++
-	return refusal{}, true
+	st.reserved += int64(keys)
+	return Refusal{}, true
 }
 
 // heldEstimate is the locks the account holds, as far as this daemon
@@ -433,7 +460,7 @@ func (st *accountState) lockDone(key, token string) {
 			st.pending = map[string]int{}
 		}
 		st.pending[token] = len(st.ops)
-		st.ops = append(st.ops, heldOp{key: key, token: token, at: time.Now()})
+		st.ops = append(st.ops, heldOp{key: key, token: token, at: time.Now(), kind: opAcquire})
 	}
 }
 
@@ -452,16 +479,62 @@ func (st *accountState) lockChanged(key, token string, released bool) {
 	}
 	if released {
 		st.rel++
+		// A release made while a round is out (inflight is set from
+		// takeOps to merge) may already be out of what that round counts:
+		// merge stops subtracting it if the round sent any change of its
+		// lock to the master it counts from, this round's or a backlog's
+		// for a master that missed an earlier one, and that master no
+		// longer counted it. Only the round's own changes were looked at
+		// once, and a backlog's removal was then subtracted twice: the
+		// account's count fell one below what it held for a round, and
+		// one lock more than max_locks was let in.
+		if st.inflight != nil {
+			st.released = append(st.released, token)
+		}
 	}
-	st.ops = append(st.ops, heldOp{key: key, token: token, at: time.Now()})
+	kind := opExtend
+	if released {
+		kind = opRelease
+	}
+	st.ops = append(st.ops, heldOp{key: key, token: token, at: time.Now(), kind: kind})
 }
 
 // takeOps returns the lock changes a round syncs: every one recorded
 // since the last round (which sentAcq and sentRel then count), and, again,
 // those synced once and recorded at or before cutoff (see
-// limiter.settle). st.mu is held.
-func (st *accountState) takeOps(cutoff time.Time) []heldOp {
+// Limiter.settle). st.mu is held.
+func (st *accountState) takeOps(cutoff time.Time, room int) []heldOp {
+	// The changes recorded since the last round, at most room of them
+	// (first, ahead of the rechecks): a change a round cannot send in its
+	// call (maxOpsPerCall) waits in a backlog, counted nowhere — out of acq
+	// and rel, not yet in the masters' count — and a burst of acquires (a
+	// few multi-key locks of 64 keys) let the account past max_locks. The
+	// rest stay here, and in acq and rel, for the next round.
+	n := min(len(st.ops), max(room, 0))
 	var out []heldOp
+	for _, op := range st.ops[:n] {
+		if op.token != "" { // else granted and released before it was synced
+			out = append(out, op)
+		}
+	}
+	fresh := len(out)
+	st.ops = slices.Clone(st.ops[n:])
+	if st.pending == nil {
+		st.pending = map[string]int{}
+	}
+	clear(st.pending)
+	var acqLeft, relLeft int64
+	for i, op := range st.ops {
+		switch {
+		case op.kind == opAcquire && op.token != "":
+			acqLeft++
+			st.pending[op.token] = i
+		case op.kind == opRelease:
+			relLeft++
+		}
+	}
+	st.sentAcq, st.sentRel = st.acq-acqLeft, st.rel-relLeft
+	st.acq, st.rel = acqLeft, relLeft
 	keep := st.recheck[:0]
 	for _, op := range st.recheck {
 		if op.at.After(cutoff) {
@@ -471,22 +544,17 @@ func (st *accountState) takeOps(cutoff time.Time) []heldOp {
 		}
 	}
 	clear(st.recheck[len(keep):])
-	st.recheck = keep
-	for _, op := range st.ops {
-		if op.token != "" { // else granted and released before it was synced
-			out = append(out, op)
-			st.recheck = append(st.recheck, op)
-		}
+	st.recheck = append(keep, out[:fresh]...)
+	st.inflight = make(map[string]bool, len(out))
+	for _, op := range out {
+		st.inflight[op.token] = true
 	}
-	st.ops = nil
-	clear(st.pending)
-	st.sentAcq, st.sentRel = st.acq, st.rel
-	st.acq, st.rel = 0, 0
+	st.released = st.released[:0]
 	return out
 }
 
 // run syncs every interval until stop is closed.
-func (l *limiter) run() {
+func (l *Limiter) run() {
 	defer close(l.done)
 	t := time.NewTicker(l.interval)
 	defer t.Stop()
@@ -508,14 +576,15 @@ type roundState struct {
 	quotaOp   int   // index in counts, -1 when none
 	rateSecs  []int64
 	rateOps   []int
-	heldCalls []int // per master: index in held[i], -1 when none
+	heldCalls []int      // per master: index in held[i], -1 when none
+	tokens    [][]string // per master: the tokens of its heldCall, in order
 	ops       []heldOp
 }
 
 // round runs one sync with the masters: writes this daemon's counts and
 // lock changes, reads everyone's, for the accounts in force and those
 // retired. It reports whether a quorum answered.
-func (l *limiter) round(ctx context.Context) bool {
+func (l *Limiter) round(ctx context.Context) bool {
 	if l.store == nil {
 		return true
 	}
@@ -534,7 +603,7 @@ func (l *limiter) round(ctx context.Context) bool {
 
 // roundLocked runs one round for states, with the lock changes recorded
 // at or before cutoff; l.mu is held.
-func (l *limiter) roundLocked(ctx context.Context, states []*accountState, cutoff time.Time) bool {
+func (l *Limiter) roundLocked(ctx context.Context, states []*accountState, cutoff time.Time) bool {
 	if len(states) == 0 {
 		return true
 	}
@@ -544,49 +613,7 @@ func (l *limiter) roundLocked(ctx context.Context, states []*accountState, cutof
 	held := make([][]heldCall, n)
 	rs := make([]roundState, len(states))
 	for ai, st := range states {
-		r := &rs[ai]
-		r.st, r.quotaOp = st, -1
-		st.mu.Lock()
-		if st.lim.QuotaCalls > 0 {
-			st.rollWindow(now)
-			r.window, r.own = st.window, st.own
-			end := time.UnixMilli(st.window).Add(st.lim.QuotaWindow)
-			r.quotaOp = len(counts)
-			counts = append(counts, countOp{key: st.quotaKey(st.lim.QuotaWindow, st.window), own: st.own, ttlMS: end.Sub(now).Milliseconds() + 60_000})
-		}
-		if st.lim.Rate > 0 {
-			sec := now.Unix()
-			for s := range st.ownSec {
-				if s <= sec-rateSpan {
-					delete(st.ownSec, s)
-				}
-			}
-			for s := max(st.rateRead-1, sec-rateSpan+1); s <= sec; s++ {
-				r.rateSecs = append(r.rateSecs, s)
-				r.rateOps = append(r.rateOps, len(counts))
-				counts = append(counts, countOp{key: rateKey(l.prefix, st.name, s), own: st.ownSec[s], ttlMS: rateSpan * 1000})
-			}
-		}
-		r.ops = st.takeOps(cutoff)
-		st.mu.Unlock()
-		r.heldCalls = make([]int, n)
-		for i := range n {
-			ops := append(l.backlog[i][st], r.ops...)
-			if len(ops) > maxOpsPerCall {
-				// The rest waits in the backlog for the next round.
-				l.backlog[i][st] = ops[maxOpsPerCall:]
-				ops = ops[:maxOpsPerCall]
-			} else {
-				delete(l.backlog[i], st)
-			}
-			hc := heldCall{key: st.heldKey}
-			for _, op := range ops {
-				hc.lockKeys = append(hc.lockKeys, op.key)
-				hc.tokens = append(hc.tokens, op.token)
-			}
-			r.heldCalls[i] = len(held[i])
-			held[i] = append(held[i], hc)
-		}
+		l.prepare(&rs[ai], st, now, cutoff, &counts, held)
 	}
 
 	rctx, cancel := context.WithTimeout(ctx, max(4*l.store.timeout, time.Second))
@@ -599,25 +626,10 @@ func (l *limiter) roundLocked(ctx context.Context, states []*accountState, cutof
 			answered++
 			continue
 		}
-		// This master missed the held-set changes: keep them for it.
-		for ai := range rs {
-			r := &rs[ai]
-			if r.heldCalls == nil {
-				continue
-			}
-			hc := held[i][r.heldCalls[i]]
-			b := l.backlog[i][r.st]
-			for j := range hc.lockKeys {
-				b = append(b, heldOp{key: hc.lockKeys[j], token: hc.tokens[j]})
-			}
-			if len(b) > maxBacklog {
-				b = b[len(b)-maxBacklog:]
-			}
-			l.backlog[i][r.st] = b
-		}
+		l.keepForLater(i, rs, held[i])
 	}
 	quorum := answered >= l.quorum
-	l.metrics.limitsRound(quorum)
+	l.metrics.round(quorum)
 	if !quorum {
 		var errs []error
 		for _, rep := range replies {
@@ -633,9 +645,85 @@ func (l *limiter) roundLocked(ctx context.Context, states []*accountState, cutof
 	return quorum
 }
 
+// prepare fills r with what the round sends for st: its quota count and
+// rate counts (appended to counts), and its lock changes for each master
+// (appended to held, a master's backlog first).
+func (l *Limiter) prepare(r *roundState, st *accountState, now, cutoff time.Time, counts *[]countOp, held [][]heldCall) {
+	r.st, r.quotaOp = st, -1
+	st.mu.Lock()
+	if st.lim.QuotaCalls > 0 {
+		st.rollWindow(now)
+		r.window, r.own = st.window, st.own
+		end := time.UnixMilli(st.window).Add(st.lim.QuotaWindow)
+		r.quotaOp = len(*counts)
+		*counts = append(*counts, countOp{key: st.quotaKey(st.lim.QuotaWindow, st.window), own: st.own, ttlMS: end.Sub(now).Milliseconds() + 60_000})
+	}
+	if st.lim.Rate > 0 {
+		sec := now.Unix()
+		for s := range st.ownSec {
+			if s <= sec-rateSpan {
+				delete(st.ownSec, s)
+			}
+		}
+		for s := max(st.rateRead-1, sec-rateSpan+1); s <= sec; s++ {
+			r.rateSecs = append(r.rateSecs, s)
+			r.rateOps = append(r.rateOps, len(*counts))
+			*counts = append(*counts, countOp{key: rateKey(l.prefix, st.name, s), own: st.ownSec[s], ttlMS: rateSpan * 1000})
+		}
+	}
+	// Room for the account's new changes in every master's call once its
+	// backlog is in: the smallest backlog (a master that does not answer
+	// keeps one of up to maxBacklog, which must not hold the others up).
+	least := maxOpsPerCall
+	for i := range held {
+		least = min(least, len(l.backlog[i][st]))
+	}
+	r.ops = st.takeOps(cutoff, maxOpsPerCall-least)
+	st.mu.Unlock()
+	r.heldCalls = make([]int, len(held))
+	for i := range held {
+		ops := append(l.backlog[i][st], r.ops...)
+		if len(ops) > maxOpsPerCall {
+			// The rest waits in the backlog for the next round.
+			l.backlog[i][st] = ops[maxOpsPerCall:]
+			ops = ops[:maxOpsPerCall]
+		} else {
+			delete(l.backlog[i], st)
+		}
+		hc := heldCall{key: st.heldKey}
+		for _, op := range ops {
+			hc.lockKeys = append(hc.lockKeys, op.key)
+			hc.tokens = append(hc.tokens, op.token)
+		}
+		r.heldCalls[i] = len(held[i])
+		r.tokens = append(r.tokens, hc.tokens)
+		held[i] = append(held[i], hc)
+	}
+}
+
+// keepForLater keeps the held-set changes master i missed (held, what the
+// round sent it) in its backlog, for the next round.
+func (l *Limiter) keepForLater(i int, rs []roundState, held []heldCall) {
+	for ai := range rs {
+		r := &rs[ai]
+		if r.heldCalls == nil {
+			continue
+		}
+		hc := held[r.heldCalls[i]]
+		b := l.backlog[i][r.st]
+		for j := range hc.lockKeys {
+			b = append(b, heldOp{key: hc.lockKeys[j], token: hc.tokens[j]})
+		}
+		if len(b) > maxBacklog {
+			b = b[len(b)-maxBacklog:]
+		}
+		l.backlog[i][r.st] = b
+	}
+}
+
 // pending reports whether a master has not been sent some of st's lock
 // changes. l.mu is held.
-func (l *limiter) pending(st *accountState) bool {
+func (l *Limiter) pending(st *accountState) bool {
 	for _, b := range l.backlog {
 		if len(b[st]) > 0 {
 			return true
@@ -667,92 +755,142 @@ func (st *accountState) idle(now time.Time) bool {
 	return true
 }
 
-// merge folds one round's answers into an account's state.
-func (l *limiter) merge(r *roundState, replies []masterReply, quorum bool, now time.Time) {
+// merge folds one round's answers into an account's state: the quota
+// counts, the rate counts and the held-lock count, each where the account
+// has that limit.
+func (l *Limiter) merge(r *roundState, replies []masterReply, quorum bool, now time.Time) {
 	st := r.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if r.quotaOp >= 0 && st.window == r.window {
+		l.mergeQuota(r, replies, quorum)
+	}
+	if len(r.rateOps) > 0 {
+		l.mergeRate(r, replies, quorum, now)
+	}
+	if r.heldCalls != nil {
+		mergeHeld(r, replies, quorum)
+	}
+}
+
+// mergeQuota takes the quota window's counts of the other daemons, and
+// this daemon's own as acknowledged. st.mu is held.
+func (l *Limiter) mergeQuota(r *roundState, replies []masterReply, quorum bool) {
+	st := r.st
+	for _, rep := range replies {
+		if !rep.ok {
+			continue
+		}
+		for id, v := range rep.counts[r.quotaOp] {
+			switch {
+			case id == l.id:
+				// This daemon's own field is never above what it
+				// admitted: one above its count (calls this state
+				// did not carry, e.g. counted under a quota a reload
+				// then removed and set again) is taken as its count.
+				st.own = max(st.own, v)
+			case v > st.others[id]:
+				st.othersSum += v - st.others[id]
+				st.others[id] = v
+			}
+		}
+	}
+	if quorum {
+		st.ownSynced = max(st.ownSynced, r.own)
+	}
+}
+
+// mergeRate debits the bucket with what the other daemons spent in the
+// seconds the round read. st.mu is held.
+func (l *Limiter) mergeRate(r *roundState, replies []masterReply, quorum bool, now time.Time) {
+	st := r.st
+	debit := int64(0)
+	for i, sec := range r.rateSecs {
+		seen := st.seen[sec]
+		if seen == nil {
+			seen = map[string]int64{}
+			st.seen[sec] = seen
+		}
 		for _, rep := range replies {
 			if !rep.ok {
 				continue
 			}
-			for id, v := range rep.counts[r.quotaOp] {
-				switch {
-				case id == l.id:
-					// This daemon's own field is never above what it
-					// admitted: one above its count (calls this state
-					// did not carry, e.g. counted under a quota a reload
-					// then removed and set again) is taken as its count.
-					st.own = max(st.own, v)
-				case v > st.others[id]:
-					st.othersSum += v - st.others[id]
-					st.others[id] = v
+			for id, v := range rep.counts[r.rateOps[i]] {
+				if id != l.id && v > seen[id] {
+					debit += v - seen[id]
+					seen[id] = v
 				}
 			}
-		}
-		if quorum {
-			st.ownSynced = max(st.ownSynced, r.own)
 		}
 	}
-	if len(r.rateOps) > 0 {
-		debit := int64(0)
-		for i, sec := range r.rateSecs {
-			seen := st.seen[sec]
-			if seen == nil {
-				seen = map[string]int64{}
-				st.seen[sec] = seen
-			}
-			for _, rep := range replies {
-				if !rep.ok {
-					continue
-				}
-				for id, v := range rep.counts[r.rateOps[i]] {
-					if id != l.id && v > seen[id] {
-						debit += v - seen[id]
-						seen[id] = v
-					}
-				}
-			}
+	for sec := range st.seen {
+		if sec <= r.rateSecs[len(r.rateSecs)-1]-rateSpan {
+			delete(st.seen, sec)
 		}
-		for sec := range st.seen {
-			if sec <= r.rateSecs[len(r.rateSecs)-1]-rateSpan {
-				delete(st.seen, sec)
-			}
-		}
-		if quorum {
-			st.rateRead = r.rateSecs[len(r.rateSecs)-1]
-		}
-		// The first reading is a baseline: a bucket starts full, as if
-		// nobody had called before.
-		if st.baselined {
-			st.refill(now)
-			// The debt is bounded, so that a burst through other daemons
-			// delays this one by at most two bursts' worth.
-			st.tokens = max(st.tokens-float64(debit), -float64(st.lim.Burst))
-		}
-		st.baselined = st.baselined || quorum
 	}
-	if r.heldCalls != nil {
-		if quorum {
-			best := int64(0)
-			for i, rep := range replies {
-				if rep.ok {
-					best = max(best, rep.held[r.heldCalls[i]])
-				}
+	if quorum {
+		st.rateRead = r.rateSecs[len(r.rateSecs)-1]
+	}
+	// The first reading is a baseline: a bucket starts full, as if
+	// nobody had called before.
+	if st.baselined {
+		st.refill(now)
+		// The debt is bounded, so that a burst through other daemons
+		// delays this one by at most two bursts' worth.
+		st.tokens = max(st.tokens-float64(debit), -float64(st.lim.Burst))
+	}
+	st.baselined = st.baselined || quorum
+}
+
+// mergeHeld takes the held-lock count from a round a quorum answered (the
+// largest over the masters), or keeps the round's changes counted locally
+// until one does. st.mu is held.
+func mergeHeld(r *roundState, replies []masterReply, quorum bool) {
+	st := r.st
+	if quorum {
+		best, bi := int64(0), -1
+		for i, rep := range replies {
+			if rep.ok && (bi < 0 || rep.held[r.heldCalls[i]] > best) {
+				best, bi = rep.held[r.heldCalls[i]], i
 			}
-			st.held, st.heldKnown = best, true
-		} else {
-			st.acq += st.sentAcq
-			st.rel += st.sentRel
 		}
-		st.sentAcq, st.sentRel = 0, 0
+		st.held, st.heldKnown = best, true
+		// A release the round's best answer no longer counted is
+		// already out of held: stop subtracting it.
+		counted := map[string]bool{}
+		for j, tok := range r.tokens[bi] {
+			counted[tok] = replies[bi].counted[r.heldCalls[bi]][j]
+		}
+		for _, tok := range st.released {
+			if c, sent := counted[tok]; sent && !c {
+				st.rel--
+				st.uncount(tok)
+			}
+		}
+	} else {
+		st.acq += st.sentAcq
+		st.rel += st.sentRel
+	}
+	st.sentAcq, st.sentRel = 0, 0
+	st.inflight, st.released = nil, st.released[:0]
+}
+
+// uncount makes the release of tok still waiting in st.ops count nothing
+// any more (rel no longer counts it: mergeHeld), so that takeOps, which
+// keeps in rel what st.ops still holds, does not count it again. st.mu is
+// held.
+func (st *accountState) uncount(tok string) {
+	for i := range st.ops {
+		if st.ops[i].token == tok && st.ops[i].kind == opRelease {
+			st.ops[i].kind = opExtend
+			return
+		}
 	}
 }
 
-// start runs a first round, so that a daemon (re)started knows what the
+// Start runs a first round, so that a daemon (re)started knows what the
 // others used before it serves, and starts the loop.
-func (l *limiter) start() {
+func (l *Limiter) Start() {
 	if l.store == nil {
 		close(l.done)
 		return
@@ -766,8 +904,8 @@ func (l *limiter) start() {
 	go l.run()
 }
 
-// close stops the loop and writes this daemon's last counts.
-func (l *limiter) close() {
+// Close stops the loop and writes this daemon's last counts.
+func (l *Limiter) Close() {
 	if l.store == nil {
 		return
 	}
@@ -818,52 +956,3 @@ func fmtRate(r float64) string {
 }
 
 func fmtInt(n int64) string { return strconv.FormatInt(n, 10) }
-
-// admit charges the call to its account's quota and rate, or answers 429
-// and reports false. It runs once the request is known to be valid, before
-// the masters are asked.
-//
-// A release is never refused: it gives a lock back, and refusing it would
-// keep the lock (and its slot under max_locks) until its TTL ends. It is
-// charged like any call while the quota and the bucket allow, and free
-// once they are spent.
-func (s *Server) admit(w http.ResponseWriter, c *call, a action, now time.Time) bool {
-	remain, r := c.limits.admit(now)
-	c.remain = remain
-	if r.code == "" || a == actRelease {
-		return true
-	}
-	s.refuse(w, c, r)
-	return false
-}
-
-// refund gives back what admit charged, for a call refused before it
-// reached the masters.
-func (s *Server) refund(c *call) {
-	if c.limits == nil {
-		return
-	}
-	c.limits.refund(time.Now())
-	if c.remain >= 0 {
-		c.remain++
-	}
-}
-
-// refuse answers 429 for a limit, with Retry-After in whole seconds
-// (rounded up, at least 1).
-func (s *Server) refuse(w http.ResponseWriter, c *call, r refusal) {
-	c.limits.metrics.refused(r.res)
-	secs := max(int64((r.retryAfter+time.Second-1)/time.Second), 1)
-	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-	s.fail(w, c, http.StatusTooManyRequests, r.res, r.code, r.msg)
-}
-
-// quotaMsg is an answer's msg with the seed API's quota note when the
-// account's quota is low (under a tenth left): "enough calls, N left". A
-// msg the action already has (a held lock, a wrong token) is kept as it is.
-func quotaMsg(msg string, c *call) string {
-	if msg != "" || c.limits == nil || c.remain < 0 || c.remain*10 >= c.limits.limits().QuotaCalls {
-		return msg
-	}
-	return "enough calls, " + fmtInt(c.remain) + " left"
-}

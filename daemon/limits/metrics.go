@@ -1,4 +1,4 @@
-package daemon
+package limits
 
 import (
 	"sync/atomic"
@@ -7,7 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// limitMetrics are the per-account limit metrics (see Metrics):
+// Metrics are the per-account limit metrics, registered with
+// Collectors:
 //
 //   - redlockd_quota_remaining{account} gauge: calls left in the current
 //     quota window, as this daemon knows it (accounts with a quota only).
@@ -23,11 +24,11 @@ import (
 //     too_many_locks.
 //   - redlockd_limits_sync_total{result} counter: sync rounds with the
 //     masters, result ok (a quorum answered) or no_quorum.
-type limitMetrics struct {
+type Metrics struct {
 	rateLimited, quotaExhausted, tooManyLocks *prometheus.CounterVec
 	rounds                                    *prometheus.CounterVec
 	roundOK, roundNoQuorum                    prometheus.Counter
-	limiter                                   atomic.Pointer[limiter]
+	limiter                                   atomic.Pointer[Limiter]
 	remain, quotaLimit, held, maxLocks        *prometheus.Desc
 }
 
@@ -37,13 +38,15 @@ type accountMetrics struct {
 	nRateLimited, nQuotaExhausted, nTooMany   atomic.Uint64
 }
 
-func newLimitMetrics() *limitMetrics {
+// NewMetrics creates the metrics; NewLimiter makes them report its
+// accounts.
+func NewMetrics() *Metrics {
 	account := []string{"account"}
 	rounds := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "redlockd_limits_sync_total",
 		Help: "Rounds syncing account limits with the masters, by result: ok (a quorum answered) or no_quorum.",
 	}, []string{"result"})
-	lm := &limitMetrics{
+	lm := &Metrics{
 		rateLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "redlockd_rate_limited_total",
 			Help: "Calls refused 429 rate_limited, by account.",
@@ -67,14 +70,14 @@ func newLimitMetrics() *limitMetrics {
 	return lm
 }
 
-func (lm *limitMetrics) collectors() []prometheus.Collector {
+// Collectors are the collectors to register.
+func (lm *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{lm.rateLimited, lm.quotaExhausted, lm.tooManyLocks, lm.rounds, limitCollector{lm}}
 }
 
 // accountMetrics creates the account's series, so that they read 0 rather
 // than missing before the first refusal.
-func (m *Metrics) accountMetrics(account string) *accountMetrics {
-	lm := m.limits
+func (lm *Metrics) accountMetrics(account string) *accountMetrics {
 	return &accountMetrics{
 		rateLimited:    lm.rateLimited.WithLabelValues(account),
 		quotaExhausted: lm.quotaExhausted.WithLabelValues(account),
@@ -82,24 +85,24 @@ func (m *Metrics) accountMetrics(account string) *accountMetrics {
 	}
 }
 
-func (m *Metrics) limitsRound(ok bool) {
+func (lm *Metrics) round(ok bool) {
 	if ok {
-		m.limits.roundOK.Inc()
+		lm.roundOK.Inc()
 	} else {
-		m.limits.roundNoQuorum.Inc()
+		lm.roundNoQuorum.Inc()
 	}
 }
 
 // refused counts a call refused by the account's limits.
-func (am *accountMetrics) refused(r result) {
+func (am *accountMetrics) refused(r Reason) {
 	switch r {
-	case resRateLimited:
+	case RateLimited:
 		am.rateLimited.Inc()
 		am.nRateLimited.Add(1)
-	case resQuotaExhausted:
+	case QuotaExhausted:
 		am.quotaExhausted.Inc()
 		am.nQuotaExhausted.Add(1)
-	case resTooManyLocks:
+	case TooManyLocks:
 		am.tooManyLocks.Inc()
 		am.nTooMany.Add(1)
 	}
@@ -107,7 +110,7 @@ func (am *accountMetrics) refused(r result) {
 
 // limitCollector reads the accounts' remaining quota and held locks at
 // scrape time.
-type limitCollector struct{ lm *limitMetrics }
+type limitCollector struct{ lm *Metrics }
 
 func (c limitCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.lm.remain
@@ -143,8 +146,8 @@ func (st *accountState) locksHeld() int64 {
 	return st.heldEstimate() - st.reserved
 }
 
-// accountStats is one account in GET /v1/stats.
-type accountStats struct {
+// AccountStats is one account in the daemon's GET /v1/stats.
+type AccountStats struct {
 	// QuotaLimit and QuotaRemaining are absent without a quota;
 	// QuotaResetsAt is the end of the window, Unix seconds.
 	QuotaLimit     *int64   `json:"quota_limit,omitempty"`
@@ -161,15 +164,20 @@ type accountStats struct {
 	TooManyLocks   uint64   `json:"too_many_locks"`
 }
 
-// accountStats lists the accounts that have limits.
-func (l *limiter) accountStats() map[string]accountStats {
-	out := map[string]accountStats{}
+// Stats lists the accounts that have limits, for GET /v1/stats: none
+// before a Limiter reports to lm.
+func (lm *Metrics) Stats() map[string]AccountStats {
+	return lm.limiter.Load().accountStats()
+}
+
+func (l *Limiter) accountStats() map[string]AccountStats {
+	out := map[string]AccountStats{}
 	if l == nil {
 		return out
 	}
 	now := time.Now()
 	for _, st := range l.accounts.Load().states {
-		var a accountStats
+		var a AccountStats
 		lim := st.limits()
 		if lim.QuotaCalls > 0 {
 			calls, window, remain := lim.QuotaCalls, lim.QuotaWindow.Seconds(), st.remain(now)

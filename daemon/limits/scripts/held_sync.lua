@@ -5,24 +5,32 @@
 -- the count by themselves.
 -- KEYS[1] the account's set (<prefix>held:…)
 -- KEYS[2..n] lock keys of locks acquired, extended or released since the
---            last sync; ARGV[i-1] is the token of KEYS[i]
+--            last sync; ARGV[i-1] is the token of KEYS[i], the set's
+--            member; a key of a multi-key lock after its first has
+--            "<token> <index>" (the member of that key; the token is what
+--            its key holds), so that each key of a set counts
 -- Each lock is (re)added with its key's end when its key holds its token
 -- here, and removed otherwise (released, expired, taken over, or never
 -- written on this master). Order does not matter: a release synced before
 -- its acquire leaves nothing behind. Nothing but KEYS[1] is written.
--- Returns the number of locks in the set that have not ended.
+-- Returns {n, c2, …, cn}: n the number of locks in the set that have not
+-- ended, and for each KEYS[i] (i ≥ 2) 1 when its token is in the set
+-- after this call, 0 when it was removed.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local counted = {}
 for i = 2, #KEYS do
   local token = ARGV[i - 1]
   local pttl = -2
-  if redis.call('GET', KEYS[i]) == token then
+  if redis.call('GET', KEYS[i]) == string.match(token, '^[^ ]*') then
     pttl = redis.call('PTTL', KEYS[i])
   end
   if pttl > 0 then
     redis.call('ZADD', KEYS[1], now + pttl, token)
+    counted[i - 1] = 1
   else
     redis.call('ZREM', KEYS[1], token)
+    counted[i - 1] = 0
   end
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -32,4 +40,8 @@ if n > 0 then
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   redis.call('PEXPIRE', KEYS[1], math.max(tonumber(last[2]) - now, 1) + 1000)
 end
-return n
+local out = {n}
+for i = 1, #counted do
+  out[i + 1] = counted[i]
+end
+return out

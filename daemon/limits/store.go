@@ -1,4 +1,4 @@
-package daemon
+package limits
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redlockd/redlockd/internal/keyenc"
 )
 
 var (
@@ -23,32 +24,32 @@ var (
 	heldSyncScript  = redis.NewScript(heldSyncLua)
 )
 
-// LimitStore keeps the accounts' shared limit state on the masters: the
+// Store keeps the accounts' shared limit state on the masters: the
 // call counters of quotas and rate limits, and the sets of held locks. Every
 // daemon serving the same masters with the same key prefix shares it; see
 // limits.go for how counts are read and why they are bounded. Create it
-// with NewLimitStore and Close it after the Server has stopped.
+// with NewStore and Close it after the daemon has stopped.
 //
 // It has connections of its own to every master, so that its batches never
-// queue behind lock votes. It is used only by the Server's sync loop, once
-// per Options.LimitsSyncInterval, never on a request's path.
-type LimitStore struct {
+// queue behind lock votes. It is used only by the Limiter's sync loop,
+// once per sync interval, never on a request's path.
+type Store struct {
 	clients []*redis.Client
 	timeout time.Duration
 }
 
-// NewLimitStore connects (lazily) to the masters, in the same order as the
+// NewStore connects (lazily) to the masters, in the same order as the
 // Locker's. timeout bounds each master's part of a sync round; a master
 // that does not answer within it is skipped for that round. It must be
 // positive; redlockd uses twice the per-master timeout, at least 50ms.
-func NewLimitStore(masters []*redis.Options, timeout time.Duration) (*LimitStore, error) {
+func NewStore(masters []*redis.Options, timeout time.Duration) (*Store, error) {
 	if len(masters) == 0 {
-		return nil, errors.New("daemon: NewLimitStore: no masters")
+		return nil, errors.New("limits: NewStore: no masters")
 	}
 	if timeout <= 0 {
-		return nil, fmt.Errorf("daemon: NewLimitStore: timeout %v must be positive", timeout)
+		return nil, fmt.Errorf("limits: NewStore: timeout %v must be positive", timeout)
 	}
-	s := &LimitStore{timeout: timeout}
+	s := &Store{timeout: timeout}
 	for _, m := range masters {
 		o := *m
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeout, timeout, timeout
@@ -61,7 +62,7 @@ func NewLimitStore(masters []*redis.Options, timeout time.Duration) (*LimitStore
 }
 
 // Close closes the connections.
-func (s *LimitStore) Close() error {
+func (s *Store) Close() error {
 	var errs []error
 	for _, c := range s.clients {
 		errs = append(errs, c.Close())
@@ -70,7 +71,7 @@ func (s *LimitStore) Close() error {
 }
 
 // Masters is the number of masters.
-func (s *LimitStore) Masters() int { return len(s.clients) }
+func (s *Store) Masters() int { return len(s.clients) }
 
 // countOp writes this daemon's count in one bucket and reads the bucket.
 type countOp struct {
@@ -92,13 +93,16 @@ type masterReply struct {
 	ok     bool
 	counts []map[string]int64 // per countOp: daemon id → count
 	held   []int64            // per heldCall: locks not ended
-	err    error
+	// counted, per heldCall and per token sent: whether the token is in
+	// the master's set after the call (its key held it there).
+	counted [][]bool
+	err     error
 }
 
 // sync runs one round on every master at once: counts (the same for every
 // master) and held[i] (master i's calls), pipelined in one round trip per
 // master. It returns when every master has answered or failed.
-func (s *LimitStore) sync(ctx context.Context, id string, counts []countOp, held [][]heldCall) []masterReply {
+func (s *Store) sync(ctx context.Context, id string, counts []countOp, held [][]heldCall) []masterReply {
 	replies := make([]masterReply, len(s.clients))
 	var wg sync.WaitGroup
 	for i, c := range s.clients {
@@ -172,19 +176,25 @@ func pipeSync(ctx context.Context, c *redis.Client, id string, counts []countOp,
 		}
 		r.counts[i] = m
 	}
+	r.counted = make([][]bool, len(held))
 	for i, cmd := range heldCmds {
-		n, err := cmd.Int64()
-		if err != nil {
-			return masterReply{}, err
+		vals, err := cmd.Int64Slice()
+		if err != nil || len(vals) != 1+len(held[i].tokens) {
+			return masterReply{}, fmt.Errorf("held sync of %s: %d values for %d tokens: %v", held[i].key, len(vals), len(held[i].tokens), err)
 		}
-		r.held[i] = n
+		r.held[i] = vals[0]
+		r.counted[i] = make([]bool, len(vals)-1)
+		for j, v := range vals[1:] {
+			r.counted[i][j] = v == 1
+		}
 	}
 	return r, nil
 }
 
 // Keys of the limit state, under the key prefix beside the lock keys
-// (keys.go); none starts with "lock:", so none can equal a lock key. The
-// account is length-prefixed as in lock keys, so accounts never share one.
+// (daemon/keys.go); none starts with "lock:", so none can equal a lock
+// key. The account is length-prefixed as in lock keys (writePart), so
+// accounts never share one.
 //
 //	<prefix>quota:<len>:<account>:<window ms>:<window start, Unix ms>   hash: daemon id → calls
 //	<prefix>rate:<len>:<account>:<Unix second>                          hash: daemon id → calls
@@ -203,6 +213,6 @@ func limitKey(prefix, space, account string) string {
 	var b strings.Builder
 	b.WriteString(prefix)
 	b.WriteString(space)
-	writePart(&b, account)
+	keyenc.WritePart(&b, account)
 	return b.String()
 }

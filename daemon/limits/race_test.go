@@ -1,0 +1,96 @@
+package limits
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+)
+
+// TestReleaseDuringRoundCountedOnce: a lock released while the sync round
+// that carries its acquire is in flight is subtracted once. Locks A and T
+// are granted; a round takes both ops; T is released before the masters
+// run it. When the masters already saw T's key gone (T not counted), the
+// round's held (1: A) has T out, and the release must not be subtracted
+// again (the estimate stays 1, so max_locks 1 still refuses); when they
+// still counted T (held 2), the release is subtracted (1). Before the
+// fix, the first case gave 0: one acquire past max_locks.
+func TestReleaseDuringRoundCountedOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		held       int64
+		countedT   bool
+		wantHeld   int64
+		wantRefuse bool
+	}{
+		{"masters saw T gone", 1, false, 1, true},
+		{"masters still had T", 2, true, 1, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLimiter(zap.NewNop(), nil, "p:", time.Second, NewMetrics())
+			now := time.Now()
+			st := l.newState("acme", Limits{MaxLocks: 1}, now)
+			_, ok := st.reserveLocks(1)
+			assert.True(t, ok)
+			st.lockDone("lock:a", "tokA")
+			st.reserved++ // T's reservation, past the limit as a second daemon's would be
+			st.lockDone("lock:t", "tokT")
+			ops := st.takeOps(now, maxOpsPerCall)
+			assert.Len(t, ops, 2)
+			st.lockChanged("lock:t", "tokT", true) // T released during the round
+			r := &roundState{st: st, quotaOp: -1, heldCalls: []int{0}, tokens: [][]string{{"tokA", "tokT"}}, ops: ops}
+			replies := []masterReply{{ok: true, held: []int64{tc.held}, counted: [][]bool{{true, tc.countedT}}}}
+			l.quorum = 1
+			l.merge(r, replies, true, now)
+			st.mu.Lock()
+			got := st.heldEstimate()
+			st.mu.Unlock()
+			assert.Equal(t, tc.wantHeld, got, "A is held, T released: one lock")
+			_, ok = st.reserveLocks(1)
+			assert.Equal(t, !tc.wantRefuse, ok, "max_locks 1 with A held")
+		})
+	}
+}
+
+// TestReleaseDuringRoundOfABacklogChange: the round carries no change of
+// T's of its own, but sends one from the backlog of a master that missed
+// an earlier round (T extended then), and that master, the one the round
+// counts from, saw T released. The release made during the round is
+// subtracted once: the count stays at A's one lock and a second lock is
+// refused under max_locks 1. Before, only the round's own changes were
+// matched, the count fell to 0 and a second lock was let in.
+func TestReleaseDuringRoundOfABacklogChange(t *testing.T) {
+	l := NewLimiter(zap.NewNop(), nil, "p:", time.Second, NewMetrics())
+	l.quorum = 1
+	now := time.Now()
+	st := l.newState("acme", Limits{MaxLocks: 2}, now)
+	for _, tok := range []string{"tokA", "tokT"} {
+		_, ok := st.reserveLocks(1)
+		require.True(t, ok)
+		st.lockDone("lock:"+tok, tok)
+	}
+	ops := st.takeOps(now, maxOpsPerCall) // round 0 syncs both grants
+	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, tokens: [][]string{{"tokA", "tokT"}}, ops: ops},
+		[]masterReply{{ok: true, held: []int64{2}, counted: [][]bool{{true, true}}}}, true, now)
+	st.lockChanged("lock:tokT", "tokT", false) // T extended
+	ops = st.takeOps(now, maxOpsPerCall)       // round 1: a master misses it, T's extend waits in its backlog
+	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, tokens: [][]string{{"tokT"}}, ops: ops},
+		[]masterReply{{ok: true, held: []int64{2}, counted: [][]bool{{true}}}}, true, now)
+
+	ops = st.takeOps(now.Add(-time.Hour), maxOpsPerCall) // round 2: nothing of its own (rechecks not due)
+	require.Empty(t, ops)
+	st.lockChanged("lock:tokT", "tokT", true) // T released while round 2 is out
+	// Round 2 counts from the master that missed round 1: it is sent T's
+	// extend from its backlog, after the release's DEL, and drops T.
+	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, tokens: [][]string{{"tokT"}}, ops: ops},
+		[]masterReply{{ok: true, held: []int64{1}, counted: [][]bool{{false}}}}, true, now)
+	st.mu.Lock()
+	got := st.heldEstimate()
+	st.mu.Unlock()
+	assert.Equal(t, int64(1), got, "A is held, T released: one lock")
+	st.setLimits(Limits{MaxLocks: 1}, now)
+	_, ok := st.reserveLocks(1)
+	assert.False(t, ok, "max_locks 1 with A held")
+}
