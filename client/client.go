@@ -109,7 +109,7 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 }
 
 // LockOption modifies one call: WithWait, WithNamespace, WithPermits,
-// WithSlot.
+// WithSlot, WithLockDelay, WithKeys.
 type LockOption func(*request)
 
 // WithWait makes Acquire wait up to d for a held lock (the daemon retries
@@ -140,10 +140,31 @@ func WithLockDelay(d time.Duration) LockOption { return func(r *request) { r.loc
 // and Status. A Lease passes its own.
 func WithSlot(slot int) LockOption { return func(r *request) { r.slot = &slot } }
 
+// WithKeys makes the call act on the multi-key lock of keys instead of
+// one key: Acquire takes every key or none, under one token and one fence
+// (strictly above every earlier holder's of each key); Extend, Release and
+// Status act on the same set, in any order. The key argument must then be
+// "". The daemon takes 1 to 64 different keys, each as a key argument
+// (1–512 bytes); a set of one key is that key's lock. Each key counts
+// against the account's max_locks. Cannot be combined with WithPermits or
+// WithSlot (the daemon answers 400). A Lease remembers its keys
+// (Lease.Keys) for Extend, Release and Status. See docs/api.md
+// "Multi-key locks".
+//
+// Errors: ErrInvalid, without a request, when keys is empty or the key
+// argument is not ""; ErrInvalid with the daemon's message naming the
+// field (keys[i]) for a duplicate key, more than 64, or a bad key.
+func WithKeys(keys ...string) LockOption {
+	keys = append([]string(nil), keys...)
+	return func(r *request) { r.keys, r.hasKeys = keys, true }
+}
+
 // request is one call of the action API.
 type request struct {
 	action    string
 	key       string
+	keys      []string // a multi-key lock's keys (WithKeys); key is then ""
+	hasKeys   bool     // WithKeys was given, even with no keys
 	namespace string
 	token     string
 	ttl       time.Duration
@@ -155,15 +176,16 @@ type request struct {
 
 // wireRequest is the JSON body of POST /v1/lock.
 type wireRequest struct {
-	Action      string `json:"action"`
-	Key         string `json:"key"`
-	Namespace   string `json:"namespace,omitempty"`
-	Token       string `json:"token,omitempty"`
-	TTL         int64  `json:"ttl,omitempty"`
-	WaitMS      int64  `json:"wait_ms,omitempty"`
-	Permits     int    `json:"permits,omitempty"`
-	Slot        *int   `json:"slot,omitempty"`
-	LockDelayMS int64  `json:"lock_delay_ms,omitempty"`
+	Action      string   `json:"action"`
+	Key         string   `json:"key,omitempty"`
+	Keys        []string `json:"keys,omitempty"`
+	Namespace   string   `json:"namespace,omitempty"`
+	Token       string   `json:"token,omitempty"`
+	TTL         int64    `json:"ttl,omitempty"`
+	WaitMS      int64    `json:"wait_ms,omitempty"`
+	Permits     int      `json:"permits,omitempty"`
+	Slot        *int     `json:"slot,omitempty"`
+	LockDelayMS int64    `json:"lock_delay_ms,omitempty"`
 }
 
 // envelope is every answer of POST /v1/lock.
@@ -175,22 +197,23 @@ type envelope struct {
 }
 
 type wireData struct {
-	Action     string `json:"action"`
-	Key        string `json:"key"`
-	Acquired   *bool  `json:"acquired"`
-	Released   *bool  `json:"released"`
-	Extended   *bool  `json:"extended"`
-	Held       *bool  `json:"held"`
-	Token      string `json:"token"`
-	TTL        int64  `json:"ttl"`
-	ExpireAt   int64  `json:"expire_at"`
-	RetryAfter int64  `json:"retry_after"`
-	Fence      int64  `json:"fence"`
-	ValidityMS *int64 `json:"validity_ms"`
-	ElapsedMS  int64  `json:"elapsed_ms"`   // 0 from a daemon that does not send it
-	Slot       *int   `json:"slot"`         // a semaphore's acquire
-	Taken      int    `json:"taken"`        // a semaphore's status
-	NextFreeMS int64  `json:"next_free_ms"` // a semaphore's status
+	Action     string   `json:"action"`
+	Key        string   `json:"key"`
+	Keys       []string `json:"keys"` // a multi-key lock's
+	Acquired   *bool    `json:"acquired"`
+	Released   *bool    `json:"released"`
+	Extended   *bool    `json:"extended"`
+	Held       *bool    `json:"held"`
+	Token      string   `json:"token"`
+	TTL        int64    `json:"ttl"`
+	ExpireAt   int64    `json:"expire_at"`
+	RetryAfter int64    `json:"retry_after"`
+	Fence      int64    `json:"fence"`
+	ValidityMS *int64   `json:"validity_ms"`
+	ElapsedMS  int64    `json:"elapsed_ms"`   // 0 from a daemon that does not send it
+	Slot       *int     `json:"slot"`         // a semaphore's acquire
+	Taken      int      `json:"taken"`        // a semaphore's status
+	NextFreeMS int64    `json:"next_free_ms"` // a semaphore's status
 }
 
 // answer is a 200 answer with the time its request was sent.
@@ -225,10 +248,27 @@ func ttlSeconds(ttl time.Duration) (int64, error) {
 	return int64((ttl + time.Second - 1) / time.Second), nil
 }
 
+// checkKeys refuses, without a request, what the wire cannot say: a
+// WithKeys of no keys (sent as no keys field at all) or next to a key.
+func (r *request) checkKeys() error {
+	switch {
+	case !r.hasKeys:
+		return nil
+	case len(r.keys) == 0:
+		return fmt.Errorf("%w: keys: WithKeys needs 1 to 64 keys, got none", ErrInvalid)
+	case r.key != "":
+		return fmt.Errorf("%w: key, keys: with WithKeys the key argument must be \"\", got %q", ErrInvalid, r.key)
+	}
+	return nil
+}
+
 // do sends r, retrying 503 answers per the policy, and returns a 200
 // answer. Errors are *Error, with ctx.Err() joined when the context ended.
 func (c *Client) do(ctx context.Context, r *request) (*answer, error) {
-	body := wireRequest{Action: r.action, Key: r.key, Namespace: r.namespace, Token: r.token, WaitMS: r.wait.Milliseconds()}
+	if err := r.checkKeys(); err != nil {
+		return nil, err
+	}
+	body := wireRequest{Action: r.action, Key: r.key, Keys: r.keys, Namespace: r.namespace, Token: r.token, WaitMS: r.wait.Milliseconds()}
 	switch r.action {
 	case "acquire", "status":
 		body.Permits = r.permits
@@ -339,7 +379,8 @@ func shorten(b []byte) string {
 
 // Acquire takes the lock key for ttl (whole seconds on the wire, rounded
 // up; at least 1 s and at most the daemon's max_ttl). With WithWait it
-// waits for a held lock; WithNamespace selects a sub-space.
+// waits for a held lock; WithNamespace selects a sub-space; with WithKeys
+// (and key "") it takes a multi-key lock.
 //
 // Errors: an *Error matching ErrLockHeld (with RetryAfter) when another
 // owner holds the lock, ErrUnavailable, ErrUnauthorized, ErrInvalid.
@@ -360,13 +401,25 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		return nil, &Error{Kind: ErrLockHeld, Action: r.action, Status: http.StatusOK, Msg: a.msg,
 			RetryAfter: time.Duration(d.RetryAfter) * time.Second}
 	}
+	if r.hasKeys && len(r.keys) > 1 && len(d.Keys) != len(r.keys) {
+		// A daemon without multi-key locks would not get here (it refuses
+		// the keys field), but one that took a single key must not pass
+		// for holding the set.
+		return nil, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.keys (a daemon without multi-key locks)"}
+	}
 	if d.Token == "" || d.ValidityMS == nil {
 		return nil, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.token or data.validity_ms"}
 	}
 	if r.permits > 0 && d.Slot == nil {
 		return nil, &Error{Action: r.action, Status: http.StatusOK, Msg: "answer lacks data.slot (a daemon without semaphores)"}
 	}
+	if r.hasKeys {
+		key = r.keys[0]
+	}
 	l := newLease(c, key, r.namespace, d.Token, d.Fence, time.Duration(d.TTL)*time.Second, a.validUntil())
+	if r.hasKeys {
+		l.keys = r.keys
+	}
 	if r.permits > 0 {
 		l.slot, l.permits = d.Slot, r.permits
 	}
@@ -389,7 +442,14 @@ func (c *Client) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	return newLease(c, key, r.namespace, token, e.fence, e.ttl, e.validUntil), nil
+	if r.hasKeys {
+		key = r.keys[0]
+	}
+	l := newLease(c, key, r.namespace, token, e.fence, e.ttl, e.validUntil)
+	if r.hasKeys {
+		l.keys = r.keys
+	}
+	return l, nil
 }
 
 // extended is a successful extend's answer.
@@ -464,8 +524,9 @@ type Status struct {
 	NextFree       time.Duration
 }
 
-// Status reads whether the lock key is held, by anyone. Errors:
-// ErrUnavailable, ErrUnauthorized, ErrInvalid.
+// Status reads whether the lock key is held, by anyone; with WithKeys,
+// whether one token holds every key of the set (Validity the shortest of
+// the keys'). Errors: ErrUnavailable, ErrUnauthorized, ErrInvalid.
 func (c *Client) Status(ctx context.Context, key string, opts ...LockOption) (Status, error) {
 	r := request{action: "status", key: key}
 	for _, o := range opts {

@@ -2,7 +2,7 @@
 // (POST /v1/lock). It uses the standard library only.
 //
 //	c, err := client.New("http://127.0.0.1:7070", apiKey)
-//	err = client.WithLock(ctx, c, "job:daily_report", time.Minute,
+//	err = c.WithLock(ctx, "job:daily_report", time.Minute,
 //		func(ctx context.Context, l *client.Lease) error {
 //			return work(ctx, l.Fence()) // ctx is cancelled if the lock is lost
 //		})

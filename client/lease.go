@@ -20,6 +20,9 @@ type Lease struct {
 	token string
 	fence int64
 	slot  *int // a semaphore permit's slot; nil for a lock
+	// keys are a multi-key lock's keys (WithKeys), key the first; nil
+	// for one key.
+	keys []string
 	// permits is the semaphore's permits (WithPermits); 0 for a lock.
 	permits int
 
@@ -45,8 +48,22 @@ func newLease(c *Client, key, ns, token string, fence int64, ttl time.Duration, 
 	return l
 }
 
-// Key returns the lock's key, as given to Acquire.
+// Key returns the lock's key, as given to Acquire; for a multi-key lock
+// (WithKeys), its first key.
 func (l *Lease) Key() string { return l.key }
+
+// Keys returns a multi-key lock's keys, as given to WithKeys; nil for a
+// lock of one key (see Key).
+func (l *Lease) Keys() []string { return append([]string(nil), l.keys...) }
+
+// target names the lease's lock in a request: its key, or its keys.
+func (l *Lease) target(r *request) {
+	if l.keys != nil {
+		r.keys, r.hasKeys = l.keys, true
+		return
+	}
+	r.key = l.key
+}
 
 // Slot returns the permit slot of a semaphore's lease (WithPermits), -1
 // for a lock.
@@ -156,7 +173,9 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	e, err := l.c.extend(ctx, &request{action: "extend", key: l.key, namespace: l.ns, token: l.token, ttl: ttl, slot: l.slot})
+	r := request{action: "extend", namespace: l.ns, token: l.token, ttl: ttl, slot: l.slot}
+	l.target(&r)
+	e, err := l.c.extend(ctx, &r)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -187,19 +206,24 @@ func (l *Lease) Release(ctx context.Context) error {
 	if exited != nil {
 		<-exited // no extend runs after the release
 	}
-	return l.c.Release(ctx, l.key, l.token, WithNamespace(l.ns), l.slotOption())
+	return l.c.Release(ctx, "", l.token, WithNamespace(l.ns), l.callOption())
 }
 
-// slotOption passes the lease's slot, if any, to a call.
-func (l *Lease) slotOption() LockOption {
-	return func(r *request) { r.slot = l.slot }
+// callOption passes the lease's lock (key or keys) and slot, if any, to
+// a call whose key argument is "".
+func (l *Lease) callOption() LockOption {
+	return func(r *request) {
+		l.target(r)
+		r.slot = l.slot
+	}
 }
 
 // Status reads whether the lease's key is held (by anyone: status does
 // not compare tokens); for a semaphore's lease, the semaphore's permits
-// taken. See Client.Status.
+// taken; for a multi-key lock, whether one token holds every key. See
+// Client.Status.
 func (l *Lease) Status(ctx context.Context) (Status, error) {
-	return l.c.Status(ctx, l.key, WithNamespace(l.ns), WithPermits(l.permits))
+	return l.c.Status(ctx, "", WithNamespace(l.ns), WithPermits(l.permits), l.callOption())
 }
 
 // KeepAlive extends the lease in a goroutine at about a third of its TTL

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -61,6 +62,7 @@ const lockUsage = `Usage:
   redlockd lock extend  --key K --token T [--ttl 30s] [--namespace N] [--slot S]
   redlockd lock release --key K --token T [--namespace N] [--slot S]
   redlockd lock status  --key K [--namespace N] [--permits P]
+  (each takes --keys K1,K2,... instead of --key K: a multi-key lock)
 
 The daemon and API key come from --url and --api-key, or from REDLOCKD_URL
 and REDLOCKD_API_KEY (prefer the variable: a flag shows in ps). --token
@@ -98,6 +100,15 @@ adds REDLOCK_SLOT to the command's environment, acquire prints "slot"),
 extend and release act on the permit --slot S, and status prints the
 permits taken ("held" when all P are).
 
+--keys K1,K2,... (instead of --key) takes a multi-key lock: every key of
+the set or none, under one token and one fence, for 1 to 64 different
+keys separated by commas (a key with a comma in it cannot be given here).
+run holds the whole set while the command runs and adds REDLOCK_KEYS (the
+keys, comma-separated) to its environment, REDLOCK_KEY being the first;
+extend, release and status act on the same set, in any order. Nothing is
+held while waiting, so runs asking for overlapping sets in different
+orders cannot deadlock. It cannot be combined with --permits or --slot.
+
 --lock-delay D (run, acquire): if the lock ends without a release (lock
 run killed with SIGKILL, its host paused), nobody acquires it for D after
 it ends, so that a stalled holder can notice before the next one starts.
@@ -124,6 +135,7 @@ Each subcommand's flags: redlockd lock SUBCOMMAND --help.
 // lockFlags are the flags shared by every lock subcommand.
 type lockFlags struct {
 	url, apiKey, key, namespace, token string
+	keys                               []string // --keys: a multi-key lock's; nil for --key
 	tlsCA, tlsCert, tlsKey             string
 	ttl, wait, grace                   time.Duration
 	lockDelay                          time.Duration
@@ -150,10 +162,11 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// The flag package prints its error and the whole usage on a bad flag;
 	// a bad flag gets one line here instead (below), --help the usage.
 	fs.SetOutput(io.Discard)
-	var f lockFlags
+	f := lockFlags{slot: -1} // --slot is extend's and release's only
 	fs.StringVar(&f.url, "url", os.Getenv("REDLOCKD_URL"), "daemon base URL, e.g. http://127.0.0.1:7070 (default $REDLOCKD_URL)")
 	fs.StringVar(&f.apiKey, "api-key", "", "API key (default $REDLOCKD_API_KEY)")
-	fs.StringVar(&f.key, "key", "", "lock key (required)")
+	fs.StringVar(&f.key, "key", "", "lock key (this or --keys required)")
+	fs.Func("keys", "the `keys` of a multi-key lock, separated by commas (1 to 64 different keys), instead of --key, e.g. acct:a,acct:b", f.setKeys)
 	fs.StringVar(&f.namespace, "namespace", "", "namespace within the API key's account")
 	fs.StringVar(&f.tlsCA, "tls-ca", os.Getenv("REDLOCKD_TLS_CA"), "PEM `file` of the CA of the daemon's HTTPS certificate (default $REDLOCKD_TLS_CA, else the system's CAs)")
 	fs.StringVar(&f.tlsCert, "tls-cert", os.Getenv("REDLOCKD_TLS_CERT"), "PEM client certificate `file`, for a daemon that requires one (default $REDLOCKD_TLS_CERT)")
@@ -219,44 +232,48 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if f.lockDelay > 0 {
 		opts = append(opts, client.WithLockDelay(f.lockDelay))
 	}
+	if f.keys != nil {
+		opts = append(opts, client.WithKeys(f.keys...))
+	}
+	id := f.lockID()
 	switch sub {
 	case "run":
 		return lockRun(ctx, c, &f, opts, fs.Args(), stderr)
 	case "acquire":
 		l, err := c.Acquire(ctx, f.key, f.ttl, opts...)
 		if err != nil {
-			return lockFailed(stdout, "acquire", f.key, err)
+			return lockFailed(stdout, "acquire", id, err)
 		}
-		return printData(stdout, "acquire", f.key, "acquired", true, leaseFields(l, true))
+		return printData(stdout, "acquire", id, "acquired", true, leaseFields(l, true))
 	case "extend":
 		l, err := c.Extend(ctx, f.key, f.token, f.ttl, opts...)
 		if err != nil {
-			return lockFailed(stdout, "extend", f.key, err)
+			return lockFailed(stdout, "extend", id, err)
 		}
-		return printData(stdout, "extend", f.key, "extended", true, leaseFields(l, false))
+		return printData(stdout, "extend", id, "extended", true, leaseFields(l, false))
 	case "release":
 		if err := c.Release(ctx, f.key, f.token, opts...); err != nil {
-			return lockFailed(stdout, "release", f.key, err)
+			return lockFailed(stdout, "release", id, err)
 		}
-		return printData(stdout, "release", f.key, "released", true, nil)
+		return printData(stdout, "release", id, "released", true, nil)
 	default: // status
 		st, err := c.Status(ctx, f.key, opts...)
 		if err != nil {
-			return lockFailed(stdout, "status", f.key, err)
+			return lockFailed(stdout, "status", id, err)
 		}
 		if f.permits > 0 {
 			fs := []field{{"permits", int64(st.Permits)}, {"taken", int64(st.Taken)}}
 			if st.Taken > 0 {
 				fs = append(fs, field{"next_free_ms", st.NextFree.Milliseconds()})
 			}
-			_ = printData(stdout, "status", f.key, "held", st.Held, fs)
+			_ = printData(stdout, "status", id, "held", st.Held, fs)
 			if !st.Held {
 				return &exitError{code: exitNotHeld}
 			}
 			return nil
 		}
 		if !st.Held {
-			_ = printData(stdout, "status", f.key, "held", false, nil)
+			_ = printData(stdout, "status", id, "held", false, nil)
 			return &exitError{code: exitNotHeld}
 		}
 		now := time.Now()
@@ -267,7 +284,7 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if st.Fence != 0 {
 			fs = append(fs, field{"fence", st.Fence})
 		}
-		return printData(stdout, "status", f.key, "held", true, append(fs, field{"validity_ms", v.Milliseconds()}))
+		return printData(stdout, "status", id, "held", true, append(fs, field{"validity_ms", v.Milliseconds()}))
 	}
 }
 
@@ -310,8 +327,14 @@ func (f *lockFlags) check(sub string, nargs int) error {
 		return errors.New("--url or REDLOCKD_URL: required (e.g. http://127.0.0.1:7070)")
 	case f.apiKey == "":
 		return errors.New("--api-key or REDLOCKD_API_KEY: required")
-	case f.key == "":
-		return errors.New("--key: required")
+	case f.key == "" && f.keys == nil:
+		return errors.New("--key or --keys: required")
+	case f.key != "" && f.keys != nil:
+		return errors.New("--key, --keys: give one of them: --key K for one lock, --keys K1,K2 for a multi-key lock")
+	case f.keys != nil && f.permits != 0:
+		return errors.New("--keys, --permits: a semaphore has one name: give --key with --permits")
+	case f.keys != nil && f.slot != -1:
+		return errors.New("--keys, --slot: a slot is a semaphore permit's: give --key with --slot")
 	case sub == "run" && f.ttl == 0:
 		return errors.New("--ttl: required, at least 1s, e.g. --ttl 5m")
 	case (sub == "run" || sub == "acquire" || sub == "extend") && (f.ttl < time.Second || f.ttl%time.Second != 0):
@@ -338,6 +361,50 @@ func (f *lockFlags) check(sub string, nargs int) error {
 		return errors.New("unexpected arguments")
 	}
 	return nil
+}
+
+// setKeys parses --keys: keys separated by commas, none empty, none twice.
+// The daemon checks the rest (at most 64 keys, each 1 to 512 bytes).
+func (f *lockFlags) setKeys(s string) error {
+	keys := strings.Split(s, ",")
+	for i, k := range keys {
+		if k == "" {
+			return fmt.Errorf("key %d of %d is empty: separate keys by single commas, e.g. --keys acct:a,acct:b", i+1, len(keys))
+		}
+		if j := slices.Index(keys[:i], k); j >= 0 {
+			return fmt.Errorf("%q is given twice (keys %d and %d): every key of a set must be different", k, j+1, i+1)
+		}
+	}
+	f.keys = keys
+	return nil
+}
+
+// lockID names the lock of the flags: --key, or --keys with key the
+// first of them.
+func (f *lockFlags) lockID() lockID {
+	if f.keys != nil {
+		return lockID{key: f.keys[0], keys: f.keys}
+	}
+	return lockID{key: f.key}
+}
+
+// lockID is the lock a subcommand acts on: one key, or the keys of a
+// multi-key lock (key then their first, as the daemon answers).
+type lockID struct {
+	key  string
+	keys []string // nil for one key
+}
+
+// String names the lock in a message: "K", or keys "K1","K2".
+func (id lockID) String() string {
+	if id.keys == nil {
+		return strconv.Quote(id.key)
+	}
+	q := make([]string, len(id.keys))
+	for i, k := range id.keys {
+		q[i] = strconv.Quote(k)
+	}
+	return "keys " + strings.Join(q, ",")
 }
 
 // httpsClient is an HTTP client that trusts --tls-ca (the system's CAs
@@ -390,10 +457,15 @@ func leaseFields(l *client.Lease, acquired bool) []field {
 }
 
 // printData prints the data object of an answer, as the daemon shapes it.
-func printData(w io.Writer, action, key, outcome string, ok bool, more []field) error {
+func printData(w io.Writer, action string, id lockID, outcome string, ok bool, more []field) error {
 	b := []byte(`{"action":` + strconv.Quote(action) + `,"key":`)
-	kb, _ := json.Marshal(key)
+	kb, _ := json.Marshal(id.key)
 	b = append(b, kb...)
+	if id.keys != nil {
+		kb, _ = json.Marshal(id.keys)
+		b = append(b, `,"keys":`...)
+		b = append(b, kb...)
+	}
 	b = append(b, `,"`+outcome+`":`+strconv.FormatBool(ok)...)
 	for _, f := range more {
 		vb, _ := json.Marshal(f.value)
@@ -407,7 +479,7 @@ func printData(w io.Writer, action, key, outcome string, ok bool, more []field) 
 
 // lockFailed maps a failed call to its exit code; a negative 200 answer
 // also prints its data object.
-func lockFailed(stdout io.Writer, action, key string, err error) error {
+func lockFailed(stdout io.Writer, action string, key lockID, err error) error {
 	var ce *client.Error
 	errors.As(err, &ce)
 	switch {
@@ -534,7 +606,10 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 			if f.permits > 0 {
 				return &exitError{code: exitBusy, err: fmt.Errorf("lock run: every one of the %d permits of %q is held; the command did not run", f.permits, f.key)}
 			}
-			return &exitError{code: exitBusy, err: fmt.Errorf("lock run: %q is held by another owner; the command did not run", f.key)}
+			if f.keys != nil {
+				return &exitError{code: exitBusy, err: fmt.Errorf("lock run: a key of %v is held by another owner; the command did not run", f.lockID())}
+			}
+			return &exitError{code: exitBusy, err: fmt.Errorf("lock run: %v is held by another owner; the command did not run", f.lockID())}
 		}
 		return &exitError{code: exitCode(err), err: actionFailed(err, "lock run: acquire", "acquire")}
 	}
@@ -543,13 +618,16 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(),
-		"REDLOCK_KEY="+f.key,
+		"REDLOCK_KEY="+l.Key(),
 		"REDLOCK_NAMESPACE="+f.namespace,
 		"REDLOCK_FENCE="+strconv.FormatInt(l.Fence(), 10),
 		"REDLOCK_VALID_UNTIL="+strconv.FormatInt(l.ValidUntil().Unix(), 10),
 	)
 	if l.Slot() >= 0 {
 		cmd.Env = append(cmd.Env, "REDLOCK_SLOT="+strconv.Itoa(l.Slot()))
+	}
+	if f.keys != nil {
+		cmd.Env = append(cmd.Env, "REDLOCK_KEYS="+strings.Join(f.keys, ","))
 	}
 	// The guardian stops the command if lock run itself is killed (guard.go).
 	g, err := startGuard(stderr)
@@ -644,7 +722,7 @@ wait:
 			// The SIGKILL comes no later than the end of validity, whatever
 			// --grace says: after it another owner may hold the lock.
 			grace = min(f.grace, max(time.Until(l.ValidUntil()), 0)).Truncate(time.Millisecond)
-			fmt.Fprintf(stderr, "redlockd lock run: lock %q lost: %s; sending SIGTERM to the command (pid %d), SIGKILL in %v\n", f.key, cliText(lost), pgid, grace)
+			fmt.Fprintf(stderr, "redlockd lock run: lock %v lost: %s; sending SIGTERM to the command (pid %d), SIGKILL in %v\n", f.lockID(), cliText(lost), pgid, grace)
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			timer = time.NewTimer(grace)
 			kill = timer.C

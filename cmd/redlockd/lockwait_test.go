@@ -121,7 +121,12 @@ func TestLockRunGraceEndsWithValidity(t *testing.T) {
 	// The loss is declared LossMargin (300 ms for a 3 s TTL) before the
 	// validity ends: that is all the time the command gets.
 	assert.LessOrEqual(t, grace, 300*time.Millisecond, "SIGKILL after the validity ends")
-	assert.Contains(t, p.stderr.String(), "sending SIGKILL")
+	// lock run's own SIGKILL and its guardian's both fire when the validity
+	// ends; on a loaded machine either may come first (the guardian's
+	// message then replaces lock run's). Either way the command is gone.
+	out := p.stderr.String()
+	assert.True(t, strings.Contains(out, "sending SIGKILL") || strings.Contains(out, "its guardian killed process group"),
+		"killed at the end of the validity, by lock run or its guardian: %s", out)
 	assert.True(t, gone(pid), "the command is gone")
 }
 

@@ -341,7 +341,7 @@ func replaceLine(s, prefix, with string) string {
 func TestACLAllowsEveryScriptCommand(t *testing.T) {
 	call := regexp.MustCompile(`redis\.p?call\('([A-Za-z]+)'`)
 	used := map[string][]string{}
-	for _, dir := range []string{"../../redlock/scripts", "../../redlock/idempotency/scripts", "../../daemon/scripts"} {
+	for _, dir := range []string{"../../redlock/scripts", "../../redlock/idempotency/scripts", "../../daemon/limits/scripts"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.lua"))
 		require.NoError(t, err)
 		require.NotEmpty(t, files, dir)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/redlockd/redlockd/config"
 	"github.com/redlockd/redlockd/daemon"
+	"github.com/redlockd/redlockd/daemon/limits"
 )
 
 // reloader applies a configuration read again (on SIGHUP or POST
@@ -223,9 +224,9 @@ func daemonKeys(cfg config.Config) []daemon.APIKey {
 	out := make([]daemon.APIKey, len(cfg.APIKeys))
 	for i, k := range cfg.APIKeys {
 		l := cfg.AccountLimits(k)
-		out[i] = daemon.APIKey{Account: k.Name, Hash: k.Hash(), Limits: daemon.AccountLimits{
+		out[i] = daemon.APIKey{Account: k.Name, Hash: k.Hash(), Limits: limits.Limits{
 			QuotaCalls: l.QuotaCalls, QuotaWindow: l.QuotaPer, Rate: l.Rate, Burst: l.Burst, MaxLocks: l.MaxLocks,
-		}}
+		}, LockDelay: l.LockDelay}
 	}
 	return out
 }

@@ -463,3 +463,56 @@ func TestReloadKeepsQuotaCount(t *testing.T) {
 	spend(7)
 	require.NoError(t, d.stop(t), "%s", d.logs)
 }
+
+// TestReloadAccountLockDelay runs the real binary: account_defaults
+// lock_delay, put in force by POST /admin/reload, holds a key that
+// expired without a release for the delay when the acquire sent no
+// lock_delay_ms; before the reload it did not; a reload with a delay
+// above the limit is refused naming the field, and the delay in force
+// stays.
+func TestReloadAccountLockDelay(t *testing.T) {
+	prefix := fmt.Sprintf("e2e%d:", prefixSeq.Add(1))
+	path := filepath.Join(t.TempDir(), "redlockd.yaml")
+	write := func(defaults string) {
+		require.NoError(t, os.WriteFile(path, []byte(reloadConfig(prefix, [2]string{"acme", keyA})+"account_defaults:\n"+defaults), 0o600))
+	}
+	write("  max_locks: 100\n")
+	addr, adminAddr := freeAddr(t), freeAddr(t)
+	base, admin := "http://"+addr, "http://"+adminAddr
+	d := startBinary(t, base, httpClient, nil, "--config", path, "--listen", addr, "--admin-listen", adminAddr, "--drain-delay", "0s")
+	reload := func(defaults string) (int, string) {
+		t.Helper()
+		write(defaults)
+		resp, err := httpClient.Post(admin+"/admin/reload", "", nil)
+		require.NoError(t, err)
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(raw)
+	}
+	// expireThenRetry takes key for 1s, lets it expire without a release,
+	// and asks again: the second answer's data.
+	expireThenRetry := func(key string) envelope {
+		t.Helper()
+		st, env, _ := post(t, lockURL(base), keyA, `{"action":"acquire","key":"`+key+`","ttl":1}`)
+		require.Equal(t, http.StatusOK, st, env.Msg)
+		require.Equal(t, true, env.Data["acquired"], env.Msg)
+		time.Sleep(1200 * time.Millisecond)
+		st, env, _ = post(t, lockURL(base), keyA, `{"action":"acquire","key":"`+key+`","ttl":1}`)
+		require.Equal(t, http.StatusOK, st, env.Msg)
+		return env
+	}
+	assert.Equal(t, true, expireThenRetry("before").Data["acquired"], "no default delay yet")
+
+	st, raw := reload("  max_locks: 100\n  lock_delay: 3s\n")
+	require.Equal(t, http.StatusOK, st, raw)
+	env := expireThenRetry("after")
+	assert.Equal(t, false, env.Data["acquired"], "the reloaded default delay holds the key")
+	assert.Contains(t, env.Msg, "lock-delay")
+	assert.Positive(t, env.Data["retry_after"])
+
+	st, raw = reload("  max_locks: 100\n  lock_delay: 61s\n")
+	assert.NotEqual(t, http.StatusOK, st)
+	assert.Contains(t, raw, "account_defaults.lock_delay: 1m1s is above the limit of 1m0s")
+	assert.Equal(t, false, expireThenRetry("kept").Data["acquired"], "the delay in force stays after a refused reload")
+	require.NoError(t, d.stop(t), "%s", d.logs)
+}

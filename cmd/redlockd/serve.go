@@ -22,6 +22,7 @@ import (
 
 	"github.com/redlockd/redlockd/config"
 	"github.com/redlockd/redlockd/daemon"
+	"github.com/redlockd/redlockd/daemon/limits"
 	"github.com/redlockd/redlockd/redlock"
 	"github.com/redlockd/redlockd/redlock/idempotency"
 )
@@ -88,7 +89,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	// The accounts' limits live on the first group's masters, on
 	// connections of their own.
 	limitMasters := masters[:len(cfg.Groups()[0].Masters)]
-	var groups []daemon.LockerGroup
+	var groups []redlock.Group
 	clients := map[string]*redlock.Client{}
 	for _, g := range distinctGroups(cfg) {
 		locker, err := newGroupClient(ctx, cfg, log, metrics, masters[:len(g.Masters)])
@@ -99,9 +100,9 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		}
 		defer locker.Close()
 		clients[g.Name] = locker
-		groups = append(groups, daemon.LockerGroup{Name: g.Name, Locker: daemon.NewRedlockLocker(locker)})
+		groups = append(groups, redlock.Group{Name: g.Name, Client: locker})
 	}
-	daemonLocker := groups[0].Locker
+	daemonLocker := daemon.NewRedlockLocker(groups[0].Client)
 	switch {
 	case len(cfg.PreviousMasterGroups) > 0:
 		daemonLocker, err = movingLocker(cfg, clients, groups)
@@ -141,7 +142,7 @@ func allMasters(cfg config.Config) []string {
 // movingLocker is the Locker of the moving phase: keys whose group changes
 // between previous_master_groups and the current groups are locked in
 // both (redlock.Moving); a group in both lists is one Client.
-func movingLocker(cfg config.Config, clients map[string]*redlock.Client, groups []daemon.LockerGroup) (daemon.Locker, error) {
+func movingLocker(cfg config.Config, clients map[string]*redlock.Client, groups []redlock.Group) (daemon.MasterLocker, error) {
 	list := func(gs []config.MasterGroup) (*redlock.Groups, []string, error) {
 		var rg []redlock.Group
 		var names []string
@@ -200,7 +201,7 @@ func newGroupClient(ctx context.Context, cfg config.Config, log *zap.Logger, met
 // are the masters the accounts' limits live on, idemClient the Client the
 // idempotency records live behind.
 func serveWith(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.Listener, load func() (config.Config, error),
-	reg *prometheus.Registry, metrics *daemon.Metrics, masterCert *masterClientCert, locker daemon.Locker, limitMasters []*redis.Options, idemClient *redlock.Client) error {
+	reg *prometheus.Registry, metrics *daemon.Metrics, masterCert *masterClientCert, locker daemon.MasterLocker, limitMasters []*redis.Options, idemClient *redlock.Client) error {
 	var err error
 
 	var srvTLS *daemon.ServerTLS
@@ -222,7 +223,7 @@ func serveWith(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	}
 	// The accounts' limits live on the same masters, on connections of
 	// their own; a master is given twice the per-master timeout per sync.
-	limitStore, err := daemon.NewLimitStore(limitMasters, max(2*time.Duration(cfg.PerMasterTimeout), 50*time.Millisecond))
+	limitStore, err := limits.NewStore(limitMasters, max(2*time.Duration(cfg.PerMasterTimeout), 50*time.Millisecond))
 	if err != nil {
 		ln.Close()
 		return err
@@ -240,8 +241,8 @@ func serveWith(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	srv, err := daemon.New(log.Named("http"), &daemon.Options{
 		APIKeys:               daemonKeys(cfg),
 		KeyPrefix:             cfg.KeyPrefix,
-		DefaultTTL:            cfg.EffectiveDefaultTTL(),
-		MaxTTL:                cfg.MaxTTL,
+		DefaultTTL:            time.Duration(cfg.EffectiveDefaultTTL()) * time.Second,
+		MaxTTL:                time.Duration(cfg.MaxTTL) * time.Second,
 		MaxWait:               time.Duration(cfg.MaxWait),
 		MaxBodyBytes:          cfg.MaxBodyBytes,
 		MaxWaiters:            cfg.MaxWaiters,
@@ -252,6 +253,7 @@ func serveWith(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		ShutdownTimeout:       time.Duration(cfg.ShutdownTimeout),
 		DrainDelay:            time.Duration(cfg.DrainDelay),
 		Locker:                locker,
+		Health:                locker,
 		Metrics:               metrics,
 		Gatherer:              reg,
 		AdminListen:           cfg.AdminListen,
