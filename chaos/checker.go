@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -27,7 +28,17 @@ import (
 //	   of the row cut short (Op.Unfinished) is not judged;
 //	I6 with more faulty, no acquire succeeds, and single attempts fail fast
 //	   (within twice the per-master timeout plus FastSlack), unless a
-//	   stall of the machine (History.Unexplained) overlapped the attempt.
+//	   stall of the machine (History.Unexplained) overlapped the attempt;
+//	I7 no more than N grants of permits of one semaphore of N permits
+//	   hold at once: their leases (as in I1, each a slot lock's) never
+//	   number more than N at any moment, counted per semaphore name from
+//	   the history, not from the slots;
+//	I8 a grant with a lock-delay D that was not released keeps its key
+//	   from every other grant until D after its lock ended: no grant of the
+//	   key returns between the end of its lease and the earliest its delay
+//	   record can end on a master, (TTL + D)·(1 − drift factor) after the
+//	   acquire was invoked (or after its last successful extend was, with
+//	   the extend's TTL). A release invoked meanwhile ends the delay.
 const (
 	I1 = "I1"
 	I2 = "I2"
@@ -35,6 +46,8 @@ const (
 	I4 = "I4"
 	I5 = "I5"
 	I6 = "I6"
+	I7 = "I7"
+	I8 = "I8"
 )
 
 // StaleRejected is the observation a "pause the holder" control must make:
@@ -67,18 +80,58 @@ type CheckParams struct {
 	// health interval later, and that probe may take the per-master
 	// timeout. The drills set it to HealthInterval + PerMasterTimeout.
 	HealGrace time.Duration
+	// DriftFactor is the clients' clock drift allowance (I8).
+	DriftFactor float64
 	// MaxPerInvariant caps how many violations of one invariant are listed
 	// (the count is still exact in the summary line). Default 20.
 	MaxPerInvariant int
+	// Groups, with master groups: the masters of each group (indices
+	// below Masters), and GroupOf, the group index of an Op's key. I5 and
+	// I6 then judge each acquire by its key's group alone: its faulty
+	// masters against its quorum. Nil: one group of Masters masters.
+	Groups  [][]int
+	GroupOf func(key string) int
 }
 
-// Check returns every violation of I1–I6 in h.
+// groupScope is, per master group, the fault spans of its masters and
+// their number: what I5 and I6 judge an acquire of a key on that group by.
+type groupScope struct {
+	spans []map[faultKey][]span
+	size  []int
+	of    func(key string) int
+}
+
+func (p CheckParams) scope(spans map[faultKey][]span) groupScope {
+	if len(p.Groups) == 0 || p.GroupOf == nil {
+		return groupScope{spans: []map[faultKey][]span{spans}, size: []int{p.Masters}, of: func(string) int { return 0 }}
+	}
+	gs := groupScope{of: p.GroupOf}
+	for _, ms := range p.Groups {
+		sub := map[faultKey][]span{}
+		for k, ss := range spans {
+			if slices.Contains(ms, k.master) {
+				sub[k] = ss
+			}
+		}
+		gs.spans = append(gs.spans, sub)
+		gs.size = append(gs.size, len(ms))
+	}
+	return gs
+}
+
+// forKey returns the fault spans and the number of masters of key's group.
+func (g groupScope) forKey(key string) (map[faultKey][]span, int) {
+	i := g.of(key)
+	return g.spans[i], g.size[i]
+}
+
+// Check returns every violation of I1–I8 in h.
 func Check(h History, p CheckParams) []Violation {
 	if p.MaxPerInvariant == 0 {
 		p.MaxPerInvariant = 20
 	}
 	var out []Violation
-	for _, f := range []func(History, CheckParams) []Violation{checkI1, checkI2, checkResource, checkI3, checkI4, checkI5, checkI6} {
+	for _, f := range []func(History, CheckParams) []Violation{checkI1, checkI2, checkResource, checkI3, checkI4, checkI5, checkI6, checkI7, checkI8} {
 		vs := f(h, p)
 		if len(vs) > p.MaxPerInvariant {
 			extra := len(vs) - p.MaxPerInvariant
@@ -337,14 +390,17 @@ func checkI5(h History, p CheckParams) []Violation {
 		pr.ok = pr.ok || op.OK
 		pr.unfinished = pr.unfinished || op.Unfinished
 	}
-	tolerated := p.Masters - (p.Masters/2 + 1)
-	upper := extendSpans(h.Upper, p.HealGrace)
+	scope := p.scope(extendSpans(h.Upper, p.HealGrace))
 	var out []Violation
 	for _, g := range order {
 		pr := probes[g]
 		if pr.ok || pr.unfinished {
 			continue
 		}
+		// The attempts of a probe take fresh keys, of one group or
+		// several: judged by the group of its last attempt.
+		upper, masters := scope.forKey(pr.last.Key)
+		tolerated := masters - (masters/2 + 1)
 		if n := maxFaulty(upper, pr.first.View, pr.first.Invoke, pr.last.Return); n <= tolerated {
 			out = append(out, Violation{
 				Invariant: I5, Key: pr.last.Key, Ops: []int{pr.first.ID, pr.last.ID},
@@ -357,20 +413,22 @@ func checkI5(h History, p CheckParams) []Violation {
 }
 
 func checkI6(h History, p CheckParams) []Violation {
-	needed := p.Masters/2 + 1
+	scope := p.scope(h.Lower)
 	var out []Violation
 	for i := range h.Ops {
 		op := &h.Ops[i]
 		if op.Kind != "acquire" {
 			continue
 		}
-		if n := minFaulty(h.Lower, op.View, op.Invoke, op.Return); n <= p.Masters-needed {
+		lower, masters := scope.forKey(op.Key)
+		needed := masters/2 + 1
+		if n := minFaulty(lower, op.View, op.Invoke, op.Return); n <= masters-needed {
 			continue
 		}
 		if op.OK {
 			out = append(out, Violation{
 				Invariant: I6, Key: op.Key, Ops: []int{op.ID},
-				Detail: fmt.Sprintf("client %d (%s) was granted %s at %s while more than %d masters were faulty", op.Client, op.Via, op.Key, fmtAt(op.Return), p.Masters-needed),
+				Detail: fmt.Sprintf("client %d (%s) was granted %s at %s while more than %d masters of its group were faulty", op.Client, op.Via, op.Key, fmtAt(op.Return), masters-needed),
 			})
 			continue
 		}
@@ -410,3 +468,118 @@ func extendSpans(spans map[faultKey][]span, grace time.Duration) map[faultKey][]
 }
 
 func fmtAt(d time.Duration) string { return fmt.Sprintf("%.3fs", d.Seconds()) }
+
+// checkI7 counts, per semaphore name, the leases of its permits (each the
+// lease of one slot lock) at every lease's start: a start that makes more
+// than the semaphore's permits is a violation.
+func checkI7(h History, _ CheckParams) []Violation {
+	type sem struct {
+		permits int
+		leases  []lease
+	}
+	sems := map[string]*sem{}
+	for _, ls := range leases(h) {
+		for _, l := range ls {
+			if l.op.Semaphore == "" {
+				continue
+			}
+			s := sems[l.op.Semaphore]
+			if s == nil {
+				s = &sem{permits: l.op.Permits}
+				sems[l.op.Semaphore] = s
+			}
+			s.permits = min(s.permits, l.op.Permits)
+			s.leases = append(s.leases, l)
+		}
+	}
+	var out []Violation
+	for _, name := range sortedKeys(sems) {
+		s := sems[name]
+		slices.SortFunc(s.leases, func(a, b lease) int { return cmp.Compare(a.start, b.start) })
+		var open []lease
+		for _, l := range s.leases {
+			kept := open[:0]
+			for _, o := range open {
+				if o.end > l.start {
+					kept = append(kept, o)
+				}
+			}
+			open = append(kept, l)
+			if len(open) <= s.permits {
+				continue
+			}
+			ids := make([]int, len(open))
+			var who []string
+			for i, o := range open {
+				ids[i] = o.op.ID
+				who = append(who, fmt.Sprintf("client %d (%s, %s, fence %d, until %s)", o.op.Client, o.op.Via, o.op.Key, o.op.Fence, fmtAt(o.end)))
+			}
+			out = append(out, Violation{
+				Invariant: I7, Key: name, Ops: ids,
+				Detail: fmt.Sprintf("%d holders of the semaphore %s of %d permits at %s: %s", len(open), name, s.permits, fmtAt(l.start), strings.Join(who, "; ")),
+			})
+		}
+	}
+	return out
+}
+
+// checkI8 finds grants that returned inside an earlier grant's lock-delay:
+// after its lease ended, before its delay record can have ended.
+func checkI8(h History, p CheckParams) []Violation {
+	releases := map[int]time.Duration{}
+	extends := map[int][]*Op{}
+	grants := map[string][]*Op{}
+	for i := range h.Ops {
+		switch op := &h.Ops[i]; {
+		case op.Kind == "release":
+			if r, ok := releases[op.Grant]; !ok || op.Invoke < r {
+				releases[op.Grant] = op.Invoke
+			}
+		case op.Kind == "extend" && op.OK:
+			extends[op.Grant] = append(extends[op.Grant], op)
+		case op.Kind == "acquire" && op.OK && !op.Probe:
+			grants[op.Key] = append(grants[op.Key], op)
+		}
+	}
+	ends := map[int]time.Duration{} // lease ends, as I1 sees them
+	for _, ls := range leases(h) {
+		for _, l := range ls {
+			ends[l.op.ID] = l.end
+		}
+	}
+	earliest := func(from, ttl, delay time.Duration) time.Duration {
+		return from + time.Duration(float64(ttl+delay)*(1-p.DriftFactor))
+	}
+	var out []Violation
+	for _, key := range sortedKeys(grants) {
+		for _, g := range grants[key] {
+			if g.LockDelay <= 0 {
+				continue
+			}
+			leaseEnd, ok := ends[g.ID]
+			if !ok {
+				leaseEnd = g.Return
+			}
+			recordEnd := earliest(g.Invoke, g.TTL, g.LockDelay)
+			for _, e := range extends[g.ID] {
+				recordEnd = max(recordEnd, earliest(e.Invoke, e.TTL, g.LockDelay))
+			}
+			delayEnd, released := recordEnd, "no release sent"
+			if r, ok := releases[g.ID]; ok {
+				delayEnd = min(delayEnd, r)
+				released = "its release sent at " + fmtAt(r)
+			}
+			for _, o := range grants[key] {
+				if o == g || o.Invoke < g.Return || o.Return < leaseEnd || o.Return >= delayEnd {
+					continue
+				}
+				out = append(out, Violation{
+					Invariant: I8, Key: key, Ops: []int{g.ID, o.ID},
+					Detail: fmt.Sprintf("client %d (%s, fence %d) was granted %s at %s, inside the lock-delay of %v of client %d's lock (fence %d, lease over at %s; its delay record cannot end before %s; %s)",
+						o.Client, o.Via, o.Fence, key, fmtAt(o.Return), g.LockDelay, g.Client, g.Fence, fmtAt(leaseEnd), fmtAt(recordEnd), released),
+				})
+			}
+		}
+	}
+	return out
+}

@@ -4,6 +4,7 @@ package chaos
 // builds the few operations that make (or must not make) one violation.
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -261,4 +262,81 @@ func TestCheckI5SkipsUnfinishedProbes(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []int{1}, ids)
+}
+
+// permit is a granted permit of the semaphore sem of n permits, held on
+// slot, as granted() makes a lock.
+func permit(id, client int, sem string, n, slot int, fence int64, inv, ret, valid time.Duration) Op {
+	op := granted(id, client, sem+"#permit:"+string(rune('0'+slot)), fence, inv, ret, valid)
+	op.Semaphore, op.Permits = sem, n
+	return op
+}
+
+func TestCheckSemaphoreHolders(t *testing.T) {
+	ms := time.Millisecond
+	// Two permits: two holders on two slots, a third after one released.
+	ok := History{Ops: []Op{
+		permit(1, 1, "s", 2, 0, 1, 0, 10*ms, sec),
+		permit(2, 2, "s", 2, 1, 2, 5*ms, 20*ms, sec),
+		release(3, 1, 1, "s#permit:0", 300*ms),
+		permit(4, 3, "s", 2, 0, 3, 310*ms, 320*ms, sec),
+	}, End: 2 * sec}
+	assert.Empty(t, checkCounts(ok))
+
+	// Three holders of two permits at once, each on a key of its own (as
+	// the counting control grants them): I7 alone sees it.
+	over := History{Ops: []Op{
+		permit(1, 1, "s", 2, 0, 1, 0, 10*ms, sec),
+		permit(2, 2, "s", 2, 1, 2, 5*ms, 20*ms, sec),
+		permit(3, 3, "s", 2, 2, 3, 30*ms, 40*ms, sec),
+	}, End: 2 * sec}
+	assert.Equal(t, map[string]int{I7: 1}, checkCounts(over))
+
+	// The same three, the first released before the third: fine.
+	over.Ops = append(over.Ops, release(4, 1, 1, "s#permit:0", 25*ms))
+	assert.Empty(t, checkCounts(over))
+}
+
+// TestCheckPermitSlotFences: a permit is recorded under its slot lock's
+// key, so I2 judges fences per slot: on one slot they must increase, while
+// holders of different slots at once are I7's to count, not I1's.
+func TestCheckPermitSlotFences(t *testing.T) {
+	ms := time.Millisecond
+	ok := History{Ops: []Op{
+		permit(1, 1, "s", 2, 0, 5, 0, 10*ms, sec),
+		permit(2, 2, "s", 2, 1, 6, 5*ms, 20*ms, sec),
+		release(3, 1, 1, "s#permit:0", 300*ms),
+		permit(4, 3, "s", 2, 0, 7, 310*ms, 320*ms, sec),
+	}, End: 2 * sec}
+	assert.Empty(t, checkCounts(ok))
+
+	// Slot 0 granted again after its release with a fence below the
+	// first holder's: I2 on that slot, and nothing else.
+	back := History{Ops: slices.Clone(ok.Ops), End: 2 * sec}
+	back.Ops[3].Fence = 4
+	vs := Check(back, CheckParams{Masters: 5, FastSlack: 300 * time.Millisecond})
+	assert.Equal(t, map[string]int{I2: 1}, Count(vs))
+	assert.Equal(t, "s#permit:0", vs[0].Key)
+}
+
+func TestCheckLockDelay(t *testing.T) {
+	ms := time.Millisecond
+	held := granted(1, 1, "k", 1, 0, 10*ms, 990*ms)
+	held.TTL, held.LockDelay = sec, 2*sec
+	// TTL 1s + delay 2s from 0, less 1% drift: nothing before 2.97s.
+	early := granted(2, 2, "k", 2, 1100*ms, 1110*ms, 2100*ms)
+	late := granted(2, 2, "k", 2, 2980*ms, 2990*ms, 3900*ms)
+	check := func(ops ...Op) map[string]int {
+		return Count(Check(History{Ops: ops, End: 5 * sec}, CheckParams{Masters: 5, FastSlack: 300 * ms, DriftFactor: 0.01}))
+	}
+	assert.Equal(t, map[string]int{I8: 1}, check(held, early), "granted inside the delay")
+	assert.Empty(t, check(held, late), "granted after the delay")
+	// A release, even a late one that found the lock expired, ends it.
+	assert.Empty(t, check(held, release(3, 1, 1, "k", 1050*ms), early))
+	// An extend moves the delay with the lock.
+	ext := Op{ID: 4, Client: 1, Via: "lib/a", Kind: "extend", Key: "k", Grant: 1, OK: true, TTL: sec, Invoke: 500 * ms, Return: 510 * ms, ValidUntil: 1490 * ms, Bound: sec}
+	assert.Equal(t, map[string]int{I8: 1}, check(held, ext, late), "the extended delay runs to 3.465s")
+	// No delay asked: no I8.
+	held.LockDelay = 0
+	assert.Empty(t, check(held, early))
 }

@@ -160,7 +160,7 @@ func clockJumpRestart(guard bool) *Scenario {
 			return err
 		}
 		defer c.Close()
-		b := newLibLocker("lib/b-new", c, d.T.Space(), d.Cfg.Client.PerMasterTimeout)
+		b := newLibLocker("lib/b-new", clientPath(c), d.T.Space(), d.Cfg.Client.PerMasterTimeout)
 		d.views[b.name] = 1 // no workload runs in this row: nothing reads views meanwhile
 		contenders := []locker{b}
 		if h := d.HTTP(1); guard && h != nil {

@@ -43,7 +43,7 @@ func (t *ProcessTarget) StartDaemons(ctx context.Context) error {
 			continue
 		}
 		addr := strings.TrimPrefix(old.info.URL, "http://")
-		d, err := startLocalDaemon(old.info.Name, old.info.View, t.MasterAddrs(old.info.View), t.opts.Daemon, addr)
+		d, err := startGroupedDaemon(old.info.Name, old.info.View, t.groupAddrs(old.info.View), t.opts.Daemon, addr)
 		if err != nil {
 			return fmt.Errorf("chaos: start daemon %s again on %s: %w", old.info.Name, addr, err)
 		}

@@ -91,10 +91,12 @@ type Drill struct {
 	// clientsMu guards clients: replaceClients swaps them while the
 	// workload and the watcher run.
 	clientsMu sync.RWMutex
-	clients   []*redlock.Client // per view
-	libs      []locker          // per view: *libLocker, the same for the whole run
-	https     []locker          // per daemon
-	fronts    []*Proxy          // per daemon
+	clients   [][]*redlock.Client // per view, per master group
+	groups    [][]int             // the masters of each group (one group unless MasterGrouper says more)
+	place     *redlock.Placement  // of lock keys over groupName(0..): with more than one group
+	libs      []locker            // per view: *libLocker, the same for the whole run
+	https     []locker            // per daemon
+	fronts    []*Proxy            // per daemon
 	viewsMu   sync.RWMutex
 	views     map[string]int // locker name → view
 	hc        *http.Client
@@ -139,13 +141,20 @@ func newDrill(ctx context.Context, t Target, cfg Config, sc *Scenario) (*Drill, 
 		}
 	}()
 	space := t.Space()
+	d.groups = masterGroups(t)
+	if len(d.groups) > 1 {
+		var err error
+		if d.place, err = redlock.NewPlacement(groupNames(len(d.groups))...); err != nil {
+			return nil, err
+		}
+	}
 	for v := range t.Views() {
-		c, err := newClient(t.MasterAddrs(v), cfg.Client.clientOptions(space, sc.Options...))
+		p, err := d.newLibPath(v)
 		if err != nil {
 			return nil, err
 		}
-		d.clients = append(d.clients, c)
-		l := newLibLocker(fmt.Sprintf("lib/%c", 'a'+v), c, space, cfg.Client.PerMasterTimeout)
+		d.clients = append(d.clients, p.clients)
+		l := newLibLocker(fmt.Sprintf("lib/%c", 'a'+v), p, space, cfg.Client.PerMasterTimeout)
 		d.libs = append(d.libs, l)
 		d.views[l.name] = v
 	}
@@ -165,7 +174,7 @@ func newDrill(ctx context.Context, t Target, cfg Config, sc *Scenario) (*Drill, 
 	}
 	// Every library client has probed every master (and learned its
 	// run_id) before any fault: a restart is then seen as one.
-	for _, c := range d.clients {
+	for _, c := range d.libClients() {
 		for {
 			probed := true
 			for _, st := range c.Masters() {
@@ -196,9 +205,9 @@ func newDrill(ctx context.Context, t Target, cfg Config, sc *Scenario) (*Drill, 
 func warmUp(ctx context.Context, l locker, ttl time.Duration) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		g, err := l.Acquire(ctx, "warm-up:"+l.Name(), ttl, 0)
+		g, err := l.Acquire(ctx, acquireArgs{key: "warm-up:" + l.Name(), ttl: ttl})
 		if err == nil {
-			return l.Release(ctx, "warm-up:"+l.Name(), g.token)
+			return l.Release(ctx, g)
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return err
@@ -264,18 +273,74 @@ func (d *Drill) SleepUntil(ctx context.Context, at time.Duration) error {
 func (d *Drill) Lib(v int) locker { return d.libs[v] }
 
 // Client returns the drill's library client of view v (the one now: see
-// replaceClients).
+// replaceClients); with master groups, the first group's.
 func (d *Drill) Client(v int) *redlock.Client {
 	d.clientsMu.RLock()
 	defer d.clientsMu.RUnlock()
-	return d.clients[v]
+	return d.clients[v][0]
 }
 
-// libClients returns the drill's library clients now, one per view.
+// libClients returns the drill's library clients now, every group's of
+// every view.
 func (d *Drill) libClients() []*redlock.Client {
 	d.clientsMu.RLock()
 	defer d.clientsMu.RUnlock()
-	return slices.Clone(d.clients)
+	var out []*redlock.Client
+	for _, cs := range d.clients {
+		out = append(out, cs...)
+	}
+	return out
+}
+
+// viewMasters returns every master's status as view v's library clients
+// see it now, in the target's master order (group after group).
+func (d *Drill) viewMasters(v int) []redlock.MasterStatus {
+	d.clientsMu.RLock()
+	cs := slices.Clone(d.clients[v])
+	d.clientsMu.RUnlock()
+	var out []redlock.MasterStatus
+	for _, c := range cs {
+		out = append(out, c.Masters()...)
+	}
+	return out
+}
+
+// newLibPath makes view v's library clients, one per master group, with
+// the run's options and no earlier reading of any master, and the route
+// over them: the Client itself, or a redlock.Groups.
+func (d *Drill) newLibPath(v int) (*libPath, error) {
+	addrs := d.T.MasterAddrs(v)
+	p := &libPath{}
+	var gs []redlock.Group
+	for gi, ms := range d.groups {
+		var ga []string
+		for _, m := range ms {
+			ga = append(ga, addrs[m])
+		}
+		c, err := newClient(ga, d.Cfg.Client.clientOptions(d.T.Space(), d.Sc.Options...))
+		if err != nil {
+			for _, c := range p.clients {
+				_ = c.Close()
+			}
+			return nil, err
+		}
+		p.clients = append(p.clients, c)
+		gs = append(gs, redlock.Group{Name: groupName(gi), Client: c})
+	}
+	if len(gs) == 1 {
+		p.route = plainRoute{p.clients[0]}
+		return p, nil
+	}
+	// Not closed through the Groups: the clients are closed one by one.
+	router, err := redlock.NewGroups(gs...)
+	if err != nil {
+		for _, c := range p.clients {
+			_ = c.Close()
+		}
+		return nil, err
+	}
+	p.route = plainRoute{router}
+	return p, nil
 }
 
 // closeClients closes the drill's library clients: from now on they watch
@@ -294,28 +359,30 @@ func (d *Drill) closeClients(context.Context) error {
 // clients at once; a call already running finishes on the old client. It
 // returns once every new client has probed every master once.
 func (d *Drill) replaceClients(ctx context.Context) error {
-	var fresh []*redlock.Client
+	var fresh []*libPath
 	for v := range d.T.Views() {
-		c, err := newClient(d.T.MasterAddrs(v), d.Cfg.Client.clientOptions(d.T.Space(), d.Sc.Options...))
+		p, err := d.newLibPath(v)
 		if err != nil {
-			for _, c := range fresh {
-				_ = c.Close()
+			for _, p := range fresh {
+				for _, c := range p.clients {
+					_ = c.Close()
+				}
 			}
 			return err
 		}
-		fresh = append(fresh, c)
+		fresh = append(fresh, p)
 	}
+	old := d.libClients()
 	d.clientsMu.Lock()
-	old := d.clients
-	d.clients = fresh
 	for v, l := range d.libs {
-		l.(*libLocker).cp.Store(fresh[v])
+		d.clients[v] = fresh[v].clients
+		l.(*libLocker).cur.Store(fresh[v])
 	}
 	d.clientsMu.Unlock()
 	for _, c := range old {
 		_ = c.Close()
 	}
-	for _, c := range fresh {
+	for _, c := range d.libClients() {
 		for {
 			probed := true
 			for _, st := range c.Masters() {
@@ -460,27 +527,29 @@ func (d *Drill) settle(ctx context.Context, view int, masters []int) error {
 	}
 }
 
-// unrepairable reports whether, for the drill's first client, fewer than a
-// quorum of masters count and the masters given await a fencing repair:
-// the repair reads from a quorum of counting masters, so it never happens.
+// unrepairable reports whether, for the drill's first view, the group of
+// one of the masters given has fewer than a quorum of masters counting and
+// none of its masters given is down for another reason than awaiting a
+// fencing repair: the repair reads from a quorum of counting masters, so
+// it never happens.
 func (d *Drill) unrepairable(masters []int) bool {
-	c0 := d.Client(0)
-	sts := c0.Masters()
-	counting := 0
-	for _, st := range sts {
-		if st.Counting {
-			counting++
+	sts := d.viewMasters(0)
+	for _, group := range d.groups {
+		counting, given, awaiting := 0, 0, true
+		for _, m := range group {
+			if sts[m].Counting {
+				counting++
+			}
+			if slices.Contains(masters, m) {
+				given++
+				awaiting = awaiting && (sts[m].Counting || sts[m].State == redlock.MasterRepairing)
+			}
+		}
+		if given > 0 && awaiting && counting < len(group)/2+1 {
+			return true
 		}
 	}
-	if counting >= c0.Quorum() {
-		return false
-	}
-	for _, m := range masters {
-		if st := sts[m]; !st.Counting && st.State != redlock.MasterRepairing {
-			return false
-		}
-	}
-	return true
+	return false
 }
 
 func errOr(err error, s string) string {
@@ -498,8 +567,8 @@ func (d *Drill) counting(ctx context.Context) ([]bool, error) {
 	for i := range out {
 		out[i] = true
 	}
-	for _, c := range d.libClients() {
-		for i, st := range c.Masters() {
+	for v := range d.libs {
+		for i, st := range d.viewMasters(v) {
 			out[i] = out[i] && st.Counting
 		}
 	}
@@ -544,39 +613,56 @@ func (d *Drill) setView(name string, v int) {
 // Acquire takes key through l for client, records the call and returns the
 // grant with its Op ID. wait 0 means a single attempt.
 func (d *Drill) Acquire(ctx context.Context, l locker, client int, key string, ttl, wait time.Duration) (grant, int, error) {
-	return d.acquire(ctx, l, client, key, ttl, wait, false, 0)
+	return d.acquire(ctx, l, client, acquireArgs{key: key, ttl: ttl, wait: wait}, false, 0)
 }
 
-func (d *Drill) acquire(ctx context.Context, l locker, client int, key string, ttl, wait time.Duration, probe bool, group int) (grant, int, error) {
-	if int64(ttl) > d.maxTTL.Load() {
-		d.maxTTL.Store(int64(ttl))
+// AcquireWith is Acquire with every argument of the call: a lock-delay, or
+// a semaphore's permit (the Op's Key is then the slot lock's,
+// redlock.PermitKey(name, slot), once granted).
+func (d *Drill) AcquireWith(ctx context.Context, l locker, client int, a acquireArgs) (grant, int, error) {
+	return d.acquire(ctx, l, client, a, false, 0)
+}
+
+func (d *Drill) acquire(ctx context.Context, l locker, client int, a acquireArgs, probe bool, group int) (grant, int, error) {
+	if held := a.ttl + a.lockDelay; int64(held) > d.maxTTL.Load() {
+		d.maxTTL.Store(int64(held))
 	}
 	op := Op{
-		Client: client, Via: l.Name(), View: d.viewOf(l), Kind: "acquire", Key: key, Probe: probe, Group: group, TTL: ttl,
-		Bound: wait + 3*l.PerMasterTimeout() + d.Cfg.Slack, PMT: l.PerMasterTimeout(),
+		Client: client, Via: l.Name(), View: d.viewOf(l), Kind: "acquire", Key: a.key, Probe: probe, Group: group, TTL: a.ttl,
+		LockDelay: a.lockDelay, Permits: a.permits,
+		Bound: a.wait + 3*l.PerMasterTimeout() + d.Cfg.Slack, PMT: l.PerMasterTimeout(),
+	}
+	if a.permits > 0 {
+		op.Semaphore = a.key
+		// An attempt tries every held slot once.
+		op.Bound += time.Duration(a.permits-1) * l.PerMasterTimeout()
 	}
 	// Calls run to their own end: a drill that stops cancels no call, so
 	// every call is judged by its own bound. The timeout only stops a hang.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), op.Bound+30*time.Second)
 	defer cancel()
 	op.Invoke = d.rec.Now()
-	g, err := l.Acquire(cctx, key, ttl, wait)
+	g, err := l.Acquire(cctx, a)
 	op.Return = d.rec.Now()
 	if err != nil {
 		op.Outcome, op.Err = outcomeOf(err), err.Error()
 	} else {
-		op.OK, op.Fence, op.ValidUntil = true, g.fence, d.rec.At(g.validUntil)
+		op.OK, op.Fence, op.ValidUntil, op.Key = true, g.fence, d.rec.At(g.validUntil), g.historyKey()
 	}
 	return g, d.rec.Add(op), err
 }
 
 // Release releases the grant whose acquire Op is id and records the call.
+// key is the lock's key (a permit is recorded under its slot lock's).
 func (d *Drill) Release(ctx context.Context, l locker, client int, key string, g grant, id int) error {
+	if g.permits > 0 {
+		key = g.historyKey()
+	}
 	op := Op{Client: client, Via: l.Name(), View: d.viewOf(l), Kind: "release", Key: key, Grant: id, Bound: l.PerMasterTimeout() + d.Cfg.Slack, PMT: l.PerMasterTimeout()}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), op.Bound+30*time.Second)
 	defer cancel()
 	op.Invoke = d.rec.Now()
-	err := l.Release(cctx, key, g.token)
+	err := l.Release(cctx, g)
 	op.Return = d.rec.Now()
 	op.OK = err == nil
 	if err != nil {
@@ -598,16 +684,16 @@ func (d *Drill) Extend(ctx context.Context, v, client int, key string, g grant, 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), op.Bound+30*time.Second)
 	defer cancel()
 	op.Invoke = d.rec.Now()
-	lk, err := l.client().Extend(cctx, l.space.LockKey(key), g.token, ttl)
+	validUntil, err := l.cur.Load().route.extend(cctx, l.space.LockKey(key), g.token, ttl)
 	op.Return = d.rec.Now()
 	if err != nil {
 		op.Outcome, op.Err = outcomeOf(err), err.Error()
 		d.rec.Add(op)
 		return g, err
 	}
-	op.OK, op.Fence, op.ValidUntil = true, g.fence, d.rec.At(lk.ValidUntil())
+	op.OK, op.Fence, op.ValidUntil = true, g.fence, d.rec.At(validUntil)
 	d.rec.Add(op)
-	g.validUntil = lk.ValidUntil()
+	g.validUntil = validUntil
 	return g, nil
 }
 

@@ -42,7 +42,13 @@ func testConfig(t *testing.T) Config {
 // result, skipping the test when the target cannot inject its faults.
 func runLocal(t *testing.T, sc *Scenario) *Result {
 	t.Helper()
-	target, err := NewProcessTarget(ProcessOptions{ClockShim: true, Logf: t.Logf})
+	return runLocalWith(t, sc, ProcessOptions{ClockShim: true, Logf: t.Logf}, testConfig(t))
+}
+
+// runLocalWith is runLocal on a target started with opts, run with cfg.
+func runLocalWith(t *testing.T, sc *Scenario, opts ProcessOptions, cfg Config) *Result {
+	t.Helper()
+	target, err := NewProcessTarget(opts)
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, target.Close()) }()
 	out := t.TempDir()
@@ -52,7 +58,7 @@ func runLocal(t *testing.T, sc *Scenario) *Result {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res := Run(ctx, target, testConfig(t), sc, out)
+	res := Run(ctx, target, cfg, sc, out)
 	if res.Skipped != "" {
 		t.Skip(res.Skipped)
 	}

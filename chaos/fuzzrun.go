@@ -47,17 +47,31 @@ type FuzzControl struct {
 	// second holder in every control, and that finding is the granted-lock
 	// check's. Nil: any finding (nogranted: every other guard is on).
 	Catches []string
+	// Requires are steps that must all be in the episode as well: a
+	// masking attack is a combination, the loss and what hides it.
+	Requires []string
+	// Finds is the invariant the control's finding violates: I1 (a second
+	// holder; ""), or I2 (a fence issued again, for a fence guard).
+	Finds string
 }
 
 // fuzzNeutral are the faults that never make a second holder with every
 // guard on or off (the masters that suffer them do not answer, or answer
 // truthfully): they may share an episode with a control's finding.
-var fuzzNeutral = []string{"kill", "pause", "blackhole", "latency", "daemon-restart", "extend-longer", "extend-shorter"}
+var fuzzNeutral = []string{"kill", "pause", "blackhole", "latency", "daemon-restart", "extend-longer", "extend-shorter", opReload}
 
 // Attributes reports whether a finding in an episode with these faults is
 // the control's (see Catches).
 func (c *FuzzControl) Attributes(faults []string) bool {
-	if c == nil || c.Catches == nil {
+	if c == nil {
+		return true
+	}
+	for _, r := range c.Requires {
+		if !slices.Contains(faults, r) {
+			return false
+		}
+	}
+	if c.Catches == nil {
 		return true
 	}
 	caught := false
@@ -98,6 +112,51 @@ func FuzzControls() []FuzzControl {
 		{Name: "noreference", Row: "clock-jump-restart-noreference", Guards: []guardswitch.Guard{guardswitch.ClockReference, g}, Catches: []string{opUnwatchedJump}},
 		{Name: "nogranted", Row: "rollback-nogranted", Guards: []guardswitch.Guard{g}},
 		{Name: "noextendshortens", Guards: []guardswitch.Guard{guardswitch.ExtendNeverShortens, g}, Catches: []string{"extend-shorter"}},
+		// The masking attacks: losses that leave the master's own state
+		// as it was, so the data-loss check and quarantine (both on here)
+		// cannot see them; the granted-lock check is their fix.
+		//
+		// An extend rolled back: the copy the master goes back to has A's
+		// key with its TTL from before the extend, and its lease horizon
+		// and fencing counter as they are (a longer lock's horizon
+		// dominates the extend's).
+		{Name: "nogranted-rolledbackextend", Row: "rollback-nogranted", Guards: []guardswitch.Guard{g}, Catches: []string{"debug-reload", "rollback"}, Requires: []string{"extend-longer"}},
+		// An eviction hidden by CONFIG RESETSTAT and traffic that refills
+		// total_commands_processed before any client reads the master.
+		{Name: "nogranted-resetstat", Guards: []guardswitch.Guard{g}, Catches: []string{opEvictResetStat}},
+		// A rollback of A's lock itself, its fencing counter caught up by
+		// a peer that never read it higher (another daemon's health loop).
+		{Name: "nogranted-catchup", Guards: []guardswitch.Guard{g}, Catches: []string{opRollbackCatchUp}},
+		// A rollback of an extend just before the operator's
+		// repair-fences, which finds the master intact: its repair
+		// marker without a quarantine must not reset what a Client read
+		// (adoptRepair), or the horizon going down is never seen. The
+		// workload runs through the library clients alone, as for
+		// novoteclock: the daemons keep the fix, and their votes reading
+		// m's horizon after the extend would see the rollback and write
+		// a repair marker with a quarantine that B then obeys.
+		{Name: "nogranted-repairfences", Guards: []guardswitch.Guard{g, guardswitch.RepairKeepsBaselines}, Catches: []string{opRollbackRepairFences}, Requires: []string{"extend-longer"}, Via: "lib"},
+		// Mixed drift settings: a clock jump larger than A's drift budget
+		// and smaller than what a contender with a ten times larger drift
+		// factor misses (drift-jump). With the clock bounds shared, the
+		// contender judges clocks by A's factor (and A budgets for the
+		// loosest client registered before its lock). The clock
+		// reference stays on: the contender takes no probe after the
+		// jump, and every other client is held off the master, so
+		// nothing compares its clock with the others' before the vote.
+		// The library's default per-master timeout (50 ms, not the
+		// drill's 150 ms) keeps A's allowance at 61 ms, so that the jump
+		// fits between the two with room for the contender's grant.
+		{Name: "noclockbounds", Guards: []guardswitch.Guard{guardswitch.SharedClockBounds, g}, Options: []redlock.Option{redlock.WithPerMasterTimeout(50 * time.Millisecond)}, Catches: []string{opDriftJump}},
+		// A rollback of the one master a contender's votes needed share
+		// with the last holder's fence write-back, seen by no running
+		// client: its fence must be above the counters of every master
+		// that answered, not only of those votes
+		// (rollback-unwatched-fence). The finding is a fence issued
+		// again (I2), not a second holder: the lock had ended. The
+		// granted-lock check stays on: A's lock is released, so no fence
+		// record is left to refuse the contender.
+		{Name: "nofenceevery", Guards: []guardswitch.Guard{guardswitch.FenceAboveEveryAnswer}, Catches: []string{opRollbackFence}, Finds: I2},
 	}
 }
 
@@ -128,7 +187,7 @@ type FuzzConfig struct {
 	// Control turns guards off (nil: every guard on).
 	Control *FuzzControl
 	// StopAtFind: end the run after the first episode in whose history
-	// the checker finds a safety violation (I1, I2), instead of running
+	// the checker finds a safety violation (I1, I2, I7), instead of running
 	// the schedule to its end or the budget.
 	StopAtFind bool
 	// Out, if not empty, receives the timeline.
@@ -141,7 +200,8 @@ type FuzzConfig struct {
 type FuzzResult struct {
 	Seed uint64 `json:"seed"`
 	// Found lists the safety violations (I1: a second holder, I2: a fence
-	// going backwards or a stale write accepted). Liveness findings (I3,
+	// going backwards or a stale write accepted, I7: more holders of a
+	// semaphore than its permits). Liveness findings (I3,
 	// I5, I6) and leftovers (I4) are in Result but are not findings: a
 	// fuzzer's clock jumps and data faults make them expected.
 	Found []Violation `json:"found,omitempty"`
@@ -283,7 +343,7 @@ func RunFuzz(ctx context.Context, fc FuzzConfig) (_ *FuzzResult, err error) {
 	res.Result = r
 	res.Pairs = slices.Sorted(maps.Keys(fr.pairs))
 	for _, v := range r.Violations {
-		if v.Invariant != I1 && v.Invariant != I2 {
+		if v.Invariant != I1 && v.Invariant != I2 && v.Invariant != I7 {
 			continue
 		}
 		res.Found = append(res.Found, v)
@@ -342,6 +402,8 @@ type fuzzRunner struct {
 	pairs    map[string]bool
 	// drillStart is the wall time of the drill clock's zero.
 	drillStart time.Time
+	// otherAccount: the last reload gave the daemons a second account.
+	otherAccount bool
 }
 
 // episode is the state of the episode running.
@@ -398,7 +460,7 @@ func (fr *fuzzRunner) script(ctx context.Context, d *Drill) error {
 // on: any).
 func (fr *fuzzRunner) found(d *Drill) bool {
 	h := d.rec.History(d.res.Writes())
-	for _, v := range append(checkI1(h, CheckParams{}), checkI2(h, CheckParams{})...) {
+	for _, v := range slices.Concat(checkI1(h, CheckParams{}), checkI2(h, CheckParams{}), checkI7(h, CheckParams{})) {
 		e, ok := episodeOfKey(v.Key)
 		if fr.fc.Control == nil || ok && fr.fc.Control.Attributes(fr.res.EpisodeFaults[e]) {
 			d.Notef("a safety violation (%s) found: the run stops here", v.Detail)
@@ -538,7 +600,7 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 					return err
 				}
 				defer c.Close()
-				ls = append(ls, newLibLocker("lib/b-fresh", c, d.T.Space(), d.Cfg.Client.PerMasterTimeout))
+				ls = append(ls, newLibLocker("lib/b-fresh", clientPath(c), d.T.Space(), d.Cfg.Client.PerMasterTimeout))
 			}
 		}
 		for _, l := range ls {
@@ -557,6 +619,11 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 						d.Logf("e%d %s: master %d %s (%s)", ep.n, l.Name(), i, st.State, st.QuarantineReason)
 					}
 				}
+				for kind, n := range ll.client().DataLosses() {
+					if n > 0 {
+						d.Logf("e%d %s: data losses seen so far: %s %d", ep.n, l.Name(), kind, n)
+					}
+				}
 			}
 		}
 		return err
@@ -566,6 +633,10 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 			_ = d.Release(ctx, d.Lib(0), ep.a.client, ep.key, ep.a.g, ep.a.id)
 		}
 		return nil
+	case opMulti:
+		return fr.multiOp(ctx, d, ep, st)
+	case opPermits:
+		return fr.permitsOp(ctx, d, ep, st)
 	case opSleep:
 		return d.Sleep(ctx, st.D)
 	case opDaemonRestart:
@@ -579,6 +650,24 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 		return err
 	case opUnwatchedJump:
 		return fr.unwatchedJump(ctx, d, dm, ep, st)
+	case opRollbackFence:
+		return fr.rollbackFence(ctx, d, dm, ep, st)
+	case opReload:
+		ep.faults = append(ep.faults, st.Op)
+		fr.otherAccount = !fr.otherAccount
+		what := "removed"
+		if fr.otherAccount {
+			what = "added"
+		}
+		return d.Mark(ctx, fmt.Sprintf("e%d config reload of every daemon: a second account's API key %s", ep.n, what), func(context.Context) error {
+			var errs []error
+			for _, ld := range append(slices.Clone(fr.t.daemons), fr.other) {
+				if !ld.stopped() {
+					errs = append(errs, ld.reload(fr.otherAccount))
+				}
+			}
+			return errors.Join(errs...)
+		})
 	case opSnapshot:
 		_, err := copyScript.Run(ctx, rdb(), nil).Int()
 		return err
@@ -634,6 +723,13 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 		})
 	case "resetstat":
 		return do(func(ctx context.Context) error { return rdb().ConfigResetStat(ctx).Err() }, nil)
+	case opEvictResetStat:
+		return do(func(ctx context.Context) error {
+			if err := fr.evictResetStat(ctx, rdb(), m, ep.n); err != nil {
+				return err
+			}
+			return keyGone(ctx, d, dm, m, ep.key, "after its eviction")
+		}, func(ctx context.Context) error { return rdb().ConfigSet(ctx, "maxmemory", "0").Err() })
 	case "rollback":
 		return do(func(ctx context.Context) error {
 			if err := rdb().Do(ctx, "SWAPDB", 0, 1).Err(); err != nil {
@@ -641,6 +737,30 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 			}
 			return dropCopyScript.Run(ctx, rdb(), nil).Err()
 		}, nil)
+	case opRollbackCatchUp:
+		return do(func(ctx context.Context) error { return fr.rollbackCatchUp(ctx, d, dm, m) }, nil)
+	case opRollbackRepairFences:
+		// Every daemon (a, b and c) stops before A's extend and starts
+		// again after the repair, knowing nothing of either: they take
+		// no control's options, so one that read m after the extend
+		// would see the rollback with the fix and write a repair marker
+		// with a quarantine that every library client then obeys, and
+		// the control would measure the daemons' probes racing the
+		// step, not the fix of the library clients.
+		if err := d.Mark(ctx, fmt.Sprintf("e%d every daemon stopped", ep.n), func(context.Context) error {
+			return errors.Join(fr.t.StopDaemons(ctx), fr.other.close())
+		}); err != nil {
+			return errors.Join(err, fr.startDaemons(context.WithoutCancel(ctx)))
+		}
+		err := fr.step(ctx, d, dm, ep, FuzzStep{Episode: ep.n, Op: opExtend, Master: -1, TTL: st.TTL})
+		if err == nil {
+			err = do(func(ctx context.Context) error { return fr.rollbackRepairFences(ctx, d, dm, m, ep.n) }, nil)
+		}
+		err = errors.Join(err, d.Unmark(context.WithoutCancel(ctx), fmt.Sprintf("e%d every daemon started again, with no reading of master %d from before the repair", ep.n, m), fr.startDaemons))
+		d.hc.CloseIdleConnections() // connections to the stopped daemons are gone
+		return err
+	case opDriftJump:
+		return fr.driftJump(ctx, d, dm, ep, st)
 	case "debug-reload":
 		return do(func(ctx context.Context) error { return rdb().Do(ctx, "DEBUG", "RELOAD", "NOSAVE").Err() }, nil)
 	case "restart-rdb":
@@ -680,16 +800,7 @@ func (fr *fuzzRunner) unwatchedJump(ctx context.Context, d *Drill, dm direct, ep
 		return errors.Join(fr.t.StopDaemons(ctx), fr.other.close(), d.closeClients(ctx))
 	}
 	startAll := func(ctx context.Context) error {
-		err := fr.t.StartDaemons(ctx)
-		if fr.other.stopped() {
-			addr := strings.TrimPrefix(fr.other.info.URL, "http://")
-			o, oerr := startLocalDaemon(fr.other.info.Name, fr.other.info.View, fr.t.MasterAddrs(fr.other.info.View), fr.otherCfg, addr)
-			if oerr == nil {
-				fr.other = o
-			}
-			err = errors.Join(err, oerr)
-		}
-		return errors.Join(err, d.replaceClients(ctx))
+		return errors.Join(fr.startDaemons(ctx), d.replaceClients(ctx))
 	}
 	err := d.Mark(ctx, fmt.Sprintf("e%d every daemon and library client stopped", ep.n), stopAll)
 	if err == nil {
@@ -703,6 +814,344 @@ func (fr *fuzzRunner) unwatchedJump(ctx context.Context, d *Drill, dm direct, ep
 	// Started again even after a failure: the rest of the run needs them.
 	err = errors.Join(err, d.Unmark(context.WithoutCancel(ctx), fmt.Sprintf("e%d every daemon and library client started again, with no reading of master %d from before its jump", ep.n, m), startAll))
 	d.hc.CloseIdleConnections() // connections to the stopped daemons are gone
+	return err
+}
+
+// fenceLate is how long rollbackFence's contender does not hear A's other
+// masters (SIGSTOP): long enough for its votes needed to come from the
+// rolled-back master and the masters A's SET never reached, well inside
+// fenceContenderTimeout, so that they answer it (as in
+// redlock.TestFenceAboveEveryCounterHeard).
+const (
+	fenceLate             = 150 * time.Millisecond
+	fenceContenderTimeout = 500 * time.Millisecond
+)
+
+// rollbackFence is the unwatched-rollback fence attack on master m, one of
+// A's masters (the fuzz finding docs/findings/fuzz-seed-1452374815532617200;
+// redlock/fence.go, "Counters of every master heard"):
+//
+//  1. no client reaches the masters of st.Lost (every view's proxies to
+//     them reject), so that no write-back, workload grant or fence
+//     catch-up (every client's health loop copies the highest counter to
+//     the masters below it) brings their counters up to A's next fence;
+//  2. A releases the lock of the hold; m SAVEs (a copy with no lock on
+//     the key: one taken while A held it would bring A's lock back with
+//     the rollback, and the granted-lock check would refuse B); A takes
+//     the key again through view a's library client: its votes and its
+//     fence f1 reach m and A's other masters only (the direct connections
+//     check f1 there and that the masters of st.Lost are below it), and
+//     A releases it;
+//  3. every daemon (a, b and c) and library client of the drill stops, as
+//     for unwatched-jump; the masters of st.Lost are reachable again;
+//  4. DEBUG RELOAD NOSAVE takes m back to the save: its counter below f1,
+//     seen by no running client;
+//  5. a contender B, a library client started now with the run's options
+//     (the control's included), a 500 ms per-master timeout and an hourly
+//     health interval, connected to the masters directly, acquires the
+//     key once while A's other masters are paused for fenceLate: its
+//     first answers, the votes needed, are m's and those of st.Lost, all
+//     below f1; A's other masters answer later, with counters at or above
+//     f1. With the fix B's fence is above theirs; without it (guard
+//     FenceAboveEveryAnswer off) it is at most f1, which the checker's
+//     I2 reports;
+//  6. B releases, and every daemon and library client starts again,
+//     knowing nothing of it.
+//
+// Why each part: B must have no earlier reading of m (one would show the
+// counter going back: the data-loss check), and its first probe round (in
+// New) copies no counter (a master counts only after it), so B is the only
+// client running from the rollback until its grant; any other client's
+// second probe round would catch m and st.Lost up to f1. A's lock of the
+// hold is not the attack's: its fence reached every master (catch-up)
+// before the step began. A's other masters answer B within its
+// per-master timeout: had they not answered at all, more than N − quorum
+// masters would have failed B, beyond what the fence's proof covers.
+func (fr *fuzzRunner) rollbackFence(ctx context.Context, d *Drill, dm direct, ep *episode, st FuzzStep) (err error) {
+	m, n := st.Master, d.T.Masters()
+	if m < 0 || m >= n || !ep.held || len(st.Lost) == 0 || slices.Contains(st.Lost, m) {
+		return fmt.Errorf("chaos: fuzz step %s: needs A's lock, a master of A's and the masters A's SET never reached", st)
+	}
+	var late []int // A's masters but m
+	for i := range n {
+		if i != m && !slices.Contains(st.Lost, i) {
+			late = append(late, i)
+		}
+	}
+	t := fr.t
+	fenceKey := d.T.Space().FenceKey()
+	counter := func(i int) (int64, error) {
+		c, err := dm[i].Get(ctx, fenceKey).Int64()
+		if err != nil {
+			return 0, fmt.Errorf("master %d's fencing counter: %w", i, err)
+		}
+		return c, nil
+	}
+	if err := d.Mark(ctx, fmt.Sprintf("e%d no client reaches masters %v", ep.n, st.Lost), func(ctx context.Context) error {
+		for _, u := range st.Lost {
+			if err := t.Partition(ctx, AllViews, u, true); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	isolated := true
+	reach := func(ctx context.Context) error {
+		var errs []error
+		for _, u := range st.Lost {
+			errs = append(errs, t.Partition(ctx, AllViews, u, false))
+		}
+		isolated = false
+		return errors.Join(errs...)
+	}
+	defer func() {
+		if isolated {
+			err = errors.Join(err, reach(context.WithoutCancel(ctx)))
+		}
+	}()
+	ep.held = false
+	_ = d.Release(ctx, d.Lib(0), ep.a.client, ep.key, ep.a.g, ep.a.id)
+	if err := keyGone(ctx, d, dm, m, ep.key, "after A's release"); err != nil {
+		return err
+	}
+	if err := dm[m].Save(ctx).Err(); err != nil {
+		return err
+	}
+	a := holder{client: d.NewClientID()}
+	a.g, a.id, err = d.Acquire(ctx, d.Lib(0), a.client, ep.key, st.TTL, 2*time.Second)
+	if err != nil {
+		return fmt.Errorf("arrangement failed: A could not take %s again: %w", ep.key, err)
+	}
+	ep.a = a
+	f1 := a.g.fence
+	for _, i := range append([]int{m}, late...) {
+		c, err := counter(i)
+		if err != nil {
+			return err
+		}
+		if c < f1 {
+			return fmt.Errorf("arrangement failed: A's fence %d not written back to master %d (its counter %d)", f1, i, c)
+		}
+	}
+	for _, u := range st.Lost {
+		c, err := counter(u)
+		if err != nil {
+			return err
+		}
+		if c >= f1 {
+			return fmt.Errorf("arrangement failed: master %d's counter %d already at A's fence %d (written before no client reached it)", u, c, f1)
+		}
+	}
+	_ = d.Release(ctx, d.Lib(0), a.client, ep.key, a.g, a.id)
+	ep.a.g.validUntil = time.Now() // released: the contend step finds A's lease over
+
+	stopAll := func(ctx context.Context) error {
+		return errors.Join(fr.t.StopDaemons(ctx), fr.other.close(), d.closeClients(ctx))
+	}
+	startAll := func(ctx context.Context) error {
+		return errors.Join(fr.startDaemons(ctx), d.replaceClients(ctx))
+	}
+	err = d.Mark(ctx, fmt.Sprintf("e%d every daemon and library client stopped", ep.n), stopAll)
+	if err == nil {
+		err = reach(ctx)
+	}
+	if err == nil {
+		err = fr.fault(ctx, d, ep, st, func(ctx context.Context) error { return dm[m].Do(ctx, "DEBUG", "RELOAD", "NOSAVE").Err() }, nil)
+	}
+	if err == nil {
+		err = fr.fenceContender(ctx, d, dm, ep, m, late, st.Lost, f1)
+	}
+	// Started again even after a failure: the rest of the run needs them.
+	err = errors.Join(err, d.Unmark(context.WithoutCancel(ctx), fmt.Sprintf("e%d every daemon and library client started again, with no reading of master %d from before its rollback", ep.n, m), startAll))
+	d.hc.CloseIdleConnections() // connections to the stopped daemons are gone
+	return err
+}
+
+// fenceContender is rollbackFence's contender B (step 5).
+func (fr *fuzzRunner) fenceContender(ctx context.Context, d *Drill, dm direct, ep *episode, m int, late, lost []int, f1 int64) error {
+	fenceKey := d.T.Space().FenceKey()
+	read := make([]int64, d.T.Masters())
+	for i := range read {
+		c, err := dm[i].Get(ctx, fenceKey).Int64()
+		if err != nil {
+			return fmt.Errorf("master %d's fencing counter: %w", i, err)
+		}
+		read[i] = c
+	}
+	if read[m] >= f1 {
+		return fmt.Errorf("arrangement failed: master %d's counter %d after its rollback is not below A's fence %d (was the save taken after A's lock?)", m, read[m], f1)
+	}
+	opts := append(slices.Clone(d.Sc.Options), redlock.WithPerMasterTimeout(fenceContenderTimeout), redlock.WithHealthInterval(time.Hour))
+	c, err := newClient(d.T.DirectAddrs(), d.Cfg.Client.clientOptions(d.T.Space(), opts...))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	b := newLibLocker("lib/b-fence", clientPath(c), d.T.Space(), fenceContenderTimeout)
+	d.setView(b.Name(), 1)
+	type result struct {
+		g   grant
+		id  int
+		err error
+	}
+	t := fr.t
+	for k, i := range late {
+		if err := t.Pause(ctx, i); err != nil {
+			for _, j := range late[:k] {
+				err = errors.Join(err, t.Resume(context.WithoutCancel(ctx), j))
+			}
+			return err
+		}
+	}
+	paused := time.Now()
+	client := d.NewClientID()
+	done := make(chan result, 1)
+	go func() {
+		g, id, err := d.Acquire(ctx, b, client, ep.key, d.Cfg.TTL, 0)
+		done <- result{g, id, err}
+	}()
+	var errs []error
+	if err := d.Sleep(ctx, fenceLate); err != nil {
+		errs = append(errs, err)
+	}
+	for _, i := range late {
+		errs = append(errs, t.Resume(context.WithoutCancel(ctx), i))
+	}
+	resumed := time.Since(paused)
+	res := <-done
+	d.Logf("e%d rollback-unwatched-fence: counters %v before the contender (A's fence %d on masters %d and %v; masters %v never had it); masters %v paused %v; the contender: fence %d (rewrites %d), err %v",
+		ep.n, read, f1, m, late, lost, late, resumed.Round(time.Millisecond), res.g.fence, c.FenceRewrites(), res.err)
+	if resumed >= fenceContenderTimeout {
+		errs = append(errs, fmt.Errorf("arrangement failed: masters %v paused %v, past the contender's per-master timeout", late, resumed))
+	}
+	if res.err == nil {
+		_ = d.Release(ctx, b, client, ep.key, res.g, res.id)
+	}
+	return errors.Join(errs...)
+}
+
+// driftContenderFactor is the drift-jump contender's drift factor: the
+// largest New accepts, ten times the run's.
+const driftContenderFactor = redlock.MaxDriftFactor
+
+// driftRefAge is how old the drift-jump contender's reference readings of
+// the masters' clocks are when A's key on the jumped master expires: the
+// middle of what lets its vote check miss a jump of driftJumpD at drift
+// factor 0.1 (older than (driftJumpD − 1 ms) / 0.1 = 1.49 s) and what it
+// still compares a vote with (its max reference age: 2 s at an hourly
+// health interval; older, it would not count the vote).
+const driftRefAge = 1750 * time.Millisecond
+
+// driftJump is the mixed-drift-settings masking attack on master m, one
+// of the masters of A's lock: A (view a's library client, at the run's
+// drift factor) holds the key; a contender B, a library client started
+// for the step with the run's options (the control's included) but drift
+// factor 0.1 and an hourly health interval, connected to the masters
+// directly, takes its only clock readings of the masters (New probes
+// them) driftRefAge before A's key on m will expire once m's clock has
+// jumped; then, while m's proxies hold every other client's traffic, m's
+// wall clock jumps st.D forward: more than A's drift budget (so A's key
+// on m expires while A's lock is still valid), less than B's vote check
+// misses at 0.1 with readings that old. As soon as the key is gone B
+// contends alone, until A's validity has ended. B wins m's vote and those
+// of the masters A's SET never reached: a second holder, unless B judges
+// m's clock by A's drift factor (the shared clock bounds registry: B
+// reads A's registration when it starts and judges by the strictest
+// factor registered, so it sees the jump) or A budgets for B's blind spot
+// (had B registered first).
+//
+// Why each part: B probes once, at New, and never again in the step: a
+// probe after the jump would compare m's clock with the other masters'
+// (the clock reference) and see it. Every other client is held off m
+// (a blackhole of m's proxies, from just before the jump until B is
+// done; B and the drill reach m directly): the drill's library clients
+// and the daemons probe every 150–400 ms at drift factors 0.01 and 0.02,
+// so one reading of m after the jump would see it, quarantine m and
+// write a repair marker that B's votes then obey, and the find would be
+// a race against their probes. B's references must be old (its vote
+// check allows 0.1 × their age) but within 2 s (else it does not count
+// m's vote at all); A's lock is driftJumpTTL long so that B can start
+// after A's hold and still be driftRefAge old when the key expires. The
+// heal steps m's clock back.
+func (fr *fuzzRunner) driftJump(ctx context.Context, d *Drill, dm direct, ep *episode, st FuzzStep) (err error) {
+	m := st.Master
+	if m < 0 || m >= d.T.Masters() || st.D <= 0 || !ep.held {
+		return fmt.Errorf("chaos: fuzz step %s: needs A's lock, a master and a forward jump", st)
+	}
+	lockKey := d.T.Space().LockKey(ep.key)
+	sent := time.Now()
+	pttl, err := dm[m].PTTL(ctx, lockKey).Result()
+	if err != nil {
+		return err
+	}
+	if pttl <= 0 {
+		return fmt.Errorf("arrangement failed: master %d does not hold A's key (PTTL %v)", m, pttl)
+	}
+	// When A's key on m expires once m's clock has jumped st.D.
+	gone := sent.Add(pttl - st.D)
+	if !gone.Before(ep.a.g.validUntil) {
+		// With the clock bounds shared (every guard on), A budgets for
+		// the loosest client registered (the second daemon's 0.02, the
+		// daemons' 150 ms per-master timeout): the fix's other half. The
+		// step goes on, so that every run makes the same faults.
+		d.Logf("e%d drift-jump: a jump of %v on master %d does not outrun A's drift budget (clock bounds %+v): its key there expires %v after A's validity ends", ep.n, st.D, m, d.Client(0).ClockBounds(), gone.Sub(ep.a.g.validUntil).Round(time.Millisecond))
+	}
+	start := gone.Add(-driftRefAge)
+	if time.Until(start) < 0 {
+		return fmt.Errorf("arrangement failed: A's key on master %d expires in %v after the jump, too soon for the contender's readings to be %v old then", m, time.Until(gone).Round(time.Millisecond), driftRefAge)
+	}
+	if err := d.Sleep(ctx, time.Until(start)); err != nil {
+		return err
+	}
+	opts := append(slices.Clone(d.Sc.Options), redlock.WithDriftFactor(driftContenderFactor), redlock.WithHealthInterval(time.Hour))
+	c, err := newClient(d.T.DirectAddrs(), d.Cfg.Client.clientOptions(d.T.Space(), opts...))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	probed := time.Now()
+	d.Logf("e%d drift-jump: contender at drift factor %g started %v before A's key on master %d expires after the jump (New took %v); its clock bounds %+v",
+		ep.n, driftContenderFactor, time.Until(gone).Round(time.Millisecond), m, probed.Sub(start).Round(time.Millisecond), c.ClockBounds())
+	t := fr.t
+	if err := t.Blackhole(ctx, m, true); err != nil {
+		return err
+	}
+	held := time.Now()
+	defer func() {
+		err = errors.Join(err, t.Blackhole(context.WithoutCancel(ctx), m, false))
+		d.Logf("e%d drift-jump: master %d's traffic held for %v", ep.n, m, time.Since(held).Round(time.Millisecond))
+	}()
+	if err := fr.fault(ctx, d, ep, st, func(ctx context.Context) error { return t.ClockJump(ctx, m, st.D) }, func(context.Context) error { return t.clocks[m].Reset() }); err != nil {
+		return err
+	}
+	if err := keyGone(ctx, d, dm, m, ep.key, "after its clock jumped (is the clock shim preloaded?)"); err != nil {
+		return err
+	}
+	b := newLibLocker("lib/b-drift", clientPath(c), d.T.Space(), d.Cfg.Client.PerMasterTimeout)
+	d.setView(b.Name(), 1)
+	d.Logf("e%d drift-jump: A's key on master %d gone; A's validity ends in %v; the contender's readings are %v old", ep.n, m, time.Until(ep.a.g.validUntil).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	first, err := contendVia(ctx, d, ep.key, d.Cfg.TTL, ep.a, b)
+	d.Logf("e%d drift-jump: the contender's first try: %v", ep.n, first)
+	if st := c.Masters()[m]; !st.Counting {
+		d.Logf("e%d drift-jump: the contender: master %d %s (%s)", ep.n, m, st.State, st.QuarantineReason)
+	}
+	return err
+}
+
+// startDaemons starts daemons a and b again, and the second daemon (c) as a
+// new one on its address if it was stopped.
+func (fr *fuzzRunner) startDaemons(ctx context.Context) error {
+	err := fr.t.StartDaemons(ctx)
+	if fr.other.stopped() {
+		addr := strings.TrimPrefix(fr.other.info.URL, "http://")
+		o, oerr := startLocalDaemon(fr.other.info.Name, fr.other.info.View, fr.t.MasterAddrs(fr.other.info.View), fr.otherCfg, addr)
+		if oerr == nil {
+			fr.other = o
+		}
+		err = errors.Join(err, oerr)
+	}
 	return err
 }
 
@@ -722,6 +1171,219 @@ func evict(ctx context.Context, rdb *redis.Client, e int) error {
 	}
 	// Fillers expire before the run's sweep; they are not lock keys.
 	return fillScript.Run(ctx, rdb, []string{fmt.Sprintf("fuzz-fill:%d:", e)}, 64, 4096).Err()
+}
+
+// refillScript runs ARGV[1] EXISTS calls: each counts in INFO stats
+// total_commands_processed, as a client's command would.
+var refillScript = redis.NewScript(`
+for i = 1, tonumber(ARGV[1]) do redis.call('EXISTS', KEYS[1]) end
+return 1`)
+
+// evictResetStat evicts keys on master m (see evict), then hides the
+// eviction from every statistic the data-loss check reads: CONFIG
+// RESETSTAT sets evicted_keys back to zero, and traffic (refillScript)
+// takes total_commands_processed past what it was before. All of it
+// happens while m's proxies hold every client's traffic, so no client
+// reads the statistics in between: what a client reads next is an
+// evicted_keys no higher than before (zero, if m had never evicted) and a
+// command count that grew. Only the lock keys it evicted are gone.
+func (fr *fuzzRunner) evictResetStat(ctx context.Context, rdb *redis.Client, m, e int) (err error) {
+	if err := fr.t.Blackhole(ctx, m, true); err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, fr.t.Blackhole(context.WithoutCancel(ctx), m, false)) }()
+	if err := evict(ctx, rdb, e); err != nil {
+		return err
+	}
+	// INFO is a command: the eviction the filler pushed past maxmemory
+	// happens before it runs.
+	evicted, err := infoStat(ctx, rdb, "evicted_keys")
+	if err != nil {
+		return err
+	}
+	if evicted == 0 {
+		return errors.New("arrangement failed: the filler evicted nothing")
+	}
+	if err := rdb.ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+		return err
+	}
+	commands, err := infoStat(ctx, rdb, "total_commands_processed")
+	if err != nil {
+		return err
+	}
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		return err
+	}
+	return refillScript.Run(ctx, rdb, []string{fmt.Sprintf("fuzz-fill:%d:", e)}, commands+100).Err()
+}
+
+// rollbackCatchUp rolls master m back to its snapshot (SWAPDB 0 1: the
+// snapshot was taken before A's hold, so A's key and fence record are
+// gone and m's fencing counter goes back below A's fence), and a peer
+// hides it: a library client of the deployment started now (every guard
+// on, connected to the masters directly) reads m's counter behind the
+// others' and catches it up to the highest, as every client's health
+// loop does. All of it happens while m's proxies hold every client's
+// traffic, so the drill's clients next read m with its marker, lease
+// horizon (the longer lock's, from before the snapshot) and fencing
+// counter no lower than before.
+func (fr *fuzzRunner) rollbackCatchUp(ctx context.Context, d *Drill, dm direct, m int) (err error) {
+	if err := fr.t.Blackhole(ctx, m, true); err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, fr.t.Blackhole(context.WithoutCancel(ctx), m, false)) }()
+	fenceKey := d.T.Space().FenceKey()
+	if err := dm[m].Do(ctx, "SWAPDB", 0, 1).Err(); err != nil {
+		return err
+	}
+	if err := dropCopyScript.Run(ctx, dm[m], nil).Err(); err != nil {
+		return err
+	}
+	var highest int64
+	for i, rdb := range dm {
+		if i == m {
+			continue
+		}
+		n, err := rdb.Get(ctx, fenceKey).Int64()
+		if err != nil {
+			return fmt.Errorf("master %d's fencing counter: %w", i, err)
+		}
+		highest = max(highest, n)
+	}
+	peer, err := newClient(d.T.DirectAddrs(), d.Cfg.Client.clientOptions(d.T.Space()))
+	if err != nil {
+		return err
+	}
+	defer peer.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, err := dm[m].Get(ctx, fenceKey).Int64()
+		if err == nil && n >= highest {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("arrangement failed: the peer did not catch master %d's fencing counter up to %d in 5s (it reads %d: %v)", m, highest, n, err)
+		}
+		if err := d.Sleep(ctx, 5*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// rollbackRepairFences is the repair-fences masking attack on master m,
+// run just after A's extend while every daemon is stopped (see the step).
+// View b's library client first reads every master (CheckMasters: its
+// health loop would within 150 ms), so it knows m's lease horizon after
+// A's extend. Then, while every master's proxies hold every client's
+// traffic: m goes back to its snapshot (SWAPDB 0 1: the snapshot was
+// taken after A's hold and before the extend, so A's key has its earlier
+// TTL and m's lease horizon goes down, while the marker and fencing
+// counter stay); a peer (a library client of the deployment started now,
+// every guard on, connected to the masters directly) catches every
+// master's fencing counter up to the highest, as the clients' health
+// loops do, if the workload moved it since the snapshot; and the
+// operator's repair-fences (redlock.RepairFences with the run's max TTL)
+// reads every master, finds each intact (none lags), raises the counters
+// and writes each a repair marker without a quarantine.
+//
+// Every master's traffic is held, not m's alone: a grant through the
+// others between the catch-up and repair-fences' read would leave m's
+// counter below the highest, and repair-fences quarantines a master whose
+// counter lags (the other fix of this attack), which is then what stops
+// it. What a client reads next is a repair marker it adopts; with the fix
+// it still compares m's horizon with what it read before and sees the
+// rollback, without it (guard RepairKeepsBaselines off) it takes m as it
+// is now.
+func (fr *fuzzRunner) rollbackRepairFences(ctx context.Context, d *Drill, dm direct, m, e int) (err error) {
+	if err := d.Client(1).CheckMasters(ctx); err != nil {
+		return err
+	}
+	n := d.T.Masters()
+	held := time.Now()
+	for i := range n {
+		if err := fr.t.Blackhole(ctx, i, true); err != nil {
+			return err
+		}
+	}
+	defer func() {
+		for i := range n {
+			err = errors.Join(err, fr.t.Blackhole(context.WithoutCancel(ctx), i, false))
+		}
+		d.Logf("e%d rollback-repairfences: every master's traffic held for %v", e, time.Since(held).Round(time.Millisecond))
+	}()
+	if err := dm[m].Do(ctx, "SWAPDB", 0, 1).Err(); err != nil {
+		return err
+	}
+	if err := dropCopyScript.Run(ctx, dm[m], nil).Err(); err != nil {
+		return err
+	}
+	fenceKey := d.T.Space().FenceKey()
+	counters := func() ([]int64, int64, error) {
+		out := make([]int64, len(dm))
+		var highest int64
+		for i, rdb := range dm {
+			c, err := rdb.Get(ctx, fenceKey).Int64()
+			if err != nil {
+				return nil, 0, fmt.Errorf("master %d's fencing counter: %w", i, err)
+			}
+			out[i], highest = c, max(highest, c)
+		}
+		return out, highest, nil
+	}
+	read, highest, err := counters()
+	if err != nil {
+		return err
+	}
+	if slices.Min(read) < highest {
+		peer, err := newClient(d.T.DirectAddrs(), d.Cfg.Client.clientOptions(d.T.Space()))
+		if err != nil {
+			return err
+		}
+		defer peer.Close()
+		deadline := time.Now().Add(5 * time.Second)
+		for slices.Min(read) < highest {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("arrangement failed: the peer did not catch every fencing counter up to %d in 5s (read %v)", highest, read)
+			}
+			if err := d.Sleep(ctx, 5*time.Millisecond); err != nil {
+				return err
+			}
+			if read, _, err = counters(); err != nil {
+				return err
+			}
+		}
+	}
+	masters := make([]*redis.Options, n)
+	for i, addr := range d.T.DirectAddrs() {
+		masters[i] = &redis.Options{Addr: addr}
+	}
+	res, err := redlock.RepairFences(ctx, masters, redlock.RepairOptions{FenceKey: fenceKey, MarkerKey: d.T.Space().MarkerKey(), MaxTTL: fr.t.opts.Daemon.MaxTTL})
+	if err != nil {
+		return fmt.Errorf("repair-fences: %w", err)
+	}
+	for _, mr := range res.Masters {
+		if mr.Lost != "" {
+			return fmt.Errorf("arrangement failed: repair-fences quarantined master %d (%s)", mr.Index, mr.Lost)
+		}
+	}
+	d.Logf("e%d rollback-repairfences: repair-fences found every master intact, counters %v raised to %d", e, read, res.Target)
+	return nil
+}
+
+// infoStat reads one counter of INFO stats.
+func infoStat(ctx context.Context, rdb *redis.Client, field string) (int64, error) {
+	info, err := rdb.Info(ctx, "stats").Result()
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			var n int64
+			_, err := fmt.Sscan(v, &n)
+			return n, err
+		}
+	}
+	return 0, fmt.Errorf("chaos: INFO stats has no %s", field)
 }
 
 func usedMemory(ctx context.Context, rdb *redis.Client) (int64, error) {

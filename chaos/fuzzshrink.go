@@ -153,7 +153,7 @@ func %s(t *testing.T) {
 `, name, s.Seed, control, len(s.Episodes()), len(s.Steps), name, lit)
 	if ctl != nil {
 		fmt.Fprintf(&b, `	t.Run("control %s", func(t *testing.T) {
-		assert.True(t, run(t, %q).ControlFound, "with its guards off the schedule must produce a second holder")
+		assert.True(t, run(t, %q).ControlFound, "with its guards off the schedule must produce a safety violation (a second holder, or a fence issued again)")
 	})
 `, ctl.Name, ctl.Name)
 	}

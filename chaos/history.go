@@ -15,6 +15,9 @@ type Op struct {
 	View   int    `json:"view"`
 	Kind   string `json:"kind"` // "acquire", "release" or "extend"
 	Key    string `json:"key"`
+	// Set: the keys of the multi-key lock this call took or released as
+	// one, recorded as one Op per key (multikey.go); nil for one key.
+	Set []string `json:"set,omitempty"`
 	// Probe: an uncontended acquire of a fresh key (I5, I6).
 	Probe bool `json:"probe,omitempty"`
 	// Group: the attempts of one probe share it.
@@ -25,6 +28,13 @@ type Op struct {
 	// Outcome classifies a failure: "held", "quorum", "not-held", "error".
 	Outcome string `json:"outcome,omitempty"`
 	Err     string `json:"err,omitempty"`
+	// LockDelay is the lock-delay the acquire asked for (I8).
+	LockDelay time.Duration `json:"lock_delay_ns,omitempty"`
+	// Semaphore and Permits: an acquire of a permit of the semaphore
+	// Semaphore of Permits permits (I7); Key is then its slot lock's,
+	// redlock.PermitKey(Semaphore, slot), once granted.
+	Semaphore string `json:"semaphore,omitempty"`
+	Permits   int    `json:"permits,omitempty"`
 	// Grant fields (acquire, OK): the fencing token and the end of
 	// validity, conservative (never later than the truth).
 	Fence      int64         `json:"fence,omitempty"`

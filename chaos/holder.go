@@ -79,7 +79,7 @@ func (dm direct) Close() {
 // them (settle) before it reads the masters, so that "missing" means lost,
 // and before it deletes the key, so that no late SET puts A's lock back
 // on a master of off.
-func placeOnly(ctx context.Context, d *Drill, dm direct, key string, ttl time.Duration, on []int) (holder, error) {
+func placeOnly(ctx context.Context, d *Drill, dm direct, key string, ttl time.Duration, on []int) (_ holder, err error) {
 	a := holder{client: d.NewClientID()}
 	var off []int
 	var names []string
@@ -94,6 +94,15 @@ func placeOnly(ctx context.Context, d *Drill, dm direct, key string, ttl time.Du
 		return holder{}, err
 	}
 	lockKey := d.T.Space().LockKey(key)
+	// A failed arrangement takes its placeholders away again: left for
+	// their 30 s, they would outlive every TTL of the run (I4).
+	defer func() {
+		if err != nil {
+			_ = eachMaster(context.WithoutCancel(ctx), off, func(ctx context.Context, m int) error {
+				return delIfEqual.Run(ctx, dm[m], []string{lockKey}, placeholder).Err()
+			})
+		}
+	}()
 	if err := eachMaster(ctx, off, func(ctx context.Context, m int) error {
 		return dm[m].Set(ctx, lockKey, placeholder, 30*time.Second).Err()
 	}); err != nil {

@@ -15,8 +15,13 @@ import (
 
 // ProcessOptions configures NewProcessTarget.
 type ProcessOptions struct {
-	// Masters is N, default 5.
+	// Masters is N, default 5: the masters of each group.
 	Masters int
+	// Groups is how many master groups of Masters masters each there are,
+	// default 1. With more, the masters are numbered group after group,
+	// and the daemons serve them as master_groups named g0, g1, … (keys
+	// placed by redlock.Placement); see MasterGroups.
+	Groups int
 	// Views is how many views (each with its own proxy per master) there
 	// are; default 2. A daemon serves each of the first Daemons views.
 	Views int
@@ -67,6 +72,9 @@ func NewProcessTarget(o ProcessOptions) (_ *ProcessTarget, err error) {
 	if o.Masters == 0 {
 		o.Masters = 5
 	}
+	if o.Groups == 0 {
+		o.Groups = 1
+	}
 	if o.Views == 0 {
 		o.Views = 2
 	}
@@ -100,11 +108,12 @@ func NewProcessTarget(o ProcessOptions) (_ *ProcessTarget, err error) {
 			shim, err = "", nil
 		}
 	}
-	t.servers = make([]*redisproc.Server, o.Masters)
-	t.clocks = make([]*clockshim.Clock, o.Masters)
-	errs := make([]error, o.Masters)
+	n := o.Masters * o.Groups
+	t.servers = make([]*redisproc.Server, n)
+	t.clocks = make([]*clockshim.Clock, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
-	for i := range o.Masters {
+	for i := range n {
 		ro := redisproc.Options{Binary: o.RedisServer, ExtraArgs: o.RedisArgs}
 		if shim != "" {
 			clk, cerr := clockshim.NewClock(filepath.Join(t.dir, fmt.Sprintf("clock%d", i)))
@@ -131,7 +140,7 @@ func NewProcessTarget(o ProcessOptions) (_ *ProcessTarget, err error) {
 		}
 	}
 	for v := range o.Daemons {
-		d, derr := startLocalDaemon(string(rune('a'+v)), v, t.MasterAddrs(v), o.Daemon, "127.0.0.1:0")
+		d, derr := startGroupedDaemon(string(rune('a'+v)), v, t.groupAddrs(v), o.Daemon, "127.0.0.1:0")
 		if derr != nil {
 			return nil, derr
 		}
@@ -187,6 +196,8 @@ func (t *ProcessTarget) Supports(kind FaultKind) bool {
 		return t.clocks[0] != nil
 	case FaultHoldReply:
 		return len(t.daemons) > 0
+	case FaultGroups:
+		return t.opts.Groups > 1
 	}
 	return true
 }
@@ -198,7 +209,7 @@ func (t *ProcessTarget) Counting(context.Context) ([]bool, error) {
 		out[i] = true
 	}
 	for _, d := range t.daemons {
-		for i, st := range d.client.Masters() {
+		for i, st := range d.masters() {
 			out[i] = out[i] && st.Counting
 		}
 	}
@@ -210,10 +221,10 @@ func (t *ProcessTarget) Ready(ctx context.Context) error {
 	for {
 		ok := true
 		for _, d := range t.daemons {
-			if !d.client.QuorumAvailable() {
+			if !d.quorumAvailable() {
 				ok = false
 			}
-			for _, st := range d.client.Masters() {
+			for _, st := range d.masters() {
 				ok = ok && st.Counting
 			}
 		}

@@ -39,12 +39,28 @@ type Scenario struct {
 	// Workload runs the contention workload and the probes for
 	// Config.Duration while Script runs.
 	Workload bool
+	// MultiKey: the workload's clients take random sets of keys as
+	// multi-key locks (Drill.setClient) instead of one key each.
+	MultiKey bool
+	// Permits, when positive, makes the workload's clients take permits
+	// of one semaphore of this many permits instead of locks (I7).
+	Permits int
 	// Script injects and heals the faults.
 	Script func(ctx context.Context, d *Drill) error
 	// ScriptEnds: the workload stops when Script returns, not at
 	// Config.Duration (a fuzz schedule that ran out, or found what it
 	// looked for).
 	ScriptEnds bool
+	// Clients, Keys and Via, when set, replace the Config's for this row.
+	Clients, Keys int
+	Via           string
+	// Prepare, when set, runs once the drill's clients are ready and
+	// before the workload starts (a route for the library lockers).
+	Prepare func(ctx context.Context, d *Drill) error
+	// Verify, when set, checks what the row is about beyond I1–I6, over
+	// the checked History; its violations are judged as the checker's
+	// (Must, May, or unexpected).
+	Verify func(d *Drill, h History) []Violation
 }
 
 // Control reports whether the scenario is a negative control.
@@ -117,6 +133,15 @@ func (r *Result) Verdict() string {
 // Run runs one scenario against t and checks its history. outDir, if not
 // empty, receives the porcupine timeline as timeline-<name>.html.
 func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string) *Result {
+	if sc.Clients > 0 {
+		cfg.Clients = sc.Clients
+	}
+	if sc.Keys > 0 {
+		cfg.Keys = sc.Keys
+	}
+	if sc.Via != "" {
+		cfg.Via = sc.Via
+	}
 	cfg = cfg.withDefaults()
 	res := &Result{Scenario: sc.Name, Summary: sc.Summary, Target: t.Name(), Control: sc.Control(), Counts: map[string]int{}}
 	started := time.Now()
@@ -152,7 +177,13 @@ func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string)
 		close(watched)
 	}()
 	var serr error
-	if sc.Workload {
+	if sc.Prepare != nil {
+		serr = sc.Prepare(ctx, d)
+	}
+	switch {
+	case serr != nil:
+		// The row's arrangement failed: neither workload nor script runs.
+	case sc.Workload:
 		stop := make(chan struct{})
 		wg := d.runWorkload(ctx, stop, true)
 		serr = sc.Script(ctx, d)
@@ -161,7 +192,7 @@ func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string)
 		}
 		close(stop)
 		wg.Wait()
-	} else {
+	default:
 		serr = sc.Script(ctx, d)
 	}
 	if serr != nil {
@@ -200,10 +231,18 @@ func Run(ctx context.Context, t Target, cfg Config, sc *Scenario, outDir string)
 		d.Notef("sweep incomplete: %v", err)
 	}
 
-	res.Violations = Check(h, CheckParams{
+	cp := CheckParams{
 		Masters: t.Masters(), FastSlack: cfg.FastSlack, Leftovers: res.Leftovers,
-		HealGrace: cfg.Client.HealthInterval + cfg.Client.PerMasterTimeout,
-	})
+		HealGrace:   cfg.Client.HealthInterval + cfg.Client.PerMasterTimeout,
+		DriftFactor: cfg.Client.DriftFactor,
+	}
+	if len(d.groups) > 1 {
+		cp.Groups, cp.GroupOf = d.groups, d.GroupOf
+	}
+	res.Violations = Check(h, cp)
+	if sc.Verify != nil {
+		res.Violations = append(res.Violations, sc.Verify(d, h)...)
+	}
 	linear, info := Linearize(h, 20*time.Second)
 	res.Linear = string(linear)
 	if linear == porcupine.Illegal && !slices.ContainsFunc(res.Violations, func(v Violation) bool { return v.Invariant == I2 }) {

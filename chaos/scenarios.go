@@ -41,6 +41,8 @@ func Matrix() []*Scenario {
 		clockFast(false),
 		dataWipe(true),
 		dataWipe(false),
+		multiKeyRestart(true),
+		multiKeyRestart(false),
 		clockJumpContender(true),
 		clockJumpContender(false),
 		clockJumpRestart(true),
@@ -48,6 +50,12 @@ func Matrix() []*Scenario {
 		rollback(true),
 		rollback(false),
 		pauseHolder(),
+		semaphoreKill(),
+		semaphoreSplit(true),
+		semaphoreSplit(false),
+		lockDelay(true),
+		lockDelay(false),
+		lockDelayRestart(),
 		randomMix(),
 	}
 }

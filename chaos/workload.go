@@ -43,13 +43,20 @@ func (d *Drill) workloadLockers() []locker {
 // runWorkload runs the contention workload until stop is closed: Clients
 // clients, each in a loop: pick one of Keys keys, acquire it (retrying up
 // to one TTL), write "begin" to the Resource, work for a few ms, write
-// "commit" if the lock is still valid, release. Then the same for probes:
+// "commit" if the lock is still valid, release (Scenario.MultiKey: a set
+// of keys, setClient). In a semaphore row (Scenario.Permits) every client
+// takes a permit of the one semaphore "sem" instead, and writes under its
+// slot lock's key. Then the same for probes:
 // every 150ms, each locker takes a fresh key nobody contends for.
 func (d *Drill) runWorkload(ctx context.Context, stop <-chan struct{}, probes bool) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	lockers := d.workloadLockers()
 	for i := range d.Cfg.Clients {
 		l := lockers[i%len(lockers)]
+		if d.Sc.MultiKey {
+			wg.Go(func() { d.setClient(ctx, stop, l, i) })
+			continue
+		}
 		wg.Go(func() { d.client(ctx, stop, l, i) })
 	}
 	if probes {
@@ -72,9 +79,13 @@ func stopped(stop <-chan struct{}) bool {
 func (d *Drill) client(ctx context.Context, stop <-chan struct{}, l locker, id int) {
 	ttl := d.Cfg.TTL
 	for !stopped(stop) && ctx.Err() == nil {
-		key := fmt.Sprintf("k%d", d.intN(d.Cfg.Keys))
-		g, op, err := d.Acquire(ctx, l, id, key, ttl, ttl)
+		a := acquireArgs{key: workloadKey(d.intN(d.Cfg.Keys)), ttl: ttl, wait: ttl}
+		if d.Sc.Permits > 0 {
+			a.key, a.permits = "sem", d.Sc.Permits
+		}
+		g, op, err := d.AcquireWith(ctx, l, id, a)
 		if err == nil {
+			key := g.historyKey()
 			if d.Write(key, g, id, op, "begin") {
 				_ = d.Sleep(ctx, d.jitter(5*time.Millisecond, 30*time.Millisecond))
 				// A careful client commits only within validity; the
@@ -83,7 +94,7 @@ func (d *Drill) client(ctx context.Context, stop <-chan struct{}, l locker, id i
 					d.Write(key, g, id, op, "commit")
 				}
 			}
-			_ = d.Release(ctx, l, id, key, g, op)
+			_ = d.Release(ctx, l, id, a.key, g, op)
 		}
 		_ = d.Sleep(ctx, d.jitter(0, 20*time.Millisecond))
 	}
@@ -95,8 +106,8 @@ func (d *Drill) client(ctx context.Context, stop <-chan struct{}, l locker, id i
 func (d *Drill) watch(stop <-chan struct{}) {
 	last := make([][]redlock.MasterState, len(d.libs))
 	for !stopped(stop) {
-		for v, c := range d.libClients() {
-			sts := c.Masters()
+		for v := range d.libs {
+			sts := d.viewMasters(v)
 			if last[v] == nil {
 				last[v] = make([]redlock.MasterState, len(sts))
 				for i, st := range sts {
@@ -198,7 +209,7 @@ func (d *Drill) prober(ctx context.Context, stop <-chan struct{}, l locker) {
 		giveUp := time.Now().Add(1500 * time.Millisecond)
 		for attempt := 0; attempt < 3 || time.Now().Before(giveUp); attempt++ {
 			key := fmt.Sprintf("probe:%d", d.probeSeq.Add(1))
-			g, op, err := d.acquire(ctx, l, client, key, d.Cfg.TTL, 0, true, group)
+			g, op, err := d.acquire(ctx, l, client, acquireArgs{key: key, ttl: d.Cfg.TTL}, true, group)
 			if err == nil {
 				_ = d.Release(ctx, l, client, key, g, op)
 				break
