@@ -59,6 +59,12 @@ func buildDaemon(root, dir string) (string, error) {
 // "bench" whose API key is key ("": a new random one) and env (REDLOCKD_*
 // settings) added to its environment.
 func startDaemon(bin, dir, name, key string, masters []string, env ...string) (*daemonProc, error) {
+	return startDaemonArgs(bin, dir, name, key, masters, nil, env...)
+}
+
+// startDaemonArgs is startDaemon with args added after `serve` (e.g.
+// --config); masters may be empty when the config file names them.
+func startDaemonArgs(bin, dir, name, key string, masters, args []string, env ...string) (*daemonProc, error) {
 	if key == "" {
 		var b [16]byte
 		if _, err := rand.Read(b[:]); err != nil {
@@ -83,12 +89,14 @@ func startDaemon(bin, dir, name, key string, masters []string, env ...string) (*
 			log:    logPath,
 			exited: make(chan struct{}),
 		}
-		d.cmd = exec.Command(bin, "serve")
+		d.cmd = exec.Command(bin, append([]string{"serve"}, args...)...)
 		d.cmd.Env = append(os.Environ(),
 			"REDLOCKD_LISTEN=127.0.0.1:"+strconv.Itoa(port),
-			"REDLOCKD_MASTERS="+strings.Join(masters, ","),
 			"REDLOCKD_API_KEYS=bench:"+key,
 		)
+		if len(masters) > 0 {
+			d.cmd.Env = append(d.cmd.Env, "REDLOCKD_MASTERS="+strings.Join(masters, ","))
+		}
 		d.cmd.Env = append(d.cmd.Env, env...)
 		d.cmd.Stdout, d.cmd.Stderr = log, log
 		d.cmd.SysProcAttr = childAttr()

@@ -13,9 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
-	"github.com/redlockd/redlockd/redlock"
 	"github.com/redlockd/redlockd/redlock/idempotency"
 )
 
@@ -66,18 +63,11 @@ func (e *env) runIdem(ctx context.Context, addrs []string, rep *report) error {
 	if !e.cfg.idem {
 		return nil
 	}
-	c := e.lib
-	if c == nil {
-		opts := make([]*redis.Options, len(addrs))
-		for i, a := range addrs {
-			opts[i] = &redis.Options{Addr: a}
-		}
-		var err error
-		if c, err = redlock.New(opts); err != nil {
-			return err
-		}
-		defer c.Close()
+	c, done, err := e.libClient(addrs)
+	if err != nil {
+		return err
 	}
+	defer done()
 	s, err := idempotency.New(c)
 	if err != nil {
 		return err
@@ -95,7 +85,7 @@ func (e *env) runIdem(ctx context.Context, addrs []string, rep *report) error {
 	var seq atomic.Int64
 
 	var bcLat []time.Duration
-	n, errs, wall := idemPhase(ctx, e.cfg.dur, func(ctx context.Context, w int) (time.Duration, bool) {
+	n, errs, wall := phase(ctx, "idempotency", idemConc, e.cfg.dur, func(ctx context.Context, w int) (time.Duration, bool) {
 		key := run + ":bc:" + strconv.FormatInt(seq.Add(1), 10)
 		t0 := time.Now()
 		res, err := s.Begin(ctx, idempotency.BeginRequest{Key: key, Fingerprint: sha(key), Lease: idemLease, Retention: idemRetention})
@@ -130,7 +120,7 @@ func (e *env) runIdem(ctx context.Context, addrs []string, rep *report) error {
 		}
 	}
 	var rpLat []time.Duration
-	n, errs, wall = idemPhase(ctx, e.cfg.dur, func(ctx context.Context, w int) (time.Duration, bool) {
+	n, errs, wall = phase(ctx, "idempotency", idemConc, e.cfg.dur, func(ctx context.Context, w int) (time.Duration, bool) {
 		t0 := time.Now()
 		res, err := s.Begin(ctx, reqs[w])
 		if err == nil && res.Outcome != idempotency.Completed {
@@ -155,17 +145,17 @@ func (e *env) runIdem(ctx context.Context, addrs []string, rep *report) error {
 	return nil
 }
 
-// idemPhase runs op on idemConc workers for d (each op on a context
-// bounded by 10 s) and returns the successes, the failures, the wall time
-// and, in lat, every success's latency.
-func idemPhase(ctx context.Context, d time.Duration, op func(ctx context.Context, w int) (time.Duration, bool), lat *[]time.Duration) (ok, failed int, wall time.Duration) {
+// phase runs op on conc workers for d (each op on a context bounded by
+// 10 s; profile samples labelled target=label) and returns the successes,
+// the failures, the wall time and, in lat, every success's latency.
+func phase(ctx context.Context, label string, conc int, d time.Duration, op func(ctx context.Context, w int) (time.Duration, bool), lat *[]time.Duration) (ok, failed int, wall time.Duration) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := time.Now()
 	end := start.Add(d)
-	for w := range idemConc {
+	for w := range conc {
 		wg.Add(1)
-		go pprof.Do(ctx, pprof.Labels("target", "idempotency"), func(ctx context.Context) {
+		go pprof.Do(ctx, pprof.Labels("target", label), func(ctx context.Context) {
 			defer wg.Done()
 			var mine []time.Duration
 			bad := 0

@@ -6,7 +6,7 @@
 //
 //	cd bench && go run . [-quick] [-duration 3s] [-conc 1,16,64,256]
 //	    [-scenarios healthy,pause1,pause2] [-targets lib,http,redsync,floor]
-//	    [-down3 pause,kill] [-idempotency=false] [-json results/latest.json]
+//	    [-down3 pause,kill] [-idempotency=false] [-multikey=false] [-semaphore=false] [-json results/latest.json]
 //	    [-cpuprofile FILE]
 //
 // It is a separate module so that go-redsync never enters the product's
@@ -60,6 +60,10 @@ type config struct {
 	loadWindow    time.Duration
 	// idem runs the idempotency cell (idempotency.go).
 	idem bool
+	// multiKey runs the multi-key cell (multikey.go).
+	multiKey bool
+	// sem runs the semaphore cell (semaphore.go).
+	sem bool
 }
 
 var scenarioPaused = map[string][]int{ // master indexes paused in each scenario
@@ -84,7 +88,9 @@ func main() {
 	flag.IntVar(&cfg.handoffRounds, "handoff-rounds", 200, "hand-offs measured per target and number of waiters")
 	flag.DurationVar(&cfg.handoffLimit, "handoff-limit", 8*time.Second, "time limit of one target at one number of waiters (fewer rounds if reached)")
 	flag.DurationVar(&cfg.loadWindow, "load-window", 5*time.Second, "how long the masters' commands are counted with 64 waiters on a held key")
+	flag.BoolVar(&cfg.multiKey, "multikey", true, "multi-key cell: the library's AcquireMulti + Release of 1, 2 and 8 keys at c=64 on the same masters, cycles/s as ratios to one key (-multikey=false to skip)")
 	flag.BoolVar(&cfg.idem, "idempotency", true, "idempotency cell: the library's idempotency store at c=64 on the same masters, begin + complete cycles/s and replays/s, as ratios to the healthy c=64 lib cell (-idempotency=false to skip)")
+	flag.BoolVar(&cfg.sem, "semaphore", true, "semaphore cell: permits of a semaphore of 4 at c=64 on the same masters, one shared by every worker and one per worker, cycles/s as ratios to the healthy c=64 lib cell (-semaphore=false to skip)")
 	groupsFlag := flag.String("groups", "", `master-groups scale cell alone: comma-separated numbers of groups of five masters (e.g. "1,2,3"), run at the largest -conc through the library; the other cells are skipped`)
 	flag.Parse()
 	if *quick {
@@ -124,7 +130,7 @@ func main() {
 			fmt.Fprintln(os.Stderr, "bench: -groups:", err)
 			os.Exit(2)
 		}
-		rs, err := runGroupsCells(ctx, counts, slices.Max(cfg.conc), cfg.dur)
+		rs, err := runGroupsCells(ctx, counts, slices.Max(cfg.conc), cfg.dur, cfg.root)
 		printGroups(rs)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "bench:", err)
@@ -177,6 +183,12 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 	if err := env.runIdem(ctx, addrs, rep); err != nil {
+		return err
+	}
+	if err := env.runMultiKey(ctx, addrs, rep); err != nil {
+		return err
+	}
+	if err := env.runSemaphore(ctx, addrs, rep); err != nil {
 		return err
 	}
 	if err := env.runHandoff(ctx, addrs, rep); err != nil {

@@ -43,6 +43,10 @@ type report struct {
 	Checks  []check         `json:"targets"`
 	// Idem is the idempotency cell (nil when skipped).
 	Idem *idemResult `json:"idempotency,omitempty"`
+	// MultiKey is the multi-key cell (nil when skipped).
+	MultiKey *multiKeyResult `json:"multi_key,omitempty"`
+	// Sem is the semaphore cell (nil when skipped).
+	Sem *semResult `json:"semaphore,omitempty"`
 }
 
 type check struct {
@@ -134,6 +138,8 @@ func (r *report) finish() {
 	}
 	r.handoffChecks()
 	r.idemChecks()
+	r.multiKeyChecks()
+	r.semChecks()
 	var hwm int64
 	for _, c := range r.Cells {
 		hwm = max(hwm, c.DaemonVmHWMKiB)
@@ -203,6 +209,8 @@ func (r *report) markdown(cfg config) string {
 	}
 	r.handoffMarkdown(p)
 	r.idemMarkdown(p)
+	r.multiKeyMarkdown(p)
+	r.semMarkdown(p)
 	var mem []string
 	for _, c := range r.Cells {
 		if c.DaemonVmHWMKiB > 0 {
@@ -277,6 +285,8 @@ func benchNotes() []string {
 		"lib: redlock.New with default options. http: the real `redlockd serve` binary built from this tree, default settings (REDLOCKD_MASTERS, REDLOCKD_API_KEYS, REDLOCKD_LISTEN only), called with keep-alive connections; the HTTP client runs in the bench process and shares the CPUs with the daemon and the masters.",
 		"floor: plain SET key token NX PX + Lua compare-and-delete on master 4 alone (never paused), go-redis with default options.",
 		"idempotency (after the cells; -idempotency=false skips it): redlock/idempotency's Store over the lib target's Client (default options, so fencing on), 64 workers, healthy, one cell duration per phase: begin (lease 5 s, retention 10 s) + complete of 15 bytes on a fresh key each time, then begin of a completed key (1 KiB answer, one key per worker), answered Completed from one quorum read. Ratios are to the healthy c=64 lib cell of the same run.",
+		"multi-key (after the idempotency cell; -multikey=false skips it): the lib target's Client, 64 workers, healthy, one cell duration per row: AcquireMulti (TTL 10 s) + Lock.Release of a fresh set of 1, 2 and 8 keys (1 key is an ordinary Acquire: the baseline); ratios are to the 1-key row of the same cell.",
+		"semaphore (after idempotency; -semaphore=false skips it): redlock's AcquirePermit over the lib target's Client, N = 4 permits, TTL 10 s, 64 workers, healthy, one cell duration per phase: first one semaphore shared by every worker, each acquire waiting for a permit (WithWait 10 s), then one semaphore per worker (a free slot at once). A cycle is a permit acquired and released. Ratios are to the healthy c=64 lib cell of the same run.",
 	}
 }
 

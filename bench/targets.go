@@ -78,7 +78,7 @@ func httpTarget(name string, d *daemonProc, client *http.Client, ttl time.Durati
 			return nil, err
 		}
 		if !lr.Data.Acquired {
-			return nil, errors.New("http 200 acquired:false")
+			return nil, errNotAcquired
 		}
 		body := `{"key":"` + key + `","action":"release","token":"` + lr.Data.Token + `"}`
 		return func(ctx context.Context) error {
