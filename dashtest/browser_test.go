@@ -76,6 +76,16 @@ func TestDashboardInBrowser(t *testing.T) {
 	if n := step(t, bctx, "count masters", 10*time.Second, chromedp.Evaluate[int](`document.querySelectorAll("#masters .master").length`)); n != 5 {
 		t.Fatalf("page shows %d masters, want 5", n)
 	}
+	// The master group (the deployment's master_groups): its quorum, its
+	// masters' states and, from the second reading of its counters on,
+	// the calls per second the workload sends it.
+	poll(t, bctx, "the groups table shows the group's calls per second", 30*time.Second, `(function () {
+		const rows = document.querySelectorAll("#groups tbody tr");
+		if (document.getElementById("groups-box").hidden || rows.length !== 1) return false;
+		const td = rows[0].querySelectorAll("td");
+		return td[0].textContent === "default" && /^5 of 5 counting, 3 needed/.test(td[1].textContent) &&
+			/up/.test(td[2].textContent) && parseFloat(td[3].textContent) > 0;
+	})()`)
 	// Every chart gets points once a few samples are in (one a second).
 	// (All but the chart of acquires with wait_ms: none yet.)
 	poll(t, bctx, "charts have points", 30*time.Second, `(function () {

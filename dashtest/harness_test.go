@@ -138,9 +138,12 @@ func startDeployment(t *testing.T) *deployment {
 	d := &deployment{masters: masters, clock4: clk, addr: freeAddr(t), client: &http.Client{Timeout: 5 * time.Second}}
 	d.url = "http://" + d.addr
 	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "listen: %q\nmasters:\n", d.addr)
+	// The five masters as master_groups of one group: the same locks and
+	// quorum as masters, plus the per-group views (/readyz's groups, the
+	// redlock_group_* series) that the page and the Grafana dashboard show.
+	fmt.Fprintf(&cfg, "listen: %q\nmaster_groups:\n  - name: default\n    masters:\n", d.addr)
 	for _, m := range masters {
-		fmt.Fprintf(&cfg, "  - %q\n", m.Addr())
+		fmt.Fprintf(&cfg, "      - %q\n", m.Addr())
 	}
 	fmt.Fprintf(&cfg, "api_keys:\n  - name: dash\n    key: %q\nmax_ttl: 600\nhealth_interval: 1s\nlog_format: json\n", apiKey)
 	// Limits the workload never reaches, so that the accounts' series and
