@@ -36,10 +36,10 @@ import (
 // end-of-file before "done" (lock run died: the kernel closed its end of
 // the pipe), and when the clock passes the last "until" (lock run did not
 // extend the lock in time: stopped, hung, or starved of CPU). Either way
-// nothing depends on lock run running any code. The one gap, between the
-// command's start and its group ID reaching the guardian (microseconds), is
-// closed on Linux by the command's parent-death signal (lock_linux.go).
-// A guardian that dies is replaced by lock run (lockRun).
+// nothing depends on lock run running any code. The command runs no code
+// before the guardian knows its group: it waits behind a start gate that
+// lock run opens only after telling the guardian (gate.go). A guardian
+// that dies is replaced by lock run (lockRun).
 
 // guardCommand is the hidden command that runs the guardian.
 const guardCommand = "lock-guard"

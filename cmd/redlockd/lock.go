@@ -27,12 +27,13 @@ import (
 // own status through (128+N when killed by signal N), so these are chosen
 // from sysexits.h, away from the statuses commands commonly use.
 const (
-	exitUsage       = 64 // bad flags, missing URL or API key, 400 or 401 from the daemon
-	exitUnavailable = 69 // 503 (no quorum) or the daemon could not be reached
-	exitInternal    = 70 // an unexpected answer (500, not the JSON envelope)
-	exitBusy        = 75 // acquire: the lock is held by another owner (as flock -n)
-	exitNotHeld     = 76 // extend/release: the token does not hold the lock; status: not held
-	exitLost        = 78 // run: the lock was lost while the command ran; the command was stopped
+	exitUsage       = 64  // bad flags, missing URL or API key, 400 or 401 from the daemon
+	exitUnavailable = 69  // 503 (no quorum) or the daemon could not be reached
+	exitInternal    = 70  // an unexpected answer (500, not the JSON envelope)
+	exitBusy        = 75  // acquire: the lock is held by another owner (as flock -n)
+	exitNotHeld     = 76  // extend/release: the token does not hold the lock; status: not held
+	exitLost        = 78  // run: the lock was lost while the command ran; the command was stopped
+	exitGateClosed  = 125 // lock-exec: lock run ended before opening the start gate (gate.go)
 	exitCannotExec  = 126
 	exitNotFound    = 127
 )
@@ -84,7 +85,8 @@ as soon as the command itself exited; the reason is printed on stderr.
 When the command exits, whatever it left running in its process group is
 killed before the lock is released. If lock run itself is killed (even
 with SIGKILL), a guardian process kills the command's process group at once
-(on Linux the command also has a parent-death signal); if lock run is
+(the command starts only once the guardian watches its group; on Linux it
+also has a parent-death signal); if lock run is
 stopped or hung, the guardian kills the group when the validity ends.
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to the
 command's process group. Job control is not supported: Ctrl-Z stops the
@@ -615,7 +617,20 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 	}
 	release := func() { releaseNow(l, stderr) }
 
-	cmd := exec.Command(argv[0], argv[1:]...)
+	// The command starts behind a gate that opens once the guardian
+	// watches its process group (gate.go).
+	gateR, gateW, err := os.Pipe()
+	if err != nil {
+		release()
+		return &exitError{code: exitCannotExec, err: fmt.Errorf("lock run: start gate: %w; the command did not run", err)}
+	}
+	defer gateW.Close() // closed without "go" on every early return: nothing runs
+	cmd, err := gatedCommand(argv, gateR)
+	if err != nil {
+		gateR.Close()
+		release()
+		return &exitError{code: startErrCode(err), err: fmt.Errorf("lock run: %w", err)}
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(),
 		"REDLOCK_KEY="+l.Key(),
@@ -648,14 +663,12 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 	// thread ends only with lock run.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	gateR.Close()
+	if err != nil {
 		restoreTTY()
 		release()
-		code := exitCannotExec
-		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
-			code = exitNotFound
-		}
-		return &exitError{code: code, err: fmt.Errorf("lock run: %w", err)}
+		return &exitError{code: startErrCode(err), err: fmt.Errorf("lock run: %w", err)}
 	}
 	pgid := cmd.Process.Pid
 	if err := g.watch(pgid, l.ValidUntil()); err != nil {
@@ -663,7 +676,14 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 		_ = cmd.Wait()
 		restoreTTY()
 		release()
-		return &exitError{code: exitCannotExec, err: fmt.Errorf("lock run: the guardian is gone (%v); the command was stopped", err)}
+		return &exitError{code: exitCannotExec, err: fmt.Errorf("lock run: the guardian is gone (%v); the command did not run", err)}
+	}
+	if err := openGate(gateW); err != nil {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		restoreTTY()
+		release()
+		return &exitError{code: exitCannotExec, err: fmt.Errorf("lock run: opening the start gate: %w; the command did not run", err)}
 	}
 	// The keep-alive must outlive a signal to lock run: the command may
 	// take its time to stop, and holds the lock until it has.
@@ -801,4 +821,13 @@ func releaseNow(l *client.Lease, stderr io.Writer) {
 	if err := l.Release(rctx); err != nil && lost == nil {
 		fmt.Fprintf(stderr, "redlockd lock run: release: %s (the lock ends with its TTL)\n", strings.TrimPrefix(cliText(err), "release: "))
 	}
+}
+
+// startErrCode is lock run's exit code for a command that could not
+// start: 127 when it was not found, 126 otherwise (as a shell does).
+func startErrCode(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		return exitNotFound
+	}
+	return exitCannotExec
 }

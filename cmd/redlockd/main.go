@@ -47,9 +47,22 @@ flags (each overrides the one before). Docs: README.md and docs/.
 `
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == gateCommand {
+		// Hidden: lock run's start gate (gate.go), before any signal
+		// handling of ours: the command it becomes gets the default
+		// handling of every signal.
+		exitOn(lockExec(os.Args[2:]))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	exitOn(err)
+}
+
+// exitOn ends the process as err says: an *exitError's code (and its
+// message, if any), 1 with the message for any other error. It returns
+// only for nil and flag.ErrHelp.
+func exitOn(err error) {
 	var ee *exitError
 	switch {
 	case err == nil:
