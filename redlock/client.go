@@ -135,7 +135,7 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 func (c *Client) newMaster(i int, mo *redis.Options) *master {
 	o := &c.opts
 	m := &master{idx: i, addr: mo.Addr, c: c}
-	m.st.evicted.Store(-1)
+	m.st.inc.evicted.Store(-1)
 	m.st.clock = clockGuard{perMasterTimeout: o.perMasterTimeout}
 	lo := *mo
 	lo.MaxRetries = -1

@@ -76,7 +76,7 @@ func (c *Client) countLoss(r DataLossReason) {
 // repaired (repairMaster). Safe to call from the vote path and repeatedly:
 // only the first call per loss logs and counts.
 func (m *master) lostData(why DataLossReason, reason string) {
-	m.lostDataSeen(m.st.repairGen.Load(), why, reason)
+	m.lostDataSeen(m.st.inc.repairGen.Load(), why, reason)
 }
 
 // lostDataSeen is lostData for a loss found in a reading sent while m's
@@ -91,15 +91,15 @@ func (m *master) lostDataSeen(gen uint64, why DataLossReason, reason string) {
 		m.c.opts.logger.Warn("master lost its data; not quarantined or repaired (quarantine disabled)", masterAttr(m), slog.String("reason", reason))
 		return
 	}
-	m.st.lossMu.Lock()
-	stale := gen != m.st.repairGen.Load()
+	m.st.inc.lossMu.Lock()
+	stale := gen != m.st.inc.repairGen.Load()
 	already := !stale && m.st.repairPending.Swap(true)
-	m.st.lossMu.Unlock()
+	m.st.inc.lossMu.Unlock()
 	if stale || already {
 		return // read before the last repair, or this loss is already being handled
 	}
 	m.st.mu.Lock()
-	m.st.lossRunID = "" // set by the callers whose loss is a restart
+	m.st.inc.lossRunID = "" // set by the callers whose loss is a restart
 	m.st.mu.Unlock()
 	m.st.lostAt.Store(m.c.sinceEpoch())
 	m.c.countLoss(why)
@@ -122,10 +122,10 @@ type sighting struct {
 // stale (lostDataSeen): they may have run before that write and show the
 // state it replaced, which is not a new loss.
 func (m *master) expectMarker(value *string) {
-	m.st.lossMu.Lock()
-	m.st.repairGen.Add(1)
-	m.st.lossMu.Unlock()
-	m.expectedMarker.Store(value)
+	m.st.inc.lossMu.Lock()
+	m.st.inc.repairGen.Add(1)
+	m.st.inc.lossMu.Unlock()
+	m.st.inc.expectedMarker.Store(value)
 }
 
 // markerMatches checks the marker a vote or probe read on m (value, at the
@@ -137,7 +137,7 @@ func (m *master) expectMarker(value *string) {
 // An adopted repair starts a new generation (expectMarker), which via
 // then carries: the reading read the repair's own marker.
 func (m *master) markerMatches(value string, now time.Time, via *sighting) bool {
-	exp := m.expectedMarker.Load()
+	exp := m.st.inc.expectedMarker.Load()
 	if exp != nil && *exp == value || exp == nil && !m.st.repairPending.Load() {
 		return true
 	}
@@ -155,7 +155,7 @@ func (m *master) markerMatches(value string, now time.Time, via *sighting) bool 
 		// This reading carries the marker just adopted: it was taken
 		// after that repair's write, in the generation adoptRepair
 		// started, and judges the rest of what it read against it.
-		via.gen = m.st.repairGen.Load()
+		via.gen = m.st.inc.repairGen.Load()
 		return true
 	}
 	if exp == nil {
@@ -186,13 +186,13 @@ func (m *master) markerMatches(value string, now time.Time, via *sighting) bool 
 // Client, and a second holder in (guard RepairKeepsBaselines: with it
 // off, every repair marker resets them, as that code did).
 func (m *master) adoptRepair(value string, mk marker, now time.Time) {
-	m.st.repairedAt.Store(mk.at.UnixMilli())
+	m.st.inc.repairedAt.Store(mk.at.UnixMilli())
 	covers := m.c.repairEnd(mk).After(mk.at) // a repair of a master that lost its data
 	if covers || !m.c.opts.repairKeepsBaselines {
-		m.st.evicted.Store(mk.evicted) // -1 (the next read is the baseline) for a marker without ev=
+		m.st.inc.evicted.Store(mk.evicted) // -1 (the next read is the baseline) for a marker without ev=
 		m.resetCountersSeen()
 		m.st.mu.Lock()
-		m.st.replID = "" // the next probe's is the baseline
+		m.st.inc.replID = "" // the next probe's is the baseline
 		m.st.mu.Unlock()
 	}
 	m.expectMarker(&value)
@@ -239,17 +239,17 @@ func (c *Client) repairReason(mk marker) string {
 // (longerMaxTTLSeen).
 func (m *master) notedOperatorRepair(mk marker, now time.Time) {
 	if !mk.repaired || !mk.byOperator {
-		m.st.operatorRepairAt.Store(0)
+		m.st.inc.operatorRepairAt.Store(0)
 		return
 	}
-	m.st.operatorRepairAt.Store(max(m.c.sinceEpoch()-int64(now.Sub(mk.at)), 1))
+	m.st.inc.operatorRepairAt.Store(max(m.c.sinceEpoch()-int64(now.Sub(mk.at)), 1))
 }
 
 // longerMaxTTLSeen extends the quarantine of every master repaired by an
 // operator to the longer loss bound d after the repair (repairEnd).
 func (c *Client) longerMaxTTLSeen(d time.Duration) {
 	for _, m := range c.masters {
-		at := m.st.operatorRepairAt.Load()
+		at := m.st.inc.operatorRepairAt.Load()
 		if at == 0 {
 			continue
 		}
@@ -269,7 +269,7 @@ func (m *master) lossAfterStartOf(id string) {
 		return
 	}
 	m.st.mu.Lock()
-	m.st.lossRunID = id
+	m.st.inc.lossRunID = id
 	m.st.mu.Unlock()
 }
 
@@ -291,7 +291,7 @@ func (m *master) lossAfterStartOf(id string) {
 //     clock faults) have only this proof.
 func (m *master) repairFollowsLoss(mk marker) bool {
 	m.st.mu.Lock()
-	lossRunID := m.st.lossRunID
+	lossRunID := m.st.inc.lossRunID
 	m.st.mu.Unlock()
 	if lossRunID != "" && mk.runID == lossRunID {
 		return true
@@ -304,9 +304,9 @@ func (m *master) repairFollowsLoss(mk marker) bool {
 // evictionsUnchanged reports whether m's evicted_keys (read by a vote or a
 // probe) is still the value seen when m was last found intact.
 func (m *master) evictionsUnchanged(n int64, via sighting) bool {
-	base := m.st.evicted.Load()
+	base := m.st.inc.evicted.Load()
 	if base < 0 { // unknown since a repair by someone else: this is the baseline
-		m.st.evicted.CompareAndSwap(base, n)
+		m.st.inc.evicted.CompareAndSwap(base, n)
 		return true
 	}
 	if n == base {
@@ -325,7 +325,7 @@ func (m *master) evictionsUnchanged(n int64, via sighting) bool {
 func (m *master) runID() string {
 	m.st.mu.Lock()
 	defer m.st.mu.Unlock()
-	return m.st.runID
+	return m.st.inc.runID
 }
 
 // marker is a parsed deployment marker:
@@ -459,7 +459,7 @@ type counterRead struct {
 // Answers read out of order (a slower reply of an earlier script) are
 // judged by the master's time of the read.
 func (m *master) countersGrow(r counterRead, now time.Time, via sighting) bool {
-	s := &m.st.countersSeen
+	s := &m.st.inc.countersSeen
 	at := now.UnixMicro()
 	h := r.horizon
 	s.mu.Lock()
@@ -494,7 +494,7 @@ func (m *master) countersGrow(r counterRead, now time.Time, via sighting) bool {
 // own TIME, read in the same script as the count), so a slower answer of
 // an earlier reading is not taken for a drop.
 func (m *master) commandsGrow(n int64, now time.Time, via sighting) bool {
-	s := &m.st.countersSeen
+	s := &m.st.inc.countersSeen
 	at := now.UnixMicro()
 	s.mu.Lock()
 	prevN, prevAt := s.commands, s.commandsAt
@@ -513,7 +513,7 @@ func (m *master) commandsGrow(n int64, now time.Time, via sighting) bool {
 // counterAtLeast notes that m acknowledged, at the master's time now, a
 // fence write-back of f: its counter is at least f from then on.
 func (m *master) counterAtLeast(f int64, now time.Time) {
-	s := &m.st.countersSeen
+	s := &m.st.inc.countersSeen
 	at := now.UnixMicro()
 	s.mu.Lock()
 	if at >= s.at {
@@ -539,17 +539,17 @@ func (m *master) counterAtLeast(f int64, now time.Time) {
 // whose answer is judged after the restart was seen raises the baseline
 // back, so the next vote is taken for a RESETSTAT: a loss, the safe side.
 func (m *master) statsRestarted() {
-	s := &m.st.countersSeen
+	s := &m.st.inc.countersSeen
 	s.mu.Lock()
 	s.commands = 0
 	s.mu.Unlock()
-	m.st.evicted.Store(0)
+	m.st.inc.evicted.Store(0)
 }
 
 // resetCountersSeen forgets what was read: after a repair, the repaired
 // state is the new baseline.
 func (m *master) resetCountersSeen() {
-	s := &m.st.countersSeen
+	s := &m.st.inc.countersSeen
 	s.mu.Lock()
 	s.horizon, s.commands, s.counter, s.at, s.commandsAt = 0, 0, 0, 0, 0
 	s.mu.Unlock()

@@ -533,7 +533,7 @@ func TestRollbackUnderADominatingHorizon(t *testing.T) {
 			require.Equal(t, oldH, r.Get(ctx, horizonKey).Val(), "the 5s lock did not raise the horizon")
 			if tc.another {
 				require.Eventually(t, func() bool {
-					s := &contender.masters[4].st.countersSeen
+					s := &contender.masters[4].st.inc.countersSeen
 					s.mu.Lock()
 					defer s.mu.Unlock()
 					return s.counter >= lost.Fence()
@@ -582,7 +582,7 @@ func TestFirstSeenRetriedWhenTheHorizonCannotBeWritten(t *testing.T) {
 		return RandomToken()
 	}
 	c := newClient(t, WithMarkerKey(marker), WithTokenGenerator(flaky), WithHealthInterval(20*time.Millisecond))
-	require.Eventually(t, func() bool { return c.masters[0].expectedMarker.Load() != nil }, 5*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return c.masters[0].st.inc.expectedMarker.Load() != nil }, 5*time.Second, 5*time.Millisecond,
 		"the marker rule runs again and master 0 gets its expected marker")
 	require.GreaterOrEqual(t, calls.Load(), int64(6), "the first round failed to write")
 	st := c.Masters()[0]
@@ -632,8 +632,8 @@ func TestHorizonMissingWhileAQuorumHaveTheirs(t *testing.T) {
 func TestReadingFromBeforeARepairCountsNoLoss(t *testing.T) {
 	c, _ := brandNewClient(t)
 	m := c.masters[4]
-	sent := reply{idx: 4, gen: m.st.repairGen.Load()}
-	exp := *m.expectedMarker.Load()
+	sent := reply{idx: 4, gen: m.st.inc.repairGen.Load()}
+	exp := *m.st.inc.expectedMarker.Load()
 	m.expectMarker(&exp) // a repair completed after the vote was sent
 	stale := sighting{by: "a vote", gen: sent.gen}
 	assert.False(t, m.markerMatches("", time.Now(), &stale), "the stale reading does not count")
@@ -641,7 +641,7 @@ func TestReadingFromBeforeARepairCountsNoLoss(t *testing.T) {
 	assert.False(t, m.st.repairPending.Load(), "no loss pending")
 	assert.Zero(t, c.DataLosses()[LossStateMissing])
 
-	fresh := sighting{by: "a vote", gen: m.st.repairGen.Load()}
+	fresh := sighting{by: "a vote", gen: m.st.inc.repairGen.Load()}
 	assert.False(t, m.markerMatches("", time.Now(), &fresh))
 	assert.Equal(t, int64(1), c.DataLosses()[LossStateMissing], "negative control: a reading sent after the repair shows a new loss")
 	assert.True(t, m.st.repairPending.Load())

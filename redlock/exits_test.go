@@ -189,7 +189,7 @@ func TestTwoDaemonsCreateOneDeployment(t *testing.T) {
 			for i, r := range rdbs {
 				v := r.Get(ctx, marker).Val()
 				for _, c := range cs {
-					if exp := c.masters[i].expectedMarker.Load(); exp == nil || *exp != v {
+					if exp := c.masters[i].st.inc.expectedMarker.Load(); exp == nil || *exp != v {
 						return false
 					}
 				}

@@ -139,7 +139,7 @@ func (c *Client) Masters() []MasterStatus {
 		}
 		st.QuarantineLeft = m.quarantineLeft()
 		m.st.mu.Lock()
-		st.RunID, st.Uptime, st.Durable = m.st.runID, m.st.uptime, m.st.durable
+		st.RunID, st.Uptime, st.Durable = m.st.inc.runID, m.st.uptime, m.st.durable
 		st.Drifting = m.st.drifting
 		st.ClockOffset, st.DriftRatio = m.st.clock.offset, m.st.clock.rate
 		st.Warnings = append([]string(nil), m.st.warnings...)
@@ -193,7 +193,7 @@ func (c *Client) CheckMasters(ctx context.Context) error {
 	var errs []error
 	for i, m := range c.masters {
 		m.st.mu.Lock()
-		id := m.st.runID
+		id := m.st.inc.runID
 		m.st.mu.Unlock()
 		if id == "" {
 			continue

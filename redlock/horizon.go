@@ -148,13 +148,13 @@ func (c *Client) repairMaster(m *master) {
 	m.resetCountersSeen()
 	replID, _ := out[2].(string)
 	m.st.mu.Lock()
-	m.st.replID = replID
+	m.st.inc.replID = replID
 	m.st.mu.Unlock()
 	if mk, ok := parseMarker(value); ok {
-		m.st.repairedAt.Store(mk.at.UnixMilli())
+		m.st.inc.repairedAt.Store(mk.at.UnixMilli())
 		m.notedOperatorRepair(mk, mk.at) // written just now
 	}
-	m.st.evicted.Store(m.st.lastEvicted.Load())
+	m.st.inc.evicted.Store(m.st.lastEvicted.Load())
 	m.st.mu.Lock()
 	reason := strings.TrimSuffix(m.st.quarantineReason, ";")
 	m.st.mu.Unlock()

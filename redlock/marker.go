@@ -30,7 +30,7 @@ func (c *Client) afterProbes() {
 		if !first || !c.markerRule(m, census) {
 			continue
 		}
-		m.st.evicted.Store(m.st.lastEvicted.Load())
+		m.st.inc.evicted.Store(m.st.lastEvicted.Load())
 		m.st.mu.Lock()
 		m.st.seen = true
 		m.st.mu.Unlock()

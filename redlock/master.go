@@ -54,9 +54,6 @@ type master struct {
 	noConfigGet        atomic.Bool
 
 	st masterState
-	// expectedMarker is the marker value the master is known to carry; nil
-	// until the marker rule has seen it. Only the repair path changes it.
-	expectedMarker atomic.Pointer[string]
 
 	// unreleased: releases this master did not answer (releaseLater).
 	unreleased unreleasedSet
@@ -258,7 +255,7 @@ func (l *lane) exec(batch []*call) {
 	}
 	ctx := context.Background()
 	l.busySince.Store(now.UnixNano())
-	gen := m.st.repairGen.Load()
+	gen := m.st.inc.repairGen.Load()
 	pipe := m.rdb.Load().Pipeline()
 	votes := false
 	for _, c := range send {

@@ -102,7 +102,7 @@ type probeCmds struct {
 // readProbe sends the probe's pipeline and waits for its answers.
 func (m *master) readProbe(ctx context.Context) probeCmds {
 	o := &m.c.opts
-	p := probeCmds{gen: m.st.repairGen.Load()}
+	p := probeCmds{gen: m.st.inc.repairGen.Load()}
 	pipe := m.probe.Pipeline()
 	p.ping = pipe.Ping(ctx)
 	p.info = pipe.Info(ctx, "server", "stats", "replication", "memory")
@@ -282,7 +282,7 @@ func (m *master) observeConfig(cfg *redis.MapStringStringCmd) {
 // that receive no votes. Only the repair path ever writes that state back.
 func (m *master) judgeProbe(obs probeObservation) {
 	readable := obs.markerRead && obs.horizonRead && obs.timeRead
-	guarded := m.c.opts.dataLossGuard && (m.expectedMarker.Load() != nil || m.st.repairPending.Load()) && readable
+	guarded := m.c.opts.dataLossGuard && (m.st.inc.expectedMarker.Load() != nil || m.st.repairPending.Load()) && readable
 	switch {
 	case !guarded:
 		m.promoted(obs.replID, obs.replID2) // keeps the known replication ID current
@@ -373,9 +373,9 @@ func (m *master) answeredProbe() bool {
 func (m *master) promoted(id, id2 string) bool {
 	m.st.mu.Lock()
 	defer m.st.mu.Unlock()
-	known := m.st.replID
+	known := m.st.inc.replID
 	if known == "" || strings.Trim(id2, "0") == "" {
-		m.st.replID = id
+		m.st.inc.replID = id
 		return false
 	}
 	return id != "" && id != known
@@ -400,8 +400,8 @@ func parseInfoFields(s string, names ...string) map[string]string {
 // the new process (statsRestarted).
 func (m *master) observeRunID(id, via string) {
 	m.st.mu.Lock()
-	prev, durable := m.st.runID, m.st.durable
-	m.st.runID = id
+	prev, durable := m.st.inc.runID, m.st.durable
+	m.st.inc.runID = id
 	m.st.mu.Unlock()
 	if prev == "" || prev == id {
 		return

@@ -11,6 +11,9 @@ import (
 // one master. The hot path reads only the atomics (votes); the rest is
 // under mu.
 type masterState struct {
+	// inc: which copy of the deployment's data the master is believed to
+	// serve (incarnation).
+	inc incarnation
 	// excludedUntil is when the master's votes count again, in nanoseconds
 	// since the Client's epoch (monotonic); 0 when not quarantined. A value
 	// of math.MaxInt64 means until repaired.
@@ -19,12 +22,6 @@ type masterState struct {
 	// not been repaired from a quorum yet; its votes do not count. Set
 	// under lossMu (lostDataSeen).
 	repairPending atomic.Bool
-	// repairGen counts the markers m was known to carry (expectMarker);
-	// every reading carries the one it was sent in, and one sent in an
-	// older generation counts no loss (lostDataSeen). lossMu orders its
-	// changes with repairPending's setting.
-	repairGen atomic.Uint64
-	lossMu    sync.Mutex
 	// probed: answered a probe and passed the marker rule. Until then its
 	// votes do not count: it may have lost its data while unwatched.
 	probed atomic.Bool
@@ -53,30 +50,6 @@ type masterState struct {
 	// lostAt: when the pending loss or clock fault was seen (monotonic ns
 	// since the Client's epoch).
 	lostAt atomic.Int64
-	// lossRunID (under mu): the run_id of a server process that started
-	// after the pending loss happened, "" when none is known: the process
-	// whose start was the loss (a restart without durable persistence, a
-	// restart from an old snapshot), or any later one. A repair marker
-	// carrying it was written after the loss, however late this Client saw
-	// the loss (adoptRepair).
-	lossRunID string
-	// evicted: INFO's evicted_keys when the master was last known intact;
-	// -1 before the first probe.
-	evicted atomic.Int64
-	// repairedAt: the time of its last repair marker, unix ms by its clock;
-	// answers read before it are stale.
-	repairedAt atomic.Int64
-	// operatorRepairAt: when the operator's repair marker it carries was
-	// written, in ns since the Client's epoch (monotonic, converted from
-	// the master's clock); 0 when its marker is not one
-	// (notedOperatorRepair).
-	operatorRepairAt atomic.Int64
-	// countersSeen: the highest lease horizon and command count read
-	// from it.
-	countersSeen countersSeen
-	// replID: its replication ID (INFO master_replid) when last known
-	// intact; "" before the first probe.
-	replID string
 	// lastEvicted: evicted_keys at the last probe.
 	lastEvicted atomic.Int64
 	// ref is the reference reading of its clock for the per-vote check;
@@ -88,7 +61,6 @@ type masterState struct {
 	// noeviction; oomReason says so (oom.go).
 	oomProbe         bool
 	oomReason        string
-	runID            string
 	uptime           time.Duration
 	durable          bool // appendonly yes + appendfsync always: a restart keeps data
 	hasMarker        bool
@@ -160,7 +132,7 @@ func (m *master) verdict() (MasterState, cause) {
 		return MasterQuarantined, causeQuarantine
 	}
 	switch {
-	case o.dataLossGuard && m.expectedMarker.Load() == nil:
+	case o.dataLossGuard && m.st.inc.expectedMarker.Load() == nil:
 		return MasterWaiting, causeMarkerUnknown // not through the marker rule
 	case m.clockUnjudged():
 		return MasterWaiting, causeClockUnjudged
@@ -222,4 +194,52 @@ func (m *master) setQuarantine(reason string, d time.Duration) {
 	m.st.quarantineReason = reason
 	m.st.mu.Unlock()
 	m.c.opts.logger.Info("master quarantine set from its lease horizon", masterAttr(m), slog.String("reason", reason), slog.Duration("for", d))
+}
+
+// incarnation is what the Client holds true about which copy of the
+// deployment's data a master serves: the marker it must carry, the server
+// process (run ID) and replication history (replication ID) it was seen
+// in, the floors its counters must stay at or above (evictions, lease
+// horizon, fencing counter, command count), and the repair it was last
+// seen through. Every data-loss check compares a reading with it
+// (dataloss.go, vote.go's checkVote, probe.go's judgeProbe); only a
+// repair (adoptRepair) or a new baseline (the first reading after one)
+// lowers what it holds.
+type incarnation struct {
+	// expectedMarker is the marker value the master is known to carry; nil
+	// until the marker rule has seen it. Only the repair path changes it.
+	expectedMarker atomic.Pointer[string]
+	// repairGen counts the markers m was known to carry (expectMarker);
+	// every reading carries the one it was sent in, and one sent in an
+	// older generation counts no loss (lostDataSeen). lossMu orders its
+	// changes with repairPending's setting.
+	repairGen atomic.Uint64
+	lossMu    sync.Mutex
+	// lossRunID (under masterState.mu): the run_id of a server process that started
+	// after the pending loss happened, "" when none is known: the process
+	// whose start was the loss (a restart without durable persistence, a
+	// restart from an old snapshot), or any later one. A repair marker
+	// carrying it was written after the loss, however late this Client saw
+	// the loss (adoptRepair).
+	lossRunID string
+	// evicted: INFO's evicted_keys when the master was last known intact;
+	// -1 before the first probe.
+	evicted atomic.Int64
+	// repairedAt: the time of its last repair marker, unix ms by its clock;
+	// answers read before it are stale.
+	repairedAt atomic.Int64
+	// operatorRepairAt: when the operator's repair marker it carries was
+	// written, in ns since the Client's epoch (monotonic, converted from
+	// the master's clock); 0 when its marker is not one
+	// (notedOperatorRepair).
+	operatorRepairAt atomic.Int64
+	// countersSeen: the highest lease horizon and command count read
+	// from it.
+	countersSeen countersSeen
+	// replID (under masterState.mu): its replication ID (INFO
+	// master_replid) when last known intact; "" before the first probe.
+	replID string
+	// runID (under masterState.mu): the run_id of the server process
+	// last seen.
+	runID string
 }

@@ -724,7 +724,7 @@ func TestEvictionsBetweenRepairAndAdoptionAreSeen(t *testing.T) {
 			// hour apart): the first adopts the repair on master 0.
 			c.probeAll()
 			c.probeAll()
-			exp := c.masters[0].expectedMarker.Load()
+			exp := c.masters[0].st.inc.expectedMarker.Load()
 			require.NotNil(t, exp)
 			require.True(t, strings.HasPrefix(*exp, "repaired "), "the Client adopted master 0's repair: %q", *exp)
 			if tc.strip {

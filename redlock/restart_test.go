@@ -45,7 +45,7 @@ func TestDurableRestartIsNoLoss(t *testing.T) {
 		warmUp(c) // a vote's baseline of master 4's command count
 		before := c.Masters()[4].RunID
 		if evicted > 0 {
-			c.masters[4].st.evicted.Store(evicted)
+			c.masters[4].st.inc.evicted.Store(evicted)
 		}
 		require.NoError(t, servers[4].RestartKeepingData("--appendonly", "yes", "--appendfsync", fsync))
 		require.NoError(t, r.Get(ctx, key).Err(), "the lock key survived the restart")

@@ -102,12 +102,12 @@ func (c *Client) judgeVote(r reply) (v voteReply, parsed bool, err error) {
 func (m *master) checkVote(v voteReply, r reply) error {
 	o := &m.c.opts
 	if o.dataLossGuard {
-		if m.expectedMarker.Load() == nil {
+		if m.st.inc.expectedMarker.Load() == nil {
 			// Not through the marker rule yet (first probe round, or a
 			// brand-new deployment's marker not written): it does not vote.
 			return ErrMasterQuarantined
 		}
-		if r.gen != m.st.repairGen.Load() || v.time.UnixMilli() < m.st.repairedAt.Load() {
+		if r.gen != m.st.inc.repairGen.Load() || v.time.UnixMilli() < m.st.inc.repairedAt.Load() {
 			// Sent before the master's last repair (or its marker was
 			// first known): it may have run before the repair's write and
 			// says nothing about now. The generation decides where the
