@@ -617,33 +617,6 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 	}
 	release := func() { releaseNow(l, stderr) }
 
-	// The command starts behind a gate that opens once the guardian
-	// watches its process group (gate.go).
-	gateR, gateW, err := os.Pipe()
-	if err != nil {
-		release()
-		return &exitError{code: exitCannotExec, err: fmt.Errorf("lock run: start gate: %w; the command did not run", err)}
-	}
-	defer gateW.Close() // closed without "go" on every early return: nothing runs
-	cmd, err := gatedCommand(argv, gateR)
-	if err != nil {
-		gateR.Close()
-		release()
-		return &exitError{code: startErrCode(err), err: fmt.Errorf("lock run: %w", err)}
-	}
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(),
-		"REDLOCK_KEY="+l.Key(),
-		"REDLOCK_NAMESPACE="+f.namespace,
-		"REDLOCK_FENCE="+strconv.FormatInt(l.Fence(), 10),
-		"REDLOCK_VALID_UNTIL="+strconv.FormatInt(l.ValidUntil().Unix(), 10),
-	)
-	if l.Slot() >= 0 {
-		cmd.Env = append(cmd.Env, "REDLOCK_SLOT="+strconv.Itoa(l.Slot()))
-	}
-	if f.keys != nil {
-		cmd.Env = append(cmd.Env, "REDLOCK_KEYS="+strings.Join(f.keys, ","))
-	}
 	// The guardian stops the command if lock run itself is killed (guard.go).
 	g, err := startGuard(stderr)
 	if err != nil {
@@ -655,36 +628,17 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 			g.standDown()
 		}
 	}()
-	var restoreTTY func()
-	cmd.SysProcAttr, restoreTTY = childProcAttr()
-	setParentDeathSignal(cmd.SysProcAttr)
 	// The parent-death signal follows the thread that started the command:
 	// keep this goroutine on it until the command is gone, so that the
 	// thread ends only with lock run.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	err = cmd.Start()
-	gateR.Close()
+	cmd, restoreTTY, err := startGated(argv, commandEnv(l, f), g, l.ValidUntil())
 	if err != nil {
-		restoreTTY()
 		release()
-		return &exitError{code: startErrCode(err), err: fmt.Errorf("lock run: %w", err)}
+		return err
 	}
 	pgid := cmd.Process.Pid
-	if err := g.watch(pgid, l.ValidUntil()); err != nil {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		restoreTTY()
-		release()
-		return &exitError{code: exitCannotExec, err: fmt.Errorf("lock run: the guardian is gone (%v); the command did not run", err)}
-	}
-	if err := openGate(gateW); err != nil {
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
-		_ = cmd.Wait()
-		restoreTTY()
-		release()
-		return &exitError{code: exitCannotExec, err: fmt.Errorf("lock run: opening the start gate: %w; the command did not run", err)}
-	}
 	// The keep-alive must outlive a signal to lock run: the command may
 	// take its time to stop, and holds the lock until it has.
 	kctx, stopKeep := context.WithCancel(context.WithoutCancel(ctx))
@@ -830,4 +784,63 @@ func startErrCode(err error) int {
 		return exitNotFound
 	}
 	return exitCannotExec
+}
+
+// commandEnv is the environment of lock run's command: lock run's own,
+// and the lock's REDLOCK_* variables.
+func commandEnv(l *client.Lease, f *lockFlags) []string {
+	env := append(os.Environ(),
+		"REDLOCK_KEY="+l.Key(),
+		"REDLOCK_NAMESPACE="+f.namespace,
+		"REDLOCK_FENCE="+strconv.FormatInt(l.Fence(), 10),
+		"REDLOCK_VALID_UNTIL="+strconv.FormatInt(l.ValidUntil().Unix(), 10),
+	)
+	if l.Slot() >= 0 {
+		env = append(env, "REDLOCK_SLOT="+strconv.Itoa(l.Slot()))
+	}
+	if f.keys != nil {
+		env = append(env, "REDLOCK_KEYS="+strings.Join(f.keys, ","))
+	}
+	return env
+}
+
+// startGated starts argv with env in a process group of its own behind
+// the start gate (gate.go), tells the guardian g the group and the end of
+// validity, and only then opens the gate. Call it with the goroutine
+// locked to its thread (the parent-death signal follows the thread). On
+// success the command runs and restoreTTY gives the terminal back once it
+// has exited; on failure the command did not run, nothing of it is left,
+// and err is an *exitError.
+func startGated(argv, env []string, g *guard, validUntil time.Time) (cmd *exec.Cmd, restoreTTY func(), err error) {
+	gateR, gateW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, &exitError{code: exitCannotExec, err: fmt.Errorf("lock run: start gate: %w; the command did not run", err)}
+	}
+	defer gateW.Close() // closed without "go" on every failure: nothing runs
+	defer gateR.Close() // the command has its own copy once started
+	cmd, err = gatedCommand(argv, gateR)
+	if err != nil {
+		return nil, nil, &exitError{code: startErrCode(err), err: fmt.Errorf("lock run: %w", err)}
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = env
+	cmd.SysProcAttr, restoreTTY = childProcAttr()
+	setParentDeathSignal(cmd.SysProcAttr)
+	if err := cmd.Start(); err != nil {
+		restoreTTY()
+		return nil, nil, &exitError{code: startErrCode(err), err: fmt.Errorf("lock run: %w", err)}
+	}
+	stop := func(why string, err error) error {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+		restoreTTY()
+		return &exitError{code: exitCannotExec, err: fmt.Errorf("lock run: %s: %w; the command did not run", why, err)}
+	}
+	if err := g.watch(cmd.Process.Pid, validUntil); err != nil {
+		return nil, nil, stop("the guardian is gone", err)
+	}
+	if err := openGate(gateW); err != nil {
+		return nil, nil, stop("opening the start gate", err)
+	}
+	return cmd, restoreTTY, nil
 }
