@@ -48,14 +48,6 @@ func planParts(keys []string, groupsOf func(string) []Group) []groupPart {
 	return parts
 }
 
-// setOf is the lockSet of keys: one key or a multi-key lock.
-func (c *Client) setOf(keys []string) *lockSet {
-	if len(keys) == 1 {
-		return &lockSet{key: keys[0], vote: c.voteKeys(keys[0])}
-	}
-	return c.multiSet(keys)
-}
-
 // acquireParts takes every part, all or nothing, waiting as opts say.
 func acquireParts(ctx context.Context, keys []string, parts []groupPart, ttl time.Duration, opts []AcquireOption) (*MovingLock, error) {
 	if len(keys) == 0 || len(keys) > MaxMultiKeys {
@@ -134,17 +126,8 @@ func attemptParts(ctx context.Context, parts []groupPart, ttl time.Duration, opt
 		ml.locks = append(ml.locks, lk)
 		ml.fence = max(ml.fence, lk.Fence())
 	}
-	for i, lk := range ml.locks {
-		if lk.Fence() >= ml.fence {
-			continue
-		}
-		g := ml.groups[i]
-		c := g.Client
-		var res OutcomeError
-		if written := c.writeFence(ctx, c.setOf(lk.Keys()), lk.Token(), ml.fence, nil, c.quorum, true, &res); written < c.quorum {
-			return fail(groupErr(g.Name, fmt.Errorf("%w: raising the fencing counter to %d reached %d of the %d masters needed: %w",
-				ErrNotObtained, ml.fence, written, c.quorum, errors.Join(res.Failures...))))
-		}
+	if err := ml.raiseFences(ctx); err != nil {
+		return fail(err)
 	}
 	if time.Until(ml.ValidUntil()) <= 0 {
 		return fail(fmt.Errorf("%w: validity ran out while the set was taken in %d groups", ErrNotObtained, len(ml.locks)))

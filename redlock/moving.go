@@ -169,17 +169,8 @@ func (m *Moving) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		ml.locks = append(ml.locks, lk)
 		ml.fence = max(ml.fence, lk.Fence())
 	}
-	for i, lk := range ml.locks {
-		if lk.Fence() >= ml.fence {
-			continue
-		}
-		g := ml.groups[i]
-		c := g.Client
-		var res OutcomeError
-		if written := c.writeFence(ctx, &lockSet{key: key, vote: c.voteKeys(key)}, lk.Token(), ml.fence, nil, c.quorum, true, &res); written < c.quorum {
-			return fail(groupErr(g.Name, fmt.Errorf("%w: raising the fencing counter to %d reached %d of the %d masters needed: %w",
-				ErrNotObtained, ml.fence, written, c.quorum, errors.Join(res.Failures...))))
-		}
+	if err := ml.raiseFences(ctx); err != nil {
+		return fail(err)
 	}
 	if time.Until(ml.ValidUntil()) <= 0 {
 		return fail(fmt.Errorf("%w: validity ran out while the lock was taken in %d groups", ErrNotObtained, len(ml.locks)))
@@ -247,4 +238,24 @@ func (m *Moving) Status(ctx context.Context, key string) (Status, error) {
 		last = st
 	}
 	return last, nil
+}
+
+// raiseFences writes ml.fence back to every group whose own lock's fence
+// is below it, on a quorum of that group's masters, so that the fence the
+// caller gets is above every earlier holder's in every group (see Moving).
+// Its error is a *GroupError matching ErrNotObtained.
+func (ml *MovingLock) raiseFences(ctx context.Context) error {
+	for i, lk := range ml.locks {
+		if lk.Fence() >= ml.fence {
+			continue
+		}
+		g := ml.groups[i]
+		c := g.Client
+		var res OutcomeError
+		if written := c.writeFence(ctx, lk.set(), lk.Token(), ml.fence, nil, c.quorum, true, &res); written < c.quorum {
+			return groupErr(g.Name, fmt.Errorf("%w: raising the fencing counter to %d reached %d of the %d masters needed: %w",
+				ErrNotObtained, ml.fence, written, c.quorum, errors.Join(res.Failures...)))
+		}
+	}
+	return nil
 }
