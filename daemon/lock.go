@@ -262,6 +262,12 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 	}
 	c.limits.Done(held, lease.Token)
 	d := lockData{action: actAcquire, key: req.key, outcome: outAcquired, permits: req.permits}
+	if err == nil && ctx.Err() != nil {
+		s.releaseAbandoned(c, []string{held}, lease.Token, func(ctx context.Context) (int, error) {
+			return s.locker.Release(ctx, held, lease.Token)
+		})
+		err = ctx.Err()
+	}
 	if err == nil {
 		c.token = lease.Token
 		d.ok, d.token, d.fence = true, lease.Token, lease.Fence
@@ -275,6 +281,29 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 	}
 	s.acquireRefused(ctx, w, c, &d, err)
 }
+
+// releaseAbandoned releases a lock granted to a caller that went away
+// while it was being granted (a timeout, a cancelled wait, a client
+// killed): its answer, the only place the token is, cannot reach anyone,
+// so the lock would only block its key for its whole TTL. The release
+// runs on a context of its own (abandonedReleaseTimeout). A grant whose
+// caller leaves after this check, as the answer is written, is not seen
+// here and ends with its TTL.
+func (s *Server) releaseAbandoned(c *call, keys []string, token string, release func(context.Context) (int, error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
+	defer cancel()
+	_, err := release(ctx)
+	if ch, ok := releaseChange(err); ok {
+		for i, k := range keys {
+			c.limits.Changed(k, heldMember(token, i), ch)
+		}
+	}
+	s.log.Info("lock granted to a caller that went away: released", zap.Strings("keys", keys), zap.Error(err))
+}
+
+// abandonedReleaseTimeout bounds the release of a lock whose caller went
+// away (releaseAbandoned).
+const abandonedReleaseTimeout = 5 * time.Second
 
 // acquireRefused answers an acquire that err refused: held (with
 // retry_after), or the failure's own answer.

@@ -109,6 +109,12 @@ func (s *Server) acquireSet(ctx context.Context, w http.ResponseWriter, c *call,
 	for i, rk := range rks {
 		c.limits.Done(rk, heldMember(lease.Token, i))
 	}
+	if err == nil && ctx.Err() != nil {
+		s.releaseAbandoned(c, rks, lease.Token, func(ctx context.Context) (int, error) {
+			return s.locker.ReleaseMulti(ctx, rks, lease.Token)
+		})
+		err = ctx.Err()
+	}
 	if err == nil {
 		c.token = lease.Token
 		d.ok, d.token, d.fence = true, lease.Token, lease.Fence

@@ -1,0 +1,76 @@
+package daemon
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// leavesAfterGrant is the real Locker of a deployment on real masters,
+// with one moment made certain: after a grant, it tells the test
+// (granted) when armed, which then closes the caller's connection, and returns only
+// once the server has seen the caller go (the request's context ended).
+// That is a client whose timeout, cancelled wait or death falls between
+// the masters' grant and the answer.
+type leavesAfterGrant struct {
+	MasterLocker
+	armed   atomic.Bool // the next grant is abandoned
+	granted chan struct{}
+}
+
+func (l *leavesAfterGrant) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
+	lease, err := l.MasterLocker.Acquire(ctx, req)
+	if err == nil && l.armed.CompareAndSwap(true, false) {
+		l.granted <- struct{}{}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Second):
+		}
+	}
+	return lease, err
+}
+
+// TestGrantToACallerThatWentAwayIsReleased: a lock granted to a caller
+// that went away before its answer (which alone carries the token) is
+// released at once, not left to block its key for the whole TTL: a plain
+// lock, a semaphore permit and a multi-key set. Each is then free for
+// the next caller.
+func TestGrantToACallerThatWentAwayIsReleased(t *testing.T) {
+	d := newDeployment(t)
+	l := &leavesAfterGrant{MasterLocker: d.locker(t), granted: make(chan struct{}, 1)}
+	ts := newTestServer(t, l, func(o *Options) { o.KeyPrefix = d.prefix })
+	headers := map[string]string{"X-API-Key": testKeyAcme, "Content-Type": "application/json"}
+	for name, body := range map[string]string{
+		"lock":      `{"key":"gone:lock","ttl":60,"wait_ms":1000}`,
+		"permit":    `{"key":"gone:permit","ttl":60,"permits":1}`,
+		"multi-key": `{"keys":["gone:a","gone:b"],"ttl":60}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			l.armed.Store(true)
+			go func() {
+				<-l.granted
+				cancel()
+			}()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/lock", strings.NewReader(body))
+			require.NoError(t, err)
+			for k, v := range headers {
+				req.Header.Set(k, v)
+			}
+			_, err = ts.client.Do(req)
+			require.ErrorIs(t, err, context.Canceled, "the caller went away before the answer")
+			// The next caller gets the lock well within its 60 s TTL.
+			require.Eventually(t, func() bool {
+				r := ts.lock(t, testKeyAcme, body)
+				return r.Status == http.StatusOK && r.data(t)["acquired"] == true
+			}, 5*time.Second, 50*time.Millisecond, "the abandoned grant still holds %s", name)
+			assert.NotEmpty(t, ts.Logs.FilterMessage("lock granted to a caller that went away: released").All())
+		})
+	}
+}
