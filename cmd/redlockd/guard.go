@@ -30,6 +30,9 @@ import (
 //	until <ns>      the end of the lock's validity, as a CLOCK_MONOTONIC
 //	                reading (the same clock in every process of the host),
 //	                again whenever an extend moves it
+//	lost            lock run declared the lock lost and stops the group
+//	                itself by the end of validity; the guardian still kills
+//	                it then, and does not blame a stopped or hung lock run
 //	done            lock run stopped the group itself: stand down
 //
 // The guardian kills the group with SIGKILL at once when it reads
@@ -43,6 +46,9 @@ import (
 
 // guardCommand is the hidden command that runs the guardian.
 const guardCommand = "lock-guard"
+
+// guardName is the guardian's name in ps: its argv[0] and its comm.
+const guardName = "lockrun-guard"
 
 // guard is lock run's side of its guardian.
 type guard struct {
@@ -62,6 +68,10 @@ func startGuard(stderr io.Writer) (*guard, error) {
 		return nil, fmt.Errorf("guardian pipe: %w", err)
 	}
 	cmd := exec.Command(exe, guardCommand)
+	// Its argv[0] (and its name, set by the guardian) do not contain
+	// "redlockd": a kill by name meant for lock run (killall redlockd,
+	// pkill redlockd, pkill -f redlockd) does not take its guardian along.
+	cmd.Args[0] = guardName
 	cmd.Stdin, cmd.Stderr = r, stderr
 	// A group of its own: a signal to lock run's group (Ctrl-C, a kill of
 	// the job) does not reach it.
@@ -95,6 +105,13 @@ func (g *guard) until(validUntil time.Time) error {
 	return err
 }
 
+// lost tells the guardian that lock run declared the lock lost: its kill
+// at the end of validity stays, and says so rather than blame lock run.
+func (g *guard) lost() error {
+	_, err := io.WriteString(g.w, "lost\n")
+	return err
+}
+
 // standDown ends the guardian without a kill, and reaps it.
 func (g *guard) standDown() {
 	_, _ = io.WriteString(g.w, "done\n")
@@ -116,9 +133,9 @@ func monotonicNow() int64 {
 // lockGuard is the guardian's body: see the protocol above. It exits 0
 // after "done", and after a kill.
 func lockGuard(stdin io.Reader, stderr io.Writer) error {
-	// The guardian shows as redlockd-guard in ps and to killall, so that
-	// `killall redlockd` does not take it along with lock run.
-	_ = os.WriteFile("/proc/self/comm", []byte("redlockd-guard"), 0)
+	// The guardian shows as lockrun-guard in ps, to killall and to pkill
+	// (startGuard).
+	_ = os.WriteFile("/proc/self/comm", []byte(guardName), 0)
 	lines := make(chan string)
 	go func() {
 		defer close(lines)
@@ -137,6 +154,7 @@ func lockGuard(stdin io.Reader, stderr io.Writer) error {
 	}
 	var deadline *time.Timer // fires at the end of validity
 	var expired <-chan time.Time
+	lost := false // lock run declared the loss
 	for {
 		select {
 		case line, ok := <-lines:
@@ -145,6 +163,8 @@ func lockGuard(stdin io.Reader, stderr io.Writer) error {
 				return killGroup(pgid, "lock run ended without stopping its command", stderr)
 			case line == "done":
 				return nil
+			case line == "lost":
+				lost = true
 			case strings.HasPrefix(line, "until "):
 				ns, err := strconv.ParseInt(strings.TrimPrefix(line, "until "), 10, 64)
 				if err != nil {
@@ -159,6 +179,9 @@ func lockGuard(stdin io.Reader, stderr io.Writer) error {
 				return errors.Join(fmt.Errorf("%s: bad line %q", guardCommand, line), killGroup(pgid, "", stderr))
 			}
 		case <-expired:
+			if lost {
+				return killGroup(pgid, "the lock was lost and its validity ended", stderr)
+			}
 			return killGroup(pgid, "the lock's validity ended while lock run did not extend it (stopped or hung?)", stderr)
 		}
 	}

@@ -697,6 +697,9 @@ wait:
 			// --grace says: after it another owner may hold the lock.
 			grace = min(f.grace, max(time.Until(l.ValidUntil()), 0)).Truncate(time.Millisecond)
 			fmt.Fprintf(stderr, "redlockd lock run: lock %v lost: %s; sending SIGTERM to the command (pid %d), SIGKILL in %v\n", f.lockID(), cliText(lost), pgid, grace)
+			if g != nil {
+				_ = g.lost()
+			}
 			_ = syscall.Kill(-pgid, syscall.SIGTERM)
 			timer = time.NewTimer(grace)
 			kill = timer.C

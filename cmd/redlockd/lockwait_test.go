@@ -4,6 +4,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -128,6 +129,7 @@ func TestLockRunGraceEndsWithValidity(t *testing.T) {
 	assert.True(t, strings.Contains(out, "sending SIGKILL") || strings.Contains(out, "its guardian killed process group"),
 		"killed at the end of the validity, by lock run or its guardian: %s", out)
 	assert.True(t, gone(pid), "the command is gone")
+	assert.NotContains(t, out, "stopped or hung", "lock run declared the loss itself: its guardian does not blame it")
 }
 
 // TestLockGuardRefusesBadInput: the hidden guardian command refuses a
@@ -168,7 +170,7 @@ func TestLockDurationWithoutUnit(t *testing.T) {
 }
 
 // guardOf returns the pid of the guardian lock run pid started: its child
-// named redlockd-guard.
+// named lockrun-guard.
 func guardOf(t *testing.T, pid int) int {
 	t.Helper()
 	var guard int
@@ -187,7 +189,7 @@ func guardOf(t *testing.T, pid int) int {
 			// "pid (comm) state ppid ..."
 			i := strings.LastIndexByte(string(b), ')')
 			f := strings.Fields(string(b)[i+1:])
-			if strings.Contains(string(b), "(redlockd-guard)") && len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			if strings.Contains(string(b), "(lockrun-guard)") && len(f) > 1 && f[1] == strconv.Itoa(pid) {
 				guard = p
 			}
 		}
@@ -228,6 +230,17 @@ func TestLockRunReplacesItsGuardian(t *testing.T) {
 	child := waitPID(t, dir+"/child")
 	t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
 	first := guardOf(t, p.cmd.Process.Pid)
+	// A kill by name meant for lock run (killall/pkill/pkill -f redlockd)
+	// does not match its guardian: neither its name nor its command line
+	// says redlockd, while lock run's do.
+	for _, f := range []string{"comm", "cmdline"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", first, f))
+		require.NoError(t, err)
+		assert.NotContains(t, string(b), "redlockd", "the guardian's %s", f)
+		b, err = os.ReadFile(fmt.Sprintf("/proc/%d/%s", p.cmd.Process.Pid, f))
+		require.NoError(t, err)
+		assert.Contains(t, string(b), "redlockd", "lock run's %s", f)
+	}
 	require.NoError(t, syscall.Kill(first, syscall.SIGKILL))
 	require.Eventually(t, func() bool { return guardOf(t, p.cmd.Process.Pid) != first }, 10*time.Second, 10*time.Millisecond,
 		"no new guardian")
