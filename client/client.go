@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
@@ -108,14 +109,27 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-// LockOption modifies one call: WithWait, WithNamespace, WithPermits,
-// WithSlot, WithLockDelay, WithKeys.
+// LockOption modifies one call: WithWait, WithStopWaiting, WithNamespace,
+// WithPermits, WithSlot, WithLockDelay, WithKeys.
 type LockOption func(*request)
 
 // WithWait makes Acquire wait up to d for a held lock (the daemon retries
 // with jitter; wait_ms on the wire, whole milliseconds, at most the
 // daemon's max_wait). Ignored by the other calls. Default 0: answer at once.
 func WithWait(d time.Duration) LockOption { return func(r *request) { r.wait = d } }
+
+// WithStopWaiting lets Acquire stop waiting (WithWait) when stop is
+// closed without losing a lock granted meanwhile: the request's
+// connection is half-closed (its write side), which the daemon takes as
+// the caller leaving — it stops the wait, or releases a lock it granted
+// just then (answered 499) — and the answer is still read. So Acquire
+// returns either the lock, granted before the daemon saw the stop (the
+// caller then owns it, and releases it), or an error; never a lock held
+// on the masters that the caller cannot name. Cancelling ctx instead
+// drops an answer in flight, and a lock granted in that moment stays held
+// until its TTL ends. A request that may be half-closed is not sent on a
+// connection that is reused after it. Ignored by the other calls.
+func WithStopWaiting(stop <-chan struct{}) LockOption { return func(r *request) { r.stop = stop } }
 
 // WithNamespace selects a sub-space of the API key's account. Default "".
 // A Lease remembers it for Extend, Release and Status.
@@ -172,6 +186,7 @@ type request struct {
 	permits   int  // acquire, status: a semaphore's permits; 0 for a lock
 	slot      *int // extend, release: a semaphore's permit slot
 	lockDelay time.Duration
+	stop      <-chan struct{} // acquire: WithStopWaiting
 }
 
 // wireRequest is the JSON body of POST /v1/lock.
@@ -299,7 +314,7 @@ func (c *Client) do(ctx context.Context, r *request) (*answer, error) {
 			return a, nil
 		}
 		var e *Error
-		if i >= attempts || ctx.Err() != nil || !errors.As(err, &e) || e.Status != http.StatusServiceUnavailable {
+		if i >= attempts || ctx.Err() != nil || r.stopped() || !errors.As(err, &e) || e.Status != http.StatusServiceUnavailable {
 			return nil, err
 		}
 		delay := e.RetryAfter
@@ -333,6 +348,14 @@ func (c *Client) once(ctx context.Context, r *request, body []byte) (*answer, er
 	hr.Header.Set("Content-Type", "application/json")
 	hr.Header.Set("X-API-Key", c.apiKey)
 	hr.Header.Set("User-Agent", c.ua)
+	if r.action == "acquire" && r.stop != nil {
+		if r.stopped() {
+			return nil, &Error{Kind: ErrUnavailable, Action: r.action, Msg: "stopped waiting before sending"}
+		}
+		done := make(chan struct{})
+		defer close(done)
+		hr = halfCloseOnStop(hr, r.stop, done)
+	}
 	sentAt := time.Now()
 	resp, err := c.hc.Do(hr)
 	if err != nil {
@@ -367,6 +390,54 @@ func (c *Client) once(ctx context.Context, r *request, body []byte) (*answer, er
 		return nil, e
 	}
 	return &answer{data: *env.Data, msg: env.Msg, sentAt: sentAt, gotAt: time.Now()}, nil
+}
+
+// stopped reports whether WithStopWaiting's channel is closed.
+func (r *request) stopped() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// halfCloseOnStop returns hr set to half-close its connection when stop
+// is closed before done (WithStopWaiting): the write side only, so that
+// the daemon sees the caller leave and the answer can still be read. The
+// connection is not reused after it (hr.Close). A connection without
+// CloseWrite (not TCP, not TLS) is closed whole: the caller then gets an
+// error, as with a cancelled context.
+func halfCloseOnStop(hr *http.Request, stop, done <-chan struct{}) *http.Request {
+	conns := make(chan any, 1)
+	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+		select {
+		case conns <- i.Conn:
+		default:
+		}
+	}}
+	hr = hr.WithContext(httptrace.WithClientTrace(hr.Context(), trace))
+	hr.Close = true
+	go func() {
+		var conn any
+		select {
+		case conn = <-conns:
+		case <-done:
+			return
+		}
+		select {
+		case <-stop:
+		case <-done:
+			return
+		}
+		switch c := conn.(type) {
+		case interface{ CloseWrite() error }:
+			_ = c.CloseWrite()
+		case io.Closer:
+			_ = c.Close()
+		}
+	}()
+	return hr
 }
 
 // shorten shows at most 64 bytes of an unexpected answer.

@@ -84,3 +84,61 @@ func TestValidityAfterAWait(t *testing.T) {
 		})
 	}
 }
+
+// TestStopWaitingNeverStrandsALock: stopping a wait (WithStopWaiting) as
+// the lock is handed over, at moments spread around the holder's release,
+// gives the caller either the lock (which it then releases) or an error,
+// and in both cases leaves the key free: never a lock held on the masters
+// whose token nobody has. A stop during the wait answers at once.
+func TestStopWaitingNeverStrandsALock(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	ctx := context.Background()
+
+	held, err := c.Acquire(ctx, "stop:early", time.Minute)
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	time.AfterFunc(100*time.Millisecond, func() { close(stop) })
+	start := time.Now()
+	_, err = c.Acquire(ctx, "stop:early", 30*time.Second, client.WithWait(10*time.Second), client.WithStopWaiting(stop))
+	require.Error(t, err)
+	assert.Less(t, time.Since(start), 5*time.Second, "the daemon stopped the wait when the caller left")
+	require.NoError(t, held.Release(ctx))
+
+	won, lost := 0, 0
+	for i := range 30 {
+		key := "stop:race:" + strconv.Itoa(i)
+		held, err := c.Acquire(ctx, key, time.Minute)
+		require.NoError(t, err)
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		var l *client.Lease
+		var werr error
+		go func() {
+			defer close(done)
+			l, werr = c.Acquire(ctx, key, 30*time.Second, client.WithWait(10*time.Second), client.WithStopWaiting(stop))
+		}()
+		time.Sleep(20 * time.Millisecond) // the waiter is waiting
+		// The stop lands from 1.5 ms before to 1.5 ms after the release
+		// is sent: around the grant.
+		offset := time.Duration(i%7-3) * 500 * time.Microsecond
+		if offset < 0 {
+			time.AfterFunc(-offset, func() { close(stop) })
+			require.NoError(t, held.Release(ctx))
+		} else {
+			require.NoError(t, held.Release(ctx))
+			time.AfterFunc(offset, func() { close(stop) })
+		}
+		<-done
+		if werr == nil {
+			won++
+			require.NoError(t, l.Release(ctx))
+		} else {
+			lost++
+		}
+		st, err := c.Status(ctx, key)
+		require.NoError(t, err)
+		assert.False(t, st.Held, "round %d (stop %v from the release): the key is still held; acquire said %v", i, offset, werr)
+	}
+	t.Logf("30 stops around a hand-over: %d got the lock (and released it), %d did not", won, lost)
+}

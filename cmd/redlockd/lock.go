@@ -242,7 +242,7 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "run":
 		return lockRun(ctx, c, &f, opts, fs.Args(), stderr)
 	case "acquire":
-		l, err := c.Acquire(ctx, f.key, f.ttl, opts...)
+		l, err := acquireInterruptible(ctx, c, &f, opts)
 		if err != nil {
 			return lockFailed(stdout, "acquire", id, err)
 		}
@@ -747,26 +747,56 @@ wait:
 // it returns that signal (and the lease, if the acquire won the race).
 func acquireOrSignal(ctx context.Context, c *client.Client, f *lockFlags, opts []client.LockOption, sigs <-chan os.Signal) (*client.Lease, os.Signal, error) {
 	// Only sigs end the wait: main's context also ends on SIGINT and
-	// SIGTERM, which would race with sigs for the reason.
+	// SIGTERM, which would race with sigs for the reason. A signal stops
+	// the wait without dropping the answer (client.WithStopWaiting): a
+	// lock granted in that moment comes back, and lockRun releases it,
+	// instead of staying held for its TTL with nobody knowing its token.
 	actx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
+	stop := make(chan struct{})
 	got := make(chan os.Signal, 1)
 	acquired := make(chan struct{})
 	go func() {
 		select {
 		case s := <-sigs:
 			got <- s
-			cancel()
+			close(stop)
+			// The daemon answers at once when the caller leaves; should
+			// it not, give up on the answer after one request timeout.
+			t := time.NewTimer(client.DefaultRequestTimeout)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				cancel()
+			case <-acquired:
+			}
 		case <-acquired:
 			close(got)
 		}
 	}()
-	l, err := c.Acquire(actx, f.key, f.ttl, opts...)
+	l, err := c.Acquire(actx, f.key, f.ttl, append(opts, client.WithStopWaiting(stop))...)
 	close(acquired)
 	if s, ok := <-got; ok {
 		return l, s, err
 	}
 	return l, nil, err
+}
+
+// acquireInterruptible is `lock acquire`'s acquire: an interrupt (ctx
+// ends: SIGINT, SIGTERM) stops the wait without dropping the answer
+// (client.WithStopWaiting), and a lock granted in that moment is released
+// at once, as nobody will see its token.
+func acquireInterruptible(ctx context.Context, c *client.Client, f *lockFlags, opts []client.LockOption) (*client.Lease, error) {
+	l, err := c.Acquire(context.WithoutCancel(ctx), f.key, f.ttl, append(opts, client.WithStopWaiting(ctx.Done()))...)
+	switch {
+	case ctx.Err() == nil:
+		return l, err
+	case err == nil:
+		releaseNow(l, io.Discard)
+		return nil, fmt.Errorf("interrupted; the lock granted meanwhile was released: %w", ctx.Err())
+	default:
+		return nil, errors.Join(err, ctx.Err())
+	}
 }
 
 // releaseNow releases l on a context of its own; a failure is reported
