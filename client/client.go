@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -406,10 +407,10 @@ func (r *request) stopped() bool {
 // is closed before done (WithStopWaiting): the write side only, so that
 // the daemon sees the caller leave and the answer can still be read. The
 // connection is not reused after it (hr.Close). A connection without
-// CloseWrite (not TCP, not TLS) is closed whole: the caller then gets an
-// error, as with a cancelled context.
+// CloseWrite (neither TCP nor TLS) is closed whole: the caller then gets
+// an error, as with a cancelled context.
 func halfCloseOnStop(hr *http.Request, stop, done <-chan struct{}) *http.Request {
-	conns := make(chan any, 1)
+	conns := make(chan net.Conn, 1)
 	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
 		select {
 		case conns <- i.Conn:
@@ -419,7 +420,7 @@ func halfCloseOnStop(hr *http.Request, stop, done <-chan struct{}) *http.Request
 	hr = hr.WithContext(httptrace.WithClientTrace(hr.Context(), trace))
 	hr.Close = true
 	go func() {
-		var conn any
+		var conn net.Conn
 		select {
 		case conn = <-conns:
 		case <-done:
@@ -430,12 +431,11 @@ func halfCloseOnStop(hr *http.Request, stop, done <-chan struct{}) *http.Request
 		case <-done:
 			return
 		}
-		switch c := conn.(type) {
-		case interface{ CloseWrite() error }:
-			_ = c.CloseWrite()
-		case io.Closer:
-			_ = c.Close()
+		if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+			return
 		}
+		_ = conn.Close()
 	}()
 	return hr
 }
