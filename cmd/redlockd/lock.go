@@ -695,7 +695,7 @@ wait:
 			lost = l.Err()
 			// The SIGKILL comes no later than the end of validity, whatever
 			// --grace says: after it another owner may hold the lock.
-			grace = min(f.grace, max(time.Until(l.ValidUntil()), 0)).Truncate(time.Millisecond)
+			grace = min(f.grace, max(time.Until(l.ValidUntil())-killAhead, 0)).Truncate(time.Millisecond)
 			fmt.Fprintf(stderr, "redlockd lock run: lock %v lost: %s; sending SIGTERM to the command (pid %d), SIGKILL in %v\n", f.lockID(), cliText(lost), pgid, grace)
 			if g != nil {
 				_ = g.lost()
@@ -809,6 +809,12 @@ func releaseNow(l *client.Lease, stderr io.Writer) {
 		fmt.Fprintf(stderr, "redlockd lock run: release: %s (the lock ends with its TTL)\n", strings.TrimPrefix(cliText(err), "release: "))
 	}
 }
+
+// killAhead is how long before the end of validity lock run's own
+// SIGKILL of a lost lock's command comes: the guardian kills the group at
+// the end of validity too, as the backup for a lock run that cannot, and
+// the backup should come after the kill it backs up, not race it.
+const killAhead = 50 * time.Millisecond
 
 // startErrCode is lock run's exit code for a command that could not
 // start: 127 when it was not found, 126 otherwise (as a shell does).
