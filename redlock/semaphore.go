@@ -109,10 +109,13 @@ func (c *Client) AcquirePermit(ctx context.Context, name string, permits int, tt
 	if err != nil {
 		return nil, err
 	}
+	cfg.heads = permits // its slots are independent locks (waitQueues)
 	slot := -1
 	q, _ := permitQueue(PermitKey(name, 0))
 	lock, err := c.attemptThenWait(ctx, &cfg, q, nil, func(ctx context.Context) (*Lock, error) {
-		lock, s, err := c.acquireAnyPermit(ctx, name, permits, ttl, cfg.lockDelay)
+		freed := c.waits.takeFreed(q)
+		lock, s, err := c.acquireAnyPermit(ctx, name, permits, freedSlot(freed, permits), ttl, cfg.lockDelay)
+		c.waits.triedFreed(q, freed, err == nil && s >= 0 && PermitKey(name, s) == freed)
 		slot = s
 		return lock, err
 	})
@@ -132,10 +135,29 @@ func checkSemaphore(name string, permits int) error {
 	return nil
 }
 
-// acquireAnyPermit is one attempt of AcquirePermit: every slot once, from a
-// random one, until one is granted. It returns the lock and its slot.
-func (c *Client) acquireAnyPermit(ctx context.Context, name string, permits int, ttl, lockDelay time.Duration) (*Lock, int, error) {
-	first := rand.IntN(permits)
+// freedSlot is the slot of key, a slot key whose release woke a waiting
+// AcquirePermit (waitQueues.releasedSlot), when it is below permits; -1
+// otherwise (no release noted, or one of a slot this caller does not use).
+func freedSlot(key string, permits int) int {
+	i := strings.LastIndex(key, permitSep)
+	if i < 0 {
+		return -1
+	}
+	slot, err := strconv.Atoi(key[i+len(permitSep):])
+	if err != nil || slot < 0 || slot >= permits {
+		return -1
+	}
+	return slot
+}
+
+// acquireAnyPermit is one attempt of AcquirePermit: every slot once,
+// from first (the slot whose release woke a waiter: most likely the free
+// one) or, when first is -1, from a random one, until one is granted. It
+// returns the lock and its slot.
+func (c *Client) acquireAnyPermit(ctx context.Context, name string, permits, first int, ttl, lockDelay time.Duration) (*Lock, int, error) {
+	if first < 0 {
+		first = rand.IntN(permits)
+	}
 	held := OutcomeError{Op: "acquire", Kind: ErrLockHeld, Quorum: c.need, Masters: len(c.masters)}
 	for j := range permits {
 		slot := (first + j) % permits

@@ -80,5 +80,6 @@ func benchPermits(b *testing.B, conc, permits int, shared bool) {
 		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-acquire-µs")
 		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-acquire-µs")
 		b.ReportMetric(float64(failed.Load()), "failed")
+		b.ReportMetric(float64(c.attempts.Load())/float64(b.N), "slot-attempts/cycle")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,9 +50,17 @@ var pollFallback = 2 * time.Second
 // waiter is one Acquire waiting in a key's queue.
 type waiter struct {
 	wake chan struct{} // buffered 1: a release, or becoming the head
+	busy bool          // under waitQueues.mu: attempting now
 }
 
 // waitQueues holds the queue of every key with waiters.
+//
+// A key's queue has one head. A semaphore's queue (permitQueue) has up to
+// its permits of them (maxHeads): its slots are independent locks, and a
+// single head would serialise every hand-off of every slot through its
+// own round trips. Each release of a slot wakes one head that is not
+// attempting already, and notes the slot, which the woken head tries
+// first (takeFreed).
 type waitQueues struct {
 	mu     sync.Mutex
 	byKey  map[string][]*waiter
@@ -60,7 +69,31 @@ type waitQueues struct {
 	// hold it, with how many waiters of each watch it: the release of any
 	// key of a set wakes the set's queue.
 	watchers map[string]map[string]int
+	// sems: the semaphore queues with waiters (permitQueue).
+	sems map[string]*semQueue
 }
+
+// semQueue is what a semaphore's queue keeps beside its waiters.
+//
+// Every master that deleted a slot lock publishes its release, so one
+// release arrives up to five times. Each copy woke a head before, and
+// every head but the first found the slot taken and tried all the others:
+// a release cost several refused attempts. A slot is now noted once in
+// freed; a head takes it (takeFreed) and tries it first; copies that
+// arrive while it tries are remembered (missed) and, if its attempt
+// fails, noted again: a copy that was in truth a new release of the slot
+// (taken and released by another Client in the meantime) wakes a head as
+// before. Copies that arrive after the attempt ended cost one attempt.
+type semQueue struct {
+	heads  int             // the largest permits among its waiters, at most maxHeads
+	freed  []string        // slot keys released and not yet taken by a head, oldest first
+	trying map[string]bool // slot keys taken by a head whose attempt has not ended
+	missed map[string]bool // of those, noted again during the attempt
+}
+
+// maxHeads bounds the heads of one semaphore queue: how many of its
+// waiters in one Client attempt at once.
+const maxHeads = 64
 
 // watch makes the release of any of keys wake the head of queue q.
 func (q *waitQueues) watch(queue string, keys []string) {
@@ -91,44 +124,97 @@ func (q *waitQueues) unwatch(queue string, keys []string) {
 	}
 }
 
-// join appends a waiter to key's queue.
-func (q *waitQueues) join(key string) *waiter {
+// join appends a waiter to key's queue, whose first heads waiters attempt
+// (1 for a lock's queue, the permits for a semaphore's).
+func (q *waitQueues) join(key string, heads int) *waiter {
 	w := &waiter{wake: make(chan struct{}, 1)}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.byKey == nil {
 		q.byKey = map[string][]*waiter{}
 	}
+	if heads = min(heads, maxHeads); heads > 1 {
+		if q.sems == nil {
+			q.sems = map[string]*semQueue{}
+		}
+		if q.sems[key] == nil {
+			q.sems[key] = &semQueue{trying: map[string]bool{}, missed: map[string]bool{}}
+		}
+		q.sems[key].heads = max(q.sems[key].heads, heads)
+	}
 	q.byKey[key] = append(q.byKey[key], w)
 	q.active++
 	return w
 }
 
-// isHead reports whether w is first in key's queue.
+// queued reports whether key's queue has waiters.
+func (q *waitQueues) queued(key string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.byKey[key]) > 0
+}
+
+// headCount is how many of key's first waiters attempt. Under mu.
+func (q *waitQueues) headCount(key string) int {
+	if sq := q.sems[key]; sq != nil {
+		return sq.heads
+	}
+	return 1
+}
+
+// isHead reports whether w is among the heads of key's queue.
 func (q *waitQueues) isHead(key string, w *waiter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	ws := q.byKey[key]
-	return len(ws) > 0 && ws[0] == w
+	return slices.Index(ws[:min(len(ws), q.headCount(key))], w) >= 0
 }
 
-// leave removes w from key's queue and wakes the new head.
+// startAttempt reports whether w is a head of key's queue and, if so,
+// marks it attempting until endAttempt, so that a release wakes another
+// head.
+func (q *waitQueues) startAttempt(key string, w *waiter) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	ws := q.byKey[key]
+	if slices.Index(ws[:min(len(ws), q.headCount(key))], w) < 0 {
+		return false
+	}
+	w.busy = true
+	return true
+}
+
+// endAttempt ends w's attempt; when a slot of key's queue was released
+// while every head was attempting, w is woken to try it.
+func (q *waitQueues) endAttempt(key string, w *waiter) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w.busy = false
+	if sq := q.sems[key]; sq != nil && len(sq.freed) > 0 {
+		notify(w)
+	}
+}
+
+// leave removes w from key's queue and wakes the waiter that becomes a
+// head in its place.
 func (q *waitQueues) leave(key string, w *waiter) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	ws := q.byKey[key]
+	n := q.headCount(key)
 	for i, x := range ws {
 		if x == w {
 			ws = append(ws[:i], ws[i+1:]...)
 			q.active--
-			if i == 0 && len(ws) > 0 {
-				notify(ws[0])
+			if i < n && len(ws) >= n {
+				notify(ws[n-1])
 			}
 			break
 		}
 	}
 	if len(ws) == 0 {
 		delete(q.byKey, key)
+		delete(q.sems, key)
 	} else {
 		q.byKey[key] = ws
 	}
@@ -148,12 +234,85 @@ func (q *waitQueues) released(key string) {
 	}
 }
 
-// wakeHeads wakes the head of every queue.
+// releasedSlot notes that slot key of the semaphore queue was released
+// (once: semQueue) and wakes one head of the queue that is not attempting;
+// if every head is, the first to end its attempt takes it (endAttempt).
+func (q *waitQueues) releasedSlot(queue, key string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	sq := q.sems[queue]
+	switch {
+	case sq == nil: // no waiter (or only lock waiters on a slot key)
+		if ws := q.byKey[queue]; len(ws) > 0 {
+			notify(ws[0])
+		}
+		return
+	case sq.trying[key]:
+		sq.missed[key] = true
+		return
+	case slices.Contains(sq.freed, key):
+		return
+	}
+	sq.freed = append(sq.freed, key)
+	q.wakeIdleHead(queue)
+}
+
+// wakeIdleHead wakes the first head of queue that is not attempting.
+// Under mu.
+func (q *waitQueues) wakeIdleHead(queue string) {
+	ws := q.byKey[queue]
+	for _, h := range ws[:min(len(ws), q.headCount(queue))] {
+		if !h.busy {
+			notify(h)
+			return
+		}
+	}
+}
+
+// takeFreed returns the oldest slot key noted for queue by releasedSlot
+// and marks it tried until triedFreed; "" when none.
+func (q *waitQueues) takeFreed(queue string) string {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	sq := q.sems[queue]
+	if sq == nil || len(sq.freed) == 0 {
+		return ""
+	}
+	key := sq.freed[0]
+	sq.freed = sq.freed[1:]
+	sq.trying[key] = true
+	return key
+}
+
+// triedFreed ends the attempt on key, a slot key takeFreed returned:
+// when its release was noted again during the attempt and the attempt
+// did not get the lock (got false), the slot is noted again (semQueue).
+func (q *waitQueues) triedFreed(queue, key string, got bool) {
+	if key == "" {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	sq := q.sems[queue]
+	if sq == nil {
+		return
+	}
+	delete(sq.trying, key)
+	if sq.missed[key] && !got && !slices.Contains(sq.freed, key) {
+		sq.freed = append(sq.freed, key)
+		q.wakeIdleHead(queue)
+	}
+	delete(sq.missed, key)
+}
+
+// wakeHeads wakes the heads of every queue.
 func (q *waitQueues) wakeHeads() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for _, ws := range q.byKey {
-		notify(ws[0])
+	for key, ws := range q.byKey {
+		for _, h := range ws[:min(len(ws), q.headCount(key))] {
+			notify(h)
+		}
 	}
 }
 
@@ -210,7 +369,7 @@ func (c *Client) subscribe() {
 						case *redis.Message:
 							c.waits.released(msg.Payload)
 							if q, ok := permitQueue(msg.Payload); ok {
-								c.waits.released(q)
+								c.waits.releasedSlot(q, msg.Payload)
 							}
 						case *redis.Subscription:
 							// Subscribed (again): what this master published
@@ -232,7 +391,7 @@ func (c *Client) subscribe() {
 // of any of its permits; a multi-key lock's, multiQueue(keys).
 func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(context.Context) (*Lock, error), cfg *acquireConfig, giveUp time.Time, err error) (*Lock, error) {
 	c.subscribe()
-	w := c.waits.join(key)
+	w := c.waits.join(key, cfg.heads)
 	defer c.waits.leave(key, w)
 	if c.waits.isHead(key, w) {
 		// A release between the first attempt and join found no waiter of
@@ -264,11 +423,12 @@ func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(conte
 			}
 		case <-timer.C:
 		}
-		if !c.waits.isHead(key, w) {
+		if !c.waits.startAttempt(key, w) {
 			continue
 		}
 		var lock *Lock
 		lock, err = attempt(ctx)
+		c.waits.endAttempt(key, w)
 		if err == nil {
 			return lock, nil
 		}
