@@ -90,7 +90,7 @@ func main() {
 	flag.DurationVar(&cfg.loadWindow, "load-window", 5*time.Second, "how long the masters' commands are counted with 64 waiters on a held key")
 	flag.BoolVar(&cfg.multiKey, "multikey", true, "multi-key cell: the library's AcquireMulti + Release of 1, 2 and 8 keys at c=64 on the same masters, cycles/s as ratios to one key (-multikey=false to skip)")
 	flag.BoolVar(&cfg.idem, "idempotency", true, "idempotency cell: the library's idempotency store at c=64 on the same masters, begin + complete cycles/s and replays/s, as ratios to the healthy c=64 lib cell (-idempotency=false to skip)")
-	flag.BoolVar(&cfg.sem, "semaphore", true, "semaphore cell: permits of a semaphore of 4 at c=64 on the same masters, one shared by every worker and one per worker, cycles/s as ratios to the healthy c=64 lib cell (-semaphore=false to skip)")
+	flag.BoolVar(&cfg.sem, "semaphore", true, "semaphore cell: a plain lock per worker (the baseline), then permits of a semaphore of 4 at c=64 on the same masters, one shared by every worker and one per worker, cycles/s as ratios to the plain phase (and to the healthy c=64 lib cell) (-semaphore=false to skip)")
 	groupsFlag := flag.String("groups", "", `master-groups scale cell alone: comma-separated numbers of groups of five masters (e.g. "1,2,3"), run at the largest -conc through the library; the other cells are skipped`)
 	flag.Parse()
 	if *quick {
