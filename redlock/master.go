@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -204,12 +203,6 @@ func (l *lane) run(closed <-chan struct{}) {
 	for {
 		select {
 		case <-l.wake:
-			// Let the callers that are runnable now queue their calls
-			// first: one pipeline (one write, one read on each side) then
-			// carries them all. With nothing else runnable it returns at
-			// once. A/B of BenchmarkAcquireRelease c=64, 3 pairs: median
-			// 4,788 -> 5,088 cycles/s; c=1 unchanged (docs/performance.md).
-			runtime.Gosched()
 		case <-closed:
 			l.mu.Lock()
 			q := l.queue
