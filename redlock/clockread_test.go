@@ -86,7 +86,7 @@ func TestRepairMarkerQuarantineWhenTheFirstClockReadFails(t *testing.T) {
 	restartEmpty(t, 0)
 	rdbs := direct(t)
 	require.Eventually(t, func() bool {
-		return !a.masters[0].st.repairPending.Load() && a.Masters()[0].State == MasterQuarantined
+		return !a.masters[0].st.conds.has(condRepairPending) && a.Masters()[0].State == MasterQuarantined
 	}, 10*time.Second, 10*time.Millisecond, "the running Client repairs master 0 from a quorum: %v", states(a))
 	mk, ok := parseMarker(rdbs[0].Get(ctx, marker).Val())
 	require.True(t, ok && mk.repaired && mk.until.After(lock.ValidUntil()), "the repair marker keeps master 0 out until the lock has ended: %+v", mk)

@@ -112,9 +112,9 @@ func (m *master) checkVoteClock(remote, sent, received time.Time) error {
 	c := m.c
 	ref := m.st.ref.Load()
 	s := c.reading(remote, sent, received)
-	if !m.st.clockJudged.Load() {
+	if !m.st.conds.has(condClockJudged) {
 		if agrees, _ := c.agreesWithOthers(m, s); agrees {
-			m.st.clockJudged.Store(true)
+			m.judge(observation{kind: obsClockChecked})
 		}
 	}
 	if ref == nil || time.Duration(s.at-ref.at) > c.maxRefAge() {
@@ -214,19 +214,9 @@ func (m *master) clockJumped(delta time.Duration, via string) {
 }
 
 // holdUntilHorizon quarantines a master that kept its data but whose keys
-// may have expired early: for max TTL at once, shortened by the next health
-// round to its lease horizon (horizon.go).
+// may have expired early (judge, obsClockFault).
 func (m *master) holdUntilHorizon(reason string) {
-	if !m.c.opts.quarantine {
-		m.c.opts.logger.Warn("master would be quarantined (quarantine disabled)", masterAttr(m), slog.String("reason", reason))
-		return
-	}
-	if m.st.horizonPending.Swap(true) {
-		return
-	}
-	m.st.lostAt.Store(m.c.sinceEpoch())
-	m.quarantine(reason, m.c.lossTTL())
-	m.c.kickHealth()
+	m.judge(observation{kind: obsClockFault, reason: reason})
 }
 
 // checkClockAgreement is check 2, run after every probe round: a master
@@ -272,26 +262,13 @@ func (c *Client) checkClockAgreement() {
 		}
 		m := f.m
 		if d-f.s.uncert-medUncert > tolerance {
-			if !m.st.clockHold.Swap(true) {
-				why := fmt.Sprintf("wall clock differs from the median of the masters by %v (tolerance %v): votes stop until it agrees, then until its lease horizon; fix its clock (NTP)", time.Duration(f.s.offset-median).Round(time.Millisecond), time.Duration(tolerance))
-				m.st.mu.Lock()
-				if m.quarantineLeft() > 0 && m.st.quarantineReason != "" {
-					why = m.st.quarantineReason + "; " + why
-				}
-				m.st.quarantineReason = why
-				m.st.mu.Unlock()
-				c.quarantines.Add(1)
+			why := fmt.Sprintf("wall clock differs from the median of the masters by %v (tolerance %v): votes stop until it agrees, then until its lease horizon; fix its clock (NTP)", time.Duration(f.s.offset-median).Round(time.Millisecond), time.Duration(tolerance))
+			if m.judge(observation{kind: obsClockDisagrees, reason: why}) {
 				c.opts.logger.Warn("master clock disagrees with the other masters: held out", masterAttr(m), slog.Duration("by", time.Duration(f.s.offset-median)))
 			}
 			continue
 		}
-		m.st.clockJudged.Store(true)
-		if m.st.clockHold.Load() {
-			// It agrees again: locks set before it disagreed may have
-			// expired early on it; keep it out until they have all ended.
-			m.holdUntilHorizon("wall clock agrees with the other masters again after it differed: locks it held may have expired early")
-			m.st.clockHold.Store(false)
-		}
+		m.judge(observation{kind: obsClockAgrees})
 	}
 }
 

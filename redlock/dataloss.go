@@ -6,8 +6,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"log/slog"
 )
 
 // DataLossReason says how a master was found to have lost lock state. A
@@ -80,31 +78,10 @@ func (m *master) lostData(why DataLossReason, reason string) {
 }
 
 // lostDataSeen is lostData for a loss found in a reading sent while m's
-// repair generation was gen: a reading sent before a repair that has
-// completed since may have run before the repair's write, and shows the
-// loss the repair ended, not a new one (it is dropped, and its vote does
-// not count). The generation is compared under lossMu, with which repairs
-// bump it (newRepairGen), so no repair can complete between the comparison
-// and the loss being taken as pending.
+// repair generation was gen (judge, obsDataLoss: a reading sent before the
+// last repair is stale and counts no loss).
 func (m *master) lostDataSeen(gen uint64, why DataLossReason, reason string) {
-	if !m.c.opts.quarantine {
-		m.c.opts.logger.Warn("master lost its data; not quarantined or repaired (quarantine disabled)", masterAttr(m), slog.String("reason", reason))
-		return
-	}
-	m.st.inc.lossMu.Lock()
-	stale := gen != m.st.inc.repairGen.Load()
-	already := !stale && m.st.repairPending.Swap(true)
-	m.st.inc.lossMu.Unlock()
-	if stale || already {
-		return // read before the last repair, or this loss is already being handled
-	}
-	m.st.mu.Lock()
-	m.st.inc.lossRunID = "" // set by the callers whose loss is a restart
-	m.st.mu.Unlock()
-	m.st.lostAt.Store(m.c.sinceEpoch())
-	m.c.countLoss(why)
-	m.quarantine(reason, m.c.lossTTL())
-	m.c.kickHealth()
+	m.judge(observation{kind: obsDataLoss, gen: gen, why: why, reason: reason})
 }
 
 // sighting names what read a master's state (in logs and reasons: "a
@@ -138,7 +115,7 @@ func (m *master) expectMarker(value *string) {
 // then carries: the reading read the repair's own marker.
 func (m *master) markerMatches(value string, now time.Time, via *sighting) bool {
 	exp := m.st.inc.expectedMarker.Load()
-	if exp != nil && *exp == value || exp == nil && !m.st.repairPending.Load() {
+	if exp != nil && *exp == value || exp == nil && !m.st.conds.has(condRepairPending) {
 		return true
 	}
 	if value == "" {
@@ -196,28 +173,22 @@ func (m *master) adoptRepair(value string, mk marker, now time.Time) {
 		m.st.mu.Unlock()
 	}
 	m.expectMarker(&value)
-	completed := false
-	if m.st.repairPending.Load() && covers && m.repairFollowsLoss(mk) {
-		m.st.repairPending.Store(false)
-		m.st.repairWarned.Store(false)
-		m.c.repairs.Add(1)
-		completed = true
-		m.c.opts.logger.Warn("master repaired by another redlockd or by `redlockd repair-fences`", masterAttr(m))
-	}
+	completed := m.st.conds.has(condRepairPending) && covers &&
+		m.judge(observation{kind: obsRepairAdopted, ends: m.repairFollowsLoss(mk)})
 	why := m.c.repairReason(mk)
 	left := max(m.c.repairEnd(mk).Sub(now), 0)
 	m.notedOperatorRepair(mk, now)
 	switch {
-	case completed && !m.st.horizonPending.Load():
+	case completed && !m.st.conds.has(condHorizonPending):
 		// The repair this Client was waiting for: its <until> (the lease
 		// horizon of a quorum, read after the loss this Client saw)
 		// replaces the provisional max TTL quarantine lostData set, as
 		// this Client's own repairMaster would (setQuarantine). Keeping
 		// the longer one left the master out for max_ttl on whichever
 		// replica lost the race to repair it.
-		m.setQuarantine(why, left+m.c.clockAllowance())
+		m.judge(observation{kind: obsQuarantine, reason: why, hold: left + m.c.clockAllowance(), replace: true})
 	case left > 0:
-		m.quarantine(why, left+m.c.clockAllowance())
+		m.judge(observation{kind: obsQuarantine, reason: why, hold: left + m.c.clockAllowance()})
 	}
 }
 
@@ -254,7 +225,7 @@ func (c *Client) longerMaxTTLSeen(d time.Duration) {
 			continue
 		}
 		if left := time.Duration(at + int64(d) - c.sinceEpoch()); left > 0 {
-			m.quarantine(fmt.Sprintf("repaired by `redlockd repair-fences` after losing its data; a client registered a max TTL of %v since: locks it lost may still be valid until then after the repair", d), left+c.clockAllowance())
+			m.judge(observation{kind: obsQuarantine, reason: fmt.Sprintf("repaired by `redlockd repair-fences` after losing its data; a client registered a max TTL of %v since: locks it lost may still be valid until then after the repair", d), hold: left + c.clockAllowance()})
 		}
 	}
 }
@@ -265,7 +236,7 @@ func (c *Client) longerMaxTTLSeen(d time.Duration) {
 // one on which the loss was seen (that one answered after the loss, so its
 // successor started later).
 func (m *master) lossAfterStartOf(id string) {
-	if !m.st.repairPending.Load() {
+	if !m.st.conds.has(condRepairPending) {
 		return
 	}
 	m.st.mu.Lock()

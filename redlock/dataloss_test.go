@@ -333,7 +333,7 @@ func TestPromotedReplicaCountedOnce(t *testing.T) {
 	m := a.masters[4]
 	m.probeOnce()
 	require.EqualValues(t, 1, a.DataLosses()[LossMarkerReplaced], "a sees the loss: %v", a.DataLosses())
-	require.True(t, m.st.repairPending.Load())
+	require.True(t, m.st.conds.has(condRepairPending))
 
 	b.kickHealth()
 	require.Eventually(t, func() bool { return b.FenceRepairs() == 1 }, 10*time.Second, 10*time.Millisecond, "b repairs master 4")
@@ -345,7 +345,7 @@ func TestPromotedReplicaCountedOnce(t *testing.T) {
 		return n
 	}
 	require.EqualValues(t, 1, losses(), "one fault, one loss: %v", a.DataLosses())
-	require.False(t, m.st.repairPending.Load(), "a adopted b's repair")
+	require.False(t, m.st.conds.has(condRepairPending), "a adopted b's repair")
 	assert.EqualValues(t, 1, a.FenceRepairs())
 	a.probeMu.Unlock()
 	held = false
@@ -463,7 +463,7 @@ func TestAdoptedRepairReplacesTheProvisionalQuarantine(t *testing.T) {
 	warmUp(c)
 	m := c.masters[4]
 	require.NotNil(t, m.st.ref.Load(), "a clock reading")
-	m.st.repairPending.Store(true)
+	m.st.conds.set(condRepairPending)
 	m.st.lostAt.Store(c.sinceEpoch())
 	m.quarantine("lost its data (test)", time.Hour)
 	require.Greater(t, m.quarantineLeft(), 59*time.Minute)
@@ -475,20 +475,20 @@ func TestAdoptedRepairReplacesTheProvisionalQuarantine(t *testing.T) {
 	mk, ok := parseMarker(value)
 	require.True(t, ok)
 	m.adoptRepair(value, mk, now)
-	assert.False(t, m.st.repairPending.Load(), "the repair is done")
+	assert.False(t, m.st.conds.has(condRepairPending), "the repair is done")
 	assert.Less(t, m.quarantineLeft(), 6*time.Second, "the repair's <until>, not the provisional max TTL")
 	assert.Greater(t, m.quarantineLeft(), 4*time.Second, "but not shorter")
 
 	// A marker written before the loss is no repair of it: the
 	// provisional quarantine stays.
-	m.st.repairPending.Store(true)
+	m.st.conds.set(condRepairPending)
 	m.st.lostAt.Store(c.sinceEpoch())
 	m.quarantine("lost its data again (test)", time.Hour)
 	old := fmt.Sprintf("repaired %d 0123456789abcdef %d %s", now.Add(-time.Minute).UnixMilli(), now.Add(5*time.Second).UnixMilli(), m.runID())
 	mk, ok = parseMarker(old)
 	require.True(t, ok)
 	m.adoptRepair(old, mk, time.Now())
-	assert.True(t, m.st.repairPending.Load())
+	assert.True(t, m.st.conds.has(condRepairPending))
 	assert.Greater(t, m.quarantineLeft(), 59*time.Minute)
 }
 
@@ -617,7 +617,7 @@ func TestHorizonMissingWhileAQuorumHaveTheirs(t *testing.T) {
 	_, err := later.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
 	require.Error(t, err, "no second holder while the 10s lock stands")
 	assert.True(t, time.Now().Before(lock.ValidUntil()))
-	require.Eventually(t, func() bool { return !later.masters[0].st.repairPending.Load() }, 5*time.Second, 5*time.Millisecond,
+	require.Eventually(t, func() bool { return !later.masters[0].st.conds.has(condRepairPending) }, 5*time.Second, 5*time.Millisecond,
 		"repaired from the others: %v", states(later))
 	assert.True(t, time.Now().Add(later.Masters()[0].QuarantineLeft).After(lock.ValidUntil()), "kept out until the lock has ended")
 }
@@ -638,13 +638,13 @@ func TestReadingFromBeforeARepairCountsNoLoss(t *testing.T) {
 	stale := sighting{by: "a vote", gen: sent.gen}
 	assert.False(t, m.markerMatches("", time.Now(), &stale), "the stale reading does not count")
 	m.lostDataSeen(sent.gen, LossStateMissing, "a stale vote")
-	assert.False(t, m.st.repairPending.Load(), "no loss pending")
+	assert.False(t, m.st.conds.has(condRepairPending), "no loss pending")
 	assert.Zero(t, c.DataLosses()[LossStateMissing])
 
 	fresh := sighting{by: "a vote", gen: m.st.inc.repairGen.Load()}
 	assert.False(t, m.markerMatches("", time.Now(), &fresh))
 	assert.Equal(t, int64(1), c.DataLosses()[LossStateMissing], "negative control: a reading sent after the repair shows a new loss")
-	assert.True(t, m.st.repairPending.Load())
+	assert.True(t, m.st.conds.has(condRepairPending))
 	m.lostDataSeen(fresh.gen, LossStateMissing, "the same loss seen again")
 	assert.Equal(t, int64(1), c.DataLosses()[LossStateMissing], "one loss counted once")
 }

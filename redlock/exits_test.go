@@ -282,12 +282,14 @@ func TestClockHoldCountsAgain(t *testing.T) {
 	_, err := c.Acquire(context.Background(), "clock:"+t.Name(), 2*time.Second, WithWait(10*time.Second))
 	require.NoError(t, err)
 	require.NoError(t, clock.Jump(30*time.Second))
-	until(t, 10*time.Second, func() bool { return c.masters[4].st.clockHold.Load() }, func() string { return fmt.Sprintf("%+v", c.Masters()[4]) })
+	until(t, 10*time.Second, func() bool { return c.masters[4].st.conds.has(condClockHold) }, func() string { return fmt.Sprintf("%+v", c.Masters()[4]) })
 	st := c.Masters()[4]
 	assert.Equal(t, MasterQuarantined, st.State)
 	assert.Contains(t, st.QuarantineReason, "fix its clock")
 	require.NoError(t, clock.Reset())
-	until(t, 10*time.Second, func() bool { return !c.masters[4].st.clockHold.Load() && !c.masters[4].st.horizonPending.Load() }, func() string { return fmt.Sprintf("%+v", c.Masters()[4]) })
+	until(t, 10*time.Second, func() bool {
+		return !c.masters[4].st.conds.has(condClockHold) && !c.masters[4].st.conds.has(condHorizonPending)
+	}, func() string { return fmt.Sprintf("%+v", c.Masters()[4]) })
 	st = c.Masters()[4]
 	assert.LessOrEqual(t, st.QuarantineLeft, 3*time.Second, "the others' lease horizon, not max TTL: %s", st.QuarantineReason)
 	until(t, 30*time.Second, func() bool { return c.Masters()[4].Counting }, func() string { return fmt.Sprintf("%+v", c.Masters()[4]) })

@@ -170,7 +170,7 @@ func (m *master) repairedRecently() {
 	}
 	// INFO's uptime is rounded down: one more second.
 	if left := m.c.lossTTL() - uptime + time.Second; left > 0 {
-		m.quarantine("repaired by an operator after losing its data; locks it lost may still be valid", left)
+		m.judge(observation{kind: obsQuarantine, reason: "repaired by an operator after losing its data; locks it lost may still be valid", hold: left})
 	}
 }
 

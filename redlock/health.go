@@ -145,7 +145,7 @@ func (c *Client) Masters() []MasterStatus {
 		st.Warnings = append([]string(nil), m.st.warnings...)
 		st.RefusingWrites, st.WriteRefusal = m.refusingWritesLocked(now)
 		st.WriteRefusals = m.st.oomRefusals.Load()
-		if st.QuarantineLeft > 0 || m.st.repairPending.Load() || m.st.clockHold.Load() || !m.st.probed.Load() || state == MasterWaiting {
+		if st.QuarantineLeft > 0 || m.st.conds.has(condRepairPending) || m.st.conds.has(condClockHold) || !m.st.conds.has(condProbed) || state == MasterWaiting {
 			st.QuarantineReason = m.st.quarantineReason
 		}
 		m.st.mu.Unlock()
@@ -218,7 +218,7 @@ func (c *Client) QuorumExpectedIn() (time.Duration, bool) {
 		switch {
 		case m.counts():
 			ends = append(ends, 0)
-		case m.state() == MasterQuarantined && !m.st.clockHold.Load():
+		case m.state() == MasterQuarantined && !m.st.conds.has(condClockHold):
 			if left := m.quarantineLeft(); left > 0 {
 				ends = append(ends, left)
 			}

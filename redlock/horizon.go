@@ -113,7 +113,7 @@ func (c *Client) readOthers(ctx context.Context, m *master) othersRead {
 func (c *Client) repairMaster(m *master) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.healthTimeout)
 	defer cancel()
-	lost := m.st.repairPending.Load()
+	lost := m.st.conds.has(condRepairPending)
 	r := c.readOthers(ctx, m)
 	capAt := c.epoch.Add(time.Duration(m.st.lostAt.Load()) + max(c.lossTTL(), r.maxTTL))
 	until, source := capAt, "max TTL (no quorum of the other masters to read a lease horizon from)"
@@ -166,13 +166,7 @@ func (c *Client) repairMaster(m *master) {
 			reason = reason[:i]
 		}
 	}
-	m.setQuarantine(fmt.Sprintf("%s; counts again when every lock it may have held has ended (%s)", reason, source), hold)
-	m.st.repairWarned.Store(false)
-	m.st.horizonPending.Store(false)
-	if m.st.repairPending.Swap(false) {
-		c.repairs.Add(1)
-		c.opts.logger.Info("master repaired: fencing counter, lease horizon and marker", masterAttr(m), slog.Int64("counter", r.counter), slog.Duration("quarantine", hold))
-	}
+	m.judge(observation{kind: obsRepaired, reason: fmt.Sprintf("%s; counts again when every lock it may have held has ended (%s)", reason, source), hold: hold, counter: r.counter})
 }
 
 // repairFailedReason starts what repairFailed adds to the reason, and
@@ -207,7 +201,7 @@ const noQuorumToRepairReason = "; no quorum of counting masters to repair it fro
 // operator's RepairFences can bring it back.
 func (c *Client) noQuorumToRepair(m *master, answers int) {
 	for _, o := range c.masters {
-		if o != m && o.up.Load() && !o.st.probed.Load() {
+		if o != m && o.up.Load() && !o.st.conds.has(condProbed) {
 			return // a startup round: the others count from the next one
 		}
 	}

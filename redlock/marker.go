@@ -34,11 +34,11 @@ func (c *Client) afterProbes() {
 		m.st.mu.Lock()
 		m.st.seen = true
 		m.st.mu.Unlock()
-		defer m.st.probed.Store(true) // after the clock check and repairs below
+		defer m.judge(observation{kind: obsMarkerRuleMet}) // after the clock check and repairs below
 	}
 	c.checkClockAgreement()
 	for _, m := range c.masters {
-		if m.answeredProbe() && (m.st.repairPending.Load() || m.st.horizonPending.Load()) {
+		if m.answeredProbe() && (m.st.conds.has(condRepairPending) || m.st.conds.has(condHorizonPending)) {
 			c.repairMaster(m)
 		}
 		if m.answeredProbe() {
@@ -225,7 +225,7 @@ func (m *master) firstSeenWithMarker(withHorizon int) bool {
 			now := time.Unix(0, c.epochWall+r.at+r.offset)
 			m.notedOperatorRepair(mk, now)
 			if left := c.repairEnd(mk).Sub(now); left > 0 {
-				m.quarantine(c.repairReason(mk), left+c.clockAllowance())
+				m.judge(observation{kind: obsQuarantine, reason: c.repairReason(mk), hold: left + c.clockAllowance()})
 			}
 		}
 	} else if ok && mk.repaired {

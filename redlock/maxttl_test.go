@@ -35,7 +35,7 @@ func TestLossQuarantineCoversAnotherClientsLongerTTL(t *testing.T) {
 	restartEmpty(t, 2)
 	require.Eventually(t, func() bool {
 		st := short.Masters()[2]
-		return st.State == MasterQuarantined && !short.masters[2].st.repairPending.Load()
+		return st.State == MasterQuarantined && !short.masters[2].st.conds.has(condRepairPending)
 	}, 10*time.Second, 10*time.Millisecond, "the short Client repairs master 2 from the others: %v", states(short))
 	left := short.Masters()[2].QuarantineLeft
 	assert.Greater(t, left, 20*time.Second, "quarantined until the 30s lock ends, not for the short Client's own 2s max TTL")

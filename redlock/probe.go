@@ -282,7 +282,7 @@ func (m *master) observeConfig(cfg *redis.MapStringStringCmd) {
 // that receive no votes. Only the repair path ever writes that state back.
 func (m *master) judgeProbe(obs probeObservation) {
 	readable := obs.markerRead && obs.horizonRead && obs.timeRead
-	guarded := m.c.opts.dataLossGuard && (m.st.inc.expectedMarker.Load() != nil || m.st.repairPending.Load()) && readable
+	guarded := m.c.opts.dataLossGuard && (m.st.inc.expectedMarker.Load() != nil || m.st.conds.has(condRepairPending)) && readable
 	switch {
 	case !guarded:
 		m.promoted(obs.replID, obs.replID2) // keeps the known replication ID current
@@ -330,7 +330,7 @@ func (m *master) probeFailed(err error) {
 	n := m.st.probeFailures.Add(1)
 	msg := err.Error()
 	m.lastErr.Store(&msg)
-	if n >= probeFailuresForDown || noServer(err) || !m.st.probed.Load() {
+	if n >= probeFailuresForDown || noServer(err) || !m.st.conds.has(condProbed) {
 		m.setDown(err)
 		return
 	}

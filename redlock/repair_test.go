@@ -195,7 +195,7 @@ func TestRepairFollowsLoss(t *testing.T) {
 	before := m.runID()
 	const after = "0000000000000000000000000000000000000001"
 	m.observeRunID(after, "a test")
-	require.True(t, m.st.repairPending.Load(), "a restart without durable persistence is a loss")
+	require.True(t, m.st.conds.has(condRepairPending), "a restart without durable persistence is a loss")
 	now := time.Now()
 	marker := func(at time.Time, runID string) (string, marker) {
 		v := fmt.Sprintf("repaired %d 0123456789abcdef %d %s", at.UnixMilli(), now.Add(time.Second).UnixMilli(), runID)
@@ -211,7 +211,7 @@ func TestRepairFollowsLoss(t *testing.T) {
 	assert.True(t, m.repairFollowsLoss(mk), "the new process's marker, whatever its time")
 
 	m.adoptRepair(fresh, mk, now)
-	require.False(t, m.st.repairPending.Load(), "adopted and completed")
+	require.False(t, m.st.conds.has(condRepairPending), "adopted and completed")
 	m.lostData(LossStateMissing, "a test")
 	assert.False(t, m.repairFollowsLoss(mk), "a marker from before this loss, on the same process")
 	m.lossAfterStartOf("0000000000000000000000000000000000000002")
@@ -537,7 +537,7 @@ func TestOperatorRepairKeepsTheClientsOwnMaxTTL(t *testing.T) {
 			require.Error(t, err)
 			require.Eventually(t, func() bool {
 				for i := range c.masters {
-					if c.masters[i].st.repairPending.Load() {
+					if c.masters[i].st.conds.has(condRepairPending) {
 						return false
 					}
 				}
@@ -676,7 +676,7 @@ func TestSelfRepairDropsTheOperatorHint(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond, "no quorum to repair from: %+v", c.Masters()[2])
 
 	resume()
-	require.Eventually(t, func() bool { return !c.masters[2].st.repairPending.Load() }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return !c.masters[2].st.conds.has(condRepairPending) }, 10*time.Second, 10*time.Millisecond,
 		"the Client repairs master 2 from 0, 1, 3 and 4: %v", states(c))
 	st := c.Masters()[2]
 	require.Equal(t, MasterQuarantined, st.State, "until the lock's end: %+v", st)
@@ -732,7 +732,7 @@ func TestEvictionsBetweenRepairAndAdoptionAreSeen(t *testing.T) {
 				return
 			}
 			assert.Greater(t, c.DataLosses()[LossEvicted], before, "the evictions since the repair are a loss: %v", states(c))
-			assert.True(t, c.masters[0].st.repairPending.Load(), "master 0 is out until repaired again")
+			assert.True(t, c.masters[0].st.conds.has(condRepairPending), "master 0 is out until repaired again")
 		})
 	}
 }
