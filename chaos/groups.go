@@ -350,7 +350,7 @@ func groupChange(dual bool) *Scenario {
 // by outcome. Refusals for want of a quorum are availability, not the
 // change's doing: on a machine whose load stretches round trips past
 // 200ms, the masters' votes are not counted (their clock readings are
-// too imprecise: redlock/clockref.go, maxUncertainty) with or without a
+// too imprecise: redlock/clock.go, maxUncertainty) with or without a
 // change; the note gives their number and the first cause.
 func changeServed(d *Drill, h History) []Violation {
 	var out []Violation

@@ -271,7 +271,7 @@ func (c *Client) FenceRewrites() int64 { return c.fenceRewrites.Load() }
 
 // drift returns the clock drift allowance for ttl: ttl × factor + 2ms (the
 // Redis Redlock page, "Safety arguments"), plus clockAllowance, the largest
-// forward jump of a master's clock the clock checks may miss (clockref.go).
+// forward jump of a master's clock the clock checks may miss (clock.go).
 // The factor is the largest any client of the masters registered
 // (clockbounds.go).
 func (c *Client) drift(ttl time.Duration) time.Duration {
@@ -411,7 +411,7 @@ func evalShaArgs(script *redis.Script, keys []string, args []any) []any {
 // already received when a deadline passes are read before anything is
 // given up. Waiting longer never weakens a lock: every caller computes
 // validity from start to the moment it decides (Redlock step 3), and a
-// vote's clock reading is judged by its own round trip (clockref.go).
+// vote's clock reading is judged by its own round trip (clock.go).
 func (c *Client) gather(ctx context.Context, f *fan, start time.Time, only []bool, onReply func(reply) (decided bool)) {
 	answered := make([]bool, len(c.masters))
 	left := 0

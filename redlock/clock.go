@@ -1,10 +1,20 @@
 package redlock
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 )
+
+// A master's clock, in one file: the per-probe guard (clockGuard: a jump
+// or a drift between two readings of one master), the reference each vote
+// is checked against (clockRef, check 1), and the comparison with the
+// other masters (checkClockAgreement, check 2). What they conclude moves
+// the master's state through judge (masterstate.go: obsClockFault,
+// obsClockChecked, obsClockDisagrees, obsClockAgrees). The bounds they
+// use, registered with every master, are in clockbounds.go.
 
 // clockGuard tracks one master's wall clock against ours from TIME samples.
 // Redis expires keys by its wall clock, so a master whose clock jumps
@@ -149,4 +159,319 @@ func (m *master) observeClock(sent, received, remote time.Time) {
 		// Keys set while it ran fast may expire early, for up to max TTL.
 		m.holdUntilHorizon(fmt.Sprintf("wall clock drifts at rate %.4f, above the drift factor %.4f", m.st.clock.rate, f))
 	}
+}
+
+// Clock checks on every vote and against the other masters.
+//
+// Redis expires keys by its wall clock, so a master whose clock jumps
+// forward by J drops every key it holds J early. The drift allowance
+// (Client.drift) absorbs jumps up to clockAllowance; every larger forward
+// jump must be caught before the jumped master's vote counts for a second
+// holder. Three checks do that:
+//
+//  1. Every vote script returns the master's TIME (vote_prelude.lua). The
+//     vote counts only if the master's offset from our clock has not moved
+//     forward since the reference (what the readings so far, a probe's or
+//     an earlier vote's, say together: narrowed) by
+//     more than the two readings' uncertainty (half of each round trip: the
+//     master read its clock somewhere within it) plus drift_factor × the
+//     time between them. Otherwise the vote is discarded and the master
+//     quarantined (checkVoteClock). A jump is thus caught in the same round
+//     trip as the first vote after it, not at the next probe.
+//  2. Every probe round compares each master's offset with the median of
+//     the masters' offsets (checkClockAgreement). A master whose clock
+//     disagrees with the others does not vote, whether or not this Client
+//     saw the jump happen (it may have jumped while no daemon watched, or
+//     before this daemon started); once it agrees again it stays out until
+//     its lease horizon has passed.
+//  3. The drift-rate guard (clock.go) catches a clock that runs fast.
+//
+// The blind spot: a forward jump smaller than the uncertainty of check 1 is
+// not seen. A vote counts only when its reading and the reference are
+// uncertain by at most maxUncertainty together (the per-master timeout, at
+// most 100ms; at the default 50ms timeout every vote in time qualifies),
+// and the readings are at most maxRefAge apart, which adds drift_factor ×
+// maxRefAge. clockAllowance is that sum plus the TIME resolution, and
+// Client.drift subtracts it from every validity: 71ms at the defaults.
+// Check 2 judges only readings uncertain by at most an eighth of
+// maxUncertainty and tolerates a quarter of it, so a jump it misses (from
+// one side of the tolerance to the other) is at most maxUncertainty too.
+// Every bound here is the strictest any client of the masters registered,
+// and the allowance the loosest (clockbounds.go).
+
+// clockRef is one reading of a master's clock against ours.
+type clockRef struct {
+	at     int64 // when, in monotonic ns since the Client's epoch (the round trip's midpoint)
+	offset int64 // master's wall clock − ours, ns; ours derived from the monotonic clock
+	uncert int64 // ± ns: half the round trip
+}
+
+// clockResolution covers rounding of the masters' TIME and our clock.
+const clockResolution = time.Millisecond
+
+// maxRefAge is how old a reading may be to check a vote against: older
+// ones leave too much room (drift_factor × age) for an unseen jump. It is
+// 2 health intervals within [1s, 2s], or less when another client of the
+// masters registered less (clockbounds.go).
+func (c *Client) maxRefAge() time.Duration { return c.bounds.Load().refAge }
+
+// maxUncertainty is the most two readings compared by check 1 may be
+// uncertain by together: the per-master timeout (which bounds them anyway
+// at its default of 50ms), at most 100ms, or less when another client of
+// the masters registered less (clockbounds.go). A vote whose readings are
+// less precise is not counted (ErrMasterClockUnknown).
+func (c *Client) maxUncertainty() time.Duration { return c.bounds.Load().uncert }
+
+// clockAllowance is the largest forward jump of a master's clock that the
+// checks above may miss, for this Client or any other client of the
+// masters whose registration it has read (clockbounds.go); Client.drift
+// subtracts it from every validity.
+func (c *Client) clockAllowance() time.Duration {
+	if !c.opts.clockAllowance {
+		return 0
+	}
+	return c.bounds.Load().blind
+}
+
+// reading returns the clock reading for a master TIME of remote obtained in
+// a round trip from sent to received (both with monotonic readings).
+func (c *Client) reading(remote, sent, received time.Time) clockRef {
+	rtt := received.Sub(sent)
+	mid := sent.Add(rtt / 2)
+	return clockRef{
+		at:     int64(mid.Sub(c.epoch)),
+		offset: remote.UnixNano() - (c.epochWall + int64(mid.Sub(c.epoch))),
+		uncert: int64(rtt / 2),
+	}
+}
+
+// jumpSince returns how far the master's clock moved forward from ref to
+// s beyond what the readings' uncertainty and drift_factor allow (> 0: a
+// certain forward jump), and whether it certainly moved backward.
+func (c *Client) jumpSince(ref *clockRef, s clockRef) (forward time.Duration, backward bool) {
+	elapsed := s.at - ref.at
+	if elapsed < 0 {
+		elapsed = -elapsed
+	}
+	allow := ref.uncert + s.uncert + int64(float64(elapsed)*c.detectDrift()) + int64(clockResolution)
+	d := s.offset - ref.offset
+	return time.Duration(d - allow), d < -allow
+}
+
+// checkVoteClock is check 1 for a vote whose script read the master's
+// clock as remote, in a fan-out sent at sent and answered at received.
+func (m *master) checkVoteClock(remote, sent, received time.Time) error {
+	c := m.c
+	ref := m.st.ref.Load()
+	s := c.reading(remote, sent, received)
+	if !m.st.conds.has(condClockJudged) {
+		if agrees, _ := c.agreesWithOthers(m, s); agrees {
+			m.judge(observation{kind: obsClockChecked})
+		}
+	}
+	if ref == nil || time.Duration(s.at-ref.at) > c.maxRefAge() {
+		// No reading yet, or none recent (the master was paused, its probes
+		// too slow): this vote becomes the reference if its clock agrees
+		// with the other masters' recent readings (check 2, done here), or,
+		// when there are none yet, if it is the very first reading.
+		c.kickHealth()
+		switch agrees, known := c.agreesWithOthers(m, s); {
+		case agrees, !known && ref == nil && time.Duration(2*s.uncert) <= c.maxUncertainty():
+			m.st.ref.CompareAndSwap(ref, &s)
+			return nil
+		}
+		return ErrMasterClockUnknown
+	}
+	if time.Duration(s.uncert+ref.uncert) > c.maxUncertainty() {
+		c.kickHealth()
+		return ErrMasterClockUnknown
+	}
+	fwd, back := c.jumpSince(ref, s)
+	if fwd > 0 {
+		m.clockJumped(time.Duration(s.offset-ref.offset), "a vote")
+		return ErrMasterClockJump
+	}
+	// A vote is a reading too: it keeps the reference fresh under load,
+	// when probes may be too slow to serve as one; and one that shows the
+	// clock went back must become the reference at once, or a later step
+	// forward to where it was would look like no move at all (while the
+	// keys set in between expire early).
+	switch {
+	case back:
+		m.st.ref.CompareAndSwap(ref, &s)
+	case s.uncert <= int64(c.maxUncertainty()/2) && time.Duration(s.at-ref.at) > c.maxRefAge()/4:
+		n := c.narrowed(ref, s)
+		m.st.ref.CompareAndSwap(ref, &n)
+	}
+	return nil
+}
+
+// narrowed is the reference that ref and a later reading s, which showed
+// no jump either way, give together: the offsets s allows (offset ±
+// uncert) that ref allows too, once widened by drift_factor × the time
+// between them. Replacing the reference by each new reading instead lets
+// a clock creep forward by up to the readings' uncertainty at every step,
+// each step unseen: a master behind a slow link (readings too imprecise
+// for check 2) whose clock ran 25% fast went unseen for seconds, and its
+// keys expired while their holders were still told they were valid
+// (TestFastClockOverASlowLink). The intersection moves no faster than a
+// sane clock, so the forward jumps that check 1 misses add up to no more
+// than one: the bound in clockAllowance.
+func (c *Client) narrowed(ref *clockRef, s clockRef) clockRef {
+	elapsed := s.at - ref.at
+	if elapsed < 0 {
+		elapsed = -elapsed
+	}
+	grow := int64(float64(elapsed) * c.detectDrift())
+	lo := max(ref.offset-ref.uncert-grow, s.offset-s.uncert)
+	hi := min(ref.offset+ref.uncert+grow, s.offset+s.uncert)
+	if lo > hi {
+		// Apart by less than clockResolution (or a step back too small
+		// to be certain): the edge of ref's reach nearest to s.
+		if s.offset > ref.offset {
+			lo = hi
+		} else {
+			hi = lo
+		}
+	}
+	return clockRef{at: s.at, offset: lo + (hi-lo)/2, uncert: (hi - lo + 1) / 2}
+}
+
+// observeReading is check 1 for a probe's TIME reading; a usable reading
+// (round trip within the per-master timeout) becomes the new reference.
+func (m *master) observeReading(s clockRef) {
+	c := m.c
+	if time.Duration(2*s.uncert) > c.maxUncertainty() {
+		return
+	}
+	next := &s
+	if ref := m.st.ref.Load(); ref != nil && c.opts.voteClockGuard {
+		switch fwd, back := c.jumpSince(ref, s); {
+		case fwd > 0:
+			m.clockJumped(time.Duration(s.offset-ref.offset), "a health probe")
+		case !back:
+			n := c.narrowed(ref, s)
+			next = &n
+		}
+	}
+	m.st.ref.Store(next)
+}
+
+// clockJumped quarantines a master whose clock jumped forward by delta:
+// its keys may have expired early, so its votes stay out until every lock
+// it may have held has ended (its lease horizon, set by the next health
+// round; max TTL until then).
+func (m *master) clockJumped(delta time.Duration, via string) {
+	m.holdUntilHorizon(fmt.Sprintf("wall clock jumped forward by %v (seen by %s)", delta.Round(time.Millisecond), via))
+}
+
+// holdUntilHorizon quarantines a master that kept its data but whose keys
+// may have expired early (judge, obsClockFault).
+func (m *master) holdUntilHorizon(reason string) {
+	m.judge(observation{kind: obsClockFault, reason: reason})
+}
+
+// checkClockAgreement is check 2, run after every probe round: a master
+// whose offset differs from the median of the masters' offsets by more
+// than the tolerance (beyond both readings' uncertainty) is held out until
+// it agrees again, and then until its lease horizon has passed.
+func (c *Client) checkClockAgreement() {
+	if !c.opts.clockGuard || !c.opts.clockReference {
+		return
+	}
+	tight := int64(c.maxUncertainty() / 8)
+	type sample struct {
+		m *master
+		s clockRef
+	}
+	var fresh []sample
+	for _, m := range c.masters {
+		s, ok := m.st.lastReading.Load(), m.answeredProbe()
+		if ok && s != nil && s.uncert <= tight && time.Duration(c.sinceEpoch()-s.at) < c.opts.healthInterval+c.opts.healthTimeout {
+			fresh = append(fresh, sample{m, *s})
+		}
+	}
+	if len(fresh) < c.quorum {
+		return // too few precise readings to judge by
+	}
+	offs := make([]int64, len(fresh))
+	for i, f := range fresh {
+		offs[i] = f.s.offset
+	}
+	slices.Sort(offs)
+	median := offs[len(offs)/2]
+	var medUncert int64
+	for _, f := range fresh {
+		if f.s.offset == median {
+			medUncert = f.s.uncert
+		}
+	}
+	tolerance := int64(c.maxUncertainty() / 4)
+	for _, f := range fresh {
+		d := f.s.offset - median
+		if d < 0 {
+			d = -d
+		}
+		m := f.m
+		if d-f.s.uncert-medUncert > tolerance {
+			why := fmt.Sprintf("wall clock differs from the median of the masters by %v (tolerance %v): votes stop until it agrees, then until its lease horizon; fix its clock (NTP)", time.Duration(f.s.offset-median).Round(time.Millisecond), time.Duration(tolerance))
+			if m.judge(observation{kind: obsClockDisagrees, reason: why}) {
+				c.opts.logger.Warn("master clock disagrees with the other masters: held out", masterAttr(m), slog.Duration("by", time.Duration(f.s.offset-median)))
+			}
+			continue
+		}
+		m.judge(observation{kind: obsClockAgrees})
+	}
+}
+
+// agreesWithOthers is check 2 for one reading s of m against the other
+// masters' recent references: known is false when fewer than quorum − 1
+// of them have one. With at least a quorum of them, s must agree with
+// their median (a minority of faulty clocks among them cannot move it).
+// With exactly quorum − 1 (e.g. N − quorum masters down, the failures the
+// deployment is built to survive), s must agree with every one of them:
+// m and they make a quorum, and a master whose clock jumped disagrees with
+// every sane one, so it passes only if all quorum − 1 others jumped alike
+// — a quorum of faulty masters, beyond what any check can cover. A sane m
+// next to a faulty other fails closed (its vote waits for the next probe's
+// reading), which costs availability only beyond N − quorum faults. Only
+// precise readings are judged (s and every reference used within an
+// eighth of maxUncertainty), with the same tolerance as check 2,
+// so a jump it lets through is within clockAllowance.
+func (c *Client) agreesWithOthers(m *master, s clockRef) (agrees, known bool) {
+	if !c.opts.clockReference {
+		return false, false
+	}
+	now := c.sinceEpoch()
+	offs := make([]clockRef, 0, len(c.masters))
+	for _, o := range c.masters {
+		if o == m {
+			continue
+		}
+		if r := o.st.ref.Load(); r != nil && time.Duration(now-r.at) <= c.maxRefAge() {
+			offs = append(offs, *r)
+		}
+	}
+	if len(offs) < c.quorum-1 {
+		return false, false
+	}
+	judge := offs // every one of quorum − 1
+	if len(offs) >= c.quorum {
+		slices.SortFunc(offs, func(a, b clockRef) int { return cmp.Compare(a.offset, b.offset) })
+		judge = offs[len(offs)/2 : len(offs)/2+1] // their median
+	}
+	tight := int64(c.maxUncertainty() / 8)
+	if s.uncert > tight {
+		return false, true
+	}
+	for _, r := range judge {
+		d := s.offset - r.offset
+		if d < 0 {
+			d = -d
+		}
+		if r.uncert > tight || d-s.uncert-r.uncert > int64(c.maxUncertainty()/4) {
+			return false, true
+		}
+	}
+	return true, true
 }

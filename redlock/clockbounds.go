@@ -15,7 +15,7 @@ import (
 // master that no check of any contender B sees: drift(ttl) = f·ttl + 2ms +
 // allowance. B's checks miss a steady rate up to the drift factor they
 // judge by, f_B, and, once, a forward jump up to their blind spot
-// blind_B = u_B + f_B·r_B + 1ms (clockref.go: u the uncertainty bound of
+// blind_B = u_B + f_B·r_B + 1ms (clock.go: u the uncertainty bound of
 // two readings, r the oldest reference). Over A's lock of ttl t, the
 // master's clock may thus run ahead of real time, unseen by B, by at most
 // f_B·t + blind_B. A's key on that master outlives A's validity, so B's

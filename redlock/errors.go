@@ -105,7 +105,7 @@ func (e *OutcomeError) Unwrap() []error { return e.Failures }
 
 // TTLError is the error of Acquire and Extend for a TTL that leaves no
 // validity after the drift allowance (drift factor × TTL + 2 ms + the clock
-// allowance, see clockref.go): Redlock step 3 would grant nothing. It
+// allowance, see clock.go): Redlock step 3 would grant nothing. It
 // matches ErrInvalid. Min is the smallest TTL that leaves any validity
 // with the allowance as it is now (the clock allowance moves with the age
 // of the masters' clock readings).

@@ -33,7 +33,7 @@ import (
 // its horizon: it counts, and a counting master that had lost its data
 // since L was granted would itself still be kept out by this rule until L
 // ended. L's validity ends before L's key expires on s (the drift
-// allowance covers the clocks; clockref.go), and the key expires no later
+// allowance covers the clocks; clock.go), and the key expires no later
 // than s's horizon. The read happens after the loss was seen, so any lock
 // granted in between (without m: a lost master refuses to vote, and its
 // vote is checked in the same script) is covered too, and in any case

@@ -76,7 +76,7 @@ func churn(t *testing.T, c *Client, prefix string, workers int, stop <-chan stru
 // and the vote clock check do not explain. With two of five masters down,
 // an acquire needs every other master's vote, and a vote counts only when
 // its clock reading is precise enough to rule out a jump (the pipeline's
-// round trip within about twice the check's 100ms bound, clockref.go:
+// round trip within about twice the check's 100ms bound, clock.go:
 // maxUncertainty). With 64 workers under -race on a loaded machine a
 // pipeline's round trip reaches 200ms, and that vote is refused with
 // ErrMasterClockUnknown by design: the check failing closed, not the lanes

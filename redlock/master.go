@@ -71,7 +71,7 @@ type reply struct {
 	err error // *MasterError for transport problems, or a Redis error
 	// sent and at are when the pipeline carrying the call was written and
 	// when its answers arrived (zero for failures): the script ran in
-	// between, which bounds its clock reading (clockref.go).
+	// between, which bounds its clock reading (clock.go).
 	sent, at time.Time
 	// stats: for a vote, the INFO stats its lane read after the batch's
 	// votes (batchstats.go); ok false when there is none.

@@ -20,7 +20,7 @@ import (
 //	condProbed         (counts once set)           obsMarkerRuleMet (marker.go)    — (a Client's lifetime)
 //	condRepairPending  MasterRepairing             obsDataLoss (dataloss.go)       obsRepaired (horizon.go repairMaster),
 //	                                                                               obsRepairAdopted (dataloss.go adoptRepair)
-//	condHorizonPending quarantined for max TTL     obsClockFault (clockref.go),    obsRepaired: the lease horizon read
+//	condHorizonPending quarantined for max TTL     obsClockFault (clock.go),    obsRepaired: the lease horizon read
 //	                   until its horizon is read   obsClockAgrees after a hold      sets the quarantine
 //	condClockHold      MasterQuarantined           obsClockDisagrees               obsClockAgrees (→ condHorizonPending)
 //	condClockJudged    (counts once set)           obsClockChecked, obsClockAgrees — (a Client's lifetime)
