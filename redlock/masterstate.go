@@ -20,17 +20,17 @@ import (
 //	condProbed         (counts once set)           obsMarkerRuleMet (marker.go)    — (a Client's lifetime)
 //	condRepairPending  MasterRepairing             obsDataLoss (dataloss.go)       obsRepaired (horizon.go repairMaster),
 //	                                                                               obsRepairAdopted (dataloss.go adoptRepair)
-//	condHorizonPending quarantined for max TTL     obsClockFault (clock.go),    obsRepaired: the lease horizon read
-//	                   until its horizon is read   obsClockAgrees after a hold      sets the quarantine
+//	condHorizonPending quarantined for max TTL     obsClockFault (clock.go),       obsRepaired: the lease horizon read
+//	                   until its horizon is read   obsClockAgrees after a hold     sets the quarantine
 //	condClockHold      MasterQuarantined           obsClockDisagrees               obsClockAgrees (→ condHorizonPending)
 //	condClockJudged    (counts once set)           obsClockChecked, obsClockAgrees — (a Client's lifetime)
 //
 // The quarantine {until, reason} (excludedUntil, quarantineReason) is set
 // by judge too (obsDataLoss, obsClockFault, obsRepaired, obsQuarantine)
-// and ends when its time passes; down and up are the lanes' and the probes' (m.up,
-// setDown). A new guard is one observation kind, one case in judge, and,
-// if it keeps votes out in a new way, one condition and one line in
-// verdict.
+// and ends when its time passes; down and up are the lanes' and the
+// probes' (m.up, setDown). A new guard is one observation kind, one case
+// in judge, and, if it keeps votes out in a new way, one condition and
+// one line in verdict.
 
 // condition is one bit of a master's conditions.
 type condition uint32
