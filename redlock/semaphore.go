@@ -115,7 +115,10 @@ func (c *Client) AcquirePermit(ctx context.Context, name string, permits int, tt
 	lock, err := c.attemptThenWait(ctx, &cfg, q, nil, func(ctx context.Context) (*Lock, error) {
 		freed := c.waits.takeFreed(q)
 		lock, s, err := c.acquireAnyPermit(ctx, name, permits, freedSlot(freed, permits), ttl, cfg.lockDelay)
-		c.waits.triedFreed(q, freed, err == nil && s >= 0 && PermitKey(name, s) == freed)
+		// untried: the attempt ended without the freed slot's answer (the
+		// caller left, no quorum): another head must try it.
+		untried := err != nil && !errors.Is(err, ErrLockHeld)
+		c.waits.triedFreed(q, freed, err == nil && PermitKey(name, s) == freed, untried)
 		slot = s
 		return lock, err
 	})

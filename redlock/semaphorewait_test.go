@@ -116,3 +116,65 @@ func TestSemaphoreNewWaiterJoinsBehindTheQueue(t *testing.T) {
 	require.NoError(t, (<-late).Release(ctx))
 	require.NoError(t, (<-first).Release(ctx))
 }
+
+// woken reports whether w has a wake-up pending, and takes it.
+func woken(w *waiter) bool {
+	select {
+	case <-w.wake:
+		return true
+	default:
+		return false
+	}
+}
+
+// The bookkeeping of a semaphore queue, without masters: one release
+// arrives once per master; it wakes one idle head once; copies during the
+// head's attempt are noted again only if the attempt did not get the
+// slot; an attempt that ended without an answer for the slot (its caller
+// left, no quorum) hands it to another head.
+func TestSemaphoreQueueNotesEachReleaseOnce(t *testing.T) {
+	const q, slot = "s#permit:", "s#permit:2"
+	var qs waitQueues
+	w1, w2 := qs.join(q, 4), qs.join(q, 4)
+	for range 5 { // every master publishes the release
+		qs.releasedSlot(q, slot)
+	}
+	assert.True(t, woken(w1))
+	assert.False(t, woken(w2), "one release wakes one head")
+	require.True(t, qs.startAttempt(q, w1))
+	require.Equal(t, slot, qs.takeFreed(q))
+	assert.Equal(t, "", qs.takeFreed(q), "noted once")
+	qs.releasedSlot(q, slot) // a late copy, during w1's attempt
+	assert.False(t, woken(w2), "a copy during the attempt wakes nobody")
+
+	t.Run("got it: the copies were of its own release", func(t *testing.T) {
+		qs.triedFreed(q, slot, true, false)
+		qs.endAttempt(q, w1)
+		assert.False(t, woken(w1) || woken(w2))
+		assert.Equal(t, "", qs.takeFreed(q))
+	})
+	t.Run("refused, with a copy during the attempt: noted again", func(t *testing.T) {
+		qs.releasedSlot(q, slot)
+		require.True(t, woken(w1))
+		require.True(t, qs.startAttempt(q, w1))
+		require.Equal(t, slot, qs.takeFreed(q))
+		qs.releasedSlot(q, slot)
+		qs.triedFreed(q, slot, false, false)
+		assert.True(t, woken(w2), "the idle head is woken for it")
+		qs.endAttempt(q, w1)
+		assert.Equal(t, slot, qs.takeFreed(q))
+	})
+	t.Run("untried: handed to another head", func(t *testing.T) {
+		qs.releasedSlot(q, "s#permit:3")
+		require.True(t, woken(w1))
+		require.True(t, qs.startAttempt(q, w1))
+		require.Equal(t, "s#permit:3", qs.takeFreed(q))
+		qs.triedFreed(q, "s#permit:3", false, true)
+		assert.True(t, woken(w2))
+		qs.endAttempt(q, w1)
+		assert.Equal(t, "s#permit:3", qs.takeFreed(q))
+	})
+	qs.leave(q, w1)
+	qs.leave(q, w2)
+	assert.Empty(t, qs.sems, "nothing kept once the queue is empty")
+}

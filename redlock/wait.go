@@ -217,6 +217,9 @@ func (q *waitQueues) leave(key string, w *waiter) {
 		delete(q.sems, key)
 	} else {
 		q.byKey[key] = ws
+		if sq := q.sems[key]; sq != nil && len(sq.freed) > 0 {
+			q.wakeIdleHead(key) // w was woken for a slot it left untaken
+		}
 	}
 }
 
@@ -284,10 +287,12 @@ func (q *waitQueues) takeFreed(queue string) string {
 	return key
 }
 
-// triedFreed ends the attempt on key, a slot key takeFreed returned:
+// triedFreed ends the attempt on key, a slot key takeFreed returned. The
+// slot is noted again, and an idle head woken, when the attempt ended
+// without an answer for it (untried: its caller left, no quorum), or
 // when its release was noted again during the attempt and the attempt
-// did not get the lock (got false), the slot is noted again (semQueue).
-func (q *waitQueues) triedFreed(queue, key string, got bool) {
+// did not get it (got false; semQueue).
+func (q *waitQueues) triedFreed(queue, key string, got, untried bool) {
 	if key == "" {
 		return
 	}
@@ -298,7 +303,7 @@ func (q *waitQueues) triedFreed(queue, key string, got bool) {
 		return
 	}
 	delete(sq.trying, key)
-	if sq.missed[key] && !got && !slices.Contains(sq.freed, key) {
+	if (untried || sq.missed[key] && !got) && !slices.Contains(sq.freed, key) {
 		sq.freed = append(sq.freed, key)
 		q.wakeIdleHead(queue)
 	}
