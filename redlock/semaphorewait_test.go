@@ -26,6 +26,31 @@ func settledAttempts(t *testing.T, c *Client) int64 {
 	return last
 }
 
+// permitWaitSetup turns the poll fallback off for the test (a waiter gets
+// a permit by a notification or not at all) and returns the Client of the
+// holders and the one of the waiters (the same Client: its releases
+// notify its own waiters; one of another marker key has another channel)
+// and a semaphore name.
+func permitWaitSetup(t *testing.T) (holders, waiters *Client, name string) {
+	saved := pollFallback
+	pollFallback = time.Hour
+	t.Cleanup(func() { pollFallback = saved })
+	c := newClient(t)
+	return c, c, newKey(t)
+}
+
+// holdAllPermits takes every permit of name (N = permits) on c.
+func holdAllPermits(t *testing.T, c *Client, name string, permits int) []*Permit {
+	t.Helper()
+	var held []*Permit
+	for range permits {
+		p, err := c.AcquirePermit(context.Background(), name, permits, time.Minute)
+		require.NoError(t, err)
+		held = append(held, p)
+	}
+	return held
+}
+
 // permitWaiters starts n AcquirePermit calls on c that wait for a permit
 // of name (N = permits); each sends what it got on the channel.
 func permitWaiters(t *testing.T, c *Client, name string, permits, n int) (chan *Permit, *sync.WaitGroup) {
@@ -48,18 +73,9 @@ func permitWaiters(t *testing.T, c *Client, name string, permits, n int) (chan *
 // 2.5 attempts each on average: all four at one attempt would happen by
 // chance once in 256 runs.
 func TestSemaphoreWaiterTriesTheReleasedSlotFirst(t *testing.T) {
-	defer func(d time.Duration) { pollFallback = d }(pollFallback)
-	pollFallback = time.Hour
-	c := newClient(t) // its releases notify its own waiters (a Client of another marker key has another channel)
-	c1, c2 := c, c
+	c1, c2, name := permitWaitSetup(t)
 	ctx := context.Background()
-	name := newKey(t)
-	var held []*Permit
-	for range 4 {
-		p, err := c1.AcquirePermit(ctx, name, 4, time.Minute)
-		require.NoError(t, err)
-		held = append(held, p)
-	}
+	held := holdAllPermits(t, c1, name, 4)
 	got, wg := permitWaiters(t, c2, name, 4, 4)
 	require.Eventually(t, func() bool { return c2.Waiting() == 4 }, 10*time.Second, time.Millisecond)
 	before := settledAttempts(t, c2)
@@ -84,18 +100,9 @@ func TestSemaphoreWaiterTriesTheReleasedSlotFirst(t *testing.T) {
 // waiters that came earlier). Before, the third caller here made two
 // attempts before it queued.
 func TestSemaphoreNewWaiterJoinsBehindTheQueue(t *testing.T) {
-	defer func(d time.Duration) { pollFallback = d }(pollFallback)
-	pollFallback = time.Hour
-	c := newClient(t) // its releases notify its own waiters (a Client of another marker key has another channel)
-	c1, c2 := c, c
+	c1, c2, name := permitWaitSetup(t)
 	ctx := context.Background()
-	name := newKey(t)
-	var held []*Permit
-	for range 2 {
-		p, err := c1.AcquirePermit(ctx, name, 2, time.Minute)
-		require.NoError(t, err)
-		held = append(held, p)
-	}
+	held := holdAllPermits(t, c1, name, 2)
 	first, wg := permitWaiters(t, c2, name, 2, 2)
 	require.Eventually(t, func() bool { return c2.Waiting() == 2 }, 10*time.Second, time.Millisecond)
 	before := settledAttempts(t, c2)
