@@ -74,3 +74,44 @@ func TestGrantToACallerThatWentAwayIsReleased(t *testing.T) {
 		})
 	}
 }
+
+// TestIdemBeginForACallerThatWentAwayIsAborted: an idem_begin that
+// started an attempt for a caller that went away before the answer (the
+// only place its token is) is aborted at once, so that the caller's retry
+// starts it again instead of getting 409 in_progress for the whole lease
+// (60 s here). The next begin answers started, first attempt over again.
+func TestIdemBeginForACallerThatWentAwayIsAborted(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t)
+	gone := make(chan struct{}, 1)
+	var armed atomic.Bool
+	armed.Store(true)
+	ts.Server.idem.begun = func(ctx context.Context) {
+		if armed.CompareAndSwap(true, false) {
+			gone <- struct{}{}
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}
+	body := `{"action":"idem_begin","key":"gone:job","fingerprint":"` + strings.Repeat("ab", 32) + `","lease":60}`
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-gone
+		cancel()
+	}()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/lock", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("X-API-Key", testKeyAcme)
+	req.Header.Set("Content-Type", "application/json")
+	_, err = ts.client.Do(req)
+	require.ErrorIs(t, err, context.Canceled, "the caller went away before the answer")
+	var r *response
+	require.Eventually(t, func() bool {
+		r = ts.lock(t, testKeyAcme, body)
+		return r.Status == http.StatusOK
+	}, 5*time.Second, 50*time.Millisecond, "the abandoned attempt still holds its lease")
+	assert.Equal(t, "started", r.idem(t).Outcome, r.Raw)
+	assert.NotEmpty(t, ts.Logs.FilterMessage("idempotency attempt begun for a caller that went away: aborted").All())
+}

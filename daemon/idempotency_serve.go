@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/redlockd/redlockd/daemon/limits"
 	"github.com/redlockd/redlockd/redlock"
@@ -33,6 +34,9 @@ type idemServer struct {
 	store     *idempotency.Store
 	bodyLimit int64
 	metrics   *idemMetrics
+	// begun, when set (tests only), runs after the Store's Begin returned
+	// and before the answer: where a caller that leaves is seen.
+	begun func(ctx context.Context)
 }
 
 func newIdemServer(o *IdempotencyOptions) (*idemServer, error) {
@@ -175,6 +179,19 @@ func (s *Server) idemBegin(ctx context.Context, w http.ResponseWriter, c *call, 
 	if err != nil || refused {
 		return err
 	}
+	if s.idem.begun != nil {
+		s.idem.begun(ctx)
+	}
+	if res.Outcome == idempotency.Started && ctx.Err() != nil {
+		// The caller went away before the answer, which alone carries the
+		// token: nobody can complete this attempt, and its retries would
+		// get 409 in_progress for the whole lease. Nothing ran under it,
+		// so abort it (a takeover, ExpiredInProgress, is kept: it says
+		// that an earlier attempt may have run part of the work).
+		s.abortAbandoned(c, key, res.Token)
+		s.lockerFailed(ctx, w, c, ctx.Err())
+		return nil
+	}
 	d.Outcome, d.Attempts = res.Outcome.String(), res.Attempts
 	m := s.idem.metrics
 	switch res.Outcome {
@@ -205,6 +222,17 @@ func (s *Server) idemBegin(ctx context.Context, w http.ResponseWriter, c *call, 
 		s.idemOK(w, c, d, http.StatusUnprocessableEntity, "this key was used with another request (fingerprint mismatch); use a new key for a new request")
 	}
 	return nil
+}
+
+// abortAbandoned aborts the attempt key began with token for a caller
+// that went away before its answer, on a context of its own
+// (abandonedReleaseTimeout), as releaseAbandoned releases a lock.
+func (s *Server) abortAbandoned(c *call, key, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
+	defer cancel()
+	err := s.idem.store.Abort(ctx, key, token)
+	s.idemLeaseEnded(c, key, token, err)
+	s.log.Info("idempotency attempt begun for a caller that went away: aborted", zap.String("key", key), zap.Error(err))
 }
 
 // idemLeaseEnded counts the end of a processing lease for max_locks, as a
