@@ -428,11 +428,16 @@ func (t *acquireTally) failure(granting, fenceFailed bool, validity, elapsed tim
 // token may have been set, on a context of its own, and waits (bounded by
 // the per-master timeout) for the answers. The releases are queued behind
 // their SETs on the same lane, so none can overtake the SET it cleans up.
+// A master that deletes a key of the token publishes it, as a release
+// does: another attempt may have been refused for that key (two attempts
+// that split the votes, a winner refused by the granted-lock check while
+// a release was on its way), and its waiters would otherwise sleep until
+// the holder's end or the poll fallback, with the key free.
 func (c *Client) cleanup(set *lockSet, token string, maybeHeld []bool) {
 	if !slices.Contains(maybeHeld, true) {
 		return
 	}
-	rel := set.releaseCall(c, token, false)
+	rel := set.releaseCall(c, token)
 	rel.mustSend, rel.only = true, maybeHeld
 	out, waiting := c.fanout(rel, time.Now())
 	timer := time.NewTimer(c.opts.perMasterTimeout)

@@ -115,21 +115,14 @@ func (s *lockSet) fenceCall(c *Client, token string, fence int64) script {
 	return script{s: c.sc.fenceMulti, keys: s.vote, args: []any{token, f, strconv.Itoa(c.multiStride())}}
 }
 
-// releaseCall is the compare-and-delete of the set by token; notify
-// publishes the released keys to the waiters (not for a clean-up).
-func (s *lockSet) releaseCall(c *Client, token string, notify bool) script {
+// releaseCall is the compare-and-delete of the set by token; every key
+// it deletes is published to the waiters (a release, or a failed
+// attempt's clean-up).
+func (s *lockSet) releaseCall(c *Client, token string) script {
 	if s.multi == nil {
-		args := []any{token}
-		if notify {
-			args = []any{token, c.releaseChannel()}
-		}
-		return script{s: releaseScript, keys: c.releaseKeys(s.key), args: args}
+		return script{s: releaseScript, keys: c.releaseKeys(s.key), args: []any{token, c.releaseChannel()}}
 	}
-	args := []any{token, strconv.Itoa(c.multiStride())}
-	if notify {
-		args = append(args, c.releaseChannel())
-	}
-	return script{s: releaseMultiScript, keys: s.vote[4:], args: args}
+	return script{s: releaseMultiScript, keys: s.vote[4:], args: []any{token, strconv.Itoa(c.multiStride()), c.releaseChannel()}}
 }
 
 // checkMultiKeys checks the keys of a multi-key lock.

@@ -34,7 +34,7 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 func (c *Client) releaseSet(ctx context.Context, set *lockSet, token string) (int, error) {
 	n := len(c.masters)
 	start := time.Now()
-	rel := set.releaseCall(c, token, true)
+	rel := set.releaseCall(c, token)
 	rel.mustSend = true
 	out, _ := c.fanout(rel, start)
 	res := OutcomeError{Op: "release", Quorum: c.quorum, Masters: n}

@@ -6,8 +6,8 @@
 -- (redlock/lockdelay.go; absent when lock-delay is off), deleted with the
 -- lock, and also when the lock already expired: the holder that releases
 -- late ends its delay
--- ARGV[1] token, ARGV[2] release channel (absent: no notification, for the
--- clean-up after a failed acquire)
+-- ARGV[1] token, ARGV[2] release channel (absent: no notification; a
+-- failed acquire's clean-up notifies too, redlock/acquire.go cleanup)
 -- Returns 1 deleted, 0 absent (expired or released), -1 held by another token.
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
