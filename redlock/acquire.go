@@ -16,9 +16,9 @@ type acquireConfig struct {
 	retry     RetryStrategy
 	stop      <-chan struct{}
 	lockDelay time.Duration // lockdelay.go
-	// heads: how many waiters of the queue attempt at once (waitQueues);
-	// 0 or 1 for a lock, the permits for a semaphore.
-	heads int
+	// permit: for AcquirePermit, its semaphore and permits (waitQueues);
+	// nil for a lock.
+	permit *permitWait
 }
 
 // WithStopWaiting ends the wait (WithWait) when stop is closed: Acquire
@@ -107,7 +107,7 @@ func (c *Client) newAcquireConfig(ttl time.Duration, opts []AcquireOption) (acqu
 // release of any key of watch, for a multi-key lock) until the wait ends.
 func (c *Client) attemptThenWait(ctx context.Context, cfg *acquireConfig, queue string, watch []string, attempt func(context.Context) (*Lock, error)) (*Lock, error) {
 	giveUp := time.Now().Add(cfg.wait)
-	if cfg.heads > 1 && cfg.wait > 0 && c.waits.queued(queue) {
+	if cfg.permit != nil && cfg.wait > 0 && c.waits.queued(queue) {
 		// A semaphore whose permits this Client's waiters already queue
 		// for: a first attempt would try every slot (up to permits
 		// fan-outs, most of them refused) only to jump the queue; join it

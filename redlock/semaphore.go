@@ -55,9 +55,10 @@ func PermitKey(name string, slot int) string {
 	return name + permitSep + strconv.Itoa(slot)
 }
 
-// permitQueue returns the wait queue of the semaphore whose slot lock has
-// key: "<name>#permit:", which no slot key equals; ok is false when key is
-// not a slot key.
+// permitQueue returns the semaphore whose slot lock has key:
+// "<name>#permit:", which no slot key equals; ok is false when key is not
+// a slot key. Its waiters queue by the permits they ask for
+// (permitWaitQueue).
 func permitQueue(key string) (string, bool) {
 	i := strings.LastIndex(key, permitSep)
 	if i < 0 {
@@ -73,6 +74,22 @@ func permitQueue(key string) (string, bool) {
 		}
 	}
 	return key[:i+len(permitSep)], true
+}
+
+// permitWait is a waiting AcquirePermit's semaphore (permitQueue) and
+// permits.
+type permitWait struct {
+	base    string
+	permits int
+}
+
+// permitWaitQueue is the wait queue of the callers of the semaphore base
+// (permitQueue) that ask for permits: callers that ask for another number
+// take other slots, so they wait apart (a caller asking for 3 behind
+// waiters asking for 1 would otherwise wait for slot 0 with them). The
+// NUL keeps it apart from every key a caller can name.
+func permitWaitQueue(base string, permits int) string {
+	return base + "\x00" + strconv.Itoa(permits)
 }
 
 // Permit is one held permit of a semaphore: the Lock of its slot
@@ -109,9 +126,10 @@ func (c *Client) AcquirePermit(ctx context.Context, name string, permits int, tt
 	if err != nil {
 		return nil, err
 	}
-	cfg.heads = permits // its slots are independent locks (waitQueues)
+	base, _ := permitQueue(PermitKey(name, 0))
+	cfg.permit = &permitWait{base: base, permits: permits}
+	q := permitWaitQueue(base, permits)
 	slot := -1
-	q, _ := permitQueue(PermitKey(name, 0))
 	lock, err := c.attemptThenWait(ctx, &cfg, q, nil, func(ctx context.Context) (*Lock, error) {
 		freed := c.waits.takeFreed(q)
 		lock, s, err := c.acquireAnyPermit(ctx, name, permits, freedSlot(freed, permits), ttl, cfg.lockDelay)

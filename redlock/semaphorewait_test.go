@@ -140,18 +140,20 @@ func woken(w *waiter) bool {
 // slot; an attempt that ended without an answer for the slot (its caller
 // left, no quorum) hands it to another head.
 func TestSemaphoreQueueNotesEachReleaseOnce(t *testing.T) {
-	const q, slot = "s#permit:", "s#permit:2"
+	const base, slot = "s#permit:", "s#permit:2"
+	q := permitWaitQueue(base, 4)
 	var qs waitQueues
-	w1, w2 := qs.join(q, 4), qs.join(q, 4)
+	sem := &permitWait{base: base, permits: 4}
+	w1, w2 := qs.join(q, sem), qs.join(q, sem)
 	for range 5 { // every master publishes the release
-		qs.releasedSlot(q, slot)
+		qs.releasedSlot(base, slot)
 	}
 	assert.True(t, woken(w1))
 	assert.False(t, woken(w2), "one release wakes one head")
 	require.True(t, qs.startAttempt(q, w1))
 	require.Equal(t, slot, qs.takeFreed(q))
 	assert.Equal(t, "", qs.takeFreed(q), "noted once")
-	qs.releasedSlot(q, slot) // a late copy, during w1's attempt
+	qs.releasedSlot(base, slot) // a late copy, during w1's attempt
 	assert.False(t, woken(w2), "a copy during the attempt wakes nobody")
 
 	t.Run("got it: the copies were of its own release", func(t *testing.T) {
@@ -161,18 +163,18 @@ func TestSemaphoreQueueNotesEachReleaseOnce(t *testing.T) {
 		assert.Equal(t, "", qs.takeFreed(q))
 	})
 	t.Run("refused, with a copy during the attempt: noted again", func(t *testing.T) {
-		qs.releasedSlot(q, slot)
+		qs.releasedSlot(base, slot)
 		require.True(t, woken(w1))
 		require.True(t, qs.startAttempt(q, w1))
 		require.Equal(t, slot, qs.takeFreed(q))
-		qs.releasedSlot(q, slot)
+		qs.releasedSlot(base, slot)
 		qs.triedFreed(q, slot, false, false)
 		assert.True(t, woken(w2), "the idle head is woken for it")
 		qs.endAttempt(q, w1)
 		assert.Equal(t, slot, qs.takeFreed(q))
 	})
 	t.Run("untried: handed to another head", func(t *testing.T) {
-		qs.releasedSlot(q, "s#permit:3")
+		qs.releasedSlot(base, "s#permit:3")
 		require.True(t, woken(w1))
 		require.True(t, qs.startAttempt(q, w1))
 		require.Equal(t, "s#permit:3", qs.takeFreed(q))
@@ -184,6 +186,7 @@ func TestSemaphoreQueueNotesEachReleaseOnce(t *testing.T) {
 	qs.leave(q, w1)
 	qs.leave(q, w2)
 	assert.Empty(t, qs.sems, "nothing kept once the queue is empty")
+	assert.Empty(t, qs.semsOf)
 }
 
 // A failed attempt's clean-up publishes the keys it deleted, as a release
@@ -219,4 +222,50 @@ func TestCleanupOfAFailedAttemptNotifiesWaiters(t *testing.T) {
 	n, err := rdbs[4].Exists(ctx, key).Result()
 	require.NoError(t, err)
 	assert.Zero(t, n, "cleaned up")
+}
+
+// Callers of one semaphore that ask for different permits wait apart: a
+// caller asking for 3 behind waiters asking for 1 (which only take slot
+// 0, held) gets slot 1 or 2 at once. Before, it joined their queue
+// without an attempt, behind heads that never left, and waited out its
+// whole wait with two slots free (found by a break-it run: 8 of 8).
+func TestSemaphoreCallerWithMorePermitsIsNotStuckBehindFewer(t *testing.T) {
+	c, _, name := permitWaitSetup(t)
+	ctx := context.Background()
+	held := holdAllPermits(t, c, name, 1)
+	few, fewWG := permitWaiters(t, c, name, 1, 3)
+	require.Eventually(t, func() bool { return c.Waiting() == 3 }, 10*time.Second, time.Millisecond)
+	p, err := c.AcquirePermit(ctx, name, 3, time.Minute, WithWait(5*time.Second))
+	require.NoError(t, err, "slots 1 and 2 were free all along")
+	assert.Contains(t, []int{1, 2}, p.Slot)
+	require.NoError(t, p.Release(ctx))
+
+	// A release of a slot wakes the callers that can take it: slot 2
+	// freed, the caller asking for 3 gets it, not one asking for 1.
+	var more []*Permit
+	for range 2 {
+		p, err := c.AcquirePermit(ctx, name, 3, time.Minute)
+		require.NoError(t, err)
+		more = append(more, p)
+	}
+	many, manyWG := permitWaiters(t, c, name, 3, 1)
+	require.Eventually(t, func() bool { return c.Waiting() == 4 }, 10*time.Second, time.Millisecond)
+	for _, p := range more {
+		if p.Slot == 2 {
+			require.NoError(t, p.Release(ctx))
+		}
+	}
+	manyWG.Wait()
+	got := <-many
+	assert.Equal(t, 2, got.Slot)
+	for _, p := range append(more, got) {
+		if p.Slot != 2 || p == got {
+			require.NoError(t, p.Release(ctx))
+		}
+	}
+	require.NoError(t, held[0].Release(ctx))
+	for range 3 { // the waiters asking for 1 take slot 0 in turn
+		require.NoError(t, (<-few).Release(ctx))
+	}
+	fewWG.Wait()
 }

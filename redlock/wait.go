@@ -69,8 +69,12 @@ type waitQueues struct {
 	// hold it, with how many waiters of each watch it: the release of any
 	// key of a set wakes the set's queue.
 	watchers map[string]map[string]int
-	// sems: the semaphore queues with waiters (permitQueue).
-	sems map[string]*semQueue
+	// sems: the semaphore queues with waiters (permitWaitQueue), and
+	// semsOf, per semaphore (permitQueue), the keys of its queues: one per
+	// permits asked for, since callers with another N can take other
+	// slots.
+	sems   map[string]*semQueue
+	semsOf map[string][]string
 }
 
 // semQueue is what a semaphore's queue keeps beside its waiters.
@@ -85,10 +89,12 @@ type waitQueues struct {
 // (taken and released by another Client in the meantime) wakes a head as
 // before. Copies that arrive after the attempt ended cost one attempt.
 type semQueue struct {
-	heads  int             // the largest permits among its waiters, at most maxHeads
-	freed  []string        // slot keys released and not yet taken by a head, oldest first
-	trying map[string]bool // slot keys taken by a head whose attempt has not ended
-	missed map[string]bool // of those, noted again during the attempt
+	base    string          // the semaphore's permitQueue
+	permits int             // the permits its waiters ask for: they take slots below it
+	heads   int             // min(permits, maxHeads)
+	freed   []string        // slot keys released and not yet taken by a head, oldest first
+	trying  map[string]bool // slot keys taken by a head whose attempt has not ended
+	missed  map[string]bool // of those, noted again during the attempt
 }
 
 // maxHeads bounds the heads of one semaphore queue: how many of its
@@ -124,23 +130,23 @@ func (q *waitQueues) unwatch(queue string, keys []string) {
 	}
 }
 
-// join appends a waiter to key's queue, whose first heads waiters attempt
-// (1 for a lock's queue, the permits for a semaphore's).
-func (q *waitQueues) join(key string, heads int) *waiter {
+// join appends a waiter to key's queue: a lock's (sem nil), whose first
+// waiter attempts, or the queue of a semaphore's callers asking for
+// sem.permits (permitWaitQueue), whose first min(permits, maxHeads) do.
+func (q *waitQueues) join(key string, sem *permitWait) *waiter {
 	w := &waiter{wake: make(chan struct{}, 1)}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.byKey == nil {
 		q.byKey = map[string][]*waiter{}
 	}
-	if heads = min(heads, maxHeads); heads > 1 {
+	if sem != nil && q.sems[key] == nil {
 		if q.sems == nil {
-			q.sems = map[string]*semQueue{}
+			q.sems, q.semsOf = map[string]*semQueue{}, map[string][]string{}
 		}
-		if q.sems[key] == nil {
-			q.sems[key] = &semQueue{trying: map[string]bool{}, missed: map[string]bool{}}
-		}
-		q.sems[key].heads = max(q.sems[key].heads, heads)
+		q.sems[key] = &semQueue{base: sem.base, permits: sem.permits, heads: min(sem.permits, maxHeads),
+			trying: map[string]bool{}, missed: map[string]bool{}}
+		q.semsOf[sem.base] = append(q.semsOf[sem.base], key)
 	}
 	q.byKey[key] = append(q.byKey[key], w)
 	q.active++
@@ -214,7 +220,13 @@ func (q *waitQueues) leave(key string, w *waiter) {
 	}
 	if len(ws) == 0 {
 		delete(q.byKey, key)
-		delete(q.sems, key)
+		if sq := q.sems[key]; sq != nil {
+			delete(q.sems, key)
+			q.semsOf[sq.base] = slices.DeleteFunc(q.semsOf[sq.base], func(k string) bool { return k == key })
+			if len(q.semsOf[sq.base]) == 0 {
+				delete(q.semsOf, sq.base)
+			}
+		}
 	} else {
 		q.byKey[key] = ws
 		if sq := q.sems[key]; sq != nil && len(sq.freed) > 0 {
@@ -237,27 +249,25 @@ func (q *waitQueues) released(key string) {
 	}
 }
 
-// releasedSlot notes that slot key of the semaphore queue was released
-// (once: semQueue) and wakes one head of the queue that is not attempting;
-// if every head is, the first to end its attempt takes it (endAttempt).
-func (q *waitQueues) releasedSlot(queue, key string) {
+// releasedSlot notes that slot key of the semaphore base (permitQueue)
+// was released, in each of its queues whose callers can take that slot
+// (once: semQueue), and wakes one head of each that is not attempting; if
+// every head is, the first to end its attempt takes it (endAttempt).
+func (q *waitQueues) releasedSlot(base, key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	sq := q.sems[queue]
-	switch {
-	case sq == nil: // no waiter (or only lock waiters on a slot key)
-		if ws := q.byKey[queue]; len(ws) > 0 {
-			notify(ws[0])
+	for _, queue := range q.semsOf[base] {
+		sq := q.sems[queue]
+		switch {
+		case freedSlot(key, sq.permits) < 0: // a slot these callers do not take
+		case sq.trying[key]:
+			sq.missed[key] = true
+		case slices.Contains(sq.freed, key):
+		default:
+			sq.freed = append(sq.freed, key)
+			q.wakeIdleHead(queue)
 		}
-		return
-	case sq.trying[key]:
-		sq.missed[key] = true
-		return
-	case slices.Contains(sq.freed, key):
-		return
 	}
-	sq.freed = append(sq.freed, key)
-	q.wakeIdleHead(queue)
 }
 
 // wakeIdleHead wakes the first head of queue that is not attempting.
@@ -373,8 +383,8 @@ func (c *Client) subscribe() {
 						switch msg := msg.(type) {
 						case *redis.Message:
 							c.waits.released(msg.Payload)
-							if q, ok := permitQueue(msg.Payload); ok {
-								c.waits.releasedSlot(q, msg.Payload)
+							if base, ok := permitQueue(msg.Payload); ok {
+								c.waits.releasedSlot(base, msg.Payload)
 							}
 						case *redis.Subscription:
 							// Subscribed (again): what this master published
@@ -396,7 +406,7 @@ func (c *Client) subscribe() {
 // of any of its permits; a multi-key lock's, multiQueue(keys).
 func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(context.Context) (*Lock, error), cfg *acquireConfig, giveUp time.Time, err error) (*Lock, error) {
 	c.subscribe()
-	w := c.waits.join(key, cfg.heads)
+	w := c.waits.join(key, cfg.permit)
 	defer c.waits.leave(key, w)
 	if c.waits.isHead(key, w) {
 		// A release between the first attempt and join found no waiter of
