@@ -35,7 +35,16 @@ import (
 // head leaves (it got the lock, its wait ran out, its caller went away)
 // the next waiter becomes the head and attempts at once. The order
 // holds within one Client; across daemons there is no global order: after a
-// release, the heads of every daemon attempt and one of them wins.
+// release, the heads of every daemon attempt and one of them wins. A
+// failed attempt's clean-up publishes the keys it deleted, as a release
+// does (acquire.go cleanup): they may have refused another attempt.
+//
+// A semaphore's waiters (AcquirePermit) queue by semaphore and by the
+// permits they ask for (permitWaitQueue); a queue has up to that many
+// heads, a released slot is noted once in every queue whose callers take
+// it and wakes one idle head there, which tries that slot first
+// (semQueue); a new caller joins a queue that has waiters without an
+// attempt of its own.
 //
 // Load on the masters while a key is held: one attempt per pollFallback
 // per key per Client (one script call per master each), whatever the number
