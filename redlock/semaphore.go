@@ -60,20 +60,32 @@ func PermitKey(name string, slot int) string {
 // a slot key. Its waiters queue by the permits they ask for
 // (permitWaitQueue).
 func permitQueue(key string) (string, bool) {
+	base, _, ok := parsePermitKey(key)
+	return base, ok
+}
+
+// parsePermitKey splits a slot key (PermitKey) into its semaphore
+// ("<name>#permit:") and slot (-1 when its digits overflow an int); ok is
+// false when key is not a slot key.
+func parsePermitKey(key string) (base string, slot int, ok bool) {
 	i := strings.LastIndex(key, permitSep)
 	if i < 0 {
-		return "", false
+		return "", 0, false
 	}
 	digits := key[i+len(permitSep):]
 	if digits == "" {
-		return "", false
+		return "", 0, false
 	}
 	for j := 0; j < len(digits); j++ {
 		if digits[j] < '0' || digits[j] > '9' {
-			return "", false
+			return "", 0, false
 		}
 	}
-	return key[:i+len(permitSep)], true
+	slot, err := strconv.Atoi(digits)
+	if err != nil {
+		slot = -1
+	}
+	return key[:i+len(permitSep)], slot, true
 }
 
 // permitWait is a waiting AcquirePermit's semaphore (permitQueue) and
@@ -126,7 +138,7 @@ func (c *Client) AcquirePermit(ctx context.Context, name string, permits int, tt
 	if err != nil {
 		return nil, err
 	}
-	base, _ := permitQueue(PermitKey(name, 0))
+	base := name + permitSep // permitQueue of its slot keys
 	cfg.permit = &permitWait{base: base, permits: permits}
 	q := permitWaitQueue(base, permits)
 	slot := -1
@@ -160,15 +172,10 @@ func checkSemaphore(name string, permits int) error {
 // AcquirePermit (waitQueues.releasedSlot), when it is below permits; -1
 // otherwise (no release noted, or one of a slot this caller does not use).
 func freedSlot(key string, permits int) int {
-	i := strings.LastIndex(key, permitSep)
-	if i < 0 {
-		return -1
+	if _, slot, ok := parsePermitKey(key); ok && slot >= 0 && slot < permits {
+		return slot
 	}
-	slot, err := strconv.Atoi(key[i+len(permitSep):])
-	if err != nil || slot < 0 || slot >= permits {
-		return -1
-	}
-	return slot
+	return -1
 }
 
 // acquireAnyPermit is one attempt of AcquirePermit: every slot once,

@@ -39,6 +39,12 @@ func permitWaitSetup(t *testing.T) (holders, waiters *Client, name string) {
 	return c, c, newKey(t)
 }
 
+// waitingIs waits until n of c's callers wait in its queues.
+func waitingIs(t *testing.T, c *Client, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return c.Waiting() == n }, 10*time.Second, time.Millisecond)
+}
+
 // holdAllPermits takes every permit of name (N = permits) on c.
 func holdAllPermits(t *testing.T, c *Client, name string, permits int) []*Permit {
 	t.Helper()
@@ -77,11 +83,11 @@ func TestSemaphoreWaiterTriesTheReleasedSlotFirst(t *testing.T) {
 	ctx := context.Background()
 	held := holdAllPermits(t, c1, name, 4)
 	got, wg := permitWaiters(t, c2, name, 4, 4)
-	require.Eventually(t, func() bool { return c2.Waiting() == 4 }, 10*time.Second, time.Millisecond)
+	waitingIs(t, c2, 4)
 	before := settledAttempts(t, c2)
 	for i, h := range held {
 		require.NoError(t, h.Release(ctx))
-		require.Eventually(t, func() bool { return c2.Waiting() == 3-i }, 10*time.Second, time.Millisecond)
+		waitingIs(t, c2, 3-i)
 	}
 	wg.Wait()
 	close(got)
@@ -104,10 +110,10 @@ func TestSemaphoreNewWaiterJoinsBehindTheQueue(t *testing.T) {
 	ctx := context.Background()
 	held := holdAllPermits(t, c1, name, 2)
 	first, wg := permitWaiters(t, c2, name, 2, 2)
-	require.Eventually(t, func() bool { return c2.Waiting() == 2 }, 10*time.Second, time.Millisecond)
+	waitingIs(t, c2, 2)
 	before := settledAttempts(t, c2)
 	late, lateWG := permitWaiters(t, c2, name, 2, 1)
-	require.Eventually(t, func() bool { return c2.Waiting() == 3 }, 10*time.Second, time.Millisecond)
+	waitingIs(t, c2, 3)
 	assert.Equal(t, before, settledAttempts(t, c2), "the late waiter attempted instead of queueing")
 	// The two earlier waiters get the two permits; the late one waits.
 	for _, h := range held {
@@ -234,7 +240,7 @@ func TestSemaphoreCallerWithMorePermitsIsNotStuckBehindFewer(t *testing.T) {
 	ctx := context.Background()
 	held := holdAllPermits(t, c, name, 1)
 	few, fewWG := permitWaiters(t, c, name, 1, 3)
-	require.Eventually(t, func() bool { return c.Waiting() == 3 }, 10*time.Second, time.Millisecond)
+	waitingIs(t, c, 3)
 	p, err := c.AcquirePermit(ctx, name, 3, time.Minute, WithWait(5*time.Second))
 	require.NoError(t, err, "slots 1 and 2 were free all along")
 	assert.Contains(t, []int{1, 2}, p.Slot)
@@ -249,7 +255,7 @@ func TestSemaphoreCallerWithMorePermitsIsNotStuckBehindFewer(t *testing.T) {
 		more = append(more, p)
 	}
 	many, manyWG := permitWaiters(t, c, name, 3, 1)
-	require.Eventually(t, func() bool { return c.Waiting() == 4 }, 10*time.Second, time.Millisecond)
+	waitingIs(t, c, 4)
 	for _, p := range more {
 		if p.Slot == 2 {
 			require.NoError(t, p.Release(ctx))

@@ -64,8 +64,8 @@ type waiter struct {
 
 // waitQueues holds the queue of every key with waiters.
 //
-// A key's queue has one head. A semaphore's queue (permitQueue) has up to
-// its permits of them (maxHeads): its slots are independent locks, and a
+// A key's queue has one head. A semaphore's queue (permitWaitQueue) has up
+// to its permits of them (maxHeads): its slots are independent locks, and a
 // single head would serialise every hand-off of every slot through its
 // own round trips. Each release of a slot wakes one head that is not
 // attempting already, and notes the slot, which the woken head tries
@@ -100,7 +100,6 @@ type waitQueues struct {
 type semQueue struct {
 	base    string          // the semaphore's permitQueue
 	permits int             // the permits its waiters ask for: they take slots below it
-	heads   int             // min(permits, maxHeads)
 	freed   []string        // slot keys released and not yet taken by a head, oldest first
 	trying  map[string]bool // slot keys taken by a head whose attempt has not ended
 	missed  map[string]bool // of those, noted again during the attempt
@@ -153,8 +152,7 @@ func (q *waitQueues) join(key string, sem *permitWait) *waiter {
 		if q.sems == nil {
 			q.sems, q.semsOf = map[string]*semQueue{}, map[string][]string{}
 		}
-		q.sems[key] = &semQueue{base: sem.base, permits: sem.permits, heads: min(sem.permits, maxHeads),
-			trying: map[string]bool{}, missed: map[string]bool{}}
+		q.sems[key] = &semQueue{base: sem.base, permits: sem.permits, trying: map[string]bool{}, missed: map[string]bool{}}
 		q.semsOf[sem.base] = append(q.semsOf[sem.base], key)
 	}
 	q.byKey[key] = append(q.byKey[key], w)
@@ -169,20 +167,26 @@ func (q *waitQueues) queued(key string) bool {
 	return len(q.byKey[key]) > 0
 }
 
-// headCount is how many of key's first waiters attempt. Under mu.
+// headCount is how many of key's first waiters attempt: one, or for a
+// semaphore's queue its permits, at most maxHeads. Under mu.
 func (q *waitQueues) headCount(key string) int {
 	if sq := q.sems[key]; sq != nil {
-		return sq.heads
+		return min(sq.permits, maxHeads)
 	}
 	return 1
+}
+
+// heads is the waiters of key's queue that attempt. Under mu.
+func (q *waitQueues) heads(key string) []*waiter {
+	ws := q.byKey[key]
+	return ws[:min(len(ws), q.headCount(key))]
 }
 
 // isHead reports whether w is among the heads of key's queue.
 func (q *waitQueues) isHead(key string, w *waiter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	ws := q.byKey[key]
-	return slices.Index(ws[:min(len(ws), q.headCount(key))], w) >= 0
+	return slices.Contains(q.heads(key), w)
 }
 
 // startAttempt reports whether w is a head of key's queue and, if so,
@@ -191,8 +195,7 @@ func (q *waitQueues) isHead(key string, w *waiter) bool {
 func (q *waitQueues) startAttempt(key string, w *waiter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	ws := q.byKey[key]
-	if slices.Index(ws[:min(len(ws), q.headCount(key))], w) < 0 {
+	if !slices.Contains(q.heads(key), w) {
 		return false
 	}
 	w.busy = true
@@ -282,8 +285,7 @@ func (q *waitQueues) releasedSlot(base, key string) {
 // wakeIdleHead wakes the first head of queue that is not attempting.
 // Under mu.
 func (q *waitQueues) wakeIdleHead(queue string) {
-	ws := q.byKey[queue]
-	for _, h := range ws[:min(len(ws), q.headCount(queue))] {
+	for _, h := range q.heads(queue) {
 		if !h.busy {
 			notify(h)
 			return
@@ -333,8 +335,8 @@ func (q *waitQueues) triedFreed(queue, key string, got, untried bool) {
 func (q *waitQueues) wakeHeads() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for key, ws := range q.byKey {
-		for _, h := range ws[:min(len(ws), q.headCount(key))] {
+	for key := range q.byKey {
+		for _, h := range q.heads(key) {
 			notify(h)
 		}
 	}
