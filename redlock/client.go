@@ -499,8 +499,8 @@ func masterAttr(m *master) slog.Attr { return slog.String("master", m.addr) }
 
 // flushReleases waits, at most the per-master timeout, until no lane of a
 // master that is up has a release queued or a pipeline in flight. A Release
-// returns once a quorum deleted the key, while its deletes on the other
-// masters are still on their way; closing the
+// whose ctx ended, and a failed attempt's clean-up past the per-master
+// timeout, return with deletes still on their way; closing the
 // connections under it would leave the key there until its TTL (and the
 // granted-lock check would refuse the key until then).
 func (c *Client) flushReleases() {

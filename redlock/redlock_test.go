@@ -398,11 +398,11 @@ func TestScriptsRunByHash(t *testing.T) {
 	assert.Equal(t, before, noscript(), "EVALSHA must find every script")
 }
 
-// TestCloseFlushesReleases: Release returns once a quorum deleted the key;
-// master 4, whose writes are paused for 500ms, still has the delete on its
-// way. Close right after must let it land (within the per-master timeout)
-// rather than drop it with the connection, which left the key on master 4
-// until its TTL.
+// TestCloseFlushesReleases: a Release whose caller stops waiting (its ctx
+// ends) returns with master 4, whose writes are paused for 500ms, still
+// holding the delete on its way. Close right after must let it land
+// (within the per-master timeout) rather than drop it with the
+// connection, which left the key on master 4 until its TTL.
 func TestCloseFlushesReleases(t *testing.T) {
 	ctx := context.Background()
 	c := newClient(t, WithPerMasterTimeout(2*time.Second))
@@ -412,7 +412,9 @@ func TestCloseFlushesReleases(t *testing.T) {
 	settle(t, c, key)
 	r := direct(t)[4]
 	require.NoError(t, r.Do(ctx, "CLIENT", "PAUSE", "500", "WRITE").Err())
-	require.NoError(t, lock.Release(ctx))
+	rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	require.NoError(t, lock.Release(rctx), "four masters deleted the key")
 	require.Equal(t, int64(1), r.Exists(ctx, key).Val(), "master 4's delete is still on its way")
 	require.NoError(t, c.Close())
 	assert.Zero(t, r.Exists(ctx, key).Val(), "the delete landed before Close returned")

@@ -10,12 +10,19 @@ import (
 
 // Release runs the compare-and-delete script (never a bare DEL; it deletes
 // the lock's fence record with it, fence.go) on every master in parallel,
-// each bounded by the per-master timeout, and returns, once a quorum
-// deleted the key (or every master answered), how many masters held this
-// token and deleted it. A master that answers with an error or not at all,
-// also after that, is sent the release again once it answers a health
-// probe (releaseLater). A master that is slow or
-// stuck still receives the release later, after any SET queued before it.
+// each bounded by the per-master timeout, and returns, once every master
+// answered (or its timeout passed; or ctx ended), how many masters held
+// this token and deleted it. A master that answers with an error or not at
+// all is sent the release again once it answers a health probe
+// (releaseLater). A master that is slow or stuck still receives the
+// release later, after any SET queued before it.
+//
+// Why every master and not a quorum: a master whose delete is still on its
+// way holds the key and its fence record, and another Client's acquire
+// that reaches it then is refused by the granted-lock check (granted.go)
+// although the release was acknowledged. Waiting costs the slowest
+// healthy master's round trip instead of the quorum-th one's
+// (docs/performance.md, "Release waits for every master").
 //
 // It returns nil when at least one master held the token: the lock is no
 // longer held. It returns an *OutcomeError matching ErrNotHeld when a
@@ -39,40 +46,24 @@ func (c *Client) releaseSet(ctx context.Context, set *lockSet, token string) (in
 	out, _ := c.fanout(rel, start)
 	res := OutcomeError{Op: "release", Quorum: c.quorum, Masters: n}
 	answered := 0
-	seen := make([]bool, n)
-	missed := func(r reply) bool {
+	c.gather(ctx, out, start, nil, func(r reply) bool {
 		if r.err != nil {
+			// An error (an ACL, OOM) or no answer: the master keeps the
+			// lock's key and fence record; the release is sent again.
 			if set.multi == nil {
 				c.masters[r.idx].releaseLater(set.key, token)
 			}
 			for _, k := range set.multi {
 				c.masters[r.idx].releaseLater(k, token)
 			}
-		}
-		return r.err != nil
-	}
-	c.gather(ctx, out, start, nil, func(r reply) bool {
-		seen[r.idx] = true
-		if missed(r) {
 			res.Failures = append(res.Failures, masterErr(c, r))
 			return false
 		}
 		answered++
 		n, _ := r.val.(int64)
 		countScriptResult(&res, n)
-		return res.Votes >= c.quorum
+		return false // every master is heard: see Release
 	})
-	// The answers that come after the decision are still read, in the
-	// background (bounded by the per-master timeout): a master that
-	// answers with an error (an ACL, OOM) or not at all keeps the lock's
-	// key and fence record, and its release is kept to be sent again
-	// (releaseLater).
-	if rest := unseen(seen); rest != nil {
-		go c.gather(context.Background(), out, start, rest, func(r reply) bool {
-			missed(r)
-			return false
-		})
-	}
 	if res.Votes > 0 {
 		return res.Votes, nil
 	}
@@ -83,21 +74,6 @@ func (c *Client) releaseSet(ctx context.Context, set *lockSet, token string) (in
 	}
 	sortFailures(res.Failures)
 	return 0, &res
-}
-
-// unseen returns which masters seen does not mark, or nil when it marks
-// them all.
-func unseen(seen []bool) []bool {
-	var rest []bool
-	for i, ok := range seen {
-		if !ok {
-			if rest == nil {
-				rest = make([]bool, len(seen))
-			}
-			rest[i] = true
-		}
-	}
-	return rest
 }
 
 // countScriptResult counts a release/extend script result code:

@@ -48,11 +48,13 @@ func TestChangingMasterGroups(t *testing.T) {
 		}
 	}
 	rk := lockRedisKey(prefix, "acme", key)
+	refusal := "" // why the last acquire was refused, for the failure messages
 	acquire := func(base string) (bool, string, int64) {
 		t.Helper()
 		code, env, _ := post(t, lockURL(base), keyA, fmt.Sprintf(`{"key":%q,"ttl":2}`, key))
 		require.Equal(t, http.StatusOK, code, env.Msg)
 		if env.Data["acquired"] != true {
+			refusal = fmt.Sprintf("%s %v", env.Msg, env.Data)
 			return false, "", 0
 		}
 		return true, env.Data["token"].(string), int64(env.Data["fence"].(float64))
@@ -71,13 +73,13 @@ func TestChangingMasterGroups(t *testing.T) {
 
 	// Old and moving run together: they share group default.
 	ok, tok, oldFence := acquire(dOld)
-	require.True(t, ok)
+	require.True(t, ok, refusal)
 	ok, _, _ = acquire(dMoving)
 	require.False(t, ok, "the moving daemon sees the old daemon's lock")
 	release(dOld, tok)
 
 	ok, tok, movingFence := acquire(dMoving)
-	require.True(t, ok)
+	require.True(t, ok, "the key is free once the old daemon's release answered: %s", refusal)
 	require.Greater(t, movingFence, oldFence)
 	for i, addr := range append(append([]string{}, a...), b...) {
 		r := redis.NewClient(&redis.Options{Addr: addr})
@@ -95,7 +97,7 @@ func TestChangingMasterGroups(t *testing.T) {
 
 	// Moving and new run together: they share group g1.
 	ok, tok, newFence := acquire(dNew)
-	require.True(t, ok)
+	require.True(t, ok, "the key is free once the moving daemon's release answered: %s", refusal)
 	require.Greater(t, newFence, movingFence, "g1's fence starts above every fence the key had")
 	ok, _, _ = acquire(dMoving)
 	require.False(t, ok, "the moving daemon sees the new daemon's lock")
