@@ -30,6 +30,7 @@ const (
 	msgHeld        = "lock is held by another owner"
 	msgNotHeld     = "lock not held: it expired or was already released"
 	msgDelayed     = "lock is in its lock-delay: the last holder's lock ended without a release; retry after retry_after"
+	msgContended   = "lock is contended: other attempts hold the key on some masters and none was granted (callers that split the votes release theirs at once); retry after retry_after"
 	msgWrongToken  = "token does not match the current holder"
 	msgQuerySecret = "API keys and tokens must not be sent in the URL query string: send the API key in the X-API-Key header and the token in the JSON body"
 	msgPathSecret  = "API keys must not be sent in the URL: send the API key in the X-API-Key header"
@@ -314,7 +315,9 @@ func (s *Server) acquireRefused(ctx context.Context, w http.ResponseWriter, c *c
 	if errors.Is(err, redlock.ErrLockHeld) {
 		var oe *redlock.OutcomeError
 		ra := time.Duration(0)
-		if errors.As(err, &oe) {
+		if errors.As(err, &oe) && !oe.Contended {
+			// Contended: the contenders' keys go within a round trip,
+			// but for a client that died; retry_after is the minimum.
 			ra = oe.RetryAfter
 		}
 		d.retryAfter = max(int64((ra+time.Second-1)/time.Second), 1)
@@ -322,8 +325,12 @@ func (s *Server) acquireRefused(ctx context.Context, w http.ResponseWriter, c *c
 		// honour Retry-After on any answer.
 		w.Header().Set("Retry-After", strconv.FormatInt(d.retryAfter, 10))
 		msg := msgHeld
-		if oe != nil && oe.Delayed > 0 && oe.Delayed == oe.Refused {
+		switch {
+		case oe == nil:
+		case oe.Delayed > 0 && oe.Delayed == oe.Refused:
 			msg = msgDelayed
+		case oe.Contended:
+			msg = msgContended
 		}
 		s.ok(w, c, resNotAcquired, d, msg)
 		return

@@ -51,6 +51,11 @@ type Client struct {
 	attempts atomic.Int64 // acquire attempts (fan-outs), for tests
 	// grantRefusals: acquires refused over a granted lock (granted.go).
 	grantRefusals atomic.Int64
+	// contendedRetries: attempts a one-shot acquire made again after a
+	// contended one (retryContended); beforeContendedRetry, for tests,
+	// runs before each such retry's delay.
+	contendedRetries     atomic.Int64
+	beforeContendedRetry func()
 	// fenceRewrites: grants whose early fence write-back was below a
 	// counter a later answer showed, written again (acquire.go writeBack).
 	fenceRewrites atomic.Int64
@@ -262,6 +267,11 @@ func (c *Client) VotesNeeded() int { return c.need }
 // (granted.go): each means a master that voted had lost a lock (a
 // rollback, an eviction), or a release did not reach every master.
 func (c *Client) GrantRefusals() int64 { return c.grantRefusals.Load() }
+
+// ContendedRetries returns how many attempts one-shot acquires made again
+// because an attempt was refused as contended (OutcomeError.Contended):
+// callers that split the votes, none granted.
+func (c *Client) ContendedRetries() int64 { return c.contendedRetries.Load() }
 
 // FenceRewrites returns how many grants wrote their fence back a second
 // time: a master that answered after the votes needed were in showed a

@@ -158,9 +158,10 @@ func (m *Moving) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		if i == 0 {
 			lk, err = g.Client.Acquire(ctx, key, ttl, opts...)
 		} else {
-			// One attempt, under the first group's token: never wait on a
-			// group while holding another, and let a release or extend
-			// that names the token reach every group.
+			// No wait, under the first group's token: never wait on a
+			// group while holding another (beyond the few bounded retries
+			// of a contended attempt, retryContended), and let a release
+			// or extend that names the token reach every group.
 			lk, err = g.Client.Acquire(withSameToken(ctx, ml.locks[0].Token()), key, ttl)
 		}
 		if err != nil {

@@ -1,0 +1,122 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// plantContender sets key on masters with a token of another caller, as
+// an attempt does with its votes: with granted, also the fence record its
+// write-back stores once a quorum voted (a granted lock, granted.go);
+// without, the keys of an attempt not (yet) granted.
+func plantContender(t *testing.T, c *Client, key string, granted bool, masters ...int) {
+	t.Helper()
+	ctx := context.Background()
+	rdbs := direct(t)
+	const token = "0123456789abcdef0123456789abcdef"
+	for _, i := range masters {
+		require.NoError(t, rdbs[i].Set(ctx, key, token, 10*time.Second).Err())
+		if granted {
+			require.NoError(t, rdbs[i].Set(ctx, c.fenceRecordKey(key), fmt.Sprintf("%d %s", 1<<40, token), 10*time.Second).Err())
+		}
+	}
+	t.Cleanup(func() {
+		for _, i := range masters {
+			rdbs[i].Del(ctx, key, c.fenceRecordKey(key))
+		}
+	})
+}
+
+// TestOneShotAcquireRetriesAContendedAttempt: masters 0–2 hold the key for
+// another caller whose attempt was not granted (no fence record): the
+// votes split. A one-shot Acquire is refused as contended, and retries
+// after a random delay; the other caller's clean-up (deleting its keys,
+// here just before the retry) lets the retry win. Negative control: with
+// WithRetry(NoRetry()) the same attempt answers ErrLockHeld, Contended —
+// what every one-shot acquire answered before, both callers told "held"
+// with nobody holding the key (found by a black-box review: one master
+// paused, two `lock run`s at once, the cron job ran nowhere).
+func TestOneShotAcquireRetriesAContendedAttempt(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+
+	key := newKey(t)
+	plantContender(t, c, key, false, 0, 1, 2)
+	_, err := c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	var oe *OutcomeError
+	require.ErrorAs(t, err, &oe)
+	require.ErrorIs(t, err, ErrLockHeld)
+	assert.True(t, oe.Contended, "%v", err)
+	assert.Zero(t, c.ContendedRetries(), "NoRetry: one attempt")
+
+	key = newKey(t)
+	plantContender(t, c, key, false, 0, 1, 2)
+	var once sync.Once
+	c.beforeContendedRetry = func() {
+		once.Do(func() {
+			for _, r := range direct(t)[:3] {
+				require.NoError(t, r.Del(ctx, key).Err())
+			}
+		})
+	}
+	lock, err := c.Acquire(ctx, key, 5*time.Second)
+	require.NoError(t, err, "the retry finds the contender's keys released")
+	assert.Equal(t, int64(1), c.ContendedRetries())
+	require.NoError(t, lock.Release(ctx))
+}
+
+// TestContendedRetriesAreBounded: keys of an attempt that was never
+// granted and never released (its client died) hold masters 0–2 until
+// their TTL. A one-shot Acquire retries four times, then answers
+// ErrLockHeld, Contended, with the keys' remaining time as RetryAfter.
+func TestContendedRetriesAreBounded(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	key := newKey(t)
+	plantContender(t, c, key, false, 0, 1, 2)
+	before := c.attempts.Load()
+	_, err := c.Acquire(ctx, key, 5*time.Second)
+	var oe *OutcomeError
+	require.ErrorAs(t, err, &oe)
+	require.ErrorIs(t, err, ErrLockHeld)
+	assert.True(t, oe.Contended)
+	assert.Greater(t, oe.RetryAfter, 5*time.Second, "the keys end with their own TTL")
+	assert.Equal(t, int64(contendedRetries), c.ContendedRetries())
+	assert.Equal(t, int64(1+contendedRetries), c.attempts.Load()-before)
+}
+
+// TestGrantedHolderIsNotRetried: the key is a granted lock (its fence
+// record on the masters that hold it): a one-shot Acquire makes one
+// attempt and answers ErrLockHeld, not contended. So is a refusal by a
+// quorum when the granted-lock check is off: only fewer than a quorum of
+// refusals can be a split there.
+func TestGrantedHolderIsNotRetried(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		opts []Option
+	}{
+		{"granted-lock check", nil},
+		{"fencing off: no granted-lock check", []Option{WithFenceKey("")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, tc.opts...)
+			key := newKey(t)
+			plantContender(t, c, key, true, 0, 1, 2)
+			before := c.attempts.Load()
+			_, err := c.Acquire(ctx, key, 5*time.Second)
+			var oe *OutcomeError
+			require.ErrorAs(t, err, &oe)
+			require.ErrorIs(t, err, ErrLockHeld)
+			assert.False(t, oe.Contended, "%v", err)
+			assert.Zero(t, c.ContendedRetries())
+			assert.Equal(t, int64(1), c.attempts.Load()-before)
+		})
+	}
+}
