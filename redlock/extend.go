@@ -17,7 +17,9 @@ import (
 // is not touched) and never touches a key that holds another token. It
 // succeeds only when a quorum extended and the recomputed validity is
 // positive: the quorum-th longest remaining TTL among them minus the
-// elapsed time and the drift allowance.
+// elapsed time and the drift allowance. It answers once every master
+// answered (or its per-master timeout passed, or ctx ended), so that a
+// status through any Client after it shows the new TTL.
 //
 // The fence stored with the lock (fence.go) keeps the lock's expiry, and
 // the returned Lock's Fence is the one its Acquire returned: the extending
@@ -81,12 +83,17 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 				}
 			}
 		}
-		// Decide early on success, or once too many masters lack the token
-		// for any quorum to hold it. A quorum out of reach because masters
-		// failed is not decided yet: the other answers (one round trip;
-		// down masters are answered at once) tell "not held" from "no
-		// quorum", and a client must not retry an extend it has lost.
-		return res.Votes >= c.need || res.Refused > n-c.need
+		// Decide early only once too many masters lack the token for any
+		// quorum to hold it. Success waits for every master (or its
+		// per-master timeout): a master whose extend is still on its way
+		// shows the old TTL, and another Client's status that reads it
+		// among its first quorum of holders would show the lock ending
+		// before what this extend answered (as Release, release.go). A
+		// quorum out of reach because masters failed is not decided yet:
+		// the other answers (one round trip; down masters are answered at
+		// once) tell "not held" from "no quorum", and a client must not
+		// retry an extend it has lost.
+		return res.Refused > n-c.need
 	})
 	if res.Votes >= c.need {
 		left := time.Duration(quorumth(lefts, c.need)) * time.Millisecond
