@@ -120,3 +120,37 @@ func TestGrantedHolderIsNotRetried(t *testing.T) {
 		})
 	}
 }
+
+// TestOneShotPermitRetriesAContendedSlot: the one slot of a semaphore of
+// one permit holds an ungranted contender's keys; a one-shot AcquirePermit
+// retries the whole attempt (each slot once per attempt, none retried on
+// its own) and wins once the contender's keys are released. A slot held
+// by a granted permit is full, not contended: one attempt.
+func TestOneShotPermitRetriesAContendedSlot(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	name := newKey(t)
+	slot := PermitKey(name, 0)
+	plantContender(t, c, slot, false, 0, 1, 2)
+	var once sync.Once
+	c.beforeContendedRetry = func() {
+		once.Do(func() {
+			for _, r := range direct(t)[:3] {
+				require.NoError(t, r.Del(ctx, slot).Err())
+			}
+		})
+	}
+	p, err := c.AcquirePermit(ctx, name, 1, 5*time.Second)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), c.ContendedRetries())
+	require.NoError(t, p.Release(ctx))
+
+	name = newKey(t)
+	plantContender(t, c, PermitKey(name, 0), true, 0, 1, 2)
+	_, err = c.AcquirePermit(ctx, name, 1, 5*time.Second)
+	var oe *OutcomeError
+	require.ErrorAs(t, err, &oe)
+	require.ErrorIs(t, err, ErrLockHeld)
+	assert.False(t, oe.Contended)
+	assert.Equal(t, int64(1), c.ContendedRetries(), "a full semaphore is not retried")
+}

@@ -189,7 +189,10 @@ func (c *Client) acquireAnyPermit(ctx context.Context, name string, permits, fir
 	held := OutcomeError{Op: "acquire", Kind: ErrLockHeld, Quorum: c.need, Masters: len(c.masters)}
 	for j := range permits {
 		slot := (first + j) % permits
-		lock, err := c.Acquire(ctx, PermitKey(name, slot), ttl, WithLockDelay(lockDelay))
+		// One attempt per slot: a contended slot is not retried here
+		// (the next slot may be free); the whole attempt is, when no slot
+		// was granted and one was contended (retryContended).
+		lock, err := c.Acquire(ctx, PermitKey(name, slot), ttl, WithLockDelay(lockDelay), WithRetry(NoRetry()))
 		if err == nil {
 			return lock, slot, nil
 		}
@@ -199,6 +202,7 @@ func (c *Client) acquireAnyPermit(ctx context.Context, name string, permits, fir
 		}
 		held.Refused += oe.Refused
 		held.Delayed += oe.Delayed
+		held.Contended = held.Contended || oe.Contended
 		if oe.RetryAfter > 0 && (held.RetryAfter == 0 || oe.RetryAfter < held.RetryAfter) {
 			held.RetryAfter = oe.RetryAfter
 		}
