@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -34,4 +35,6 @@ func TestContendedAcquireIsNotCalledHeld(t *testing.T) {
 	assert.Equal(t, msgContended, r.Env.Msg)
 	assert.EqualValues(t, 1, num(t, data, "retry_after"))
 	assert.Equal(t, "1", r.Header.Get("Retry-After"))
+	r = ts.do(t, http.MethodGet, "/metrics", "", nil)
+	assert.Contains(t, r.Raw, "redlock_contended_retries_total 4", "four retries, then the answer")
 }

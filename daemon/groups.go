@@ -228,6 +228,7 @@ func (g *groupsLocker) Counters() HealthCounters {
 		out.FenceRepairs += c.FenceRepairs
 		out.Quarantines += c.Quarantines
 		out.GrantRefusals += c.GrantRefusals
+		out.ContendedRetries += c.ContendedRetries
 		for r, n := range c.DataLosses {
 			out.DataLosses[r] += n
 		}

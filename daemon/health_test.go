@@ -311,7 +311,7 @@ func TestLockerCollectorPedantic(t *testing.T) {
 	for _, n := range []string{"redlock_master_up", "redlock_master_state", "redlock_master_counts", "redlock_master_quarantined",
 		"redlock_master_quarantine_remaining_seconds", "redlock_master_drifting", "redlock_master_clock_offset_seconds",
 		"redlock_master_clock_drift_ratio", "redlock_master_warnings", "redlock_quorum_available",
-		"redlock_quorum_counting", "redlock_quorum_needed", "redlock_fence_repairs_total", "redlock_quarantines_total"} {
+		"redlock_quorum_counting", "redlock_quorum_needed", "redlock_fence_repairs_total", "redlock_quarantines_total", "redlock_contended_retries_total"} {
 		assert.True(t, names[n], n)
 	}
 }

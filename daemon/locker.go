@@ -176,5 +176,5 @@ func (l redlockLocker) Groups() *GroupsHealth            { return nil }
 
 func (l redlockLocker) Counters() HealthCounters {
 	return HealthCounters{FenceRepairs: l.c.FenceRepairs(), Quarantines: l.c.Quarantines(),
-		GrantRefusals: l.c.GrantRefusals(), DataLosses: l.c.DataLosses()}
+		GrantRefusals: l.c.GrantRefusals(), ContendedRetries: l.c.ContendedRetries(), DataLosses: l.c.DataLosses()}
 }

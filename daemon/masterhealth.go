@@ -47,6 +47,9 @@ type HealthCounters struct {
 	// GrantRefusals is how many acquires were refused over a granted lock
 	// (redlock.Client.GrantRefusals).
 	GrantRefusals int64
+	// ContendedRetries is how many attempts one-shot acquires made again
+	// after a contended one (redlock.Client.ContendedRetries).
+	ContendedRetries int64
 	// DataLosses is how many times a master was found to have lost lock
 	// state, per reason (redlock.Client.DataLosses); nil counts as none.
 	DataLosses map[redlock.DataLossReason]int64

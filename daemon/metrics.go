@@ -227,7 +227,7 @@ type healthDescs struct {
 	clockOffset, driftRatio, warnings                 *prometheus.Desc
 	quorumAvailable, quorumCounting, quorumNeeded     *prometheus.Desc
 	fenceRepairs, quarantines, dataLoss               *prometheus.Desc
-	grantRefusals                                     *prometheus.Desc
+	grantRefusals, contendedRetries                   *prometheus.Desc
 	// Per master group, with master_groups only (groups.go).
 	groupAvailable, groupCounting, groupNeeded *prometheus.Desc
 	groupMasters, groupOps                     *prometheus.Desc
@@ -236,29 +236,30 @@ type healthDescs struct {
 func newHealthDescs() healthDescs {
 	master := []string{"master"}
 	return healthDescs{
-		up:              prometheus.NewDesc("redlock_master_up", "1 when the master is up (answers probes and accepts connections).", master, nil),
-		state:           prometheus.NewDesc("redlock_master_state", "1 for the master's state now (the state label), 0 for the other states.", []string{"master", "state"}, nil),
-		counts:          prometheus.NewDesc("redlock_master_counts", "1 when the master's votes count towards the quorum now.", master, nil),
-		quarantined:     prometheus.NewDesc("redlock_master_quarantined", "1 while the master is quarantined or awaits a fencing repair: its votes do not count.", master, nil),
-		quarantineLeft:  prometheus.NewDesc("redlock_master_quarantine_remaining_seconds", "How long the master's quarantine still lasts; 0 when none.", master, nil),
-		refusingWrites:  prometheus.NewDesc("redlock_master_refusing_writes", "1 while the master refuses writes: used memory above maxmemory under noeviction (OOM); acquires and extends get no vote from it.", master, nil),
-		writeRefusals:   prometheus.NewDesc("redlock_master_write_refusals_total", "Votes the master refused with an OOM error (used memory above maxmemory).", master, nil),
-		drifting:        prometheus.NewDesc("redlock_master_drifting", "1 when the master's clock rate differs from ours by more than the drift factor.", master, nil),
-		clockOffset:     prometheus.NewDesc("redlock_master_clock_offset_seconds", "The master's wall clock minus ours at the last probe.", master, nil),
-		driftRatio:      prometheus.NewDesc("redlock_master_clock_drift_ratio", "Rate of change of the master's clock offset (0.01 = 10ms per second).", master, nil),
-		warnings:        prometheus.NewDesc("redlock_master_warnings", "Configuration warnings about the master (see GET /readyz for the text).", master, nil),
-		quorumAvailable: prometheus.NewDesc("redlock_quorum_available", "1 when at least a quorum of masters counts (up, not quarantined).", nil, nil),
-		quorumCounting:  prometheus.NewDesc("redlock_quorum_counting", "Masters whose votes count now.", nil, nil),
-		quorumNeeded:    prometheus.NewDesc("redlock_quorum_needed", "Masters that must agree: N/2+1.", nil, nil),
-		fenceRepairs:    prometheus.NewDesc("redlock_fence_repairs_total", "Fencing counters of masters that lost their data, repaired from a quorum.", nil, nil),
-		grantRefusals:   prometheus.NewDesc("redlock_grant_refusals_total", "Acquires that had the votes and were refused because another master showed a granted lock on the key.", nil, nil),
-		quarantines:     prometheus.NewDesc("redlock_quarantines_total", "Times a master was quarantined.", nil, nil),
-		dataLoss:        prometheus.NewDesc("redlock_master_data_loss_total", "Times a master was found to have lost lock state, by how.", []string{"reason"}, nil),
-		groupAvailable:  prometheus.NewDesc("redlock_group_quorum_available", "With master_groups: 1 when at least a quorum of the group's masters counts and accepts writes.", []string{"group"}, nil),
-		groupCounting:   prometheus.NewDesc("redlock_group_quorum_counting", "With master_groups: the group's masters whose votes count now.", []string{"group"}, nil),
-		groupNeeded:     prometheus.NewDesc("redlock_group_quorum_needed", "With master_groups: the group's masters that must agree, N/2+1 of the group.", []string{"group"}, nil),
-		groupMasters:    prometheus.NewDesc("redlock_group_masters", "With master_groups: the group's masters in each state.", []string{"group", "state"}, nil),
-		groupOps:        prometheus.NewDesc("redlock_group_operations_total", "With master_groups: calls this daemon sent to the group, by operation (acquire, release, extend, status).", []string{"group", "operation"}, nil),
+		up:               prometheus.NewDesc("redlock_master_up", "1 when the master is up (answers probes and accepts connections).", master, nil),
+		state:            prometheus.NewDesc("redlock_master_state", "1 for the master's state now (the state label), 0 for the other states.", []string{"master", "state"}, nil),
+		counts:           prometheus.NewDesc("redlock_master_counts", "1 when the master's votes count towards the quorum now.", master, nil),
+		quarantined:      prometheus.NewDesc("redlock_master_quarantined", "1 while the master is quarantined or awaits a fencing repair: its votes do not count.", master, nil),
+		quarantineLeft:   prometheus.NewDesc("redlock_master_quarantine_remaining_seconds", "How long the master's quarantine still lasts; 0 when none.", master, nil),
+		refusingWrites:   prometheus.NewDesc("redlock_master_refusing_writes", "1 while the master refuses writes: used memory above maxmemory under noeviction (OOM); acquires and extends get no vote from it.", master, nil),
+		writeRefusals:    prometheus.NewDesc("redlock_master_write_refusals_total", "Votes the master refused with an OOM error (used memory above maxmemory).", master, nil),
+		drifting:         prometheus.NewDesc("redlock_master_drifting", "1 when the master's clock rate differs from ours by more than the drift factor.", master, nil),
+		clockOffset:      prometheus.NewDesc("redlock_master_clock_offset_seconds", "The master's wall clock minus ours at the last probe.", master, nil),
+		driftRatio:       prometheus.NewDesc("redlock_master_clock_drift_ratio", "Rate of change of the master's clock offset (0.01 = 10ms per second).", master, nil),
+		warnings:         prometheus.NewDesc("redlock_master_warnings", "Configuration warnings about the master (see GET /readyz for the text).", master, nil),
+		quorumAvailable:  prometheus.NewDesc("redlock_quorum_available", "1 when at least a quorum of masters counts (up, not quarantined).", nil, nil),
+		quorumCounting:   prometheus.NewDesc("redlock_quorum_counting", "Masters whose votes count now.", nil, nil),
+		quorumNeeded:     prometheus.NewDesc("redlock_quorum_needed", "Masters that must agree: N/2+1.", nil, nil),
+		fenceRepairs:     prometheus.NewDesc("redlock_fence_repairs_total", "Fencing counters of masters that lost their data, repaired from a quorum.", nil, nil),
+		grantRefusals:    prometheus.NewDesc("redlock_grant_refusals_total", "Acquires that had the votes and were refused because another master showed a granted lock on the key.", nil, nil),
+		contendedRetries: prometheus.NewDesc("redlock_contended_retries_total", "Attempts one-shot acquires made again because an attempt was refused with no granted lock on any master (callers that split the votes).", nil, nil),
+		quarantines:      prometheus.NewDesc("redlock_quarantines_total", "Times a master was quarantined.", nil, nil),
+		dataLoss:         prometheus.NewDesc("redlock_master_data_loss_total", "Times a master was found to have lost lock state, by how.", []string{"reason"}, nil),
+		groupAvailable:   prometheus.NewDesc("redlock_group_quorum_available", "With master_groups: 1 when at least a quorum of the group's masters counts and accepts writes.", []string{"group"}, nil),
+		groupCounting:    prometheus.NewDesc("redlock_group_quorum_counting", "With master_groups: the group's masters whose votes count now.", []string{"group"}, nil),
+		groupNeeded:      prometheus.NewDesc("redlock_group_quorum_needed", "With master_groups: the group's masters that must agree, N/2+1 of the group.", []string{"group"}, nil),
+		groupMasters:     prometheus.NewDesc("redlock_group_masters", "With master_groups: the group's masters in each state.", []string{"group", "state"}, nil),
+		groupOps:         prometheus.NewDesc("redlock_group_operations_total", "With master_groups: calls this daemon sent to the group, by operation (acquire, release, extend, status).", []string{"group", "operation"}, nil),
 	}
 }
 
@@ -465,7 +466,7 @@ func (c healthCollector) Describe(ch chan<- *prometheus.Desc) {
 		d.refusingWrites, d.writeRefusals,
 		d.clockOffset, d.driftRatio, d.warnings,
 		d.quorumAvailable, d.quorumCounting, d.quorumNeeded,
-		d.fenceRepairs, d.quarantines, d.dataLoss, d.grantRefusals,
+		d.fenceRepairs, d.quarantines, d.dataLoss, d.grantRefusals, d.contendedRetries,
 		d.groupAvailable, d.groupCounting, d.groupNeeded, d.groupMasters, d.groupOps,
 	} {
 		ch <- desc
@@ -524,6 +525,7 @@ func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
 	counters := box.h.Counters()
 	ch <- prometheus.MustNewConstMetric(d.fenceRepairs, prometheus.CounterValue, float64(counters.FenceRepairs))
 	ch <- prometheus.MustNewConstMetric(d.grantRefusals, prometheus.CounterValue, float64(counters.GrantRefusals))
+	ch <- prometheus.MustNewConstMetric(d.contendedRetries, prometheus.CounterValue, float64(counters.ContendedRetries))
 	ch <- prometheus.MustNewConstMetric(d.quarantines, prometheus.CounterValue, float64(counters.Quarantines))
 	losses := counters.DataLosses
 	for _, r := range redlock.DataLossReasons {

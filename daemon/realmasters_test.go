@@ -112,8 +112,8 @@ func (d *deployment) kill(t *testing.T, idx ...int) {
 }
 
 // waitPTTLAbove waits (up to 5 s) until each key's PTTL on every running
-// master is above min. Acquire and extend answer once a quorum of masters
-// has, and their writes to the others land just after: a test
+// master is above min. An acquire's writes to masters past those it
+// heard, and a master's late answer, can land just after: a test
 // that reads what every master holds (a status or listing through another
 // Client, or the masters themselves) waits for them here. With min 0 it
 // waits until every running master holds every key.

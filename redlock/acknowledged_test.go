@@ -103,3 +103,28 @@ func TestStatusAfterAnExtendShowsIt(t *testing.T) {
 	require.True(t, st.Held)
 	assert.Greater(t, st.Validity, 50*time.Second, "the status shows the extend that answered")
 }
+
+// TestKeepAliveHoldsWithASlowMaster: Extend waits for every master, and
+// master 4 answers 1.5s late (within the 2s per-master timeout, past the
+// lock's 1s TTL). The keep-alive's extend ends a little before the
+// loss time with a quorum's extend made, so the lock is kept. With the
+// extend's deadline at the loss time itself, the loss timer won the race
+// against that extend and the lock was declared lost (found by a review).
+func TestKeepAliveHoldsWithASlowMaster(t *testing.T) {
+	ctx := context.Background()
+	marker := "marker:" + newKey(t)
+	c, proxies := proxiedClient(t, marker)
+	until(t, 20*time.Second, func() bool { return allCounting(c) }, func() string { return fmt.Sprintf("%v", states(c)) })
+	l, err := c.Acquire(ctx, newKey(t), time.Second)
+	require.NoError(t, err)
+	proxies[4].set(1500*time.Millisecond, 0)
+	l.KeepAlive(ctx)
+	select {
+	case <-l.Done():
+		t.Fatalf("lost: %v", l.Err())
+	case <-time.After(3 * time.Second):
+	}
+	require.NoError(t, l.Err())
+	proxies[4].set(0, 0)
+	require.NoError(t, l.Release(ctx))
+}

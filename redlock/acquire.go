@@ -162,9 +162,11 @@ const (
 // doubled at each retry: two contenders retry within one attempt's time
 // of each other (and may split again) at most about once in five at the
 // first retry and half as often at each next one, so that four retries
-// leave a split well under once in ten thousand, and cost at most 15w
-// (300ms). An attempt refused by a granted lock, a lock-delay or no
-// quorum is not retried, nor is a caller that chose NoRetry.
+// leave a split well under once in ten thousand; the delays add up to at
+// most 15w (300ms), besides the attempts themselves. An attempt refused
+// by a granted lock, a lock-delay or no quorum is not retried, nor is a
+// caller that chose NoRetry. Keys of a holder that writes no fence record
+// (a Client with fencing off on the same masters) look contended.
 func (c *Client) retryContended(ctx context.Context, cfg *acquireConfig, took time.Duration, lock *Lock, err error, attempt func(context.Context) (*Lock, error)) (*Lock, error) {
 	if _, single := cfg.retry.(noRetry); single {
 		return lock, err
@@ -366,8 +368,11 @@ func (t *acquireTally) add(r reply) bool {
 	}
 	// Every answer is read, evidence or not: each vote's checks (data
 	// loss, clock) run, so a master that lost the lock is quarantined, not
-	// only refused this once.
-	return lost || t.heard == n
+	// only refused this once. A lost attempt decides early once a granted
+	// lock is seen or no quorum can answer; a key refused with neither is
+	// read to the end, so that "contended" (no granted lock on any master
+	// that answered, failure) is said of every master's answer.
+	return lost && (len(t.granted) > 0 || len(t.res.Failures) > n-c.need) || t.heard == n
 }
 
 // startEarlyWriteBack writes the fence back to the masters that voted so
@@ -480,8 +485,11 @@ func (t *acquireTally) failure(granting, fenceFailed bool, validity, elapsed tim
 		res.Kind = ErrLockHeld
 		res.RetryAfter = retryAfter(t.holderPTTLs, c.quorum)
 		// Here, with the check on, no refusal reported 'g' (the case
-		// above): no granted lock was seen.
-		res.Contended = res.Delayed == 0 && (t.check || len(t.holderPTTLs) < c.quorum)
+		// above), and every master answered or failed (add): by the
+		// argument in granted.go no lock is granted while at most
+		// N − quorum masters fail. Without the check a split cannot be
+		// told from a holder whose masters failed: never contended.
+		res.Contended = t.check && res.Delayed == 0 && t.heard == n
 	}
 	sortFailures(res.Failures)
 	return res

@@ -53,7 +53,7 @@ type Client struct {
 	grantRefusals atomic.Int64
 	// contendedRetries: attempts a one-shot acquire made again after a
 	// contended one (retryContended); beforeContendedRetry, for tests,
-	// runs before each such retry's delay.
+	// runs before each such retry's delay (set before the Client is used).
 	contendedRetries     atomic.Int64
 	beforeContendedRetry func()
 	// fenceRewrites: grants whose early fence write-back was below a

@@ -154,3 +154,32 @@ func TestOneShotPermitRetriesAContendedSlot(t *testing.T) {
 	assert.False(t, oe.Contended)
 	assert.Equal(t, int64(1), c.ContendedRetries(), "a full semaphore is not retried")
 }
+
+// TestGrantedLockBehindSlowMastersIsNotContended: a granted lock holds the
+// key on masters 0–3 with its fence record on 2 and 3 only (and on 4,
+// which is down). Masters 2 and 3 answer 30ms late. The two refusals
+// without a record and the down master already make the attempt lost; an
+// attempt that decided there saw no granted lock and called it contended,
+// retrying a held key four times (found by a review of the change). It
+// now reads on while no granted lock is seen, and answers held at once.
+func TestGrantedLockBehindSlowMastersIsNotContended(t *testing.T) {
+	ctx := context.Background()
+	marker := "marker:" + newKey(t)
+	c, proxies := proxiedClient(t, marker)
+	until(t, 20*time.Second, func() bool { return allCounting(c) }, func() string { return fmt.Sprintf("%v", states(c)) })
+	key := newKey(t)
+	plantContender(t, c, key, false, 0, 1)
+	plantContender(t, c, key, true, 2, 3)
+	withMasters(t, "kill", 4)
+	until(t, 10*time.Second, func() bool { return !c.Masters()[4].Up }, func() string { return fmt.Sprintf("%+v", c.Masters()[4]) })
+	for _, i := range []int{2, 3} {
+		proxies[i].set(30*time.Millisecond, 0)
+	}
+	before := c.attempts.Load()
+	_, err := c.Acquire(ctx, key, 5*time.Second)
+	var oe *OutcomeError
+	require.ErrorAs(t, err, &oe)
+	require.ErrorIs(t, err, ErrLockHeld)
+	assert.False(t, oe.Contended, "%v", err)
+	assert.Equal(t, int64(1), c.attempts.Load()-before, "a held key: one attempt")
+}

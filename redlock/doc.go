@@ -3,9 +3,11 @@
 // described on the Redis "Distributed Locks with Redis" page, with the
 // engineering a production lock service needs:
 //
-//   - every command to a master is bounded by a per-master timeout, and a
-//     decision is taken as soon as the outcome is known (a quorum voted, or
-//     can no longer vote) instead of waiting for the slowest master;
+//   - every command to a master is bounded by a per-master timeout; a
+//     failed acquire decides as soon as its outcome is known, a grant once
+//     every master answered (the granted-lock check, granted.go), and a
+//     release or an extend answers once every master answered, so that the
+//     next caller, through any Client, sees it;
 //   - masters known to be down or stuck answer at once, so a lost quorum
 //     fails in well under one per-master timeout;
 //   - commands bound for the same master share pipelined round trips

@@ -76,15 +76,16 @@ type OutcomeError struct {
 	// it could be read (the quorum-th longest PTTL among refusing masters);
 	// 0 when unknown.
 	RetryAfter time.Duration
-	// Contended is, for an acquire refused with ErrLockHeld, true when no
-	// refusing master showed a granted lock (with the granted-lock check:
-	// none reported the holder's fence record, granted.go; without it:
-	// fewer than a quorum refused): the key is held only by attempts not
-	// (yet) granted — contenders that split the votes (they release their
-	// keys within a round trip), a winner before its fence write-back, or
-	// the keys of an attempt whose client died (they end with RetryAfter).
-	// A one-shot Acquire retries such an attempt a few times first
-	// (retryContended).
+	// Contended is, for an acquire refused with ErrLockHeld with the
+	// granted-lock check on, true when every master answered or failed
+	// and none showed a granted lock (the holder's fence record,
+	// granted.go): the key is held only by attempts not (yet) granted —
+	// contenders that split the votes (they release their keys within a
+	// round trip), a winner before its fence write-back, or the keys of
+	// an attempt whose client died (they end with RetryAfter). A one-shot
+	// Acquire retries such an attempt a few times first (retryContended).
+	// Always false without the check (fencing off): a split vote cannot be
+	// told from a holder whose other masters failed.
 	Contended bool
 	// Delayed counts, for acquire, the refusing masters where the key was
 	// free but in its lock-delay (lockdelay.go): the last lock ended

@@ -114,11 +114,13 @@ func attemptParts(ctx context.Context, parts []groupPart, ttl time.Duration, opt
 		return nil, err
 	}
 	for i, p := range parts {
-		actx := ctx
+		actx, popts := ctx, opts
 		if i > 0 {
-			actx = withSameToken(ctx, ml.locks[0].Token())
+			// Holding the earlier parts: one attempt, not even a
+			// contended attempt's retries (retryContended).
+			actx, popts = withSameToken(ctx, ml.locks[0].Token()), append(slices.Clip(opts), WithRetry(NoRetry()))
 		}
-		lk, err := p.g.Client.AcquireMulti(actx, p.keys, ttl, opts...)
+		lk, err := p.g.Client.AcquireMulti(actx, p.keys, ttl, popts...)
 		if err != nil {
 			return fail(groupErr(p.g.Name, err))
 		}

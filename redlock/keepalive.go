@@ -169,6 +169,12 @@ func (l *Lock) KeepAlive(ctx context.Context) {
 	}
 }
 
+// extendSlack is how long before the loss time a keep-alive's extend
+// stops waiting: a tenth of the TTL, 1 to 50 ms.
+func extendSlack(ttl time.Duration) time.Duration {
+	return min(max(ttl/10, time.Millisecond), 50*time.Millisecond)
+}
+
 // nextExtend is how long the keep-alive waits before its next extend: a
 // third of the TTL, or half the time left before the lock counts as lost
 // when that is sooner (KeepAlive called late, or a validity cut short by a
@@ -190,7 +196,11 @@ func (l *Lock) keepAlive(ctx context.Context, done <-chan struct{}, exited chan 
 		case <-next.C:
 		}
 		ttl := l.TTL()
-		ectx, cancel := context.WithDeadline(ctx, l.lossAt())
+		// The extend ends a little before the loss timer fires: Extend
+		// waits for every master, and one that answers late (or not)
+		// must not let the loss timer win against an extend a quorum
+		// already made (Extend succeeds when its ctx ends after that).
+		ectx, cancel := context.WithDeadline(ctx, l.lossAt().Add(-extendSlack(ttl)))
 		err := l.Extend(ectx, ttl)
 		cancel()
 		switch {

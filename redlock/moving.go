@@ -158,11 +158,11 @@ func (m *Moving) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		if i == 0 {
 			lk, err = g.Client.Acquire(ctx, key, ttl, opts...)
 		} else {
-			// No wait, under the first group's token: never wait on a
-			// group while holding another (beyond the few bounded retries
-			// of a contended attempt, retryContended), and let a release
-			// or extend that names the token reach every group.
-			lk, err = g.Client.Acquire(withSameToken(ctx, ml.locks[0].Token()), key, ttl)
+			// One attempt, under the first group's token: never wait on a
+			// group while holding another (not even a contended attempt's
+			// retries), and let a release or extend that names the token
+			// reach every group.
+			lk, err = g.Client.Acquire(withSameToken(ctx, ml.locks[0].Token()), key, ttl, WithRetry(NoRetry()))
 		}
 		if err != nil {
 			return fail(groupErr(g.Name, err))
