@@ -107,6 +107,11 @@ func (f *lossFixture) grantOnThree(t *testing.T, c *Client, key string, ttl time
 	}
 	l, err := c.Acquire(ctx, key, ttl)
 	require.NoError(t, err)
+	// Without the granted-lock check the grant is decided at the third
+	// vote, with the SETs to masters 3 and 4 possibly still on their way:
+	// deleting the blockers first let a late SET land there (L on four
+	// masters, and the negative control refused; seen in CI).
+	settle(t, c, key)
 	for _, i := range []int{3, 4} {
 		require.NoError(t, f.rdbs[i].Del(ctx, key).Err())
 	}
