@@ -14,14 +14,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// batchObserver records the largest pipeline each master carried.
+// batchObserver records the largest pipeline each master carried, and the
+// commands sent to each through the lanes (health probes not included).
 type batchObserver struct {
 	largest [5]atomic.Int64
+	sent    [5]atomic.Int64
 	batches atomic.Int64
 }
 
 func (o *batchObserver) ObserveBatch(master, size int, _ time.Duration, _ error) {
 	o.batches.Add(1)
+	o.sent[master].Add(int64(size))
 	for {
 		cur := o.largest[master].Load()
 		if int64(size) <= cur || o.largest[master].CompareAndSwap(cur, int64(size)) {
