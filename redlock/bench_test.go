@@ -239,36 +239,46 @@ func BenchmarkScripts(b *testing.B) {
 		{"df18b48-release", df18b48Script(b, "release"), func(k string) []string { return []string{k} }, []any{token}},
 	} {
 		b.Run(s.name, func(b *testing.B) {
-			if err := s.script.Load(ctx, rdb).Err(); err != nil {
-				b.Fatal(err)
-			}
-			if strings.HasSuffix(s.name, "fence") || strings.HasSuffix(s.name, "release") {
-				// The lock each call acts on, as in a cycle.
-				b.StopTimer()
-				for i := 0; i < b.N; i += 256 {
-					p := rdb.Pipeline()
-					for j := i; j < min(i+256, b.N); j++ {
-						p.Set(ctx, fmt.Sprintf("%s:%s:%d", run, s.name, j), token, time.Minute)
-					}
-					if _, err := p.Exec(ctx); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.StartTimer()
-			}
-			cpu0 := readMastersCPUOf(b, rdb)
-			for i := 0; i < b.N; i += 16 {
-				p := rdb.Pipeline()
-				for j := i; j < min(i+16, b.N); j++ {
-					s.script.EvalSha(ctx, p, s.keys(fmt.Sprintf("%s:%s:%d", run, s.name, j)), s.args...)
-				}
-				if _, err := p.Exec(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric((readMastersCPUOf(b, rdb)-cpu0).Seconds()*1e6/float64(b.N), "master-cpu-µs/call")
+			locked := strings.HasSuffix(s.name, "fence") || strings.HasSuffix(s.name, "release")
+			benchScriptCalls(b, rdb, run+":"+s.name, s.script, s.keys, s.args, locked)
 		})
 	}
+}
+
+// benchScriptCalls calls script b.N times on rdb's master, pipelined 16
+// deep, each on a key of its own (prefix:<i>, given to keys), and reports
+// the master's CPU (INFO cpu user+sys) per call. locked: each key first
+// holds the token (ARGV[1]) for a minute, as for a fence write-back or a
+// release in a cycle; those SETs are not counted.
+func benchScriptCalls(b *testing.B, rdb *redis.Client, prefix string, script *redis.Script, keys func(string) []string, args []any, locked bool) {
+	ctx := context.Background()
+	if err := script.Load(ctx, rdb).Err(); err != nil {
+		b.Fatal(err)
+	}
+	if locked {
+		b.StopTimer()
+		for i := 0; i < b.N; i += 256 {
+			p := rdb.Pipeline()
+			for j := i; j < min(i+256, b.N); j++ {
+				p.Set(ctx, fmt.Sprintf("%s:%d", prefix, j), args[0], time.Minute)
+			}
+			if _, err := p.Exec(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+	}
+	cpu0 := readMastersCPUOf(b, rdb)
+	for i := 0; i < b.N; i += 16 {
+		p := rdb.Pipeline()
+		for j := i; j < min(i+16, b.N); j++ {
+			script.EvalSha(ctx, p, keys(fmt.Sprintf("%s:%d", prefix, j)), args...)
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric((readMastersCPUOf(b, rdb)-cpu0).Seconds()*1e6/float64(b.N), "master-cpu-µs/call")
 }
 
 // df18b48Script is the cycle script name as it was at df18b48
@@ -297,4 +307,126 @@ func readMastersCPUOf(b *testing.B, rdb *redis.Client) time.Duration {
 		}
 	}
 	return sum
+}
+
+// BenchmarkCheckCosts measures what each safety check of a fenced
+// acquire+release cycle costs one master, by taking the check's Redis calls
+// out of the product script (a variant per check, never sent by a Client)
+// and comparing the master's CPU per call: every variant runs b.N calls on
+// one test master, pipelined 16 deep, interleaved with the others in
+// chunks of 512 so that the machine's load drifts over all of them alike.
+// It reports µs of master CPU per call for each variant; what a check
+// costs is the product's figure minus its variant's, and a cycle makes 5
+// votes, 3 write-backs and 5 releases (docs/performance.md turns them into
+// µs per cycle):
+//
+//	go test -run '^$' -bench CheckCosts -benchtime 40000x ./redlock
+func BenchmarkCheckCosts(b *testing.B) {
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: servers[0].Addr()})
+	defer rdb.Close()
+	run := fmt.Sprintf("checkcosts:%d", time.Now().UnixNano())
+	marker, horizon, counter := run+":marker", run+":marker:horizon", run+":marker:counter"
+	if err := rdb.MSet(ctx, marker, "m", horizon, "1", counter, "5").Err(); err != nil {
+		b.Fatal(err)
+	}
+	const token = "0123456789abcdef0123456789abcdef"
+	voteKeys := func(k string) []string { return []string{k, marker, horizon, counter, k + ":fence"} }
+	vote := func(prelude, acquire string) *redis.Script { return redis.NewScript(prelude + acquire) }
+	// without takes line out of src, and fails unless it is there exactly
+	// once: a variant must not measure a script the product no longer has.
+	without := func(src, line, by string) string {
+		if strings.Count(src, line) != 1 {
+			b.Fatalf("%q is not in the script exactly once", line)
+		}
+		return strings.Replace(src, line, by, 1)
+	}
+	const (
+		timeLine   = "local now = redis.call('TIME')"
+		stateLine  = "  state = redis.call('MGET', KEYS[2], KEYS[3], KEYS[4])"
+		raiseLine  = "    redis.call('SET', KEYS[3], string.format('%d', h))"
+		replyLine  = "  return {code, value, marker or '', tonumber(now[1]), tonumber(now[2]), extra or '', horizonBefore, horizon, counter}"
+		fTimeLine  = "local t = redis.call('TIME')"
+		fStateLine = "local s = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4])"
+		fRecLine   = "if KEYS[5] then"
+		fixedTime  = "{'1764770000', '0'}"
+	)
+	pre := votePreludeLua
+	type variant struct {
+		name   string
+		script *redis.Script
+		keys   func(string) []string
+		args   []any
+		locked bool
+	}
+	vs := []variant{
+		{"vote", productScripts.acquire, voteKeys, []any{token, "10000"}, false},
+		{"vote-without-TIME", vote(without(pre, timeLine, "local now = "+fixedTime), acquireLua), voteKeys, []any{token, "10000"}, false},
+		{"vote-without-state-read", vote(without(pre, stateLine, "  state = {'m', '1', '5'}"), acquireLua), voteKeys, []any{token, "10000"}, false},
+		{"vote-without-horizon-raise", vote(without(pre, raiseLine, ""), acquireLua), voteKeys, []any{token, "10000"}, false},
+		{"vote-with-a-2-field-reply", vote(without(pre, replyLine, "  return {code, value}"), acquireLua), voteKeys, []any{token, "10000"}, false},
+		{"vote-without-all-four", vote(without(without(without(without(pre, timeLine, "local now = "+fixedTime), stateLine, "  state = {'m', '1', '5'}"), raiseLine, ""), replyLine, "  return {code, value}"), acquireLua), voteKeys, []any{token, "10000"}, false},
+		{"df18b48-vote", df18b48Script(b, "acquire"), func(k string) []string { return []string{k, counter} }, []any{token, "10000"}, false},
+		{"fence", productScripts.fence, voteKeys, []any{token, "7"}, true},
+		{"fence-without-TIME", redis.NewScript(without(fenceLua, fTimeLine, "local t = "+fixedTime)), voteKeys, []any{token, "7"}, true},
+		{"fence-without-state-read", redis.NewScript(without(fenceLua, fStateLine, "local s = redis.call('MGET', KEYS[1], KEYS[4]); s = {s[1], 'm', '1', s[2]}")), voteKeys, []any{token, "7"}, true},
+		{"fence-without-record", redis.NewScript(without(fenceLua, fRecLine, "if false then")), voteKeys, []any{token, "7"}, true},
+		{"fence-without-all-three", redis.NewScript(without(without(without(fenceLua, fTimeLine, "local t = "+fixedTime), fStateLine, "local s = redis.call('MGET', KEYS[1], KEYS[4]); s = {s[1], 'm', '1', s[2]}"), fRecLine, "if false then")), voteKeys, []any{token, "7"}, true},
+		{"df18b48-fence", df18b48Script(b, "fence"), func(k string) []string { return []string{k, counter} }, []any{token, "7"}, true},
+		{"release", releaseScript, func(k string) []string { return []string{k, k + ":fence"} }, []any{token, run + ":released"}, true},
+		{"release-without-record", releaseScript, func(k string) []string { return []string{k} }, []any{token, run + ":released"}, true},
+		{"release-without-publish", releaseScript, func(k string) []string { return []string{k, k + ":fence"} }, []any{token}, true},
+		{"release-without-both", releaseScript, func(k string) []string { return []string{k} }, []any{token}, true},
+		{"df18b48-release", df18b48Script(b, "release"), func(k string) []string { return []string{k} }, []any{token}, true},
+	}
+	cpu := make([]time.Duration, len(vs))
+	const chunk = 512
+	for done := 0; done < b.N; done += chunk {
+		n := min(chunk, b.N-done)
+		for i, v := range vs {
+			cpu[i] += scriptCallsCPU(b, rdb, fmt.Sprintf("%s:%s:%d", run, v.name, done), v.script, v.keys, v.args, v.locked, n)
+		}
+	}
+	for i, v := range vs {
+		b.ReportMetric(cpu[i].Seconds()*1e6/float64(b.N), v.name+"-µs/call")
+	}
+}
+
+// scriptCallsCPU is benchScriptCalls for n calls, returning the master's
+// CPU they cost instead of reporting it.
+func scriptCallsCPU(b *testing.B, rdb *redis.Client, prefix string, script *redis.Script, keys func(string) []string, args []any, locked bool, n int) time.Duration {
+	ctx := context.Background()
+	if err := script.Load(ctx, rdb).Err(); err != nil {
+		b.Fatal(err)
+	}
+	if locked {
+		p := rdb.Pipeline()
+		for j := range n {
+			p.Set(ctx, fmt.Sprintf("%s:%d", prefix, j), args[0], time.Minute)
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu0 := readMastersCPUOf(b, rdb)
+	for i := 0; i < n; i += 16 {
+		p := rdb.Pipeline()
+		for j := i; j < min(i+16, n); j++ {
+			script.EvalSha(ctx, p, keys(fmt.Sprintf("%s:%d", prefix, j)), args...)
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	used := readMastersCPUOf(b, rdb) - cpu0
+	// The keyspace stays small, the same for every chunk: its growth (and
+	// rehashing) would be charged to whichever variant runs at the time.
+	p := rdb.Pipeline()
+	for j := range n {
+		p.Del(ctx, keys(fmt.Sprintf("%s:%d", prefix, j))[0], fmt.Sprintf("%s:%d:fence", prefix, j))
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return used
 }
