@@ -247,38 +247,9 @@ func BenchmarkScripts(b *testing.B) {
 
 // benchScriptCalls calls script b.N times on rdb's master, pipelined 16
 // deep, each on a key of its own (prefix:<i>, given to keys), and reports
-// the master's CPU (INFO cpu user+sys) per call. locked: each key first
-// holds the token (ARGV[1]) for a minute, as for a fence write-back or a
-// release in a cycle; those SETs are not counted.
+// the master's CPU (INFO cpu user+sys) per call (scriptCallsCPU).
 func benchScriptCalls(b *testing.B, rdb *redis.Client, prefix string, script *redis.Script, keys func(string) []string, args []any, locked bool) {
-	ctx := context.Background()
-	if err := script.Load(ctx, rdb).Err(); err != nil {
-		b.Fatal(err)
-	}
-	if locked {
-		b.StopTimer()
-		for i := 0; i < b.N; i += 256 {
-			p := rdb.Pipeline()
-			for j := i; j < min(i+256, b.N); j++ {
-				p.Set(ctx, fmt.Sprintf("%s:%d", prefix, j), args[0], time.Minute)
-			}
-			if _, err := p.Exec(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.StartTimer()
-	}
-	cpu0 := readMastersCPUOf(b, rdb)
-	for i := 0; i < b.N; i += 16 {
-		p := rdb.Pipeline()
-		for j := i; j < min(i+16, b.N); j++ {
-			script.EvalSha(ctx, p, keys(fmt.Sprintf("%s:%d", prefix, j)), args...)
-		}
-		if _, err := p.Exec(ctx); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric((readMastersCPUOf(b, rdb)-cpu0).Seconds()*1e6/float64(b.N), "master-cpu-µs/call")
+	b.ReportMetric(scriptCallsCPU(b, rdb, prefix, script, keys, args, locked, b.N).Seconds()*1e6/float64(b.N), "master-cpu-µs/call")
 }
 
 // df18b48Script is the cycle script name as it was at df18b48
@@ -392,8 +363,12 @@ func BenchmarkCheckCosts(b *testing.B) {
 	}
 }
 
-// scriptCallsCPU is benchScriptCalls for n calls, returning the master's
-// CPU they cost instead of reporting it.
+// scriptCallsCPU calls script n times on rdb's master, pipelined 16 deep,
+// each on a key of its own (prefix:<i>, given to keys), and returns the
+// master's CPU (INFO cpu user+sys) the calls cost. locked: each key first
+// holds the token (ARGV[1]) for a minute, as for a fence write-back or a
+// release in a cycle; those SETs are not counted. The keys (and their
+// fence records) are deleted afterwards, not counted either.
 func scriptCallsCPU(b *testing.B, rdb *redis.Client, prefix string, script *redis.Script, keys func(string) []string, args []any, locked bool, n int) time.Duration {
 	ctx := context.Background()
 	if err := script.Load(ctx, rdb).Err(); err != nil {
