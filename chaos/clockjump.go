@@ -99,7 +99,7 @@ func clockJumpContender(guard bool) *Scenario {
 // forward (A's key there expires), and the daemons start again, with no
 // earlier reading of master 4's clock. B asks through a restarted daemon
 // and through a library client started after the jump. Each compares
-// every master's clock with the median of the masters': master 4
+// every master's clock with the other masters': master 4
 // disagrees and does not vote, so B is refused. With that comparison off
 // (in the library client: the daemons keep theirs), master 4 counts and B
 // wins 0, 1 and 4 while A's lock is valid (I1).

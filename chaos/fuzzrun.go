@@ -784,7 +784,7 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 // watched across the jump would see it with its probes and write a repair
 // marker that quarantines the master for every later client; here the
 // only guard left is the clock reference (each client compares every
-// master's clock with the median of the masters'). The master still
+// master's clock with the other masters'). The master still
 // answers and votes; A's key on it expires at once (st.D is past A's TTL).
 // The heal steps the clock back.
 func (fr *fuzzRunner) unwatchedJump(ctx context.Context, d *Drill, dm direct, ep *episode, st FuzzStep) error {

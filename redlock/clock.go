@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"cmp"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -178,12 +177,13 @@ func (m *master) observeClock(sent, received, remote time.Time) {
 //     time between them. Otherwise the vote is discarded and the master
 //     quarantined (checkVoteClock). A jump is thus caught in the same round
 //     trip as the first vote after it, not at the next probe.
-//  2. Every probe round compares each master's offset with the median of
-//     the masters' offsets (checkClockAgreement). A master whose clock
-//     disagrees with the others does not vote, whether or not this Client
-//     saw the jump happen (it may have jumped while no daemon watched, or
-//     before this daemon started); once it agrees again it stays out until
-//     its lease horizon has passed.
+//  2. Every probe round compares each master's offset with the other
+//     masters' (checkClockAgreement). A master whose clock differs from a
+//     quorum of the others does not vote (nor does a vote count unless its
+//     reading agrees with quorum − 1 others', agreesWithOthers), whether
+//     or not this Client saw the jump happen (it may have jumped while no
+//     daemon watched, or before this daemon started); once it agrees again
+//     it stays out until its lease horizon has passed.
 //  3. The drift-rate guard (clock.go) catches a clock that runs fast.
 //
 // The blind spot: a forward jump smaller than the uncertainty of check 1 is
@@ -372,9 +372,22 @@ func (m *master) holdUntilHorizon(reason string) {
 }
 
 // checkClockAgreement is check 2, run after every probe round: a master
-// whose offset differs from the median of the masters' offsets by more
-// than the tolerance (beyond both readings' uncertainty) is held out until
-// it agrees again, and then until its lease horizon has passed.
+// whose offset differs from the offsets of at least a quorum of the other
+// masters (each pair beyond both readings' uncertainty and the tolerance)
+// is held out until it agrees again, and then until its lease horizon has
+// passed; a master that agrees with at least quorum − 1 others (it and
+// they make a quorum) is judged to agree. A round with too few precise
+// readings to show either judges nothing.
+//
+// Why counts and not a median: with N − quorum masters' clocks off (the
+// faults the deployment is built to survive) and one sane master's
+// reading missing or imprecise, the median of the readings there are can
+// be a faulty clock, which would hold the sane masters out — all of them,
+// then each until its horizon. Neither count can be reached that way: a
+// sane master differs from at most the N − quorum faulty ones, fewer than
+// a quorum, and a faulty master agrees with at most N − quorum − 1 other
+// faulty ones, fewer than quorum − 1, unless it is within the tolerance
+// of a sane one (then its error is within clockAllowance, as before).
 func (c *Client) checkClockAgreement() {
 	if !c.opts.clockGuard || !c.opts.clockReference {
 		return
@@ -399,45 +412,58 @@ func (c *Client) checkClockAgreement() {
 		offs[i] = f.s.offset
 	}
 	slices.Sort(offs)
-	median := offs[len(offs)/2]
-	var medUncert int64
-	for _, f := range fresh {
-		if f.s.offset == median {
-			medUncert = f.s.uncert
-		}
-	}
+	median := offs[len(offs)/2] // for the log: the judgement counts pairs
 	tolerance := int64(c.maxUncertainty() / 4)
 	for _, f := range fresh {
-		d := f.s.offset - median
-		if d < 0 {
-			d = -d
+		agree, differ := 0, 0
+		for _, o := range fresh {
+			switch {
+			case o.m == f.m:
+			case offsetsDiffer(f.s, o.s, tolerance):
+				differ++
+			default:
+				agree++
+			}
 		}
 		m := f.m
-		if d-f.s.uncert-medUncert > tolerance {
-			why := fmt.Sprintf("wall clock differs from the median of the masters by %v (tolerance %v): votes stop until it agrees, then until its lease horizon; fix its clock (NTP)", time.Duration(f.s.offset-median).Round(time.Millisecond), time.Duration(tolerance))
+		switch {
+		case differ >= c.quorum:
+			by := time.Duration(f.s.offset - median)
+			why := fmt.Sprintf("wall clock differs from the median of the masters by %v, and from %d of the other masters' clocks, a quorum (tolerance %v): votes stop until it agrees, then until its lease horizon; fix its clock (NTP)", by.Round(time.Millisecond), differ, time.Duration(tolerance))
 			if m.judge(observation{kind: obsClockDisagrees, reason: why}) {
-				c.opts.logger.Warn("master clock disagrees with the other masters: held out", masterAttr(m), slog.Duration("by", time.Duration(f.s.offset-median)))
+				c.opts.logger.Warn("master clock disagrees with the other masters: held out", masterAttr(m), slog.Duration("by", by))
 			}
-			continue
+		case agree >= c.quorum-1:
+			m.judge(observation{kind: obsClockAgrees})
 		}
-		m.judge(observation{kind: obsClockAgrees})
 	}
+}
+
+// offsetsDiffer reports whether readings a and b of two masters' offsets
+// differ by more than tolerance beyond both readings' uncertainty.
+func offsetsDiffer(a, b clockRef, tolerance int64) bool {
+	d := a.offset - b.offset
+	if d < 0 {
+		d = -d
+	}
+	return d-a.uncert-b.uncert > tolerance
 }
 
 // agreesWithOthers is check 2 for one reading s of m against the other
 // masters' recent references: known is false when fewer than quorum − 1
-// of them have one. With at least a quorum of them, s must agree with
-// their median (a minority of faulty clocks among them cannot move it).
-// With exactly quorum − 1 (e.g. N − quorum masters down, the failures the
-// deployment is built to survive), s must agree with every one of them:
-// m and they make a quorum, and a master whose clock jumped disagrees with
-// every sane one, so it passes only if all quorum − 1 others jumped alike
-// — a quorum of faulty masters, beyond what any check can cover. A sane m
-// next to a faulty other fails closed (its vote waits for the next probe's
+// of them have one. s agrees when at least quorum − 1 of them agree with
+// it (m and they make a quorum): a master whose clock jumped disagrees
+// with every sane one, so it passes only if quorum − 1 others jumped alike
+// — with m, a quorum of faulty masters, beyond what any check can cover —
+// or if it is within the tolerance of a sane one. Not their median: with
+// N − quorum faulty clocks among the references and one sane reference
+// missing, the median can be a faulty clock, and every sane master's vote
+// would be refused (checkClockAgreement says more). A sane m next to too
+// few sane references fails closed (its vote waits for the next probe's
 // reading), which costs availability only beyond N − quorum faults. Only
 // precise readings are judged (s and every reference used within an
-// eighth of maxUncertainty), with the same tolerance as check 2,
-// so a jump it lets through is within clockAllowance.
+// eighth of maxUncertainty), with the same tolerance as check 2, so a
+// jump it lets through is within clockAllowance.
 func (c *Client) agreesWithOthers(m *master, s clockRef) (agrees, known bool) {
 	if !c.opts.clockReference {
 		return false, false
@@ -455,23 +481,16 @@ func (c *Client) agreesWithOthers(m *master, s clockRef) (agrees, known bool) {
 	if len(offs) < c.quorum-1 {
 		return false, false
 	}
-	judge := offs // every one of quorum − 1
-	if len(offs) >= c.quorum {
-		slices.SortFunc(offs, func(a, b clockRef) int { return cmp.Compare(a.offset, b.offset) })
-		judge = offs[len(offs)/2 : len(offs)/2+1] // their median
-	}
 	tight := int64(c.maxUncertainty() / 8)
 	if s.uncert > tight {
 		return false, true
 	}
-	for _, r := range judge {
-		d := s.offset - r.offset
-		if d < 0 {
-			d = -d
-		}
-		if r.uncert > tight || d-s.uncert-r.uncert > int64(c.maxUncertainty()/4) {
-			return false, true
+	tolerance := int64(c.maxUncertainty() / 4)
+	agree := 0
+	for _, r := range offs {
+		if r.uncert <= tight && !offsetsDiffer(s, r, tolerance) {
+			agree++
 		}
 	}
-	return true, true
+	return agree >= c.quorum-1, true
 }

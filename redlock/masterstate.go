@@ -94,11 +94,11 @@ const (
 	// obsClockChecked: a vote's clock reading agreed with the other
 	// masters' recent readings.
 	obsClockChecked
-	// obsClockDisagrees: the probe round found its clock off the masters'
-	// median by more than the tolerance (reason).
+	// obsClockDisagrees: the probe round found its clock off a quorum of
+	// the other masters' by more than the tolerance (reason).
 	obsClockDisagrees
 	// obsClockAgrees: the probe round found its clock within the
-	// tolerance of the median.
+	// tolerance of at least quorum − 1 other masters'.
 	obsClockAgrees
 	// obsQuarantine: a repair marker (adopted, the operator's, the first
 	// one read) says locks the master lost may be valid for hold more

@@ -1,0 +1,69 @@
+package redlock
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Check 2 of clock.go with N − quorum faulty clocks (two of five masters 2 s
+// ahead) and one sane master's reading missing or imprecise, as on a busy
+// machine: the faulty minority must not get the sane masters held out. It
+// did when check 2 judged by the median of the readings there were (a
+// black-box run with clock faults on masters 0 and 1 took all five out for
+// max TTL: the sane ones were held, then each waited for a horizon no
+// quorum could give). The readings are planted, as a probe round would
+// leave them, on a Client whose own rounds are an hour apart.
+func TestClockAgreementIsNotMovedByAFaultyMinority(t *testing.T) {
+	c := newClient(t, WithHealthInterval(time.Hour))
+	for _, m := range c.masters {
+		require.Eventually(t, func() bool { return m.answeredProbe() && m.st.lastReading.Load() != nil }, 10*time.Second, 10*time.Millisecond)
+	}
+	ahead := int64(2 * time.Second)
+	imprecise := int64(c.maxUncertainty())
+	plant := func(offsets [5]int64, uncert [5]int64) {
+		now := c.sinceEpoch()
+		for i, m := range c.masters {
+			r := clockRef{at: now, offset: offsets[i], uncert: uncert[i]}
+			m.st.lastReading.Store(&r)
+			m.st.ref.Store(&r)
+		}
+	}
+	held := func() (out []int) {
+		for i, m := range c.masters {
+			if m.st.conds.has(condClockHold) {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+
+	// Master 4's reading is imprecise: the readings judged are two sane
+	// and two faulty, whose median is a faulty one.
+	plant([5]int64{ahead, ahead, 0, 0, 0}, [5]int64{0, 0, 0, 0, imprecise})
+	c.checkClockAgreement()
+	assert.Empty(t, held(), "no master is held out: the sane ones differ from only two others, the faulty ones from only two")
+
+	// The vote check: master 2's reading against the others' references,
+	// two sane and two faulty (median faulty), all precise.
+	plant([5]int64{ahead, ahead, 0, 0, 0}, [5]int64{})
+	for i, want := range []bool{false, false, true, true, true} {
+		agrees, known := c.agreesWithOthers(c.masters[i], *c.masters[i].st.ref.Load())
+		assert.True(t, known)
+		assert.Equal(t, want, agrees, fmt.Sprintf("master %d's vote", i))
+	}
+
+	// Every reading precise: the faulty two differ from the three sane ones,
+	// a quorum, and are held out; the sane ones are not.
+	c.checkClockAgreement()
+	assert.Equal(t, []int{0, 1}, held())
+
+	// The faulty clocks are fixed: they agree with quorum − 1 others again
+	// and leave the hold (for their horizon: judgeClockFault).
+	plant([5]int64{}, [5]int64{})
+	c.checkClockAgreement()
+	assert.Empty(t, held())
+}
