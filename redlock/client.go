@@ -64,7 +64,11 @@ type Client struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
-	wg        sync.WaitGroup
+	// settling counts the background clean-ups running (settleLater);
+	// settled the releases they sent again.
+	settling atomic.Int32
+	settled  atomic.Int64
+	wg       sync.WaitGroup
 }
 
 // New returns a Client over the given masters: independent Redis servers,
