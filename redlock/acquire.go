@@ -243,7 +243,7 @@ func (c *Client) acquireSet(ctx context.Context, set *lockSet, token string, ttl
 		c.issued(fence)
 		return &Lock{c: c, key: set.key, keys: set.multi, token: token, fence: fence, ttl: ttl, validUntil: start.Add(ttl - c.drift(ttl))}, nil
 	}
-	c.cleanup(set, token, t.maybeHeld, out, start.Add(ttl+lockDelay))
+	c.cleanup(set, token, t.maybeHeld, out)
 	return nil, t.failure(granting, fenceFailed, validity, time.Since(start))
 }
 
@@ -504,12 +504,19 @@ func (t *acquireTally) failure(granting, fenceFailed bool, validity, elapsed tim
 // refused for that key (two attempts that split the votes, a winner
 // refused by the granted-lock check while a release was on its way), and
 // its waiters would otherwise sleep until the holder's end or the poll
-// fallback, with the key free. votes is the acquire's fan-out: a vote
-// never written to its master cannot have landed. Masters whose vote was
-// written but whose release gets no definite answer are settled in the
-// background (settleLater) until every key of the attempt would have
-// expired (until).
-func (c *Client) cleanup(set *lockSet, token string, maybeHeld []bool, votes *fan, until time.Time) {
+// fallback, with the key free.
+//
+// A master whose vote was written (votes, the acquire's fan-out) but whose
+// release gets no answer in time keeps the release for the health loop,
+// as Release does (releaseLater, retryReleases). A paused master runs what
+// sat in its sockets when it resumes — the vote's SET too, possibly long
+// after the acquire failed — while the release, sent over the connection
+// that replaced a stalled one, may reach it first, or never when that
+// connection could not be set up; the key would then be refused to
+// everyone, as contended, for its whole TTL. The health loop sends the
+// release again after the master answered a probe, so after whatever sat
+// in its sockets before it resumed has run.
+func (c *Client) cleanup(set *lockSet, token string, maybeHeld []bool, votes *fan) {
 	if !slices.Contains(maybeHeld, true) {
 		return
 	}
@@ -522,6 +529,7 @@ func (c *Client) cleanup(set *lockSet, token string, maybeHeld []bool, votes *fa
 	}
 	timer := time.NewTimer(c.opts.perMasterTimeout)
 	defer timer.Stop()
+wait:
 	for ; waiting > 0; waiting-- {
 		select {
 		case r := <-out.replies:
@@ -529,116 +537,20 @@ func (c *Client) cleanup(set *lockSet, token string, maybeHeld []bool, votes *fa
 				unsettled[r.idx] = false
 			}
 		case <-timer.C:
-			c.settleLater(set, token, out, waiting, unsettled, until)
-			return
+			break wait
 		}
 	}
-	if slices.Contains(unsettled, true) {
-		c.settleLater(set, token, nil, 0, unsettled, until)
-	}
-}
-
-// maxSettling bounds the background clean-ups a Client runs at once
-// (settleLater): beyond it, a failed attempt's stray keys expire with
-// their TTL, as they would without the clean-up.
-const maxSettling = 256
-
-// settleLater finishes a failed acquire's clean-up in the background, on
-// the masters in unsettled: their vote was written but the release got no
-// definite answer (it timed out, the connection broke, the master was
-// paused). Such a master may still run the vote's SET: a paused master
-// runs what sat in its sockets when it resumes, and the release, sent over
-// the new connection that replaced the broken one, may reach it only
-// after — or, when that connection could not even be set up, never. The
-// key would then stay, refused to everyone as contended, until its TTL
-// ends. So the release is sent again, once per round, to each such master
-// that has answered a health probe since its last failure (the probe's
-// answer shows the master runs again: whatever sat in its sockets before
-// it resumed ran in an earlier event-loop turn than a command sent after
-// it), until it answers, the keys would have expired anyway (until), or
-// the Client closes. A release is a compare-and-delete with the attempt's
-// own token: sending it again never touches another holder's lock.
-//
-// first, when not nil, is the first release's fan-out, waiting answers
-// still due from it.
-func (c *Client) settleLater(set *lockSet, token string, first *fan, waiting int, unsettled []bool, until time.Time) {
-	select {
-	case <-c.closed:
-		return
-	default:
-	}
-	if time.Now().After(until) {
-		return
-	}
-	if c.settling.Add(1) > maxSettling {
-		c.settling.Add(-1)
-		return
-	}
-	c.wg.Go(func() {
-		defer c.settling.Add(-1)
-		failedAt := make([]int64, len(unsettled))
-		now := c.sinceEpoch()
-		for i := range failedAt {
-			failedAt[i] = now
+	for i, u := range unsettled {
+		if !u {
+			continue
 		}
-		timer := time.NewTimer(time.Until(until))
-		defer timer.Stop()
-		if first != nil && !c.awaitReleases(first, waiting, unsettled, failedAt, timer.C) {
-			return
+		if set.multi == nil {
+			c.masters[i].releaseLater(set.key, token)
 		}
-		for slices.Contains(unsettled, true) {
-			select {
-			case <-c.closed:
-				return
-			case <-timer.C:
-				return
-			case <-time.After(settleRound):
-			}
-			only := make([]bool, len(unsettled))
-			sent := 0
-			for i, m := range c.masters {
-				if r := m.st.lastReading.Load(); unsettled[i] && r != nil && r.at > failedAt[i] {
-					only[i] = true
-					sent++
-				}
-			}
-			if sent == 0 {
-				continue
-			}
-			rel := set.releaseCall(c, token)
-			rel.mustSend, rel.only = true, only
-			out, waiting := c.fanout(rel, time.Now())
-			if !c.awaitReleases(out, waiting, unsettled, failedAt, timer.C) {
-				return
-			}
-			c.settled.Add(1)
-		}
-	})
-}
-
-// settleRound is how often settleLater looks for masters that answer again.
-var settleRound = 200 * time.Millisecond
-
-// awaitReleases reads waiting answers of a clean-up release's fan-out
-// out: a master that answers is settled; one that fails is noted failed
-// now (its next try waits for a health probe answered after this). It
-// reports false when the Client closed or expired fired first.
-func (c *Client) awaitReleases(out *fan, waiting int, unsettled []bool, failedAt []int64, expired <-chan time.Time) bool {
-	for ; waiting > 0; waiting-- {
-		select {
-		case r := <-out.replies:
-			if r.err == nil {
-				unsettled[r.idx] = false
-			} else {
-				failedAt[r.idx] = c.sinceEpoch()
-			}
-		case <-c.closed:
-			return false
-		case <-expired:
-			return false
+		for _, k := range set.multi {
+			c.masters[i].releaseLater(k, token)
 		}
 	}
-	return true
 }
 
 // retryAfter estimates when the holder's lock ends: when fewer than a

@@ -64,11 +64,7 @@ type Client struct {
 
 	closeOnce sync.Once
 	closed    chan struct{}
-	// settling counts the background clean-ups running (settleLater);
-	// settled the releases they sent again.
-	settling atomic.Int32
-	settled  atomic.Int64
-	wg       sync.WaitGroup
+	wg        sync.WaitGroup
 }
 
 // New returns a Client over the given masters: independent Redis servers,
