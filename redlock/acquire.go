@@ -507,7 +507,7 @@ func (t *acquireTally) failure(granting, fenceFailed bool, validity, elapsed tim
 // fallback, with the key free.
 //
 // A master whose vote was written (votes, the acquire's fan-out) but whose
-// release gets no answer in time keeps the release for the health loop,
+// release did not delete a key in time keeps the release for the health loop,
 // as Release does (releaseLater, retryReleases). A paused master runs what
 // sat in its sockets when it resumes — the vote's SET too, possibly long
 // after the acquire failed — while the release, sent over the connection
@@ -523,25 +523,25 @@ func (c *Client) cleanup(set *lockSet, token string, maybeHeld []bool, votes *fa
 	rel := set.releaseCall(c, token)
 	rel.mustSend, rel.only = true, maybeHeld
 	out, waiting := c.fanout(rel, time.Now())
-	unsettled := make([]bool, len(maybeHeld))
-	for i, held := range maybeHeld {
-		unsettled[i] = held && votes.calls[i].written.Load() != 0
-	}
+	deleted := make([]bool, len(maybeHeld))
 	timer := time.NewTimer(c.opts.perMasterTimeout)
 	defer timer.Stop()
 wait:
 	for ; waiting > 0; waiting-- {
 		select {
 		case r := <-out.replies:
-			if r.err == nil {
-				unsettled[r.idx] = false
-			}
+			n, _ := r.val.(int64)
+			deleted[r.idx] = r.err == nil && n == 1
 		case <-timer.C:
 			break wait
 		}
 	}
-	for i, u := range unsettled {
-		if !u {
+	for i, held := range maybeHeld {
+		// Read after the wait: a vote still queued when the release was
+		// sent could be written until its deadline, which has passed now.
+		// Only a delete settles a master: "absent" may come over a
+		// connection that replaced the vote's, before the vote ran.
+		if !held || deleted[i] || votes.calls[i].written.Load() == 0 {
 			continue
 		}
 		if set.multi == nil {

@@ -371,23 +371,28 @@ func (m *master) holdUntilHorizon(reason string) {
 	m.judge(observation{kind: obsClockFault, reason: reason})
 }
 
-// checkClockAgreement is check 2, run after every probe round: a master
-// whose offset differs from the offsets of at least a quorum of the other
-// masters (each pair beyond both readings' uncertainty and the tolerance)
-// is held out until it agrees again, and then until its lease horizon has
-// passed; a master that agrees with at least quorum − 1 others (it and
-// they make a quorum) is judged to agree. A round with too few precise
-// readings to show either judges nothing.
+// checkClockAgreement is check 2, run after every probe round over the
+// precise readings there are (at least a quorum of them): a master whose
+// offset differs (beyond both readings' uncertainty and the tolerance)
+// from a quorum of the other masters', or from a strict majority of the
+// readings (its own counted as agreeing), is held out until it agrees
+// again, and then until its lease horizon has passed; a master that agrees
+// with at least quorum − 1 others (it and they make a quorum) is judged to
+// agree. A round that shows neither judges nothing.
 //
 // Why counts and not a median: with N − quorum masters' clocks off (the
 // faults the deployment is built to survive) and one sane master's
-// reading missing or imprecise, the median of the readings there are can
-// be a faulty clock, which would hold the sane masters out — all of them,
-// then each until its horizon. Neither count can be reached that way: a
-// sane master differs from at most the N − quorum faulty ones, fewer than
-// a quorum, and a faulty master agrees with at most N − quorum − 1 other
-// faulty ones, fewer than quorum − 1, unless it is within the tolerance
-// of a sane one (then its error is within clockAllowance, as before).
+// reading missing or imprecise, the readings are two sane and two faulty
+// and their median (the upper middle) a faulty clock, which held the sane
+// masters out — all of them, then each until its horizon. With counts a
+// tie holds nobody. A faulty master in a strict minority of the readings
+// is held, as by the median (a faulty master next to two sane readings
+// only, say); so is a sane one when the readings are two faulty clocks
+// that agree and itself — the one case counts cannot tell from the
+// other, decided for safety. A faulty master is judged to agree only
+// within the tolerance of a sane one (it agrees with at most N − quorum − 1
+// other faulty ones, fewer than quorum − 1), so its error is within
+// clockAllowance, as before.
 func (c *Client) checkClockAgreement() {
 	if !c.opts.clockGuard || !c.opts.clockReference {
 		return
@@ -427,9 +432,9 @@ func (c *Client) checkClockAgreement() {
 		}
 		m := f.m
 		switch {
-		case differ >= c.quorum:
+		case differ >= c.quorum || differ > agree+1:
 			by := time.Duration(f.s.offset - median)
-			why := fmt.Sprintf("wall clock differs from the median of the masters by %v, and from %d of the other masters' clocks, a quorum (tolerance %v): votes stop until it agrees, then until its lease horizon; fix its clock (NTP)", by.Round(time.Millisecond), differ, time.Duration(tolerance))
+			why := fmt.Sprintf("wall clock differs from the median of the masters by %v, and from %d of the other %d masters' precise clock readings (tolerance %v): votes stop until it agrees, then until its lease horizon; fix its clock (NTP)", by.Round(time.Millisecond), differ, len(fresh)-1, time.Duration(tolerance))
 			if m.judge(observation{kind: obsClockDisagrees, reason: why}) {
 				c.opts.logger.Warn("master clock disagrees with the other masters: held out", masterAttr(m), slog.Duration("by", by))
 			}

@@ -47,6 +47,17 @@ func TestClockAgreementIsNotMovedByAFaultyMinority(t *testing.T) {
 	c.checkClockAgreement()
 	assert.Empty(t, held(), "no master is held out: the sane ones differ from only two others, the faulty ones from only two")
 
+	// One faulty clock next to two sane precise readings, the other two
+	// sane ones imprecise: the faulty master is in a strict minority of
+	// the readings and is held out, as the median rule held it (counting
+	// only "differs from a quorum" would have let it vote).
+	plant([5]int64{ahead, 0, 0, 0, 0}, [5]int64{0, 0, 0, imprecise, imprecise})
+	c.checkClockAgreement()
+	assert.Equal(t, []int{0}, held())
+	plant([5]int64{}, [5]int64{})
+	c.checkClockAgreement()
+	require.Empty(t, held())
+
 	// The vote check: master 2's reading against the others' references,
 	// two sane and two faulty (median faulty), all precise.
 	plant([5]int64{ahead, ahead, 0, 0, 0}, [5]int64{})
