@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -179,8 +180,9 @@ func (m *master) observeClock(sent, received, remote time.Time) {
 //     trip as the first vote after it, not at the next probe.
 //  2. Every probe round compares each master's offset with the other
 //     masters' (checkClockAgreement). A master whose clock differs from a
-//     quorum of the others does not vote (nor does a vote count unless its
-//     reading agrees with quorum − 1 others', agreesWithOthers), whether
+//     quorum of the others, or from a strict majority of the readings, does
+//     not vote (a first vote, or one without a recent reference, is judged
+//     against the others' references: agreesWithOthers), whether
 //     or not this Client saw the jump happen (it may have jumped while no
 //     daemon watched, or before this daemon started); once it agrees again
 //     it stays out until its lease horizon has passed.
@@ -456,19 +458,18 @@ func offsetsDiffer(a, b clockRef, tolerance int64) bool {
 
 // agreesWithOthers is check 2 for one reading s of m against the other
 // masters' recent references: known is false when fewer than quorum − 1
-// of them have one. s agrees when at least quorum − 1 of them agree with
-// it (m and they make a quorum): a master whose clock jumped disagrees
-// with every sane one, so it passes only if quorum − 1 others jumped alike
-// — with m, a quorum of faulty masters, beyond what any check can cover —
-// or if it is within the tolerance of a sane one. Not their median: with
-// N − quorum faulty clocks among the references and one sane reference
-// missing, the median can be a faulty clock, and every sane master's vote
-// would be refused (checkClockAgreement says more). A sane m next to too
-// few sane references fails closed (its vote waits for the next probe's
+// of them have one. With at least a quorum of them, s must agree with
+// their median (a minority of faulty clocks among them cannot move it).
+// With exactly quorum − 1 (e.g. N − quorum masters down, the failures the
+// deployment is built to survive), s must agree with every one of them:
+// m and they make a quorum, and a master whose clock jumped disagrees with
+// every sane one, so it passes only if all quorum − 1 others jumped alike
+// — a quorum of faulty masters, beyond what any check can cover. A sane m
+// next to a faulty other fails closed (its vote waits for the next probe's
 // reading), which costs availability only beyond N − quorum faults. Only
 // precise readings are judged (s and every reference used within an
-// eighth of maxUncertainty), with the same tolerance as check 2, so a
-// jump it lets through is within clockAllowance.
+// eighth of maxUncertainty), with the same tolerance as check 2,
+// so a jump it lets through is within clockAllowance.
 func (c *Client) agreesWithOthers(m *master, s clockRef) (agrees, known bool) {
 	if !c.opts.clockReference {
 		return false, false
@@ -486,16 +487,23 @@ func (c *Client) agreesWithOthers(m *master, s clockRef) (agrees, known bool) {
 	if len(offs) < c.quorum-1 {
 		return false, false
 	}
+	judge := offs // every one of quorum − 1
+	if len(offs) >= c.quorum {
+		slices.SortFunc(offs, func(a, b clockRef) int { return cmp.Compare(a.offset, b.offset) })
+		judge = offs[len(offs)/2 : len(offs)/2+1] // their median
+	}
 	tight := int64(c.maxUncertainty() / 8)
 	if s.uncert > tight {
 		return false, true
 	}
-	tolerance := int64(c.maxUncertainty() / 4)
-	agree := 0
-	for _, r := range offs {
-		if r.uncert <= tight && !offsetsDiffer(s, r, tolerance) {
-			agree++
+	for _, r := range judge {
+		d := s.offset - r.offset
+		if d < 0 {
+			d = -d
+		}
+		if r.uncert > tight || d-s.uncert-r.uncert > int64(c.maxUncertainty()/4) {
+			return false, true
 		}
 	}
-	return agree >= c.quorum-1, true
+	return true, true
 }
