@@ -54,7 +54,7 @@ func TestBatchReadingCatchesEvictionBetweenVotes(t *testing.T) {
 		for range calls {
 			rep := <-out
 			require.NoError(t, rep.err)
-			if _, ok := rep.val.([]any); ok {
+			if _, ok := parseVote(rep.val); ok {
 				votes = append(votes, rep)
 			}
 		}

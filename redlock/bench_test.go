@@ -316,7 +316,7 @@ func BenchmarkCheckCosts(b *testing.B) {
 		timeLine   = "local now = redis.call('TIME')"
 		stateLine  = "  state = redis.call('MGET', KEYS[2], KEYS[3], KEYS[4])"
 		raiseLine  = "    redis.call('SET', KEYS[3], string.format('%d', h))"
-		replyLine  = "  return {code, value, marker or '', tonumber(now[1]), tonumber(now[2]), extra or '', horizonBefore, horizon, counter}"
+		replyLine  = "  return string.format('%d %d %s %s %d %d %d %d %s%s', code, value, now[1], now[2], horizonBefore, horizon, counter, #mk, mk, extra or '')"
 		fTimeLine  = "local t = redis.call('TIME')"
 		fStateLine = "local s = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4])"
 		fRecLine   = "if KEYS[5] then"
@@ -335,8 +335,8 @@ func BenchmarkCheckCosts(b *testing.B) {
 		{"vote-without-TIME", vote(without(pre, timeLine, "local now = "+fixedTime), acquireLua), voteKeys, []any{token, "10000"}, false},
 		{"vote-without-state-read", vote(without(pre, stateLine, "  state = {'m', '1', '5'}"), acquireLua), voteKeys, []any{token, "10000"}, false},
 		{"vote-without-horizon-raise", vote(without(pre, raiseLine, ""), acquireLua), voteKeys, []any{token, "10000"}, false},
-		{"vote-with-a-2-field-reply", vote(without(pre, replyLine, "  return {code, value}"), acquireLua), voteKeys, []any{token, "10000"}, false},
-		{"vote-without-all-four", vote(without(without(without(without(pre, timeLine, "local now = "+fixedTime), stateLine, "  state = {'m', '1', '5'}"), raiseLine, ""), replyLine, "  return {code, value}"), acquireLua), voteKeys, []any{token, "10000"}, false},
+		{"vote-with-a-2-field-reply", vote(without(pre, replyLine, "  return string.format('%d %d', code, value)"), acquireLua), voteKeys, []any{token, "10000"}, false},
+		{"vote-without-all-four", vote(without(without(without(without(pre, timeLine, "local now = "+fixedTime), stateLine, "  state = {'m', '1', '5'}"), raiseLine, ""), replyLine, "  return string.format('%d %d', code, value)"), acquireLua), voteKeys, []any{token, "10000"}, false},
 		{"df18b48-vote", df18b48Script(b, "acquire"), func(k string) []string { return []string{k, counter} }, []any{token, "10000"}, false},
 		{"fence", productScripts.fence, voteKeys, []any{token, "7"}, true},
 		{"fence-without-TIME", redis.NewScript(without(fenceLua, fTimeLine, "local t = "+fixedTime)), voteKeys, []any{token, "7"}, true},

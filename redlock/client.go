@@ -156,6 +156,13 @@ func (c *Client) newMaster(i int, mo *redis.Options) *master {
 	lo.MinIdleConns = o.lanes
 	lo.PipelinePoolSize = -1
 	lo.DisableIdentity = true
+	// RESP2: the lanes read script replies, INFO and PING, the same in
+	// both protocols (no script returns a boolean, the one type whose
+	// conversion differs), and under RESP3 go-redis checks for push
+	// notifications before every reply it reads — about 3 % of the
+	// client's CPU per cycle (docs/performance.md). Nothing is pushed on
+	// a lane: the waiters subscribe on connections of their own (wait.go).
+	lo.Protocol = 2
 	lo.OnConnect = m.onConnect
 	m.laneOpts = lo
 	m.rdb.Store(redis.NewClient(&lo))

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -202,17 +204,26 @@ func (m *master) restoredFromSnapshot() bool {
 	return true
 }
 
-// parseFenceReply decodes fence.lua's {code, sec, usec}; code 0 for a reply
-// of another shape.
+// parseFenceReply decodes fence.lua's "code sec usec" (one string, as a
+// vote's: parseVote); code 0 for a reply of another shape.
 func parseFenceReply(v any) (code int64, at time.Time) {
-	a, ok := v.([]any)
-	if !ok || len(a) != 3 {
+	s, ok := v.(string)
+	if !ok {
 		return 0, time.Time{}
 	}
-	code, _ = a[0].(int64)
-	sec, _ := a[1].(int64)
-	usec, _ := a[2].(int64)
-	return code, time.Unix(sec, usec*int64(time.Microsecond))
+	var f [3]int64
+	for i := range f {
+		field, rest, found := strings.Cut(s, " ")
+		if found != (i < 2) {
+			return 0, time.Time{}
+		}
+		n, err := strconv.ParseInt(field, 10, 64)
+		if err != nil {
+			return 0, time.Time{}
+		}
+		f[i], s = n, rest
+	}
+	return f[0], time.Unix(f[1], f[2]*int64(time.Microsecond))
 }
 
 // issuedFloor returns the highest of counter (the highest fencing counter

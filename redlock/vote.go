@@ -3,6 +3,8 @@ package redlock
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -24,26 +26,37 @@ type voteReply struct {
 	counter     int64     // the fencing counter; -1 when fencing is off
 }
 
-// parseVote decodes {code, value, marker, sec, usec, extra, horizon,
-// horizon after, counter}. The INFO statistics are not in it: they come
-// with the reply, from the batch's reading (reply.stats, batchstats.go).
-func parseVote(v any) (voteReply, bool) {
-	a, ok := v.([]any)
-	if !ok || len(a) != 9 {
+// parseVote decodes the prelude's one-string reply (vote_prelude.lua):
+// "code value sec usec horizon horizonAfter counter markerLength marker
+// extra", fields separated by one space, the marker markerLength bytes
+// long (it holds spaces) and extra the rest. It allocates nothing: marker
+// and extra are substrings of v. The INFO statistics are not in it: they
+// come with the reply, from the batch's reading (reply.stats,
+// batchstats.go). ok is false for any other shape, or a clock of 0.
+func parseVote(v any) (r voteReply, ok bool) {
+	s, isStr := v.(string)
+	if !isStr {
 		return voteReply{}, false
 	}
-	var r voteReply
-	r.code, _ = a[0].(int64)
-	r.value, _ = a[1].(int64)
-	r.marker, _ = a[2].(string)
-	sec, _ := a[3].(int64)
-	usec, _ := a[4].(int64)
-	r.time = time.Unix(sec, usec*int64(time.Microsecond))
-	r.extra, _ = a[5].(string)
-	r.horizon, _ = a[6].(int64)
-	r.raised, _ = a[7].(int64)
-	r.counter, _ = a[8].(int64)
-	return r, sec > 0
+	var f [8]int64
+	for i := range f {
+		field, rest, found := strings.Cut(s, " ")
+		n, err := strconv.ParseInt(field, 10, 64)
+		if !found || err != nil {
+			return voteReply{}, false
+		}
+		f[i], s = n, rest
+	}
+	if f[7] < 0 || f[7] > int64(len(s)) {
+		return voteReply{}, false
+	}
+	r = voteReply{
+		code: f[0], value: f[1],
+		time:    time.Unix(f[2], f[3]*int64(time.Microsecond)),
+		horizon: f[4], raised: f[5], counter: f[6],
+		marker: s[:f[7]], extra: s[f[7]:],
+	}
+	return r, f[2] > 0
 }
 
 // Why a vote that arrived was not counted; each is wrapped in a

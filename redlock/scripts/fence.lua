@@ -7,13 +7,14 @@
 -- KEYS[1] lock key, KEYS[2] marker, KEYS[3] lease horizon, KEYS[4] fencing counter,
 -- KEYS[5] the lock's fence record (absent: not stored)
 -- ARGV[1] token, ARGV[2] fencing token
--- Returns {code, sec, usec}: code 1 written (or already ≥), 0 the lock is
--- not held by this token, -2 this master lost its data (marker, horizon or
--- counter missing); sec, usec this master's TIME (after 1, its counter is
--- at least ARGV[2] from then on, unless it loses data).
+-- Returns "code sec usec" (one string, as the vote scripts' reply): code 1
+-- written (or already ≥), 0 the lock is not held by this token, -2 this
+-- master lost its data (marker, horizon or counter missing); sec, usec this
+-- master's TIME (after 1, its counter is at least ARGV[2] from then on,
+-- unless it loses data).
 local t = redis.call('TIME')
 local function reply(code)
-  return {code, tonumber(t[1]), tonumber(t[2])}
+  return code .. ' ' .. t[1] .. ' ' .. t[2]
 end
 -- One MGET: the lock's holder, the marker, the horizon and the counter
 -- (false where missing).

@@ -6,11 +6,11 @@
 -- from KEYS[5] ARGV[3] keys per lock key: the lock key, its fence record[,
 -- its delay record (not touched)]
 -- ARGV[1] token, ARGV[2] fencing token, ARGV[3] keys per lock key
--- Returns {code, sec, usec} as fence.lua: 1 written, 0 the token does not
+-- Returns "code sec usec" as fence.lua: 1 written, 0 the token does not
 -- hold every key here, -2 this master lost its data.
 local t = redis.call('TIME')
 local function reply(code)
-  return {code, tonumber(t[1]), tonumber(t[2])}
+  return code .. ' ' .. t[1] .. ' ' .. t[2]
 end
 local stride = tonumber(ARGV[3])
 local s = redis.call('MGET', KEYS[2], KEYS[3], KEYS[4])

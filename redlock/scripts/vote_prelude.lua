@@ -5,20 +5,25 @@
 -- KEYS[2] deployment marker,
 -- KEYS[3] lease horizon (unix ms by this master's clock), KEYS[4] fencing
 -- counter (absent when fencing is off).
--- Every reply is {code, value, marker, sec, usec, extra, horizon, horizon
--- after, counter}:
---   code, value, extra  the script's own result;
---   marker              the marker's value, '' when missing;
+-- Every reply is one string, fields separated by one space:
+--   "code value sec usec horizon horizonAfter counter markerLength marker extra"
+--   code, value, extra  the script's own result (extra: the rest of the
+--                       string after the marker, spaces and all);
 --   sec, usec           this master's TIME when the script ran;
 --   horizon             the lease horizon before the script (it only ever
 --                       grows, so a lower value later means the data went
 --                       back in time: a rollback to older data);
---   horizon after       the lease horizon after the script;
+--   horizonAfter        the lease horizon after the script;
 --   counter             the fencing counter (-1 when fencing is off or it
 --                       is missing): it only ever grows, so a lower value
 --                       later means a rollback too, also one the horizon
 --                       does not show (a longer lock granted before the
---                       older copy kept the horizon where it is).
+--                       older copy kept the horizon where it is);
+--   markerLength, marker  the marker's value ('' when missing, length 0)
+--                       and its length in bytes (the marker holds spaces).
+-- One string, not a nine-element array: the master encodes one bulk reply
+-- and the client reads it with one allocation and no boxing per field
+-- (redlock/vote.go parseVote; docs/performance.md has the measurement).
 -- The script does not read INFO stats (evicted_keys,
 -- total_commands_processed): the lane reads them once per pipelined batch,
 -- after the batch's votes (statsReading, redlock/batchstats.go).
@@ -42,7 +47,8 @@ if KEYS[4] then
   counter = tonumber(state[3] or '-1')
 end
 local function reply(code, value, extra)
-  return {code, value, marker or '', tonumber(now[1]), tonumber(now[2]), extra or '', horizonBefore, horizon, counter}
+  local mk = marker or ''
+  return string.format('%d %d %s %s %d %d %d %d %s%s', code, value, now[1], now[2], horizonBefore, horizon, counter, #mk, mk, extra or '')
 end
 -- raiseHorizon max-assigns the lease horizon to now + ms: no lock granted
 -- with this master's vote can outlive it (redlock/horizon.go).
