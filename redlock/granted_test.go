@@ -471,6 +471,53 @@ func TestMissedReleasesAreSentAgain(t *testing.T) {
 	require.NoError(t, err, "the key is free again")
 }
 
+// TestMissedReleasesAreSentInOnePipeline: a master that missed a thousand
+// releases (a partition during a burst) gets them all in the next probe
+// round in one pipeline, after one SCRIPT LOAD: the probe mutex is not held
+// for a thousand round trips. Before, each was one round trip (the hook
+// counted 1,000 commands and no pipeline).
+func TestMissedReleasesAreSentInOnePipeline(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, WithHealthInterval(time.Hour))
+	rdb := direct(t)[0]
+	m := c.masters[0]
+	prefix := newKey(t)
+	const n = retryBatch
+	pipe := rdb.Pipeline()
+	for i := range n {
+		key := prefix + ":" + strconv.Itoa(i)
+		pipe.Set(ctx, key, "token-"+strconv.Itoa(i), time.Minute)
+		pipe.Set(ctx, c.fenceRecordKey(key), "7 token-"+strconv.Itoa(i), time.Minute)
+		m.releaseLater(key, "token-"+strconv.Itoa(i))
+	}
+	_, err := pipe.Exec(ctx)
+	require.NoError(t, err)
+	hook := &roundTrips{}
+	m.probe.AddHook(hook)
+
+	c.retryReleases(m)
+	assert.Empty(t, m.unreleased.m, "every release was answered")
+	assert.Equal(t, 1, hook.pipelines, "one pipeline")
+	assert.LessOrEqual(t, hook.commands, 1, "besides it, only the SCRIPT LOAD")
+	left, err := rdb.Keys(ctx, prefix+":*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, left, "every key was released")
+	left, err = rdb.Keys(ctx, c.fenceRecordKey(prefix)+":*").Result()
+	require.NoError(t, err)
+	assert.Empty(t, left, "with its fence record")
+}
+
+// roundTrips counts the commands and pipelines a go-redis client sends.
+type roundTrips struct{ commands, pipelines int }
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.commands++; return next(ctx, cmd) }
+}
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.pipelines++; return next(ctx, cmds) }
+}
+
 // TestGrantedLockSeenOnAMasterThatLostItsBookkeeping: L on masters 0–2;
 // masters 0 and 2 lose their marker (they stop voting: a data loss) while
 // keeping L, and master 1 loses L's key. The acquire script's intact check

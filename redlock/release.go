@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Release runs the compare-and-delete script (never a bare DEL; it deletes
@@ -125,40 +127,63 @@ func (m *master) releaseLater(key, token string) {
 
 // retryReleases sends again the releases m missed, now that it answered a
 // probe; each is forgotten once m answers it, or once its key must have
-// expired. Runs under probeMu.
+// expired. Runs under probeMu, so the up to retryBatch releases of a round
+// go in one pipeline (one round trip, not one each: a master that missed
+// thousands would otherwise hold the probes up for as many round trips).
+// A release m refuses (an error reply: an ACL, a script error) is kept
+// for the next round, as are all of them when the pipeline fails.
 func (c *Client) retryReleases(m *master) {
-	u := &m.unreleased
-	u.mu.Lock()
-	if len(u.m) == 0 {
-		u.mu.Unlock()
-		return
-	}
-	now := c.sinceEpoch()
-	todo := make([][2]string, 0, min(len(u.m), 1000))
-	for kt, until := range u.m {
-		if until < now {
-			delete(u.m, kt)
-		} else if len(todo) < cap(todo) {
-			todo = append(todo, kt)
-		}
-	}
-	u.mu.Unlock()
+	todo := m.unreleased.due(c.sinceEpoch(), retryBatch)
 	if len(todo) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.healthTimeout)
 	defer cancel()
-	done := 0
-	for _, kt := range todo {
-		if err := releaseScript.Run(ctx, m.probe, c.releaseKeys(kt[0]), kt[1], c.releaseChannel()).Err(); err != nil {
-			break // retried next round
-		}
-		u.mu.Lock()
-		delete(u.m, kt)
-		u.mu.Unlock()
-		done++
+	// The script may not be in the master's cache (a restart since the
+	// lanes loaded it): load it first, so that no call answers NOSCRIPT.
+	if err := releaseScript.Load(ctx, m.probe).Err(); err != nil {
+		return // retried next round
 	}
+	cmds := make([]*redis.Cmd, len(todo))
+	_, _ = m.probe.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, kt := range todo {
+			cmds[i] = releaseScript.EvalSha(ctx, p, c.releaseKeys(kt[0]), kt[1], c.releaseChannel())
+		}
+		return nil
+	})
+	done := 0
+	u := &m.unreleased
+	u.mu.Lock()
+	for i, cmd := range cmds {
+		if cmd.Err() == nil {
+			delete(u.m, todo[i])
+			done++
+		}
+	}
+	u.mu.Unlock()
 	if done > 0 {
 		c.opts.logger.Info("sent releases the master missed while it did not answer", masterAttr(m), slog.Int("releases", done))
 	}
+}
+
+// retryBatch bounds the releases one probe round sends a master again.
+const retryBatch = 1000
+
+// due forgets the releases whose keys have expired by now and returns up
+// to limit of the others.
+func (u *unreleasedSet) due(now int64, limit int) [][2]string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.m) == 0 {
+		return nil
+	}
+	todo := make([][2]string, 0, min(len(u.m), limit))
+	for kt, until := range u.m {
+		if until < now {
+			delete(u.m, kt)
+		} else if len(todo) < limit {
+			todo = append(todo, kt)
+		}
+	}
+	return todo
 }
