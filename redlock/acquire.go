@@ -279,8 +279,7 @@ type acquireTally struct {
 	// needed are in (the fence from their counters, fence.go), while the
 	// other answers are still awaited: the two round trips overlap. A
 	// grant refused after all has its keys and records released (cleanup).
-	early      chan int
-	earlyRes   OutcomeError
+	early      *fenceWrite
 	earlyVoted []bool
 	earlyFence int64
 }
@@ -375,28 +374,23 @@ func (t *acquireTally) add(r reply) bool {
 	return lost && (len(t.granted) > 0 || len(t.res.Failures) > n-c.need) || t.heard == n
 }
 
-// startEarlyWriteBack writes the fence back to the masters that voted so
-// far, while the other answers are awaited (awaitEarly collects it).
+// startEarlyWriteBack sends the fence to the masters that voted so far;
+// its answers are read after the other votes' (awaitEarly): the two round
+// trips overlap without a goroutine of their own.
 func (t *acquireTally) startEarlyWriteBack() {
 	c := t.c
 	t.earlyFence = c.issuedFloor(t.counter, t.issuedBefore) + 1
 	t.earlyVoted = slices.Clone(t.voted)
-	t.early = make(chan int, 1)
-	fence, voted := t.earlyFence, t.earlyVoted
-	go func() {
-		t.early <- c.writeFence(t.ctx, t.set, t.token, fence, voted, c.quorum, false, &t.earlyRes)
-	}()
+	t.early = c.sendFence(t.set, t.token, t.earlyFence, t.earlyVoted)
 }
 
-// awaitEarly waits for the early write-back, if one started, and returns
-// on how many masters it stored the fence.
+// awaitEarly reads the early write-back, if one started, and returns on
+// how many masters it stored the fence.
 func (t *acquireTally) awaitEarly() int {
 	if t.early == nil {
 		return 0
 	}
-	written := <-t.early
-	t.res.Failures = append(t.res.Failures, t.earlyRes.Failures...)
-	return written
+	return t.early.read(t.ctx, t.c.quorum, false, &t.res)
 }
 
 // overGrant: a quorum voted, but the granted-lock check refuses the grant

@@ -127,12 +127,35 @@ var errFenceLockGone = errors.New("fence write-back: lock no longer held there")
 // need can no longer be reached (otherwise it waits for every answer, so
 // that a second round knows how many it still needs).
 func (c *Client) writeFence(ctx context.Context, set *lockSet, token string, fence int64, only []bool, need int, failFast bool, res *OutcomeError) int {
+	return c.sendFence(set, token, fence, only).read(ctx, need, failFast, res)
+}
+
+// fenceWrite is a fence write-back sent (sendFence) and not yet read: an
+// acquire reads it after its last vote (acquireTally.awaitEarly), with no
+// goroutine of its own in between.
+type fenceWrite struct {
+	c     *Client
+	out   *fan
+	sent  int
+	start time.Time
+	only  []bool
+	fence int64
+}
+
+// sendFence fans fence.lua out to the masters in only.
+func (c *Client) sendFence(set *lockSet, token string, fence int64, only []bool) *fenceWrite {
 	start := time.Now()
 	w := set.fenceCall(c, token, fence)
 	w.only = only
 	out, sent := c.fanout(w, start)
+	return &fenceWrite{c: c, out: out, sent: sent, start: start, only: only, fence: fence}
+}
+
+// read gathers fw's answers as writeFence says.
+func (fw *fenceWrite) read(ctx context.Context, need int, failFast bool, res *OutcomeError) int {
+	c, fence := fw.c, fw.fence
 	written, failed := 0, 0
-	c.gather(ctx, out, start, only, func(r reply) bool {
+	c.gather(ctx, fw.out, fw.start, fw.only, func(r reply) bool {
 		m := c.masters[r.idx]
 		switch {
 		case r.err != nil:
@@ -155,7 +178,7 @@ func (c *Client) writeFence(ctx context.Context, set *lockSet, token string, fen
 				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: errFenceLockGone})
 			}
 		}
-		return written >= need || failFast && failed > sent-need
+		return written >= need || failFast && failed > fw.sent-need
 	})
 	return written
 }
