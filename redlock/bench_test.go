@@ -316,7 +316,7 @@ func BenchmarkCheckCosts(b *testing.B) {
 		timeLine   = "local now = redis.call('TIME')"
 		stateLine  = "  state = redis.call('MGET', KEYS[2], KEYS[3], KEYS[4])"
 		raiseLine  = "    redis.call('SET', KEYS[3], string.format('%d', h))"
-		replyLine  = "  return string.format('%d %d %s %s %d %d %d %d %s%s', code, value, now[1], now[2], horizonBefore, horizon, counter, #mk, mk, extra or '')"
+		replyLine  = "  return string.format('%d %d %s %s %d %d %d %d ', code, value, now[1], now[2], horizonBefore, horizon, counter, #mk) .. mk .. (extra or '')"
 		fTimeLine  = "local t = redis.call('TIME')"
 		fStateLine = "local s = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4])"
 		fRecLine   = "if KEYS[5] then"

@@ -482,15 +482,32 @@ func (m *master) commandsGrow(n int64, now time.Time, via sighting) bool {
 }
 
 // counterAtLeast notes that m acknowledged, at the master's time now, a
-// fence write-back of f: its counter is at least f from then on.
-func (m *master) counterAtLeast(f int64, now time.Time) {
+// fence write-back of f: its counter is at least f from then on. It
+// reports false when a reading m took after now (by its own clock) has
+// already been judged with every counter read below f: m's counter went
+// back after it acknowledged f (a rollback), which is then a loss.
+//
+// Why the late case is judged: an acquire reads its write-back's answers
+// after its last vote (acquireTally.awaitEarly), so a vote of another
+// acquire, taken after the write-back on m, can be judged first. Its
+// counter, if m kept its data, is at least f; below f, the write-back's
+// effect is gone. s.counter is the highest counter any reading up to s.at
+// showed, so below f it includes that later vote's.
+func (m *master) counterAtLeast(f int64, now time.Time, via sighting) bool {
 	s := &m.st.inc.countersSeen
 	at := now.UnixMicro()
 	s.mu.Lock()
-	if at >= s.at {
+	later := at >= s.at
+	prevC := s.counter
+	if later {
 		s.counter, s.at = max(s.counter, f), at
 	}
 	s.mu.Unlock()
+	if !later && prevC < f {
+		m.lostDataSeen(via.gen, LossRolledBack, fmt.Sprintf("data went back in time: it acknowledged fence %d, and a later reading showed its fencing counter at most %d (seen by %s; a rollback to an older copy of its data)", f, prevC, via.by))
+		return false
+	}
+	return true
 }
 
 // statsRestarted notes that m is a new server process, whose INFO stats

@@ -648,3 +648,29 @@ func TestReadingFromBeforeARepairCountsNoLoss(t *testing.T) {
 	m.lostDataSeen(fresh.gen, LossStateMissing, "the same loss seen again")
 	assert.Equal(t, int64(1), c.DataLosses()[LossStateMissing], "one loss counted once")
 }
+
+// TestLateFenceAcknowledgementShowsARollback: an acquire reads its fence
+// write-back's answers after its last vote, so a vote of another acquire,
+// run on the master after the write-back, can be judged first. When that
+// vote showed a counter below the acknowledged fence, the master's counter
+// went back in between: a rollback, found when the acknowledgement is read
+// (a review found the evidence was dropped as out of order). Negative
+// controls: a later reading at or above the fence, and an acknowledgement
+// read in order, are no loss.
+func TestLateFenceAcknowledgementShowsARollback(t *testing.T) {
+	c, _ := brandNewClient(t)
+	m := c.masters[3]
+	seen := sighting{by: "a vote", gen: m.st.inc.repairGen.Load()}
+	t0 := time.Now()
+	h := t0.UnixMilli() + time.Hour.Milliseconds() // above every horizon read so far
+	require.True(t, m.countersGrow(counterRead{horizon: h, raised: h, counter: 9}, t0.Add(2*time.Millisecond), seen))
+	fenceAck := sighting{by: "a fence write-back", gen: seen.gen}
+	assert.True(t, m.counterAtLeast(9, t0.Add(time.Millisecond), fenceAck), "negative control: the later vote showed 9")
+	assert.True(t, m.counterAtLeast(12, t0.Add(3*time.Millisecond), fenceAck), "negative control: in order, it raises the floor")
+	assert.Zero(t, c.DataLosses()[LossRolledBack])
+
+	require.True(t, m.countersGrow(counterRead{horizon: h, raised: h, counter: 12}, t0.Add(5*time.Millisecond), seen))
+	assert.False(t, m.counterAtLeast(15, t0.Add(4*time.Millisecond), fenceAck), "acknowledged 15, and a vote after it read 12")
+	assert.Equal(t, int64(1), c.DataLosses()[LossRolledBack])
+	assert.False(t, m.counts(), "the master is out")
+}

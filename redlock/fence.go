@@ -166,9 +166,11 @@ func (fw *fenceWrite) read(ctx context.Context, need int, failFast bool, res *Ou
 			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
 		default:
 			v, at := parseFenceReply(r.val)
-			if v == 1 {
+			if v == 1 && !m.counterAtLeast(fence, at, sighting{by: "a fence write-back", gen: r.gen}) {
+				failed++
+				res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterDataLost})
+			} else if v == 1 {
 				written++
-				m.counterAtLeast(fence, at)
 			} else if v == codeLost {
 				failed++
 				m.lostDataSeen(r.gen, LossStateMissing, "data lost without restart: marker, lease horizon or fencing counter missing (seen by a fence write-back)")

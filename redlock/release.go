@@ -141,7 +141,9 @@ func (c *Client) retryReleases(m *master) {
 	defer cancel()
 	// The script may not be in the master's cache (a restart since the
 	// lanes loaded it): load it first, so that no call answers NOSCRIPT.
-	if err := releaseScript.Load(ctx, m.probe).Err(); err != nil {
+	// SCRIPT LOAD itself, not releaseScript.Load, which would rewrite the
+	// hash every lane shares (probe.go, onConnect).
+	if err := m.probe.ScriptLoad(ctx, releaseLua).Err(); err != nil {
 		return // retried next round
 	}
 	cmds := make([]*redis.Cmd, len(todo))

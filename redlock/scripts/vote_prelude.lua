@@ -48,7 +48,9 @@ if KEYS[4] then
 end
 local function reply(code, value, extra)
   local mk = marker or ''
-  return string.format('%d %d %s %s %d %d %d %d %s%s', code, value, now[1], now[2], horizonBefore, horizon, counter, #mk, mk, extra or '')
+  -- The marker and extra are concatenated, not formatted: string.format's
+  -- %s stops at a NUL byte, and both may hold any bytes.
+  return string.format('%d %d %s %s %d %d %d %d ', code, value, now[1], now[2], horizonBefore, horizon, counter, #mk) .. mk .. (extra or '')
 end
 -- raiseHorizon max-assigns the lease horizon to now + ms: no lock granted
 -- with this master's vote can outlive it (redlock/horizon.go).
