@@ -359,6 +359,9 @@ type script struct {
 	only []bool
 	// via picks the lane on each master; nil: the lane of keys[0].
 	via func(*master) *lane
+	// fence: a fence write-back of this fence (fence.lua), whose
+	// acknowledgement the lane records as it delivers it (see call.fence).
+	fence int64
 }
 
 // fanout sends one script call to every master (or, when s.only is not
@@ -390,6 +393,7 @@ func (c *Client) fanout(s script, start time.Time) (*fan, int) {
 		sent++
 		cl := &f.calls[i]
 		cl.script, cl.keys, cl.args, cl.evalSha, cl.mustSend, cl.deadline, cl.idx, cl.out = s.s, s.keys, s.args, evalSha, s.mustSend, deadline, i, f.replies
+		cl.fence = s.fence
 		if closed {
 			m.fail(cl, ErrClosed)
 			continue

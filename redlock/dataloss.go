@@ -395,11 +395,6 @@ type countersSeen struct {
 	horizon int64 // unix ms by the master's clock
 	counter int64 // the fencing counter: the highest read, or written back and acknowledged
 	at      int64 // the master's time of the read, unix µs
-	// read is the fencing counter as the latest reading (a vote's or a
-	// probe's, by readAt, the master's time, unix µs) read it: a value,
-	// where counter may be a bound from an acknowledged write-back
-	// (counterAtLeast judges a late acknowledgement against it).
-	read, readAt int64
 	// commands is INFO stats total_commands_processed at the latest batch
 	// reading (batchstats.go), commandsAt that reading's master time (unix
 	// µs): readings are ordered by their own time, not by a vote's.
@@ -445,9 +440,6 @@ func (m *master) countersGrow(r counterRead, now time.Time, via sighting) bool {
 		s.horizon, s.at = max(h, r.raised, prevH), at
 		s.counter = max(r.counter, prevC)
 	}
-	if r.counter >= 0 && at >= s.readAt {
-		s.read, s.readAt = r.counter, at
-	}
 	s.mu.Unlock()
 	switch {
 	case !later:
@@ -490,32 +482,19 @@ func (m *master) commandsGrow(n int64, now time.Time, via sighting) bool {
 }
 
 // counterAtLeast notes that m acknowledged, at the master's time now, a
-// fence write-back of f: its counter is at least f from then on. It
-// reports false when a reading of the counter m took after now (by its own
-// clock) has already been judged and read a value below f: m's counter
-// went back after it acknowledged f (a rollback), which is then a loss.
-//
-// Why the late case is judged: an acquire reads its write-back's answers
-// after its last vote (acquireTally.awaitEarly), so a vote of another
-// acquire, taken after the write-back on m, can be judged first. If m kept
-// its data, that vote read a counter of at least f (max-assign writes).
-// Only a reading is compared, not s.counter: that may be the bound of
-// another acknowledgement, of a lower fence written after this one, which
-// says nothing against f.
-func (m *master) counterAtLeast(f int64, now time.Time, via sighting) bool {
+// fence write-back of f: its counter is at least f from then on. The lane
+// calls it as it delivers the answer (master.deliver), before any answer
+// it read after it is judged: an acquire reads its write-back's answers
+// only after its last vote (acquireTally.awaitEarly), and a vote of
+// another acquire run on m after the write-back must be judged against f.
+func (m *master) counterAtLeast(f int64, now time.Time) {
 	s := &m.st.inc.countersSeen
 	at := now.UnixMicro()
 	s.mu.Lock()
 	if at >= s.at {
 		s.counter, s.at = max(s.counter, f), at
 	}
-	read, readAt := s.read, s.readAt
 	s.mu.Unlock()
-	if readAt > at && read < f {
-		m.lostDataSeen(via.gen, LossRolledBack, fmt.Sprintf("data went back in time: it acknowledged fence %d, and a later reading showed its fencing counter at %d (seen by %s; a rollback to an older copy of its data)", f, read, via.by))
-		return false
-	}
-	return true
 }
 
 // statsRestarted notes that m is a new server process, whose INFO stats
@@ -548,6 +527,5 @@ func (m *master) resetCountersSeen() {
 	s := &m.st.inc.countersSeen
 	s.mu.Lock()
 	s.horizon, s.commands, s.counter, s.at, s.commandsAt = 0, 0, 0, 0, 0
-	s.read, s.readAt = 0, 0
 	s.mu.Unlock()
 }

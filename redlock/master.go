@@ -90,8 +90,12 @@ type call struct {
 	mustSend bool      // releases are sent even late, to clean up after a slow SET
 	deadline time.Time // not sent after this (start of the fan-out + per-master timeout)
 	idx      int
-	out      chan<- reply // buffered to the number of masters; nil = nobody waits
-	cmd      *redis.Cmd
+	// fence: a fence write-back of this fence; the lane records its
+	// acknowledgement (counterAtLeast) as it delivers the answer, before
+	// the answers after it in the batch, whoever reads it and when.
+	fence int64
+	out   chan<- reply // buffered to the number of masters; nil = nobody waits
+	cmd   *redis.Cmd
 	// written is when the lane wrote the call's pipeline (unix nanos; 0
 	// until then). gather waits for a written call until written + the
 	// per-master timeout: the timeout measures the master's answer, not
@@ -314,6 +318,11 @@ func (m *master) deliver(send []*call, stats statsReading, now, received time.Ti
 			}
 			c.out <- reply{idx: c.idx, err: cerr}
 		} else {
+			if c.fence > 0 {
+				if code, at := parseFenceReply(c.cmd.Val()); code == 1 {
+					m.counterAtLeast(c.fence, at)
+				}
+			}
 			if c.script == m.c.sc.acquire {
 				// Its SET ran (whatever it answered): writes are accepted.
 				// Releases and status reads succeed under OOM too, so they
