@@ -484,9 +484,13 @@ func (m *master) commandsGrow(n int64, now time.Time, via sighting) bool {
 // counterAtLeast notes that m acknowledged, at the master's time now, a
 // fence write-back of f: its counter is at least f from then on. The lane
 // calls it as it delivers the answer (master.deliver), before any answer
-// it read after it is judged: an acquire reads its write-back's answers
-// only after its last vote (acquireTally.awaitEarly), and a vote of
-// another acquire run on m after the write-back must be judged against f.
+// it read after it on the same connection is judged: an acquire reads its
+// write-back's answers only after its last vote (acquireTally.awaitEarly),
+// and a vote of another acquire run on m after the write-back must be
+// judged against f. A reading on another connection (a second lane,
+// WithLanes; a probe) with a later master time may still be judged first,
+// and the acknowledgement is then not recorded (at < s.at): a rollback in
+// between goes unseen, as for any two readings judged out of order.
 func (m *master) counterAtLeast(f int64, now time.Time) {
 	s := &m.st.inc.countersSeen
 	at := now.UnixMicro()

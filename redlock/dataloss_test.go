@@ -677,3 +677,32 @@ func TestFenceAcknowledgementRecordedAtDelivery(t *testing.T) {
 	assert.Equal(t, int64(1), c.DataLosses()[LossRolledBack])
 	assert.Equal(t, 4, fw.read(context.Background(), 5, false, &OutcomeError{}), "the answers are still there to read; master 2's no longer counts")
 }
+
+// TestFenceAcknowledgementFromBeforeARepairIsNotRecorded: a write-back sent
+// before a repair of its master, delivered after the repair completed, is
+// not recorded: the repaired counter is the new baseline, and the next vote
+// reading it is no rollback (found by a review: the healthy master was
+// quarantined again). Negative control: the same answer sent after the
+// repair is recorded.
+func TestFenceAcknowledgementFromBeforeARepairIsNotRecorded(t *testing.T) {
+	c, _, l := heldOnEveryMaster(t)
+	m := c.masters[3]
+	f := l.Fence() + 1000
+	oldGen := m.st.inc.repairGen.Load()
+	t1 := time.Now()
+	exp := *m.st.inc.expectedMarker.Load()
+	m.expectMarker(&exp) // a repair completes (repairOne) before the lane delivers
+	m.resetCountersSeen()
+	ack := fmt.Sprintf("1 %d %d", t1.Unix(), t1.Nanosecond()/1000)
+	m.fenceAcknowledged(f, ack, oldGen)
+	h := time.Now().UnixMilli() + time.Hour.Milliseconds()
+	fresh := sighting{by: "a vote", gen: m.st.inc.repairGen.Load()}
+	assert.True(t, m.countersGrow(counterRead{horizon: h, raised: h, counter: f - 10}, time.Now().Add(time.Second), fresh),
+		"a vote after the repair reads the repaired counter: no rollback")
+	assert.Zero(t, c.DataLosses()[LossRolledBack])
+
+	t2 := time.Now().Add(2 * time.Second)
+	m.fenceAcknowledged(f, fmt.Sprintf("1 %d %d", t2.Unix(), t2.Nanosecond()/1000), fresh.gen)
+	assert.False(t, m.countersGrow(counterRead{horizon: h, raised: h, counter: f - 10}, t2.Add(time.Second), fresh),
+		"negative control: acknowledged after the repair, then read lower: a rollback")
+}

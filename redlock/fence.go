@@ -139,7 +139,6 @@ type fenceWrite struct {
 	sent  int
 	start time.Time
 	only  []bool
-	fence int64
 }
 
 // sendFence fans fence.lua out to the masters in only.
@@ -148,7 +147,7 @@ func (c *Client) sendFence(set *lockSet, token string, fence int64, only []bool)
 	w := set.fenceCall(c, token, fence)
 	w.only, w.fence = only, fence
 	out, sent := c.fanout(w, start)
-	return &fenceWrite{c: c, out: out, sent: sent, start: start, only: only, fence: fence}
+	return &fenceWrite{c: c, out: out, sent: sent, start: start, only: only}
 }
 
 // read gathers fw's answers as writeFence says.

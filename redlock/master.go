@@ -319,9 +319,7 @@ func (m *master) deliver(send []*call, stats statsReading, now, received time.Ti
 			c.out <- reply{idx: c.idx, err: cerr}
 		} else {
 			if c.fence > 0 {
-				if code, at := parseFenceReply(c.cmd.Val()); code == 1 {
-					m.counterAtLeast(c.fence, at)
-				}
+				m.fenceAcknowledged(c.fence, c.cmd.Val(), gen)
 			}
 			if c.script == m.c.sc.acquire {
 				// Its SET ran (whatever it answered): writes are accepted.
@@ -337,6 +335,18 @@ func (m *master) deliver(send []*call, stats statsReading, now, received time.Ti
 		}
 		c.out = nil
 	}
+}
+
+// fenceAcknowledged records a fence write-back's acknowledgement of fence
+// (counterAtLeast) unless it was sent before m's last repair (gen) or ran
+// before it: the repair's counter is the new baseline, and a fence it
+// replaced says nothing about it (as for a vote, checkVote).
+func (m *master) fenceAcknowledged(fence int64, val any, gen uint64) {
+	code, at := parseFenceReply(val)
+	if code != 1 || gen != m.st.inc.repairGen.Load() || at.UnixMilli() < m.st.inc.repairedAt.Load() {
+		return
+	}
+	m.counterAtLeast(fence, at)
 }
 
 // retryNoScript re-sends, in their original order, the calls whose EVALSHA
