@@ -496,12 +496,9 @@ func (c *Client) agreesWithOthers(m *master, s clockRef) (agrees, known bool) {
 	if s.uncert > tight {
 		return false, true
 	}
+	tolerance := int64(c.maxUncertainty() / 4)
 	for _, r := range judge {
-		d := s.offset - r.offset
-		if d < 0 {
-			d = -d
-		}
-		if r.uncert > tight || d-s.uncert-r.uncert > int64(c.maxUncertainty()/4) {
+		if r.uncert > tight || offsetsDiffer(s, r, tolerance) {
 			return false, true
 		}
 	}

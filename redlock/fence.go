@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"time"
 )
 
@@ -234,16 +232,8 @@ func parseFenceReply(v any) (code int64, at time.Time) {
 		return 0, time.Time{}
 	}
 	var f [3]int64
-	for i := range f {
-		field, rest, found := strings.Cut(s, " ")
-		if found != (i < 2) {
-			return 0, time.Time{}
-		}
-		n, err := strconv.ParseInt(field, 10, 64)
-		if err != nil {
-			return 0, time.Time{}
-		}
-		f[i], s = n, rest
+	if _, sep, ok := cutInts(s, f[:]); !ok || sep {
+		return 0, time.Time{}
 	}
 	return f[0], time.Unix(f[1], f[2]*int64(time.Microsecond))
 }

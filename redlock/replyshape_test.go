@@ -74,3 +74,15 @@ func TestParseVote(t *testing.T) {
 		assert.False(t, ok, "%q", bad)
 	}
 }
+
+func TestParseFenceReply(t *testing.T) {
+	code, at := parseFenceReply("1 1764770000 250")
+	assert.Equal(t, int64(1), code)
+	assert.Equal(t, time.Unix(1764770000, 250_000), at)
+	code, _ = parseFenceReply("-2 1764770000 0")
+	assert.Equal(t, codeLost, code)
+	for _, bad := range []any{"1 1764770000 250 ", "1 1764770000", "1 x 250", "", []any{int64(1)}} {
+		code, _ := parseFenceReply(bad)
+		assert.Zero(t, code, "%q", bad)
+	}
+}

@@ -39,13 +39,9 @@ func parseVote(v any) (r voteReply, ok bool) {
 		return voteReply{}, false
 	}
 	var f [8]int64
-	for i := range f {
-		field, rest, found := strings.Cut(s, " ")
-		n, err := strconv.ParseInt(field, 10, 64)
-		if !found || err != nil {
-			return voteReply{}, false
-		}
-		f[i], s = n, rest
+	s, sep, ok := cutInts(s, f[:])
+	if !ok || !sep {
+		return voteReply{}, false
 	}
 	if f[7] < 0 || f[7] > int64(len(s)) {
 		return voteReply{}, false
@@ -57,6 +53,26 @@ func parseVote(v any) (r voteReply, ok bool) {
 		marker: s[:f[7]], extra: s[f[7]:],
 	}
 	return r, f[2] > 0
+}
+
+// cutInts parses the len(f) decimal integers at the start of s, separated
+// by one space, into f: the one-string replies of the vote and fence
+// scripts (parseVote, parseFenceReply). rest is what follows the last
+// one's space; sep reports whether that space was there (a vote's reply
+// goes on with the marker; a fence reply ends).
+func cutInts(s string, f []int64) (rest string, sep, ok bool) {
+	for i := range f {
+		field, after, found := strings.Cut(s, " ")
+		if !found && i < len(f)-1 {
+			return "", false, false
+		}
+		n, err := strconv.ParseInt(field, 10, 64)
+		if err != nil {
+			return "", false, false
+		}
+		f[i], s, sep = n, after, found
+	}
+	return s, sep, true
 }
 
 // Why a vote that arrived was not counted; each is wrapped in a
