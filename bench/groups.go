@@ -154,9 +154,12 @@ func groupsCell(ctx context.Context, n, conc int, dur time.Duration, bin string)
 	if !d.waitAllUp(ctx, n*perGroup) {
 		return r, fmt.Errorf("groups=%d: the daemon did not see every master up", n)
 	}
-	hc := newHTTPClient(conc)
-	defer hc.CloseIdleConnections()
-	tg := httpTarget("http", d, hc, 10*time.Second)
+	hc, err := newLockPoster(d, conc)
+	if err != nil {
+		return r, err
+	}
+	defer hc.close()
+	tg := httpTarget("http", hc, 10*time.Second)
 	viaHTTP := func(ctx context.Context, i int) error {
 		release, err := tg.acquire(ctx, "bench:groups:"+strconv.Itoa(i))
 		if errors.Is(err, errNotAcquired) {

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -254,8 +253,10 @@ func (e *env) startTargets(ctx context.Context, addrs []string, dir string) (map
 			if e.daemon, err = startDaemon(bin, dir, "redlockd", "", addrs, noLimits...); err != nil {
 				return nil, err
 			}
-			e.httpc = newHTTPClient(slices.Max(e.cfg.conc))
-			tgs[name] = httpTarget(name, e.daemon, e.httpc, lockTTL)
+			if e.httpc, err = newLockPoster(e.daemon, slices.Max(e.cfg.conc)); err != nil {
+				return nil, err
+			}
+			tgs[name] = httpTarget(name, e.httpc, lockTTL)
 		case "httpq":
 			bin := e.daemonBin
 			if bin == "" {
@@ -269,8 +270,10 @@ func (e *env) startTargets(ctx context.Context, addrs []string, dir string) (map
 			if e.daemonQ, err = startDaemon(bin, dir, "redlockd-q", "", addrs, withLimits...); err != nil {
 				return nil, err
 			}
-			e.httpcQ = newHTTPClient(slices.Max(e.cfg.conc))
-			tgs[name] = httpTarget(name, e.daemonQ, e.httpcQ, lockTTL)
+			if e.httpcQ, err = newLockPoster(e.daemonQ, slices.Max(e.cfg.conc)); err != nil {
+				return nil, err
+			}
+			tgs[name] = httpTarget(name, e.httpcQ, lockTTL)
 		case "redsync":
 			for _, a := range addrs {
 				e.rdbs = append(e.rdbs, redis.NewClient(&redis.Options{Addr: a}))
@@ -410,9 +413,9 @@ type env struct {
 	// daemonBin is the built daemon, dir the run's temporary directory:
 	// the hand-off cell starts a second replica from them.
 	daemonBin, dir string
-	httpc          *http.Client
+	httpc          lockPoster
 	daemonQ        *daemonProc // the httpq target
-	httpcQ         *http.Client
+	httpcQ         lockPoster
 	rdbs           []*redis.Client
 	floor          *redis.Client
 }
@@ -422,13 +425,13 @@ func (e *env) close() {
 		e.lib.Close()
 	}
 	if e.httpc != nil {
-		e.httpc.CloseIdleConnections()
+		e.httpc.close()
 	}
 	if e.daemon != nil {
 		e.daemon.stop()
 	}
 	if e.httpcQ != nil {
-		e.httpcQ.CloseIdleConnections()
+		e.httpcQ.close()
 	}
 	if e.daemonQ != nil {
 		e.daemonQ.stop()

@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/go-redsync/redsync/v4"
@@ -41,34 +40,24 @@ func libTarget(c *redlock.Client, ttl time.Duration) target {
 	}}
 }
 
-// httpTarget: the daemon over keep-alive HTTP, POST /v1/lock.
-func httpTarget(name string, d *daemonProc, client *http.Client, ttl time.Duration) target {
-	url := d.url + "/v1/lock"
+// httpTarget: the daemon over keep-alive HTTP, POST /v1/lock, through the
+// bench's HTTP client (httpclient.go).
+func httpTarget(name string, client lockPoster, ttl time.Duration) target {
 	ttlS := strconv.FormatInt(int64(ttl/time.Second), 10)
 	call := func(ctx context.Context, body string) (*lockResponse, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+		var lr *lockResponse
+		err := client.post(ctx, body, func(status int, b []byte) error {
+			var err error
+			if lr, err = scanLockResponse(b); err != nil {
+				return fmt.Errorf("http %d: %w", status, err)
+			}
+			if status != http.StatusOK || lr.Ret != "ok" {
+				return fmt.Errorf("http %d %s", status, lr.Code)
+			}
+			return nil
+		})
 		if err != nil {
 			return nil, err
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("X-API-Key", d.apiKey)
-		resp, err := client.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		buf := bodyBufs.Get().(*bytes.Buffer)
-		defer bodyBufs.Put(buf)
-		buf.Reset()
-		if _, err := buf.ReadFrom(resp.Body); err != nil {
-			return nil, err
-		}
-		lr, err := scanLockResponse(buf.Bytes())
-		if err != nil {
-			return nil, fmt.Errorf("http %d: %w", resp.StatusCode, err)
-		}
-		if resp.StatusCode != http.StatusOK || lr.Ret != "ok" {
-			return nil, fmt.Errorf("http %d %s", resp.StatusCode, lr.Code)
 		}
 		return lr, nil
 	}
@@ -93,10 +82,6 @@ func httpTarget(name string, d *daemonProc, client *http.Client, ttl time.Durati
 		}, nil
 	}}
 }
-
-// bodyBufs recycles the answers' buffers: the bench client shares the
-// CPUs with the daemon it measures, so it spends as little as it can.
-var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // scanLockResponse reads the fields the bench needs from a success answer
 // without decoding the whole document ("ret":"ok" and the acquired,
