@@ -750,7 +750,7 @@ func (r *report) handoffMarkdown(p func(string, ...any)) {
 			p("| %s | %d | %.1f | %+.1f | %.1f s |\n", name, l.Waiters, l.PerMasterPerS, l.AboveIdlePerS, l.WindowS)
 		}
 		p("\nSum of the five masters' `INFO stats` total_commands_processed deltas ÷ 5 ÷ window; ")
-		p("idle counts the health probes of the library and both daemons, which run in every window. ")
+		p("idle counts the health probes of the library and both daemons (the http target's and the hand-off's second replica; the httpq daemon, whose account's held-lock sync would add about 130/s, is stopped after its cells), which run in every window. ")
 		p("The issue's figure for redlockd's old polling waiters: about %d commands/s per waiter per master.\n\n", oldPollPerWaiter)
 	}
 }

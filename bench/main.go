@@ -181,6 +181,11 @@ func run(ctx context.Context, cfg config) error {
 	if err := env.runCells(ctx, tgs, rep); err != nil {
 		return err
 	}
+	// httpq has no cell after these: its daemon goes, so that its
+	// account's held-lock sync (limits.DefaultSyncInterval, about 130
+	// commands/s per master counting the script's own calls) is not
+	// counted in the load windows as the waiters' cost.
+	env.stopQuotaDaemon()
 	if err := env.runIdem(ctx, addrs, rep); err != nil {
 		return err
 	}
@@ -420,6 +425,18 @@ type env struct {
 	floor          *redis.Client
 }
 
+// stopQuotaDaemon stops the httpq target's daemon and its client.
+func (e *env) stopQuotaDaemon() {
+	if e.httpcQ != nil {
+		e.httpcQ.close()
+		e.httpcQ = nil
+	}
+	if e.daemonQ != nil {
+		e.daemonQ.stop()
+		e.daemonQ = nil
+	}
+}
+
 func (e *env) close() {
 	if e.lib != nil {
 		e.lib.Close()
@@ -430,12 +447,7 @@ func (e *env) close() {
 	if e.daemon != nil {
 		e.daemon.stop()
 	}
-	if e.httpcQ != nil {
-		e.httpcQ.close()
-	}
-	if e.daemonQ != nil {
-		e.daemonQ.stop()
-	}
+	e.stopQuotaDaemon()
 	for _, r := range e.rdbs {
 		r.Close()
 	}
