@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -195,4 +197,75 @@ func TestLanesMastersPausedMidBatch(t *testing.T) {
 	assert.Greater(t, cycles, int64(len(errs)), "most cycles succeed")
 	require.Eventually(t, func() bool { return keysWithPrefix(t, prefix) == 0 }, 15*time.Second, 20*time.Millisecond,
 		"the releases queued behind the paused masters' SETs must remove every key")
+}
+
+// TestQueuedReleaseKeepsNoFanOutAlive: a release that a busy master's lane
+// answers at once (ErrMasterBusy) is still queued, to be sent after the
+// SETs before it; what waits in the queue is a copy, so the fan-out's calls
+// (the other masters' calls and their answered commands) can be collected
+// while the master stays paused. Queued itself, the call — an element of
+// the fan-out's calls — kept them all: about 2 KB per release, tens of
+// megabytes behind a master paused for seconds.
+func TestQueuedReleaseKeepsNoFanOutAlive(t *testing.T) {
+	c := newClient(t, WithPerMasterTimeout(100*time.Millisecond))
+	ctx := context.Background()
+	key := newKey(t)
+	l, err := c.Acquire(ctx, key, 10*time.Second)
+	require.NoError(t, err)
+
+	require.NoError(t, servers[0].Pause())
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			assert.NoError(t, servers[0].Resume())
+		}
+	}
+	defer resume()
+	// A status read goes out on master 0's lane and stays unanswered; past
+	// the per-master timeout the lane counts as busy.
+	_, _ = c.Status(ctx, key)
+	lane := c.masters[0].lanes[c.laneOf(key)]
+	require.Eventually(t, func() bool {
+		bs := lane.busySince.Load()
+		return bs != 0 && time.Now().UnixNano()-bs > int64(c.opts.perMasterTimeout)
+	}, 5*time.Second, 5*time.Millisecond, "master 0's lane is busy with the paused master")
+
+	rel := l.set().releaseCall(c, l.token)
+	rel.mustSend = true
+	f, sent := c.fanout(rel, time.Now())
+	require.Equal(t, len(c.masters), sent)
+	calls := weak.Make(&f.calls[0]) // the base of the fan-out's calls
+	var busy error
+	c.gather(ctx, f, time.Now(), nil, func(r reply) bool {
+		if r.idx == 0 {
+			busy = r.err
+		}
+		return false
+	})
+	require.ErrorIs(t, busy, ErrMasterBusy, "master 0's call is answered at once")
+	lane.mu.Lock()
+	var queued *call
+	for _, q := range lane.queue {
+		if q.mustSend && slices.Equal(q.keys, rel.keys) {
+			queued = q
+		}
+	}
+	lane.mu.Unlock()
+	require.NotNil(t, queued, "the release waits on master 0's lane, to follow the SETs before it")
+	assert.Nil(t, queued.out)
+
+	f = nil
+	runtime.GC()
+	runtime.GC()
+	assert.Nil(t, calls.Value(), "the queued release keeps the fan-out's calls alive")
+
+	// The queued copy is sent once the master answers: the key is gone there.
+	resume()
+	rdbs := direct(t)
+	require.Eventually(t, func() bool {
+		n, err := rdbs[0].Exists(ctx, key).Result()
+		return err == nil && n == 0
+	}, 15*time.Second, 20*time.Millisecond, "the queued release removes the key from master 0")
+	runtime.KeepAlive(queued)
 }
