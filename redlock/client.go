@@ -448,6 +448,22 @@ func (c *Client) gather(ctx context.Context, f *fan, start time.Time, only []boo
 		left--
 		return onReply(r)
 	}
+	// drain takes the answers that have arrived; select picks at random
+	// among ready cases, so a deadline or a cancelled ctx is judged only
+	// after them. It reports whether onReply decided.
+	drain := func() bool {
+		for left > 0 {
+			select {
+			case r := <-f.replies:
+				if take(r) {
+					return true
+				}
+			default:
+				return false
+			}
+		}
+		return false
+	}
 	timer := time.NewTimer(time.Until(start.Add(c.opts.perMasterTimeout)))
 	defer timer.Stop()
 	var missing error
@@ -459,17 +475,8 @@ loop:
 				return
 			}
 		case <-timer.C:
-			// select picks at random among ready cases: read what has
-			// arrived before judging who is late.
-			for drained := false; !drained && left > 0; {
-				select {
-				case r := <-f.replies:
-					if take(r) {
-						return
-					}
-				default:
-					drained = true
-				}
+			if drain() {
+				return
 			}
 			if left == 0 {
 				break loop
@@ -482,6 +489,9 @@ loop:
 			missing = ErrMasterTimeout
 			break loop
 		case <-ctx.Done():
+			if drain() {
+				return
+			}
 			missing = ctx.Err()
 			break loop
 		}

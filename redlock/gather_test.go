@@ -137,3 +137,30 @@ func TestGatherReadsArrivedAnswersBeforeGivingUp(t *testing.T) {
 		}
 	}
 }
+
+// TestGatherReadsArrivedAnswersBeforeCancelling: answers already in the
+// channel when ctx is cancelled are counted, as they are at a deadline. A
+// gather that raced ctx.Done against them reported some answering masters
+// as cancelled: an acquire cancelled right after its last vote counted
+// fewer votes and stored fences than it had, and failed (safe, but the lock
+// it had won went to its clean-up). 200 rounds make that near certain.
+func TestGatherReadsArrivedAnswersBeforeCancelling(t *testing.T) {
+	c := newClient(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for round := range 200 {
+		f := newFan(c)
+		start := time.Now()
+		for i := range f.calls {
+			f.replies <- reply{idx: i, val: int64(1), sent: start, at: start}
+		}
+		errs := make([]error, len(c.masters))
+		c.gather(ctx, f, start, nil, func(r reply) bool {
+			errs[r.idx] = r.err
+			return false
+		})
+		for i, err := range errs {
+			require.NoError(t, err, "round %d, master %d", round, i)
+		}
+	}
+}
