@@ -104,9 +104,11 @@ type call struct {
 }
 
 // detached is a copy of c with what sending it takes and no caller: not
-// part of a fan-out's calls, so queued it keeps nothing else alive.
+// part of a fan-out's calls, so queued it keeps nothing else alive. Its
+// EVALSHA line is built again when it is sent (exec): the fan-out's line
+// boxes every key and argument, about 160 bytes that would wait with it.
 func (c *call) detached() *call {
-	return &call{script: c.script, keys: c.keys, args: c.args, evalSha: c.evalSha, mustSend: c.mustSend, deadline: c.deadline, idx: c.idx, fence: c.fence}
+	return &call{script: c.script, keys: c.keys, args: c.args, mustSend: c.mustSend, deadline: c.deadline, idx: c.idx, fence: c.fence}
 }
 
 func (m *master) fail(c *call, err error) {
