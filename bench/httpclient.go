@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
@@ -88,6 +89,9 @@ func newFastPoster(d *daemonProc, conc int) *fastPoster {
 			MaxConns: conc + 16,
 			// Idle connections are kept as long as net/http's are.
 			MaxIdleConnDuration: 90 * time.Second,
+			// Past MaxConns a call waits for a connection (as with
+			// net/http) instead of failing with ErrNoFreeConns.
+			MaxConnWaitTimeout: fastCallTimeout,
 		},
 		url:    d.url + "/v1/lock",
 		apiKey: d.apiKey,
@@ -113,6 +117,12 @@ func (p *fastPoster) post(ctx context.Context, body string, read func(int, []byt
 		deadline = time.Now().Add(fastCallTimeout)
 	}
 	if err := p.c.DoDeadline(req, resp, deadline); err != nil {
+		if ok && errors.Is(err, fasthttp.ErrTimeout) {
+			// The call ran into ctx's deadline (a cell's hard limit):
+			// report it as net/http does, as the context's error.
+			<-ctx.Done()
+			return ctx.Err()
+		}
 		return err
 	}
 	return read(resp.StatusCode(), resp.Body())

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlockd/redlockd/redlock"
+	"github.com/valyala/fasthttp"
 )
 
 // target is one way of taking and giving back a lock. acquire returns the
@@ -181,6 +182,8 @@ func errClass(err error) string {
 		return "not held"
 	case errors.As(err, &taken):
 		return "redsync: taken"
+	case errors.Is(err, fasthttp.ErrConnectionClosed):
+		return "EOF" // net/http's word for the same
 	}
 	msg := err.Error()
 	for _, s := range []string{"i/o timeout", "context deadline exceeded", "context canceled", "connection refused", "connection reset", "pool timeout", "EOF"} {

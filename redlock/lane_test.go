@@ -243,7 +243,9 @@ func TestQueuedReleaseKeepsNoFanOutAlive(t *testing.T) {
 		}
 		return false
 	})
-	require.ErrorIs(t, busy, ErrMasterBusy, "master 0's call is answered at once")
+	// Busy, or down if the health loop has counted the pause already:
+	// either way answered at once and queued.
+	require.True(t, errors.Is(busy, ErrMasterBusy) || errors.Is(busy, ErrMasterDown), "master 0's call is answered at once: %v", busy)
 	lane.mu.Lock()
 	var queued *call
 	for _, q := range lane.queue {
@@ -255,10 +257,13 @@ func TestQueuedReleaseKeepsNoFanOutAlive(t *testing.T) {
 	require.NotNil(t, queued, "the release waits on master 0's lane, to follow the SETs before it")
 	assert.Nil(t, queued.out)
 
+	// The other masters' lanes let go of their calls once their batch is
+	// done (clear(batch)); only master 0's queue can keep them longer.
 	f = nil
-	runtime.GC()
-	runtime.GC()
-	assert.Nil(t, calls.Value(), "the queued release keeps the fan-out's calls alive")
+	assert.Eventually(t, func() bool {
+		runtime.GC()
+		return calls.Value() == nil
+	}, 2*time.Second, 10*time.Millisecond, "the queued release keeps the fan-out's calls alive")
 
 	// The queued copy is sent once the master answers: the key is gone there.
 	resume()
