@@ -430,9 +430,10 @@ func evalShaArgs(script *redis.Script, keys []string, args []any) []any {
 // send it either), so a stuck or paused master still costs at most twice
 // the timeout, and a known-down or busy one nothing (lane.submit). Answers
 // already received when a deadline passes, or when ctx ends, are read
-// before anything is given up. Waiting longer never weakens a lock: every caller computes
-// validity from start to the moment it decides (Redlock step 3), and a
-// vote's clock reading is judged by its own round trip (clock.go).
+// before anything is given up. Waiting longer never weakens a lock: every
+// caller computes validity from start to the moment it decides (Redlock
+// step 3), and a vote's clock reading is judged by its own round trip
+// (clock.go).
 func (c *Client) gather(ctx context.Context, f *fan, start time.Time, only []bool, onReply func(reply) (decided bool)) {
 	answered := make([]bool, len(c.masters))
 	left := 0

@@ -103,10 +103,12 @@ type call struct {
 	written atomic.Int64
 }
 
-// detached is a copy of c with what sending it takes and no caller: not
-// part of a fan-out's calls, so queued it keeps nothing else alive. Its
-// EVALSHA line is built again when it is sent (exec): the fan-out's line
-// boxes every key and argument, about 160 bytes that would wait with it.
+// detached is a copy of c with what sending it takes and no caller. c is
+// an element of its fan-out's calls: queued itself, it would keep them all
+// alive — the other masters' calls and their answered commands, about
+// 2 KB — for as long as it waits. The copy's EVALSHA line is built again
+// when it is sent (exec): the fan-out's line boxes every key and argument,
+// about 160 bytes that would wait with it.
 func (c *call) detached() *call {
 	return &call{script: c.script, keys: c.keys, args: c.args, mustSend: c.mustSend, deadline: c.deadline, idx: c.idx, fence: c.fence}
 }
@@ -194,17 +196,14 @@ func (l *lane) submit(c *call, now time.Time) {
 			m.fail(c, ErrMasterBusy)
 		}
 	}
-	if c.out == nil && !c.mustSend {
-		return
-	}
 	if c.out == nil {
-		// A release answered at once is queued as a copy of what sending
-		// it takes: c is an element of its fan-out's calls, and queued
-		// itself it would keep them all alive — the other masters' calls
-		// and their answered commands, about 2 KB — for as long as it
-		// waits. Behind a paused master that is one per release, for up
-		// to the stall timeout: tens of megabytes at a few thousand
-		// releases a second (bench: the daemon's RSS in the paused cells).
+		if !c.mustSend {
+			return
+		}
+		// A release answered at once still goes out, as a detached copy:
+		// c itself would keep its whole fan-out alive while it waits,
+		// behind a paused master one per release (bench: the daemon's
+		// RSS in the paused cells).
 		c = c.detached()
 	}
 	l.mu.Lock()
