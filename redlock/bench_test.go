@@ -229,7 +229,7 @@ func BenchmarkScripts(b *testing.B) {
 	}{
 		{"acquire", productScripts.acquire, voteKeys, []any{token, "10000"}},
 		{"fence", productScripts.fence, voteKeys, []any{token, "7"}},
-		{"release", releaseScript, func(k string) []string { return []string{k, k + ":fence"} }, []any{token, run + ":released"}},
+		{"release", releaseScript, func(k string) []string { return []string{k, k + ":fence"} }, []any{token, run + ":released", releaseID(token)}},
 		{"stats-reading", statsReadScript, func(string) []string { return nil }, nil},
 		// The same three steps as they were at df18b48, before the data-loss,
 		// clock and granted-lock checks (testdata/df18b48): what the checks
@@ -344,8 +344,8 @@ func BenchmarkCheckCosts(b *testing.B) {
 		{"fence-without-record", redis.NewScript(without(fenceLua, fRecLine, "if false then")), voteKeys, []any{token, "7"}, true},
 		{"fence-without-all-three", redis.NewScript(without(without(without(fenceLua, fTimeLine, "local t = "+fixedTime), fStateLine, "local s = redis.call('MGET', KEYS[1], KEYS[4]); s = {s[1], 'm', '1', s[2]}"), fRecLine, "if false then")), voteKeys, []any{token, "7"}, true},
 		{"df18b48-fence", df18b48Script(b, "fence"), func(k string) []string { return []string{k, counter} }, []any{token, "7"}, true},
-		{"release", releaseScript, func(k string) []string { return []string{k, k + ":fence"} }, []any{token, run + ":released"}, true},
-		{"release-without-record", releaseScript, func(k string) []string { return []string{k} }, []any{token, run + ":released"}, true},
+		{"release", releaseScript, func(k string) []string { return []string{k, k + ":fence"} }, []any{token, run + ":released", releaseID(token)}, true},
+		{"release-without-record", releaseScript, func(k string) []string { return []string{k} }, []any{token, run + ":released", releaseID(token)}, true},
 		{"release-without-publish", releaseScript, func(k string) []string { return []string{k, k + ":fence"} }, []any{token}, true},
 		{"release-without-both", releaseScript, func(k string) []string { return []string{k} }, []any{token}, true},
 		{"df18b48-release", df18b48Script(b, "release"), func(k string) []string { return []string{k} }, []any{token}, true},

@@ -189,8 +189,8 @@ func TestSemaphoreQueueNotesEachReleaseOnce(t *testing.T) {
 		qs.endAttempt(q, w1)
 		assert.Equal(t, "s#permit:3", qs.takeFreed(q))
 	})
-	qs.leave(q, w1)
-	qs.leave(q, w2)
+	qs.leave(q, w1, false)
+	qs.leave(q, w2, false)
 	assert.Empty(t, qs.sems, "nothing kept once the queue is empty")
 	assert.Empty(t, qs.semsOf)
 }
@@ -221,7 +221,9 @@ func TestCleanupOfAFailedAttemptNotifiesWaiters(t *testing.T) {
 	require.ErrorIs(t, err, ErrLockHeld)
 	select {
 	case msg := <-ps.Channel():
-		assert.Equal(t, key, msg.Payload)
+		_, got, ok := releaseMessage(msg.Payload)
+		assert.True(t, ok, msg.Payload)
+		assert.Equal(t, key, got)
 	case <-time.After(5 * time.Second):
 		t.Fatal("the clean-up deleted its key on master 4 and published nothing")
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,9 +32,18 @@ import (
 //     may come back within the wait.
 //
 // A waiter that joins an empty queue attempts once more at once: a release
-// between Acquire's first attempt and the join notified nobody. When the
-// head leaves (it got the lock, its wait ran out, its caller went away)
-// the next waiter becomes the head and attempts at once. The order
+// between Acquire's first attempt and the join notified nobody. When a
+// head leaves without the lock (its wait ran out, its caller went away)
+// the next waiter becomes a head and attempts at once; when it leaves
+// with the lock, the next waiter becomes a head without an attempt: the
+// key is held (by the one that left), and a semaphore's released slots
+// wake its idle heads in arrival order (semQueue). An attempt at once
+// there was refused, or, for a semaphore, took a slot whose release was
+// on its way to a head that came earlier (that head then waited for the
+// next release: 5 runs in 140 of TestSemaphoreNewWaiterJoinsBehindTheQueue
+// on a loaded machine). Waiters that are not heads wake every
+// pollFallback, so that one made a head without a notification polls as
+// a head does. The order
 // holds within one Client; across daemons there is no global order: after a
 // release, the heads of every daemon attempt and one of them wins. A
 // failed attempt's clean-up publishes the keys it deleted, as a release
@@ -84,6 +94,42 @@ type waitQueues struct {
 	// slots.
 	sems   map[string]*semQueue
 	semsOf map[string][]string
+	// recent: per key a waiter here waits for (waitedFor), the releases
+	// of it heard; forgotten when no waiter waits for the key.
+	recent map[string]*keyReleases
+}
+
+// keyReleases is what a waited-for key keeps of its releases heard
+// (releaseMessage ids), oldest first, at most recentReleases each.
+//
+// A copy of a release that arrives after a waiter here won the key tells
+// nothing: the key is the winner's. It used to wake the next head for an
+// attempt the winner refused (for a semaphore's slot: that attempt then
+// tried every other slot). A copy that arrives after a failed attempt
+// still wakes a head: the attempt may have voted before the release
+// reached a majority of the masters, and only the release's later copies
+// say it has since.
+type keyReleases struct {
+	heard []string // releases heard since the key was last won here
+	taken []string // releases heard before a waiter here won the key: their copies wake nobody
+}
+
+// recentReleases bounds the release ids remembered per key and kind. One
+// is enough for copies that arrive before the next release of the key; a
+// few more cover a copy from a slow master that arrives after the next
+// holder's own release (the masters publish in the order they run the
+// scripts, not in the order of the releases).
+const recentReleases = 4
+
+// pushID appends id to ids, the oldest dropped past recentReleases.
+func pushID(ids []string, id string) []string {
+	if slices.Contains(ids, id) {
+		return ids
+	}
+	if len(ids) == recentReleases {
+		ids = append(ids[:0], ids[1:]...)
+	}
+	return append(ids, id)
 }
 
 // semQueue is what a semaphore's queue keeps beside its waiters.
@@ -91,12 +137,13 @@ type waitQueues struct {
 // Every master that deleted a slot lock publishes its release, so one
 // release arrives up to five times. Each copy woke a head before, and
 // every head but the first found the slot taken and tried all the others:
-// a release cost several refused attempts. A slot is now noted once in
-// freed; a head takes it (takeFreed) and tries it first; copies that
-// arrive while it tries are remembered (missed) and, if its attempt
-// fails, noted again: a copy that was in truth a new release of the slot
-// (taken and released by another Client in the meantime) wakes a head as
-// before. Copies that arrive after the attempt ended cost one attempt.
+// a release cost several refused attempts. Copies of a release of a slot
+// a waiter here has won are now dropped on arrival (keyReleases), and a
+// slot is noted once in freed; a head takes it (takeFreed) and tries it
+// first.
+// A new release of the slot (taken and released by another Client) that
+// arrives while it tries is remembered (missed) and, if its attempt
+// fails, noted again, to wake a head as before.
 type semQueue struct {
 	base    string          // the semaphore's permitQueue
 	permits int             // the permits its waiters ask for: they take slots below it
@@ -134,7 +181,76 @@ func (q *waitQueues) unwatch(queue string, keys []string) {
 		}
 		if len(q.watchers[k]) == 0 {
 			delete(q.watchers, k)
+			q.forget(k)
 		}
+	}
+}
+
+// heard reports whether the release id of key (releaseMessage) wakes
+// waiters: false for a copy of a release heard before a waiter here won
+// the key (keyReleases). Only keys a waiter waits for are remembered, so
+// the memory is bounded by the waiters' keys.
+func (q *waitQueues) heard(key, id string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.waitedFor(key) {
+		return true
+	}
+	r := q.recent[key]
+	if r == nil {
+		if q.recent == nil {
+			q.recent = map[string]*keyReleases{}
+		}
+		r = &keyReleases{}
+		q.recent[key] = r
+	}
+	if slices.Contains(r.taken, id) {
+		return false
+	}
+	r.heard = pushID(r.heard, id)
+	return true
+}
+
+// won notes that a waiter here won keys (a lock's key, a semaphore's
+// slot, every key of a multi-key lock): the releases of them heard so far
+// are taken, and their copies wake nobody (keyReleases).
+func (q *waitQueues) won(keys []string) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, k := range keys {
+		if r := q.recent[k]; r != nil {
+			for _, id := range r.heard {
+				r.taken = pushID(r.taken, id)
+			}
+			r.heard = r.heard[:0]
+		}
+	}
+}
+
+// waitedFor reports whether a waiter here waits for key: a lock's queue,
+// a multi-key lock's queue watching it, or, for a semaphore's slot, a
+// queue of callers that can take it. Under mu.
+func (q *waitQueues) waitedFor(key string) bool {
+	if len(q.byKey[key]) > 0 || len(q.watchers[key]) > 0 {
+		return true
+	}
+	base, slot, ok := parsePermitKey(key)
+	if !ok {
+		return false
+	}
+	for _, queue := range q.semsOf[base] {
+		if slot >= 0 && slot < q.sems[queue].permits {
+			return true
+		}
+	}
+	return false
+}
+
+// forget drops the release ids of key once no waiter waits for it. Under
+// mu.
+func (q *waitQueues) forget(key string) {
+	if _, ok := q.recent[key]; ok && !q.waitedFor(key) {
+		delete(q.recent, key)
 	}
 }
 
@@ -213,9 +329,10 @@ func (q *waitQueues) endAttempt(key string, w *waiter) {
 	}
 }
 
-// leave removes w from key's queue and wakes the waiter that becomes a
-// head in its place.
-func (q *waitQueues) leave(key string, w *waiter) {
+// leave removes w from key's queue. When w was a head and leaves without
+// the lock (won false), the waiter that becomes a head in its place is
+// woken to attempt.
+func (q *waitQueues) leave(key string, w *waiter, won bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	ws := q.byKey[key]
@@ -224,7 +341,7 @@ func (q *waitQueues) leave(key string, w *waiter) {
 		if x == w {
 			ws = append(ws[:i], ws[i+1:]...)
 			q.active--
-			if i < n && len(ws) >= n {
+			if !won && i < n && len(ws) >= n {
 				notify(ws[n-1])
 			}
 			break
@@ -232,11 +349,17 @@ func (q *waitQueues) leave(key string, w *waiter) {
 	}
 	if len(ws) == 0 {
 		delete(q.byKey, key)
+		q.forget(key)
 		if sq := q.sems[key]; sq != nil {
 			delete(q.sems, key)
 			q.semsOf[sq.base] = slices.DeleteFunc(q.semsOf[sq.base], func(k string) bool { return k == key })
 			if len(q.semsOf[sq.base]) == 0 {
 				delete(q.semsOf, sq.base)
+			}
+			if len(q.recent) > 0 {
+				for slot := range sq.permits {
+					q.forget(sq.base + strconv.Itoa(slot))
+				}
 			}
 		}
 	} else {
@@ -357,8 +480,54 @@ func notify(w *waiter) {
 	}
 }
 
-// releaseChannel is the pub/sub channel the release script publishes on.
-func (c *Client) releaseChannel() string { return c.opts.markerKey + ":released" }
+// releaseChannel is the pub/sub channel the release scripts publish on:
+// "<marker key>:released:v2", whose messages are releaseMessage's. (Before,
+// "<marker key>:released" carried the bare key: daemons of the two
+// versions side by side do not hear each other's releases, and their
+// waiters fall back to polling, pollFallback.)
+func (c *Client) releaseChannel() string { return c.opts.markerKey + ":released:v2" }
+
+// releaseIDLen is the length of a release's id in its message
+// (releaseID).
+const releaseIDLen = 16
+
+// releaseID is the id of the release of token (releaseMessage): the
+// 64-bit FNV-1a hash of the token in 16 hex digits. One release sends the
+// same id to every master, and so does a release sent again to one that
+// missed it (retryReleases). A hash, not the token's own characters:
+// nothing of a token is published. Computed here, not by the script: the
+// masters' CPU is the scarcer (docs/performance.md).
+func releaseID(token string) string {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i := 0; i < len(token); i++ {
+		h = (h ^ uint64(token[i])) * prime
+	}
+	var b [releaseIDLen]byte
+	const digits = "0123456789abcdef"
+	for i := releaseIDLen - 1; i >= 0; i-- {
+		b[i] = digits[h&0xf]
+		h >>= 4
+	}
+	return string(b[:])
+}
+
+// releaseMessage splits a message of the release channel into the
+// release's id and the released key; ok is false for any other shape.
+//
+// Every master that deletes a lock publishes its release, so one release
+// arrives up to five times, and copies can arrive long after the first
+// (from a master that was slow, or paused): each copy used to wake a
+// waiter, also after another waiter here had won the key, for an attempt
+// the new holder refused. The id tells a copy (the same id for the key)
+// from a new release of the key by another holder, whose token differs
+// (keyReleases).
+func releaseMessage(payload string) (id, key string, ok bool) {
+	if len(payload) <= releaseIDLen {
+		return "", "", false
+	}
+	return payload[:releaseIDLen], payload[releaseIDLen:], true
+}
 
 // subscribe starts, once, a subscription to the release channel on every
 // master; each delivers released keys to the waiters until Close. It does
@@ -393,9 +562,13 @@ func (c *Client) subscribe() {
 						}
 						switch msg := msg.(type) {
 						case *redis.Message:
-							c.waits.released(msg.Payload)
-							if base, ok := permitQueue(msg.Payload); ok {
-								c.waits.releasedSlot(base, msg.Payload)
+							id, key, ok := releaseMessage(msg.Payload)
+							if !ok || !c.waits.heard(key, id) {
+								break // a copy of a release already heard
+							}
+							c.waits.released(key)
+							if base, ok := permitQueue(key); ok {
+								c.waits.releasedSlot(base, key)
 							}
 						case *redis.Subscription:
 							// Subscribed (again): what this master published
@@ -418,7 +591,8 @@ func (c *Client) subscribe() {
 func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(context.Context) (*Lock, error), cfg *acquireConfig, giveUp time.Time, err error) (*Lock, error) {
 	c.subscribe()
 	w := c.waits.join(key, cfg.permit)
-	defer c.waits.leave(key, w)
+	won := false
+	defer func() { c.waits.leave(key, w, won) }()
 	if c.waits.isHead(key, w) {
 		// A release between the first attempt and join found no waiter of
 		// this key to notify: the first waiter attempts once more now.
@@ -432,9 +606,8 @@ func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(conte
 		if left <= 0 {
 			return nil, err
 		}
-		head := c.waits.isHead(key, w)
-		sleep := left
-		if head {
+		sleep := min(pollFallback, left) // a waiter made a head unwoken polls
+		if c.waits.isHead(key, w) {
 			sleep = min(nextAttempt(cfg, err), left)
 		}
 		timer.Reset(sleep)
@@ -456,6 +629,12 @@ func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(conte
 		lock, err = attempt(ctx)
 		c.waits.endAttempt(key, w)
 		if err == nil {
+			won = true
+			if lock.keys != nil {
+				c.waits.won(lock.keys)
+			} else {
+				c.waits.won([]string{lock.key})
+			}
 			return lock, nil
 		}
 		if errors.Is(err, ErrInvalid) || errors.Is(err, ErrClosed) {

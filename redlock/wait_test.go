@@ -136,15 +136,7 @@ func TestLostNotificationFallsBackToPolling(t *testing.T) {
 	}()
 	waitingFor(t, c, 1)
 	rdbs := direct(t)
-	subscribed := func() bool { // on every master
-		for _, r := range rdbs {
-			m, err := r.PubSubNumSub(ctx, c.releaseChannel()).Result()
-			if err != nil || m[c.releaseChannel()] != 1 {
-				return false
-			}
-		}
-		return true
-	}
+	subscribed := subscribedEverywhere(rdbs, c)
 	require.Eventually(t, subscribed, 10*time.Second, 10*time.Millisecond)
 	for _, r := range rdbs {
 		require.NoError(t, r.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Err())
@@ -154,6 +146,20 @@ func TestLostNotificationFallsBackToPolling(t *testing.T) {
 		require.NoError(t, r.Del(ctx, held.Key()).Err())
 	}
 	require.NoError(t, <-got)
+}
+
+// subscribedEverywhere reports whether c (its only subscriber) is
+// subscribed to its release channel on every master of rdbs.
+func subscribedEverywhere(rdbs []*redis.Client, c *Client) func() bool {
+	return func() bool {
+		for _, r := range rdbs {
+			m, err := r.PubSubNumSub(context.Background(), c.releaseChannel()).Result()
+			if err != nil || m[c.releaseChannel()] != 1 {
+				return false
+			}
+		}
+		return true
+	}
 }
 
 // TestReleaseBetweenFirstAttemptAndQueue: the lock is released after the

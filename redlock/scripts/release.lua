@@ -7,13 +7,18 @@
 -- lock, and also when the lock already expired: the holder that releases
 -- late ends its delay
 -- ARGV[1] token, ARGV[2] release channel (absent: no notification; a
--- failed acquire's clean-up notifies too, redlock/acquire.go cleanup)
+-- failed acquire's clean-up notifies too, redlock/acquire.go cleanup),
+-- ARGV[3] the release's id (with ARGV[2]; 16 characters, from the token:
+-- redlock/wait.go releaseID)
+-- Publishes the id, then the key: every master that deletes the lock
+-- publishes the same message, and a waiter tells the copies of one
+-- release from a new one (redlock/wait.go releaseMessage).
 -- Returns 1 deleted, 0 absent (expired or released), -1 held by another token.
 local v = redis.call('GET', KEYS[1])
 if v == ARGV[1] then
   redis.call('DEL', unpack(KEYS))
   if ARGV[2] then
-    redis.call('PUBLISH', ARGV[2], KEYS[1])
+    redis.call('PUBLISH', ARGV[2], ARGV[3] .. KEYS[1])
   end
   return 1
 end

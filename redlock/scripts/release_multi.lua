@@ -4,7 +4,9 @@
 -- KEYS ARGV[2] keys per lock key: the lock key, its fence record[, its
 -- delay record], for every key of the set
 -- ARGV[1] token, ARGV[2] keys per lock key, ARGV[3] release channel
--- (absent: no notification, for the clean-up after a failed acquire)
+-- (absent: no notification, for the clean-up after a failed acquire),
+-- ARGV[4] the release's id (with ARGV[3]); each key's message is the id
+-- and the key (release.lua)
 -- Returns 1 when some key held this token (all such were deleted), -1 when
 -- none did and another token holds one, 0 when none is held.
 local stride = tonumber(ARGV[2])
@@ -14,7 +16,7 @@ for i = 1, #KEYS, stride do
   if v == ARGV[1] then
     redis.call('DEL', unpack(KEYS, i, i + stride - 1))
     if ARGV[3] then
-      redis.call('PUBLISH', ARGV[3], KEYS[i])
+      redis.call('PUBLISH', ARGV[3], ARGV[4] .. KEYS[i])
     end
     deleted = deleted + 1
   elseif v then
