@@ -133,7 +133,7 @@ func TestHeardDropsCopiesOfReleasesBeforeAWin(t *testing.T) {
 	q.won([]string{"k"})
 	assert.True(t, q.heard("k", "a"), "pushed out by e")
 	assert.Len(t, q.recent["k"].taken, recentReleases)
-	q.leave("k", w, true)
+	q.leave("k", w, time.Time{})
 	assert.Empty(t, q.recent, "forgotten with the queue")
 
 	q.watch("multi", []string{"k", "l"})
@@ -154,7 +154,7 @@ func TestHeardDropsCopiesOfReleasesBeforeAWin(t *testing.T) {
 	assert.True(t, q.heard(PermitKey("s", 2), "a"))
 	q.won([]string{PermitKey("s", 2)})
 	assert.True(t, q.heard(PermitKey("s", 2), "a"), "slot 2 is not one these callers take")
-	q.leave(queue, w, true)
+	q.leave(queue, w, time.Time{})
 	assert.Empty(t, q.recent)
 }
 
@@ -169,14 +169,17 @@ func TestReleaseMessage(t *testing.T) {
 	assert.False(t, ok, "too short for an id and a key")
 }
 
-// A head that leaves with the lock does not wake the waiter made a head
-// in its place: the key is held by the one that left, and for a
-// semaphore, an attempt at once took slots whose release was on its way
-// to a head that came earlier (TestSemaphoreNewWaiterJoinsBehindTheQueue
-// failed 5 times in 140 runs on a loaded machine). One that leaves
-// without it (its wait ran out) does.
-func TestHeadLeavingWithTheLockWakesNobody(t *testing.T) {
-	for _, won := range []bool{true, false} {
+// A head that leaves with the lock wakes the waiter made a head in its
+// place to wait for the winner's end (due), not to attempt: the key is
+// held by the one that left, and for a semaphore, an attempt at once took
+// slots whose release was on its way to a head that came earlier
+// (TestSemaphoreNewWaiterJoinsBehindTheQueue failed 5 times in 140 runs
+// on a loaded machine). One that leaves without it (its wait ran out)
+// wakes it to attempt. A release noted after the win clears the due: the
+// head attempts at once.
+func TestHeadLeavingWithTheLockHandsOnItsEnd(t *testing.T) {
+	end := time.Now().Add(time.Minute)
+	for _, until := range []time.Time{end, {}} {
 		var q waitQueues
 		base := "s" + permitSep
 		queue := permitWaitQueue(base, 2)
@@ -184,14 +187,54 @@ func TestHeadLeavingWithTheLockWakesNobody(t *testing.T) {
 		for i := range ws {
 			ws[i] = q.join(queue, &permitWait{base: base, permits: 2})
 		}
-		q.leave(queue, ws[0], won)
-		assert.Equal(t, !won, woken(ws[2]), "won %v: the new head woken", won)
-		assert.False(t, woken(ws[1]))
+		q.leave(queue, ws[0], until)
+		assert.True(t, woken(ws[2]), "the new head is woken")
+		assert.Equal(t, until, q.takeDue(ws[2]), "and waits for the winner's end")
 
 		lock := q.join("k", nil)
 		next := q.join("k", nil)
-		q.leave("k", lock, won)
-		assert.Equal(t, !won, woken(next), "won %v: the new head woken", won)
+		q.leave("k", lock, until)
+		q.released("k")
+		assert.True(t, woken(next))
+		assert.True(t, q.takeDue(next).IsZero(), "a release since: attempt at once")
+	}
+	// The timer came first: takeDue takes the wake that carried the due.
+	var q waitQueues
+	lock := q.join("k", nil)
+	next := q.join("k", nil)
+	q.leave("k", lock, end)
+	assert.Equal(t, end, q.takeDue(next))
+	assert.False(t, woken(next), "the due's wake is taken with it")
+}
+
+// A waiter made a head by one that won the lock gets it when the winner
+// ends without a release (its caller died): it attempts at the winner's
+// validity end, with no notification and no poll (pollFallback is an
+// hour here).
+func TestPromotedHeadGetsTheLockAtTheWinnersEnd(t *testing.T) {
+	c, _, key := permitWaitSetup(t) // no poll fallback
+	ctx := context.Background()
+	held, err := c.Acquire(ctx, key, time.Minute)
+	require.NoError(t, err)
+	got := make(chan *Lock, 2)
+	for range 2 {
+		go func() {
+			l, err := c.Acquire(ctx, key, time.Second, WithWait(20*time.Second))
+			if assert.NoError(t, err) {
+				got <- l
+			}
+		}()
+	}
+	waitingIs(t, c, 2)
+	require.NoError(t, held.Release(ctx))
+	first := <-got // never released: it ends by its TTL
+	select {
+	case second := <-got:
+		assert.False(t, second.ValidUntil().Before(first.ValidUntil()))
+		assert.Greater(t, second.Fence(), first.Fence())
+		require.NoError(t, second.Release(ctx))
+	case <-time.After(15 * time.Second):
+		t.Fatal("the next waiter did not get the lock after the winner's 1 s TTL")
 	}
 }
 

@@ -189,8 +189,8 @@ func TestSemaphoreQueueNotesEachReleaseOnce(t *testing.T) {
 		qs.endAttempt(q, w1)
 		assert.Equal(t, "s#permit:3", qs.takeFreed(q))
 	})
-	qs.leave(q, w1, false)
-	qs.leave(q, w2, false)
+	qs.leave(q, w1, time.Time{})
+	qs.leave(q, w2, time.Time{})
 	assert.Empty(t, qs.sems, "nothing kept once the queue is empty")
 	assert.Empty(t, qs.semsOf)
 }

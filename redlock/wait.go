@@ -20,9 +20,10 @@ import (
 // a waiter behind it costs the masters nothing. The head attempts again:
 //
 //   - as soon as the lock is released through any Client of the deployment
-//     (every daemon replica): the release script publishes the key on the
-//     release channel of every master, and the Client subscribes to it on
-//     every master once the first waiter joins;
+//     (every daemon replica): the release script publishes the release's
+//     id and the key (releaseMessage) on the release channel of every
+//     master, and the Client subscribes to it on every master once the
+//     first waiter joins;
 //   - when the holder's lock ends by itself: the refusing masters report
 //     its remaining TTL (OutcomeError.RetryAfter), and the head wakes then;
 //   - at the latest after pollFallback, in case notifications were lost (a
@@ -35,15 +36,16 @@ import (
 // between Acquire's first attempt and the join notified nobody. When a
 // head leaves without the lock (its wait ran out, its caller went away)
 // the next waiter becomes a head and attempts at once; when it leaves
-// with the lock, the next waiter becomes a head without an attempt: the
-// key is held (by the one that left), and a semaphore's released slots
-// wake its idle heads in arrival order (semQueue). An attempt at once
-// there was refused, or, for a semaphore, took a slot whose release was
-// on its way to a head that came earlier (that head then waited for the
-// next release: 5 runs in 140 of TestSemaphoreNewWaiterJoinsBehindTheQueue
-// on a loaded machine). Waiters that are not heads wake every
-// pollFallback, so that one made a head without a notification polls as
-// a head does. The order
+// with the lock, the next waiter becomes a head that attempts at the end
+// of the winner's validity (as a refused attempt would have told it), or
+// at a release or released slot before: the key is held by the one that
+// left, and a semaphore's released slots wake its idle heads in arrival
+// order (semQueue). An attempt at once there was refused, or, for a
+// semaphore, took a slot whose release was on its way to a head that came
+// earlier (that head then waited for the next release: 5 runs in 140 of
+// TestSemaphoreNewWaiterJoinsBehindTheQueue on a loaded machine). Waiters
+// that are not heads wake every pollFallback, so that one made a head
+// without a notification polls as a head does. The order
 // holds within one Client; across daemons there is no global order: after a
 // release, the heads of every daemon attempt and one of them wins. A
 // failed attempt's clean-up publishes the keys it deleted, as a release
@@ -70,6 +72,10 @@ var pollFallback = 2 * time.Second
 type waiter struct {
 	wake chan struct{} // buffered 1: a release, or becoming the head
 	busy bool          // under waitQueues.mu: attempting now
+	// due, under waitQueues.mu: set when w was made a head by a waiter
+	// that left with the lock: when that lock's validity ends, w's
+	// first attempt as a head (takeDue).
+	due time.Time
 }
 
 // waitQueues holds the queue of every key with waiters.
@@ -235,7 +241,9 @@ func (q *waitQueues) waitedFor(key string) bool {
 		return true
 	}
 	base, slot, ok := parsePermitKey(key)
-	if !ok {
+	if !ok || key != base+strconv.Itoa(slot) {
+		// Not a slot key as PermitKey writes it ("#permit:01", a plain
+		// lock of anyone's): remembered, leave would not forget it.
 		return false
 	}
 	for _, queue := range q.semsOf[base] {
@@ -325,14 +333,16 @@ func (q *waitQueues) endAttempt(key string, w *waiter) {
 	defer q.mu.Unlock()
 	w.busy = false
 	if sq := q.sems[key]; sq != nil && len(sq.freed) > 0 {
-		notify(w)
+		wakeToAttempt(w)
 	}
 }
 
-// leave removes w from key's queue. When w was a head and leaves without
-// the lock (won false), the waiter that becomes a head in its place is
-// woken to attempt.
-func (q *waitQueues) leave(key string, w *waiter, won bool) {
+// leave removes w from key's queue and wakes the waiter that becomes a
+// head in its place: to attempt at once when w leaves without the lock
+// (wonUntil zero), or, when w won it, to attempt when w's lock's validity
+// ends (wonUntil; due), as a refused attempt would have learnt: a
+// winner that dies without a release hands the key on at its end.
+func (q *waitQueues) leave(key string, w *waiter, wonUntil time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	ws := q.byKey[key]
@@ -341,7 +351,8 @@ func (q *waitQueues) leave(key string, w *waiter, won bool) {
 		if x == w {
 			ws = append(ws[:i], ws[i+1:]...)
 			q.active--
-			if !won && i < n && len(ws) >= n {
+			if i < n && len(ws) >= n {
+				ws[n-1].due = wonUntil
 				notify(ws[n-1])
 			}
 			break
@@ -370,16 +381,34 @@ func (q *waitQueues) leave(key string, w *waiter, won bool) {
 	}
 }
 
+// takeDue returns and clears w's due (the zero time when none): set, w
+// was woken to wait as a head for that time, not to attempt.
+func (q *waitQueues) takeDue(w *waiter) time.Time {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	d := w.due
+	if !d.IsZero() {
+		// The wake that carried it, if the timer came first: no
+		// wakeToAttempt since (it clears due), so it says nothing more.
+		w.due = time.Time{}
+		select {
+		case <-w.wake:
+		default:
+		}
+	}
+	return d
+}
+
 // released wakes the head of key's queue, if any.
 func (q *waitQueues) released(key string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if ws := q.byKey[key]; len(ws) > 0 {
-		notify(ws[0])
+		wakeToAttempt(ws[0])
 	}
 	for queue := range q.watchers[key] {
 		if ws := q.byKey[queue]; len(ws) > 0 {
-			notify(ws[0])
+			wakeToAttempt(ws[0])
 		}
 	}
 }
@@ -410,7 +439,7 @@ func (q *waitQueues) releasedSlot(base, key string) {
 func (q *waitQueues) wakeIdleHead(queue string) {
 	for _, h := range q.heads(queue) {
 		if !h.busy {
-			notify(h)
+			wakeToAttempt(h)
 			return
 		}
 	}
@@ -460,7 +489,7 @@ func (q *waitQueues) wakeHeads() {
 	defer q.mu.Unlock()
 	for key := range q.byKey {
 		for _, h := range q.heads(key) {
-			notify(h)
+			wakeToAttempt(h)
 		}
 	}
 }
@@ -471,6 +500,14 @@ func (c *Client) Waiting() int {
 	c.waits.mu.Lock()
 	defer c.waits.mu.Unlock()
 	return c.waits.active
+}
+
+// wakeToAttempt wakes w, a head, to attempt: a release, or a slot
+// noted, since. It clears a due w was woken with (leave): the winner's
+// lock may have been released before its end. Under waitQueues.mu.
+func wakeToAttempt(w *waiter) {
+	w.due = time.Time{}
+	notify(w)
 }
 
 func notify(w *waiter) {
@@ -591,8 +628,9 @@ func (c *Client) subscribe() {
 func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(context.Context) (*Lock, error), cfg *acquireConfig, giveUp time.Time, err error) (*Lock, error) {
 	c.subscribe()
 	w := c.waits.join(key, cfg.permit)
-	won := false
-	defer func() { c.waits.leave(key, w, won) }()
+	var wonUntil time.Time // the won lock's validity end
+	defer func() { c.waits.leave(key, w, wonUntil) }()
+	var due time.Time // takeDue's, until the next attempt
 	if c.waits.isHead(key, w) {
 		// A release between the first attempt and join found no waiter of
 		// this key to notify: the first waiter attempts once more now.
@@ -608,7 +646,11 @@ func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(conte
 		}
 		sleep := min(pollFallback, left) // a waiter made a head unwoken polls
 		if c.waits.isHead(key, w) {
-			sleep = min(nextAttempt(cfg, err), left)
+			next := nextAttempt(cfg, err)
+			if !due.IsZero() {
+				next = min(time.Until(due)+time.Millisecond, pollFallback)
+			}
+			sleep = min(max(next, 0), left)
 		}
 		timer.Reset(sleep)
 		select {
@@ -622,14 +664,19 @@ func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(conte
 			}
 		case <-timer.C:
 		}
+		if d := c.waits.takeDue(w); !d.IsZero() {
+			due = d // made a head after a win: wait for the winner's end
+			continue
+		}
 		if !c.waits.startAttempt(key, w) {
 			continue
 		}
+		due = time.Time{}
 		var lock *Lock
 		lock, err = attempt(ctx)
 		c.waits.endAttempt(key, w)
 		if err == nil {
-			won = true
+			wonUntil = lock.ValidUntil()
 			if lock.keys != nil {
 				c.waits.won(lock.keys)
 			} else {
