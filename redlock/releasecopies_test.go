@@ -205,37 +205,65 @@ func TestHeadLeavingWithTheLockHandsOnItsEnd(t *testing.T) {
 	q.leave("k", lock, end)
 	assert.Equal(t, end, q.takeDue(next))
 	assert.False(t, woken(next), "the due's wake is taken with it")
+
+	// Made a head by a winner between its own takeDue (a poll, before it
+	// was a head) and its attempt: it does not attempt, the next round
+	// takes the due and waits for the winner's end.
+	var p waitQueues
+	lock = p.join("k", nil)
+	next = p.join("k", nil)
+	assert.True(t, p.takeDue(next).IsZero())
+	p.leave("k", lock, end)
+	assert.False(t, p.startAttempt("k", next), "a due set since its wake")
+	assert.Equal(t, end, p.takeDue(next))
+	assert.True(t, p.startAttempt("k", next), "at its due")
+	p.endAttempt("k", next)
 }
 
 // A waiter made a head by one that won the lock gets it when the winner
-// ends without a release (its caller died): it attempts at the winner's
-// validity end, with no notification and no poll (pollFallback is an
-// hour here).
+// ends without a release (its caller died): it attempts when the winner's
+// key ends on the masters, with no notification and no poll
+// (pollFallback is an hour here), and that one attempt gets it. At the
+// winner's ValidUntil (drift earlier, at least 12 ms for a 1 s TTL) the
+// key is still on every master: refused, and a second attempt. A round
+// may take two on a loaded machine too (the winner's SET reached a
+// master more than a millisecond after it started), so one of three
+// rounds must take one.
 func TestPromotedHeadGetsTheLockAtTheWinnersEnd(t *testing.T) {
-	c, _, key := permitWaitSetup(t) // no poll fallback
+	c, _, _ := permitWaitSetup(t) // no poll fallback
 	ctx := context.Background()
-	held, err := c.Acquire(ctx, key, time.Minute)
-	require.NoError(t, err)
-	got := make(chan *Lock, 2)
-	for range 2 {
-		go func() {
-			l, err := c.Acquire(ctx, key, time.Second, WithWait(20*time.Second))
-			if assert.NoError(t, err) {
-				got <- l
-			}
-		}()
+	var attempts []int64
+	for round := range 3 {
+		key := fmt.Sprintf("%s:%d", newKey(t), round)
+		held, err := c.Acquire(ctx, key, time.Minute)
+		require.NoError(t, err)
+		got := make(chan *Lock, 2)
+		for range 2 {
+			go func() {
+				l, err := c.Acquire(ctx, key, time.Second, WithWait(20*time.Second))
+				if assert.NoError(t, err) {
+					got <- l
+				}
+			}()
+		}
+		waitingIs(t, c, 2)
+		require.NoError(t, held.Release(ctx))
+		first := <-got // never released: it ends by its TTL
+		before := settledAttempts(t, c)
+		select {
+		case second := <-got:
+			assert.False(t, second.ValidUntil().Before(first.ValidUntil()))
+			assert.Greater(t, second.Fence(), first.Fence())
+			attempts = append(attempts, c.attempts.Load()-before)
+			require.NoError(t, second.Release(ctx))
+		case <-time.After(15 * time.Second):
+			t.Fatal("the next waiter did not get the lock after the winner's 1 s TTL")
+		}
+		if attempts[len(attempts)-1] == 1 {
+			return
+		}
 	}
-	waitingIs(t, c, 2)
-	require.NoError(t, held.Release(ctx))
-	first := <-got // never released: it ends by its TTL
-	select {
-	case second := <-got:
-		assert.False(t, second.ValidUntil().Before(first.ValidUntil()))
-		assert.Greater(t, second.Fence(), first.Fence())
-		require.NoError(t, second.Release(ctx))
-	case <-time.After(15 * time.Second):
-		t.Fatal("the next waiter did not get the lock after the winner's 1 s TTL")
-	}
+	t.Fatalf("attempts of the promoted head per round: %v; want one round with 1", attempts)
 }
 
 // A hand-off of a lock costs one attempt: the waiter that gets it. The

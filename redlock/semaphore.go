@@ -64,16 +64,18 @@ func permitQueue(key string) (string, bool) {
 	return base, ok
 }
 
-// parsePermitKey splits a slot key (PermitKey) into its semaphore
-// ("<name>#permit:") and slot (-1 when its digits overflow an int); ok is
-// false when key is not a slot key.
+// parsePermitKey splits a slot key into its semaphore ("<name>#permit:")
+// and slot; ok is false when key is not a slot key as PermitKey writes
+// it: digits with no leading zero, within an int. A plain lock named
+// like one ("s#permit:01") is no slot of anyone's: its release frees no
+// slot and wakes no semaphore's waiter.
 func parsePermitKey(key string) (base string, slot int, ok bool) {
 	i := strings.LastIndex(key, permitSep)
 	if i < 0 {
 		return "", 0, false
 	}
 	digits := key[i+len(permitSep):]
-	if digits == "" {
+	if digits == "" || len(digits) > 1 && digits[0] == '0' {
 		return "", 0, false
 	}
 	for j := 0; j < len(digits); j++ {
@@ -83,7 +85,7 @@ func parsePermitKey(key string) (base string, slot int, ok bool) {
 	}
 	slot, err := strconv.Atoi(digits)
 	if err != nil {
-		slot = -1
+		return "", 0, false
 	}
 	return key[:i+len(permitSep)], slot, true
 }
@@ -172,7 +174,7 @@ func checkSemaphore(name string, permits int) error {
 // AcquirePermit (waitQueues.releasedSlot), when it is below permits; -1
 // otherwise (no release noted, or one of a slot this caller does not use).
 func freedSlot(key string, permits int) int {
-	if _, slot, ok := parsePermitKey(key); ok && slot >= 0 && slot < permits {
+	if _, slot, ok := parsePermitKey(key); ok && slot < permits {
 		return slot
 	}
 	return -1

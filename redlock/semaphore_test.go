@@ -326,7 +326,10 @@ func TestPermitQueue(t *testing.T) {
 	q, ok := permitQueue(PermitKey("a#permit:b", 17))
 	assert.True(t, ok)
 	assert.Equal(t, "a#permit:b#permit:", q)
-	for _, k := range []string{"a", "a#permit:", "a#permit:1x"} {
+	_, slot, ok := parsePermitKey(PermitKey("a", 0))
+	assert.True(t, ok)
+	assert.Equal(t, 0, slot)
+	for _, k := range []string{"a", "a#permit:", "a#permit:1x", "a#permit:01", "a#permit:00", "a#permit:99999999999999999999"} {
 		_, ok := permitQueue(k)
 		assert.False(t, ok, k)
 	}

@@ -37,7 +37,7 @@ import (
 // head leaves without the lock (its wait ran out, its caller went away)
 // the next waiter becomes a head and attempts at once; when it leaves
 // with the lock, the next waiter becomes a head that attempts at the end
-// of the winner's validity (as a refused attempt would have told it), or
+// of the winner's lock on the masters (as a refused attempt would have told it), or
 // at a release or released slot before: the key is held by the one that
 // left, and a semaphore's released slots wake its idle heads in arrival
 // order (semQueue). An attempt at once there was refused, or, for a
@@ -73,7 +73,7 @@ type waiter struct {
 	wake chan struct{} // buffered 1: a release, or becoming the head
 	busy bool          // under waitQueues.mu: attempting now
 	// due, under waitQueues.mu: set when w was made a head by a waiter
-	// that left with the lock: when that lock's validity ends, w's
+	// that left with the lock: when that lock ends on the masters, w's
 	// first attempt as a head (takeDue).
 	due time.Time
 }
@@ -241,13 +241,13 @@ func (q *waitQueues) waitedFor(key string) bool {
 		return true
 	}
 	base, slot, ok := parsePermitKey(key)
-	if !ok || key != base+strconv.Itoa(slot) {
+	if !ok {
 		// Not a slot key as PermitKey writes it ("#permit:01", a plain
 		// lock of anyone's): remembered, leave would not forget it.
 		return false
 	}
 	for _, queue := range q.semsOf[base] {
-		if slot >= 0 && slot < q.sems[queue].permits {
+		if slot < q.sems[queue].permits {
 			return true
 		}
 	}
@@ -319,7 +319,10 @@ func (q *waitQueues) isHead(key string, w *waiter) bool {
 func (q *waitQueues) startAttempt(key string, w *waiter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !slices.Contains(q.heads(key), w) {
+	if !slices.Contains(q.heads(key), w) || !w.due.IsZero() {
+		// Not a head, or made one by a winner since its wake (takeDue):
+		// the wake that carried due is in w.wake, and the next round
+		// takes it and waits for the winner's end.
 		return false
 	}
 	w.busy = true
@@ -339,8 +342,8 @@ func (q *waitQueues) endAttempt(key string, w *waiter) {
 
 // leave removes w from key's queue and wakes the waiter that becomes a
 // head in its place: to attempt at once when w leaves without the lock
-// (wonUntil zero), or, when w won it, to attempt when w's lock's validity
-// ends (wonUntil; due), as a refused attempt would have learnt: a
+// (wonUntil zero), or, when w won it, to attempt when w's lock ends on
+// the masters (wonUntil; due), as a refused attempt would have learnt: a
 // winner that dies without a release hands the key on at its end.
 func (q *waitQueues) leave(key string, w *waiter, wonUntil time.Time) {
 	q.mu.Lock()
@@ -628,7 +631,7 @@ func (c *Client) subscribe() {
 func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(context.Context) (*Lock, error), cfg *acquireConfig, giveUp time.Time, err error) (*Lock, error) {
 	c.subscribe()
 	w := c.waits.join(key, cfg.permit)
-	var wonUntil time.Time // the won lock's validity end
+	var wonUntil time.Time // the won lock's end on the masters
 	defer func() { c.waits.leave(key, w, wonUntil) }()
 	var due time.Time // takeDue's, until the next attempt
 	if c.waits.isHead(key, w) {
@@ -676,7 +679,10 @@ func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(conte
 		lock, err = attempt(ctx)
 		c.waits.endAttempt(key, w)
 		if err == nil {
-			wonUntil = lock.ValidUntil()
+			// Its key lives on the masters until about start + TTL: the
+			// drift allowance past its validity. At ValidUntil itself
+			// the next head would be refused and try again.
+			wonUntil = lock.ValidUntil().Add(c.drift(lock.ttl))
 			if lock.keys != nil {
 				c.waits.won(lock.keys)
 			} else {
