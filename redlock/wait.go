@@ -682,7 +682,7 @@ func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(conte
 			// Its key lives on the masters until about start + TTL: the
 			// drift allowance past its validity. At ValidUntil itself
 			// the next head would be refused and try again.
-			wonUntil = lock.ValidUntil().Add(c.drift(lock.ttl))
+			wonUntil = lock.ValidUntil().Add(c.drift(lock.TTL()))
 			if lock.keys != nil {
 				c.waits.won(lock.keys)
 			} else {
