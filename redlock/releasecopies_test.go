@@ -54,16 +54,7 @@ func TestLateCopiesOfAReleaseWakeNobody(t *testing.T) {
 			rdbs := direct(t)
 			held, err := tc.hold(c, key)
 			require.NoError(t, err)
-			got := make(chan *Lock, 2)
-			for range 2 {
-				go func() {
-					l, err := tc.wait(c, key)
-					if assert.NoError(t, err) {
-						got <- l
-					}
-				}()
-			}
-			waitingIs(t, c, 2)
+			got := waitersOn(t, c, 2, func() (*Lock, error) { return tc.wait(c, key) })
 			// Every copy of the release reaches c: heard on one master
 			// only, the copies published below would be its first.
 			require.Eventually(t, subscribedEverywhere(rdbs, c), 10*time.Second, 10*time.Millisecond)
@@ -237,16 +228,9 @@ func TestPromotedHeadGetsTheLockAtTheWinnersEnd(t *testing.T) {
 		key := fmt.Sprintf("%s:%d", newKey(t), round)
 		held, err := c.Acquire(ctx, key, time.Minute)
 		require.NoError(t, err)
-		got := make(chan *Lock, 2)
-		for range 2 {
-			go func() {
-				l, err := c.Acquire(ctx, key, time.Second, WithWait(20*time.Second))
-				if assert.NoError(t, err) {
-					got <- l
-				}
-			}()
-		}
-		waitingIs(t, c, 2)
+		got := waitersOn(t, c, 2, func() (*Lock, error) {
+			return c.Acquire(ctx, key, time.Second, WithWait(20*time.Second))
+		})
 		require.NoError(t, held.Release(ctx))
 		first := <-got // never released: it ends by its TTL
 		before := settledAttempts(t, c)
@@ -278,16 +262,9 @@ func TestHandOffCostsOneAttempt(t *testing.T) {
 	rdbs := direct(t)
 	_, err := c.Acquire(ctx, key, time.Minute)
 	require.NoError(t, err)
-	got := make(chan *Lock, 2)
-	for range 2 {
-		go func() {
-			l, err := c.Acquire(ctx, key, time.Minute, WithWait(50*time.Second))
-			if assert.NoError(t, err) {
-				got <- l
-			}
-		}()
-	}
-	waitingIs(t, c, 2)
+	got := waitersOn(t, c, 2, func() (*Lock, error) {
+		return c.Acquire(ctx, key, time.Minute, WithWait(50*time.Second))
+	})
 	// Subscribed everywhere: a subscription made later wakes the head.
 	require.Eventually(t, subscribedEverywhere(rdbs, c), 10*time.Second, 10*time.Millisecond)
 	before := settledAttempts(t, c)

@@ -45,6 +45,24 @@ func waitingIs(t *testing.T, c *Client, n int) {
 	require.Eventually(t, func() bool { return c.Waiting() == n }, 10*time.Second, time.Millisecond)
 }
 
+// waitersOn starts n callers of wait, each sending the lock it gets on
+// the returned channel (a failure fails t), and waits until all n wait
+// in c's queues.
+func waitersOn(t *testing.T, c *Client, n int, wait func() (*Lock, error)) <-chan *Lock {
+	t.Helper()
+	got := make(chan *Lock, n)
+	for range n {
+		go func() {
+			l, err := wait()
+			if assert.NoError(t, err) {
+				got <- l
+			}
+		}()
+	}
+	waitingIs(t, c, n)
+	return got
+}
+
 // holdAllPermits takes every permit of name (N = permits) on c.
 func holdAllPermits(t *testing.T, c *Client, name string, permits int) []*Permit {
 	t.Helper()
