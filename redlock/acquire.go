@@ -229,7 +229,7 @@ func (c *Client) acquireSet(ctx context.Context, set *lockSet, token string, ttl
 	}
 	start := time.Now()
 	out, _ := c.fanout(set.acquireCall(c, token, ttl, lockDelay), start)
-	c.gather(ctx, out, start, nil, t.add)
+	c.gather(ctx, out, start, nil, t.add, t.more)
 	written := t.awaitEarly()
 	granting := t.granting()
 	var fence int64
@@ -372,6 +372,23 @@ func (t *acquireTally) add(r reply) bool {
 	// read to the end, so that "contended" (no granted lock on any master
 	// that answered, failure) is said of every master's answer.
 	return lost && (len(t.granted) > 0 || len(t.res.Failures) > n-c.need) || t.heard == n
+}
+
+// more is how many more answers add needs before it can decide or start
+// the early write-back (gather's more): the votes still missing for the
+// quorum, while the write-back has not started (without the check the
+// quorum-th vote decides); the refusals and failures still missing for
+// "lost"; the answers still missing for heard == n. Each of add's
+// decisions needs one of the three, so add cannot return true, nor start
+// the write-back, with fewer answers. Healthy, a grant is read at the
+// quorum-th answer and at the last: two wake-ups, not five.
+func (t *acquireTally) more() int {
+	c, n := t.c, len(t.c.masters)
+	k := n - t.heard
+	if t.early == nil {
+		k = min(k, c.need-t.res.Votes)
+	}
+	return min(k, n-c.need+1-t.res.Refused-len(t.res.Failures))
 }
 
 // startEarlyWriteBack sends the fence to the masters that voted so far;
@@ -520,14 +537,19 @@ func (c *Client) cleanup(set *lockSet, token string, maybeHeld []bool, votes *fa
 	deleted := make([]bool, len(maybeHeld))
 	timer := time.NewTimer(c.opts.perMasterTimeout)
 	defer timer.Stop()
+	out.wakeAt.Store(int32(waiting))
 wait:
-	for ; waiting > 0; waiting-- {
+	for out.arrived.Load() < int32(waiting) {
 		select {
-		case r := <-out.replies:
-			n, _ := r.val.(int64)
-			deleted[r.idx] = r.err == nil && n == 1
+		case <-out.wake:
 		case <-timer.C:
 			break wait
+		}
+	}
+	for i := range deleted {
+		if r, ok := out.answer(i); ok {
+			n, _ := r.val.(int64)
+			deleted[i] = r.err == nil && n == 1
 		}
 	}
 	for i, held := range maybeHeld {

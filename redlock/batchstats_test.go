@@ -41,18 +41,18 @@ func TestBatchReadingCatchesEvictionBetweenVotes(t *testing.T) {
 	})
 
 	batch := func(size int) []reply {
-		out := make(chan reply, 3)
 		deadline := time.Now().Add(time.Minute)
 		keys := slow.voteKeys(key)
 		calls := []*call{
-			{script: slow.sc.status, keys: keys, deadline: deadline, idx: 4, out: out},
-			{script: writeScript, keys: []string{filler}, args: []any{strconv.Itoa(size)}, deadline: deadline, idx: 4, out: out},
-			{script: slow.sc.status, keys: keys, deadline: deadline, idx: 4, out: out},
+			{script: slow.sc.status, keys: keys, deadline: deadline, idx: 4},
+			{script: writeScript, keys: []string{filler}, args: []any{strconv.Itoa(size)}, deadline: deadline, idx: 4},
+			{script: slow.sc.status, keys: keys, deadline: deadline, idx: 4},
 		}
+		fans := answeredBy(calls)
 		m.lanes[0].exec(calls)
 		var votes []reply
-		for range calls {
-			rep := <-out
+		for _, f := range fans {
+			rep := answerOf(t, f, 4)
 			require.NoError(t, rep.err)
 			if _, ok := parseVote(rep.val); ok {
 				votes = append(votes, rep)
@@ -162,15 +162,15 @@ func TestVotesAfterScriptFlush(t *testing.T) {
 	warmUp(slow)
 	require.NoError(t, r.ScriptFlush(ctx).Err())
 	require.NoError(t, statsReadScript.Load(ctx, r).Err())
-	out := make(chan reply, 2)
 	deadline := time.Now().Add(time.Minute)
 	calls := []*call{
-		{script: slow.sc.status, keys: slow.voteKeys(key), deadline: deadline, idx: 4, out: out},
-		{script: slow.sc.status, keys: slow.voteKeys(key), deadline: deadline, idx: 4, out: out},
+		{script: slow.sc.status, keys: slow.voteKeys(key), deadline: deadline, idx: 4},
+		{script: slow.sc.status, keys: slow.voteKeys(key), deadline: deadline, idx: 4},
 	}
+	fans := answeredBy(calls)
 	m.lanes[0].exec(calls)
-	for range calls {
-		rep := <-out
+	for _, f := range fans {
+		rep := answerOf(t, f, 4)
 		require.NoError(t, rep.err)
 		v, ok := parseVote(rep.val)
 		require.True(t, ok)
@@ -203,12 +203,32 @@ func TestStatusVoteReadUnderOOM(t *testing.T) {
 	require.NoError(t, r.ConfigSet(ctx, "maxmemory", "1").Err())
 	t.Cleanup(func() { r.ConfigSet(ctx, "maxmemory", "0") })
 	require.ErrorContains(t, r.Set(ctx, key+":x", "x", time.Second).Err(), "OOM", "negative control: the master is out of memory")
-	out := make(chan reply, 1)
-	m.lanes[0].exec([]*call{{script: slow.sc.status, keys: slow.voteKeys(key), deadline: time.Now().Add(time.Minute), idx: 4, out: out}})
-	rep := <-out
+	calls := []*call{{script: slow.sc.status, keys: slow.voteKeys(key), deadline: time.Now().Add(time.Minute), idx: 4}}
+	fans := answeredBy(calls)
+	m.lanes[0].exec(calls)
+	rep := answerOf(t, fans[0], 4)
 	require.NoError(t, rep.err)
 	assert.True(t, rep.stats.ok, "the batch reading runs under OOM")
 	v, ok := parseVote(rep.val)
 	require.True(t, ok)
 	assert.NoError(t, m.checkVote(v, rep))
+}
+
+// answeredBy gives each of calls, sent to one master straight through its
+// lane (exec), a fan-out of its own to answer.
+func answeredBy(calls []*call) []*fan {
+	fans := make([]*fan, len(calls))
+	for i, c := range calls {
+		fans[i] = makeFan(c.idx + 1)
+		c.out = fans[i]
+	}
+	return fans
+}
+
+// answerOf is master idx's answer in f, which exec has delivered.
+func answerOf(t *testing.T, f *fan, idx int) reply {
+	t.Helper()
+	r, ok := f.answer(idx)
+	require.True(t, ok, "master %d answered", idx)
+	return r
 }

@@ -339,12 +339,56 @@ func (c *Client) laneOf(key string) int {
 	return int(maphash.String(c.seed, key) % uint64(c.opts.lanes))
 }
 
-// fan is one fan-out in flight: the channel on which every master it was
-// sent to answers exactly once, and its calls (indexed by master), whose
-// written stamps gather reads.
+// fan is one fan-out in flight: its calls (indexed by master), whose
+// written stamps gather reads, and the answers, one per master it was
+// sent to, each put exactly once by that master's lane (or by submit,
+// when it fails a call at once).
+//
+// The gatherer does not sleep on the answers themselves: it sleeps on wake
+// until as many answers have arrived as can change what it does next
+// (gather's more). A goroutine woken once per master answer — thirteen
+// times per fenced acquire+release cycle, five lanes each waking it in
+// turn — was about a quarter of the library's CPU at c=64; waking at the
+// answers that can decide makes it four (docs/performance.md).
 type fan struct {
-	replies chan reply
-	calls   []call
+	calls []call // calls[i]: master i's call, and its answer once put
+	// arrived counts the answers put; put signals wake once it reaches
+	// wakeAt (0: at every answer). Both are sequentially consistent
+	// atomics: either put sees the gatherer's new wakeAt, or the gatherer,
+	// re-reading arrived after storing it, sees put's answer — no wake is
+	// lost (gather).
+	arrived atomic.Int32
+	wakeAt  atomic.Int32
+	wake    chan struct{} // capacity 1: a signal may be stale, never lost
+}
+
+func makeFan(n int) *fan {
+	return &fan{calls: make([]call, n), wake: make(chan struct{}, 1)}
+}
+
+// put stores r as master r.idx's answer and wakes the gatherer if the
+// answers it waits for are in. Each master puts at most one answer per
+// fan-out (call.out is cleared after it), so an answer is never
+// overwritten.
+func (f *fan) put(r reply) {
+	c := &f.calls[r.idx]
+	c.answer = r
+	c.answered.Store(true)
+	if f.arrived.Add(1) >= f.wakeAt.Load() {
+		select {
+		case f.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// answer returns master i's answer, if it has arrived.
+func (f *fan) answer(i int) (reply, bool) {
+	c := &f.calls[i]
+	if !c.answered.Load() {
+		return reply{}, false
+	}
+	return c.answer, true
 }
 
 // script is one script call, bound for the masters by fanout.
@@ -376,7 +420,7 @@ func (c *Client) fanout(s script, start time.Time) (*fan, int) {
 		i := c.laneOf(s.keys[0])
 		via = func(m *master) *lane { return m.lanes[i] }
 	}
-	f := &fan{replies: make(chan reply, len(c.masters)), calls: make([]call, len(c.masters))}
+	f := makeFan(len(c.masters))
 	deadline := start.Add(c.opts.perMasterTimeout)
 	closed := false
 	select {
@@ -392,7 +436,7 @@ func (c *Client) fanout(s script, start time.Time) (*fan, int) {
 		}
 		sent++
 		cl := &f.calls[i]
-		cl.script, cl.keys, cl.args, cl.evalSha, cl.mustSend, cl.deadline, cl.idx, cl.out = s.s, s.keys, s.args, evalSha, s.mustSend, deadline, i, f.replies
+		cl.script, cl.keys, cl.args, cl.evalSha, cl.mustSend, cl.deadline, cl.idx, cl.out = s.s, s.keys, s.args, evalSha, s.mustSend, deadline, i, f
 		cl.fence = s.fence
 		if closed {
 			m.fail(cl, ErrClosed)
@@ -434,7 +478,13 @@ func evalShaArgs(script *redis.Script, keys []string, args []any) []any {
 // caller computes validity from start to the moment it decides (Redlock
 // step 3), and a vote's clock reading is judged by its own round trip
 // (clock.go).
-func (c *Client) gather(ctx context.Context, f *fan, start time.Time, only []bool, onReply func(reply) (decided bool)) {
+//
+// more, when not nil, says how many more answers onReply needs before it
+// can decide, or do anything else that cannot wait (the early fence
+// write-back): gather sleeps until that many have arrived (fan). It must
+// never return more than that; a smaller number only wakes gather sooner,
+// and nil wakes it at every answer.
+func (c *Client) gather(ctx context.Context, f *fan, start time.Time, only []bool, onReply func(reply) (decided bool), more func() int) {
 	answered := make([]bool, len(c.masters))
 	left := 0
 	for i := range answered {
@@ -444,37 +494,60 @@ func (c *Client) gather(ctx context.Context, f *fan, start time.Time, only []boo
 			answered[i] = true
 		}
 	}
-	take := func(r reply) bool {
-		answered[r.idx] = true
-		left--
-		return onReply(r)
-	}
-	// drain takes the answers that have arrived; select picks at random
-	// among ready cases, so a deadline or a cancelled ctx is judged only
-	// after them. It reports whether onReply decided.
+	taken := 0 // answers read from f (not the missing ones reported at the end)
+	// drain reads the answers that have arrived, in master order (any
+	// order is one they could have arrived in), and reports whether
+	// onReply decided. A deadline or a cancelled ctx is judged only after
+	// them.
 	drain := func() bool {
-		for left > 0 {
-			select {
-			case r := <-f.replies:
-				if take(r) {
-					return true
-				}
-			default:
-				return false
+		for i := range answered {
+			if answered[i] {
+				continue
+			}
+			r, ok := f.answer(i)
+			if !ok {
+				continue
+			}
+			answered[i] = true
+			left--
+			taken++
+			if onReply(r) {
+				return true
 			}
 		}
 		return false
 	}
-	timer := time.NewTimer(time.Until(start.Add(c.opts.perMasterTimeout)))
-	defer timer.Stop()
+	timer := gatherTimers.Get().(*time.Timer)
+	timer.Reset(time.Until(start.Add(c.opts.perMasterTimeout)))
+	defer func() {
+		// Since Go 1.23 a stopped timer's channel holds no stale value,
+		// so the next Reset starts it afresh.
+		timer.Stop()
+		gatherTimers.Put(timer)
+	}()
 	var missing error
 loop:
-	for left > 0 {
+	for {
+		if drain() {
+			return
+		}
+		if left == 0 {
+			break
+		}
+		// Sleep until the answers that can change what onReply does next
+		// are in: more (nil: one) beyond those read. An answer put after
+		// the store sees it; one put before it is seen by the load.
+		k := 1
+		if more != nil {
+			k = max(1, min(more(), left))
+		}
+		want := int32(taken + k)
+		f.wakeAt.Store(want)
+		if f.arrived.Load() >= want {
+			continue
+		}
 		select {
-		case r := <-f.replies:
-			if take(r) {
-				return
-			}
+		case <-f.wake:
 		case <-timer.C:
 			if drain() {
 				return
@@ -506,6 +579,14 @@ loop:
 		}
 	}
 }
+
+// gatherTimers keeps gather's timers: three gathers per acquire+release
+// cycle each allocated one (three allocations with its channel).
+var gatherTimers = sync.Pool{New: func() any {
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return t
+}}
 
 // writtenDeadline is the latest written + per-master timeout among the
 // calls of f that have not answered, or the zero time when none of them

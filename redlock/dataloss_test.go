@@ -661,7 +661,7 @@ func TestFenceAcknowledgementRecordedAtDelivery(t *testing.T) {
 	c, _, l := heldOnEveryMaster(t)
 	fence := l.Fence() + 1000
 	fw := c.sendFence(l.set(), l.Token(), fence, nil)
-	require.Eventually(t, func() bool { return len(fw.out.replies) == fw.sent }, 5*time.Second, time.Millisecond,
+	require.Eventually(t, func() bool { return int(fw.out.arrived.Load()) == fw.sent }, 5*time.Second, time.Millisecond,
 		"every master answered; nobody read the answers yet")
 	for _, m := range c.masters {
 		s := &m.st.inc.countersSeen

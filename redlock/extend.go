@@ -94,7 +94,7 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 		// once) tell "not held" from "no quorum", and a client must not
 		// retry an extend it has lost.
 		return res.Refused > n-c.need
-	})
+	}, func() int { return n - c.need + 1 - res.Refused })
 	if res.Votes >= c.need {
 		left := time.Duration(quorumth(lefts, c.need)) * time.Millisecond
 		if validity := left - time.Since(start) - c.drift(left); validity > 0 {

@@ -176,6 +176,11 @@ func (fw *fenceWrite) read(ctx context.Context, need int, failFast bool, res *Ou
 			}
 		}
 		return written >= need || failFast && failed > fw.sent-need
+	}, func() int {
+		if failFast {
+			return min(need-written, fw.sent-need+1-failed)
+		}
+		return need - written
 	})
 	return written
 }

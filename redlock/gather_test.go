@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ func gatherAll(c *Client, f *fan, start time.Time) ([]error, time.Time) {
 		seen[r.idx] = true
 		errs[r.idx] = r.err
 		return false
-	})
+	}, nil)
 	return errs, time.Now()
 }
 
@@ -30,7 +31,7 @@ func gatherAll(c *Client, f *fan, start time.Time) ([]error, time.Time) {
 // plays the lane, writing stamps and answers itself, to control when each
 // happens relative to the per-master timeout.
 func newFan(c *Client) *fan {
-	f := &fan{replies: make(chan reply, len(c.masters)), calls: make([]call, len(c.masters))}
+	f := makeFan(len(c.masters))
 	for i := range f.calls {
 		f.calls[i].idx = i
 	}
@@ -58,7 +59,7 @@ func TestGatherTimeoutCountsFromTheWrite(t *testing.T) {
 	go func() {
 		time.Sleep(300 * time.Millisecond)
 		for i := range f.calls {
-			f.replies <- reply{idx: i, val: int64(1), sent: written, at: time.Now()}
+			f.put(reply{idx: i, val: int64(1), sent: written, at: time.Now()})
 		}
 	}()
 	errs, _ := gatherAll(c, f, start)
@@ -79,7 +80,7 @@ func TestGatherGivesUpOnUnwrittenCalls(t *testing.T) {
 	// Three masters answer at once; two calls are never written.
 	for i := range 3 {
 		f.calls[i].written.Store(start.UnixNano())
-		f.replies <- reply{idx: i, val: int64(1), sent: start, at: start}
+		f.put(reply{idx: i, val: int64(1), sent: start, at: start})
 	}
 	errs, done := gatherAll(c, f, start)
 	for i := range 3 {
@@ -104,12 +105,12 @@ func TestGatherWaitsForLateWrites(t *testing.T) {
 	f.calls[1].written.Store(late.UnixNano()) // silent: never answers
 	for i := 2; i < 5; i++ {
 		f.calls[i].written.Store(start.UnixNano())
-		f.replies <- reply{idx: i, val: int64(1), sent: start, at: start}
+		f.put(reply{idx: i, val: int64(1), sent: start, at: start})
 	}
 	go func() {
 		// Master 0 answers after start + timeout but before late + timeout.
 		time.Sleep(pmt + 100*time.Millisecond)
-		f.replies <- reply{idx: 0, val: int64(1), sent: start, at: time.Now()}
+		f.put(reply{idx: 0, val: int64(1), sent: start, at: time.Now()})
 	}()
 	errs, done := gatherAll(c, f, start)
 	assert.NoError(t, errs[0])
@@ -129,7 +130,7 @@ func TestGatherReadsArrivedAnswersBeforeGivingUp(t *testing.T) {
 		f := newFan(c)
 		start := time.Now().Add(-2 * pmt) // the deadline passed before gather ran
 		for i := range f.calls {
-			f.replies <- reply{idx: i, val: int64(1), sent: start, at: start}
+			f.put(reply{idx: i, val: int64(1), sent: start, at: start})
 		}
 		errs, _ := gatherAll(c, f, start)
 		for i, err := range errs {
@@ -152,15 +153,101 @@ func TestGatherReadsArrivedAnswersBeforeCancelling(t *testing.T) {
 		f := newFan(c)
 		start := time.Now()
 		for i := range f.calls {
-			f.replies <- reply{idx: i, val: int64(1), sent: start, at: start}
+			f.put(reply{idx: i, val: int64(1), sent: start, at: start})
 		}
 		errs := make([]error, len(c.masters))
 		c.gather(ctx, f, start, nil, func(r reply) bool {
 			errs[r.idx] = r.err
 			return false
-		})
+		}, nil)
 		for i, err := range errs {
 			require.NoError(t, err, "round %d, master %d", round, i)
 		}
+	}
+}
+
+// TestGatherSleepsUntilTheAnswersItNeeds: with more, gather reads nothing
+// until that many answers arrived; the answers before it wait in the
+// fan-out. Each onReply sees all five in: gather slept through the first
+// four. Without more it reads each answer as it comes.
+func TestGatherSleepsUntilTheAnswersItNeeds(t *testing.T) {
+	c := newClient(t, WithPerMasterTimeout(9*time.Second))
+	for _, tc := range []struct {
+		name string
+		more func() int
+	}{{"all five", func() int { return 5 }}, {"one at a time", nil}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFan(c)
+			start := time.Now()
+			for i := range f.calls {
+				f.calls[i].written.Store(start.UnixNano())
+			}
+			var read atomic.Int32
+			seen := make(chan int32, len(c.masters)) // arrived, at each onReply
+			go c.gather(context.Background(), f, start, nil, func(r reply) bool {
+				seen <- f.arrived.Load()
+				read.Add(1)
+				return false
+			}, tc.more)
+			want := int32(1)
+			if tc.more != nil {
+				want = 5
+			}
+			require.Eventually(t, func() bool { return f.wakeAt.Load() == want }, 5*time.Second, time.Millisecond, "gather sleeps")
+			for i := range f.calls {
+				f.put(reply{idx: i, val: int64(1), sent: start, at: time.Now()})
+				if tc.more == nil {
+					// Read at once: the next answer finds it read.
+					require.Eventually(t, func() bool { return read.Load() == int32(i+1) }, 5*time.Second, time.Millisecond)
+				} else if i < 4 {
+					assert.Zero(t, read.Load(), "read before the fifth answer")
+				}
+			}
+			for i := range f.calls {
+				arrived := <-seen
+				if tc.more != nil {
+					assert.Equal(t, int32(5), arrived, "answer %d read before the fifth arrived", i)
+				} else {
+					assert.Equal(t, int32(i+1), arrived)
+				}
+			}
+		})
+	}
+}
+
+// TestGatherLosesNoWake: answers put from five goroutines while gather
+// reads and re-arms (more of one, two, then the rest) are all read, none
+// reported timed out. A wake lost between gather's store of wakeAt and its
+// last look at arrived would leave it asleep until the per-master timeout
+// (9 s), which no round here comes near. Negative control: put signalling
+// only when arrived equals wakeAt, and gather not looking at arrived after
+// its store, fails within a few hundred rounds.
+func TestGatherLosesNoWake(t *testing.T) {
+	c := newClient(t, WithPerMasterTimeout(9*time.Second))
+	for round := range 2000 {
+		f := newFan(c)
+		start := time.Now()
+		for i := range f.calls {
+			f.calls[i].written.Store(start.UnixNano())
+		}
+		for i := range f.calls {
+			go f.put(reply{idx: i, val: int64(1), sent: start, at: start})
+		}
+		heard := 0
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			c.gather(context.Background(), f, start, nil, func(r reply) bool {
+				require.NoError(t, r.err, "round %d, master %d", round, r.idx)
+				heard++
+				return false
+			}, func() int { return heard%3 + 1 })
+		}()
+		select {
+		case <-done:
+		case <-time.After(8 * time.Second):
+			t.Fatalf("round %d: gather still asleep with %d of 5 answers in and %d read", round, f.arrived.Load(), heard)
+		}
+		require.Equal(t, 5, heard)
 	}
 }

@@ -242,7 +242,7 @@ func TestQueuedReleaseKeepsNoFanOutAlive(t *testing.T) {
 			busy = r.err
 		}
 		return false
-	})
+	}, nil)
 	// Busy, or down if the health loop has counted the pause already:
 	// either way answered at once and queued.
 	require.True(t, errors.Is(busy, ErrMasterBusy) || errors.Is(busy, ErrMasterDown), "master 0's call is answered at once: %v", busy)

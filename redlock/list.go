@@ -278,7 +278,7 @@ func (c *Client) scanStep(ctx context.Context, idx int, scan uint64, prefix stri
 	start := time.Now()
 	f, _ := c.fanout(script{s: c.sc.scan, keys: []string{marker}, args: []any{strconv.FormatUint(scan, 10), globEscape(prefix) + "*", strconv.Itoa(count)}, only: only, via: listLane}, start)
 	var got reply
-	c.gather(ctx, f, start, only, func(r reply) bool { got = r; return true })
+	c.gather(ctx, f, start, only, func(r reply) bool { got = r; return true }, nil)
 	if got.err != nil {
 		return fail(masterErr(c, got))
 	}
@@ -334,7 +334,7 @@ func (c *Client) confirmBatch(ctx context.Context, keys []string, before []int) 
 	var out []ListedLock
 	for i, k := range keys {
 		t := c.newStatusTally()
-		c.gather(ctx, fans[i], start, nil, func(r reply) bool { return t.add(r, false) })
+		c.gather(ctx, fans[i], start, nil, func(r reply) bool { return t.add(r, false) }, nil)
 		st, err := t.result(start)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -94,8 +94,12 @@ type call struct {
 	// acknowledgement (counterAtLeast) as it delivers the answer, before
 	// the answers after it in the batch, whoever reads it and when.
 	fence int64
-	out   chan<- reply // buffered to the number of masters; nil = nobody waits
+	out   *fan // its fan-out, which takes the answer (fan.put); nil = nobody waits
 	cmd   *redis.Cmd
+	// answer is the call's answer, readable by its fan-out's gatherer
+	// once answered is set (fan.put).
+	answer   reply
+	answered atomic.Bool
 	// written is when the lane wrote the call's pipeline (unix nanos; 0
 	// until then). gather waits for a written call until written + the
 	// per-master timeout: the timeout measures the master's answer, not
@@ -115,7 +119,7 @@ func (c *call) detached() *call {
 
 func (m *master) fail(c *call, err error) {
 	if c.out != nil {
-		c.out <- reply{idx: c.idx, err: &MasterError{Index: m.idx, Addr: m.addr, Err: err}}
+		c.out.put(reply{idx: c.idx, err: &MasterError{Index: m.idx, Addr: m.addr, Err: err}})
 		c.out = nil
 	}
 }
@@ -333,7 +337,7 @@ func (m *master) deliver(send []*call, stats statsReading, now, received time.Ti
 			case isOOM(cerr):
 				cerr = m.voteOOM(cerr)
 			}
-			c.out <- reply{idx: c.idx, err: cerr}
+			c.out.put(reply{idx: c.idx, err: cerr})
 		} else {
 			if c.fence > 0 {
 				m.fenceAcknowledged(c.fence, c.cmd.Val(), gen)
@@ -348,7 +352,7 @@ func (m *master) deliver(send []*call, stats statsReading, now, received time.Ti
 			if m.c.sc.isVote(c.script) {
 				r.stats = stats
 			}
-			c.out <- r
+			c.out.put(r)
 		}
 		c.out = nil
 	}

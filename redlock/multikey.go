@@ -270,7 +270,7 @@ func (c *Client) StatusMulti(ctx context.Context, keys []string) (MultiStatus, e
 	hash := ""
 	for i, k := range keys {
 		t := c.newStatusTally()
-		c.gather(ctx, fans[i], start, nil, func(r reply) bool { return t.add(r, true) })
+		c.gather(ctx, fans[i], start, nil, func(r reply) bool { return t.add(r, true) }, nil)
 		st, err := t.result(start)
 		if err != nil {
 			return MultiStatus{}, fmt.Errorf("key %q: %w", k, err)

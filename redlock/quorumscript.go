@@ -101,7 +101,7 @@ func (c *Client) RunQuorumScript(ctx context.Context, s *QuorumScript, key strin
 	f, _ := c.fanout(script{s: s.s, keys: c.voteKeys(key), args: args}, start)
 	c.gather(ctx, f, start, nil, func(r reply) bool {
 		return onAnswer(c.judgeAnswer(r))
-	})
+	}, nil)
 	return nil
 }
 
@@ -145,7 +145,7 @@ func (c *Client) RunQuorumScriptOn(ctx context.Context, s *QuorumScript, idx int
 	c.gather(ctx, f, start, only, func(r reply) bool {
 		a = c.judgeAnswer(r)
 		return true
-	})
+	}, nil)
 	return a, nil
 }
 

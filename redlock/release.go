@@ -65,7 +65,7 @@ func (c *Client) releaseSet(ctx context.Context, set *lockSet, token string) (in
 		n, _ := r.val.(int64)
 		countScriptResult(&res, n)
 		return false // every master is heard: see Release
-	})
+	}, func() int { return n })
 	if res.Votes > 0 {
 		return res.Votes, nil
 	}

@@ -50,7 +50,7 @@ func (c *Client) Status(ctx context.Context, key string) (Status, error) {
 	start := time.Now()
 	out, _ := c.fanout(script{s: c.sc.status, keys: c.voteKeys(key)}, start)
 	t := c.newStatusTally()
-	c.gather(ctx, out, start, nil, func(r reply) bool { return t.add(r, true) })
+	c.gather(ctx, out, start, nil, func(r reply) bool { return t.add(r, true) }, nil)
 	return t.result(start)
 }
 
