@@ -351,7 +351,7 @@ func (c *Client) laneOf(key string) int {
 // turn — was about a quarter of the library's CPU at c=64; waking at the
 // answers that can decide makes it four (docs/performance.md).
 type fan struct {
-	calls []call // calls[i]: master i's call, and its answer once put
+	calls []slot // calls[i]: master i's call, and its answer once put
 	// arrived counts the answers put; put signals wake once it reaches
 	// wakeAt (0: at every answer). Both are sequentially consistent
 	// atomics: either put sees the gatherer's new wakeAt, or the gatherer,
@@ -362,8 +362,18 @@ type fan struct {
 	wake    chan struct{} // capacity 1: a signal may be stale, never lost
 }
 
+// slot is one master's call of a fan-out and its answer, readable by
+// the gatherer once answered is set (fan.put). The answer is not in the
+// call: a release queued behind a paused master is a copy of its call
+// (call.detached), and every byte of it waits there, once per release.
+type slot struct {
+	call
+	answer   reply
+	answered atomic.Bool
+}
+
 func makeFan(n int) *fan {
-	return &fan{calls: make([]call, n), wake: make(chan struct{}, 1)}
+	return &fan{calls: make([]slot, n), wake: make(chan struct{}, 1)}
 }
 
 // put stores r as master r.idx's answer and wakes the gatherer if the
@@ -435,7 +445,7 @@ func (c *Client) fanout(s script, start time.Time) (*fan, int) {
 			continue
 		}
 		sent++
-		cl := &f.calls[i]
+		cl := &f.calls[i].call
 		cl.script, cl.keys, cl.args, cl.evalSha, cl.mustSend, cl.deadline, cl.idx, cl.out = s.s, s.keys, s.args, evalSha, s.mustSend, deadline, i, f
 		cl.fence = s.fence
 		if closed {

@@ -97,10 +97,6 @@ type call struct {
 	fence int64
 	out   *fan // its fan-out, which takes the answer (fan.put); nil = nobody waits
 	cmd   *redis.Cmd
-	// answer is the call's answer, readable by its fan-out's gatherer
-	// once answered is set (fan.put).
-	answer   reply
-	answered atomic.Bool
 	// written is when the lane wrote the call's pipeline (unix nanos; 0
 	// until then). gather waits for a written call until written + the
 	// per-master timeout: the timeout measures the master's answer, not
