@@ -167,8 +167,9 @@ func (m *master) renewProbe() {
 // the queue into one pipeline at a time and reads every answer before it
 // sends the next pipeline, so a command queued after another for the same
 // key (a release after its SET) reaches the master after it. Callers never
-// wait on a lane: they wait on their own reply channel with their own
-// per-master timeout.
+// wait on a lane: the lane puts each answer in its caller's fan-out, and
+// the caller waits on that fan-out with its own per-master timeout
+// (fan, gather).
 type lane struct {
 	m         *master
 	batch     int // the most calls in one pipeline
