@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -237,13 +236,6 @@ func (l *lane) run(closed <-chan struct{}) {
 			return
 		}
 		for {
-			// Let the goroutines already runnable — callers about to
-			// submit — run first: they join this pipeline instead of
-			// waiting a round trip for the next one. Deeper pipelines
-			// cost the lanes and the masters fewer system calls per
-			// command; with nothing else runnable, Gosched returns at
-			// once (docs/performance.md: measured at c=1, 64 and 256).
-			runtime.Gosched()
 			// spare is touched only by this goroutine; swapping it in keeps
 			// two backing arrays alive instead of allocating per batch.
 			l.mu.Lock()
