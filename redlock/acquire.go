@@ -537,9 +537,8 @@ func (c *Client) cleanup(set *lockSet, token string, maybeHeld []bool, votes *fa
 	deleted := make([]bool, len(maybeHeld))
 	timer := time.NewTimer(c.opts.perMasterTimeout)
 	defer timer.Stop()
-	out.wakeAt.Store(int32(waiting))
 wait:
-	for out.arrived.Load() < int32(waiting) {
+	for !out.arm(int32(waiting)) {
 		select {
 		case <-out.wake:
 		case <-timer.C:
