@@ -41,7 +41,7 @@ func TestBatchReadingCatchesEvictionBetweenVotes(t *testing.T) {
 	})
 
 	batch := func(size int) []reply {
-		deadline := time.Now().Add(time.Minute)
+		deadline := time.Now().Add(time.Minute).UnixNano()
 		keys := slow.voteKeys(key)
 		calls := []*call{
 			{script: slow.sc.status, keys: keys, deadline: deadline, idx: 4},
@@ -162,7 +162,7 @@ func TestVotesAfterScriptFlush(t *testing.T) {
 	warmUp(slow)
 	require.NoError(t, r.ScriptFlush(ctx).Err())
 	require.NoError(t, statsReadScript.Load(ctx, r).Err())
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(time.Minute).UnixNano()
 	calls := []*call{
 		{script: slow.sc.status, keys: slow.voteKeys(key), deadline: deadline, idx: 4},
 		{script: slow.sc.status, keys: slow.voteKeys(key), deadline: deadline, idx: 4},
@@ -203,7 +203,7 @@ func TestStatusVoteReadUnderOOM(t *testing.T) {
 	require.NoError(t, r.ConfigSet(ctx, "maxmemory", "1").Err())
 	t.Cleanup(func() { r.ConfigSet(ctx, "maxmemory", "0") })
 	require.ErrorContains(t, r.Set(ctx, key+":x", "x", time.Second).Err(), "OOM", "negative control: the master is out of memory")
-	calls := []*call{{script: slow.sc.status, keys: slow.voteKeys(key), deadline: time.Now().Add(time.Minute), idx: 4}}
+	calls := []*call{{script: slow.sc.status, keys: slow.voteKeys(key), deadline: time.Now().Add(time.Minute).UnixNano(), idx: 4}}
 	fans := answeredBy(calls)
 	m.lanes[0].exec(calls)
 	rep := answerOf(t, fans[0], 4)
@@ -219,7 +219,7 @@ func TestStatusVoteReadUnderOOM(t *testing.T) {
 func answeredBy(calls []*call) []*fan {
 	fans := make([]*fan, len(calls))
 	for i, c := range calls {
-		fans[i] = makeFan(c.idx + 1)
+		fans[i] = makeFan(int(c.idx) + 1)
 		c.out = fans[i]
 	}
 	return fans

@@ -24,6 +24,10 @@ type Client struct {
 	opts    options
 	sc      *scripts // the Lua scripts with checks (scripts.go)
 	seed    maphash.Seed
+	// releaseChan is the release channel (wait.go releaseChannel), boxed
+	// once: every release's arguments carry it, and a release queued
+	// behind a paused master keeps them.
+	releaseChan any
 
 	epoch     time.Time                          // monotonic origin of quarantine deadlines
 	epochWall int64                              // epoch's wall clock, unix ns: our clock is epochWall + monotonic time since epoch
@@ -110,6 +114,7 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 		closed: make(chan struct{}),
 	}
 	c.epochWall = c.epoch.UnixNano()
+	c.releaseChan = o.markerKey + ":released:v2"
 	c.own = o.ownBounds()
 	c.bounds.Store(&c.own)
 	for i, mo := range masters {
@@ -439,7 +444,7 @@ func (c *Client) fanout(s script, start time.Time) (*fan, int) {
 		via = func(m *master) *lane { return m.lanes[i] }
 	}
 	f := makeFan(len(c.masters))
-	deadline := start.Add(c.opts.perMasterTimeout)
+	deadline := start.Add(c.opts.perMasterTimeout).UnixNano()
 	closed := false
 	select {
 	case <-c.closed:
@@ -454,7 +459,7 @@ func (c *Client) fanout(s script, start time.Time) (*fan, int) {
 		}
 		sent++
 		cl := &f.calls[i].call
-		cl.script, cl.keys, cl.args, cl.evalSha, cl.mustSend, cl.deadline, cl.idx, cl.out = s.s, s.keys, s.args, evalSha, s.mustSend, deadline, i, f
+		cl.script, cl.keys, cl.args, cl.evalSha, cl.mustSend, cl.deadline, cl.idx, cl.out = s.s, s.keys, s.args, evalSha, s.mustSend, deadline, int32(i), f
 		cl.fence = s.fence
 		if closed {
 			m.fail(cl, ErrClosed)

@@ -33,7 +33,7 @@ func gatherAll(c *Client, f *fan, start time.Time) ([]error, time.Time) {
 func newFan(c *Client) *fan {
 	f := makeFan(len(c.masters))
 	for i := range f.calls {
-		f.calls[i].idx = i
+		f.calls[i].idx = int32(i)
 	}
 	return f
 }

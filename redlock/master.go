@@ -84,12 +84,15 @@ type reply struct {
 // call is one script invocation bound for one master.
 type call struct {
 	script   *redis.Script
-	keys     []string  // shared by the calls of one fan-out; read-only
-	args     []any     // shared by the calls of one fan-out; read-only
-	evalSha  []any     // the EVALSHA line of script, keys and args (evalShaArgs); shared, read-only
-	mustSend bool      // releases are sent even late, to clean up after a slow SET
-	deadline time.Time // not sent after this (start of the fan-out + per-master timeout)
-	idx      int
+	keys     []string // shared by the calls of one fan-out; read-only
+	args     []any    // shared by the calls of one fan-out; read-only
+	evalSha  []any    // the EVALSHA line of script, keys and args (evalShaArgs); shared, read-only
+	deadline int64    // unix nanos: not sent after this (start of the fan-out + per-master timeout)
+	idx      int32    // the master's index
+	mustSend bool     // releases are sent even late, to clean up after a slow SET
+	// (deadline in nanos and idx in 32 bits, next to mustSend: a call is
+	// 128 bytes, not 160 — the size every release queued behind a paused
+	// master keeps, see detached.)
 	// fence: a fence write-back of this fence; the lane records its
 	// acknowledgement (counterAtLeast) as it delivers the answer, before
 	// the answers after it in the batch, whoever reads it and when.
@@ -115,7 +118,7 @@ func (c *call) detached() *call {
 
 func (m *master) fail(c *call, err error) {
 	if c.out != nil {
-		c.out.put(reply{idx: c.idx, err: &MasterError{Index: m.idx, Addr: m.addr, Err: err}})
+		c.out.put(reply{idx: int(c.idx), err: &MasterError{Index: m.idx, Addr: m.addr, Err: err}})
 		c.out = nil
 	}
 }
@@ -266,7 +269,7 @@ func (l *lane) exec(batch []*call) {
 	now := time.Now()
 	send := batch[:0]
 	for _, c := range batch {
-		if !c.mustSend && now.After(c.deadline) {
+		if !c.mustSend && now.UnixNano() > c.deadline {
 			m.fail(c, ErrMasterTimeout)
 			continue
 		}
@@ -334,7 +337,7 @@ func (m *master) deliver(send []*call, stats statsReading, now, received time.Ti
 			case isOOM(cerr):
 				cerr = m.voteOOM(cerr)
 			}
-			c.out.put(reply{idx: c.idx, err: cerr})
+			c.out.put(reply{idx: int(c.idx), err: cerr})
 		} else {
 			if c.fence > 0 {
 				m.fenceAcknowledged(c.fence, c.cmd.Val(), gen)
@@ -345,7 +348,7 @@ func (m *master) deliver(send []*call, stats statsReading, now, received time.Ti
 				// say nothing.
 				m.voteWrote()
 			}
-			r := reply{idx: c.idx, val: c.cmd.Val(), sent: now, at: received, gen: gen}
+			r := reply{idx: int(c.idx), val: c.cmd.Val(), sent: now, at: received, gen: gen}
 			if m.c.sc.isVote(c.script) {
 				r.stats = stats
 			}

@@ -120,9 +120,9 @@ func (s *lockSet) fenceCall(c *Client, token string, fence int64) script {
 // attempt's clean-up).
 func (s *lockSet) releaseCall(c *Client, token string) script {
 	if s.multi == nil {
-		return script{s: releaseScript, keys: c.releaseKeys(s.key), args: []any{token, c.releaseChannel(), releaseID(token)}}
+		return script{s: releaseScript, keys: c.releaseKeys(s.key), args: []any{token, c.releaseChan, releaseID(token)}}
 	}
-	return script{s: releaseMultiScript, keys: s.vote[4:], args: []any{token, strconv.Itoa(c.multiStride()), c.releaseChannel(), releaseID(token)}}
+	return script{s: releaseMultiScript, keys: s.vote[4:], args: []any{token, strconv.Itoa(c.multiStride()), c.releaseChan, releaseID(token)}}
 }
 
 // checkMultiKeys checks the keys of a multi-key lock.

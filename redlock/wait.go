@@ -525,7 +525,7 @@ func notify(w *waiter) {
 // "<marker key>:released" carried the bare key: daemons of the two
 // versions side by side do not hear each other's releases, and their
 // waiters fall back to polling, pollFallback.)
-func (c *Client) releaseChannel() string { return c.opts.markerKey + ":released:v2" }
+func (c *Client) releaseChannel() string { return c.releaseChan.(string) }
 
 // releaseIDLen is the length of a release's id in its message
 // (releaseID).
