@@ -113,7 +113,7 @@ func (g *groupsLocker) ExtendMulti(ctx context.Context, keys []string, token str
 	if err != nil {
 		return Lease{}, err
 	}
-	return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
+	return extendedLease(lk), nil
 }
 
 func (g *groupsLocker) StatusMulti(ctx context.Context, keys []string) (redlock.MultiStatus, error) {

@@ -380,8 +380,8 @@ func (s *Server) extend(ctx context.Context, w http.ResponseWriter, c *call, req
 		d.ok, d.fence = true, lease.Fence
 		setValidity(&d, c.start, time.Now(), lease.ValidUntil)
 		// An extend never shortens: with a ttl below what was left, the
-		// lock keeps the longer time, and ttl says so.
-		d.ttl, d.hasTTL = max(req.ttl, d.validityMS/1000), true
+		// lock keeps the longer time, and ttl says so (extendedTTL).
+		d.ttl, d.hasTTL = extendedTTL(req.ttl, lease.TTL, d.validityMS), true
 		s.ok(w, c, resExtended, &d, "")
 		return
 	}
@@ -393,6 +393,19 @@ func (s *Server) extend(ctx context.Context, w http.ResponseWriter, c *call, req
 		return
 	}
 	s.internal(w, c, err)
+}
+
+// extendedTTL is an extend answer's ttl in seconds: how long the lock now
+// lasts, the TTL granted in whole seconds (granted, from the Locker) — the
+// ttl asked for, more when the lock had more left (an extend never
+// shortens), less when a lock-delay capped it at max_ttl minus the delay.
+// A Locker that does not tell (granted 0) gets the ttl asked for, or the
+// validity's whole seconds when more.
+func extendedTTL(asked int64, granted time.Duration, validityMS int64) int64 {
+	if granted > 0 {
+		return max(int64(granted/time.Second), 1)
+	}
+	return max(asked, validityMS/1000)
 }
 
 func (s *Server) status(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {

@@ -48,6 +48,32 @@ func TestLockDelayAcrossDaemons(t *testing.T) {
 	assert.Equal(t, msgDelayed, r.Env.Msg)
 }
 
+// TestExtendAnswersTheTTLGranted: an extend's ttl is how long the lock now
+// lasts — the ttl asked for, the longer time left when the lock had more,
+// and max_ttl minus the delay when a lock-delay caps the extend (the
+// answer said the ttl asked for there; a README-only break-it pass found
+// it), for one key and a set alike.
+func TestExtendAnswersTheTTLGranted(t *testing.T) {
+	d := newDeployment(t)
+	a := d.server(t)
+	for _, lock := range []string{`"key":"ext:1"`, `"keys":["ext:a","ext:b"]`} {
+		g := okData(t, a.lock(t, testKeyAcme, `{"action":"acquire",`+lock+`,"ttl":2,"lock_delay_ms":3000}`))
+		require.Equal(t, true, g["acquired"], lock)
+		extend := func(ttl string) map[string]any {
+			got := okData(t, a.lock(t, testKeyAcme, `{"action":"extend",`+lock+`,"token":"`+g["token"].(string)+`","ttl":`+ttl+`}`))
+			require.Equal(t, true, got["extended"], lock)
+			return got
+		}
+		assert.Equal(t, int64(120), num(t, extend("120"), "ttl"), "%s: the ttl asked for", lock)
+		shorter := num(t, extend("5"), "ttl")
+		assert.True(t, shorter >= 118 && shorter <= 120, "%s: the longer time left, got %d", lock, shorter)
+		capped := extend("86400")
+		assert.Equal(t, int64(86400-3), num(t, capped, "ttl"), "%s: max_ttl minus the delay", lock)
+		assert.LessOrEqual(t, num(t, capped, "validity_ms"), int64((86400-3)*1000), lock)
+		okData(t, a.lock(t, testKeyAcme, `{"action":"release",`+lock+`,"token":"`+g["token"].(string)+`"}`))
+	}
+}
+
 func TestLockDelayBadInput(t *testing.T) {
 	d := newDeployment(t)
 	a := d.server(t)

@@ -58,6 +58,15 @@ type Lease struct {
 	// Slot is the permit a semaphore's acquire took (AcquireRequest.Permits
 	// > 0); 0 otherwise.
 	Slot int
+	// TTL is, for an extend, the TTL granted (redlock.Client.Extend): the
+	// ttl asked for, more when the lock had more left, less when its
+	// lock-delay caps it at max_ttl minus the delay. 0 when not known.
+	TTL time.Duration
+}
+
+// extendedLease is the Lease of an extended lock, with the TTL granted.
+func extendedLease(lk *redlock.Lock) Lease {
+	return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil(), TTL: lk.TTL()}
 }
 
 // AcquireRequest is what the Server asks Locker.Acquire for.
@@ -137,7 +146,7 @@ func (l redlockLocker) Extend(ctx context.Context, key, token string, ttl time.D
 	if err != nil {
 		return Lease{}, err
 	}
-	return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
+	return extendedLease(lk), nil
 }
 
 func (l redlockLocker) ReleaseMulti(ctx context.Context, keys []string, token string) (int, error) {
@@ -149,7 +158,7 @@ func (l redlockLocker) ExtendMulti(ctx context.Context, keys []string, token str
 	if err != nil {
 		return Lease{}, err
 	}
-	return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
+	return extendedLease(lk), nil
 }
 
 func (l redlockLocker) StatusMulti(ctx context.Context, keys []string) (redlock.MultiStatus, error) {

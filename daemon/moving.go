@@ -147,7 +147,7 @@ func (l *movingLocker) ExtendMulti(ctx context.Context, keys []string, token str
 	if err != nil {
 		return Lease{}, err
 	}
-	return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
+	return extendedLease(lk), nil
 }
 
 func (l *movingLocker) StatusMulti(ctx context.Context, keys []string) (redlock.MultiStatus, error) {
@@ -166,7 +166,7 @@ func (l *movingLocker) Extend(ctx context.Context, key, token string, ttl time.D
 	if err != nil {
 		return Lease{}, err
 	}
-	return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
+	return extendedLease(lk), nil
 }
 
 func (l *movingLocker) Status(ctx context.Context, key string) (redlock.Status, error) {

@@ -65,7 +65,7 @@ func (s *Server) serveSet(ctx context.Context, w http.ResponseWriter, c *call, r
 		case err == nil:
 			d.ok, d.fence = true, lease.Fence
 			setValidity(&d, c.start, time.Now(), lease.ValidUntil)
-			d.ttl, d.hasTTL = max(req.ttl, d.validityMS/1000), true
+			d.ttl, d.hasTTL = extendedTTL(req.ttl, lease.TTL, d.validityMS), true
 			s.ok(w, c, resExtended, &d, "")
 		case s.lockerFailed(ctx, w, c, err):
 		case errors.Is(err, redlock.ErrNotHeld):

@@ -21,6 +21,11 @@ import (
 // answered (or its per-master timeout passed, or ctx ended), so that a
 // status through any Client after it shows the new TTL.
 //
+// The returned Lock's TTL is the TTL granted: the quorum-th longest
+// remaining TTL after the extend — ttl, or more when the lock had more
+// left, or less when the lock has a lock-delay record, which caps the
+// extend at the max TTL minus the delay (WithLockDelay).
+//
 // The fence stored with the lock (fence.go) keeps the lock's expiry, and
 // the returned Lock's Fence is the one its Acquire returned: the extending
 // quorum meets the quorum the fence was written to. It is 0 when fencing is
@@ -31,34 +36,33 @@ import (
 // fewer than a quorum held the token; one matching ErrQuorumUnavailable when
 // fewer than a quorum answered; ErrInvalid for bad arguments.
 func (c *Client) Extend(ctx context.Context, key, token string, ttl time.Duration) (*Lock, error) {
-	validUntil, fence, err := c.extend(ctx, key, token, ttl, 0)
+	if key == "" || token == "" {
+		return nil, fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
+	}
+	validUntil, fence, granted, err := c.extendSet(ctx, &lockSet{key: key, vote: c.voteKeys(key)}, token, ttl, 0)
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{c: c, key: key, token: token, fence: fence, ttl: ttl, validUntil: validUntil}, nil
+	return &Lock{c: c, key: key, token: token, fence: fence, ttl: granted, validUntil: validUntil}, nil
 }
 
-// extend returns the new end of validity and the fence stored with the
-// lock. known is the lock's fence when the caller knows it (0 otherwise):
-// it is written in the lock's fence record on a master that lacks one.
-func (c *Client) extend(ctx context.Context, key, token string, ttl time.Duration, known int64) (time.Time, int64, error) {
-	if key == "" || token == "" {
-		return time.Time{}, 0, fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
-	}
-	return c.extendSet(ctx, &lockSet{key: key, vote: c.voteKeys(key)}, token, ttl, known)
-}
-
-// extendSet is extend for a lock key or, with set.multi, the keys of a
-// multi-key lock (multikey.go).
-func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl time.Duration, known int64) (time.Time, int64, error) {
+// extendSet extends a lock key or, with set.multi, the keys of a
+// multi-key lock (multikey.go). It returns the new end of validity, the
+// fence stored with the lock and the TTL granted: what a quorum of masters
+// now give the lock, which is more than ttl when the lock had more left
+// and less when a lock-delay caps it at the max TTL minus the delay
+// (extend.lua). known is the lock's fence when the caller knows it (0
+// otherwise): it is written in the lock's fence record on a master that
+// lacks one.
+func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl time.Duration, known int64) (time.Time, int64, time.Duration, error) {
 	if token == "" {
-		return time.Time{}, 0, fmt.Errorf("%w: token must not be empty", ErrInvalid)
+		return time.Time{}, 0, 0, fmt.Errorf("%w: token must not be empty", ErrInvalid)
 	}
 	if ttl < MinTTL || ttl > c.opts.maxTTL {
-		return time.Time{}, 0, fmt.Errorf("%w: ttl %v is outside %v to %v", ErrInvalid, ttl, MinTTL, c.opts.maxTTL)
+		return time.Time{}, 0, 0, fmt.Errorf("%w: ttl %v is outside %v to %v", ErrInvalid, ttl, MinTTL, c.opts.maxTTL)
 	}
 	if err := c.ttlError(ttl); err != nil {
-		return time.Time{}, 0, err
+		return time.Time{}, 0, 0, err
 	}
 	n := len(c.masters)
 	start := time.Now()
@@ -98,7 +102,7 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 	if res.Votes >= c.need {
 		left := time.Duration(quorumth(lefts, c.need)) * time.Millisecond
 		if validity := left - time.Since(start) - c.drift(left); validity > 0 {
-			return start.Add(left - c.drift(left)), fence, nil
+			return start.Add(left - c.drift(left)), fence, left, nil
 		}
 		res.Kind = ErrQuorumUnavailable
 		res.Failures = append(res.Failures, fmt.Errorf("validity ≤ 0 after %v", time.Since(start)))
@@ -109,10 +113,10 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 		res.Kind = ErrQuorumUnavailable
 	}
 	if ctx.Err() != nil {
-		return time.Time{}, 0, fmt.Errorf("%w: %w", &res, ctx.Err())
+		return time.Time{}, 0, 0, fmt.Errorf("%w: %w", &res, ctx.Err())
 	}
 	sortFailures(res.Failures)
-	return time.Time{}, 0, &res
+	return time.Time{}, 0, 0, &res
 }
 
 // quorumth returns the quorum-th largest of vs: the value that at least a

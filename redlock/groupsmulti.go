@@ -172,6 +172,7 @@ func extendParts(ctx context.Context, keys []string, parts []groupPart, token st
 		if lk.ValidUntil().Before(first.validUntil) {
 			first.validUntil = lk.ValidUntil()
 		}
+		first.ttl = min(first.ttl, lk.TTL())
 	}
 	first.key, first.keys = keys[0], slices.Clone(keys)
 	if len(keys) == 1 {

@@ -56,7 +56,9 @@ func (l *Lock) Token() string { return l.token }
 // Fence returns the fencing token: 0 when fencing is not enabled.
 func (l *Lock) Fence() int64 { return l.fence }
 
-// TTL returns the TTL of the last successful acquire or extend.
+// TTL returns the TTL of the last successful acquire or extend: the ttl
+// asked for, except on a Lock returned by Client.Extend or ExtendMulti,
+// where it is the TTL granted (see Client.Extend).
 func (l *Lock) TTL() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -96,7 +98,7 @@ func (l *Lock) Release(ctx context.Context) error {
 // TTL minus the delay, so that its delay record never outlives the max TTL
 // (the bound Acquire checks); ValidUntil tells how far. See Client.Extend.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	validUntil, _, err := l.c.extendSet(ctx, l.set(), l.token, ttl, l.fence)
+	validUntil, _, _, err := l.c.extendSet(ctx, l.set(), l.token, ttl, l.fence)
 	if err != nil {
 		return err
 	}

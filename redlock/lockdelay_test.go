@@ -181,6 +181,49 @@ func TestLockDelayInvalid(t *testing.T) {
 	require.ErrorIs(t, err, ErrInvalid)
 }
 
+// TestExtendReportsTheTTLGranted: the Lock that Client.Extend and
+// ExtendMulti return carries the TTL the masters granted, not the one
+// asked for: less when a lock-delay caps the extend at the max TTL minus
+// the delay, more when the lock had more left, the same otherwise. (A
+// README-only break-it pass found the daemon answering the ttl asked for
+// after a capped extend.)
+func TestExtendReportsTheTTLGranted(t *testing.T) {
+	const maxTTL, delay = 10 * time.Second, 4 * time.Second
+	c := newClient(t, WithMaxTTL(maxTTL), WithMaxLockDelay(delay))
+	ctx := context.Background()
+	single, set := newKey(t), []string{newKey(t) + ":a", newKey(t) + ":b"}
+	for name, tc := range map[string]struct {
+		acquire func() (*Lock, error)
+		extend  func(token string, ttl time.Duration) (*Lock, error)
+	}{
+		"single key": {
+			func() (*Lock, error) { return c.Acquire(ctx, single, 2*time.Second, WithLockDelay(delay)) },
+			func(token string, ttl time.Duration) (*Lock, error) { return c.Extend(ctx, single, token, ttl) },
+		},
+		"set": {
+			func() (*Lock, error) { return c.AcquireMulti(ctx, set, 2*time.Second, WithLockDelay(delay)) },
+			func(token string, ttl time.Duration) (*Lock, error) { return c.ExtendMulti(ctx, set, token, ttl) },
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			l, err := tc.acquire()
+			require.NoError(t, err)
+			e, err := tc.extend(l.Token(), 3*time.Second)
+			require.NoError(t, err)
+			assert.Equal(t, 3*time.Second, e.TTL(), "extended to the ttl asked for")
+			e, err = tc.extend(l.Token(), time.Second)
+			require.NoError(t, err)
+			assert.InDelta(t, 3*time.Second, e.TTL(), float64(time.Second), "an extend never shortens: the longer time left")
+			assert.Greater(t, e.TTL(), time.Second)
+			e, err = tc.extend(l.Token(), maxTTL)
+			require.NoError(t, err)
+			assert.Equal(t, maxTTL-delay, e.TTL(), "capped at the max TTL minus the delay")
+			assert.LessOrEqual(t, time.Until(e.ValidUntil()), e.TTL())
+			require.NoError(t, l.Release(ctx))
+		})
+	}
+}
+
 // TestLockDelayExtendCappedAtMaxTTL: an extend of a lock with a delay
 // stops at the max TTL minus the delay, single key and set alike, so that
 // the delay record never outlives the max TTL (the bound the acquire

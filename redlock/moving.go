@@ -203,7 +203,8 @@ func (m *Moving) Release(ctx context.Context, key, token string) (int, error) {
 // fails when any group refuses (a lock taken in phase old is absent from
 // the new group: it cannot be kept alive into phase new, see Moving). The
 // returned Lock is the first group's, with the fence of the group that
-// reports the largest.
+// reports the largest, and the earliest validity and shortest TTL granted
+// among the groups.
 func (m *Moving) Extend(ctx context.Context, key, token string, ttl time.Duration) (*Lock, error) {
 	var first *Lock
 	for _, g := range m.GroupsOf(key) {
@@ -219,6 +220,7 @@ func (m *Moving) Extend(ctx context.Context, key, token string, ttl time.Duratio
 		if lk.ValidUntil().Before(first.ValidUntil()) {
 			first.validUntil = lk.ValidUntil()
 		}
+		first.ttl = min(first.ttl, lk.TTL())
 	}
 	return first, nil
 }
