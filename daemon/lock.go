@@ -59,6 +59,9 @@ type call struct {
 	start time.Time
 	// waited: an acquire with wait_ms, timed apart (Metrics.request).
 	waited bool
+	// keysOfOne: the request sent keys with one key (lockRequest); its
+	// answer names it in keys too.
+	keysOfOne bool
 }
 
 // serveLock answers POST /v1/lock and POST /gateway/distlock. Checks run in
@@ -193,6 +196,7 @@ func (s *Server) readLockBody(w http.ResponseWriter, r *http.Request, c *call) (
 // one key's (a semaphore permit's release or extend acts on its slot
 // lock).
 func (s *Server) dispatch(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, account string) {
+	c.keysOfOne = req.keysOfOne
 	if req.keys != nil {
 		rks := make([]string, len(req.keys))
 		for i, k := range req.keys {
@@ -556,6 +560,9 @@ func (s *Server) internal(w http.ResponseWriter, c *call, err error) {
 func (s *Server) ok(w http.ResponseWriter, c *call, res result, d *lockData, msg string) {
 	s.outage.end()
 	c.result, c.status = res, http.StatusOK
+	if c.keysOfOne && d.keys == nil {
+		d.keys = []string{d.key}
+	}
 	writeData(w, d, quotaMsg(msg, c), c.limits.Remain())
 }
 

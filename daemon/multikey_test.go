@@ -69,6 +69,32 @@ func (d *deployment) waitGone(t *testing.T) {
 
 // TestMultiKeyBadRequests: keys is checked before anything is sent; every
 // refusal is a 400 naming the field and the limit, and writes nothing.
+// TestKeysOfOneKeyAnswersKeys: keys with one key is that key's lock, and
+// every answer to it carries keys next to key, as a set's does (the CLI's
+// --keys printed keys while the HTTP answer did not; a README-only
+// break-it pass found it). A request with key is answered without keys.
+func TestKeysOfOneKeyAnswersKeys(t *testing.T) {
+	d := newDeployment(t)
+	a := d.server(t)
+	g := okData(t, a.lock(t, testKeyAcme, `{"keys":["solo"],"ttl":10}`))
+	require.Equal(t, true, g["acquired"])
+	tok := g["token"].(string)
+	for _, body := range []string{
+		`{"action":"status","keys":["solo"]}`,
+		`{"action":"extend","keys":["solo"],"token":"` + tok + `","ttl":20}`,
+		`{"action":"release","keys":["solo"],"token":"` + tok + `"}`,
+	} {
+		got := okData(t, a.lock(t, testKeyAcme, body))
+		assert.Equal(t, "solo", got["key"], body)
+		assert.Equal(t, []any{"solo"}, got["keys"], body)
+	}
+	assert.Equal(t, []any{"solo"}, g["keys"], "acquire")
+	plain := okData(t, a.lock(t, testKeyAcme, `{"key":"solo","ttl":10}`))
+	require.Equal(t, true, plain["acquired"])
+	assert.NotContains(t, plain, "keys", "key: no keys in the answer")
+	okData(t, a.lock(t, testKeyAcme, `{"action":"release","key":"solo","token":"`+plain["token"].(string)+`"}`))
+}
+
 func TestMultiKeyBadRequests(t *testing.T) {
 	d := newDeployment(t)
 	s := d.server(t)

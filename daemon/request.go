@@ -68,8 +68,10 @@ type lockRequest struct {
 	hasLockDelay bool
 	// keys are the keys of a multi-key lock (redlock/multikey.go), 2 to
 	// maxMultiKeys distinct keys; nil for one key (key). A keys of one key
-	// is that key.
-	keys []string
+	// is that key, and keysOfOne says so: its answer carries keys, as a
+	// set's does.
+	keys      []string
+	keysOfOne bool
 }
 
 // lockBounds are the configured bounds a request is checked against.
@@ -227,6 +229,8 @@ func (f *lockFields) parseTarget(req *lockRequest, _ *lockBounds) *badRequest {
 		req.key = keys[0]
 		if len(keys) > 1 {
 			req.keys = keys
+		} else {
+			req.keysOfOne = true
 		}
 	case f.key.absent():
 		return bad("key: required, a string of 1 to %d bytes (or keys, an array of 1 to %d such strings)", maxKeyBytes, maxMultiKeys)
