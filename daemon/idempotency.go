@@ -86,7 +86,8 @@ func idemBodyLimit(st *idempotency.Store) int64 {
 
 // idemActionOf returns the idempotency action a body asks for; ok is false
 // for every other body, which the lock parser then judges. The cheap test
-// comes first: lock requests never contain "idem_".
+// comes first: lock requests never contain "idem_". A body that is not one
+// valid JSON object is not an idempotency action here.
 func idemActionOf(body []byte) (idemAction, bool) {
 	if !bytes.Contains(body, []byte(`"idem_`)) {
 		return 0, false
@@ -94,10 +95,69 @@ func idemActionOf(body []byte) (idemAction, bool) {
 	var head struct {
 		Action string `json:"action"`
 	}
-	if json.Unmarshal(body, &head) != nil {
-		return 0, false
+	if err := json.Unmarshal(body, &head); err != nil {
+		if !isDepthErr(err) {
+			return 0, false
+		}
+		// Nested deeper than Unmarshal goes: read the action from the
+		// tokens, or an idempotency body of deeply nested JSON would look
+		// like a lock request and be refused with the lock requests'
+		// smaller size limit (413) instead of a 400 naming the nesting
+		// (parseIdemRequest, jsonErr).
+		return idemActionOfTokens(body)
 	}
 	a, ok := idemActionNames[head.Action]
+	return a, ok
+}
+
+// isDepthErr reports encoding/json's refusal of JSON nested more than
+// 10,000 levels deep.
+func isDepthErr(err error) bool {
+	return strings.Contains(err.Error(), "exceeded max depth")
+}
+
+// idemActionOfTokens is idemActionOf for a body Unmarshal cannot read for
+// its depth: it reads the top-level fields as tokens, which have no depth
+// limit, the last "action" counting as for Unmarshal. About ten times
+// slower than Unmarshal on an ordinary body, so only the fallback.
+func idemActionOfTokens(body []byte) (idemAction, bool) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return 0, false
+	}
+	action := ""
+	for dec.More() {
+		name, err := dec.Token()
+		if err != nil {
+			return 0, false
+		}
+		t, err := dec.Token()
+		if err != nil {
+			return 0, false
+		}
+		if _, ok := t.(json.Delim); ok { // an object or array: skipped
+			for depth := 1; depth > 0; {
+				t, err := dec.Token()
+				if err != nil {
+					return 0, false
+				}
+				switch t {
+				case json.Delim('{'), json.Delim('['):
+					depth++
+				case json.Delim('}'), json.Delim(']'):
+					depth--
+				}
+			}
+			continue
+		}
+		if name == "action" {
+			action, _ = t.(string)
+		}
+	}
+	if _, err := dec.Token(); err != nil { // the closing brace
+		return 0, false
+	}
+	a, ok := idemActionNames[action]
 	return a, ok
 }
 
@@ -251,6 +311,9 @@ func jsonErr(err error) string {
 	}
 	if s, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
 		return "unknown field " + quoteShort(strings.Trim(s, `"`))
+	}
+	if isDepthErr(err) {
+		return "nested deeper than 10000 levels"
 	}
 	return "not a JSON object"
 }

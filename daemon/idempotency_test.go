@@ -257,6 +257,34 @@ func TestIdemBadInput(t *testing.T) {
 	require.Equal(t, http.StatusRequestEntityTooLarge, r.Status, r.Raw)
 }
 
+// TestIdemDeepNesting: an idempotency body nested deeper than
+// encoding/json's 10,000 levels, larger than the lock requests' body limit
+// but within the idempotency actions', is a 400 saying so — not a 413
+// quoting the lock requests' limit, which it got when the action could not
+// be read from it (a README-only break-it pass found it).
+func TestIdemDeepNesting(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t)
+	tok := strings.Repeat("0", 32)
+	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	for _, body := range []string{
+		`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"headers":{"x":` + deep(10000) + `}}}`,
+		`{"action":"idem_begin","key":"k","body":"x","lease":` + deep(100000) + `}`,
+		`{"lease":` + deep(100000) + `,"key":"k","body":"x","action":"idem_begin"}`,
+	} {
+		r := ts.lock(t, testKeyAcme, body)
+		assert.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
+		assert.Contains(t, r.Env.Msg, "nested deeper than 10000 levels", r.Raw)
+	}
+	// Nested less deep, the field is named as before.
+	r := ts.lock(t, testKeyAcme, `{"action":"idem_complete","key":"k","token":"`+tok+`","answer":{"status":200,"headers":{"x":`+deep(9000)+`}}}`)
+	assert.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
+	assert.Contains(t, r.Env.Msg, `field "answer.headers"`, r.Raw)
+	// A lock request past its body limit is still a 413.
+	r = ts.lock(t, testKeyAcme, `{"action":"acquire","key":"k","ttl":`+deep(10000)+`}`)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, r.Status, r.Raw)
+}
+
 // TestIdemAdminListing: GET /admin/idempotency lists an account's records
 // (of one namespace when asked) once each, across pages, without tokens.
 func TestIdemAdminListing(t *testing.T) {
