@@ -661,6 +661,17 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 		told      = l.ValidUntil()
 		guardGone = g.exited
 	)
+	// commandExited takes the command's exit when it is already there:
+	// select picks at random among ready cases, and after lock run was
+	// stopped the loss, the kill timer and the exit can all be ready.
+	commandExited := func() bool {
+		select {
+		case werr = <-exited:
+			return true
+		default:
+			return false
+		}
+	}
 wait:
 	for {
 		select {
@@ -693,6 +704,11 @@ wait:
 		case <-done:
 			done = nil
 			lost = l.Err()
+			if commandExited() {
+				// Killed already (by the guardian, while lock run was
+				// stopped): nothing to signal; the loss is reported below.
+				break wait
+			}
 			// The SIGKILL comes no later than the end of validity, whatever
 			// --grace says: after it another owner may hold the lock.
 			grace = min(f.grace, max(time.Until(l.ValidUntil())-killAhead, 0)).Truncate(time.Millisecond)
@@ -705,6 +721,9 @@ wait:
 			kill = timer.C
 		case <-kill:
 			kill = nil
+			if commandExited() { // it did, and both were ready at once
+				break wait
+			}
 			fmt.Fprintf(stderr, "redlockd lock run: the command did not exit within %v of SIGTERM; sending SIGKILL\n", grace)
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		}
