@@ -400,14 +400,13 @@ func (s *Server) extend(ctx context.Context, w http.ResponseWriter, c *call, req
 }
 
 // extendedTTL is an extend answer's ttl in seconds: how long the lock now
-// lasts, the TTL granted in whole seconds (granted, from the Locker) — the
-// ttl asked for, more when the lock had more left (an extend never
-// shortens), less when a lock-delay capped it at max_ttl minus the delay.
-// A Locker that does not tell (granted 0) gets the ttl asked for, or the
-// validity's whole seconds when more.
+// lasts — the ttl asked for, or less when a lock-delay capped the extend
+// at max_ttl minus the delay (granted, the Locker's Lease.TTL; 0 when it
+// does not tell), or the validity's whole seconds when more (an extend
+// never shortens a lock).
 func extendedTTL(asked int64, granted time.Duration, validityMS int64) int64 {
 	if granted > 0 {
-		return max(int64(granted/time.Second), 1)
+		asked = min(asked, int64(granted/time.Second))
 	}
 	return max(asked, validityMS/1000)
 }

@@ -58,9 +58,9 @@ type Lease struct {
 	// Slot is the permit a semaphore's acquire took (AcquireRequest.Permits
 	// > 0); 0 otherwise.
 	Slot int
-	// TTL is, for an extend, the TTL granted (redlock.Client.Extend): the
-	// ttl asked for, more when the lock had more left, less when its
-	// lock-delay caps it at max_ttl minus the delay. 0 when not known.
+	// TTL is, for an extend, the Lock's TTL (redlock.Client.Extend): the
+	// ttl asked for, or less when its lock-delay capped it at max_ttl
+	// minus the delay. 0 when not known.
 	TTL time.Duration
 }
 

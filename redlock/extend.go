@@ -21,10 +21,11 @@ import (
 // answered (or its per-master timeout passed, or ctx ended), so that a
 // status through any Client after it shows the new TTL.
 //
-// The returned Lock's TTL is the TTL granted: the quorum-th longest
-// remaining TTL after the extend — ttl, or more when the lock had more
-// left, or less when the lock has a lock-delay record, which caps the
-// extend at the max TTL minus the delay (WithLockDelay).
+// The returned Lock's TTL is ttl, or less when the lock has a lock-delay
+// record, which caps the extend at the max TTL minus the delay
+// (WithLockDelay): then the TTL granted. (When the lock had more than ttl
+// left, it keeps it, and ValidUntil says so; TTL stays ttl, the time a
+// KeepAlive of the Lock asks for.)
 //
 // The fence stored with the lock (fence.go) keeps the lock's expiry, and
 // the returned Lock's Fence is the one its Acquire returned: the extending
@@ -43,7 +44,7 @@ func (c *Client) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{c: c, key: key, token: token, fence: fence, ttl: granted, validUntil: validUntil}, nil
+	return &Lock{c: c, key: key, token: token, fence: fence, ttl: min(ttl, granted), validUntil: validUntil}, nil
 }
 
 // extendSet extends a lock key or, with set.multi, the keys of a

@@ -57,8 +57,8 @@ func (l *Lock) Token() string { return l.token }
 func (l *Lock) Fence() int64 { return l.fence }
 
 // TTL returns the TTL of the last successful acquire or extend: the ttl
-// asked for, except on a Lock returned by Client.Extend or ExtendMulti,
-// where it is the TTL granted (see Client.Extend).
+// asked for, or on a Lock returned by Client.Extend or ExtendMulti the
+// TTL granted when a lock-delay capped it (see Client.Extend).
 func (l *Lock) TTL() time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()

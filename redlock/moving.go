@@ -203,8 +203,8 @@ func (m *Moving) Release(ctx context.Context, key, token string) (int, error) {
 // fails when any group refuses (a lock taken in phase old is absent from
 // the new group: it cannot be kept alive into phase new, see Moving). The
 // returned Lock is the first group's, with the fence of the group that
-// reports the largest, and the earliest validity and shortest TTL granted
-// among the groups.
+// reports the largest, and the earliest validity and shortest TTL among
+// the groups.
 func (m *Moving) Extend(ctx context.Context, key, token string, ttl time.Duration) (*Lock, error) {
 	var first *Lock
 	for _, g := range m.GroupsOf(key) {

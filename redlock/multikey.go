@@ -235,7 +235,7 @@ func (c *Client) ExtendMulti(ctx context.Context, keys []string, token string, t
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{c: c, key: set.key, keys: set.multi, token: token, fence: fence, ttl: granted, validUntil: validUntil}, nil
+	return &Lock{c: c, key: set.key, keys: set.multi, token: token, fence: fence, ttl: min(ttl, granted), validUntil: validUntil}, nil
 }
 
 // MultiStatus is a majority read of every key of a multi-key lock.
