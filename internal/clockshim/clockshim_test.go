@@ -466,8 +466,15 @@ func TestClockFile(t *testing.T) {
 	if f = read(); f[1] != "1.1" || f[4] != "2" {
 		t.Errorf("after SetRate(1.1) file = %q, want rate 1.1 and the same epoch", f)
 	}
-	if d := time.Until(clk.Now()) - time.Second; d < 0 || d > 50*time.Millisecond {
-		t.Errorf("Now - real = 1s + %v, want 1s + a little drift", d)
+	// Now reads the real clock at some instant between before and after:
+	// 1s ahead of it plus the drift since SetRate. (Comparing with one
+	// real reading taken after Now failed when this process was
+	// descheduled between the two reads for longer than the drift.)
+	before := time.Now()
+	now := clk.Now()
+	after := time.Now()
+	if lo, hi := now.Sub(before)-time.Second, now.Sub(after)-time.Second; lo < 0 || hi > 50*time.Millisecond {
+		t.Errorf("Now - real = 1s + %v (from the read before) and 1s + %v (from the read after), want 1s + a little drift", lo, hi)
 	}
 	for _, bad := range []float64{-1, MaxRate + 1} {
 		if err := clk.SetRate(bad); err == nil {
