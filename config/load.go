@@ -200,6 +200,10 @@ func wholeNumbers(n *yaml.Node, t reflect.Type, path string) problems {
 			if !ok {
 				continue // the decoder reports unknown fields
 			}
+			if p := shapeProblem(n.Content[i+1], f.Type, join(path, name)); p != nil {
+				errs = append(errs, *p)
+				continue
+			}
 			errs = append(errs, wholeNumbers(n.Content[i+1], f.Type, join(path, name))...)
 		}
 	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
@@ -211,6 +215,38 @@ func wholeNumbers(n *yaml.Node, t reflect.Type, path string) problems {
 	}
 	return errs
 }
+
+// shapeProblem names the field whose value cannot be a value of its type,
+// which yaml.v3 reports without the field's name ("cannot unmarshal !!seq
+// into a whole number"): a list or mapping where one value goes, one value
+// where a list goes, a negative duration. (An empty value keeps the
+// default, as when the line is absent.)
+func shapeProblem(v *yaml.Node, t reflect.Type, path string) *problem {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	single := t == durationType || isInteger(t.Kind()) || t.Kind() == reflect.String ||
+		t.Kind() == reflect.Bool || t.Kind() == reflect.Float64 || t.Kind() == reflect.Float32
+	if v.Kind == yaml.AliasNode {
+		return nil
+	}
+	var msg string
+	switch {
+	case single && v.Kind == yaml.SequenceNode:
+		msg = "must be one value, not a list"
+	case single && v.Kind == yaml.MappingNode:
+		msg = "must be one value, not a mapping"
+	case t.Kind() == reflect.Slice && v.Kind == yaml.ScalarNode && v.Tag != "!!null":
+		msg = fmt.Sprintf("must be a list (e.g. [%s]), not one value", v.Value)
+	case t == durationType && v.Kind == yaml.ScalarNode && strings.HasPrefix(strings.TrimSpace(v.Value), "-"):
+		msg = fmt.Sprintf("%q: must not be negative", v.Value)
+	default:
+		return nil
+	}
+	return &problem{v.Line, fmt.Sprintf("line %d: %s: %s", v.Line, path, msg)}
+}
+
+var durationType = reflect.TypeFor[Duration]()
 
 var yamlUnmarshaler = reflect.TypeFor[yaml.Unmarshaler]()
 

@@ -96,7 +96,10 @@ func TestLoadFile(t *testing.T) {
 		{"duration without unit", "per_master_timeout: 50\n", nil, []string{
 			`line 1: "50": no unit; write it with one, e.g. "50ms" or "50s"`,
 		}},
-		{"negative duration", "max_wait: -1s\n", nil, []string{`line 1: "-1s": negative durations are not allowed`}},
+		{"negative duration", "max_wait: -1s\n", nil, []string{`line 1: max_wait: "-1s": must not be negative`}},
+		{"a list for one value", "max_ttl: [600]\n", nil, []string{"line 1: max_ttl: must be one value, not a list"}},
+		{"a mapping for one value", "listen: {a: 1}\n", nil, []string{"line 1: listen: must be one value, not a mapping"}},
+		{"one value for a list", "masters: 127.0.0.1:6379\n", nil, []string{"line 1: masters: must be a list (e.g. [127.0.0.1:6379]), not one value"}},
 		{"every problem, one per line", "max_ttl: soon\nfoo: 1\nhealth_interval: 5\n", nil, []string{
 			`line 1: max_ttl: "soon" is not a whole number`,
 			`line 2: unknown field "foo"`,
@@ -115,7 +118,7 @@ func TestLoadFile(t *testing.T) {
 		{"syntax error", "listen: [\n", nil, []string{"line 1: did not find expected node content"}},
 		{"not a mapping", "- a\n", nil, []string{"line 1: cannot unmarshal !!seq into the settings (a mapping of field: value)"}},
 		{"api key of the wrong shape", "api_keys:\n  - name: shop\n    key: [" + secretKey + "]\n", nil, []string{
-			"line 3: cannot unmarshal !!seq into a string",
+			"line 3: api_keys[0].key: must be one value, not a list",
 		}},
 	}
 	for _, tt := range tests {
