@@ -114,7 +114,7 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 		closed: make(chan struct{}),
 	}
 	c.epochWall = c.epoch.UnixNano()
-	c.releaseChan = o.markerKey + ":released:v2"
+	c.releaseChan = releaseChannelOf(o.markerKey)
 	c.own = o.ownBounds()
 	c.bounds.Store(&c.own)
 	for i, mo := range masters {

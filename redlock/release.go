@@ -149,7 +149,7 @@ func (c *Client) retryReleases(m *master) {
 	cmds := make([]*redis.Cmd, len(todo))
 	_, _ = m.probe.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, kt := range todo {
-			cmds[i] = releaseScript.EvalSha(ctx, p, c.releaseKeys(kt[0]), kt[1], c.releaseChannel(), releaseID(kt[1]))
+			cmds[i] = releaseScript.EvalSha(ctx, p, c.releaseKeys(kt[0]), kt[1], c.releaseChan, releaseID(kt[1]))
 		}
 		return nil
 	})

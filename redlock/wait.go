@@ -527,6 +527,10 @@ func notify(w *waiter) {
 // waiters fall back to polling, pollFallback.)
 func (c *Client) releaseChannel() string { return c.releaseChan.(string) }
 
+// releaseChannelOf is the release channel of a Client whose marker key is
+// markerKey; New builds it once (Client.releaseChan).
+func releaseChannelOf(markerKey string) string { return markerKey + ":released:v2" }
+
 // releaseIDLen is the length of a release's id in its message
 // (releaseID).
 const releaseIDLen = 16
