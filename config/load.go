@@ -225,7 +225,8 @@ func shapeProblem(v *yaml.Node, t reflect.Type, path string) *problem {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	single := t == durationType || isInteger(t.Kind()) || t.Kind() == reflect.String ||
+	// Duration is an integer kind too.
+	single := isInteger(t.Kind()) || t.Kind() == reflect.String ||
 		t.Kind() == reflect.Bool || t.Kind() == reflect.Float64 || t.Kind() == reflect.Float32
 	if v.Kind == yaml.AliasNode {
 		return nil

@@ -40,19 +40,19 @@ func (c *Client) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	if key == "" || token == "" {
 		return nil, fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
 	}
-	validUntil, fence, granted, err := c.extendSet(ctx, &lockSet{key: key, vote: c.voteKeys(key)}, token, ttl, 0)
+	validUntil, fence, lockTTL, err := c.extendSet(ctx, &lockSet{key: key, vote: c.voteKeys(key)}, token, ttl, 0)
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{c: c, key: key, token: token, fence: fence, ttl: min(ttl, granted), validUntil: validUntil}, nil
+	return &Lock{c: c, key: key, token: token, fence: fence, ttl: lockTTL, validUntil: validUntil}, nil
 }
 
 // extendSet extends a lock key or, with set.multi, the keys of a
 // multi-key lock (multikey.go). It returns the new end of validity, the
-// fence stored with the lock and the TTL granted: what a quorum of masters
-// now give the lock, which is more than ttl when the lock had more left
-// and less when a lock-delay caps it at the max TTL minus the delay
-// (extend.lua). known is the lock's fence when the caller knows it (0
+// fence stored with the lock and the TTL the returned Lock reports (see
+// Client.Extend): ttl, or the TTL a quorum of masters granted when that is
+// less (a lock-delay caps the extend at the max TTL minus the delay,
+// extend.lua). known is the lock's fence when the caller knows it (0
 // otherwise): it is written in the lock's fence record on a master that
 // lacks one.
 func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl time.Duration, known int64) (time.Time, int64, time.Duration, error) {
@@ -103,7 +103,7 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 	if res.Votes >= c.need {
 		left := time.Duration(quorumth(lefts, c.need)) * time.Millisecond
 		if validity := left - time.Since(start) - c.drift(left); validity > 0 {
-			return start.Add(left - c.drift(left)), fence, left, nil
+			return start.Add(left - c.drift(left)), fence, min(ttl, left), nil
 		}
 		res.Kind = ErrQuorumUnavailable
 		res.Failures = append(res.Failures, fmt.Errorf("validity ≤ 0 after %v", time.Since(start)))

@@ -231,11 +231,11 @@ func (c *Client) ExtendMulti(ctx context.Context, keys []string, token string, t
 		return c.Extend(ctx, keys[0], token, ttl)
 	}
 	set := c.multiSet(slices.Clone(keys))
-	validUntil, fence, granted, err := c.extendSet(ctx, set, token, ttl, 0)
+	validUntil, fence, lockTTL, err := c.extendSet(ctx, set, token, ttl, 0)
 	if err != nil {
 		return nil, err
 	}
-	return &Lock{c: c, key: set.key, keys: set.multi, token: token, fence: fence, ttl: min(ttl, granted), validUntil: validUntil}, nil
+	return &Lock{c: c, key: set.key, keys: set.multi, token: token, fence: fence, ttl: lockTTL, validUntil: validUntil}, nil
 }
 
 // MultiStatus is a majority read of every key of a multi-key lock.
