@@ -3,6 +3,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 )
 
 // ApplyEnv overrides c with the REDLOCKD_* variables that lookup (normally
@@ -49,4 +51,47 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// clientVariables are the REDLOCKD_* variables that redlockd's client
+// commands (lock, lock run, status) and the compose file read: set in the
+// same shell as `serve`, they are not mistakes.
+var clientVariables = []string{
+	"REDLOCKD_URL", "REDLOCKD_API_KEY", "REDLOCKD_TLS_CA", "REDLOCKD_TLS_CERT", "REDLOCKD_TLS_KEY",
+	"REDLOCKD_IMAGE",
+}
+
+// UnknownEnv returns one line for each REDLOCKD_* variable in environ
+// (os.Environ's "NAME=value" form, values never repeated) that no setting
+// and no client command reads, in environ's order: a misspelt variable
+// (REDLOCKD_MAXTTL) otherwise leaves its setting at the default without a
+// word. A close setting's variable is named: "REDLOCKD_MAXTTL (did you
+// mean REDLOCKD_MAX_TTL?)".
+func UnknownEnv(environ []string) []string {
+	known := make([]string, 0, len(settings)+len(clientVariables))
+	for i := range settings {
+		known = append(known, settings[i].envName())
+	}
+	known = append(known, clientVariables...)
+	var unknown []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "REDLOCKD_") || slices.Contains(known, name) {
+			continue
+		}
+		line := name
+		if near := nearest(strings.ToLower(name), lowerAll(known)); near != "" {
+			line += " (did you mean " + strings.ToUpper(near) + "?)"
+		}
+		unknown = append(unknown, line)
+	}
+	return unknown
+}
+
+func lowerAll(names []string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = strings.ToLower(n)
+	}
+	return out
 }

@@ -219,8 +219,12 @@ func wholeNumbers(n *yaml.Node, t reflect.Type, path string) problems {
 // shapeProblem names the field whose value cannot be a value of its type,
 // which yaml.v3 reports without the field's name ("cannot unmarshal !!seq
 // into a whole number"): a list or mapping where one value goes, one value
-// where a list goes, a negative duration. (An empty value keeps the
-// default, as when the line is absent.)
+// where a list goes, a negative duration, and no value at all where one
+// value goes ("max_ttl:", "~", "null"): an operator who wrote the line
+// meant a value, and for the safety settings (max_ttl, drift_factor,
+// per_master_timeout, extra_votes) silently taking the default instead
+// is the wrong way to fail. An empty list or block keeps its default, as
+// when the line is absent; an empty string ("") is a value.
 func shapeProblem(v *yaml.Node, t reflect.Type, path string) *problem {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -237,6 +241,8 @@ func shapeProblem(v *yaml.Node, t reflect.Type, path string) *problem {
 		msg = "must be one value, not a list"
 	case single && v.Kind == yaml.MappingNode:
 		msg = "must be one value, not a mapping"
+	case single && v.Kind == yaml.ScalarNode && v.Tag == "!!null":
+		msg = "has no value; give one, or remove the line to keep the default"
 	case t.Kind() == reflect.Slice && v.Kind == yaml.ScalarNode && v.Tag != "!!null":
 		msg = fmt.Sprintf("must be a list (e.g. [%s]), not one value", v.Value)
 	case t == durationType && v.Kind == yaml.ScalarNode && strings.HasPrefix(strings.TrimSpace(v.Value), "-"):

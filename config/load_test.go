@@ -71,7 +71,14 @@ func TestLoadFile(t *testing.T) {
 			c.MaxTTL = 600
 			c.Masters = []string{"a:1", "b:2", "c:3"}
 		}, nil},
-		{"empty value keeps the default", "listen:\nmax_wait:\n", func(c *config.Config) {}, nil},
+		{"empty block or list keeps the default", "masters:\naccount_defaults:\n", func(c *config.Config) {}, nil},
+		{"empty string is a value", "tls_cert_file: ''\n", func(c *config.Config) {}, nil},
+		{"empty value is refused", "listen:\nmax_ttl: ~\ndrift_factor: null\nper_master_timeout:\n", nil, []string{
+			"line 1: listen: has no value; give one, or remove the line to keep the default",
+			"line 2: max_ttl: has no value; give one, or remove the line to keep the default",
+			"line 3: drift_factor: has no value; give one, or remove the line to keep the default",
+			"line 4: per_master_timeout: has no value; give one, or remove the line to keep the default",
+		}},
 		{"key_sha256", "api_keys:\n  - name: shop\n    key_sha256: " + secretKeySHA + "\n", func(c *config.Config) {
 			c.APIKeys = []config.APIKey{{Name: "shop", KeySHA256: secretKeySHA}}
 		}, nil},
@@ -543,5 +550,25 @@ api_keys:
 	_, err = config.LoadFile(write("account_defaults:\n  quota: {calls: 10, per: 10}\n"))
 	if err == nil || !strings.Contains(err.Error(), `no unit`) {
 		t.Errorf("a window without a unit: %v", err)
+	}
+}
+
+func TestUnknownEnv(t *testing.T) {
+	got := config.UnknownEnv([]string{
+		"REDLOCKD_MAX_TTL=600",       // a setting
+		"REDLOCKD_URL=http://x",      // the lock commands' daemon
+		"REDLOCKD_MAXTTL=600",        // misspelt
+		"REDLOCKD_SOMETHING=else",    // nothing near
+		"PATH=/bin",                  // not ours
+		"REDLOCKD_API_KEYS=shop:x=y", // a setting, its value holds '='
+		"REDLOCKD_PER_MASTER_TIMEOUTS=50ms",
+	})
+	want := []string{
+		"REDLOCKD_MAXTTL (did you mean REDLOCKD_MAX_TTL?)",
+		"REDLOCKD_SOMETHING",
+		"REDLOCKD_PER_MASTER_TIMEOUTS (did you mean REDLOCKD_PER_MASTER_TIMEOUT?)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("UnknownEnv =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -53,6 +53,10 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	defer log.Sync() //nolint:errcheck // nothing useful to do at exit
 	warnPlaceholderKeys(log, cfg.APIKeys)
+	for _, v := range config.UnknownEnv(os.Environ()) {
+		name, _, _ := strings.Cut(v, " ")
+		log.Warn("no setting reads environment variable "+v, zap.String("variable", name))
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
