@@ -3,6 +3,7 @@ package daemon
 import (
 	"math"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -398,10 +399,27 @@ func (b *historyBody) add(k, n int, s *sample, seen *[numResults]bool) {
 }
 
 // serveHistory answers GET /v1/history; see historyBody. A since_ms that
-// is not a whole number of Unix milliseconds ≥ 0 is 400.
+// is not a whole number of Unix milliseconds ≥ 0 is 400, as is any other
+// parameter (a misspelt since_ms would otherwise get the whole history
+// back without a word), as the admin listings do.
 func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeBadRequest, "query string: not valid URL encoding")
+		return
+	}
+	for name, vs := range q {
+		switch {
+		case name != "since_ms":
+			writeError(w, http.StatusBadRequest, codeBadRequest, "unknown parameter "+quoteCut(name, 32)+"; the only parameter is since_ms")
+			return
+		case len(vs) > 1:
+			writeError(w, http.StatusBadRequest, codeBadRequest, "since_ms: given more than once")
+			return
+		}
+	}
 	since := time.Time{}
-	if v := r.URL.Query().Get("since_ms"); v != "" {
+	if v := q.Get("since_ms"); v != "" {
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms < 0 {
 			writeError(w, http.StatusBadRequest, codeBadRequest, "since_ms: must be a whole number of Unix milliseconds, 0 or more, got "+quoteCut(v, 32))

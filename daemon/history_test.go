@@ -156,6 +156,15 @@ func TestHistoryBadSince(t *testing.T) {
 		assert.Contains(t, raw, `since_ms: must be a whole number of Unix milliseconds`, q)
 		assert.Contains(t, raw, `"code":"bad_request"`)
 	}
+	for q, want := range map[string]string{
+		"?sinse_ms=1":            `unknown parameter \"sinse_ms\"; the only parameter is since_ms`,
+		"?since_ms=1&since_ms=2": `since_ms: given more than once`,
+		"?since_ms=%zz":          `query string: not valid URL encoding`,
+	} {
+		code, _, raw := getHistory(t, s, q)
+		assert.Equal(t, http.StatusBadRequest, code, q)
+		assert.Contains(t, raw, want, q)
+	}
 	rec := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/history", nil))
 	assert.Equal(t, http.StatusMethodNotAllowed, rec.Code)

@@ -336,7 +336,7 @@ func TestIdemAdminListing(t *testing.T) {
 	require.Empty(t, list("account=globex"))
 	st, body, _ := ts.raw(t, http.MethodGet, admin+"/admin/idempotency?account=acme&cursor=zz", nil)
 	require.Equal(t, http.StatusBadRequest, st, body)
-	require.Contains(t, body, "cursor: not one List returned")
+	require.Contains(t, body, "cursor: not a cursor of this listing")
 	// The listings' gate is the lock listing's: with the account's
 	// listings all running, one more is refused, before any master is read.
 	for range MaxAccountListings {
@@ -346,6 +346,7 @@ func TestIdemAdminListing(t *testing.T) {
 	st, body, hdr := ts.raw(t, http.MethodGet, admin+"/admin/idempotency?account=acme", nil)
 	require.Equal(t, http.StatusTooManyRequests, st, body)
 	require.Contains(t, body, "too_many_listings")
+	require.Contains(t, body, "at most "+listings(MaxAccountListings)+" (GET /admin/locks")
 	require.Equal(t, "1", hdr.Get("Retry-After"))
 	for range MaxAccountListings {
 		ts.Server.listings.leave("acme")

@@ -44,15 +44,23 @@ type listGate struct {
 	byAccount map[string]int
 }
 
+// listings is "1 listing" or "n listings".
+func listings(n int) string {
+	if n == 1 {
+		return "1 listing"
+	}
+	return strconv.Itoa(n) + " listings"
+}
+
 // enter takes a slot for a listing of account, or says why there is none.
 func (g *listGate) enter(account string) (ok bool, why string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	switch {
 	case g.total >= MaxListings:
-		return false, fmt.Sprintf("too many listings: this daemon runs at most %d listings (GET /admin/locks, GET /admin/idempotency) at once; retry after 1 s (Retry-After)", MaxListings)
+		return false, "too many listings: this daemon runs at most " + listings(MaxListings) + " (GET /admin/locks, GET /admin/idempotency) at once; retry after 1 s (Retry-After)"
 	case g.byAccount[account] >= MaxAccountListings:
-		return false, fmt.Sprintf("too many listings: this daemon runs at most %d listings (GET /admin/locks, GET /admin/idempotency) at once per account; retry after 1 s (Retry-After)", MaxAccountListings)
+		return false, "too many listings: this daemon runs at most " + listings(MaxAccountListings) + " (GET /admin/locks, GET /admin/idempotency) at once per account; retry after 1 s (Retry-After)"
 	}
 	if g.byAccount == nil {
 		g.byAccount = map[string]int{}

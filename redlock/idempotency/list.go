@@ -128,7 +128,7 @@ func parseListCursor(c string, n int) (m int, scan string, skipped int, err erro
 		return 0, "0", 0, nil
 	}
 	f := strings.Split(c, ":")
-	bad := fmt.Errorf("%w: cursor: not one List returned", ErrInvalid)
+	bad := fmt.Errorf("%w: cursor: not a cursor of this listing; pass \"\" to start, then each page's cursor unchanged", ErrInvalid)
 	if len(f) != 3 {
 		return 0, "", 0, bad
 	}
