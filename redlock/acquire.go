@@ -213,7 +213,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl, lockDelay tim
 	c.attempts.Add(1)
 	token, err := c.tokenFor(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("redlock: token generator: %w", err)
+		return nil, err
 	}
 	set := lockSet{key: key, vote: c.voteKeys(key)}
 	return c.acquireSet(ctx, &set, token, ttl, lockDelay)

@@ -581,7 +581,7 @@ func TestFirstSeenRetriedWhenTheHorizonCannotBeWritten(t *testing.T) {
 		}
 		return RandomToken()
 	}
-	c := newClient(t, WithMarkerKey(marker), WithTokenGenerator(flaky), WithHealthInterval(20*time.Millisecond))
+	c := newClient(t, WithMarkerKey(marker), withNonceSource(flaky), WithHealthInterval(20*time.Millisecond))
 	require.Eventually(t, func() bool { return c.masters[0].st.inc.expectedMarker.Load() != nil }, 5*time.Second, 5*time.Millisecond,
 		"the marker rule runs again and master 0 gets its expected marker")
 	require.GreaterOrEqual(t, calls.Load(), int64(6), "the first round failed to write")
@@ -705,4 +705,57 @@ func TestFenceAcknowledgementFromBeforeARepairIsNotRecorded(t *testing.T) {
 	m.fenceAcknowledged(f, fmt.Sprintf("1 %d %d", t2.Unix(), t2.Nanosecond()/1000), fresh.gen)
 	assert.False(t, m.countersGrow(counterRead{horizon: h, raised: h, counter: f - 10}, t2.Add(time.Second), fresh),
 		"negative control: acknowledged after the repair, then read lower: a rollback")
+}
+
+// withNonceSource replaces the source of the marker and repair-marker
+// nonces (options.nonce), to make writing them fail.
+func withNonceSource(f func() (string, error)) Option {
+	return func(o *options) { o.nonce = f }
+}
+
+// TestShortTokensNeverReachTheMarker: a TokenGenerator's tokens may be
+// short ("t1"); the marker of a brand-new deployment and the repair marker
+// of a master that lost its data take their nonce from crypto/rand, not
+// from it. Before, New panicked on the brand-new masters (slice bounds out
+// of range [:16]) and, with a marker already planted, the health loop's
+// repair of a master restarted empty killed the process the same way.
+func TestShortTokensNeverReachTheMarker(t *testing.T) {
+	ctx := context.Background()
+	var n atomic.Int64
+	short := func() (string, error) { return fmt.Sprintf("t%d", n.Add(1)), nil }
+	c, _ := brandNewClient(t, WithTokenGenerator(short))
+	lock, err := c.Acquire(ctx, newKey(t), time.Second, WithRetry(NoRetry()))
+	require.NoError(t, err)
+	require.NoError(t, lock.Release(ctx))
+	// Master 0 loses its bookkeeping keys: the health loop repairs it.
+	require.NoError(t, direct(t)[0].Del(ctx, c.opts.markerKey, c.opts.horizonKey, c.opts.fenceKey).Err())
+	require.Eventually(t, func() bool { return c.masters[0].st.inc.repairedAt.Load() > 0 }, 10*time.Second, 10*time.Millisecond,
+		"master 0 is repaired: %+v", c.Masters()[0])
+	lock, err = c.Acquire(ctx, newKey(t), time.Second, WithRetry(NoRetry()))
+	require.NoError(t, err, "four masters vote")
+	assert.Regexp(t, `^t\d+$`, lock.Token(), "lock tokens still come from the generator")
+	require.NoError(t, lock.Release(ctx))
+}
+
+// TestTokenGeneratorFailureIsNotObtained: a TokenGenerator that fails or
+// returns an empty token fails the Acquire with an error matching
+// ErrNotObtained (Acquire's contract), naming the generator.
+func TestTokenGeneratorFailureIsNotObtained(t *testing.T) {
+	ctx := context.Background()
+	for name, gen := range map[string]TokenGenerator{
+		"error": func() (string, error) { return "", errors.New("boom") },
+		"empty": func() (string, error) { return "", nil },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := newClient(t, WithTokenGenerator(gen))
+			_, err := c.Acquire(ctx, newKey(t), time.Second, WithRetry(NoRetry()))
+			require.ErrorIs(t, err, ErrNotObtained)
+			assert.Contains(t, err.Error(), "token generator")
+			_, err = c.AcquireMulti(ctx, []string{newKey(t), newKey(t)}, time.Second, WithRetry(NoRetry()))
+			require.ErrorIs(t, err, ErrNotObtained)
+			for _, st := range c.Masters() {
+				assert.Equal(t, MasterUp, st.State, "the markers do not depend on the generator: %+v", st)
+			}
+		})
+	}
 }

@@ -129,7 +129,7 @@ func (c *Client) repairMaster(m *master) {
 	}
 	hold := max(time.Until(until), 0)
 	ms := strconv.FormatInt(hold.Milliseconds()+1, 10)
-	nonce, err := c.opts.token()
+	nonce, err := c.opts.nonce()
 	if err != nil {
 		return
 	}

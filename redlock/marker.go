@@ -162,7 +162,7 @@ func (m *master) brandNew() bool {
 // marker as the one m carries.
 func (m *master) writeMarker(horizon time.Duration) bool {
 	c := m.c
-	nonce, err := c.opts.token()
+	nonce, err := c.opts.nonce()
 	if err != nil {
 		return false
 	}

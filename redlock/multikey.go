@@ -188,7 +188,7 @@ func (c *Client) AcquireMulti(ctx context.Context, keys []string, ttl time.Durat
 		c.attempts.Add(1)
 		token, err := c.tokenFor(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("redlock: token generator: %w", err)
+			return nil, err
 		}
 		return c.acquireSet(ctx, set, token, ttl, cfg.lockDelay)
 	})

@@ -25,6 +25,12 @@ type options struct {
 	driftFactor      float64
 	retry            func() RetryStrategy
 	token            TokenGenerator
+	// nonce makes the unique part of the marker and repair-marker values
+	// (marker.go, horizon.go): RandomToken always (only tests replace it).
+	// Never the TokenGenerator: a caller's tokens may be short (the values
+	// take 16 characters of it) or predictable, and the marker rule must
+	// not depend on them.
+	nonce func() (string, error)
 	healthInterval   time.Duration
 	healthTimeout    time.Duration
 	stallTimeout     time.Duration
@@ -67,6 +73,7 @@ func defaultOptions() options {
 		driftFactor:      0.01,
 		retry:            func() RetryStrategy { return ExponentialBackoff(8*time.Millisecond, 256*time.Millisecond) },
 		token:            RandomToken,
+		nonce:            RandomToken,
 		healthInterval:   time.Second,
 		healthTimeout:    500 * time.Millisecond,
 		stallTimeout:     10 * time.Second,

@@ -27,5 +27,12 @@ func (c *Client) tokenFor(ctx context.Context) (string, error) {
 		}
 		return t, nil
 	}
-	return c.opts.token()
+	t, err := c.opts.token()
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("%w: token generator: %w", ErrNotObtained, err)
+	case t == "":
+		return "", fmt.Errorf("%w: token generator: it returned an empty token", ErrNotObtained)
+	}
+	return t, nil
 }
