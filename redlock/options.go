@@ -30,22 +30,22 @@ type options struct {
 	// Never the TokenGenerator: a caller's tokens may be short (the values
 	// take 16 characters of it) or predictable, and the marker rule must
 	// not depend on them.
-	nonce func() (string, error)
-	healthInterval   time.Duration
-	healthTimeout    time.Duration
-	stallTimeout     time.Duration
-	lanes            int
-	maxBatch         int
-	observer         Observer
-	logger           *slog.Logger
-	fenceKey         string
-	markerKey        string
-	maxTTL           time.Duration
-	horizonKey       string // markerKey + ":horizon"
-	maxTTLKey        string // markerKey + ":max_ttl" (scripts/max_ttl.lua)
-	clockBoundsKey   string // markerKey + ":clock_bounds" (scripts/clock_bounds.lua)
-	quarantine       bool
-	clockGuard       bool
+	nonce          func() (string, error)
+	healthInterval time.Duration
+	healthTimeout  time.Duration
+	stallTimeout   time.Duration
+	lanes          int
+	maxBatch       int
+	observer       Observer
+	logger         *slog.Logger
+	fenceKey       string
+	markerKey      string
+	maxTTL         time.Duration
+	horizonKey     string // markerKey + ":horizon"
+	maxTTLKey      string // markerKey + ":max_ttl" (scripts/max_ttl.lua)
+	clockBoundsKey string // markerKey + ":clock_bounds" (scripts/clock_bounds.lua)
+	quarantine     bool
+	clockGuard     bool
 	// Guards that exist on/off only so that tests and drills can show the
 	// bug each prevents (negative controls); always on otherwise.
 	dataLossGuard       bool // vote scripts and probes check the deployment state
