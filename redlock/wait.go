@@ -665,6 +665,8 @@ func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(conte
 			return nil, errors.Join(ErrNotObtained, ctx.Err(), err)
 		case <-cfg.stop: // nil: never
 			return nil, err
+		case <-c.closed:
+			return nil, errors.Join(ErrNotObtained, ErrClosed, err)
 		case <-w.wake:
 			if !timer.Stop() {
 				<-timer.C

@@ -287,3 +287,36 @@ func TestValidityAfterAWait(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseEndsTheWaits: Close ends every Acquire waiting on its Client at
+// once, with ErrClosed, rather than at the waiter's next attempt (here the
+// holder's TTL and a fallback poll lengthened beyond the wait: before,
+// the waiters returned only when their 20 s wait ran out).
+func TestCloseEndsTheWaits(t *testing.T) {
+	defer func(d time.Duration) { pollFallback = d }(pollFallback)
+	pollFallback = time.Hour
+	ctx := context.Background()
+	a, opts := brandNewClient(t)
+	b := sameDeployment(t, opts...)
+	key := newKey(t)
+	held, err := a.Acquire(ctx, key, time.Minute)
+	require.NoError(t, err)
+	defer held.Release(ctx) //nolint:errcheck // the test's own lock
+	const waiters = 3
+	errs := make(chan error, waiters)
+	for range waiters {
+		go func() {
+			_, err := b.Acquire(ctx, key, time.Second, WithWait(20*time.Second))
+			errs <- err
+		}()
+	}
+	waitingFor(t, b, waiters)
+	start := time.Now()
+	require.NoError(t, b.Close())
+	for range waiters {
+		err := <-errs
+		require.ErrorIs(t, err, ErrClosed)
+		require.ErrorIs(t, err, ErrNotObtained)
+	}
+	assert.Less(t, time.Since(start), 10*time.Second, "the waits ended with Close, not when they ran out (20 s)")
+}
