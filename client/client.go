@@ -125,7 +125,8 @@ func WithWait(d time.Duration) LockOption { return func(r *request) { r.wait = d
 // the caller leaving — it stops the wait, or releases a lock it granted
 // just then (answered 499) — and the answer is still read. So Acquire
 // returns either the lock, granted before the daemon saw the stop (the
-// caller then owns it, and releases it), or an error; never a lock held
+// caller then owns it, and releases it), or an error (the daemon's 499,
+// matching ErrLockHeld: not obtained); never a lock held
 // on the masters that the caller cannot name. Cancelling ctx instead
 // drops an answer in flight, and a lock granted in that moment stays held
 // until its TTL ends. A request that may be half-closed is not sent on a
@@ -145,7 +146,7 @@ func WithNamespace(ns string) LockOption { return func(r *request) { r.namespace
 func WithPermits(n int) LockOption { return func(r *request) { r.permits = n } }
 
 // WithLockDelay makes Acquire ask for a lock-delay of d (whole
-// milliseconds, at most 60 s; lock_delay_ms on the wire): if the lock ends
+// milliseconds, at most 60 s, not negative; lock_delay_ms on the wire): if the lock ends
 // without a release, nobody acquires the key for d after it ends. Release
 // clears it. Ignored by the other calls. Default 0: none.
 func WithLockDelay(d time.Duration) LockOption { return func(r *request) { r.lockDelay = d } }
@@ -294,7 +295,10 @@ func (c *Client) do(ctx context.Context, r *request) (*answer, error) {
 	case "extend", "release":
 		body.Slot = r.slot
 	}
-	if r.ttl != 0 {
+	// An acquire or extend always sends its ttl: a zero ttl (an unset
+	// field) is refused like 1ms, not sent without one, which the daemon
+	// would have answered with its default_ttl.
+	if r.ttl != 0 || r.action == "acquire" || r.action == "extend" {
 		s, err := ttlSeconds(r.ttl)
 		if err != nil {
 			return nil, err
@@ -303,6 +307,9 @@ func (c *Client) do(ctx context.Context, r *request) (*answer, error) {
 	}
 	if r.wait < 0 {
 		return nil, fmt.Errorf("%w: wait %v is negative", ErrInvalid, r.wait)
+	}
+	if r.lockDelay < 0 {
+		return nil, fmt.Errorf("%w: lock delay %v is negative", ErrInvalid, r.lockDelay)
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
@@ -388,6 +395,12 @@ func (c *Client) once(ctx context.Context, r *request, body []byte) (*answer, er
 		if resp.StatusCode == http.StatusOK {
 			e.Msg = "answer has ret " + strconv.Quote(env.Ret) + " and no data"
 		}
+		if e.Code == "cancelled" && r.action == "acquire" && r.stopped() {
+			// The daemon ended the wait WithStopWaiting stopped: the
+			// lock was not obtained, as the library's WithStopWaiting
+			// answers with its last attempt's refusal.
+			e.Kind = ErrLockHeld
+		}
 		return nil, e
 	}
 	return &answer{data: *env.Data, msg: env.Msg, sentAt: sentAt, gotAt: time.Now()}, nil
@@ -449,7 +462,7 @@ func shorten(b []byte) string {
 }
 
 // Acquire takes the lock key for ttl (whole seconds on the wire, rounded
-// up; at least 1 s and at most the daemon's max_ttl). With WithWait it
+// up; at least 1 s, so 0 is refused, and at most the daemon's max_ttl). With WithWait it
 // waits for a held lock; WithNamespace selects a sub-space; with WithKeys
 // (and key "") it takes a multi-key lock.
 //

@@ -101,7 +101,10 @@ func TestStopWaitingNeverStrandsALock(t *testing.T) {
 	time.AfterFunc(100*time.Millisecond, func() { close(stop) })
 	start := time.Now()
 	_, err = c.Acquire(ctx, "stop:early", 30*time.Second, client.WithWait(10*time.Second), client.WithStopWaiting(stop))
-	require.Error(t, err)
+	require.ErrorIs(t, err, client.ErrLockHeld, "a stopped wait did not obtain the lock: %v", err)
+	var ce *client.Error
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "cancelled", ce.Code)
 	assert.Less(t, time.Since(start), 5*time.Second, "the daemon stopped the wait when the caller left")
 	require.NoError(t, held.Release(ctx))
 

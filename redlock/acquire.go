@@ -98,10 +98,15 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 func (c *Client) newAcquireConfig(ttl time.Duration, opts []AcquireOption) (acquireConfig, error) {
 	cfg := acquireConfig{}
 	for _, o := range opts {
-		o(&cfg)
+		if o != nil { // a nil option is no option, as in New
+			o(&cfg)
+		}
 	}
 	if cfg.retry == nil {
 		cfg.retry = c.opts.retry()
+	}
+	if cfg.retry == nil {
+		return cfg, fmt.Errorf("%w: retry strategy: the function given to WithRetryStrategy returned nil", ErrInvalid)
 	}
 	return cfg, c.lockDelayError(ttl, cfg.lockDelay)
 }

@@ -85,7 +85,9 @@ type Client struct {
 func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
-		opt(&o)
+		if opt != nil {
+			opt(&o)
+		}
 	}
 	if err := o.validate(); err != nil {
 		return nil, err

@@ -64,7 +64,9 @@ func acquireParts(ctx context.Context, keys []string, parts []groupPart, ttl tim
 	}
 	cfg := acquireConfig{}
 	for _, o := range opts {
-		o(&cfg)
+		if o != nil {
+			o(&cfg)
+		}
 	}
 	var delay []AcquireOption
 	if cfg.lockDelay > 0 {

@@ -33,6 +33,9 @@ type keepAlive struct {
 	lastErr error         // last failed keep-alive extend
 	timer   *time.Timer   // fires at the loss time; re-armed while validity moves
 	started bool          // KeepAlive was called
+	// releasing: Release was called (its keys are gone, or going, from
+	// the masters: Validity is 0 from then on, even after a loss).
+	releasing bool
 	// stop cancels a running keep-alive (and its extend in flight);
 	// exited is closed when that goroutine has returned.
 	stop   context.CancelFunc
@@ -134,6 +137,7 @@ func (k *keepAlive) endLocked(err error) {
 // keep-alive, if any, has stopped: no extend runs after the release.
 func (l *Lock) released() {
 	l.keep.mu.Lock()
+	l.keep.releasing = true
 	l.keep.endLocked(ErrReleased)
 	exited := l.keep.exited
 	l.keep.mu.Unlock()

@@ -73,8 +73,15 @@ func (l *Lock) ValidUntil() time.Time {
 }
 
 // Validity returns the time left before the lock may be granted to someone
-// else, or 0 once it has passed.
+// else, or 0 once it has passed or Release was called (the key may be
+// granted again at once). ValidUntil is unchanged by Release.
 func (l *Lock) Validity() time.Duration {
+	l.keep.mu.Lock()
+	releasing := l.keep.releasing
+	l.keep.mu.Unlock()
+	if releasing {
+		return 0
+	}
 	return max(time.Until(l.ValidUntil()), 0)
 }
 

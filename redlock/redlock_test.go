@@ -457,3 +457,40 @@ func TestKnownDownMajorityFailsWithoutSending(t *testing.T) {
 	assert.Equal(t, before, sent(), "no script sent to the masters still up")
 	assert.Zero(t, rdbs[3].Exists(ctx, key).Val()+rdbs[4].Exists(ctx, key).Val())
 }
+
+// TestNilOptions: a nil Option or AcquireOption is no option, and a
+// WithRetryStrategy whose function returns nil is refused with ErrInvalid
+// at the Acquire that needs it; neither panics.
+func TestNilOptions(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, nil)
+	lock, err := c.Acquire(ctx, newKey(t), time.Second, nil, WithRetry(NoRetry()), nil)
+	require.NoError(t, err)
+	require.NoError(t, lock.Release(ctx))
+	lock, err = c.AcquireMulti(ctx, []string{newKey(t), newKey(t)}, time.Second, nil)
+	require.NoError(t, err)
+	require.NoError(t, lock.Release(ctx))
+
+	nilRetry := newClient(t, WithRetryStrategy(func() RetryStrategy { return nil }))
+	_, err = nilRetry.Acquire(ctx, newKey(t), time.Second, WithWait(time.Second))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Contains(t, err.Error(), "WithRetryStrategy returned nil")
+	lock, err = nilRetry.Acquire(ctx, newKey(t), time.Second, WithRetry(NoRetry()))
+	require.NoError(t, err, "a strategy given to the call is used")
+	require.NoError(t, lock.Release(ctx))
+}
+
+// TestValidityZeroAfterRelease: once Release is called the key may be
+// granted again at once, so Validity is 0; ValidUntil keeps the grant's
+// end.
+func TestValidityZeroAfterRelease(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	lock, err := c.Acquire(ctx, newKey(t), 30*time.Second)
+	require.NoError(t, err)
+	require.Greater(t, lock.Validity(), 20*time.Second)
+	until := lock.ValidUntil()
+	require.NoError(t, lock.Release(ctx))
+	assert.Zero(t, lock.Validity())
+	assert.Equal(t, until, lock.ValidUntil())
+}

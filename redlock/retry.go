@@ -6,7 +6,7 @@ import (
 )
 
 // RetryStrategy says how long to wait before the next acquire attempt.
-// NextBackoff returns 0 to stop retrying. A strategy is used by one Acquire
+// NextBackoff returns 0 (or less) to stop retrying. A strategy is used by one Acquire
 // call at a time; Acquire also stops when its wait budget or context ends.
 type RetryStrategy interface {
 	NextBackoff() time.Duration
@@ -23,7 +23,8 @@ type linearBackoff time.Duration
 
 func (d linearBackoff) NextBackoff() time.Duration { return jitter(time.Duration(d)) }
 
-// LinearBackoff waits about d (jittered to [d/2, d]) between attempts.
+// LinearBackoff waits about d (jittered to [d/2, d]) between attempts; d ≤ 0
+// makes one attempt, as NoRetry.
 func LinearBackoff(d time.Duration) RetryStrategy { return linearBackoff(d) }
 
 type exponentialBackoff struct {

@@ -814,7 +814,10 @@ func acquireInterruptible(ctx context.Context, c *client.Client, f *lockFlags, o
 		releaseNow(l, io.Discard)
 		return nil, fmt.Errorf("interrupted; the lock granted meanwhile was released: %w", ctx.Err())
 	default:
-		return nil, errors.Join(err, ctx.Err())
+		// Not wrapped: the daemon's answer to the stopped wait matches
+		// ErrLockHeld, and an interrupted acquire exits as interrupted
+		// (exitCode), not as "held by another owner".
+		return nil, fmt.Errorf("interrupted while waiting (%s): %w", cliText(err), ctx.Err())
 	}
 }
 
