@@ -103,10 +103,11 @@ type readyIdem struct {
 
 // readyIdemMaster is one master's standing for records: counts (its
 // votes count for locks and it is not waiting out the max retention since
-// a repair); seen is false before its first answer to a record action
-// (then counts follows the lock state); repaired_at_ms (Unix ms, absent
-// when never repaired) and counts_again_in_s say when a repaired master
-// answers for records again.
+// a repair, known from its answers to record actions or from the marker
+// the lock path reads at every probe); seen is false before its first
+// answer to a record action; repaired_at_ms (Unix ms, absent when never
+// repaired) and counts_again_in_s say when a repaired master answers for
+// records again.
 type readyIdemMaster struct {
 	Index          int   `json:"index"`
 	Counts         bool  `json:"counts"`
@@ -293,7 +294,7 @@ func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 		ri := &readyIdem{Needed: needed, Masters: make([]readyIdemMaster, len(rm))}
 		for i, m := range rm {
 			lock := i < len(ms) && ms[i].Counting
-			rim := readyIdemMaster{Index: m.Index, Seen: m.Seen, Counts: lock && (m.Counts || !m.Seen),
+			rim := readyIdemMaster{Index: m.Index, Seen: m.Seen, Counts: lock && m.Counts,
 				CountsAgainInS: int64((m.Left + time.Second - 1) / time.Second)}
 			if !m.RepairedAt.IsZero() {
 				rim.RepairedAtMS = m.RepairedAt.UnixMilli()

@@ -122,6 +122,13 @@ type MasterStatus struct {
 	Latency        time.Duration // round trip of the last probe
 	CheckedAt      time.Time     // when the last probe finished; zero before the first
 	LastError      string        // the last probe or connection error, "" if none
+	// KeptSince is, as MasterAnswer.KeptSince, the time of the master's
+	// last repair after a data loss, by its own clock, from the marker the
+	// Client expects it to carry (data written to it before then may be
+	// gone); zero when that marker is the deployment's first, or none is
+	// known yet. Callers that keep data longer than a lock (idempotency
+	// records) read it without waiting for an answer of their own.
+	KeptSince time.Time
 }
 
 // Masters returns a snapshot of every master's health, in configuration order.
@@ -138,6 +145,11 @@ func (c *Client) Masters() []MasterStatus {
 			st.LastError = *e
 		}
 		st.QuarantineLeft = m.quarantineLeft()
+		if exp := m.st.inc.expectedMarker.Load(); exp != nil {
+			if mk, ok := parseMarker(*exp); ok && mk.repaired {
+				st.KeptSince = mk.at
+			}
+		}
 		m.st.mu.Lock()
 		st.RunID, st.Uptime, st.Durable = m.st.inc.runID, m.st.uptime, m.st.durable
 		st.Drifting = m.st.drifting

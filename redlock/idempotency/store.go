@@ -66,44 +66,56 @@ type masterSeen struct {
 	masterTime time.Time
 }
 
-// RecordMaster is what the Store last heard of one master's standing for
-// records (RecordMasters).
+// RecordMaster is one master's standing for records (RecordMasters).
 type RecordMaster struct {
 	Index int
 	// Seen is false before the master's first answer to a record action.
 	Seen bool
-	// Counts: its answers count for records (it kept its data for at
-	// least the max retention). A master that does not count for locks
-	// does not count for records either; that is the lock path's state.
+	// Counts: as far as is known, its answers count for records: it is
+	// not waiting out the max retention since a repair. A master that does
+	// not count for locks does not count for records either; that is the
+	// lock path's state, not reported here.
 	Counts bool
 	// RepairedAt is the master's last repair after a data loss (zero when
-	// none); Left is how long until it counts for records again.
+	// none is known); Left is how long until it counts for records again.
 	RepairedAt time.Time
 	Left       time.Duration
 }
 
 // RecordMasters reports, per master, whether its answers count for
-// records, from its last answer to a record action: a master repaired
-// after a data loss answers for locks once repaired, but for records only
-// when the max retention has passed since its repair (safety.go).
+// records: a master repaired after a data loss answers for locks once
+// repaired, but for records only when the max retention has passed since
+// its repair (safety.go). What is known of its repair comes from its last
+// answer to a record action or, when later, from the marker the lock
+// Client expects it to carry (redlock.MasterStatus.KeptSince, read by
+// every probe): a master restarted empty and repaired since the last
+// record action is reported out at once, not at the next record action
+// that reaches it. The actions themselves judge each answer (counts).
 func (s *Store) RecordMasters(now time.Time) []RecordMaster {
+	lock := s.c.Masters()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]RecordMaster, s.c.MasterCount())
 	for i := range out {
 		out[i].Index = i
-		if i >= len(s.seen) || s.seen[i].at.IsZero() {
-			continue
-		}
-		m := &s.seen[i]
-		out[i].Seen, out[i].Counts = true, true
-		if !m.keptSince.IsZero() {
-			out[i].RepairedAt = m.keptSince
-			left := s.maxRetention - m.masterTime.Sub(m.keptSince) - now.Sub(m.at)
-			if left > 0 {
-				out[i].Counts, out[i].Left = false, left
+		var kept time.Time
+		var left time.Duration
+		if i < len(s.seen) && !s.seen[i].at.IsZero() {
+			m := &s.seen[i]
+			out[i].Seen = true
+			if !m.keptSince.IsZero() {
+				kept = m.keptSince
+				left = s.maxRetention - m.masterTime.Sub(m.keptSince) - now.Sub(m.at)
 			}
 		}
+		if i < len(lock) && lock[i].KeptSince.After(kept) {
+			// By the master's clock: ours plus its offset.
+			kept = lock[i].KeptSince
+			left = s.maxRetention - now.Add(lock[i].ClockOffset).Sub(kept)
+		}
+		out[i].RepairedAt = kept
+		out[i].Counts = left <= 0
+		out[i].Left = max(left, 0)
 	}
 	return out
 }

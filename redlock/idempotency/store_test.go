@@ -306,6 +306,22 @@ func TestRepairedMastersDoNotAnswerForRecords(t *testing.T) {
 	// A vote finds the loss at once; the repair follows within probes.
 	_, _ = c.Status(ctx, "probe:"+key)
 	waitCounting(t, c, 20*time.Second, 0, 1, 3, 4)
+	// A Store that has not made a record action since the repairs knows
+	// of them from the lock path's markers: /readyz shows the repaired
+	// masters out at once, not after a record action reaches each one.
+	fresh, err := New(c)
+	require.NoError(t, err)
+	for _, m := range fresh.RecordMasters(time.Now()) {
+		require.False(t, m.Seen)
+		if m.Index == 2 {
+			require.True(t, m.Counts, "master 2 kept its data")
+			require.True(t, m.RepairedAt.IsZero())
+			continue
+		}
+		require.False(t, m.Counts, "master %d was repaired: %+v", m.Index, m)
+		require.False(t, m.RepairedAt.IsZero())
+		require.Greater(t, m.Left, DefaultMaxRetention-time.Hour)
+	}
 	// Master 2, the one that kept the record, does not answer: what the
 	// other four say decides.
 	require.NoError(t, servers[2].Pause())
