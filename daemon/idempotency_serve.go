@@ -311,10 +311,25 @@ func (s *Server) idemQuorumFailed(ctx context.Context, w http.ResponseWriter, c 
 	msg := fmt.Sprintf("idempotency records: no quorum of masters counting for records (%d of %d needed; %d did it, %d not counted: %v)",
 		qe.Quorum, qe.Masters, qe.Done, len(qe.Failures), errors.Join(qe.Failures...))
 	retry := s.outage.backoff(time.Now())
+	// Masters that failed otherwise (down, paused, too slow) may come back
+	// at any moment and make the quorum sooner than the retention waits.
+	others := 0
+	for _, f := range qe.Failures {
+		var rw *idempotency.RetentionWaitError
+		if !errors.As(f, &rw) {
+			others++
+		}
+	}
 	if qe.ReturnKnown {
 		d := max(qe.Return.Round(time.Second), time.Second)
-		retry = min(d, maxRetryAfter)
-		msg += fmt.Sprintf("; a quorum counts for records again in %v; retry in %d s", d, retry/time.Second)
+		sooner := ""
+		if others > 0 {
+			sooner = fmt.Sprintf(", or sooner when the %d master(s) down or not answering come back", others)
+			retry = min(retry, d, maxRetryAfter)
+		} else {
+			retry = min(d, maxRetryAfter)
+		}
+		msg += fmt.Sprintf("; a quorum counts for records again in %v%s; retry in %d s", d, sooner, retry/time.Second)
 	} else {
 		msg += "; no time is known for a quorum to count for records again; retry later"
 	}

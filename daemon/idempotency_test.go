@@ -1,10 +1,12 @@
 package daemon
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -588,4 +590,38 @@ func TestIdemExtendPastRetentionRefused(t *testing.T) {
 	r = ts.idem(t, map[string]any{"action": "idem_extend", "key": "x1", "token": tok, "lease": 30})
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
 	assert.Greater(t, r.idem(t).ValidityMS, int64(20000))
+}
+
+// TestIdemQuorumMessageSaysSooner: with two masters repaired after a data
+// loss (out for records for the max retention) and a third down, a record
+// action's 503 gives the retention's end as the known return but says a
+// quorum may come back sooner, with the master that is down, and its
+// Retry-After is the outage backoff, not days.
+func TestIdemQuorumMessageSaysSooner(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t)
+	ctx := context.Background()
+	for _, i := range []int{0, 1} {
+		r := redis.NewClient(&redis.Options{Addr: d.servers[i].Addr()})
+		require.NoError(t, r.Del(ctx, d.prefix+"marker", d.prefix+"marker:horizon", d.prefix+"fence").Err())
+		_ = r.Close()
+	}
+	require.Eventually(t, func() bool {
+		ts.idem(t, map[string]any{"action": "idem_get", "key": "sooner"}) // a vote finds the losses
+		r := ts.do(t, http.MethodGet, "/readyz", "", nil)
+		var b readyBody
+		require.NoError(t, json.Unmarshal([]byte(r.Raw), &b), r.Raw)
+		// Repaired, and counting for locks again (their quarantine, the
+		// lease horizon of the others, is short here): out for records only.
+		return b.Idempotency.Masters[0].RepairedAtMS > 0 && b.Idempotency.Masters[1].RepairedAtMS > 0 &&
+			b.Masters[0].Counts && b.Masters[1].Counts
+	}, 20*time.Second, 50*time.Millisecond, "masters 0 and 1 repaired")
+	d.kill(t, 2)
+	r := ts.idem(t, map[string]any{"action": "idem_begin", "key": "sooner", "body": "x"})
+	require.Equal(t, http.StatusServiceUnavailable, r.Status, r.Raw)
+	require.Contains(t, r.Env.Msg, "a quorum counts for records again in 16")
+	require.Contains(t, r.Env.Msg, "or sooner when the 1 master(s) down or not answering come back")
+	retry, err := strconv.Atoi(r.Header.Get("Retry-After"))
+	require.NoError(t, err)
+	require.LessOrEqual(t, retry, 60, "the outage backoff, not the retention")
 }
