@@ -664,13 +664,20 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 	// commandExited takes the command's exit when it is already there:
 	// select picks at random among ready cases, and after lock run was
 	// stopped the loss, the kill timer and the exit can all be ready.
+	// A command killed while lock run was stopped is dead but not reaped
+	// yet when lock run runs again (processDead): its exit is waited for,
+	// so that nothing is said of signals it never got.
 	commandExited := func() bool {
 		select {
 		case werr = <-exited:
 			return true
 		default:
+		}
+		if !processDead(pgid) {
 			return false
 		}
+		werr = <-exited
+		return true
 	}
 wait:
 	for {
@@ -684,6 +691,11 @@ wait:
 				}
 			}
 		case <-guardGone:
+			if commandExited() {
+				// The guardian killed it (lock run was stopped past
+				// the validity): no second guardian for a dead group.
+				break wait
+			}
 			// Killed by someone: without a guardian, a kill of lock run
 			// would leave the command running. Start another.
 			g, guardGone = nil, nil

@@ -222,6 +222,11 @@ func TestLockRunStoppedStopsItsCommand(t *testing.T) {
 	// within 0s of SIGTERM; sending SIGKILL").
 	assert.NotContains(t, p.stderr.String(), "did not exit within")
 	assert.NotContains(t, p.stderr.String(), "sending SIGTERM")
+	// The guardian that did its work is not replaced by another that
+	// kills the dead group again (a break-it pass saw the kill reported
+	// twice, with "another took its place" between).
+	assert.Equal(t, 1, strings.Count(p.stderr.String(), "its guardian killed process group"), "stderr: %s", p.stderr.String())
+	assert.NotContains(t, p.stderr.String(), "another took its place")
 }
 
 // TestLockRunReplacesItsGuardian: a guardian killed by someone is replaced,

@@ -174,7 +174,7 @@ func printRepair(w io.Writer, res *redlock.RepairResult, dry bool) {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", m.Index, m.Addr, before, after, marker, result)
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(w, "highest counter found %d on %d of %d masters; target %d\n", res.Highest, res.Answered, len(res.Masters), res.Target)
+	fmt.Fprintf(w, "%d of %d masters read; the highest counter among them is %d; target %d\n", res.Answered, len(res.Masters), res.Highest, res.Target)
 	verb := "quarantined"
 	if dry {
 		verb = "would be quarantined"
