@@ -94,7 +94,11 @@ type MasterStatus struct {
 	// QuarantineReason and QuarantineLeft explain MasterQuarantined (and
 	// QuarantineReason MasterRepairing and MasterWaiting, with the
 	// operator's step when one is needed). QuarantineLeft is 0 while a master
-	// is held out until its clock agrees with the others again.
+	// is held out until its clock agrees with the others again; for
+	// MasterRepairing it is the least the master stays out, not when it
+	// returns: it returns once its fencing counter is repaired, by the
+	// Client when a quorum of the others answers, else by an operator's
+	// RepairFences (Client.QuorumExpectedIn says when a quorum returns).
 	QuarantineReason string
 	QuarantineLeft   time.Duration
 	// Drifting: its clock ran at a rate differing from ours by more than
