@@ -529,6 +529,9 @@ func writeConfig(t *testing.T, cfg config.Config) string {
 // touched, naming the flag and the limit.
 func TestRepairFencesBadInput(t *testing.T) {
 	file := writeConfig(t, config.Config{KeyPrefix: "bad:", Masters: []string{servers[0].Addr(), servers[1].Addr(), servers[2].Addr()}, APIKeys: []config.APIKey{{Name: "acme", Key: keyA}}})
+	groups := t.TempDir() + "/groups.yaml"
+	require.NoError(t, os.WriteFile(groups, []byte(fmt.Sprintf("key_prefix: \"bad:\"\nmaster_groups:\n  - name: g0\n    masters: [%q, %q, %q]\n  - name: g1\n    masters: [%q, %q, \"127.0.0.1:1\"]\napi_keys:\n  - name: acme\n    key: %q\n",
+		servers[0].Addr(), servers[1].Addr(), servers[2].Addr(), servers[3].Addr(), servers[4].Addr(), keyA)), 0o600))
 	for _, tc := range []struct {
 		args []string
 		want string
@@ -541,6 +544,9 @@ func TestRepairFencesBadInput(t *testing.T) {
 		{[]string{"--config", file, "--margin", "x"}, `invalid value "x" for flag -margin`},
 		{[]string{"--config", file, "--margin", "9223372036854775807"}, "margin must be in [0, 9007199254740991]"},
 		{[]string{"--config", file, "--min", "9007199254740991"}, "min must be in [0, 9007199254740990]"},
+		// A config with master_groups: one repair per group, said so
+		// (before: "at least one master is required", naming nothing).
+		{[]string{"--config", groups}, "the config has master_groups (g0, g1): each group keeps its own fencing counters; run repair-fences once per group"},
 	} {
 		var out, errOut bytes.Buffer
 		err := run(context.Background(), append([]string{"repair-fences"}, tc.args...), &out, &errOut)

@@ -36,6 +36,9 @@ disagree on the groups. Flags:
 type daemonPlacement struct {
 	Placement      *placementBody `json:"placement"`
 	LongestMaxTTLS int64          `json:"longest_max_ttl_s"`
+	// Quorum is in every /readyz answer: without it the answer is not a
+	// daemon's (a 404 page, another service's JSON).
+	Quorum *json.RawMessage `json:"quorum"`
 }
 
 // placementBody is /readyz's placement (daemon.readyPlacement).
@@ -102,7 +105,7 @@ func groupsChange(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			fmt.Fprintln(stdout, "no daemon is moving: step 1 has not started, or (give --to) the change is complete")
 			return nil
 		case p.moving+p.onNew < len(urls):
-			fmt.Fprintf(stdout, "step 1: %d of %d daemons lock moved keys in both groups; restart or reload the other %d with previous_master_groups\n", p.moving+p.onNew, len(urls), p.onOld)
+			fmt.Fprintf(stdout, "step 1: %d of %d daemons lock moved keys in both groups; restart the other %d with previous_master_groups (a reload does not apply it)\n", p.moving+p.onNew, len(urls), p.onOld)
 		case p.onNew > 0:
 			fmt.Fprintf(stdout, "step 3: %d of %d daemons on the new groups only\n", p.onNew, len(urls))
 		case now.Before(p.stepTwoDone):
@@ -128,6 +131,7 @@ func groupsChange(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // moving daemon moves to, else on the old ones.
 func readProgress(ctx context.Context, client *http.Client, urls, to []string) (changeProgress, error) {
 	var p changeProgress
+	toFlag := to != nil // --to, else the first moving daemon's
 	placements := make([]daemonPlacement, len(urls))
 	for i, u := range urls {
 		d, err := readPlacement(ctx, client, u)
@@ -140,6 +144,9 @@ func readProgress(ctx context.Context, client *http.Client, urls, to []string) (
 		placements[i] = d
 		if pl := d.Placement; pl.Phase == "moving" {
 			if to != nil && !slices.Equal(to, pl.To) {
+				if toFlag {
+					return p, fmt.Errorf("groups-change: %s moves to groups %v, --to says %v", u, pl.To, to)
+				}
 				return p, fmt.Errorf("groups-change: %s moves to groups %v, another daemon to %v: give every daemon the same master_groups", u, pl.To, to)
 			}
 			to = pl.To
@@ -175,9 +182,18 @@ func readPlacement(ctx context.Context, client *http.Client, base string) (daemo
 		return daemonPlacement{}, err
 	}
 	defer resp.Body.Close()
+	// /readyz answers 200, or 503 when no quorum of masters counts; any
+	// other answer is not a daemon's placement (a 401 from an admin
+	// listener, a 404 for a URL that already ends in /readyz).
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusServiceUnavailable {
+		return daemonPlacement{}, fmt.Errorf("GET %s/readyz: %s: not a redlockd /readyz answer; give each daemon's base URL on its public listener (e.g. http://10.0.0.7:7070)", base, resp.Status)
+	}
 	var d daemonPlacement
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&d); err != nil {
-		return daemonPlacement{}, fmt.Errorf("GET /readyz: %s: %w", resp.Status, err)
+		return daemonPlacement{}, fmt.Errorf("GET %s/readyz: %s: %w", base, resp.Status, err)
+	}
+	if d.Quorum == nil {
+		return daemonPlacement{}, fmt.Errorf("GET %s/readyz: %s: not a redlockd /readyz answer (no quorum field)", base, resp.Status)
 	}
 	return d, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -95,6 +96,14 @@ func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	cfg, err := config.LoadFor(*path, os.LookupEnv, fs, repairSettings...)
 	if err != nil {
 		return err
+	}
+	if len(cfg.Masters) == 0 && len(cfg.MasterGroups) > 0 {
+		// Each group keeps its own fencing counters: one repair per group.
+		names := make([]string, len(cfg.MasterGroups))
+		for i, g := range cfg.MasterGroups {
+			names[i] = g.Name
+		}
+		return fmt.Errorf("repair-fences: the config has master_groups (%s): each group keeps its own fencing counters; run repair-fences once per group, without --config: --masters listing that group's masters, with --key-prefix, --max-ttl and the master password and TLS flags (or REDLOCKD_* variables) the config gives", strings.Join(names, ", "))
 	}
 	masters, _, err := masterOptions(cfg)
 	if err != nil {
