@@ -491,6 +491,10 @@ func notHeldMsg(err error) string {
 	if errors.As(err, &oe) && oe.Foreign > 0 {
 		return msgWrongToken
 	}
+	var ce *redlock.ChangeExtendError
+	if errors.As(err, &ce) {
+		return "lock not extended: it was taken before the change of master groups and is held in its old group only; it cannot be extended during the change, and ends with its TTL (acquire it again)"
+	}
 	return msgNotHeld
 }
 

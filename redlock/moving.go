@@ -201,15 +201,25 @@ func (m *Moving) Release(ctx context.Context, key, token string) (int, error) {
 
 // Extend extends key held by token in every group of GroupsOf(key) and
 // fails when any group refuses (a lock taken in phase old is absent from
-// the new group: it cannot be kept alive into phase new, see Moving). The
-// returned Lock is the first group's, with the fence of the group that
-// reports the largest, and the earliest validity and shortest TTL among
-// the groups.
+// the new group: it cannot be kept alive into phase new, see Moving). A
+// moved key's new group is extended first, so that such a lock is refused
+// there before its old group's copy is lengthened (which would keep the
+// key blocked longer while its holder is told it is not held); the error
+// then says why. The returned Lock is the first group extended, with the
+// fence of the group that reports the largest, and the earliest validity
+// and shortest TTL among the groups.
 func (m *Moving) Extend(ctx context.Context, key, token string, ttl time.Duration) (*Lock, error) {
 	var first *Lock
-	for _, g := range m.GroupsOf(key) {
+	groups := m.GroupsOf(key)
+	if len(groups) == 2 {
+		groups[0], groups[1] = groups[1], groups[0]
+	}
+	for i, g := range groups {
 		lk, err := g.Client.Extend(ctx, key, token, ttl)
 		if err != nil {
+			if i == 0 && len(groups) == 2 && errors.Is(err, ErrNotHeld) {
+				err = &ChangeExtendError{Group: g.Name, Err: err}
+			}
 			return nil, groupErr(g.Name, err)
 		}
 		if first == nil {
@@ -262,3 +272,18 @@ func (ml *MovingLock) raiseFences(ctx context.Context) error {
 	}
 	return nil
 }
+
+// ChangeExtendError is a moving extend refused by a moved key's new group:
+// the lock was taken before the change of master groups (it holds only
+// the old group) and cannot be kept alive into the new placement; it ends
+// with its TTL. It matches the new group's error (ErrNotHeld).
+type ChangeExtendError struct {
+	Group string // the new group
+	Err   error
+}
+
+func (e *ChangeExtendError) Error() string {
+	return fmt.Sprintf("%v (not in its new group %s: a lock taken before the change of master groups cannot be extended during it, and ends with its TTL)", e.Err, e.Group)
+}
+
+func (e *ChangeExtendError) Unwrap() error { return e.Err }

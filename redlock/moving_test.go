@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockd/redlockd/internal/redisproc"
@@ -221,4 +222,37 @@ func TestMovingCheckerSeesSkippedStep(t *testing.T) {
 	twice := slices.IndexFunc(v, func(s string) bool { return strings.Contains(s, ": two holders: ") })
 	require.GreaterOrEqual(t, twice, 0, "old and new lockers together must show two holders of a moved key; saw %d other violations", len(v))
 	t.Logf("%d violations, e.g. %s", len(v), v[twice])
+}
+
+// TestMovingExtendOfAnOldLock: a lock taken before the change (phase old:
+// in its old group only) is refused by a moving extend, which says why,
+// and its old copy is not lengthened (before, the old group was extended
+// first and the extend then failed on the new one: the key stayed blocked
+// for the new TTL while its holder was told it was not held).
+func TestMovingExtendOfAnOldLock(t *testing.T) {
+	cg := newChangeGroups(t)
+	ctx := context.Background()
+	p := cg.new.Placement()
+	key := keysOn(p, 1, 1, "test:moving-extend")[0] // moves from a to b
+	lk, err := cg.old.Acquire(ctx, key, time.Second)
+	require.NoError(t, err)
+	_, err = cg.moving.Extend(ctx, key, lk.Token(), 2*time.Second) // the max TTL
+
+	require.ErrorIs(t, err, ErrNotHeld)
+	var ce *ChangeExtendError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "b", ce.Group)
+	assert.Contains(t, err.Error(), "not in its new group b: a lock taken before the change of master groups cannot be extended during it")
+	st, err := cg.old.Status(ctx, key)
+	require.NoError(t, err)
+	require.True(t, st.Held)
+	assert.LessOrEqual(t, st.Validity, time.Second, "the old copy was not lengthened")
+	// A lock taken by the moving locker holds both groups and extends.
+	require.NoError(t, lk.Release(ctx))
+	ml, err := cg.moving.Acquire(ctx, key, time.Second)
+	require.NoError(t, err)
+	ext, err := cg.moving.Extend(ctx, key, ml.Token(), 2*time.Second)
+	require.NoError(t, err)
+	assert.Greater(t, time.Until(ext.ValidUntil()), 1500*time.Millisecond)
+	require.NoError(t, ml.Release(ctx))
 }

@@ -1,0 +1,19 @@
+package daemon
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/redlockd/redlockd/redlock"
+)
+
+// TestNotHeldMsgOfAChangeExtend: an extend refused because the lock was
+// taken before the change of master groups says so, instead of "it expired
+// or was already released" for a lock status still shows held.
+func TestNotHeldMsgOfAChangeExtend(t *testing.T) {
+	err := fmt.Errorf("group b: %w", &redlock.ChangeExtendError{Group: "b", Err: redlock.ErrNotHeld})
+	assert.Contains(t, notHeldMsg(err), "taken before the change of master groups")
+	assert.Equal(t, msgNotHeld, notHeldMsg(redlock.ErrNotHeld))
+}
