@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redlockd/redlockd/daemon/limits"
@@ -70,6 +71,18 @@ func (s *Server) newLimiter(o *Options) error {
 	}
 	s.limitStore = o.LimitStore
 	s.limits = limits.NewLimiter(s.log.Named("limits"), o.LimitStore, s.prefix, interval, s.metrics.limits)
+	if lg, ok := s.locker.(interface{ LockGroup(string) int }); ok && o.LimitStore != nil && o.LimitStore.Groups() > 1 {
+		// With master groups, a lock is counted in its group's held set
+		// (limits.NewGroupStore); idempotency leases, outside the lock
+		// keys' space, live in the first group with the records.
+		lockKeys := s.prefix + lockSpace
+		s.limits.PlaceBy(func(key string) int {
+			if !strings.HasPrefix(key, lockKeys) {
+				return 0
+			}
+			return lg.LockGroup(key)
+		})
+	}
 	s.limits.SetAccounts(limitAccounts(keys))
 	return nil
 }

@@ -130,6 +130,11 @@ func (g *groupsLocker) groupOps(i int) GroupOps {
 	return GroupOps{Acquire: n[opAcquire].Load(), Release: n[opRelease].Load(), Extend: n[opExtend].Load(), Status: n[opStatus].Load()}
 }
 
+// LockGroup is the index, in the current master_groups, of the group lock
+// key is placed in: where the account limits' held set counts it
+// (limits.Limiter.PlaceBy).
+func (g *groupsLocker) LockGroup(key string) int { return g.place.Group(key) }
+
 // route is the index of key's group, counted as one call of op.
 func (g *groupsLocker) route(key string, op int) int {
 	i := g.place.Group(key)

@@ -569,3 +569,123 @@ func windowStart(now time.Time, w time.Duration) int64 {
 	ms := now.UnixMilli()
 	return ms - ms%w.Milliseconds()
 }
+
+// startGroupLimitDaemon is startLimitDaemon over master groups g0, g1, …
+// (one redlock.Client per group, as `redlockd serve` with master_groups),
+// with the account limits' Store over every group (limits.NewGroupStore).
+func startGroupLimitDaemon(t *testing.T, groups [][]*redisproc.Server, lim limits.Limits) *limitDaemon {
+	t.Helper()
+	var rgroups []redlock.Group
+	var storeMasters [][]*redis.Options
+	for gi, servers := range groups {
+		masters := make([]*redis.Options, len(servers))
+		for i, s := range servers {
+			masters[i] = &redis.Options{Addr: s.Addr()}
+		}
+		c, err := redlock.New(masters, redlock.WithMarkerKey(testPrefix+"marker"), redlock.WithFenceKey(testPrefix+"fence"),
+			redlock.WithHealthInterval(100*time.Millisecond), redlock.WithPerMasterTimeout(500*time.Millisecond))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		rgroups = append(rgroups, redlock.Group{Name: fmt.Sprintf("g%d", gi), Client: c})
+		storeMasters = append(storeMasters, masters)
+	}
+	gl, err := NewGroupsLocker(rgroups)
+	require.NoError(t, err)
+	store, err := limits.NewGroupStore(storeMasters, time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = store.Close() })
+	reg := prometheus.NewRegistry()
+	srv, err := New(zap.NewNop(), &Options{
+		APIKeys:            []APIKey{{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme)), Limits: lim}},
+		KeyPrefix:          testPrefix,
+		ShutdownTimeout:    5 * time.Second,
+		Locker:             gl,
+		Health:             gl,
+		Metrics:            NewMetrics(reg),
+		LimitStore:         store,
+		LimitsSyncInterval: limitsInterval,
+	})
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, ln) }()
+	tr := &http.Transport{}
+	d := &limitDaemon{URL: "http://" + ln.Addr().String(), srv: srv, reg: reg, client: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+	d.stop = func() {
+		cancel()
+		<-done
+		tr.CloseIdleConnections()
+	}
+	t.Cleanup(d.stop)
+	require.Eventually(t, func() bool {
+		resp, err := d.client.Get(d.URL + "/readyz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 10*time.Second, 20*time.Millisecond, "daemon ready")
+	return d
+}
+
+// TestMaxLocksAcrossGroups: with master groups, every lock counts against
+// max_locks, whichever group its key is placed in, across daemons. Before,
+// the account's held set lived on the first group's masters and was
+// reconciled against the lock keys there, so a lock placed in another
+// group left the count at the next sync: a break-it pass held six locks
+// with max_locks 3.
+func TestMaxLocksAcrossGroups(t *testing.T) {
+	servers, err := redisproc.StartN(6, redisproc.Options{})
+	if err != nil {
+		t.Skip("needs redis-server:", err)
+	}
+	t.Cleanup(func() { _ = redisproc.StopAll(servers) })
+	groups := [][]*redisproc.Server{servers[:3], servers[3:]}
+	lim := limits.Limits{MaxLocks: 3}
+	a := startGroupLimitDaemon(t, groups, lim)
+	b := startGroupLimitDaemon(t, groups, lim)
+	place, err := redlock.NewPlacement("g0", "g1")
+	require.NoError(t, err)
+	keysIn := func(g, n int) []string {
+		var out []string
+		for i := 0; len(out) < n; i++ {
+			k := fmt.Sprintf("grp:%d", i)
+			if place.Group(redisKey(testPrefix, "acme", "", k)) == g {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	g0, g1 := keysIn(0, 2), keysIn(1, 4)
+	acquire := func(d *limitDaemon, key string) string {
+		t.Helper()
+		r := d.lock(t, `{"action":"acquire","key":"`+key+`","ttl":30}`)
+		require.Equal(t, true, r.data(t)["acquired"], r.Raw)
+		return r.data(t)["token"].(string)
+	}
+	waitHeld := func(d *limitDaemon, n int64) {
+		t.Helper()
+		require.Eventually(t, func() bool { return *d.stats(t).LocksHeld == n }, 5*time.Second, 5*time.Millisecond, "locks_held %d: %+v", n, d.stats(t))
+	}
+	t1 := acquire(a, g1[0])
+	acquire(a, g1[1])
+	acquire(a, g0[0])
+	// Several sync rounds later, both daemons still count the two locks
+	// in g1: they are reconciled on g1's masters, not dropped on g0's.
+	time.Sleep(10 * limitsInterval)
+	waitHeld(a, 3)
+	waitHeld(b, 3)
+	for _, d := range []*limitDaemon{a, b} {
+		r := d.lock(t, `{"action":"acquire","key":"`+g1[2]+`","ttl":30}`)
+		require.Equal(t, http.StatusTooManyRequests, r.Status, r.Raw)
+		assert.Equal(t, "too_many_locks", r.code())
+	}
+	// A release through the other daemon gives the slot back.
+	r := b.lock(t, `{"action":"release","key":"`+g1[0]+`","token":"`+t1+`"}`)
+	require.Equal(t, true, r.data(t)["released"], r.Raw)
+	waitHeld(a, 2)
+	acquire(a, g1[3])
+	waitHeld(b, 3)
+}

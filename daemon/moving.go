@@ -21,6 +21,7 @@ type movingLocker struct {
 	m             *redlock.Moving
 	index         map[string]int // group name → index in groupsLocker
 	from, to      []string
+	toPlace       *redlock.Placement // the current groups' (to) placement: LockGroup
 	since         time.Time
 }
 
@@ -33,12 +34,20 @@ func NewMovingLocker(m *redlock.Moving, groups []redlock.Group, from, to []strin
 	if err != nil {
 		return nil, err
 	}
-	ml := &movingLocker{groupsLocker: gl, m: m, index: map[string]int{}, from: from, to: to, since: time.Now()}
+	toPlace, err := redlock.NewPlacement(to...)
+	if err != nil {
+		return nil, err
+	}
+	ml := &movingLocker{groupsLocker: gl, m: m, index: map[string]int{}, from: from, to: to, toPlace: toPlace, since: time.Now()}
 	for i, g := range groups {
 		ml.index[g.Name] = i
 	}
 	return ml, nil
 }
+
+// LockGroup is the index of key's group in the current groups (to): a
+// moved key is locked in both its groups, and counted in its new one.
+func (l *movingLocker) LockGroup(key string) int { return l.toPlace.Group(key) }
 
 // count counts one call of op on each group key is locked in.
 func (l *movingLocker) count(key string, op int) {

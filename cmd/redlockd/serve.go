@@ -90,9 +90,15 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		ln.Close()
 		return err
 	}
-	// The accounts' limits live on the first group's masters, on
-	// connections of their own.
-	limitMasters := masters[:len(cfg.Groups()[0].Masters)]
+	// The accounts' limits live on the current groups' masters, on
+	// connections of their own: the counts on the first group's, each
+	// held lock on its own group's (limits.NewGroupStore).
+	var limitMasters [][]*redis.Options
+	rest := masters
+	for _, g := range cfg.Groups() {
+		limitMasters = append(limitMasters, rest[:len(g.Masters)])
+		rest = rest[len(g.Masters):]
+	}
 	var groups []redlock.Group
 	clients := map[string]*redlock.Client{}
 	for _, g := range distinctGroups(cfg) {
@@ -205,7 +211,7 @@ func newGroupClient(ctx context.Context, cfg config.Config, log *zap.Logger, met
 // are the masters the accounts' limits live on, idemClient the Client the
 // idempotency records live behind.
 func serveWith(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.Listener, load func() (config.Config, error),
-	reg *prometheus.Registry, metrics *daemon.Metrics, masterCert *masterClientCert, locker daemon.MasterLocker, limitMasters []*redis.Options, idemClient *redlock.Client) error {
+	reg *prometheus.Registry, metrics *daemon.Metrics, masterCert *masterClientCert, locker daemon.MasterLocker, limitMasters [][]*redis.Options, idemClient *redlock.Client) error {
 	var err error
 
 	var srvTLS *daemon.ServerTLS
@@ -227,7 +233,7 @@ func serveWith(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	}
 	// The accounts' limits live on the same masters, on connections of
 	// their own; a master is given twice the per-master timeout per sync.
-	limitStore, err := limits.NewStore(limitMasters, max(2*time.Duration(cfg.PerMasterTimeout), 50*time.Millisecond))
+	limitStore, err := limits.NewGroupStore(limitMasters, max(2*time.Duration(cfg.PerMasterTimeout), 50*time.Millisecond))
 	if err != nil {
 		ln.Close()
 		return err

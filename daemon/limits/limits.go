@@ -63,7 +63,11 @@ const DefaultSyncInterval = 100 * time.Millisecond
 //     expires. The count is the largest over the masters that answered,
 //     taken only from rounds a quorum answered: that is the lock keys this
 //     account keeps on the most loaded master, which is what the cap
-//     protects. Between rounds, a daemon adds the locks it granted and
+//     protects. With master groups, each lock is reconciled on the
+//     masters of the group its key is placed in (PlaceBy), each group
+//     keeps a set of its own, and the count is the sum of the groups'
+//     counts, taken only from rounds in which every group's quorum
+//     answered. Between rounds, a daemon adds the locks it granted and
 //     subtracts those it released; its acquires in flight hold a slot.
 //     Each lock change is reconciled again once the lock path's writes
 //     have settled (Limiter.settle).
@@ -90,9 +94,13 @@ type Limiter struct {
 	prefix   string
 	id       string // this daemon's field in the shared counters
 	interval time.Duration
-	quorum   int
-	metrics  *Metrics
-	accounts atomic.Pointer[limitAccounts]
+	quorum   int // of group 0's masters, which keep the quota and rate counts
+	// groupQuorum is each master group's quorum, for its held set;
+	// groupOf places a lock key in its group (nil: group 0), PlaceBy.
+	groupQuorum []int
+	groupOf     func(lockKey string) int
+	metrics     *Metrics
+	accounts    atomic.Pointer[limitAccounts]
 
 	// settle is how old a lock change must be for its second sync: the
 	// Store's timeout, twice the lock path's per-master timeout in
@@ -166,13 +174,37 @@ func NewLimiter(log *zap.Logger, store *Store, prefix string, interval time.Dura
 	m.limiter.Store(l)
 	if store != nil {
 		l.settle = store.timeout
-		l.quorum = store.Masters()/2 + 1
+		l.quorum = store.groupSize(0)/2 + 1
+		for g := range store.Groups() {
+			l.groupQuorum = append(l.groupQuorum, store.groupSize(g)/2+1)
+		}
 		l.backlog = make([]map[*accountState][]heldOp, store.Masters())
 		for i := range l.backlog {
 			l.backlog[i] = map[*accountState][]heldOp{}
 		}
 	}
 	return l
+}
+
+// PlaceBy tells a Limiter over several master groups (NewGroupStore) the
+// group of each lock key, an index in the Store's groups: the group whose
+// masters hold the key, where its account's held set counts it. Call it
+// before Start. Without it, every lock is counted in group 0.
+func (l *Limiter) PlaceBy(groupOf func(lockKey string) int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.groupOf = groupOf
+}
+
+// placed is the group of key, within the Store's groups.
+func (l *Limiter) placed(key string) int {
+	if l.groupOf == nil {
+		return 0
+	}
+	if g := l.groupOf(key); g >= 0 && g < len(l.groupQuorum) {
+		return g
+	}
+	return 0
 }
 
 // Account is one account's name and limits, as SetAccounts takes them.
@@ -620,15 +652,26 @@ func (l *Limiter) roundLocked(ctx context.Context, states []*accountState, cutof
 	replies := l.store.sync(rctx, l.id, counts, held)
 	cancel()
 
-	answered := 0
+	answered := 0 // of group 0, which keeps the counts
+	groupAnswered := make([]int, len(l.groupQuorum))
 	for i, rep := range replies {
 		if rep.ok {
-			answered++
+			g := l.store.GroupOf(i)
+			groupAnswered[g]++
+			if g == 0 {
+				answered++
+			}
 			continue
 		}
 		l.keepForLater(i, rs, held[i])
 	}
 	quorum := answered >= l.quorum
+	// The held count needs every group's: a group without a quorum of
+	// answers leaves the round's changes counted locally (mergeHeld).
+	heldQuorum := true
+	for g, n := range groupAnswered {
+		heldQuorum = heldQuorum && n >= l.groupQuorum[g]
+	}
 	l.metrics.round(quorum)
 	if !quorum {
 		var errs []error
@@ -640,7 +683,7 @@ func (l *Limiter) roundLocked(ctx context.Context, states []*accountState, cutof
 		l.log.Debug("limits sync: no quorum of masters answered", zap.Int("answered", answered), zap.Errors("errors", errs))
 	}
 	for ai := range rs {
-		l.merge(&rs[ai], replies, quorum, now)
+		l.merge(&rs[ai], replies, quorum, heldQuorum, now)
 	}
 	return quorum
 }
@@ -681,8 +724,26 @@ func (l *Limiter) prepare(r *roundState, st *accountState, now, cutoff time.Time
 	r.ops = st.takeOps(cutoff, maxOpsPerCall-least)
 	st.mu.Unlock()
 	r.heldCalls = make([]int, len(held))
+	var opGroup []int // r.ops' groups, with several groups
+	if len(l.groupQuorum) > 1 {
+		opGroup = make([]int, len(r.ops))
+		for j := range r.ops {
+			opGroup[j] = l.placed(r.ops[j].key)
+		}
+	}
 	for i := range held {
-		ops := append(l.backlog[i][st], r.ops...)
+		mine := r.ops
+		if opGroup != nil {
+			// Master i reconciles the locks of its own group only: a
+			// lock elsewhere is not on it, and would leave its set.
+			mine = nil
+			for j := range r.ops {
+				if opGroup[j] == l.store.GroupOf(i) {
+					mine = append(mine, r.ops[j])
+				}
+			}
+		}
+		ops := append(l.backlog[i][st], mine...)
 		if len(ops) > maxOpsPerCall {
 			// The rest waits in the backlog for the next round.
 			l.backlog[i][st] = ops[maxOpsPerCall:]
@@ -758,7 +819,7 @@ func (st *accountState) idle(now time.Time) bool {
 // merge folds one round's answers into an account's state: the quota
 // counts, the rate counts and the held-lock count, each where the account
 // has that limit.
-func (l *Limiter) merge(r *roundState, replies []masterReply, quorum bool, now time.Time) {
+func (l *Limiter) merge(r *roundState, replies []masterReply, quorum, heldQuorum bool, now time.Time) {
 	st := r.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -769,7 +830,7 @@ func (l *Limiter) merge(r *roundState, replies []masterReply, quorum bool, now t
 		l.mergeRate(r, replies, quorum, now)
 	}
 	if r.heldCalls != nil {
-		mergeHeld(r, replies, quorum)
+		l.mergeHeld(r, replies, heldQuorum)
 	}
 }
 
@@ -778,7 +839,7 @@ func (l *Limiter) merge(r *roundState, replies []masterReply, quorum bool, now t
 func (l *Limiter) mergeQuota(r *roundState, replies []masterReply, quorum bool) {
 	st := r.st
 	for _, rep := range replies {
-		if !rep.ok {
+		if !rep.ok || r.quotaOp >= len(rep.counts) { // a group that keeps no counts
 			continue
 		}
 		for id, v := range rep.counts[r.quotaOp] {
@@ -812,7 +873,7 @@ func (l *Limiter) mergeRate(r *roundState, replies []masterReply, quorum bool, n
 			st.seen[sec] = seen
 		}
 		for _, rep := range replies {
-			if !rep.ok {
+			if !rep.ok || r.rateOps[i] >= len(rep.counts) { // a group that keeps no counts
 				continue
 			}
 			for id, v := range rep.counts[r.rateOps[i]] {
@@ -843,23 +904,43 @@ func (l *Limiter) mergeRate(r *roundState, replies []masterReply, quorum bool, n
 }
 
 // mergeHeld takes the held-lock count from a round a quorum answered (the
-// largest over the masters), or keeps the round's changes counted locally
-// until one does. st.mu is held.
-func mergeHeld(r *roundState, replies []masterReply, quorum bool) {
+// largest over the masters; with master groups, the sum over the groups
+// of each group's largest, from a round every group's quorum answered),
+// or keeps the round's changes counted locally until one does. st.mu is
+// held.
+func (l *Limiter) mergeHeld(r *roundState, replies []masterReply, quorum bool) {
 	st := r.st
 	if quorum {
-		best, bi := int64(0), -1
+		groups := max(len(l.groupQuorum), 1)
+		best := make([]int64, groups)
+		bi := make([]int, groups)
+		for g := range bi {
+			bi[g] = -1
+		}
 		for i, rep := range replies {
-			if rep.ok && (bi < 0 || rep.held[r.heldCalls[i]] > best) {
-				best, bi = rep.held[r.heldCalls[i]], i
+			g := 0
+			if l.store != nil {
+				g = l.store.GroupOf(i)
+			}
+			if rep.ok && (bi[g] < 0 || rep.held[r.heldCalls[i]] > best[g]) {
+				best[g], bi[g] = rep.held[r.heldCalls[i]], i
 			}
 		}
-		st.held, st.heldKnown = best, true
-		// A release the round's best answer no longer counted is
-		// already out of held: stop subtracting it.
+		sum := int64(0)
+		for _, b := range best {
+			sum += b
+		}
+		st.held, st.heldKnown = sum, true
+		// A release the round's best answer (of its group) no longer
+		// counted is already out of held: stop subtracting it.
 		counted := map[string]bool{}
-		for j, tok := range r.tokens[bi] {
-			counted[tok] = replies[bi].counted[r.heldCalls[bi]][j]
+		for _, i := range bi {
+			if i < 0 {
+				continue // a group without an answer: heldQuorum is false then
+			}
+			for j, tok := range r.tokens[i] {
+				counted[tok] = replies[i].counted[r.heldCalls[i]][j]
+			}
 		}
 		for _, tok := range st.released {
 			if c, sent := counted[tok]; sent && !c {

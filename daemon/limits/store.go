@@ -35,6 +35,13 @@ var (
 // once per sync interval, never on a request's path.
 type Store struct {
 	clients []*redis.Client
+	// group is each client's master group (0 to Groups()−1), in the
+	// daemon's order of master_groups: the quota and rate counts live on
+	// group 0's masters, an account's held locks on the masters of the
+	// group each lock is placed in (a set per group, counted by the
+	// lock keys there; the account's count is the sum).
+	group   []int
+	groups  int
 	timeout time.Duration
 }
 
@@ -43,13 +50,30 @@ type Store struct {
 // that does not answer within it is skipped for that round. It must be
 // positive; redlockd uses twice the per-master timeout, at least 50ms.
 func NewStore(masters []*redis.Options, timeout time.Duration) (*Store, error) {
+	return NewGroupStore([][]*redis.Options{masters}, timeout)
+}
+
+// NewGroupStore is NewStore over master groups, in the daemon's order of
+// master_groups (the first keeps the quota and rate counts); see Store.
+func NewGroupStore(groups [][]*redis.Options, timeout time.Duration) (*Store, error) {
+	var masters []*redis.Options
+	var group []int
+	for g, ms := range groups {
+		if len(ms) == 0 {
+			return nil, fmt.Errorf("limits: NewStore: group %d has no masters", g)
+		}
+		masters = append(masters, ms...)
+		for range ms {
+			group = append(group, g)
+		}
+	}
 	if len(masters) == 0 {
 		return nil, errors.New("limits: NewStore: no masters")
 	}
 	if timeout <= 0 {
 		return nil, fmt.Errorf("limits: NewStore: timeout %v must be positive", timeout)
 	}
-	s := &Store{timeout: timeout}
+	s := &Store{timeout: timeout, group: group, groups: len(groups)}
 	for _, m := range masters {
 		o := *m
 		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeout, timeout, timeout
@@ -70,8 +94,23 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// Masters is the number of masters.
+// Masters is the number of masters, of every group.
 func (s *Store) Masters() int { return len(s.clients) }
+
+// Groups is the number of master groups; GroupOf(i) is master i's.
+func (s *Store) Groups() int       { return s.groups }
+func (s *Store) GroupOf(i int) int { return s.group[i] }
+
+// groupSize is the number of masters of group g.
+func (s *Store) groupSize(g int) int {
+	n := 0
+	for _, x := range s.group {
+		if x == g {
+			n++
+		}
+	}
+	return n
+}
 
 // countOp writes this daemon's count in one bucket and reads the bucket.
 type countOp struct {
@@ -100,8 +139,9 @@ type masterReply struct {
 }
 
 // sync runs one round on every master at once: counts (the same for every
-// master) and held[i] (master i's calls), pipelined in one round trip per
-// master. It returns when every master has answered or failed.
+// master of group 0; none for the other groups', whose replies then carry
+// no counts) and held[i] (master i's calls), pipelined in one round trip
+// per master. It returns when every master has answered or failed.
 func (s *Store) sync(ctx context.Context, id string, counts []countOp, held [][]heldCall) []masterReply {
 	replies := make([]masterReply, len(s.clients))
 	var wg sync.WaitGroup
@@ -111,7 +151,11 @@ func (s *Store) sync(ctx context.Context, id string, counts []countOp, held [][]
 			defer wg.Done()
 			mctx, cancel := context.WithTimeout(ctx, s.timeout)
 			defer cancel()
-			replies[i] = syncMaster(mctx, c, id, counts, held[i])
+			cs := counts
+			if s.group[i] != 0 {
+				cs = nil
+			}
+			replies[i] = syncMaster(mctx, c, id, cs, held[i])
 		}()
 	}
 	wg.Wait()
@@ -199,6 +243,9 @@ func pipeSync(ctx context.Context, c *redis.Client, id string, counts []countOp,
 //	<prefix>quota:<len>:<account>:<window ms>:<window start, Unix ms>   hash: daemon id → calls
 //	<prefix>rate:<len>:<account>:<Unix second>                          hash: daemon id → calls
 //	<prefix>held:<len>:<account>                                        sorted set: token → end (ms)
+//
+// The quota and rate hashes are on the first group's masters; a held set
+// is on every group's masters, holding the locks placed in that group.
 func quotaKey(prefix, account string, window time.Duration, start int64) string {
 	return limitKey(prefix, "quota:", account) + ":" + strconv.FormatInt(window.Milliseconds(), 10) + ":" + strconv.FormatInt(start, 10)
 }
