@@ -61,16 +61,31 @@ func startLimitDaemon(t *testing.T, servers []*redisproc.Server, lim limits.Limi
 	for i, s := range servers {
 		masters[i] = &redis.Options{Addr: s.Addr()}
 	}
-	// What is tested is the limits, not the timeouts: a per-master
-	// timeout as long as the other real-daemon tests use keeps a loaded
-	// machine from turning answers into 503s.
-	locker, err := redlock.New(masters, redlock.WithMarkerKey(testPrefix+"marker"), redlock.WithFenceKey(testPrefix+"fence"),
-		redlock.WithHealthInterval(100*time.Millisecond), redlock.WithPerMasterTimeout(500*time.Millisecond))
-	require.NoError(t, err)
+	locker := limitsClient(t, masters)
 	store, err := limits.NewStore(masters, time.Second) // as redlockd: twice the per-master timeout
 	require.NoError(t, err)
-	reg := prometheus.NewRegistry()
 	rl := NewRedlockLocker(locker)
+	return serveLimits(t, rl, store, lim, interval, func() { _ = locker.Close() })
+}
+
+// limitsClient is a redlock Client over masters for the limits tests.
+// What is tested is the limits, not the timeouts: a per-master timeout as
+// long as the other real-daemon tests use keeps a loaded machine from
+// turning answers into 503s.
+func limitsClient(t *testing.T, masters []*redis.Options) *redlock.Client {
+	t.Helper()
+	c, err := redlock.New(masters, redlock.WithMarkerKey(testPrefix+"marker"), redlock.WithFenceKey(testPrefix+"fence"),
+		redlock.WithHealthInterval(100*time.Millisecond), redlock.WithPerMasterTimeout(500*time.Millisecond))
+	require.NoError(t, err)
+	return c
+}
+
+// serveLimits serves account acme with lim (globex: no limits) over
+// locker, with the limits' store, syncing every interval; closeLocker
+// runs after the daemon and the store have stopped.
+func serveLimits(t *testing.T, locker MasterLocker, store *limits.Store, lim limits.Limits, interval time.Duration, closeLocker func()) *limitDaemon {
+	t.Helper()
+	reg := prometheus.NewRegistry()
 	srv, err := New(zap.NewNop(), &Options{
 		APIKeys: []APIKey{
 			{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme)), Limits: lim},
@@ -79,8 +94,8 @@ func startLimitDaemon(t *testing.T, servers []*redisproc.Server, lim limits.Limi
 		KeyPrefix:          testPrefix,
 		MaxWait:            2 * time.Second,
 		ShutdownTimeout:    5 * time.Second,
-		Locker:             rl,
-		Health:             rl,
+		Locker:             locker,
+		Health:             locker,
 		Metrics:            NewMetrics(reg),
 		LimitStore:         store,
 		LimitsSyncInterval: interval,
@@ -105,7 +120,7 @@ func startLimitDaemon(t *testing.T, servers []*redisproc.Server, lim limits.Limi
 			}
 			tr.CloseIdleConnections()
 			_ = store.Close()
-			_ = locker.Close()
+			closeLocker()
 		})
 	}
 	t.Cleanup(d.stop)
@@ -582,52 +597,18 @@ func startGroupLimitDaemon(t *testing.T, groups [][]*redisproc.Server, lim limit
 		for i, s := range servers {
 			masters[i] = &redis.Options{Addr: s.Addr()}
 		}
-		c, err := redlock.New(masters, redlock.WithMarkerKey(testPrefix+"marker"), redlock.WithFenceKey(testPrefix+"fence"),
-			redlock.WithHealthInterval(100*time.Millisecond), redlock.WithPerMasterTimeout(500*time.Millisecond))
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Close() })
-		rgroups = append(rgroups, redlock.Group{Name: fmt.Sprintf("g%d", gi), Client: c})
+		rgroups = append(rgroups, redlock.Group{Name: fmt.Sprintf("g%d", gi), Client: limitsClient(t, masters)})
 		storeMasters = append(storeMasters, masters)
 	}
 	gl, err := NewGroupsLocker(rgroups)
 	require.NoError(t, err)
 	store, err := limits.NewGroupStore(storeMasters, time.Second)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = store.Close() })
-	reg := prometheus.NewRegistry()
-	srv, err := New(zap.NewNop(), &Options{
-		APIKeys:            []APIKey{{Account: "acme", Hash: sha256.Sum256([]byte(testKeyAcme)), Limits: lim}},
-		KeyPrefix:          testPrefix,
-		ShutdownTimeout:    5 * time.Second,
-		Locker:             gl,
-		Health:             gl,
-		Metrics:            NewMetrics(reg),
-		LimitStore:         store,
-		LimitsSyncInterval: limitsInterval,
-	})
-	require.NoError(t, err)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
-	tr := &http.Transport{}
-	d := &limitDaemon{URL: "http://" + ln.Addr().String(), srv: srv, reg: reg, client: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
-	d.stop = func() {
-		cancel()
-		<-done
-		tr.CloseIdleConnections()
-	}
-	t.Cleanup(d.stop)
-	require.Eventually(t, func() bool {
-		resp, err := d.client.Get(d.URL + "/readyz")
-		if err != nil {
-			return false
+	return serveLimits(t, gl, store, lim, limitsInterval, func() {
+		for _, g := range rgroups {
+			_ = g.Client.Close()
 		}
-		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, 10*time.Second, 20*time.Millisecond, "daemon ready")
-	return d
+	})
 }
 
 // TestMaxLocksAcrossGroups: with master groups, every lock counts against
