@@ -93,6 +93,10 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("%w: base URL %q names the endpoint: give the daemon's base URL, without %s", ErrInvalid, baseURL, u.Path)
 	case apiKey == "":
 		return nil, fmt.Errorf("%w: API key: required", ErrInvalid)
+	case strings.ContainsFunc(apiKey, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		// Never sent: net/http would refuse the header at every request,
+		// as a transport failure. The key is not repeated.
+		return nil, fmt.Errorf("%w: API key: contains a control character (a line ending read from a key file?)", ErrInvalid)
 	}
 	c := &Client{
 		endpoint: strings.TrimRight(u.String(), "/") + "/v1/lock",

@@ -32,11 +32,18 @@ func TestNewRefusesBadArguments(t *testing.T) {
 		{"http://", "k", "missing host"},
 		{"http://x/?api_key=k", "k", "query"},
 		{"http://x", "", "API key"},
+		{"http://x", "dev-key-0123456789abcdef\r", "API key: contains a control character"},
+		{"http://x", "dev-key\n0123", "API key: contains a control character"},
 	} {
 		_, err := client.New(tc.url, tc.key)
 		require.ErrorIs(t, err, client.ErrInvalid, tc.url)
 		assert.Contains(t, err.Error(), tc.want)
+		if len(tc.key) > 8 {
+			assert.NotContains(t, err.Error(), tc.key[:8], "the key is not repeated")
+		}
 	}
+	_, err := client.New("HTTPS://x", "k")
+	require.NoError(t, err, "a scheme is case-insensitive")
 }
 
 func TestLeaseLifecycle(t *testing.T) {

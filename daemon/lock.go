@@ -493,7 +493,7 @@ func notHeldMsg(err error) string {
 	}
 	var ce *redlock.ChangeExtendError
 	if errors.As(err, &ce) {
-		return "lock not extended: it was taken before the change of master groups and is held in its old group only; it cannot be extended during the change, and ends with its TTL (acquire it again)"
+		return "lock not held in its new master group: a lock taken before the change of master groups cannot be extended during the change and ends with its TTL (acquire it again); otherwise it expired or was already released"
 	}
 	return msgNotHeld
 }

@@ -273,17 +273,18 @@ func (ml *MovingLock) raiseFences(ctx context.Context) error {
 	return nil
 }
 
-// ChangeExtendError is a moving extend refused by a moved key's new group:
-// the lock was taken before the change of master groups (it holds only
-// the old group) and cannot be kept alive into the new placement; it ends
-// with its TTL. It matches the new group's error (ErrNotHeld).
+// ChangeExtendError is a moving extend refused by a moved key's new group
+// (ErrNotHeld there): either the lock was taken before the change of
+// master groups (it holds only the old group) and cannot be kept alive
+// into the new placement, and ends with its TTL; or it expired or was
+// released. It matches the new group's error.
 type ChangeExtendError struct {
 	Group string // the new group
 	Err   error
 }
 
 func (e *ChangeExtendError) Error() string {
-	return fmt.Sprintf("%v (not in its new group %s: a lock taken before the change of master groups cannot be extended during it, and ends with its TTL)", e.Err, e.Group)
+	return fmt.Sprintf("%v (not in its new group %s: a lock taken before the change of master groups cannot be extended during it, and ends with its TTL; or it expired or was released)", e.Err, e.Group)
 }
 
 func (e *ChangeExtendError) Unwrap() error { return e.Err }

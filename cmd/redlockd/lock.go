@@ -165,14 +165,14 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// a bad flag gets one line here instead (below), --help the usage.
 	fs.SetOutput(io.Discard)
 	f := lockFlags{slot: -1} // --slot is extend's and release's only
-	fs.StringVar(&f.url, "url", os.Getenv("REDLOCKD_URL"), "daemon base URL, e.g. http://127.0.0.1:7070 (default $REDLOCKD_URL)")
+	fs.StringVar(&f.url, "url", "", "daemon base URL, e.g. http://127.0.0.1:7070 (default $REDLOCKD_URL)")
 	fs.StringVar(&f.apiKey, "api-key", "", "API key (default $REDLOCKD_API_KEY)")
 	fs.StringVar(&f.key, "key", "", "lock key (this or --keys required)")
 	fs.Func("keys", "the `keys` of a multi-key lock, separated by commas (1 to 64 different keys), instead of --key, e.g. acct:a,acct:b", f.setKeys)
 	fs.StringVar(&f.namespace, "namespace", "", "namespace within the API key's account")
-	fs.StringVar(&f.tlsCA, "tls-ca", os.Getenv("REDLOCKD_TLS_CA"), "PEM `file` of the CA of the daemon's HTTPS certificate (default $REDLOCKD_TLS_CA, else the system's CAs)")
-	fs.StringVar(&f.tlsCert, "tls-cert", os.Getenv("REDLOCKD_TLS_CERT"), "PEM client certificate `file`, for a daemon that requires one (default $REDLOCKD_TLS_CERT)")
-	fs.StringVar(&f.tlsKey, "tls-key", os.Getenv("REDLOCKD_TLS_KEY"), "PEM `file` of the client certificate's key (default $REDLOCKD_TLS_KEY)")
+	fs.StringVar(&f.tlsCA, "tls-ca", "", "PEM `file` of the CA of the daemon's HTTPS certificate (default $REDLOCKD_TLS_CA, else the system's CAs)")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "PEM client certificate `file`, for a daemon that requires one (default $REDLOCKD_TLS_CERT)")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "PEM `file` of the client certificate's key (default $REDLOCKD_TLS_KEY)")
 	switch sub {
 	case "run":
 		durationVar(fs, &f.ttl, "ttl", 0, "lock TTL, a `duration` in whole seconds (required), e.g. 5m; extended at about ttl/3")
@@ -194,7 +194,7 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fs.IntVar(&f.slot, "slot", -1, "the semaphore permit slot acquire returned (0 to 999); -1: a lock")
 	}
 	if sub == "extend" || sub == "release" {
-		fs.StringVar(&f.token, "token", os.Getenv("REDLOCK_TOKEN"), "token acquire returned (default $REDLOCK_TOKEN)")
+		fs.StringVar(&f.token, "token", "", "token acquire returned (default $REDLOCK_TOKEN)")
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -206,8 +206,17 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return &exitError{code: exitUsage, err: fmt.Errorf("lock %s: %v (flags: redlockd lock %s --help)", sub, err, sub)}
 	}
-	if f.apiKey == "" {
-		f.apiKey = os.Getenv("REDLOCKD_API_KEY")
+	// The variables are read after the flags, not as the flags' defaults:
+	// --help would print them (a URL may carry user info, REDLOCK_TOKEN is
+	// a lock's token).
+	for _, v := range []struct {
+		dst *string
+		env string
+	}{{&f.url, "REDLOCKD_URL"}, {&f.apiKey, "REDLOCKD_API_KEY"}, {&f.tlsCA, "REDLOCKD_TLS_CA"},
+		{&f.tlsCert, "REDLOCKD_TLS_CERT"}, {&f.tlsKey, "REDLOCKD_TLS_KEY"}, {&f.token, "REDLOCK_TOKEN"}} {
+		if *v.dst == "" {
+			*v.dst = os.Getenv(v.env)
+		}
 	}
 	if err := f.check(sub, fs.NArg()); err != nil {
 		return &exitError{code: exitUsage, err: cliWrap(err, "lock "+sub)}
@@ -353,8 +362,8 @@ func (f *lockFlags) check(sub string, nargs int) error {
 		return fmt.Errorf("--slot: %d is outside 0 to 999", f.slot)
 	case (f.tlsCert == "") != (f.tlsKey == ""):
 		return errors.New("--tls-cert and --tls-key (REDLOCKD_TLS_CERT, REDLOCKD_TLS_KEY): give both or neither")
-	case (f.tlsCA != "" || f.tlsCert != "") && !strings.HasPrefix(f.url, "https://"):
-		return errors.New("--tls-ca, --tls-cert: the URL must start with https://")
+	case (f.tlsCA != "" || f.tlsCert != "") && !strings.HasPrefix(strings.ToLower(f.url), "https://"):
+		return errors.New("--tls-ca or --tls-cert (or REDLOCKD_TLS_CA, REDLOCKD_TLS_CERT) given: the URL must start with https://")
 	case (sub == "extend" || sub == "release") && f.token == "":
 		return errors.New("--token or REDLOCK_TOKEN: required")
 	case sub == "run" && nargs == 0:
@@ -428,7 +437,12 @@ func (f *lockFlags) httpsClient() (*http.Client, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--tls-cert %s, --tls-key %s: %w", f.tlsCert, f.tlsKey, err)
 		}
-		cfg.Certificates = []tls.Certificate{cert}
+		// Sent whatever CAs the daemon names as acceptable: with
+		// Certificates, crypto/tls sends none when the certificate's
+		// issuer is not among them, and the daemon then answers
+		// "certificate required" though one was given; sent, it answers
+		// "unknown certificate authority", which names the problem.
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil }
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = cfg

@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
-	"io/fs"
 	"os"
 	"strconv"
 	"syscall"
@@ -16,13 +14,16 @@ import (
 // It survives the start gate's execve (gate.go).
 func setParentDeathSignal(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGKILL }
 
-// processDead reports whether process pid has exited: it is a zombie
-// waiting to be reaped (state Z or X in /proc/<pid>/stat), or already
-// reaped (no such entry), so its exit is on its way to cmd.Wait.
+// processDead reports whether process pid has exited and is a zombie
+// waiting to be reaped (state Z or X in /proc/<pid>/stat), so its exit is
+// on its way to cmd.Wait. Anything else is "not known dead": a /proc that
+// hides other users' processes (hidepid), is not mounted or is another
+// PID namespace's gives no entry for a live command, and lock run must
+// then go on guarding it.
 func processDead(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return errors.Is(err, fs.ErrNotExist)
+		return false
 	}
 	// "pid (comm) state ...": comm may hold spaces and parentheses.
 	i := bytes.LastIndexByte(b, ')')

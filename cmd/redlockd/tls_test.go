@@ -120,6 +120,18 @@ func TestServeHTTPSWithClientCertificates(t *testing.T) {
 	assert.Contains(t, out, `"acquired":true`)
 	out, code = lockCLI("--url", base, "--tls-ca", ca.CertFile)
 	assert.Equal(t, exitUnavailable, code, "no client certificate: the handshake fails: %s", out)
+	// A client certificate of another CA is sent all the same, so the
+	// daemon's refusal names the problem (before: "certificate required").
+	other, err := certgen.NewCA(t.TempDir(), "other-ca")
+	require.NoError(t, err)
+	stranger, err := other.Issue("client")
+	require.NoError(t, err)
+	out, code = lockCLI("--url", base, "--tls-ca", ca.CertFile, "--tls-cert", stranger.CertFile, "--tls-key", stranger.KeyFile)
+	assert.Equal(t, exitUnavailable, code, out)
+	assert.Contains(t, out, "unknown certificate authority")
+	assert.NotContains(t, out, "certificate required")
+	out, code = lockCLI("--url", "HTTPS://"+addr, "--tls-ca", ca.CertFile, "--tls-cert", client.CertFile, "--tls-key", client.KeyFile)
+	assert.Equal(t, 0, code, "a scheme is case-insensitive: %s", out)
 	out, code = lockCLI("--url", "http://"+addr, "--tls-ca", ca.CertFile)
 	assert.Equal(t, exitUsage, code, out)
 	assert.Contains(t, out, "the URL must start with https://")
