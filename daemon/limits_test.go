@@ -670,3 +670,39 @@ func TestMaxLocksAcrossGroups(t *testing.T) {
 	acquire(a, g1[3])
 	waitHeld(b, 3)
 }
+
+// TestMaxLocksWithAGroupDown: one group without a quorum does not freeze
+// the others' counts. With g1 down (two of its three masters killed), an
+// account's locks in g0 that expire leave its count, read from g0's
+// masters, and it may lock again; before, every group's quorum was needed
+// to read any count, and expired locks kept the account at max_locks until
+// g1 came back (found by a review of the per-group count).
+func TestMaxLocksWithAGroupDown(t *testing.T) {
+	servers, err := redisproc.StartN(6, redisproc.Options{})
+	if err != nil {
+		t.Skip("needs redis-server:", err)
+	}
+	t.Cleanup(func() { _ = redisproc.StopAll(servers) })
+	a := startGroupLimitDaemon(t, [][]*redisproc.Server{servers[:3], servers[3:]}, limits.Limits{MaxLocks: 3})
+	place, err := redlock.NewPlacement("g0", "g1")
+	require.NoError(t, err)
+	var g0 []string
+	for i := 0; len(g0) < 4; i++ {
+		if k := fmt.Sprintf("down:%d", i); place.Group(redisKey(testPrefix, "acme", "", k)) == 0 {
+			g0 = append(g0, k)
+		}
+	}
+	for _, i := range []int{3, 4} {
+		require.NoError(t, servers[i].Kill())
+	}
+	for _, k := range g0[:3] {
+		r := a.lock(t, `{"action":"acquire","key":"`+k+`","ttl":1}`)
+		require.Equal(t, true, r.data(t)["acquired"], r.Raw)
+	}
+	r := a.lock(t, `{"action":"acquire","key":"`+g0[3]+`","ttl":30}`)
+	require.Equal(t, http.StatusTooManyRequests, r.Status, "max_locks holds: %s", r.Raw)
+	// The three expire; g0's count drops although g1 has no quorum.
+	require.Eventually(t, func() bool { return *a.stats(t).LocksHeld == 0 }, 10*time.Second, 20*time.Millisecond, "locks_held 0: %+v", a.stats(t))
+	r = a.lock(t, `{"action":"acquire","key":"`+g0[3]+`","ttl":30}`)
+	require.Equal(t, true, r.data(t)["acquired"], r.Raw)
+}

@@ -345,8 +345,14 @@ type accountState struct {
 	seen      map[int64]map[string]int64 // second → other daemon → calls read
 	baselined bool                       // the first read of the others was taken as a baseline
 	// Held locks.
-	held      int64 // from the last round a quorum answered
+	held      int64 // from the last round a quorum answered: the sum of heldByGroup
 	heldKnown bool
+	// heldByGroup is each master group's count, from the last round that
+	// group's quorum answered (one entry without groups).
+	heldByGroup []int64
+	// lastFresh is how many of the ops the last takeOps returned were
+	// recorded since the round before (the rest are rechecks).
+	lastFresh int
 	reserved  int64 // acquires in flight
 	acq, rel  int64 // granted / released since the round in flight started
 	sentAcq   int64 // granted / released that the round in flight reports
@@ -577,6 +583,7 @@ func (st *accountState) takeOps(cutoff time.Time, room int) []heldOp {
 	}
 	clear(st.recheck[len(keep):])
 	st.recheck = append(keep, out[:fresh]...)
+	st.lastFresh = fresh
 	st.inflight = make(map[string]bool, len(out))
 	for _, op := range out {
 		st.inflight[op.token] = true
@@ -611,6 +618,11 @@ type roundState struct {
 	heldCalls []int      // per master: index in held[i], -1 when none
 	tokens    [][]string // per master: the tokens of its heldCall, in order
 	ops       []heldOp
+	// sentAcq and sentRel per master group: the acquires and releases
+	// of the round's own changes (st.sentAcq, st.sentRel split by the
+	// group of each lock), so that a group without a quorum keeps its
+	// changes counted locally while the others are read (mergeHeld).
+	sentAcqG, sentRelG []int64
 }
 
 // round runs one sync with the masters: writes this daemon's counts and
@@ -666,11 +678,12 @@ func (l *Limiter) roundLocked(ctx context.Context, states []*accountState, cutof
 		l.keepForLater(i, rs, held[i])
 	}
 	quorum := answered >= l.quorum
-	// The held count needs every group's: a group without a quorum of
-	// answers leaves the round's changes counted locally (mergeHeld).
-	heldQuorum := true
+	// Each group's held count is read from the rounds its own quorum
+	// answers; a group without one keeps its part of the round's changes
+	// counted locally (mergeHeld).
+	groupOK := make([]bool, len(groupAnswered))
 	for g, n := range groupAnswered {
-		heldQuorum = heldQuorum && n >= l.groupQuorum[g]
+		groupOK[g] = n >= l.groupQuorum[g]
 	}
 	l.metrics.round(quorum)
 	if !quorum {
@@ -683,7 +696,7 @@ func (l *Limiter) roundLocked(ctx context.Context, states []*accountState, cutof
 		l.log.Debug("limits sync: no quorum of masters answered", zap.Int("answered", answered), zap.Errors("errors", errs))
 	}
 	for ai := range rs {
-		l.merge(&rs[ai], replies, quorum, heldQuorum, now)
+		l.merge(&rs[ai], replies, quorum, groupOK, now)
 	}
 	return quorum
 }
@@ -722,6 +735,20 @@ func (l *Limiter) prepare(r *roundState, st *accountState, now, cutoff time.Time
 		least = min(least, len(l.backlog[i][st]))
 	}
 	r.ops = st.takeOps(cutoff, maxOpsPerCall-least)
+	groups := max(len(l.groupQuorum), 1)
+	r.sentAcqG, r.sentRelG = make([]int64, groups), make([]int64, groups)
+	if groups == 1 {
+		r.sentAcqG[0], r.sentRelG[0] = st.sentAcq, st.sentRel
+	} else {
+		for _, op := range r.ops[:st.lastFresh] {
+			switch op.kind {
+			case opAcquire:
+				r.sentAcqG[l.placed(op.key)]++
+			case opRelease:
+				r.sentRelG[l.placed(op.key)]++
+			}
+		}
+	}
 	st.mu.Unlock()
 	r.heldCalls = make([]int, len(held))
 	var opGroup []int // r.ops' groups, with several groups
@@ -819,7 +846,7 @@ func (st *accountState) idle(now time.Time) bool {
 // merge folds one round's answers into an account's state: the quota
 // counts, the rate counts and the held-lock count, each where the account
 // has that limit.
-func (l *Limiter) merge(r *roundState, replies []masterReply, quorum, heldQuorum bool, now time.Time) {
+func (l *Limiter) merge(r *roundState, replies []masterReply, quorum bool, groupOK []bool, now time.Time) {
 	st := r.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -830,7 +857,7 @@ func (l *Limiter) merge(r *roundState, replies []masterReply, quorum, heldQuorum
 		l.mergeRate(r, replies, quorum, now)
 	}
 	if r.heldCalls != nil {
-		l.mergeHeld(r, replies, heldQuorum)
+		l.mergeHeld(r, replies, groupOK)
 	}
 }
 
@@ -904,31 +931,47 @@ func (l *Limiter) mergeRate(r *roundState, replies []masterReply, quorum bool, n
 }
 
 // mergeHeld takes the held-lock count from a round a quorum answered (the
-// largest over the masters; with master groups, the sum over the groups
-// of each group's largest, from a round every group's quorum answered),
-// or keeps the round's changes counted locally until one does. st.mu is
-// held.
-func (l *Limiter) mergeHeld(r *roundState, replies []masterReply, quorum bool) {
+// largest over the masters; with master groups, for each group whose
+// quorum answered, the largest over its masters, and the account's count
+// is the sum of every group's last such count), or keeps the round's
+// changes counted locally until one does (with groups, the changes of the
+// groups whose quorum did not answer). groupOK says, per group, whether
+// its quorum answered. st.mu is held.
+func (l *Limiter) mergeHeld(r *roundState, replies []masterReply, groupOK []bool) {
 	st := r.st
-	if quorum {
-		groups := max(len(l.groupQuorum), 1)
-		best := make([]int64, groups)
-		bi := make([]int, groups)
-		for g := range bi {
-			bi[g] = -1
+	groups := len(groupOK)
+	if len(st.heldByGroup) != groups {
+		st.heldByGroup = make([]int64, groups)
+		st.heldByGroup[0] = st.held
+	}
+	best := make([]int64, groups)
+	bi := make([]int, groups)
+	for g := range bi {
+		bi[g] = -1
+	}
+	for i, rep := range replies {
+		g := 0
+		if l.store != nil {
+			g = l.store.GroupOf(i)
 		}
-		for i, rep := range replies {
-			g := 0
-			if l.store != nil {
-				g = l.store.GroupOf(i)
-			}
-			if rep.ok && (bi[g] < 0 || rep.held[r.heldCalls[i]] > best[g]) {
-				best[g], bi[g] = rep.held[r.heldCalls[i]], i
-			}
+		if rep.ok && groupOK[g] && (bi[g] < 0 || rep.held[r.heldCalls[i]] > best[g]) {
+			best[g], bi[g] = rep.held[r.heldCalls[i]], i
 		}
+	}
+	read := false
+	for g, ok := range groupOK {
+		if ok {
+			read = true
+			st.heldByGroup[g] = best[g]
+		}
+	}
+	if !read {
+		st.acq += st.sentAcq
+		st.rel += st.sentRel
+	} else {
 		sum := int64(0)
-		for _, b := range best {
-			sum += b
+		for _, n := range st.heldByGroup {
+			sum += n
 		}
 		st.held, st.heldKnown = sum, true
 		// A release the round's best answer (of its group) no longer
@@ -936,7 +979,7 @@ func (l *Limiter) mergeHeld(r *roundState, replies []masterReply, quorum bool) {
 		counted := map[string]bool{}
 		for _, i := range bi {
 			if i < 0 {
-				continue // a group without an answer: heldQuorum is false then
+				continue // a group whose quorum did not answer
 			}
 			for j, tok := range r.tokens[i] {
 				counted[tok] = replies[i].counted[r.heldCalls[i]][j]
@@ -948,9 +991,13 @@ func (l *Limiter) mergeHeld(r *roundState, replies []masterReply, quorum bool) {
 				st.uncount(tok)
 			}
 		}
-	} else {
-		st.acq += st.sentAcq
-		st.rel += st.sentRel
+		// The changes of the groups not read stay counted here.
+		for g, ok := range groupOK {
+			if !ok && g < len(r.sentAcqG) {
+				st.acq += r.sentAcqG[g]
+				st.rel += r.sentRelG[g]
+			}
+		}
 	}
 	st.sentAcq, st.sentRel = 0, 0
 	st.inflight, st.released = nil, st.released[:0]

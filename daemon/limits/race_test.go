@@ -43,7 +43,7 @@ func TestReleaseDuringRoundCountedOnce(t *testing.T) {
 			r := &roundState{st: st, quotaOp: -1, heldCalls: []int{0}, tokens: [][]string{{"tokA", "tokT"}}, ops: ops}
 			replies := []masterReply{{ok: true, held: []int64{tc.held}, counted: [][]bool{{true, tc.countedT}}}}
 			l.quorum = 1
-			l.merge(r, replies, true, true, now)
+			l.merge(r, replies, true, []bool{true}, now)
 			st.mu.Lock()
 			got := st.heldEstimate()
 			st.mu.Unlock()
@@ -73,11 +73,11 @@ func TestReleaseDuringRoundOfABacklogChange(t *testing.T) {
 	}
 	ops := st.takeOps(now, maxOpsPerCall) // round 0 syncs both grants
 	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, tokens: [][]string{{"tokA", "tokT"}}, ops: ops},
-		[]masterReply{{ok: true, held: []int64{2}, counted: [][]bool{{true, true}}}}, true, true, now)
+		[]masterReply{{ok: true, held: []int64{2}, counted: [][]bool{{true, true}}}}, true, []bool{true}, now)
 	st.lockChanged("lock:tokT", "tokT", false) // T extended
 	ops = st.takeOps(now, maxOpsPerCall)       // round 1: a master misses it, T's extend waits in its backlog
 	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, tokens: [][]string{{"tokT"}}, ops: ops},
-		[]masterReply{{ok: true, held: []int64{2}, counted: [][]bool{{true}}}}, true, true, now)
+		[]masterReply{{ok: true, held: []int64{2}, counted: [][]bool{{true}}}}, true, []bool{true}, now)
 
 	ops = st.takeOps(now.Add(-time.Hour), maxOpsPerCall) // round 2: nothing of its own (rechecks not due)
 	require.Empty(t, ops)
@@ -85,7 +85,7 @@ func TestReleaseDuringRoundOfABacklogChange(t *testing.T) {
 	// Round 2 counts from the master that missed round 1: it is sent T's
 	// extend from its backlog, after the release's DEL, and drops T.
 	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, tokens: [][]string{{"tokT"}}, ops: ops},
-		[]masterReply{{ok: true, held: []int64{1}, counted: [][]bool{{false}}}}, true, true, now)
+		[]masterReply{{ok: true, held: []int64{1}, counted: [][]bool{{false}}}}, true, []bool{true}, now)
 	st.mu.Lock()
 	got := st.heldEstimate()
 	st.mu.Unlock()
