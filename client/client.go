@@ -106,7 +106,9 @@ func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 		timeout:  DefaultRequestTimeout,
 	}
 	for _, o := range opts {
-		o(c)
+		if o != nil { // a nil option is no option, as in the redlock library
+			o(c)
+		}
 	}
 	if c.hc == nil {
 		c.hc = &http.Client{}
@@ -475,7 +477,9 @@ func shorten(b []byte) string {
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...LockOption) (*Lease, error) {
 	r := request{action: "acquire", key: key, ttl: ttl}
 	for _, o := range opts {
-		o(&r)
+		if o != nil { // a nil option is no option, as in the redlock library
+			o(&r)
+		}
 	}
 	a, err := c.do(ctx, &r)
 	if err != nil {
@@ -524,7 +528,9 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 func (c *Client) Extend(ctx context.Context, key, token string, ttl time.Duration, opts ...LockOption) (*Lease, error) {
 	r := request{action: "extend", key: key, token: token, ttl: ttl}
 	for _, o := range opts {
-		o(&r)
+		if o != nil { // a nil option is no option, as in the redlock library
+			o(&r)
+		}
 	}
 	e, err := c.extend(ctx, &r)
 	if err != nil {
@@ -574,7 +580,9 @@ func (c *Client) extend(ctx context.Context, r *request) (extended, error) {
 func (c *Client) Release(ctx context.Context, key, token string, opts ...LockOption) error {
 	r := request{action: "release", key: key, token: token}
 	for _, o := range opts {
-		o(&r)
+		if o != nil { // a nil option is no option, as in the redlock library
+			o(&r)
+		}
 	}
 	a, err := c.do(ctx, &r)
 	if err != nil {
@@ -618,7 +626,9 @@ type Status struct {
 func (c *Client) Status(ctx context.Context, key string, opts ...LockOption) (Status, error) {
 	r := request{action: "status", key: key}
 	for _, o := range opts {
-		o(&r)
+		if o != nil { // a nil option is no option, as in the redlock library
+			o(&r)
+		}
 	}
 	a, err := c.do(ctx, &r)
 	if err != nil {

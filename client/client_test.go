@@ -42,8 +42,8 @@ func TestNewRefusesBadArguments(t *testing.T) {
 			assert.NotContains(t, err.Error(), tc.key[:8], "the key is not repeated")
 		}
 	}
-	_, err := client.New("HTTPS://x", "k")
-	require.NoError(t, err, "a scheme is case-insensitive")
+	_, err := client.New("HTTPS://x", "k", nil)
+	require.NoError(t, err, "a scheme is case-insensitive; a nil option is none")
 }
 
 func TestLeaseLifecycle(t *testing.T) {
@@ -51,7 +51,7 @@ func TestLeaseLifecycle(t *testing.T) {
 	c := newClient(t, d)
 	ctx := context.Background()
 
-	l, err := c.Acquire(ctx, "order:pay:1", 30*time.Second, client.WithNamespace("shop"))
+	l, err := c.Acquire(ctx, "order:pay:1", 30*time.Second, nil, client.WithNamespace("shop")) // a nil option is none
 	require.NoError(t, err)
 	assert.Equal(t, "order:pay:1", l.Key())
 	assert.Equal(t, "shop", l.Namespace())

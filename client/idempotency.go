@@ -137,7 +137,9 @@ type idemData struct {
 func (c *Client) Begin(ctx context.Context, key, fingerprint string, opts ...IdemOption) (BeginResult, error) {
 	r := idemRequest{Action: "idem_begin", Key: key, Fingerprint: fingerprint}
 	for _, o := range opts {
-		o(&r)
+		if o != nil { // a nil option is no option, as in the redlock library
+			o(&r)
+		}
 	}
 	sentAt := time.Now()
 	d, err := c.idem(ctx, &r)
@@ -276,7 +278,9 @@ func (c *Client) keepAttempt(ctx context.Context, cancel context.CancelFunc, a *
 func leaseOf(opts []IdemOption) time.Duration {
 	var r idemRequest
 	for _, o := range opts {
-		o(&r)
+		if o != nil { // a nil option is no option, as in the redlock library
+			o(&r)
+		}
 	}
 	if r.Lease > 0 {
 		return time.Duration(r.Lease) * time.Second
