@@ -116,6 +116,11 @@ func TestValidate(t *testing.T) {
 		{"admin token short", func(c *config.Config) { c.AdminListen = ":7071"; c.AdminToken = "s3cret" }, []string{
 			"admin_token: too short (6 bytes, need ≥ 16)",
 		}},
+		{"admin token from its file, short", func(c *config.Config) {
+			c.AdminListen, c.AdminTokenFile, c.AdminToken = ":7071", "/etc/redlockd/admin.token", "s3cret"
+		}, []string{
+			"admin_token_file (/etc/redlockd/admin.token): too short (6 bytes, need ≥ 16)",
+		}},
 
 		// masters
 		{"masters none", func(c *config.Config) { c.Masters = nil }, []string{"masters: 0 given, need an odd number ≥ 3"}},

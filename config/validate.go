@@ -147,10 +147,15 @@ func (c *Config) validateAdmin(v *validator) {
 		}
 	}
 	if c.AdminToken != "" {
+		// A token read from admin_token_file is reported under that field.
+		field := "admin_token"
+		if c.AdminTokenFile != "" {
+			field = "admin_token_file (" + c.AdminTokenFile + ")"
+		}
 		if c.AdminListen == "" {
-			v.add("admin_token", "needs admin_listen: the token guards the admin listener only")
+			v.add(field, "needs admin_listen: the token guards the admin listener only")
 		} else {
-			v.plainKey("admin_token", c.AdminToken)
+			v.plainKey(field, c.AdminToken)
 		}
 	}
 }

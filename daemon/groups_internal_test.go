@@ -17,3 +17,12 @@ func TestNotHeldMsgOfAChangeExtend(t *testing.T) {
 	assert.Contains(t, notHeldMsg(err), "taken before the change of master groups")
 	assert.Equal(t, msgNotHeld, notHeldMsg(redlock.ErrNotHeld))
 }
+
+// TestInvalidArgumentOfAGroup: a listing's bad cursor through master
+// groups is answered with redlock's argument message alone, not
+// "group g0: redlock: invalid argument: cursor: …".
+func TestInvalidArgumentOfAGroup(t *testing.T) {
+	err := fmt.Errorf("group g0: %w", fmt.Errorf("%w: cursor: not a cursor of this listing", redlock.ErrInvalid))
+	assert.Equal(t, "cursor: not a cursor of this listing", invalidArgument(err))
+	assert.Equal(t, "cursor: x", invalidArgument(fmt.Errorf("%w: cursor: x", redlock.ErrInvalid)))
+}

@@ -136,8 +136,7 @@ func (s *Server) serveLockList(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 	case errors.Is(err, redlock.ErrInvalid):
-		// redlock's message names the argument: "cursor: …".
-		writeError(w, http.StatusBadRequest, codeBadRequest, strings.TrimPrefix(err.Error(), redlock.ErrInvalid.Error()+": "))
+		writeError(w, http.StatusBadRequest, codeBadRequest, invalidArgument(err))
 		return
 	case r.Context().Err() != nil:
 		writeError(w, statusClientClosed, codeCancelled, "request cancelled")
@@ -281,4 +280,15 @@ func (q listQuery) prefix(base string) string {
 		p += encPart(*q.namespace) + ":"
 	}
 	return p
+}
+
+// invalidArgument is the part of a redlock ErrInvalid's message that names
+// the argument ("cursor: …"): what follows "redlock: invalid argument: ",
+// and, with master groups, the group's name before that.
+func invalidArgument(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, redlock.ErrInvalid.Error()+": "); i >= 0 {
+		return msg[i+len(redlock.ErrInvalid.Error()+": "):]
+	}
+	return msg
 }

@@ -73,9 +73,9 @@ certificate (default: the system's CAs), and --tls-cert and --tls-key
 (REDLOCKD_TLS_CERT, REDLOCKD_TLS_KEY) a client certificate for a daemon
 that requires one (tls_client_ca_file).
 
-run acquires the lock, starts the command with REDLOCK_KEY, REDLOCK_FENCE
-(the fencing token) and REDLOCK_VALID_UNTIL (Unix seconds, the validity at
-start) in its environment, extends the lock at about a third of the TTL
+run acquires the lock, starts the command with REDLOCK_KEY, REDLOCK_NAMESPACE,
+REDLOCK_FENCE (the fencing token) and REDLOCK_VALID_UNTIL (Unix seconds, the
+validity at start) in its environment, besides lock run's own, extends the lock at about a third of the TTL
 while the command runs, and releases it when the command exits. If the lock
 is lost (an extend refused, or validity about to end unconfirmed), the
 command's process group gets SIGTERM, then SIGKILL after --grace or when
