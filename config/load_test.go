@@ -88,6 +88,9 @@ func TestLoadFile(t *testing.T) {
 		{"unknown field in an API key", "api_keys:\n  - name: shop\n    kee: x\n", nil, []string{
 			`line 3: unknown field "kee"; did you mean "key"?`,
 		}},
+		{"unknown field in a master group", "master_groups:\n  - name: g0\n    mastrs: [a:1, b:2, c:3]\n", nil, []string{
+			`line 3: unknown field "mastrs"; did you mean "masters"?`,
+		}},
 		{"unknown field close to a real one", "masterz:\n  - a:1\n", nil, []string{
 			`line 1: unknown field "masterz"; did you mean "masters"?`,
 		}},

@@ -23,14 +23,16 @@ var yamlTypes = map[string]struct {
 	what   string
 	fields []string
 }{
-	"config.Config":   {"the settings (a mapping of field: value)", yamlFields(reflect.TypeFor[Config]())},
-	"config.APIKey":   {"an api_keys entry (a mapping with name and key or key_sha256)", yamlFields(reflect.TypeFor[APIKey]())},
-	"[]config.APIKey": {"a list of api_keys entries", nil},
-	"[]string":        {"a list", nil},
-	"int":             {"a whole number", nil},
-	"int64":           {"a whole number", nil},
-	"float64":         {"a number", nil},
-	"string":          {"a string", nil},
+	"config.Config":        {"the settings (a mapping of field: value)", yamlFields(reflect.TypeFor[Config]())},
+	"config.APIKey":        {"an api_keys entry (a mapping with name and key or key_sha256)", yamlFields(reflect.TypeFor[APIKey]())},
+	"[]config.APIKey":      {"a list of api_keys entries", nil},
+	"config.MasterGroup":   {"a master_groups entry (a mapping with name and masters)", yamlFields(reflect.TypeFor[MasterGroup]())},
+	"[]config.MasterGroup": {"a list of master_groups entries", nil},
+	"[]string":             {"a list", nil},
+	"int":                  {"a whole number", nil},
+	"int64":                {"a whole number", nil},
+	"float64":              {"a number", nil},
+	"string":               {"a string", nil},
 }
 
 func yamlFields(t reflect.Type) []string {
