@@ -2,6 +2,9 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
+	"io"
 	"net"
 	"sync"
 )
@@ -39,7 +42,27 @@ func (c *framingConn) Read(p []byte) (int, error) {
 		c.scan.feed(p[:n])
 		c.mu.Unlock()
 	}
+	if err != nil {
+		answerPlainHTTP(err)
+	}
 	return n, err
+}
+
+// answerPlainHTTP answers a plain HTTP request sent to a TLS listener as
+// net/http does for its own TLS connections (which it no longer sees as
+// such behind framingConn): 400 "Client sent an HTTP request to an HTTPS
+// server.", so that curl http://… and the clients say what is wrong
+// instead of an empty reply.
+func answerPlainHTTP(err error) {
+	var re tls.RecordHeaderError
+	if !errors.As(err, &re) || re.Conn == nil {
+		return
+	}
+	switch string(re.RecordHeader[:]) {
+	case "GET /", "HEAD ", "POST ", "PUT /", "OPTIO":
+		_, _ = io.WriteString(re.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+		_ = re.Conn.Close()
+	}
 }
 
 // CloseWrite lets net/http half-close the connection before closing it
