@@ -666,7 +666,9 @@ func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(conte
 		case <-cfg.stop: // nil: never
 			return nil, err
 		case <-c.closed:
-			return nil, errors.Join(ErrNotObtained, ErrClosed, err)
+			// Not joined with the last attempt's refusal: a closed Client
+			// is not contention (ErrLockHeld).
+			return nil, errors.Join(ErrNotObtained, ErrClosed)
 		case <-w.wake:
 			if !timer.Stop() {
 				<-timer.C

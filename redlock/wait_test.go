@@ -317,6 +317,7 @@ func TestCloseEndsTheWaits(t *testing.T) {
 		err := <-errs
 		require.ErrorIs(t, err, ErrClosed)
 		require.ErrorIs(t, err, ErrNotObtained)
+		require.NotErrorIs(t, err, ErrLockHeld, "a closed Client is not contention")
 	}
 	assert.Less(t, time.Since(start), 10*time.Second, "the waits ended with Close, not when they ran out (20 s)")
 }
