@@ -411,12 +411,18 @@ func TestMultiKeyOneByOneControl(t *testing.T) {
 	keys := multiKeys(t, 2)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
+	// Neither releases its first key before both have given up on their
+	// second: otherwise the caller whose wait ends first lets the other
+	// in before its own wait ends (a CI run saw it).
+	var attempted sync.WaitGroup
+	attempted.Add(2)
 	errs := make([]error, 2)
 	for i, order := range [][]string{{keys[0], keys[1]}, {keys[1], keys[0]}} {
 		wg.Go(func() {
 			first, err := c.Acquire(ctx, order[0], 5*time.Second)
 			if err != nil {
 				errs[i] = err
+				attempted.Done()
 				return
 			}
 			defer first.Release(ctx)
@@ -426,6 +432,8 @@ func TestMultiKeyOneByOneControl(t *testing.T) {
 				second.Release(ctx)
 			}
 			errs[i] = err
+			attempted.Done()
+			attempted.Wait()
 		})
 	}
 	time.Sleep(200 * time.Millisecond)

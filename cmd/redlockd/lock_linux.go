@@ -1,10 +1,10 @@
 package main
 
 import (
-	"bytes"
-	"os"
-	"strconv"
+	"errors"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // setParentDeathSignal makes the kernel send SIGKILL to the command when
@@ -14,18 +14,20 @@ import (
 // It survives the start gate's execve (gate.go).
 func setParentDeathSignal(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGKILL }
 
-// processDead reports whether process pid has exited and is a zombie
-// waiting to be reaped (state Z or X in /proc/<pid>/stat), so its exit is
-// on its way to cmd.Wait. Anything else is "not known dead": a /proc that
-// hides other users' processes (hidepid), is not mounted or is another
-// PID namespace's gives no entry for a live command, and lock run must
-// then go on guarding it.
+// processDead reports whether process pid, a child of lock run, has
+// exited: a zombie waiting to be reaped, or already reaped by cmd.Wait in
+// its goroutine (then waitid answers ECHILD), so that its exit is on its
+// way to cmd.Wait's channel. It asks the kernel with waitid(WNOHANG |
+// WNOWAIT), which reaps nothing and needs no /proc (one mounted hidepid,
+// or another PID namespace's, hides a live command as well as a reaped
+// one).
 func processDead(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	if errors.Is(err, unix.ECHILD) {
+		return true // reaped already
 	}
-	// "pid (comm) state ...": comm may hold spaces and parentheses.
-	i := bytes.LastIndexByte(b, ')')
-	return i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
+	// A zombie fills in a SIGCHLD siginfo; with no child in a waitable
+	// state Linux leaves it zeroed (as it was).
+	return err == nil && info.Signo == int32(unix.SIGCHLD)
 }
