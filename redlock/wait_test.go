@@ -18,19 +18,30 @@ func waitingFor(t *testing.T, c *Client, n int) {
 	require.Eventually(t, func() bool { return c.Waiting() == n }, 10*time.Second, time.Millisecond)
 }
 
+// heldAcrossClients holds a new key for a minute through one Client (a)
+// and returns another Client of the same deployment (b), as two daemon
+// replicas; the fallback poll is lengthened beyond any wait, so that only
+// a wake-up (or Close) ends b's waits early.
+func heldAcrossClients(t *testing.T) (b *Client, key string, held *Lock) {
+	t.Helper()
+	saved := pollFallback
+	pollFallback = time.Hour
+	t.Cleanup(func() { pollFallback = saved })
+	a, opts := brandNewClient(t)
+	b = sameDeployment(t, opts...)
+	key = newKey(t)
+	held, err := a.Acquire(context.Background(), key, time.Minute)
+	require.NoError(t, err)
+	return b, key, held
+}
+
 // TestHandOffAcrossClients: a release through one Client (daemon replica
 // a) wakes the waiter of another (replica b): it wins although neither the
 // holder's TTL nor a fallback poll (lengthened beyond the wait) would have
 // let it try again before its caller gives up.
 func TestHandOffAcrossClients(t *testing.T) {
-	defer func(d time.Duration) { pollFallback = d }(pollFallback)
-	pollFallback = time.Hour
 	ctx := context.Background()
-	a, opts := brandNewClient(t)
-	b := sameDeployment(t, opts...)
-	key := newKey(t)
-	held, err := a.Acquire(ctx, key, time.Minute)
-	require.NoError(t, err)
+	b, key, held := heldAcrossClients(t)
 	got := make(chan *Lock, 1)
 	go func() {
 		wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -293,14 +304,8 @@ func TestValidityAfterAWait(t *testing.T) {
 // holder's TTL and a fallback poll lengthened beyond the wait: before,
 // the waiters returned only when their 20 s wait ran out).
 func TestCloseEndsTheWaits(t *testing.T) {
-	defer func(d time.Duration) { pollFallback = d }(pollFallback)
-	pollFallback = time.Hour
 	ctx := context.Background()
-	a, opts := brandNewClient(t)
-	b := sameDeployment(t, opts...)
-	key := newKey(t)
-	held, err := a.Acquire(ctx, key, time.Minute)
-	require.NoError(t, err)
+	b, key, held := heldAcrossClients(t)
 	defer held.Release(ctx) //nolint:errcheck // the test's own lock
 	const waiters = 3
 	errs := make(chan error, waiters)
