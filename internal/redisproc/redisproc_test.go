@@ -438,6 +438,35 @@ func withFreePort(t *testing.T, first ...int) {
 	t.Cleanup(func() { freePort = orig })
 }
 
+// listenUnreserved listens on a loopback port that no Server of this
+// process holds, nor its neighbours within spread: the kernel may hand a
+// listener the port of a Server an earlier test stopped, which stays
+// reserved (see ports), and a fixed Start on it would then fail for that
+// reason instead of the one the test is about.
+func listenUnreserved(t *testing.T, spread int) net.Listener {
+	t.Helper()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		ports.mu.Lock()
+		clash := false
+		for p := port - spread; p <= port+spread; p++ {
+			clash = clash || ports.reserved[p]
+		}
+		ports.mu.Unlock()
+		if !clash {
+			t.Cleanup(func() { l.Close() })
+			return l
+		}
+		l.Close()
+	}
+	t.Fatal("the kernel kept offering ports this process has reserved")
+	return nil
+}
+
 func TestStartRetriesOnTakenPort(t *testing.T) {
 	t.Run("listener", func(t *testing.T) {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -481,12 +510,8 @@ func TestStartRetriesOnTakenPort(t *testing.T) {
 		}
 	})
 	t.Run("fixed port is not retried", func(t *testing.T) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		_, err = Start(Options{Port: l.Addr().(*net.TCPAddr).Port, Logf: t.Logf})
+		l := listenUnreserved(t, 0)
+		_, err := Start(Options{Port: l.Addr().(*net.TCPAddr).Port, Logf: t.Logf})
 		if err == nil || !strings.Contains(err.Error(), "Address already in use") {
 			t.Errorf("Start on a taken fixed port = %v, want an address-in-use error", err)
 		}
@@ -507,11 +532,7 @@ func TestStartNStopsStartedOnFailure(t *testing.T) {
 	// Of the three consecutive fixed ports the middle one is held here, and
 	// a fixed port is not retried, so that server fails and the others (if
 	// their ports are free) start and must then be stopped.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := listenUnreserved(t, 1)
 	base := l.Addr().(*net.TCPAddr).Port - 1
 	servers, err := StartN(3, Options{Port: base, Logf: logf})
 	if err == nil {
