@@ -61,7 +61,6 @@ func serve(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	log.Info("redlockd serving", zap.String("addr", ln.Addr().String()), zap.Strings("masters", allMasters(cfg)), zap.Int("master_groups", len(cfg.Groups())), zap.Bool("changing_groups", len(cfg.PreviousMasterGroups) > 0))
 	load := func() (config.Config, error) { return config.Load(*path, os.LookupEnv, fs) }
 	return runDaemon(ctx, cfg, log, ln, load)
 }
@@ -282,6 +281,9 @@ func serveWith(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		rl.srv = srv
 		defer rl.watchSIGHUP()()
 	}
+	// Logged once every check above passed (masters, TLS files, limits),
+	// not at the listen: a daemon that then exits never said "serving".
+	log.Info("redlockd serving", zap.String("addr", ln.Addr().String()), zap.Strings("masters", allMasters(cfg)), zap.Int("master_groups", len(cfg.Groups())), zap.Bool("changing_groups", len(cfg.PreviousMasterGroups) > 0))
 	return srv.Serve(ctx, ln)
 }
 

@@ -194,6 +194,7 @@ func TestTLSCertificateOutOfValidityRefused(t *testing.T) {
 	require.Error(t, err, "started with an expired certificate: %s", out)
 	require.NoError(t, ctx.Err(), "started with an expired certificate: %s", out)
 	assert.Contains(t, string(out), "TLS certificate "+server.CertFile+": expired at "+expiredAt.Format(time.RFC3339))
+	assert.NotContains(t, string(out), "redlockd serving", "a daemon that exits at its checks never said it serves")
 
 	_, err = ca.Issue("server", "127.0.0.1")
 	require.NoError(t, err)
