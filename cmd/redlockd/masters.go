@@ -105,7 +105,15 @@ func checkMasterAccess(ctx context.Context, masters []*redis.Options) error {
 			defer r.Close()
 			cctx, cancel := context.WithTimeout(ctx, masterCheckTimeout)
 			defer cancel()
-			if problem := accessProblem(r.Ping(cctx).Err(), o.TLSConfig != nil); problem != "" {
+			err := r.Ping(cctx).Err()
+			problem := accessProblem(err, o.TLSConfig != nil)
+			if problem == "" && o.TLSConfig != nil && isTimeout(err) && answersPlainRESP(ctx, o.Addr) {
+				// A plain Redis reads a TLS ClientHello as an inline
+				// command that never ends: the handshake just times out,
+				// as with a master that is down, so ask it plainly.
+				problem = "it answers plain Redis, not TLS (the TLS handshake got no answer in " + masterCheckTimeout.String() + "): set master_tls: false, or use the master's tls-port"
+			}
+			if problem != "" {
 				errs[i] = fmt.Errorf("masters[%d] (%s): %s", i, mo.Addr, problem)
 			}
 		})
@@ -115,6 +123,39 @@ func checkMasterAccess(ctx context.Context, masters []*redis.Options) error {
 		return fmt.Errorf("masters refuse the daemon's credentials or TLS:\n%w", err)
 	}
 	return nil
+}
+
+// isTimeout reports whether err is a deadline: a master that did not
+// answer in time.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+}
+
+// answersPlainRESP reports whether addr answers a plain-TCP PING with a
+// RESP reply ('+PONG', or an error such as NOAUTH): a Redis without TLS on
+// that port. A master that is down or paused answers nothing within a
+// second and is not one.
+func answersPlainRESP(ctx context.Context, addr string) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	conn, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	if conn.SetDeadline(deadline) != nil {
+		return false
+	}
+	if _, err := io.WriteString(conn, "PING\r\n"); err != nil {
+		return false
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(conn, b[:]); err != nil {
+		return false
+	}
+	return b[0] == '+' || b[0] == '-'
 }
 
 // accessProblem says what a PING's error tells about the credentials or

@@ -367,3 +367,35 @@ func TestACLAllowsEveryScriptCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSToPlainMastersRefusedAtStartup: master_tls against masters that
+// serve plain Redis. Their TLS handshake gets no answer at all (the
+// ClientHello reads as an inline command that never ends), as with a
+// master that is down; serve and repair-fences ask each such master a
+// plain PING and stop at startup naming it and the setting, instead of
+// serving 503s that say "context deadline exceeded".
+func TestTLSToPlainMastersRefusedAtStartup(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certgen.NewCA(dir, "redis-ca")
+	require.NoError(t, err)
+	path := filepath.Join(dir, "redlockd.yaml")
+	cfg := reloadConfig(fmt.Sprintf("e2e%d:", prefixSeq.Add(1)), [2]string{"acme", keyA}) +
+		fmt.Sprintf("master_tls: true\nmaster_tls_ca_file: %s\n", ca.CertFile)
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+	for _, args := range [][]string{
+		{"serve", "--config", path, "--listen", "127.0.0.1:0"},
+		{"repair-fences", "--config", path, "--dry-run"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
+		require.NoError(t, ctx.Err(), "%s did not stop at once: %s", args[0], out)
+		cancel()
+		var ee *exec.ExitError
+		require.True(t, errors.As(err, &ee), "%s: exits with an error: %v\n%s", args[0], err, out)
+		assert.Equal(t, 1, ee.ExitCode(), "%s", out)
+		for i, s := range servers {
+			assert.Contains(t, string(out), fmt.Sprintf("masters[%d] (%s): it answers plain Redis, not TLS", i, s.Addr()), args[0])
+		}
+		assert.Contains(t, string(out), "set master_tls: false", args[0])
+	}
+}
