@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/redlockd/redlockd/config"
@@ -97,9 +98,9 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// default (30, lowered to --max-ttl when that is smaller).
 	ttl := cfg.EffectiveDefaultTTL()
 	if certs != nil {
-		printDevTLS(stdout, ln.Addr().String(), *apiKey, ttl, cfg.Masters, certs)
+		printDevTLS(stdout, ln.Addr().String(), *apiKey, ttl, devMasters(servers), certs)
 	} else {
-		printDev(stdout, ln.Addr().String(), *apiKey, ttl, cfg.Masters)
+		printDev(stdout, ln.Addr().String(), *apiKey, ttl, devMasters(servers))
 	}
 
 	// A second Ctrl-C while shutting down is ignored here; the deferred
@@ -113,13 +114,26 @@ func dev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return err
 }
 
-func printDev(stdout io.Writer, addr, apiKey string, ttl int, masters []string) {
+// devMasters lists the masters for the banner, one per line, each with
+// its pid: what the README's kill -9 and restart-by-hand steps need.
+func devMasters(servers []*redisproc.Server) string {
+	var b strings.Builder
+	for i, s := range servers {
+		if i > 0 {
+			b.WriteString("\n            ")
+		}
+		fmt.Fprintf(&b, "%s (pid %d)", s.Addr(), s.PID())
+	}
+	return b.String()
+}
+
+func printDev(stdout io.Writer, addr, apiKey string, ttl int, masters string) {
 	url := "http://" + addr
 	fmt.Fprintf(stdout, `redlockd dev is running.
 
   URL       %s
   API key   %s   (account "dev")
-  masters   %v
+  masters   %s
 
 Try:
   curl -s -X POST %s/v1/lock -H 'X-API-Key: %s' -H 'Content-Type: application/json' -d '{"action":"acquire","key":"order:pay:10086","ttl":%d}'

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -101,6 +104,20 @@ func TestDevTryLineFitsMaxTTL(t *testing.T) {
 			require.Equal(t, 200, st, env.Msg)
 			assert.Equal(t, true, env.Data["acquired"], env.Msg)
 			assert.EqualValues(t, tc.ttl, env.Data["ttl"])
+			// The banner names each master with its pid (the README's
+			// kill -9 step): a redis-server that answers on that address.
+			masters := regexp.MustCompile(`(127\.0\.0\.1:\d+) \(pid (\d+)\)`).FindAllStringSubmatch(d.banner, -1)
+			require.Len(t, masters, 3, "%s", d.banner)
+			for _, m := range masters {
+				comm, err := os.ReadFile("/proc/" + m[2] + "/comm")
+				require.NoError(t, err, "pid %s of %s", m[2], m[1])
+				assert.Equal(t, "redis-server", strings.TrimSpace(string(comm)))
+				r := redis.NewClient(&redis.Options{Addr: m[1]})
+				pid, err := r.Do(context.Background(), "INFO", "server").Text()
+				r.Close()
+				require.NoError(t, err)
+				assert.Contains(t, pid, "process_id:"+m[2]+"\r\n", "the pid shown for %s", m[1])
+			}
 			d.stop(t)
 		})
 	}

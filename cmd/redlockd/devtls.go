@@ -68,7 +68,7 @@ func randomSecret() string {
 	return hex.EncodeToString(b)
 }
 
-func printDevTLS(stdout io.Writer, addr, apiKey string, ttl int, masters []string, c *devCerts) {
+func printDevTLS(stdout io.Writer, addr, apiKey string, ttl int, masters string, c *devCerts) {
 	url := "https://" + addr
 	tlsFlags := fmt.Sprintf("--cacert %s --cert %s --key %s", c.ca, c.client.CertFile, c.client.KeyFile)
 	fmt.Fprintf(stdout, `redlockd dev is running, TLS on both sides.
@@ -77,7 +77,8 @@ func printDevTLS(stdout io.Writer, addr, apiKey string, ttl int, masters []strin
   API key   %s   (account "dev")
   CA        %s
   client    %s  %s
-  masters   %v   (TLS only, ACL user "redlockd")
+  masters   (TLS only, ACL user "redlockd")
+            %s
 
 Try:
   curl -s %s -X POST %s/v1/lock -H 'X-API-Key: %s' -H 'Content-Type: application/json' -d '{"action":"acquire","key":"order:pay:10086","ttl":%d}'
