@@ -117,7 +117,19 @@ func (s *Server) serveIdempotency(ctx context.Context, w http.ResponseWriter, c 
 		return
 	}
 	c.token = req.token
-	if !s.admit(w, c, actIdempotency, c.start) {
+	// idem_begin starts work and idem_get reads; the other actions carry an attempt that
+	// was admitted to its end, and are never refused for quota or rate, as
+	// a release is not: a refused idem_complete would lose the answer of
+	// work that ran (a retry after the lease runs it again), a refused
+	// idem_extend would let the lease end under work still running (a
+	// retry then takes over while it runs), a refused idem_abort would
+	// keep the lease and its max_locks slot. They are counted while calls
+	// are left, and free once they are spent.
+	kind := limits.Ordinary
+	if a == idemComplete || a == idemAbort || a == idemExtend {
+		kind = limits.Release
+	}
+	if !s.admit(w, c, kind, c.start) {
 		return
 	}
 	key := idemKey(s.prefix, c.account, req.namespace, req.key)

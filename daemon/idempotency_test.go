@@ -625,3 +625,73 @@ func TestIdemQuorumMessageSaysSooner(t *testing.T) {
 	require.NoError(t, err)
 	require.LessOrEqual(t, retry, 60, "the outage backoff, not the retention")
 }
+
+// TestIdemAttemptsEndPastTheQuota: once an account's quota (or its rate
+// bucket) is spent, idem_begin and idem_get are refused 429, but the
+// actions that carry an admitted attempt to its end are not, as a release
+// is not: a refused idem_complete lost the answer of work that had run (a
+// break-it pass saw the gateway run a request again after the lease), a
+// refused idem_extend let the lease end under running work, a refused
+// idem_abort kept the lease and its max_locks slot.
+func TestIdemAttemptsEndPastTheQuota(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lim  limits.Limits
+		code string
+	}{
+		{"quota", limits.Limits{QuotaCalls: 3, QuotaWindow: time.Hour}, "quota_exhausted"},
+		{"rate", limits.Limits{Rate: 0.001, Burst: 3}, "rate_limited"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			awayFromWindowEnd(t, time.Hour)
+			d := newDeployment(t)
+			masters := make([]*redis.Options, len(d.servers))
+			for i, s := range d.servers {
+				masters[i] = &redis.Options{Addr: s.Addr()}
+			}
+			ls, err := limits.NewStore(masters, time.Second)
+			require.NoError(t, err)
+			ts := d.idemServerWith(t, func(o *Options) {
+				for i := range o.APIKeys {
+					if o.APIKeys[i].Account == "acme" {
+						o.APIKeys[i].Limits = tc.lim
+					}
+				}
+				o.LimitStore, o.LimitsSyncInterval = ls, limitsInterval
+			})
+			var attempts []idemResult
+			for _, k := range []string{"a", "b", "c"} {
+				r := ts.idem(t, map[string]any{"action": "idem_begin", "key": k, "body": "b-" + k, "lease": 30})
+				require.Equal(t, http.StatusOK, r.Status, r.Raw)
+				attempts = append(attempts, r.idem(t))
+			}
+			for _, body := range []map[string]any{
+				{"action": "idem_begin", "key": "d", "body": "b-d", "lease": 30},
+				{"action": "idem_get", "key": "a"},
+			} {
+				r := ts.idem(t, body)
+				require.Equal(t, http.StatusTooManyRequests, r.Status, r.Raw)
+				assert.Equal(t, tc.code, r.code(), r.Raw)
+			}
+			assert.Empty(t, keysOn(t, d.servers, d.prefix+"*:d"), "the refused begin wrote nothing")
+
+			r := ts.idem(t, map[string]any{"action": "idem_complete", "key": "a", "token": attempts[0].Token,
+				"answer": map[string]any{"status": 201, "body": "done"}})
+			require.Equal(t, http.StatusOK, r.Status, r.Raw)
+			r = ts.idem(t, map[string]any{"action": "idem_extend", "key": "b", "token": attempts[1].Token, "lease": 30})
+			require.Equal(t, http.StatusOK, r.Status, r.Raw)
+			r = ts.idem(t, map[string]any{"action": "idem_abort", "key": "c", "token": attempts[2].Token})
+			require.Equal(t, http.StatusOK, r.Status, r.Raw)
+
+			// The answer was stored: a replica of the same account without
+			// limits replays it.
+			r = d.idemServer(t).idem(t, map[string]any{"action": "idem_begin", "key": "a", "body": "b-a", "lease": 30})
+			require.Equal(t, http.StatusOK, r.Status, r.Raw)
+			res := r.idem(t)
+			require.Equal(t, "completed", res.Outcome, r.Raw)
+			require.NotNil(t, res.Answer, r.Raw)
+			assert.Equal(t, 201, res.Answer.Status)
+			assert.Equal(t, base64.StdEncoding.EncodeToString([]byte("done")), res.Answer.BodyBase64)
+		})
+	}
+}

@@ -94,7 +94,11 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.token = req.token
-	if !s.admit(w, &c, req.action, start) {
+	kind := limits.Ordinary
+	if req.action == actRelease {
+		kind = limits.Release
+	}
+	if !s.admit(w, &c, kind, start) {
 		return
 	}
 	s.dispatch(r.Context(), w, &c, &req, entry.Account)
