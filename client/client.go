@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Defaults of the options.
@@ -285,10 +286,32 @@ func (r *request) checkKeys() error {
 	return nil
 }
 
+// mustBeText refuses a string that is not valid UTF-8, naming its field:
+// JSON would carry it with U+FFFD in place of the other bytes, which is
+// another key (two keys would then name one lock, or one idempotency
+// record). The daemon refuses such keys too.
+func mustBeText(field, s string) error {
+	if !utf8.ValidString(s) {
+		return fmt.Errorf("%w: %s: must be valid UTF-8", ErrInvalid, field)
+	}
+	return nil
+}
+
 // do sends r, retrying 503 answers per the policy, and returns a 200
 // answer. Errors are *Error, with ctx.Err() joined when the context ended.
 func (c *Client) do(ctx context.Context, r *request) (*answer, error) {
 	if err := r.checkKeys(); err != nil {
+		return nil, err
+	}
+	if err := mustBeText("key", r.key); err != nil {
+		return nil, err
+	}
+	for i, k := range r.keys {
+		if err := mustBeText(fmt.Sprintf("keys[%d]", i), k); err != nil {
+			return nil, err
+		}
+	}
+	if err := mustBeText("namespace", r.namespace); err != nil {
 		return nil, err
 	}
 	body := wireRequest{Action: r.action, Key: r.key, Keys: r.keys, Namespace: r.namespace, Token: r.token, WaitMS: r.wait.Milliseconds()}

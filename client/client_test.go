@@ -194,6 +194,20 @@ func TestTypedErrors(t *testing.T) {
 	err = c.Release(ctx, "k", "not-a-token")
 	require.ErrorIs(t, err, client.ErrInvalid)
 	assert.Contains(t, err.Error(), "token: must be the 32 lowercase hex characters")
+	// Strings that are not UTF-8 would reach the daemon as U+FFFD, another
+	// key: refused before sending, naming the field.
+	_, err = c.Acquire(ctx, "caf\xe9", 5*time.Second)
+	require.ErrorIs(t, err, client.ErrInvalid)
+	assert.Contains(t, err.Error(), "key: must be valid UTF-8")
+	_, err = c.Acquire(ctx, "", 5*time.Second, client.WithKeys("a", "b\xff"))
+	assert.ErrorContains(t, err, "keys[1]: must be valid UTF-8")
+	_, err = c.Acquire(ctx, "k", 5*time.Second, client.WithNamespace("\xff"))
+	assert.ErrorContains(t, err, "namespace: must be valid UTF-8")
+	_, err = c.Begin(ctx, "caf\xe9", client.Fingerprint([]byte("x")))
+	require.ErrorIs(t, err, client.ErrInvalid)
+	assert.ErrorContains(t, err, "key: must be valid UTF-8")
+	_, err = c.Begin(ctx, "k", client.Fingerprint([]byte("x")), client.WithIdemNamespace("b\xf6b"))
+	assert.ErrorContains(t, err, "namespace: must be valid UTF-8")
 
 	// A daemon that is gone is "unavailable".
 	require.NoError(t, d.Stop())

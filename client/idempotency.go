@@ -290,6 +290,12 @@ func leaseOf(opts []IdemOption) time.Duration {
 
 // idem sends one idempotency action, retrying 503 answers per the policy.
 func (c *Client) idem(ctx context.Context, r *idemRequest) (*idemData, error) {
+	if err := mustBeText("key", r.Key); err != nil {
+		return nil, err
+	}
+	if err := mustBeText("namespace", r.Namespace); err != nil {
+		return nil, err
+	}
 	body, err := json.Marshal(r)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)

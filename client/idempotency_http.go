@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Headers of the Idempotency-Key convention (IETF draft "The
@@ -44,8 +45,17 @@ type MiddlewareOptions struct {
 	// or reports false.
 	Require func(*http.Request) bool
 	// Namespace scopes the key, for example by the authenticated user; nil
-	// means no namespace.
+	// means no namespace (or NamespaceHeader's).
 	Namespace func(*http.Request) string
+	// NamespaceHeader, when Namespace is nil, names the request header
+	// whose value scopes the key (for example X-User-Id, set by a front
+	// proxy). A keyed request without it, with it more than once, or with
+	// a value that is not valid UTF-8 is refused with 400: which user a
+	// repeated header means is unknowable (a proxy that appends rather
+	// than replaces would let a client pick another user's namespace, and
+	// replay that user's answers), and a missing one would put every such
+	// request in one shared namespace.
+	NamespaceHeader string
 	// MaxBodyBytes caps the request body read for the fingerprint (larger:
 	// 413). Default 1 MiB.
 	MaxBodyBytes int64
@@ -137,6 +147,32 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 			next.ServeHTTP(w, r)
 			return
 		}
+		if !utf8.ValidString(key) {
+			// JSON would carry it with U+FFFD in place of the other
+			// bytes: another key's record.
+			http.Error(w, "Idempotency-Key: must be valid UTF-8", http.StatusBadRequest)
+			return
+		}
+		var ns string
+		switch {
+		case o.Namespace != nil:
+			ns = o.Namespace(r)
+		case o.NamespaceHeader != "":
+			vs := r.Header.Values(o.NamespaceHeader)
+			switch {
+			case len(vs) == 0 || vs[0] == "":
+				http.Error(w, o.NamespaceHeader+": required with Idempotency-Key (it scopes the key)", http.StatusBadRequest)
+				return
+			case len(vs) > 1:
+				http.Error(w, o.NamespaceHeader+": sent more than once; which one scopes Idempotency-Key is unknowable", http.StatusBadRequest)
+				return
+			}
+			ns = vs[0]
+		}
+		if !utf8.ValidString(ns) {
+			http.Error(w, "the namespace header's value (scoping Idempotency-Key): must be valid UTF-8", http.StatusBadRequest)
+			return
+		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, o.MaxBodyBytes+1))
 		if err != nil {
 			http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
@@ -147,8 +183,8 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 			return
 		}
 		opts := o.Options
-		if o.Namespace != nil {
-			opts = append(append([]IdemOption(nil), opts...), WithIdemNamespace(o.Namespace(r)))
+		if o.Namespace != nil || o.NamespaceHeader != "" {
+			opts = append(append([]IdemOption(nil), opts...), WithIdemNamespace(ns))
 		}
 		res, err := c.Begin(r.Context(), key, RequestFingerprint(r.Method, r.URL.RequestURI(), body), opts...)
 		if err != nil {
@@ -257,13 +293,18 @@ func refuse(w http.ResponseWriter, err error) {
 		if e != nil {
 			msg = e.Msg
 		}
-		if strings.HasPrefix(msg, "namespace") {
+		switch {
+		case strings.HasPrefix(msg, "namespace"):
 			// The namespace comes from the request (a header the
 			// deployment names), not from the key.
 			http.Error(w, "the namespace header's value (scoping Idempotency-Key): "+msg, http.StatusBadRequest)
-			return
+		case strings.HasPrefix(msg, "key"):
+			http.Error(w, "Idempotency-Key: "+msg, http.StatusBadRequest)
+		default:
+			// Not the request's fault: the middleware's own options (a
+			// lease or retention the daemon's limits refuse).
+			http.Error(w, "the idempotency settings of this service are refused by redlockd: "+msg, http.StatusInternalServerError)
 		}
-		http.Error(w, "Idempotency-Key: "+msg, http.StatusBadRequest)
 	default:
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "idempotency records unavailable; retry later", http.StatusServiceUnavailable)

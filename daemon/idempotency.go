@@ -11,6 +11,9 @@ import (
 	"reflect"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 
 	"github.com/redlockd/redlockd/internal/keyenc"
 	"github.com/redlockd/redlockd/redlock/idempotency"
@@ -161,6 +164,53 @@ func idemActionOfTokens(body []byte) (idemAction, bool) {
 	return a, ok
 }
 
+// notTextField names the first string of body, field path and all
+// ("key", "answer.body", "answer.headers.X-Id"), that is invalid UTF-8 or
+// holds a lone surrogate escape ("\ud800"); ok is false when there is
+// none, or when body is not JSON (the decoder then says where). encoding/json
+// would turn either into U+FFFD: two different keys would name one
+// record, and two different bodies give one fingerprint — a request
+// answered with another's stored answer.
+func notTextField(body []byte) (field string, ok bool) {
+	if !bytes.Contains(body, []byte(`\u`)) && utf8.Valid(body) {
+		return "", false
+	}
+	d := jsontext.NewDecoder(bytes.NewReader(body), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	for {
+		switch d.PeekKind() {
+		case 0:
+			return "", false
+		case '"':
+			raw, err := d.ReadValue()
+			if err != nil {
+				return "", false
+			}
+			if _, err := jsontext.AppendUnquote(nil, raw); err == nil {
+				continue
+			}
+			var path []string
+			for tok := range d.StackPointer().Tokens() {
+				path = append(path, tok)
+			}
+			if kind, n := d.StackIndex(d.StackDepth()); kind == '{' && n%2 == 1 {
+				// A member's name, not its value.
+				path[len(path)-1] = "a field name"
+				if len(path) == 1 {
+					return "body: a field name", true
+				}
+			}
+			if len(path) == 0 {
+				return "body", true
+			}
+			return strings.Join(path, "."), true
+		default:
+			if _, err := d.ReadToken(); err != nil {
+				return "", false
+			}
+		}
+	}
+}
+
 // idemRequestBody is the JSON body of an idempotency action; unknown
 // fields are refused.
 type idemRequestBody struct {
@@ -200,6 +250,9 @@ type idemRequest struct {
 // parseIdemRequest decodes body strictly (one object, known fields only)
 // and checks every field against its limit; messages name the field.
 func parseIdemRequest(body []byte, a idemAction, lim *lockBounds, st *idempotency.Store) (idemRequest, *badRequest) {
+	if field, ok := notTextField(body); ok {
+		return idemRequest{}, bad("%s: must be valid UTF-8 (JSON text is; send bytes that are not text as body_base64)", field)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()

@@ -695,3 +695,40 @@ func TestIdemAttemptsEndPastTheQuota(t *testing.T) {
 		})
 	}
 }
+
+// TestIdemTextFieldsMustBeUTF8: a key, namespace, body or answer string
+// that is invalid UTF-8 or holds a lone surrogate escape is refused 400
+// naming its field, as the lock actions refuse such a key. encoding/json
+// turned both into U+FFFD, so "z\xff" and "z\xfe" named one record and
+// "pay \xff" and "pay \xfe" gave one fingerprint: a break-it pass had a
+// different request answered with another's stored answer.
+func TestIdemTextFieldsMustBeUTF8(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServer(t)
+	tok := strings.Repeat("0", 32)
+	for _, tc := range []struct{ body, field string }{
+		{"{\"action\":\"idem_begin\",\"key\":\"z\xff\",\"body\":\"x\"}", "key"},
+		{`{"action":"idem_begin","key":"z\ud800","body":"x"}`, "key"},
+		{`{"action":"idem_begin","key":"z\udc00x","body":"x"}`, "key"},
+		{"{\"action\":\"idem_begin\",\"key\":\"k\",\"namespace\":\"u\xe9\",\"body\":\"x\"}", "namespace"},
+		{"{\"action\":\"idem_begin\",\"key\":\"k\",\"body\":\"pay \xff\"}", "body"},
+		{`{"action":"idem_begin","key":"k","body":"pay \ud800\u0041"}`, "body"},
+		{"{\"action\":\"idem_complete\",\"key\":\"k\",\"token\":\"" + tok + "\",\"answer\":{\"status\":200,\"body\":\"\xc3\"}}", "answer.body"},
+		{"{\"action\":\"idem_complete\",\"key\":\"k\",\"token\":\"" + tok + "\",\"answer\":{\"status\":200,\"headers\":{\"X-Id\":\"\xff\"}}}", "answer.headers.X-Id"},
+		{"{\"action\":\"idem_begin\",\"key\":\"k\",\"body\":\"x\",\"\xff\":1}", "body: a field name"},
+	} {
+		r := ts.lock(t, testKeyAcme, tc.body)
+		assert.Equal(t, http.StatusBadRequest, r.Status, "%q: %s", tc.body, r.Raw)
+		assert.Contains(t, r.Env.Msg, tc.field+": must be valid UTF-8", "%q", tc.body)
+	}
+	assert.Empty(t, keysOn(t, d.servers, d.prefix+"idem:*"), "a refused body writes nothing")
+
+	// A surrogate pair is text: its key works, and is another key than
+	// the replacement character's.
+	r := ts.lock(t, testKeyAcme, `{"action":"idem_begin","key":"z\ud83d\ude00","body":"x"}`)
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	assert.Equal(t, "started", r.idem(t).Outcome)
+	r = ts.lock(t, testKeyAcme, `{"action":"idem_begin","key":"z\ufffd","body":"x"}`)
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	assert.Equal(t, "started", r.idem(t).Outcome, "U+FFFD itself is a key of its own")
+}

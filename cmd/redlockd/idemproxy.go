@@ -41,8 +41,10 @@ Idempotency-Takeover sent by clients are removed.
 Idempotency-Key is refused with 400 (METHOD is POST or PATCH; without it,
 both). Keys are scoped by the API key's account and, with
 --namespace-header, by that request header's value (for example the
-authenticated user's id set by an earlier proxy): without it, every client
-of the gateway shares one key space.
+authenticated user's id set by an earlier proxy; a keyed request without
+it, or with it more than once, is refused with 400): without the flag,
+every client of the gateway shares one key space. Without --retention the
+daemon's default applies (24 hours, capped at its idempotency_max_retention).
 
 The daemon and API key come from --url and REDLOCKD_URL, and REDLOCKD_API_KEY
 (an environment variable: a flag shows in ps). Flags:
@@ -114,10 +116,12 @@ func parseIdemProxyArgs(args []string, stderr io.Writer) (idemProxySettings, err
 	fs.Var(&routes, "require", "`route` \"[POST|PATCH] /prefix\" whose POST/PATCH requests must carry Idempotency-Key (repeatable)")
 	fs.StringVar(&s.nsHeader, "namespace-header", "", "request header `name` whose value scopes the keys (e.g. X-User-Id)")
 	fs.Int64Var(&leaseS, "lease", 30, "processing lease in `seconds`: an attempt that takes longer is extended while the upstream works")
-	fs.Int64Var(&retentionS, "retention", 24*60*60, "how long answers are kept, in `seconds` (at least twice --lease, at most 604800, 7 days)")
+	fs.Int64Var(&retentionS, "retention", 0, "how long answers are kept, in `seconds` (at least twice --lease, at most 604800, 7 days; default: the daemon's, 86400 capped at its idempotency_max_retention)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
+	retentionSet := false
+	fs.Visit(func(f *flag.Flag) { retentionSet = retentionSet || f.Name == "retention" })
 	if fs.NArg() > 0 {
 		return s, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
@@ -131,7 +135,7 @@ func parseIdemProxyArgs(args []string, stderr io.Writer) (idemProxySettings, err
 		return s, errors.New("--url or REDLOCKD_URL: required (e.g. http://127.0.0.1:7070)")
 	case leaseS < 1 || leaseS > 86400:
 		return s, fmt.Errorf("--lease: %d is outside 1 to 86400 seconds", leaseS)
-	case retentionS < 2*leaseS || retentionS > 604800:
+	case retentionSet && (retentionS < 2*leaseS || retentionS > 604800):
 		return s, fmt.Errorf("--retention: %d is outside twice --lease (%d) to 604800 seconds: the record must outlive the lease so that a retry after it is a take-over", retentionS, 2*leaseS)
 	}
 	s.apiKey = os.Getenv("REDLOCKD_API_KEY")
@@ -156,15 +160,16 @@ func newIdemProxy(s idemProxySettings, c *client.Client) http.Handler {
 			}
 			return false
 		},
-		Options: []client.IdemOption{client.WithLease(s.lease), client.WithRetention(s.retention)},
+		Options: []client.IdemOption{client.WithLease(s.lease)},
 		// An upstream 5xx, or the proxy's own 502, says nothing about
 		// what the upstream did: never a blind re-run (AbortOn5xx false).
 		OnError: func(op, key string, err error) {
 			log.Printf("idempotency-proxy: %s of key %q failed, the answer is not stored; a retry after the lease is a take-over: %v", op, key, err)
 		},
 	}
-	if s.nsHeader != "" {
-		o.Namespace = func(r *http.Request) string { return r.Header.Get(s.nsHeader) }
+	o.NamespaceHeader = s.nsHeader
+	if s.retention > 0 {
+		o.Options = append(o.Options, client.WithRetention(s.retention))
 	}
 	mw := client.Middleware(c, o, rp)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

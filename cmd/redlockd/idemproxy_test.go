@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockd/redlockd/client"
+	"github.com/redlockd/redlockd/config"
 )
 
 // TestIdempotencyProxyReplays: behind the gateway, a retried POST gets the
@@ -283,4 +284,100 @@ func TestIdempotencyProxyTwoKeysRefused(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
 	require.Zero(t, seen.Load())
+}
+
+// TestIdempotencyProxyRefusesAmbiguousKeys: the gateway refuses with 400,
+// before the upstream, what would name another request's record: an
+// Idempotency-Key that is not valid UTF-8 (JSON carried "café-7" and
+// "cafè-7" in Latin-1 as one key, and the second request got the first
+// one's answer), and with --namespace-header a request whose namespace
+// header is missing, repeated (a proxy that appends would let a client
+// choose another user's namespace) or not valid UTF-8. Two users' equal
+// keys stay apart.
+func TestIdempotencyProxyRefusesAmbiguousKeys(t *testing.T) {
+	base := daemonURL(t)
+	var seen atomic.Int32
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := seen.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(r.Header.Get("X-User-Id") + "-" + strconv.Itoa(int(n))))
+	}))
+	defer upstream.Close()
+	u, err := url.Parse(upstream.URL)
+	require.NoError(t, err)
+	c, err := client.New(base, keyA)
+	require.NoError(t, err)
+	gw := httptest.NewServer(newIdemProxy(idemProxySettings{upstream: u, lease: 30 * time.Second, nsHeader: "X-User-Id"}, c))
+	defer gw.Close()
+	send := func(key string, users ...string) (int, string) {
+		req, err := http.NewRequest(http.MethodPost, gw.URL+"/orders", strings.NewReader("x"))
+		require.NoError(t, err)
+		req.Header[client.HeaderIdempotencyKey] = []string{key}
+		if len(users) > 0 {
+			req.Header["X-User-Id"] = users
+		}
+		resp, err := gw.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+	for _, tc := range []struct {
+		key   string
+		users []string
+		msg   string
+	}{
+		{"caf\xe9-7", []string{"alice"}, "Idempotency-Key: must be valid UTF-8"},
+		{"ord-1", nil, "X-User-Id: required with Idempotency-Key"},
+		{"ord-1", []string{"alice", "bob"}, "X-User-Id: sent more than once"},
+		{"ord-1", []string{"b\xf6b"}, "must be valid UTF-8"},
+	} {
+		st, body := send(tc.key, tc.users...)
+		require.Equal(t, http.StatusBadRequest, st, "%q %q: %s", tc.key, tc.users, body)
+		require.Contains(t, body, tc.msg)
+	}
+	require.Zero(t, seen.Load(), "no refused request reached the upstream")
+
+	st, a1 := send("café-7", "alice")
+	require.Equal(t, http.StatusCreated, st)
+	st, b1 := send("café-7", "bob")
+	require.Equal(t, http.StatusCreated, st)
+	require.NotEqual(t, a1, b1, "bob's request is not alice's")
+	st, a2 := send("café-7", "alice")
+	require.Equal(t, http.StatusCreated, st)
+	require.Equal(t, a1, a2, "alice's retry replays her answer")
+	require.EqualValues(t, 2, seen.Load())
+}
+
+// TestIdempotencyProxyDefaultRetentionFitsTheDaemon: without --retention
+// the gateway leaves the retention to the daemon (its default, capped at
+// idempotency_max_retention). It used to send 86400 s, which a daemon
+// with a smaller cap refused for every keyed request, as a 400 blaming the
+// client's Idempotency-Key header.
+func TestIdempotencyProxyDefaultRetentionFitsTheDaemon(t *testing.T) {
+	base := daemonURL(t, func(c *config.Config) { c.IdempotencyMaxRetention = config.Duration(2 * time.Minute) })
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer upstream.Close()
+	t.Setenv("REDLOCKD_API_KEY", keyA)
+	s, err := parseIdemProxyArgs([]string{"--url", base, "--upstream", upstream.URL}, io.Discard)
+	require.NoError(t, err)
+	c, err := client.New(base, keyA)
+	require.NoError(t, err)
+	gw := httptest.NewServer(newIdemProxy(s, c))
+	defer gw.Close()
+	resp, body := postUntilDecided(t, gw, "/orders", "ret-1", "x")
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
+
+	// A --retention above the daemon's cap is the gateway's setting, not
+	// the client's: 500 naming it.
+	s, err = parseIdemProxyArgs([]string{"--url", base, "--upstream", upstream.URL, "--retention", "86400"}, io.Discard)
+	require.NoError(t, err)
+	gw2 := httptest.NewServer(newIdemProxy(s, c))
+	defer gw2.Close()
+	resp, body = postUntilDecided(t, gw2, "/orders", "ret-2", "x")
+	require.Equal(t, http.StatusInternalServerError, resp.StatusCode, "%s", body)
+	require.Contains(t, string(body), "the idempotency settings of this service are refused by redlockd: retention: 86400")
 }
