@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
 	"os"
 	"os/signal"
 	"reflect"
@@ -88,6 +89,20 @@ func (r *reloader) apply(_ context.Context) (daemon.ReloadResult, error) {
 	next, err := r.load()
 	if err != nil {
 		r.log.Error("reload refused: the configuration does not load; the old one stays in force", zap.Error(err))
+		return daemon.ReloadResult{}, &daemon.ReloadError{Err: err}
+	}
+	// The settings a reload puts in force are judged beside the ones it
+	// leaves (max_ttl, …: those need a restart), not beside the file's new
+	// values of those: an account lock_delay checked against a larger
+	// max_ttl in the file would be applied under the smaller one in force,
+	// and refuse every acquire of that account that keeps the default.
+	inForce := r.cur
+	inForce.APIKeys, inForce.AccountDefaults = next.APIKeys, next.AccountDefaults
+	if err := inForce.ValidateFields(reloadable...); err != nil {
+		if changed := changedSettings(r.cur, next); len(changed) > 0 {
+			err = fmt.Errorf("%w (judged with the settings in force: a change of %s takes effect only at a restart)", err, strings.Join(changed, ", "))
+		}
+		r.log.Error("reload refused: the accounts do not fit the settings in force; the old ones stay in force", zap.Error(err))
 		return daemon.ReloadResult{}, &daemon.ReloadError{Err: err}
 	}
 	// What can be refused without changing anything first: the admin

@@ -516,3 +516,50 @@ func TestReloadAccountLockDelay(t *testing.T) {
 	assert.Equal(t, false, expireThenRetry("kept").Data["acquired"], "the delay in force stays after a refused reload")
 	require.NoError(t, d.stop(t), "%s", d.logs)
 }
+
+// TestReloadJudgesAccountsWithTheSettingsInForce: a reload whose file also
+// raises max_ttl (which takes effect only at a restart) is judged with the
+// max_ttl in force. It used to be judged with the file's: an account
+// lock_delay of 60 s passed beside max_ttl 61 and was applied under 60, and
+// every acquire of that account that kept the default was refused ("ttl:
+// 1 s + the account's default lock-delay of 60000 ms is above max_ttl").
+func TestReloadJudgesAccountsWithTheSettingsInForce(t *testing.T) {
+	prefix := fmt.Sprintf("e2e%d:", prefixSeq.Add(1))
+	path := filepath.Join(t.TempDir(), "redlockd.yaml")
+	write := func(maxTTL int, acmeExtra string) {
+		cfg := strings.Replace(reloadConfig(prefix, [2]string{"acme", keyA}), "api_keys:\n", fmt.Sprintf("max_ttl: %d\napi_keys:\n", maxTTL), 1)
+		require.NoError(t, os.WriteFile(path, []byte(cfg+acmeExtra), 0o600))
+	}
+	write(60, "")
+	addr, adminAddr := freeAddr(t), freeAddr(t)
+	base, admin := "http://"+addr, "http://"+adminAddr
+	d := startBinary(t, base, httpClient, nil, "--config", path, "--listen", addr, "--admin-listen", adminAddr, "--drain-delay", "0s")
+	reload := func() (int, string) {
+		t.Helper()
+		resp, err := httpClient.Post(admin+"/admin/reload", "", nil)
+		require.NoError(t, err)
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(raw)
+	}
+
+	write(61, "    lock_delay: 60s\n")
+	st, raw := reload()
+	require.Equal(t, http.StatusBadRequest, st, raw)
+	assert.Contains(t, raw, "api_keys[0].lock_delay: 1m0s is above max_ttl (60 s) − 1s")
+	assert.Contains(t, raw, "a change of max_ttl takes effect only at a restart")
+	st, env, _ := post(t, lockURL(base), keyA, `{"key":"in-force","ttl":1}`)
+	require.Equal(t, http.StatusOK, st, env.Msg)
+	assert.Equal(t, true, env.Data["acquired"], "the refused reload left acme without a delay: %s", env.Msg)
+
+	// The same file with a delay that fits the max_ttl in force reloads,
+	// and names max_ttl as waiting for a restart.
+	write(61, "    lock_delay: 59s\n")
+	st, raw = reload()
+	require.Equal(t, http.StatusOK, st, raw)
+	assert.Contains(t, raw, "max_ttl")
+	st, env, _ = post(t, lockURL(base), keyA, `{"key":"fits","ttl":1}`)
+	require.Equal(t, http.StatusOK, st, env.Msg)
+	assert.Equal(t, true, env.Data["acquired"], env.Msg)
+	require.NoError(t, d.stop(t), "%s", d.logs)
+}
