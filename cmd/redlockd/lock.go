@@ -141,8 +141,9 @@ type lockFlags struct {
 	tlsCA, tlsCert, tlsKey             string
 	ttl, wait, grace                   time.Duration
 	lockDelay                          time.Duration
-	permits                            int // run, acquire, status: a semaphore's
-	slot                               int // extend, release: a permit's slot; -1 for a lock
+	permits                            int             // run, acquire, status: a semaphore's
+	slot                               int             // extend, release: a permit's slot; -1 for a lock
+	set                                map[string]bool // the flags given on the command line
 }
 
 func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -189,7 +190,7 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if sub != "status" {
 			durationVar(fs, &f.lockDelay, "lock-delay", 0, "if the lock ends without a release, nobody acquires it for this `duration` after (at most 60s), e.g. 15s")
 		}
-		fs.IntVar(&f.permits, "permits", 0, "treat --key as a semaphore of this many permits (1 to 1000); 0: a lock")
+		fs.IntVar(&f.permits, "permits", 0, "treat --key as a semaphore of this many permits (1 to 1000); left out: a lock")
 	case "extend", "release":
 		fs.IntVar(&f.slot, "slot", -1, "the semaphore permit slot acquire returned (0 to 999); -1: a lock")
 	}
@@ -206,6 +207,8 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		return &exitError{code: exitUsage, err: fmt.Errorf("lock %s: %v (flags: redlockd lock %s --help)", sub, err, sub)}
 	}
+	f.set = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
 	// The variables are read after the flags, not as the flags' defaults:
 	// --help would print them (a URL may carry user info, REDLOCK_TOKEN is
 	// a lock's token).
@@ -346,7 +349,7 @@ func (f *lockFlags) check(sub string, nargs int) error {
 		return errors.New("--keys, --permits: a semaphore has one name: give --key with --permits")
 	case f.keys != nil && f.slot != -1:
 		return errors.New("--keys, --slot: a slot is a semaphore permit's: give --key with --slot")
-	case sub == "run" && f.ttl == 0:
+	case sub == "run" && f.ttl == 0 && !f.set["ttl"]:
 		return errors.New("--ttl: required, at least 1s, e.g. --ttl 5m")
 	case (sub == "run" || sub == "acquire" || sub == "extend") && (f.ttl < time.Second || f.ttl%time.Second != 0):
 		return fmt.Errorf("--ttl: %v must be a whole number of seconds, at least 1s", f.ttl)
@@ -356,8 +359,10 @@ func (f *lockFlags) check(sub string, nargs int) error {
 		return fmt.Errorf("--grace: %v is negative", f.grace)
 	case f.lockDelay < 0 || f.lockDelay > time.Minute || f.lockDelay%time.Millisecond != 0:
 		return fmt.Errorf("--lock-delay: %v must be whole milliseconds from 0 to 60s", f.lockDelay)
-	case f.permits < 0 || f.permits > 1000:
-		return fmt.Errorf("--permits: %d is outside 1 to 1000", f.permits)
+	case f.permits < 0 || f.permits > 1000 || f.permits == 0 && f.set["permits"]:
+		// An explicit 0 is refused as the API refuses permits 0, not
+		// taken for a lock: leave the flag out for that.
+		return fmt.Errorf("--permits: %d is outside 1 to 1000 (leave --permits out for a lock)", f.permits)
 	case f.slot < -1 || f.slot > 999:
 		return fmt.Errorf("--slot: %d is outside 0 to 999", f.slot)
 	case (f.tlsCert == "") != (f.tlsKey == ""):

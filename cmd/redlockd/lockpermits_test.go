@@ -93,4 +93,12 @@ func TestLockPermitsOneShot(t *testing.T) {
 	code, _, errOut = runLock(t, base, "acquire", "--key", "job:sem1", "--permits", "1001")
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errOut, "--permits: 1001 is outside 1 to 1000")
+	// An explicit 0 is refused (as the API refuses permits 0), not run as
+	// a plain lock; a --ttl of 0s is named as such, not as missing.
+	code, _, errOut = runLock(t, base, "run", "--key", "job:sem1", "--ttl", "5s", "--permits", "0", "--", "true")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "--permits: 0 is outside 1 to 1000 (leave --permits out for a lock)")
+	code, _, errOut = runLock(t, base, "run", "--key", "job:sem1", "--ttl", "0s", "--", "true")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "--ttl: 0s must be a whole number of seconds, at least 1s")
 }
