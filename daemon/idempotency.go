@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -227,6 +228,49 @@ type idemRequestBody struct {
 	Answer      *idemAnswerIn   `json:"answer"`
 }
 
+// idemFields are the fields each action reads besides action, key and
+// namespace; any other is refused, not ignored (an answer sent with a
+// retryable abort was dropped without a word).
+var idemFields = map[idemAction][]string{
+	idemBegin:    {"fingerprint", "body", "body_base64", "lease", "retention"},
+	idemComplete: {"token", "answer"},
+	idemAbort:    {"token", "retryable", "answer"},
+	idemExtend:   {"token", "lease"},
+	idemGet:      {},
+}
+
+// onlyFieldsOf refuses a field that action a does not read, and an answer
+// on an abort that may be retried (it stores nothing).
+func (b *idemRequestBody) onlyFieldsOf(a idemAction) *badRequest {
+	given := []struct {
+		name string
+		set  bool
+	}{
+		{"fingerprint", b.Fingerprint != nil}, {"body", b.Body != nil}, {"body_base64", b.BodyBase64 != nil},
+		{"lease", b.Lease != nil}, {"retention", b.Retention != nil}, {"token", b.Token != nil},
+		{"retryable", b.Retryable != nil}, {"answer", b.Answer != nil},
+	}
+	for _, g := range given {
+		if g.set && !slices.Contains(idemFields[a], g.name) {
+			return bad("%s: not a field of %s, which reads action, key, namespace%s", g.name, a, prefixEach(", ", idemFields[a]))
+		}
+	}
+	if a == idemAbort && b.Answer != nil && (b.Retryable == nil || *b.Retryable) {
+		return bad("answer: only with retryable false: an abort that may be retried stores no answer (the next idem_begin starts afresh)")
+	}
+	return nil
+}
+
+// prefixEach is each of names with sep before it.
+func prefixEach(sep string, names []string) string {
+	var b strings.Builder
+	for _, n := range names {
+		b.WriteString(sep)
+		b.WriteString(n)
+	}
+	return b.String()
+}
+
 type idemAnswerIn struct {
 	Status     *int              `json:"status"`
 	Headers    map[string]string `json:"headers"`
@@ -264,6 +308,9 @@ func parseIdemRequest(body []byte, a idemAction, lim *lockBounds, st *idempotenc
 		return idemRequest{}, bad("body: unexpected data after the JSON object")
 	}
 	req := idemRequest{action: a, retryable: true}
+	if berr := b.onlyFieldsOf(a); berr != nil {
+		return req, berr
+	}
 	if b.Key == nil {
 		return req, bad("key: required, a string of 1 to %d bytes", maxKeyBytes)
 	}

@@ -244,6 +244,13 @@ func TestIdemBadInput(t *testing.T) {
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":600}}`, 400, "answer.status: 600 is outside 100 to 599"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"headers":{}}}`, 400, "answer.status: required, an HTTP status code from 100 to 599"},
 		{`{"action":"idem_abort","key":"k","token":"` + tok + `","retryable":false}`, 400, "answer: required for idem_abort with retryable false"},
+		// A field the action does not read is refused, not dropped.
+		{`{"action":"idem_abort","key":"k","token":"` + tok + `","retryable":true,"answer":{"status":500}}`, 400, "answer: only with retryable false"},
+		{`{"action":"idem_abort","key":"k","token":"` + tok + `","answer":{"status":500}}`, 400, "answer: only with retryable false"},
+		{`{"action":"idem_begin","key":"k","body":"x","token":"` + tok + `"}`, 400, "token: not a field of idem_begin, which reads action, key, namespace, fingerprint, body, body_base64, lease, retention"},
+		{`{"action":"idem_get","key":"k","lease":30}`, 400, "lease: not a field of idem_get, which reads action, key, namespace"},
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `","lease":30,"answer":{"status":200}}`, 400, "lease: not a field of idem_complete"},
+		{`{"action":"idem_extend","key":"k","token":"` + tok + `","retryable":false}`, 400, "retryable: not a field of idem_extend"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"body":"` + strings.Repeat("x", 1001) + `"}}`, 413, "1001 bytes (body and headers) is above the limit of 1000 bytes"},
 	} {
 		r := ts.lock(t, testKeyAcme, tc.body)
