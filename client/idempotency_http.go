@@ -78,7 +78,11 @@ type MiddlewareOptions struct {
 	// "complete", "abort", or "panic" for a handler that panicked), with
 	// the client's key (never the token). The answer was then not stored:
 	// the attempt stays IN_PROGRESS until its lease ends and a retry is a
-	// take-over. nil: not reported.
+	// take-over. It is also told (op "begin") of a Begin refused for a
+	// reason that is the service's, not the client's: the daemon refusing
+	// the API key (answered 502), the account's quota or rate (503 with
+	// the daemon's Retry-After), the options (500), or no answer (503).
+	// nil: not reported.
 	OnError func(op, key string, err error)
 }
 
@@ -188,7 +192,9 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 		}
 		res, err := c.Begin(r.Context(), key, RequestFingerprint(r.Method, r.URL.RequestURI(), body), opts...)
 		if err != nil {
-			refuse(w, err)
+			if refuse(w, err) && o.OnError != nil {
+				o.OnError("begin", key, err)
+			}
 			return
 		}
 		if res.Replay != nil {
@@ -271,11 +277,27 @@ func (o *MiddlewareOptions) report(op string, a *Attempt, err error) {
 // seconds.
 const maxInProgressRetryAfter = 5
 
-// refuse answers a Begin that did not start an attempt.
-func refuse(w http.ResponseWriter, err error) {
+// refuse answers a Begin that did not start an attempt, and reports
+// whether the refusal is the service's own to look into rather than the
+// client's (the daemon refusing this service's API key, limits or
+// settings, or unavailable).
+func refuse(w http.ResponseWriter, err error) (ours bool) {
 	var e *Error
 	errors.As(err, &e)
 	switch {
+	case errors.Is(err, ErrUnauthorized):
+		http.Error(w, "idempotency records unavailable: redlockd refuses this service's API key", http.StatusBadGateway)
+		return true
+	case e != nil && e.Status == http.StatusTooManyRequests:
+		// The service's account is over its quota or rate: the client
+		// may retry when the daemon says, not every second.
+		secs := int64(1)
+		if e.RetryAfter > 0 {
+			secs = int64((e.RetryAfter + time.Second - 1) / time.Second)
+		}
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+		http.Error(w, "idempotency records unavailable: this service's redlockd account is past its limits ("+e.Code+"); retry later", http.StatusServiceUnavailable)
+		return true
 	case errors.Is(err, ErrInProgress):
 		// The holder's lease is extended while it works, so its remaining
 		// time is about the whole lease however soon it finishes: the
@@ -304,11 +326,14 @@ func refuse(w http.ResponseWriter, err error) {
 			// Not the request's fault: the middleware's own options (a
 			// lease or retention the daemon's limits refuse).
 			http.Error(w, "the idempotency settings of this service are refused by redlockd: "+msg, http.StatusInternalServerError)
+			return true
 		}
 	default:
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "idempotency records unavailable; retry later", http.StatusServiceUnavailable)
+		return true
 	}
+	return false
 }
 
 // replay writes a stored answer.

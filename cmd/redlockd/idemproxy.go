@@ -164,6 +164,10 @@ func newIdemProxy(s idemProxySettings, c *client.Client) http.Handler {
 		// An upstream 5xx, or the proxy's own 502, says nothing about
 		// what the upstream did: never a blind re-run (AbortOn5xx false).
 		OnError: func(op, key string, err error) {
+			if op == "begin" {
+				log.Printf("idempotency-proxy: begin of key %q refused for this gateway's own reason (its API key, its account's limits, its settings, or redlockd unreachable); the request was not forwarded: %v", key, err)
+				return
+			}
 			log.Printf("idempotency-proxy: %s of key %q failed, the answer is not stored; a retry after the lease is a take-over: %v", op, key, err)
 		},
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"strconv"
 	"strings"
@@ -380,4 +381,68 @@ func TestIdempotencyProxyDefaultRetentionFitsTheDaemon(t *testing.T) {
 	resp, body = postUntilDecided(t, gw2, "/orders", "ret-2", "x")
 	require.Equal(t, http.StatusInternalServerError, resp.StatusCode, "%s", body)
 	require.Contains(t, string(body), "the idempotency settings of this service are refused by redlockd: retention: 86400")
+}
+
+// TestIdempotencyProxyNamesItsOwnFailures: a Begin refused for the
+// service's reasons, not the client's, is answered for what it is and
+// reported (OnError "begin"): the daemon refusing the gateway's API key
+// is 502, the gateway's account past its rate is 503 with the daemon's
+// Retry-After. Both used to be a bare 503 "retry later" with Retry-After 1
+// and nothing logged (a break-it pass).
+func TestIdempotencyProxyNamesItsOwnFailures(t *testing.T) {
+	rate, burst := 0.01, 1
+	base := daemonURL(t, func(c *config.Config) {
+		c.APIKeys = append(c.APIKeys, config.APIKey{Name: "gw", Key: "gateway-key-0123456789abcdef",
+			Limits: config.Limits{Rate: &rate, Burst: &burst}})
+	})
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer upstream.Close()
+	u, err := url.Parse(upstream.URL)
+	require.NoError(t, err)
+	var mu sync.Mutex
+	var reported []string
+	gateway := func(apiKey string) *httptest.Server {
+		c, err := client.New(base, apiKey)
+		require.NoError(t, err)
+		h := client.Middleware(c, client.MiddlewareOptions{
+			Options: []client.IdemOption{client.WithLease(30 * time.Second)},
+			OnError: func(op, key string, err error) {
+				mu.Lock()
+				reported = append(reported, op+" "+key)
+				mu.Unlock()
+			},
+		}, httputil.NewSingleHostReverseProxy(u))
+		gw := httptest.NewServer(h)
+		t.Cleanup(gw.Close)
+		return gw
+	}
+	post := func(gw *httptest.Server, key string) (*http.Response, string) {
+		req, err := http.NewRequest(http.MethodPost, gw.URL+"/orders", strings.NewReader("x"))
+		require.NoError(t, err)
+		req.Header.Set(client.HeaderIdempotencyKey, key)
+		resp, err := gw.Client().Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+
+	resp, body := post(gateway("not-the-key-0123456789abcdef"), "k1")
+	require.Equal(t, http.StatusBadGateway, resp.StatusCode, body)
+	require.Contains(t, body, "redlockd refuses this service's API key")
+
+	limited := gateway("gateway-key-0123456789abcdef")
+	resp, body = post(limited, "k2")
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "the first call is within the burst: %s", body)
+	resp, body = post(limited, "k3")
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+	require.Contains(t, body, "past its limits (rate_limited)")
+	ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	require.NoError(t, err)
+	require.Greater(t, ra, 1, "the daemon's Retry-After (about 100 s at 0.01/s), not 1")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"begin k1", "begin k3"}, reported)
 }
