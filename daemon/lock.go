@@ -30,6 +30,10 @@ const (
 	msgHeld        = "lock is held by another owner"
 	msgNotHeld     = "lock not held: it expired or was already released"
 	msgDelayed     = "lock is in its lock-delay: the last holder's lock ended without a release; retry after retry_after"
+	msgPermitsHeld = "every permit of the semaphore is held"
+	// msgWaitStopped ends the msg of a waiting acquire answered because
+	// the daemon is shutting down (Serve, step 3).
+	msgWaitStopped = "; this daemon is shutting down, so the wait ended before wait_ms: retry, on another replica"
 	msgContended   = "lock is contended: other attempts hold the key on some masters and none was granted (callers that split the votes release theirs at once); retry after retry_after"
 	msgWrongToken  = "token does not match the current holder"
 	msgQuerySecret = "API keys and tokens must not be sent in the URL query string: send the API key in the X-API-Key header and the token in the JSON body"
@@ -291,6 +295,16 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 	s.acquireRefused(ctx, w, c, &d, err)
 }
 
+// waitsStopped reports whether the waits were ended by a shutdown.
+func (s *Server) waitsStopped() bool {
+	select {
+	case <-s.stopWaits:
+		return true
+	default:
+		return false
+	}
+}
+
 // releaseAbandoned releases a lock granted to a caller that went away
 // while it was being granted (a timeout, a cancelled wait, a client
 // killed): its answer, the only place the token is, cannot reach anyone,
@@ -333,12 +347,18 @@ func (s *Server) acquireRefused(ctx context.Context, w http.ResponseWriter, c *c
 		// honour Retry-After on any answer.
 		w.Header().Set("Retry-After", strconv.FormatInt(d.retryAfter, 10))
 		msg := msgHeld
+		if d.permits > 0 {
+			msg = msgPermitsHeld
+		}
 		switch {
 		case oe == nil:
 		case oe.Delayed > 0 && oe.Delayed == oe.Refused:
 			msg = msgDelayed
 		case oe.Contended:
 			msg = msgContended
+		}
+		if c.waited && s.waitsStopped() {
+			msg += msgWaitStopped
 		}
 		s.ok(w, c, resNotAcquired, d, msg)
 		return

@@ -34,7 +34,7 @@ func TestSemaphoreAcrossDaemons(t *testing.T) {
 	r := a.lock(t, testKeyAcme, acquire)
 	g3 := okData(t, r)
 	assert.Equal(t, false, g3["acquired"])
-	assert.Equal(t, msgHeld, r.Env.Msg)
+	assert.Equal(t, "every permit of the semaphore is held", r.Env.Msg)
 	assert.Positive(t, num(t, g3, "retry_after"))
 	assert.NotEmpty(t, r.Header.Get("Retry-After"))
 

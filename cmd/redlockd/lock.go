@@ -630,6 +630,10 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 			if f.keys != nil {
 				return &exitError{code: exitBusy, err: fmt.Errorf("lock run: a key of %v is held by another owner; the command did not run", f.lockID())}
 			}
+			var ce *client.Error
+			if errors.As(err, &ce) && strings.Contains(ce.Msg, "lock-delay") {
+				return &exitError{code: exitBusy, err: fmt.Errorf("lock run: %v is in its lock-delay (its last holder's lock ended without a release); the command did not run", f.lockID())}
+			}
 			return &exitError{code: exitBusy, err: fmt.Errorf("lock run: %v is held by another owner; the command did not run", f.lockID())}
 		}
 		return &exitError{code: exitCode(err), err: actionFailed(err, "lock run: acquire", "acquire")}

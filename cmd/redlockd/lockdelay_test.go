@@ -22,6 +22,7 @@ func TestLockAcquireLockDelay(t *testing.T) {
 	time.Sleep(1200 * time.Millisecond)
 	code, _, errOut = runLock(t, base, "run", "--key", "job:delay", "--ttl", "5s", "--", "true")
 	assert.Equal(t, exitBusy, code, "in the delay: %s", errOut)
+	assert.Contains(t, errOut, `lock run: "job:delay" is in its lock-delay (its last holder's lock ended without a release)`)
 	code, _, _ = runLock(t, base, "release", "--key", "job:delay", "--token", token)
 	assert.Equal(t, exitNotHeld, code, "the lock itself had expired")
 	code, _, errOut = runLock(t, base, "run", "--key", "job:delay", "--ttl", "5s", "--", "true")
