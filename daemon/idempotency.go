@@ -302,10 +302,11 @@ func parseIdemRequest(body []byte, a idemAction, lim *lockBounds, st *idempotenc
 	dec.UseNumber()
 	var b idemRequestBody
 	if err := dec.Decode(&b); err != nil {
-		return idemRequest{}, bad("body: %s; the fields of %s are action, key, namespace, fingerprint, body, body_base64, lease, retention, token, retryable, answer", jsonErr(err), a)
+		// "request body", not "body": body is one of the fields.
+		return idemRequest{}, bad("request body: %s; the fields of %s are action, key, namespace%s", jsonErr(err), a, prefixEach(", ", idemFields[a]))
 	}
 	if dec.More() {
-		return idemRequest{}, bad("body: unexpected data after the JSON object")
+		return idemRequest{}, bad("request body: unexpected data after the JSON object")
 	}
 	req := idemRequest{action: a, retryable: true}
 	if berr := b.onlyFieldsOf(a); berr != nil {

@@ -233,7 +233,7 @@ func TestIdemBadInput(t *testing.T) {
 		{`{"action":"idem_begin","key":"k","body":"x","lease":0}`, 400, "lease: 0 is below the minimum of 1"},
 		{`{"action":"idem_begin","key":"k","body":"x","lease":1.5}`, 400, "lease: must be an integer number of seconds"},
 		{`{"action":"idem_begin","key":"k","body":"x","lease":60,"retention":30}`, 400, "retention: 30 seconds must be at least twice the lease (60 seconds)"},
-		{`{"action":"idem_begin","key":"k","body":"x","colour":"red"}`, 400, `unknown field "colour"`},
+		{`{"action":"idem_begin","key":"k","body":"x","colour":"red"}`, 400, `request body: unknown field "colour"; the fields of idem_begin are action, key, namespace, fingerprint, body, body_base64, lease, retention`},
 		{`{"action":"idem_complete","key":"k","token":"xyz","answer":{"status":200}}`, 400, "token: must be the 32 lowercase hex characters idem_begin returned, got 3 characters"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":"x"}`, 400, `field "answer" must be an object, got a string`},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"headers":[]}}`, 400, `field "answer.headers" must be an object, got an array`},
