@@ -115,6 +115,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	} else {
 		s.log.Info("listening", zap.String("addr", addr))
 	}
+	if s.onListening != nil {
+		s.onListening()
+	}
 
 	select {
 	case err := <-errc:

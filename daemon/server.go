@@ -141,6 +141,10 @@ type Options struct {
 	// Idempotency turns on the idempotency actions (idempotency.go); nil
 	// leaves them off, answered 400.
 	Idempotency *IdempotencyOptions
+	// OnListening, when set, is called once Serve has opened every
+	// listener (the admin one too) and serves: the moment a caller may
+	// say it is serving. Not called when Serve fails before that.
+	OnListening func()
 }
 
 // Server is the HTTP daemon: the action API, health, metrics and the
@@ -148,6 +152,7 @@ type Options struct {
 // Create it with New; serve with Run or Serve, once.
 type Server struct {
 	log             *zap.Logger
+	onListening     func() // Options.OnListening
 	locker          Locker
 	health          MasterHealth
 	metrics         *Metrics
@@ -219,6 +224,7 @@ func New(logger *zap.Logger, o *Options) (*Server, error) {
 		listen:          o.Listen,
 		shutdownTimeout: o.ShutdownTimeout,
 		drainDelay:      o.DrainDelay,
+		onListening:     o.OnListening,
 		adminListen:     o.AdminListen,
 		reload:          o.Reload,
 		tls:             o.TLS,

@@ -272,6 +272,12 @@ func serveWith(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		LimitStore:            limitStore,
 		LimitsSyncInterval:    time.Duration(cfg.LimitsSyncInterval),
 		Idempotency:           &daemon.IdempotencyOptions{Store: idemStore, Registerer: reg},
+		// Logged once every check passed and every listener is open (the
+		// admin one is opened by Serve), not at the listen: a daemon that
+		// then exits never said "serving".
+		OnListening: func() {
+			log.Info("redlockd serving", zap.String("addr", ln.Addr().String()), zap.Strings("masters", allMasters(cfg)), zap.Int("master_groups", len(cfg.Groups())), zap.Bool("changing_groups", len(cfg.PreviousMasterGroups) > 0))
+		},
 	})
 	if err != nil {
 		ln.Close()
@@ -281,9 +287,6 @@ func serveWith(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		rl.srv = srv
 		defer rl.watchSIGHUP()()
 	}
-	// Logged once every check above passed (masters, TLS files, limits),
-	// not at the listen: a daemon that then exits never said "serving".
-	log.Info("redlockd serving", zap.String("addr", ln.Addr().String()), zap.Strings("masters", allMasters(cfg)), zap.Int("master_groups", len(cfg.Groups())), zap.Bool("changing_groups", len(cfg.PreviousMasterGroups) > 0))
 	return srv.Serve(ctx, ln)
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -220,5 +221,30 @@ func TestTLSCertificateOutOfValidityRefused(t *testing.T) {
 		assert.Equal(t, serial, serverSerial(t, httpsClient(t, ca, certgen.Pair{}), base+"/readyz"), "the certificate in use stays")
 	}
 	assert.Equal(t, 2, d.logs.count("reload refused"), "%s", d.logs)
+	require.NoError(t, d.stop(t), "%s", d.logs)
+}
+
+// TestServingLoggedOnlyWhenServing: "redlockd serving" is logged once
+// every listener is open, and never by a daemon that then exits: an
+// admin_listen address already in use stopped the daemon after it had
+// said it was serving (a review found it).
+func TestServingLoggedOnlyWhenServing(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer taken.Close()
+	cfgFile := filepath.Join(t.TempDir(), "redlockd.yaml")
+	require.NoError(t, os.WriteFile(cfgFile, []byte(reloadConfig(fmt.Sprintf("e2e%d:", prefixSeq.Add(1)), [2]string{"acme", keyA})), 0o600))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "serve", "--config", cfgFile, "--listen", "127.0.0.1:0", "--admin-listen", taken.Addr().String()).CombinedOutput()
+	require.Error(t, err, "started with its admin address taken: %s", out)
+	require.NoError(t, ctx.Err(), "%s", out)
+	assert.Contains(t, string(out), "admin listen on "+taken.Addr().String())
+	assert.NotContains(t, string(out), "redlockd serving")
+
+	addr, adminAddr := freeAddr(t), freeAddr(t)
+	d := startBinary(t, "http://"+addr, httpClient, nil, "--config", cfgFile, "--listen", addr, "--admin-listen", adminAddr, "--drain-delay", "0s")
+	require.Eventually(t, func() bool { return d.logs.count(`"msg":"redlockd serving"`) == 1 }, 10*time.Second, 10*time.Millisecond, "%s", d.logs)
 	require.NoError(t, d.stop(t), "%s", d.logs)
 }
