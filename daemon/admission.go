@@ -17,10 +17,8 @@ import (
 
 // admit charges the call to its account's quota and rate, or answers 429
 // and reports false. It runs once the request is known to be valid, before
-// the masters are asked. A limits.Release call is never refused: a lock's
-// release, and the idempotency actions that carry an attempt already
-// admitted to its end (idem_complete, idem_abort, idem_extend; see
-// serveIdempotency).
+// the masters are asked. A limits.Release call (a lock's release) is
+// never refused; the idempotency actions have their own (admitIdem).
 func (s *Server) admit(w http.ResponseWriter, c *call, kind limits.Call, now time.Time) bool {
 	r, ok := c.limits.Admit(kind, now)
 	if !ok {

@@ -107,6 +107,31 @@ const (
 	codeIdemCompleted  = "already_completed"    // 409
 )
 
+// admitIdem charges an idempotency action to its account's quota and
+// rate, or answers 429 and reports false. An idem_complete or idem_abort
+// whose token is an attempt of the record (Store.Attempted, one quorum
+// read) is never refused, as a release is not: it carries an attempt that
+// was admitted to its end, and refusing it would lose the answer of work
+// that ran (a retry after the lease runs it again) or keep the lease and
+// its max_locks slot. It is counted while calls are left, and free once
+// they are spent. With a token that is no attempt of the record it is
+// refused as any call: past its limits, an account cannot send answers of
+// up to the answer cap to every master for free. idem_begin, idem_get and
+// idem_extend (as a lock's extend) are refused as any call.
+func (s *Server) admitIdem(ctx context.Context, w http.ResponseWriter, c *call, a idemAction, key, token string) bool {
+	r, ok := c.limits.Admit(limits.Ordinary, c.start)
+	if ok {
+		return true
+	}
+	if a == idemComplete || a == idemAbort {
+		if own, err := s.idem.store.Attempted(ctx, key, token); err == nil && own {
+			return true
+		}
+	}
+	s.refuse(w, c, r)
+	return false
+}
+
 // serveIdempotency answers an idempotency action; serveLock has checked
 // the method, the API key, the Content-Type and the body size.
 func (s *Server) serveIdempotency(ctx context.Context, w http.ResponseWriter, c *call, a idemAction, body []byte) {
@@ -117,22 +142,10 @@ func (s *Server) serveIdempotency(ctx context.Context, w http.ResponseWriter, c 
 		return
 	}
 	c.token = req.token
-	// idem_begin starts work and idem_get reads; the other actions carry an attempt that
-	// was admitted to its end, and are never refused for quota or rate, as
-	// a release is not: a refused idem_complete would lose the answer of
-	// work that ran (a retry after the lease runs it again), a refused
-	// idem_extend would let the lease end under work still running (a
-	// retry then takes over while it runs), a refused idem_abort would
-	// keep the lease and its max_locks slot. They are counted while calls
-	// are left, and free once they are spent.
-	kind := limits.Ordinary
-	if a == idemComplete || a == idemAbort || a == idemExtend {
-		kind = limits.Release
-	}
-	if !s.admit(w, c, kind, c.start) {
+	key := idemKey(s.prefix, c.account, req.namespace, req.key)
+	if !s.admitIdem(ctx, w, c, a, key, req.token) {
 		return
 	}
-	key := idemKey(s.prefix, c.account, req.namespace, req.key)
 	d := &idemData{Action: a.String(), Key: req.key}
 	var err error
 	switch a {

@@ -634,12 +634,13 @@ func TestIdemQuorumMessageSaysSooner(t *testing.T) {
 }
 
 // TestIdemAttemptsEndPastTheQuota: once an account's quota (or its rate
-// bucket) is spent, idem_begin and idem_get are refused 429, but the
-// actions that carry an admitted attempt to its end are not, as a release
-// is not: a refused idem_complete lost the answer of work that had run (a
-// break-it pass saw the gateway run a request again after the lease), a
-// refused idem_extend let the lease end under running work, a refused
-// idem_abort kept the lease and its max_locks slot.
+// bucket) is spent, idem_begin, idem_get and idem_extend are refused 429
+// (idem_extend as a lock's extend), but idem_complete and idem_abort of a
+// real attempt are not, as a release is not: a refused idem_complete lost
+// the answer of work that had run (a break-it pass saw the gateway run a
+// request again after the lease), a refused idem_abort kept the lease and
+// its max_locks slot. With a forged token they are refused as any call: an
+// account past its limits cannot send answers to every master for free.
 func TestIdemAttemptsEndPastTheQuota(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -672,22 +673,29 @@ func TestIdemAttemptsEndPastTheQuota(t *testing.T) {
 				require.Equal(t, http.StatusOK, r.Status, r.Raw)
 				attempts = append(attempts, r.idem(t))
 			}
+			forged := strings.Repeat("ab", 16)
 			for _, body := range []map[string]any{
 				{"action": "idem_begin", "key": "d", "body": "b-d", "lease": 30},
 				{"action": "idem_get", "key": "a"},
+				{"action": "idem_extend", "key": "b", "token": attempts[1].Token, "lease": 30},
+				{"action": "idem_complete", "key": "a", "token": forged, "answer": map[string]any{"status": 201, "body": strings.Repeat("x", 1000)}},
+				{"action": "idem_abort", "key": "c", "token": forged},
 			} {
 				r := ts.idem(t, body)
-				require.Equal(t, http.StatusTooManyRequests, r.Status, r.Raw)
+				require.Equal(t, http.StatusTooManyRequests, r.Status, "%v: %s", body, r.Raw)
 				assert.Equal(t, tc.code, r.code(), r.Raw)
 			}
-			assert.Empty(t, keysOn(t, d.servers, d.prefix+"*:d"), "the refused begin wrote nothing")
+			assert.Empty(t, keysOn(t, d.servers, d.prefix+"idem:*:d"), "the refused begin wrote nothing")
 
 			r := ts.idem(t, map[string]any{"action": "idem_complete", "key": "a", "token": attempts[0].Token,
 				"answer": map[string]any{"status": 201, "body": "done"}})
 			require.Equal(t, http.StatusOK, r.Status, r.Raw)
-			r = ts.idem(t, map[string]any{"action": "idem_extend", "key": "b", "token": attempts[1].Token, "lease": 30})
-			require.Equal(t, http.StatusOK, r.Status, r.Raw)
 			r = ts.idem(t, map[string]any{"action": "idem_abort", "key": "c", "token": attempts[2].Token})
+			require.Equal(t, http.StatusOK, r.Status, r.Raw)
+			// The same complete again (a retry whose answer was lost) is
+			// still the attempt's: not refused.
+			r = ts.idem(t, map[string]any{"action": "idem_complete", "key": "a", "token": attempts[0].Token,
+				"answer": map[string]any{"status": 201, "body": "done"}})
 			require.Equal(t, http.StatusOK, r.Status, r.Raw)
 
 			// The answer was stored: a replica of the same account without

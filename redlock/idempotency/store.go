@@ -303,6 +303,22 @@ func (s *Store) Get(ctx context.Context, key string) (Record, error) {
 	return Record{}, nil
 }
 
+// Attempted reports whether token is an attempt of key's record, as a
+// quorum read sees it: the token of its IN_PROGRESS or its COMPLETED copy
+// with the highest fence. A daemon asks it before it lets idem_complete or
+// idem_abort past an account's spent quota or rate: ending a real attempt
+// is free, a forged token's large answer is not. Errors: those of Get.
+func (s *Store) Attempted(ctx context.Context, key, token string) (bool, error) {
+	if key == "" || token == "" {
+		return false, fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
+	}
+	cp, err := s.read(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	return cp.inProgress != nil && cp.inProgress.token == token || cp.completed != nil && cp.completed.token == token, nil
+}
+
 // encodeAnswer checks a against the limits and encodes it for the record.
 func (s *Store) encodeAnswer(a *Answer) (string, error) {
 	if a == nil {
