@@ -164,17 +164,21 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 		case o.NamespaceHeader != "":
 			vs := r.Header.Values(o.NamespaceHeader)
 			switch {
+			case len(vs) > 1:
+				http.Error(w, o.NamespaceHeader+": sent more than once; which one scopes Idempotency-Key is unknowable", http.StatusBadRequest)
+				return
 			case len(vs) == 0 || vs[0] == "":
 				http.Error(w, o.NamespaceHeader+": required with Idempotency-Key (it scopes the key)", http.StatusBadRequest)
 				return
-			case len(vs) > 1:
-				http.Error(w, o.NamespaceHeader+": sent more than once; which one scopes Idempotency-Key is unknowable", http.StatusBadRequest)
+			case !utf8.ValidString(vs[0]):
+				http.Error(w, o.NamespaceHeader+": must be valid UTF-8 (it scopes Idempotency-Key)", http.StatusBadRequest)
 				return
 			}
 			ns = vs[0]
 		}
 		if !utf8.ValidString(ns) {
-			http.Error(w, "the namespace header's value (scoping Idempotency-Key): must be valid UTF-8", http.StatusBadRequest)
+			// From Namespace: the service's own function, not a header.
+			http.Error(w, "the request's namespace (scoping Idempotency-Key): must be valid UTF-8", http.StatusBadRequest)
 			return
 		}
 		body, err := io.ReadAll(io.LimitReader(r.Body, o.MaxBodyBytes+1))
@@ -285,7 +289,9 @@ func refuse(w http.ResponseWriter, err error) (ours bool) {
 	var e *Error
 	errors.As(err, &e)
 	switch {
-	case errors.Is(err, ErrUnauthorized):
+	case errors.Is(err, ErrUnauthorized), e != nil && e.Code == "too_many_auth_failures":
+		// After a burst of refused keys the daemon answers 429 for the
+		// source: still this service's API key.
 		http.Error(w, "idempotency records unavailable: redlockd refuses this service's API key", http.StatusBadGateway)
 		return true
 	case e != nil && e.Status == http.StatusTooManyRequests:

@@ -197,11 +197,12 @@ func notTextField(body []byte) (field string, ok bool) {
 				// A member's name, not its value.
 				path[len(path)-1] = "a field name"
 				if len(path) == 1 {
-					return "body: a field name", true
+					// "request body", not "body": body is a field.
+					return "request body: a field name", true
 				}
 			}
 			if len(path) == 0 {
-				return "body", true
+				return "request body", true
 			}
 			return strings.Join(path, "."), true
 		default:

@@ -730,7 +730,7 @@ func TestIdemTextFieldsMustBeUTF8(t *testing.T) {
 		{`{"action":"idem_begin","key":"k","body":"pay \ud800\u0041"}`, "body"},
 		{"{\"action\":\"idem_complete\",\"key\":\"k\",\"token\":\"" + tok + "\",\"answer\":{\"status\":200,\"body\":\"\xc3\"}}", "answer.body"},
 		{"{\"action\":\"idem_complete\",\"key\":\"k\",\"token\":\"" + tok + "\",\"answer\":{\"status\":200,\"headers\":{\"X-Id\":\"\xff\"}}}", "answer.headers.X-Id"},
-		{"{\"action\":\"idem_begin\",\"key\":\"k\",\"body\":\"x\",\"\xff\":1}", "body: a field name"},
+		{"{\"action\":\"idem_begin\",\"key\":\"k\",\"body\":\"x\",\"\xff\":1}", "request body: a field name"},
 	} {
 		r := ts.lock(t, testKeyAcme, tc.body)
 		assert.Equal(t, http.StatusBadRequest, r.Status, "%q: %s", tc.body, r.Raw)

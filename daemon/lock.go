@@ -61,8 +61,10 @@ type call struct {
 	limits limits.Admission
 	// start is when the handler began: elapsed_ms counts from here.
 	start time.Time
-	// waited: an acquire with wait_ms, timed apart (Metrics.request).
-	waited bool
+	// waited: an acquire with wait_ms, timed apart (Metrics.request);
+	// waitEnds is when its wait_ms runs out.
+	waited   bool
+	waitEnds time.Time
 	// keysOfOne: the request sent keys with one key (lockRequest); its
 	// answer names it in keys too.
 	keysOfOne bool
@@ -237,7 +239,7 @@ func (s *Server) dispatch(ctx context.Context, w http.ResponseWriter, c *call, r
 func (s *Server) admitAcquire(w http.ResponseWriter, c *call, ar *AcquireRequest, keys int) (leave func(), ok bool) {
 	leave = func() {}
 	if ar.Wait > 0 {
-		c.waited = true
+		c.waited, c.waitEnds = true, c.start.Add(ar.Wait)
 		ok, why := s.waiters.enter(c.account)
 		if !ok {
 			s.refund(c)
@@ -357,7 +359,7 @@ func (s *Server) acquireRefused(ctx context.Context, w http.ResponseWriter, c *c
 		case oe.Contended:
 			msg = msgContended
 		}
-		if c.waited && s.waitsStopped() {
+		if c.waited && s.waitsStopped() && time.Now().Before(c.waitEnds) {
 			msg += msgWaitStopped
 		}
 		s.ok(w, c, resNotAcquired, d, msg)

@@ -50,6 +50,11 @@ The daemon and API key come from --url and REDLOCKD_URL, and REDLOCKD_API_KEY
 (an environment variable: a flag shows in ps). Flags:
 `
 
+// defaultIdemRetention is the daemon's default retention of a record, in
+// seconds (idem_begin without retention; capped at the daemon's
+// idempotency_max_retention).
+const defaultIdemRetention = 24 * 60 * 60
+
 // idemProxySettings are the gateway's flags, checked.
 type idemProxySettings struct {
 	upstream  *url.URL
@@ -137,6 +142,8 @@ func parseIdemProxyArgs(args []string, stderr io.Writer) (idemProxySettings, err
 		return s, fmt.Errorf("--lease: %d is outside 1 to 86400 seconds", leaseS)
 	case retentionSet && (retentionS < 2*leaseS || retentionS > 604800):
 		return s, fmt.Errorf("--retention: %d is outside twice --lease (%d) to 604800 seconds: the record must outlive the lease so that a retry after it is a take-over", retentionS, 2*leaseS)
+	case !retentionSet && 2*leaseS > defaultIdemRetention:
+		return s, fmt.Errorf("--lease: %d is above half the default retention (%d seconds): give --retention, at least twice --lease", leaseS, defaultIdemRetention)
 	}
 	s.apiKey = os.Getenv("REDLOCKD_API_KEY")
 	if s.apiKey == "" {

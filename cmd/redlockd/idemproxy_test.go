@@ -128,6 +128,7 @@ func TestIdempotencyProxyBadFlags(t *testing.T) {
 		{[]string{"--url", "http://127.0.0.1:1", "--upstream", "ftp://x"}, "must be an absolute http or https URL"},
 		{[]string{"--url", "http://127.0.0.1:1", "--upstream", "http://x", "--require", "GET /a"}, `method "GET": only POST and PATCH`},
 		{[]string{"--url", "http://127.0.0.1:1", "--upstream", "http://x", "--retention", "700000"}, "--retention: 700000 is outside"},
+		{[]string{"--url", "http://127.0.0.1:1", "--upstream", "http://x", "--lease", "50000"}, "--lease: 50000 is above half the default retention (86400 seconds): give --retention"},
 	} {
 		_, err := parseIdemProxyArgs(tc.args, io.Discard)
 		require.ErrorContains(t, err, tc.msg, tc.args)
@@ -332,7 +333,8 @@ func TestIdempotencyProxyRefusesAmbiguousKeys(t *testing.T) {
 		{"caf\xe9-7", []string{"alice"}, "Idempotency-Key: must be valid UTF-8"},
 		{"ord-1", nil, "X-User-Id: required with Idempotency-Key"},
 		{"ord-1", []string{"alice", "bob"}, "X-User-Id: sent more than once"},
-		{"ord-1", []string{"b\xf6b"}, "must be valid UTF-8"},
+		{"ord-1", []string{"b\xf6b"}, "X-User-Id: must be valid UTF-8"},
+		{"ord-1", []string{"", "alice"}, "X-User-Id: sent more than once"},
 	} {
 		st, body := send(tc.key, tc.users...)
 		require.Equal(t, http.StatusBadRequest, st, "%q %q: %s", tc.key, tc.users, body)
@@ -429,12 +431,8 @@ func TestIdempotencyProxyNamesItsOwnFailures(t *testing.T) {
 		return resp, string(b)
 	}
 
-	resp, body := post(gateway("not-the-key-0123456789abcdef"), "k1")
-	require.Equal(t, http.StatusBadGateway, resp.StatusCode, body)
-	require.Contains(t, body, "redlockd refuses this service's API key")
-
 	limited := gateway("gateway-key-0123456789abcdef")
-	resp, body = post(limited, "k2")
+	resp, body := post(limited, "k2")
 	require.Equal(t, http.StatusCreated, resp.StatusCode, "the first call is within the burst: %s", body)
 	resp, body = post(limited, "k3")
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
@@ -442,7 +440,20 @@ func TestIdempotencyProxyNamesItsOwnFailures(t *testing.T) {
 	ra, err := strconv.Atoi(resp.Header.Get("Retry-After"))
 	require.NoError(t, err)
 	require.Greater(t, ra, 1, "the daemon's Retry-After (about 100 s at 0.01/s), not 1")
+
+	// Last, since the daemon then refuses every key from this source for a
+	// while: past its burst of refused keys from one source (20), its
+	// answer is 429 too_many_auth_failures, still the API key's fault.
+	wrong := gateway("not-the-key-0123456789abcdef")
+	for i := range 25 {
+		resp, body := post(wrong, "k1")
+		require.Equal(t, http.StatusBadGateway, resp.StatusCode, "request %d: %s", i, body)
+		require.Contains(t, body, "redlockd refuses this service's API key")
+	}
+
 	mu.Lock()
 	defer mu.Unlock()
-	require.Equal(t, []string{"begin k1", "begin k3"}, reported)
+	require.Len(t, reported, 26)
+	require.Equal(t, "begin k3", reported[0])
+	require.Equal(t, "begin k1", reported[25])
 }
