@@ -301,14 +301,17 @@ func (m *master) runID() string {
 
 // marker is a parsed deployment marker:
 //
-//	redlockd <unix ms> [<nonce>]                                                  first written
-//	repaired <unix ms> [<nonce> <until unix ms> <run_id> [ev=<n>] [operator]]     written by a repair
+//	redlockd <unix ms> [<nonce>]                                                       first written
+//	repaired <unix ms> [<nonce> <until unix ms> <run_id> [ev=<n>] [operator|kept]]     written by a repair
 //
 // All times by the master's own clock. ev= is the master's INFO
 // evicted_keys when the repair wrote the marker: the eviction baseline of
-// a Client that adopts it. "operator" marks RepairFences' markers: their
-// <until> is the operator's max TTL from the repair, not a quorum's lease
-// horizon (repairEnd).
+// a Client that adopts it. "operator" marks RepairFences' markers on
+// masters that lost their data: their <until> is the operator's max TTL
+// from the repair, not a quorum's lease horizon (repairEnd). "kept" marks
+// RepairFences' markers on masters it found intact: the repair ended no
+// loss there, so the data written before it (idempotency records, which
+// outlive any lock) is still there (MasterAnswer.KeptSince stays zero).
 type marker struct {
 	repaired   bool
 	at         time.Time
@@ -316,7 +319,12 @@ type marker struct {
 	runID      string
 	evicted    int64 // -1 when absent
 	byOperator bool
+	kept       bool
 }
+
+// lostBefore reports whether mk says its master lost data before mk.at:
+// a repair marker of a master that was not found intact.
+func (mk marker) lostBefore() bool { return mk.repaired && !mk.kept }
 
 func parseMarker(v string) (marker, bool) {
 	f := strings.Fields(v)
@@ -333,7 +341,7 @@ func parseMarker(v string) (marker, bool) {
 	}
 	// The optional fields after the run_id; a marker with any other is
 	// not read as a repair of this version's (no run_id: never adopted).
-	evicted, byOperator := int64(-1), false
+	evicted, byOperator, kept := int64(-1), false, false
 	for _, x := range f[5:] {
 		if n, ok := strings.CutPrefix(x, "ev="); ok {
 			v, err := strconv.ParseInt(n, 10, 64)
@@ -341,8 +349,10 @@ func parseMarker(v string) (marker, bool) {
 				return mk, true
 			}
 			evicted = v
-		} else if x == "operator" {
+		} else if x == "operator" && !kept {
 			byOperator = true
+		} else if x == "kept" && !byOperator {
+			kept = true
 		} else {
 			return mk, true
 		}
@@ -350,7 +360,7 @@ func parseMarker(v string) (marker, bool) {
 	if u, err := strconv.ParseInt(f[3], 10, 64); err == nil {
 		mk.until = time.UnixMilli(u)
 	}
-	mk.runID, mk.evicted, mk.byOperator = f[4], evicted, byOperator
+	mk.runID, mk.evicted, mk.byOperator, mk.kept = f[4], evicted, byOperator, kept
 	return mk, true
 }
 

@@ -150,7 +150,7 @@ func (c *Client) Masters() []MasterStatus {
 		}
 		st.QuarantineLeft = m.quarantineLeft()
 		if exp := m.st.inc.expectedMarker.Load(); exp != nil {
-			if mk, ok := parseMarker(*exp); ok && mk.repaired {
+			if mk, ok := parseMarker(*exp); ok && mk.lostBefore() {
 				st.KeptSince = mk.at
 			}
 		}

@@ -120,8 +120,10 @@ func (c *Client) judgeAnswer(r reply) MasterAnswer {
 	// A repair marker's time is when the master was repaired: the loss
 	// came before it. Every other marker a master can carry while its
 	// answers count (checkVote compared it with the expected one) was
-	// written when the deployment began on it, never by a repair.
-	if mk, ok := parseMarker(v.marker); ok && mk.repaired {
+	// written when the deployment began on it, never by a repair; and a
+	// repair marker "kept" (RepairFences on a master it found intact)
+	// ended no loss.
+	if mk, ok := parseMarker(v.marker); ok && mk.lostBefore() {
 		a.KeptSince = mk.at
 	}
 	return a

@@ -394,7 +394,9 @@ func repairOne(ctx context.Context, r *redis.Client, o RepairOptions, target str
 		return err
 	}
 	ms := strconv.FormatInt(hold, 10)
-	by := "" // a master that kept its data lost no lock: nothing to bound
+	// A master that kept its data lost no lock: nothing to bound; "kept"
+	// says so to the idempotency records too (marker).
+	by := "kept"
 	if mr.Lost != "" {
 		by = "operator"
 	}

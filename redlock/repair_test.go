@@ -289,9 +289,13 @@ func TestParseMarker(t *testing.T) {
 	mk, ok = parseMarker(fmt.Sprintf("repaired %d 0123456789abcdef %d abc123 operator", ms, ms+5000))
 	require.True(t, ok)
 	assert.Equal(t, marker{repaired: true, at: now, until: now.Add(5 * time.Second), runID: "abc123", evicted: -1, byOperator: true}, mk)
-	// An unknown trailing field, or a bad ev=: a marker, but no run_id, so
-	// never adopted as a repair.
-	for _, tail := range []string{"what", "ev=-1", "ev=x", "operator extra"} {
+	mk, ok = parseMarker(fmt.Sprintf("repaired %d 0123456789abcdef %d abc123 ev=3 kept", ms, ms))
+	require.True(t, ok)
+	assert.Equal(t, marker{repaired: true, at: now, until: now, runID: "abc123", evicted: 3, kept: true}, mk)
+	assert.False(t, mk.lostBefore(), "a repair of an intact master ended no loss")
+	// An unknown trailing field, or a bad ev=, or both operator and kept:
+	// a marker, but no run_id, so never adopted as a repair.
+	for _, tail := range []string{"what", "ev=-1", "ev=x", "operator extra", "operator kept", "kept operator"} {
 		mk, ok = parseMarker(fmt.Sprintf("repaired %d 0123456789abcdef %d abc123 %s", ms, ms+5000, tail))
 		require.True(t, ok, tail)
 		assert.Empty(t, mk.runID, tail)

@@ -34,7 +34,11 @@ marker, lease horizon or counter is missing, or their counter is below the
 highest found (they may have rolled back to an older copy of their data;
 the daemons raise every intact master's counter to the highest each health
 interval, so only a master that lags a lock granted while this runs is
-taken for one by mistake, and stays out too: the safe side).
+taken for one by mistake, and stays out too: the safe side). The masters
+it finds intact get "repaired <time> … kept": no quarantine, and they keep
+answering for idempotency records (a master whose earlier repair ended a
+loss gets a plain repair marker instead, and waits out the records'
+retention from this repair).
 Running daemons accept the repair at their next probe and count each
 repaired master once the longest max TTL has passed after the repair (locks
 it lost may be valid until then): max_ttl given here, the longest a client

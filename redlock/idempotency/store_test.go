@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/redlockd/redlockd/redlock"
 )
 
@@ -449,4 +451,92 @@ func TestExtendKeepsTheRecord(t *testing.T) {
 	require.ErrorContains(t, err, "lease: 31m0s")
 	require.ErrorContains(t, err, "max retention (1h0m0s): the lease can be at most 30m0s")
 	require.NoError(t, s.Abort(ctx, key, second.Token))
+}
+
+// TestOperatorRepairOfIntactMastersKeepsRecords: repair-fences writes a
+// repair marker on every master, "kept" on those it finds intact. Those
+// still count for records at once: their records are all there. Before, a
+// repair-fences run on a healthy deployment (a break-it pass) held every
+// master out of record answers for the max retention (7 days), and every
+// idempotency action answered 503. A master whose data was lost and
+// repaired before the run is not laundered by it: it stays out.
+func TestOperatorRepairOfIntactMastersKeepsRecords(t *testing.T) {
+	d := newDeployment(t)
+	c := d.client(t)
+	s, err := New(c)
+	require.NoError(t, err)
+	ctx := context.Background()
+	key := newKey(t)
+	first, err := s.Begin(ctx, BeginRequest{Key: key, Fingerprint: fp("pay"), Lease: 500 * time.Millisecond, Retention: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, s.Complete(ctx, key, first.Token, &Answer{Status: 200, Body: []byte("paid")}))
+
+	masters := make([]*redis.Options, len(servers))
+	for i, srv := range servers {
+		masters[i] = &redis.Options{Addr: srv.Addr()}
+	}
+	repair := func() *redlock.RepairResult {
+		t.Helper()
+		// The health loop spreads the highest fencing counter to every
+		// master (spreadFence); one still below it would be taken for a
+		// rollback.
+		require.Eventually(t, func() bool {
+			var vals []string
+			for _, m := range masters {
+				r := redis.NewClient(m)
+				v, _ := r.Get(ctx, d.fence).Result()
+				r.Close()
+				vals = append(vals, v)
+			}
+			for _, v := range vals {
+				if v != vals[0] {
+					return false
+				}
+			}
+			return true
+		}, 10*time.Second, 20*time.Millisecond, "every master has the highest fencing counter")
+		res, err := redlock.RepairFences(ctx, masters, redlock.RepairOptions{FenceKey: d.fence, MarkerKey: d.marker, MaxTTL: 2 * time.Second})
+		require.NoError(t, err)
+		return res
+	}
+	res := repair()
+	for _, m := range res.Masters {
+		require.Empty(t, m.Lost, "master %d was intact", m.Index)
+	}
+	waitCounting(t, c, 20*time.Second, 0, 1, 2, 3, 4)
+	recordsCount := func(c *redlock.Client, want map[int]bool) {
+		t.Helper()
+		require.Eventually(t, func() bool {
+			fresh, err := New(c)
+			require.NoError(t, err)
+			for _, m := range fresh.RecordMasters(time.Now()) {
+				if m.Counts != want[m.Index] {
+					return false
+				}
+			}
+			return true
+		}, 10*time.Second, 50*time.Millisecond, "record masters counting: want %v", want)
+	}
+	recordsCount(c, map[int]bool{0: true, 1: true, 2: true, 3: true, 4: true})
+	r, err := s.Begin(ctx, BeginRequest{Key: key, Fingerprint: fp("pay"), Lease: time.Second, Retention: time.Hour})
+	require.NoError(t, err, "the intact masters answer for records")
+	require.Equal(t, Completed, r.Outcome)
+	r, err = s.Begin(ctx, BeginRequest{Key: newKey(t), Fingerprint: fp("new"), Lease: time.Second, Retention: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, Started, r.Outcome)
+
+	// Master 3 loses its data; the Client repairs it from a quorum. A
+	// repair-fences run after that finds it intact, but the earlier
+	// repair's loss stands: master 3 stays out of record answers.
+	require.NoError(t, flushAll(servers[3].Addr()))
+	_, _ = c.Status(ctx, "probe:"+key)
+	waitCounting(t, c, 20*time.Second, 3)
+	recordsCount(c, map[int]bool{0: true, 1: true, 2: true, 4: true})
+	repair()
+	waitCounting(t, c, 20*time.Second, 0, 1, 2, 3, 4)
+	recordsCount(c, map[int]bool{0: true, 1: true, 2: true, 4: true})
+	// A daemon started after the run knows only the markers it finds.
+	later := d.client(t)
+	waitCounting(t, later, 20*time.Second, 0, 1, 2, 4)
+	recordsCount(later, map[int]bool{0: true, 1: true, 2: true, 4: true})
 }

@@ -16,8 +16,9 @@
 -- KEYS[1] marker, KEYS[2] lease horizon, KEYS[3] fencing counter (absent when fencing is off)
 -- ARGV[1] counter, ARGV[2] horizon in milliseconds from now, ARGV[3] nonce,
 -- ARGV[4] quarantine in milliseconds from now, ARGV[5] the server's run_id,
--- ARGV[6] "operator" for repair-fences on a master that lost its data, ""
--- otherwise
+-- ARGV[6] "operator" for repair-fences on a master that lost its data,
+-- "kept" for repair-fences on a master it found intact (the repair ends no
+-- loss: records written before it are there), "" for a Client's repair
 -- Returns {marker, counter after, replication ID (INFO master_replid)}.
 local t = redis.call('TIME')
 local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -41,11 +42,19 @@ end
 local untl = ms + tonumber(ARGV[4])
 local by = ARGV[6] or ''
 local old = redis.call('GET', KEYS[1])
+if by == 'kept' and old and string.sub(old, 1, 9) == 'repaired ' and not string.find(' ' .. old .. ' ', ' kept ', 1, true) then
+  -- An earlier repair ended a loss here: a repair that finds the master
+  -- intact now must not say it kept its data (the records written before
+  -- that loss are gone). A plain repair marker keeps the records out from
+  -- now, the safe side.
+  by = ''
+end
 if old then
   local u = string.match(old, '^repaired %d+ %S+ (%d+)')
   if u and tonumber(u) > untl then
     untl = tonumber(u)
-    -- The <until> kept is the operator's: so is the rule that reads it.
+    -- The <until> kept is the operator's: so is the rule that reads it,
+    -- and so is the loss it bounds (never "kept").
     if string.find(' ' .. old .. ' ', ' operator ', 1, true) then by = 'operator' end
   end
 end
@@ -53,7 +62,7 @@ end
 -- baseline, so evictions between this repair and its adoption are seen.
 local ev = string.match(redis.call('INFO', 'stats'), 'evicted_keys:(%d+)') or '0'
 local v = 'repaired ' .. string.format('%d', ms) .. ' ' .. ARGV[3] .. ' ' .. string.format('%d', untl) .. ' ' .. ARGV[5] .. ' ev=' .. ev
-if by == 'operator' then v = v .. ' operator' end
+if by == 'operator' or by == 'kept' then v = v .. ' ' .. by end
 redis.call('SET', KEYS[1], v)
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') or ''
 return {v, counter, replid}
