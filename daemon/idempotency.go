@@ -345,12 +345,14 @@ func (req *idemRequest) leases(b *idemRequestBody, lim *lockBounds, st *idempote
 			return err
 		}
 		req.fingerprint = fp
-		n, err := seconds("lease", b.Lease, defaultIdemLease, 1, lim.maxTTL)
+		maxRet := int64(st.MaxRetention() / time.Second)
+		// The default lease fits the daemon's limits, as default_ttl
+		// fits max_ttl: at most max_ttl, and half the longest retention.
+		n, err := seconds("lease", b.Lease, max(min(defaultIdemLease, lim.maxTTL, maxRet/2), 1), 1, lim.maxTTL)
 		if err != nil {
 			return err
 		}
 		req.lease = time.Duration(n) * time.Second
-		maxRet := int64(st.MaxRetention() / time.Second)
 		n, err = seconds("retention", b.Retention, min(defaultIdemRetention, maxRet), 1, maxRet)
 		if err != nil {
 			return err
@@ -363,7 +365,7 @@ func (req *idemRequest) leases(b *idemRequestBody, lim *lockBounds, st *idempote
 			return bad("retention: %d seconds must be at least twice the lease (%d seconds), so that a retry after the lease still sees the attempt", n, int64(req.lease/time.Second))
 		}
 	case idemExtend:
-		n, err := seconds("lease", b.Lease, defaultIdemLease, 1, lim.maxTTL)
+		n, err := seconds("lease", b.Lease, min(defaultIdemLease, lim.maxTTL), 1, lim.maxTTL)
 		if err != nil {
 			return err
 		}

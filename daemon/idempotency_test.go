@@ -747,3 +747,23 @@ func TestIdemTextFieldsMustBeUTF8(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
 	assert.Equal(t, "started", r.idem(t).Outcome, "U+FFFD itself is a key of its own")
 }
+
+// TestIdemDefaultLeaseFitsMaxTTL: without lease, idem_begin and
+// idem_extend take the default lease (30 s) lowered to max_ttl, as an
+// acquire's default ttl is. With max_ttl 10 every begin without a lease
+// was refused 400 "ttl 30s is above the max TTL 10s" (a break-it pass).
+func TestIdemDefaultLeaseFitsMaxTTL(t *testing.T) {
+	d := newDeployment(t)
+	ts := d.idemServerWith(t, func(o *Options) { o.MaxTTL = 10 * time.Second })
+	r := ts.idem(t, map[string]any{"action": "idem_begin", "key": "short", "body": "x"})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	res := r.idem(t)
+	require.Equal(t, "started", res.Outcome, r.Raw)
+	assert.LessOrEqual(t, res.ValidityMS, int64(10_000))
+	assert.Greater(t, res.ValidityMS, int64(8_000), "the lease is max_ttl")
+	r = ts.idem(t, map[string]any{"action": "idem_extend", "key": "short", "token": res.Token})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	r = ts.idem(t, map[string]any{"action": "idem_begin", "key": "long", "body": "x", "lease": 11})
+	require.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
+	assert.Contains(t, r.Env.Msg, "lease: 11 is above the maximum of 10")
+}
