@@ -209,6 +209,11 @@ func readCounters(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 			marker := pipe.Get(cctx, o.MarkerKey)
 			horizon := pipe.Exists(cctx, o.MarkerKey+":horizon")
 			registered := pipe.Eval(cctx, maxTTLLua, []string{o.MarkerKey + ":max_ttl"}, 0, maxTTLCeilingMS)
+			now := pipe.Time(cctx)
+			server := pipe.Info(cctx, "server")
+			// Not allowed for the ACL user: taken as not durable, as the
+			// Clients do (observeConfig).
+			conf := pipe.ConfigGet(cctx, "append*")
 			_, _ = pipe.Exec(cctx)
 			if d, _, err := registryAnswer(registered); err == nil {
 				mr.registeredMaxTTL = d
@@ -235,6 +240,8 @@ func readCounters(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 				mr.Lost = "lease horizon missing"
 			case mr.counterMissing:
 				mr.Lost = "fencing counter missing"
+			default:
+				mr.Lost = restartedFromOlderData(mr.Marker, now, server, conf, max(o.MaxTTL, mr.registeredMaxTTL))
 			}
 		})
 	}
@@ -249,6 +256,38 @@ func readCounters(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 	if !o.trustLaggingCounters {
 		res.lagging()
 	}
+}
+
+// restartedFromOlderData is the Clients' marker rule for a master first
+// seen (restoredFromSnapshot), for RepairFences: a master that is not
+// durable (appendonly yes with appendfsync always) and whose marker was
+// written more than a second before its server last started (both by its
+// clock) restarted with data from before its restart (an RDB snapshot, a
+// lazily fsynced AOF) and may miss keys written since — a rollback the
+// counter does not show when only an extend was lost. Its repair marker
+// would hide that rule from every Client started later, so it is taken
+// for one that lost its data while a lock it missed may stand (it started
+// less than maxTTL ago). "" when the rule does not apply or a reading is
+// missing.
+func restartedFromOlderData(markerValue string, now *redis.TimeCmd, server *redis.StringCmd, conf *redis.MapStringStringCmd, maxTTL time.Duration) string {
+	mk, ok := parseMarker(markerValue)
+	if !ok || now.Err() != nil || server.Err() != nil {
+		return ""
+	}
+	if c, err := conf.Result(); err == nil && c["appendonly"] == "yes" && c["appendfsync"] == "always" {
+		return ""
+	}
+	_, uptime, _, ok := parseInfoServer(server.Val())
+	if !ok {
+		return ""
+	}
+	// INFO's uptime is whole seconds, rounded down: the start may be up
+	// to a second later than this.
+	started := now.Val().Add(-uptime)
+	if !mk.at.Before(started.Add(-time.Second)) || maxTTL-uptime+time.Second <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("restarted %v ago with data older than its restart (marker written %v before it): an RDB snapshot or an AOF not fsynced always may miss recent locks", uptime, started.Sub(mk.at).Round(time.Second))
 }
 
 // lagging takes every answering master whose fencing counter is below the

@@ -963,3 +963,53 @@ func TestRepairFencesQuarantinesALaggingCounter(t *testing.T) {
 		assert.Greater(t, second.Fence(), lost.Fence(), "with a fence above the lost lock's: only the resource can tell")
 	})
 }
+
+// TestRepairFencesSeesARestartFromOlderData: a master that is not durable
+// and whose marker was written before its server last started restarted
+// with data from before its restart (an RDB snapshot): it may miss locks,
+// and only the marker rule shows it when the counter does not (only an
+// extend was lost). RepairFences applies the Clients' marker rule and
+// quarantines it; it used to take it for intact and overwrite its marker,
+// so a daemon started later counted it at once (a break-it pass). A
+// marker written after the start is an intact master's.
+func TestRepairFencesSeesARestartFromOlderData(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		offset   time.Duration // of the marker's time from the server's start
+		wantLost bool
+	}{
+		{"marker older than the restart", -5 * time.Second, true},
+		{"marker written after the start", 5 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _ := brandNewClient(t, WithHealthInterval(time.Hour))
+			r := direct(t)[4]
+			now, err := r.Time(ctx).Result()
+			require.NoError(t, err)
+			info, err := r.Info(ctx, "server").Result()
+			require.NoError(t, err)
+			_, uptime, _, ok := parseInfoServer(info)
+			require.True(t, ok)
+			started := now.Add(-uptime)
+			at := started.Add(tc.offset)
+			if !tc.wantLost && at.After(now) {
+				at = now // a marker from the future would be another rule's
+			}
+			require.NoError(t, r.Set(ctx, c.opts.markerKey, fmt.Sprintf("redlockd %d 0123456789abcdef", at.UnixMilli()), 0).Err())
+
+			res, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: c.opts.markerKey, FenceKey: c.opts.fenceKey, MaxTTL: uptime + time.Minute})
+			require.NoError(t, err)
+			for i := range 4 {
+				assert.Empty(t, res.Masters[i].Lost, "master %d kept its data", i)
+			}
+			if tc.wantLost {
+				assert.Contains(t, res.Masters[4].Lost, "with data older than its restart")
+				v := r.Get(ctx, c.opts.markerKey).Val()
+				assert.True(t, strings.HasSuffix(v, " operator"), "quarantined by its marker: %q", v)
+			} else {
+				assert.Empty(t, res.Masters[4].Lost)
+			}
+		})
+	}
+}

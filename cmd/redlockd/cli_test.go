@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"runtime"
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -137,7 +139,7 @@ func TestRepairFencesNamesALaggingMaster(t *testing.T) {
 		if i == 4 {
 			fence = "7"
 		}
-		require.NoError(t, r.MSet(ctx, prefix+"marker", "redlockd 1", prefix+"marker:horizon", "0", prefix+"fence", fence).Err())
+		require.NoError(t, r.MSet(ctx, prefix+"marker", fmt.Sprintf("redlockd %d", time.Now().UnixMilli()), prefix+"marker:horizon", "0", prefix+"fence", fence).Err())
 		require.NoError(t, r.Close())
 	}
 	var out, errOut bytes.Buffer
