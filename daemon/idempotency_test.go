@@ -53,6 +53,26 @@ func (d *deployment) idemServerWith(t *testing.T, edit func(*Options), opts ...i
 	})
 }
 
+// idemServerLimited is idemServer with the acme account's limits lim,
+// kept on the deployment's masters.
+func (d *deployment) idemServerLimited(t *testing.T, lim limits.Limits) *testServer {
+	t.Helper()
+	masters := make([]*redis.Options, len(d.servers))
+	for i, s := range d.servers {
+		masters[i] = &redis.Options{Addr: s.Addr()}
+	}
+	ls, err := limits.NewStore(masters, time.Second)
+	require.NoError(t, err)
+	return d.idemServerWith(t, func(o *Options) {
+		for i := range o.APIKeys {
+			if o.APIKeys[i].Account == "acme" {
+				o.APIKeys[i].Limits = lim
+			}
+		}
+		o.LimitStore, o.LimitsSyncInterval = ls, limitsInterval
+	})
+}
+
 // idem posts one idempotency action with the acme key.
 func (ts *testServer) idem(t *testing.T, body map[string]any) *response {
 	t.Helper()
@@ -518,20 +538,7 @@ func TestIdemReadyzShowsRecordQuorum(t *testing.T) {
 // 422; complete and abort give the slot back.
 func TestIdemLeasesCountAgainstMaxLocks(t *testing.T) {
 	d := newDeployment(t)
-	masters := make([]*redis.Options, len(d.servers))
-	for i, s := range d.servers {
-		masters[i] = &redis.Options{Addr: s.Addr()}
-	}
-	ls, err := limits.NewStore(masters, time.Second)
-	require.NoError(t, err)
-	ts := d.idemServerWith(t, func(o *Options) {
-		for i := range o.APIKeys {
-			if o.APIKeys[i].Account == "acme" {
-				o.APIKeys[i].Limits = limits.Limits{MaxLocks: 2}
-			}
-		}
-		o.LimitStore, o.LimitsSyncInterval = ls, limitsInterval
-	})
+	ts := d.idemServerLimited(t, limits.Limits{MaxLocks: 2})
 	begin := func(key, body string) *response {
 		return ts.idem(t, map[string]any{"action": "idem_begin", "key": key, "body": body, "lease": 30})
 	}
@@ -653,20 +660,7 @@ func TestIdemAttemptsEndPastTheQuota(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			awayFromWindowEnd(t, time.Hour)
 			d := newDeployment(t)
-			masters := make([]*redis.Options, len(d.servers))
-			for i, s := range d.servers {
-				masters[i] = &redis.Options{Addr: s.Addr()}
-			}
-			ls, err := limits.NewStore(masters, time.Second)
-			require.NoError(t, err)
-			ts := d.idemServerWith(t, func(o *Options) {
-				for i := range o.APIKeys {
-					if o.APIKeys[i].Account == "acme" {
-						o.APIKeys[i].Limits = tc.lim
-					}
-				}
-				o.LimitStore, o.LimitsSyncInterval = ls, limitsInterval
-			})
+			ts := d.idemServerLimited(t, tc.lim)
 			var attempts []idemResult
 			for _, k := range []string{"a", "b", "c"} {
 				r := ts.idem(t, map[string]any{"action": "idem_begin", "key": k, "body": "b-" + k, "lease": 30})

@@ -296,24 +296,36 @@ func TestMastersRefuseCredentialsAtStartup(t *testing.T) {
 			require.NoError(t, err)
 			path := filepath.Join(t.TempDir(), "redlockd.yaml")
 			require.NoError(t, os.WriteFile(path, []byte(tc.edit(string(good))), 0o600))
-			for _, args := range [][]string{
-				{"serve", "--config", path, "--listen", "127.0.0.1:0"},
-				{"repair-fences", "--config", path, "--dry-run"},
-			} {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
-				require.NoError(t, ctx.Err(), "%s did not stop at once: %s", args[0], out)
-				cancel()
-				var ee *exec.ExitError
-				require.True(t, errors.As(err, &ee), "%s: exits with an error: %v\n%s", args[0], err, out)
-				assert.Equal(t, 1, ee.ExitCode(), "%s", out)
-				assert.Contains(t, string(out), "masters[0] ("+m.servers[0].Addr()+"): ", args[0])
-				assert.Contains(t, string(out), tc.want, args[0])
-				assert.NotContains(t, string(out), m.password)
-				assert.NotContains(t, string(out), "not-the-password")
+			for cmd, out := range refusedAtStartup(t, path) {
+				assert.Contains(t, out, "masters[0] ("+m.servers[0].Addr()+"): ", cmd)
+				assert.Contains(t, out, tc.want, cmd)
+				assert.NotContains(t, out, m.password)
+				assert.NotContains(t, out, "not-the-password")
 			}
 		})
 	}
+}
+
+// refusedAtStartup runs `redlockd serve` and `redlockd repair-fences
+// --dry-run` with the config file at path, requires each to exit 1 within
+// 30 s, and returns each one's output by command name.
+func refusedAtStartup(t *testing.T, path string) map[string]string {
+	t.Helper()
+	outs := map[string]string{}
+	for _, args := range [][]string{
+		{"serve", "--config", path, "--listen", "127.0.0.1:0"},
+		{"repair-fences", "--config", path, "--dry-run"},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
+		require.NoError(t, ctx.Err(), "%s did not stop at once: %s", args[0], out)
+		cancel()
+		var ee *exec.ExitError
+		require.True(t, errors.As(err, &ee), "%s: exits with an error: %v\n%s", args[0], err, out)
+		assert.Equal(t, 1, ee.ExitCode(), "%s", out)
+		outs[args[0]] = string(out)
+	}
+	return outs
 }
 
 // replaceLine replaces the line of s that starts with prefix by with (a
@@ -382,20 +394,10 @@ func TestTLSToPlainMastersRefusedAtStartup(t *testing.T) {
 	cfg := reloadConfig(fmt.Sprintf("e2e%d:", prefixSeq.Add(1)), [2]string{"acme", keyA}) +
 		fmt.Sprintf("master_tls: true\nmaster_tls_ca_file: %s\n", ca.CertFile)
 	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
-	for _, args := range [][]string{
-		{"serve", "--config", path, "--listen", "127.0.0.1:0"},
-		{"repair-fences", "--config", path, "--dry-run"},
-	} {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
-		require.NoError(t, ctx.Err(), "%s did not stop at once: %s", args[0], out)
-		cancel()
-		var ee *exec.ExitError
-		require.True(t, errors.As(err, &ee), "%s: exits with an error: %v\n%s", args[0], err, out)
-		assert.Equal(t, 1, ee.ExitCode(), "%s", out)
+	for cmd, out := range refusedAtStartup(t, path) {
 		for i, s := range servers {
-			assert.Contains(t, string(out), fmt.Sprintf("masters[%d] (%s): it answers plain Redis, not TLS", i, s.Addr()), args[0])
+			assert.Contains(t, out, fmt.Sprintf("masters[%d] (%s): it answers plain Redis, not TLS", i, s.Addr()), cmd)
 		}
-		assert.Contains(t, string(out), "set master_tls: false", args[0])
+		assert.Contains(t, out, "set master_tls: false", cmd)
 	}
 }
