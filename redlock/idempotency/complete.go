@@ -57,7 +57,7 @@ func (s *Store) completeRound(ctx context.Context, key, token, enc string, fill 
 	if fill != nil {
 		args = []any{"complete", token, strconv.FormatInt(fill.Fence, 10), fill.Fingerprint,
 			strconv.FormatInt(fill.Attempts, 10), strconv.FormatInt(fill.StartedAt.UnixMilli(), 10), enc,
-			ms(max(fill.TTL, MinRetention)), "0", now}
+			ms(max(fill.retention, fill.TTL, MinRetention)), "0", now}
 	}
 	var failures []error
 	var others []Record // other attempts' copies that refused

@@ -56,6 +56,9 @@ type Record struct {
 	TTL    time.Duration
 	Answer *Answer // nil unless COMPLETED
 	token  string
+	// retention is the record's retention as its begin set it (the copy's
+	// "ret"; zero when absent): a copy a Complete fills in keeps it.
+	retention time.Duration
 }
 
 // parseCopy decodes one master's copy: cjson of HGETALL (a flat array of
@@ -90,6 +93,9 @@ func parseCopy(extra string, pttl int64) (Record, bool) {
 		case "tc":
 			ms, _ := strconv.ParseInt(v, 10, 64)
 			r.CompletedAt = time.UnixMilli(ms)
+		case "ret":
+			ms, _ := strconv.ParseInt(v, 10, 64)
+			r.retention = time.Duration(ms) * time.Millisecond
 		case "ans":
 			var a Answer
 			if json.Unmarshal([]byte(v), &a) == nil {

@@ -540,3 +540,43 @@ func TestOperatorRepairOfIntactMastersKeepsRecords(t *testing.T) {
 	waitCounting(t, later, 20*time.Second, 0, 1, 2, 4)
 	recordsCount(later, map[int]bool{0: true, 1: true, 2: true, 4: true})
 }
+
+// TestCompleteFillKeepsTheRetention: a Complete whose first round reached
+// fewer than a quorum of the attempt's copies fills in the masters that
+// missed its begin, from a copy of round one. The filled copies keep the
+// record's retention; they were given a second (the reply's value, not a
+// PTTL, was read as the copy's TTL), so an acknowledged answer lived on
+// two masters a second later (a break-it pass then had a begin answered
+// expired_in_progress after the complete).
+func TestCompleteFillKeepsTheRetention(t *testing.T) {
+	d := newDeployment(t)
+	c := d.client(t)
+	s, err := New(c)
+	require.NoError(t, err)
+	ctx := context.Background()
+	key := newKey(t)
+
+	first, err := s.Begin(ctx, BeginRequest{Key: key, Fingerprint: fp("pay"), Lease: 5 * time.Second, Retention: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, Started, first.Outcome)
+	// Masters 3 and 4 missed the begin (as if paused while it ran).
+	for _, i := range []int{3, 4} {
+		r := redis.NewClient(&redis.Options{Addr: servers[i].Addr()})
+		require.NoError(t, r.Del(ctx, recordKey(key)).Err())
+		r.Close()
+	}
+
+	require.NoError(t, servers[2].Pause())
+	err = s.Complete(ctx, key, first.Token, &Answer{Status: 200, Body: []byte("paid")})
+	require.NoError(t, servers[2].Resume())
+	require.NoError(t, err)
+	for _, i := range []int{0, 1, 3, 4} {
+		r := redis.NewClient(&redis.Options{Addr: servers[i].Addr()})
+		left, err := r.PTTL(ctx, recordKey(key)).Result()
+		st := r.HGet(ctx, recordKey(key), "st").Val()
+		r.Close()
+		require.NoError(t, err)
+		assert.Equal(t, "COMPLETED", st, "master %d", i)
+		assert.Greater(t, left, 50*time.Minute, "master %d keeps the record's retention", i)
+	}
+}
