@@ -159,10 +159,14 @@ func decided(cp *copies, fingerprint string) (BeginResult, bool) {
 }
 
 // writeBegin writes the IN_PROGRESS copy of the attempt holding lease to
-// every master, and decides at quorum (safety.go): Started or
-// ExpiredInProgress with a quorum of counting masters written and none
-// showing a COMPLETED copy or another fingerprint. On any other answer the
-// copies written are deleted again.
+// every master, and decides once every master answered or failed
+// (safety.go, 4): Started or ExpiredInProgress with a quorum of counting
+// masters written and none showing a COMPLETED copy or another
+// fingerprint. On any other answer the copies written are deleted again.
+// It does not decide at the quorum-th write: a late Complete of the
+// attempt it takes over may have reached another master first, and that
+// COMPLETED copy must refuse it (a break-it pass saw one key replay two
+// answers when it did).
 func (s *Store) writeBegin(ctx context.Context, b *BeginRequest, lease *redlock.Lock, read *copies) (BeginResult, error) {
 	attempts := int64(1)
 	if read.inProgress != nil {
@@ -199,7 +203,7 @@ func (s *Store) writeBegin(ctx context.Context, b *BeginRequest, lease *redlock.
 		default:
 			failures = append(failures, fmt.Errorf("master %d: refused the begin write (code %d)", a.Index, a.Code))
 		}
-		return written >= s.c.Quorum()
+		return false // every master is heard (or fails): see above
 	})
 	if err == nil && refused == nil && written < s.c.Quorum() {
 		err = s.quorumError("begin", written, failures)

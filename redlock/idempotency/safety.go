@@ -21,7 +21,8 @@ package idempotency
 //     a master in Q1 ∩ Q2 counted at both times, so it kept its copy
 //     (losing it would have changed its marker, or shown in its evictions,
 //     counters or clock), and answered COMPLETED: the Begin answers
-//     Completed. The first read gives the same answer one step sooner.
+//     Completed. The first read, a quorum too, gives the same answer one
+//     step sooner.
 //     Copies are ordered by fence and a COMPLETED copy is never replaced
 //     by an IN_PROGRESS one, so no write in between removes it.
 //  3. An attempt that began (its IN_PROGRESS copy on a quorum Q1) and did
@@ -35,10 +36,21 @@ package idempotency
 //     lease: Begin writes it with a retention of at least twice the lease,
 //     and Extend raises its TTL to twice the new lease on a quorum of
 //     counting masters before it extends the lease (Store.keepRecord).
-//  4. A late Complete of an attempt whose lease ended races only with the
-//     later attempt that took over: each copy keeps the higher fence, and a
-//     COMPLETED copy of either attempt answers for the record. Both ran;
-//     the store's fence decides whose write it keeps.
+//  4. A late Complete of an attempt A whose lease ended races only with
+//     the Begin of the attempt B that takes over: each master keeps the
+//     write that reached it first (a COMPLETED copy is never replaced, an
+//     IN_PROGRESS copy only by a higher fence). B's Begin hears every
+//     master that answers before it decides (writeBegin), so a COMPLETED
+//     copy of A on any of them refuses B, which puts back A's copies and
+//     replays A's answer; A's Complete, refused where B wrote first, may
+//     have answered ErrNotOwner and still left that copy (a retry of it
+//     then completes it). A read hears a quorum and the COMPLETED copy with
+//     the highest fence answers: B's, once B completed on a quorum, which
+//     every read meets. Left: a master holding A's COMPLETED copy that did
+//     not answer B's Begin (paused, one of at most N − quorum): until B
+//     completes, a read that meets it replays A's answer; after, B's. Both
+//     ran — B as a take-over, told so (ExpiredInProgress) — and the
+//     store's fence decides whose write it keeps.
 //
 // Not covered: a master that loses data without any sign the lock path
 // knows (a rollback that leaves its marker, counters and horizon as they

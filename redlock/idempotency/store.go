@@ -258,9 +258,11 @@ func (s *Store) quorumError(op string, done int, failures []error) error {
 	return e
 }
 
-// read reads the record at quorum: every answer until a COMPLETED copy on
-// a counting master (the replay needs no more), or a quorum of counting
-// answers.
+// read reads the record at quorum: every answer until a quorum of
+// counting answers, so that the COMPLETED copy with the highest fence
+// among them answers (safety.go, 4). A COMPLETED copy found when fewer
+// than a quorum count (masters down) still answers: only a Complete
+// writes one, after its attempt's work.
 func (s *Store) read(ctx context.Context, key string) (copies, error) {
 	var cp copies
 	var failures []error
@@ -275,7 +277,7 @@ func (s *Store) read(ctx context.Context, key string) (copies, error) {
 				cp.add(r)
 			}
 		}
-		return cp.completed != nil || cp.counted >= s.c.Quorum()
+		return cp.counted >= s.c.Quorum()
 	})
 	if err != nil {
 		return cp, err

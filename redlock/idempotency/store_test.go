@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -579,4 +580,105 @@ func TestCompleteFillKeepsTheRetention(t *testing.T) {
 		assert.Equal(t, "COMPLETED", st, "master %d", i)
 		assert.Greater(t, left, 50*time.Minute, "master %d keeps the record's retention", i)
 	}
+}
+
+// TestTakeOverHearsALateCompleteOnAnyMaster: attempt A's lease ended and
+// its late Complete reached one master first (its COMPLETED copy there)
+// when B's take-over Begin writes. B decided at the quorum-th write and
+// answered ExpiredInProgress while that master held A's answer, so one key
+// replayed A's answer or B's depending on which master a read met first (a
+// break-it pass, with no fault at all). B's write now hears every master
+// that answers, within the per-master timeout: A's COMPLETED copy refuses
+// B, whose copies are put back, and A's answer is the record's.
+func TestTakeOverHearsALateCompleteOnAnyMaster(t *testing.T) {
+	d := newDeployment(t)
+	c := d.client(t)
+	s, err := New(c)
+	require.NoError(t, err)
+	ctx := context.Background()
+	key := newKey(t)
+	req := BeginRequest{Key: key, Fingerprint: fp("pay"), Lease: time.Second, Retention: time.Hour}
+	a, err := s.Begin(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, Started, a.Outcome)
+	// A's late Complete reached master 3 first.
+	enc, err := s.encodeAnswer(&Answer{Status: 201, Body: []byte("A")})
+	require.NoError(t, err)
+	r3 := redis.NewClient(&redis.Options{Addr: servers[3].Addr()})
+	require.NoError(t, r3.HSet(ctx, recordKey(key), "st", "COMPLETED", "ans", enc, "tc", time.Now().UnixMilli()).Err())
+	r3.Close()
+	time.Sleep(time.Until(a.ValidUntil)) // A's lease ended (its keys go within the drift)
+
+	// B's take-over: its lease, then its write, with master 3 answering
+	// last (paused 150 ms, within the 500 ms per-master timeout).
+	cp, err := s.read(ctx, key)
+	require.NoError(t, err)
+	lease, err := c.Acquire(ctx, leaseKey(key), time.Second, redlock.WithWait(2*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, servers[3].Pause())
+	go func() {
+		time.Sleep(150 * time.Millisecond)
+		_ = servers[3].Resume()
+	}()
+	res, err := s.writeBegin(ctx, &req, lease, &cp)
+	require.NoError(t, err)
+	require.Equal(t, Completed, res.Outcome, "A's COMPLETED copy refuses the take-over")
+	require.NotNil(t, res.Record.Answer)
+	assert.Equal(t, "A", string(res.Record.Answer.Body))
+	_ = lease.Release(ctx)
+
+	for range 10 {
+		r, err := s.Begin(ctx, req)
+		require.NoError(t, err)
+		if r.Outcome == Completed {
+			assert.Equal(t, "A", string(r.Record.Answer.Body), "every replay is A's")
+		} else {
+			// A read that missed master 3 found A's IN_PROGRESS copies;
+			// the write then met master 3.
+			t.Fatalf("outcome %v, want Completed", r.Outcome)
+		}
+	}
+}
+
+// TestReadAnswersWithTheHighestFence: copies left by a late Complete of a
+// taken-over attempt A (fence 7, one master) beside the attempt B that
+// completed on a quorum (fence 8). A read stopped at the first COMPLETED
+// copy it heard, so which answer replayed depended on which master
+// answered first; it now hears a quorum and B's (the highest fence, met by
+// every quorum) answers. Masters 0-2, which hold B's, answer last here.
+func TestReadAnswersWithTheHighestFence(t *testing.T) {
+	d := newDeployment(t)
+	c := d.client(t)
+	s, err := New(c)
+	require.NoError(t, err)
+	ctx := context.Background()
+	key := newKey(t)
+	put := func(i int, tok string, fence int, body string) {
+		enc, err := s.encodeAnswer(&Answer{Status: 201, Body: []byte(body)})
+		require.NoError(t, err)
+		r := redis.NewClient(&redis.Options{Addr: servers[i].Addr()})
+		defer r.Close()
+		now := time.Now().UnixMilli()
+		require.NoError(t, r.HSet(ctx, recordKey(key), "fp", fp("pay"), "st", "COMPLETED", "tok", tok, "fence", fence,
+			"att", 1, "t0", now, "ret", 3600000, "ans", enc, "tc", now).Err())
+		require.NoError(t, r.PExpire(ctx, recordKey(key), time.Hour).Err())
+	}
+	for _, i := range []int{0, 1, 2} {
+		put(i, strings.Repeat("b", 32), 8, "B")
+	}
+	put(3, strings.Repeat("a", 32), 7, "A")
+	for _, i := range []int{0, 1, 2} {
+		require.NoError(t, servers[i].Pause())
+	}
+	go func() {
+		time.Sleep(150 * time.Millisecond)
+		for _, i := range []int{0, 1, 2} {
+			_ = servers[i].Resume()
+		}
+	}()
+	r, err := s.Begin(ctx, BeginRequest{Key: key, Fingerprint: fp("pay"), Lease: time.Second, Retention: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, Completed, r.Outcome)
+	assert.Equal(t, "B", string(r.Record.Answer.Body), "the highest fence's answer")
+	assert.EqualValues(t, 8, r.Record.Fence)
 }
