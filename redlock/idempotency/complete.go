@@ -116,7 +116,10 @@ func (s *Store) completeRound(ctx context.Context, key, token, enc string, fill 
 
 // Abort deletes the attempt's IN_PROGRESS copies and releases the lease,
 // so that the next Begin answers Started: for a failure that may be
-// retried, after which no work is left behind. A failure that must not be
+// retried, after which no work is left behind. An attempt that took over
+// an earlier one (ExpiredInProgress) puts the earlier attempt's copy back
+// instead: that attempt may have done its work, so the next Begin answers
+// ExpiredInProgress again, not Started. A failure that must not be
 // retried is stored with Complete, its answer carrying the failure (as a
 // 4xx), so that retries replay it. Errors: ErrInvalid, ErrNotOwner (a
 // later attempt's copy, or a COMPLETED one, is on a counting master, or

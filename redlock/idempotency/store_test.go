@@ -682,3 +682,48 @@ func TestReadAnswersWithTheHighestFence(t *testing.T) {
 	assert.Equal(t, "B", string(r.Record.Answer.Body), "the highest fence's answer")
 	assert.EqualValues(t, 8, r.Record.Fence)
 }
+
+// TestAbortOfATakeOverKeepsTheEarlierAttempt: attempt A's lease ended
+// without a complete; B took over (ExpiredInProgress) and aborted, as
+// client.Idempotent does when its function fails. The abort deleted the
+// whole record, A's copy with it, so the next Begin answered Started with
+// attempts 1 and no Takeover — while A may have done its work (a break-it
+// pass). It now puts A's copy back: the next Begin is ExpiredInProgress.
+func TestAbortOfATakeOverKeepsTheEarlierAttempt(t *testing.T) {
+	d := newDeployment(t)
+	s := d.store(t)
+	ctx := context.Background()
+	key := newKey(t)
+	req := BeginRequest{Key: key, Fingerprint: fp("pay"), Lease: time.Second, Retention: time.Hour}
+	a, err := s.Begin(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, Started, a.Outcome)
+	begin := func() BeginResult {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			r, err := s.Begin(ctx, req)
+			require.NoError(t, err)
+			if r.Outcome != InProgress || time.Now().After(deadline) {
+				return r
+			}
+		}
+	}
+	b := begin()
+	require.Equal(t, ExpiredInProgress, b.Outcome)
+	require.Equal(t, a.Fence, b.PreviousFence)
+	require.NoError(t, s.Abort(ctx, key, b.Token))
+
+	c := begin()
+	require.Equal(t, ExpiredInProgress, c.Outcome, "A may have done its work: not a fresh start")
+	assert.Equal(t, a.Fence, c.PreviousFence)
+	assert.EqualValues(t, 2, c.Attempts)
+
+	// An abort of an attempt that took over nothing still leaves no record.
+	other := newKey(t)
+	f, err := s.Begin(ctx, BeginRequest{Key: other, Fingerprint: fp("x"), Lease: time.Second, Retention: time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, s.Abort(ctx, other, f.Token))
+	g, err := s.Get(ctx, other)
+	require.NoError(t, err)
+	assert.Equal(t, StateAbsent, g.State)
+}

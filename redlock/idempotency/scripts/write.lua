@@ -2,7 +2,8 @@
 -- copy is never replaced by one with a lower fence, and a COMPLETED copy
 -- is never replaced by an IN_PROGRESS one. Follows vote_prelude.lua.
 -- KEYS[1] record key, KEYS[2..] as in the prelude.
--- ARGV[1] op: 'begin', 'complete', 'abort' (delete the attempt's copy),
+-- ARGV[1] op: 'begin', 'complete', 'abort' (delete the attempt's copy, or
+--         put back the earlier attempt's it took over),
 --         'undo' (put back the copy the attempt's begin replaced) or
 --         'extend' (keep the attempt's IN_PROGRESS copy at least twice
 --         ARGV[9] more: the lease is being extended to ARGV[9])
@@ -134,7 +135,11 @@ if p.tok ~= tok then
 end
 local pttl = redis.call('PTTL', KEYS[1])
 redis.call('DEL', KEYS[1])
-if op == 'undo' and p.prev and p.prev ~= '' then
+-- Both put back the copy the attempt's begin replaced: an undo because the
+-- begin failed, an abort because the attempt it took over may have done
+-- its work, and the next begin must still say so (ExpiredInProgress), not
+-- start afresh.
+if p.prev and p.prev ~= '' then
   redis.call('HSET', KEYS[1], unpack(cjson.decode(p.prev)))
   if pttl > 0 then
     redis.call('PEXPIRE', KEYS[1], pttl)
