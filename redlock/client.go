@@ -63,8 +63,12 @@ type Client struct {
 	// fenceRewrites: grants whose early fence write-back was below a
 	// counter a later answer showed, written again (acquire.go writeBack).
 	fenceRewrites atomic.Int64
-	subOnce       sync.Once
-	subs          []*redis.PubSub // release-channel subscriptions, one per master
+	// fenceFloor is a fencing counter value every counting master is
+	// raised to by the health loop (spreadFence): another master group's
+	// highest, while the groups change (Moving.SyncFences).
+	fenceFloor atomic.Int64
+	subOnce    sync.Once
+	subs       []*redis.PubSub // release-channel subscriptions, one per master
 
 	closeOnce sync.Once
 	closed    chan struct{}

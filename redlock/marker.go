@@ -239,12 +239,14 @@ func (m *master) firstSeenWithMarker(withHorizon int) bool {
 // The fence proof does not need it (fence.go); it bounds how far the
 // masters that keep their data can lag the newest fence — a master whose
 // votes come late never receives write-backs — which is what an operator's
-// RepairFences after the loss of a majority relies on.
+// RepairFences after the loss of a majority relies on. It also raises them
+// to the floor another master group set (raiseFenceFloor; Moving.SyncFences),
+// which the fence proof of a change of master groups does need.
 func (c *Client) spreadFence() {
 	if c.opts.fenceKey == "" {
 		return
 	}
-	var highest int64
+	highest := c.fenceFloor.Load()
 	behind := make([]*master, 0, len(c.masters))
 	read := make([]int64, len(c.masters))
 	for i, m := range c.masters {
@@ -271,6 +273,32 @@ func (c *Client) spreadFence() {
 	for _, m := range behind {
 		if err := fenceRepairScript.Run(ctx, m.probe, []string{c.opts.fenceKey}, target).Err(); err != nil {
 			c.opts.logger.Debug("fencing counter catch-up failed", masterAttr(m), slog.Any("error", err))
+		}
+	}
+}
+
+// highestFenceRead is the highest fencing counter the last probes read on
+// a counting master (0 when none was read).
+func (c *Client) highestFenceRead() int64 {
+	var highest int64
+	for _, m := range c.masters {
+		m.st.mu.Lock()
+		v, ok := m.st.fenceCounter, m.st.fenceRead
+		m.st.mu.Unlock()
+		if ok && m.counts() {
+			highest = max(highest, v)
+		}
+	}
+	return highest
+}
+
+// raiseFenceFloor makes the health loop raise every counting master's
+// fencing counter to at least f (spreadFence), from its next round on.
+func (c *Client) raiseFenceFloor(f int64) {
+	for {
+		cur := c.fenceFloor.Load()
+		if f <= cur || c.fenceFloor.CompareAndSwap(cur, f) {
+			return
 		}
 	}
 }

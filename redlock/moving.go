@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -54,12 +55,48 @@ import (
 // groups' own assumptions (at most N − quorum masters losing data, each
 // repaired before it counts; fence.go) carry over.
 //
+// That common group exists for any two acquisitions in overlapping
+// phases, not for one in phase old and one in phase new: a key that moved
+// without being locked in phase moving had its last fence from its old
+// group's counter, and its new group's counter may be far below it (a new
+// group starts at 0). SyncFences closes that gap: the moving lockers raise
+// every group's counter to the highest any group's probes read, each
+// health interval (the health loop's catch-up, spreadFence, writes it).
+// Every fence of phase old was issued before step 2 began and written back
+// on a quorum of its group, which the probes read within a health
+// interval; step 2 lasts max TTL, so by its end every group's counters are
+// above every fence of phase old (given a SyncFences round in between, and
+// the catch-up reaching the new groups' masters), and a lock of phase new
+// gets a fence above them.
+//
 // Outside the change's steps the claims do not hold: an old locker still
 // running when a new one starts can grant a moved key twice. The step
 // boundaries are the operator's to keep (docs/operations.md, "Changing
 // the master groups").
 type Moving struct {
 	from, to *Groups
+}
+
+// SyncFences raises every group's fencing counters, from and to, to the
+// highest any of them has read (see Moving): each group's Client writes it
+// to its counting masters at its next health round. A moving locker calls
+// it every health interval for as long as it is moving.
+func (m *Moving) SyncFences() {
+	var clients []*Client
+	for _, gs := range []*Groups{m.from, m.to} {
+		for _, g := range gs.groups {
+			if !slices.Contains(clients, g.Client) {
+				clients = append(clients, g.Client)
+			}
+		}
+	}
+	var highest int64
+	for _, c := range clients {
+		highest = max(highest, c.highestFenceRead(), c.fenceFloor.Load())
+	}
+	for _, c := range clients {
+		c.raiseFenceFloor(highest)
+	}
 }
 
 // NewMoving returns the moving phase from from to to. A group that stays

@@ -256,3 +256,43 @@ func TestMovingExtendOfAnOldLock(t *testing.T) {
 	assert.Greater(t, time.Until(ext.ValidUntil()), 1500*time.Millisecond)
 	require.NoError(t, ml.Release(ctx))
 }
+
+// TestMovedKeyFencesContinueAboveTheOldGroup: a key that moves to group b
+// without being locked in the moving phase kept b's own counter, far below
+// the fences group a gave it, and its first lock of the new phase got a
+// lower fence (a break-it pass: fence 1 after 1001320, following every
+// step). The moving lockers' SyncFences raises b's counters to a's
+// highest within a health round, so the new phase continues above.
+func TestMovedKeyFencesContinueAboveTheOldGroup(t *testing.T) {
+	for _, sync := range []bool{true, false} {
+		t.Run(fmt.Sprintf("sync=%v", sync), func(t *testing.T) {
+			cg := newChangeGroups(t)
+			ctx := context.Background()
+			key := cg.keys[len(cg.keys)-1] // placed on b in the new phase
+			require.Equal(t, "b", cg.new.For(key).Name)
+			old, err := cg.old.Acquire(ctx, key, time.Second)
+			require.NoError(t, err)
+			require.NoError(t, old.Release(ctx))
+			if sync {
+				// Step 2: the moving lockers sync every health round.
+				require.Eventually(t, func() bool {
+					cg.moving.SyncFences()
+					for _, g := range cg.new.groups {
+						if g.Name == "b" {
+							return g.Client.highestFenceRead() >= old.Fence()
+						}
+					}
+					return false
+				}, 20*time.Second, 100*time.Millisecond, "group b's counters reach group a's")
+			}
+			lk, err := cg.new.Acquire(ctx, key, time.Second)
+			require.NoError(t, err)
+			defer lk.Release(ctx)
+			if sync {
+				assert.Greater(t, lk.Fence(), old.Fence(), "the new phase continues above the old group's fence")
+			} else {
+				assert.Less(t, lk.Fence(), old.Fence(), "the negative control: b's own counter, below")
+			}
+		})
+	}
+}

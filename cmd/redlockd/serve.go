@@ -114,7 +114,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	daemonLocker := daemon.NewRedlockLocker(groups[0].Client)
 	switch {
 	case len(cfg.PreviousMasterGroups) > 0:
-		daemonLocker, err = movingLocker(cfg, clients, groups)
+		daemonLocker, err = movingLocker(ctx, cfg, clients, groups)
 	case len(cfg.MasterGroups) > 0:
 		daemonLocker, err = daemon.NewGroupsLocker(groups)
 	}
@@ -150,8 +150,11 @@ func allMasters(cfg config.Config) []string {
 
 // movingLocker is the Locker of the moving phase: keys whose group changes
 // between previous_master_groups and the current groups are locked in
-// both (redlock.Moving); a group in both lists is one Client.
-func movingLocker(cfg config.Config, clients map[string]*redlock.Client, groups []redlock.Group) (daemon.MasterLocker, error) {
+// both (redlock.Moving); a group in both lists is one Client. Until ctx
+// ends it syncs the groups' fencing counters every health interval
+// (Moving.SyncFences), so that a key that moves without being locked in
+// the moving phase continues above its old group's fences.
+func movingLocker(ctx context.Context, cfg config.Config, clients map[string]*redlock.Client, groups []redlock.Group) (daemon.MasterLocker, error) {
 	list := func(gs []config.MasterGroup) (*redlock.Groups, []string, error) {
 		var rg []redlock.Group
 		var names []string
@@ -170,7 +173,20 @@ func movingLocker(cfg config.Config, clients map[string]*redlock.Client, groups 
 	if err != nil {
 		return nil, err
 	}
-	return daemon.NewMovingLocker(redlock.NewMoving(from, to), groups, fromNames, toNames)
+	moving := redlock.NewMoving(from, to)
+	go func() {
+		t := time.NewTicker(max(time.Duration(cfg.HealthInterval), 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			moving.SyncFences()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return daemon.NewMovingLocker(moving, groups, fromNames, toNames)
 }
 
 // newGroupClient is the redlock.Client over one master group, checked
