@@ -157,8 +157,14 @@ func releaseParts(ctx context.Context, parts []groupPart, token string) (int, er
 	return n, errors.Join(errs...)
 }
 
-// extendParts extends every part; any refusal fails it. The Lock returned
-// is the first part's, with the earliest validity and the largest fence.
+// extendParts extends every part, in order; any refusal fails it. Parts
+// extended before the refusal keep their new TTL: they are not released
+// (the holder's validity on them has not ended, and a release would let
+// another caller in within it) and cannot be shortened back (an extend
+// never shortens). A set refused that way blocks those keys until the new
+// TTL ends, a gap of sets over several groups (docs/api.md). The Lock
+// returned is the first part's, with the earliest validity and the
+// largest fence.
 func extendParts(ctx context.Context, keys []string, parts []groupPart, token string, ttl time.Duration) (*Lock, error) {
 	var first *Lock
 	for _, p := range parts {
@@ -254,10 +260,42 @@ func (m *Moving) ReleaseMulti(ctx context.Context, keys []string, token string) 
 	return releaseParts(ctx, planParts(keys, m.GroupsOf), token)
 }
 
-// ExtendMulti extends keys held by token in every group of each (a set
-// taken before the change holds only the old groups: see Moving.Extend).
+// ExtendMulti extends keys held by token in every group of each: first
+// the new groups of the keys that move, then the groups of the keys that
+// stay, then the moving keys' old groups. A set taken before the change
+// (it holds only the old groups) is so refused, with a
+// *ChangeExtendError, before any of its keys is lengthened, as
+// Moving.Extend does for one key; a break-it pass saw both old copies of
+// such a set lengthened when the groups were taken in the order of their
+// names.
 func (m *Moving) ExtendMulti(ctx context.Context, keys []string, token string, ttl time.Duration) (*Lock, error) {
-	return extendParts(ctx, keys, planParts(keys, m.GroupsOf), token, ttl)
+	moves := func(k string) bool { return len(m.GroupsOf(k)) == 2 }
+	movedNew := planParts(keys, func(k string) []Group {
+		if moves(k) {
+			return m.GroupsOf(k)[1:]
+		}
+		return nil
+	})
+	staying := planParts(keys, func(k string) []Group {
+		if moves(k) {
+			return nil
+		}
+		return m.GroupsOf(k)
+	})
+	movedOld := planParts(keys, func(k string) []Group {
+		if moves(k) {
+			return m.GroupsOf(k)[:1]
+		}
+		return nil
+	})
+	lk, err := extendParts(ctx, keys, slices.Concat(movedNew, staying, movedOld), token, ttl)
+	var ge *GroupError
+	if err != nil && len(movedNew) > 0 && errors.Is(err, ErrNotHeld) && errors.As(err, &ge) && ge.Group == movedNew[0].g.Name {
+		// Refused by the first new group, before anything was extended:
+		// the set may be one taken before the change.
+		err = groupErr(ge.Group, &ChangeExtendError{Group: ge.Group, Err: ge.Err})
+	}
+	return lk, err
 }
 
 // StatusMulti reads keys in every group of each: held when every group's

@@ -296,3 +296,25 @@ func TestMovedKeyFencesContinueAboveTheOldGroup(t *testing.T) {
 		})
 	}
 }
+
+// TestMovingExtendMultiOfAnOldSet: a multi-key set taken before the change
+// (in group a only) is refused by a moving extend with a
+// ChangeExtendError, and its old copies are not lengthened: the new
+// groups are extended first, as Moving.Extend does for one key. Before,
+// group a came first (by name) and both old copies were lengthened while
+// the extend failed (a break-it pass).
+func TestMovingExtendMultiOfAnOldSet(t *testing.T) {
+	cg := newChangeGroups(t)
+	ctx := context.Background()
+	set := []string{cg.keys[0], cg.keys[len(cg.keys)-1]} // one stays on a, one moves to b
+	ml, err := cg.old.AcquireMulti(ctx, set, time.Second)
+	require.NoError(t, err)
+	_, err = cg.moving.ExtendMulti(ctx, set, ml.Token(), 2*time.Second)
+	var ce *ChangeExtendError
+	require.ErrorAs(t, err, &ce)
+	require.ErrorIs(t, err, ErrNotHeld)
+	st, err := cg.old.StatusMulti(ctx, set)
+	require.NoError(t, err)
+	assert.True(t, st.Held, "the old set still holds until its TTL")
+	assert.LessOrEqual(t, st.Validity, time.Second, "its old copies were not lengthened")
+}
