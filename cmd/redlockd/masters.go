@@ -33,6 +33,22 @@ func (m *masterClientCert) read() (*tls.Certificate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("master_tls_cert_file %s, master_tls_key_file %s: %w", m.certFile, m.keyFile, err)
 	}
+	// A certificate outside its validity is refused here, at startup and
+	// on reload, as the listener's is (daemon.ServerTLS): every master
+	// would refuse it, and a reload that took it would take every master
+	// down at its next connection.
+	leaf := c.Leaf
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(c.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("master_tls_cert_file %s: %w", m.certFile, err)
+		}
+	}
+	switch now := time.Now(); {
+	case now.After(leaf.NotAfter):
+		return nil, fmt.Errorf("master_tls_cert_file %s: expired at %s (its not_after); every master would refuse it: renew it", m.certFile, leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		return nil, fmt.Errorf("master_tls_cert_file %s: not valid before %s (its not_before); every master would refuse it until then: check the clock, or wait", m.certFile, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
 	return &c, nil
 }
 

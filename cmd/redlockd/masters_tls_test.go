@@ -401,3 +401,48 @@ func TestTLSToPlainMastersRefusedAtStartup(t *testing.T) {
 		assert.Contains(t, out, "set master_tls: false", cmd)
 	}
 }
+
+// TestMasterClientCertificateOutOfValidityRefused: a client certificate
+// for the masters that has expired is refused at startup, naming the file
+// and the date, and by a reload, which keeps the certificate in use. A
+// reload used to take it (200), and every master refused the daemon at its
+// next connection: 503 for every lock (a break-it pass).
+func TestMasterClientCertificateOutOfValidityRefused(t *testing.T) {
+	dir := t.TempDir()
+	m := startACLMasters(t, dir, 3, "redlockd-master-password-0123")
+	cfgFile := m.config(t, dir, nil)
+	expiredAt := time.Now().Add(-time.Hour).UTC().Truncate(time.Second)
+	expire := func() {
+		t.Helper()
+		_, err := m.ca.IssueValid("redlockd-client", expiredAt.Add(-24*time.Hour), expiredAt)
+		require.NoError(t, err)
+	}
+
+	// Reload: the daemon keeps the valid certificate.
+	addr, adminAddr := freeAddr(t), freeAddr(t)
+	base := "http://" + addr
+	d := startBinary(t, base, httpClient, nil, "--config", cfgFile, "--listen", addr, "--admin-listen", adminAddr, "--drain-delay", "0s")
+	expire()
+	resp, err := httpClient.Post("http://"+adminAddr+"/admin/reload", "", nil)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", body)
+	assert.Contains(t, string(body), "redlockd-client.crt: expired at "+expiredAt.Format(time.RFC3339))
+	// New connections still present the valid certificate.
+	for i := range m.servers {
+		r := m.adminClient(i)
+		require.NoError(t, r.Do(context.Background(), "CLIENT", "KILL", "USER", "redlockd").Err())
+		r.Close()
+	}
+	require.Eventually(t, func() bool {
+		st, _, _ := post(t, lockURL(base), keyA, `{"key":"tls:expired-reload","ttl":10}`)
+		return st == http.StatusOK
+	}, 10*time.Second, 50*time.Millisecond, "the masters take the new connections: %s", d.logs)
+	require.NoError(t, d.stop(t), "%s", d.logs)
+
+	// Startup: refused, naming the file and the date.
+	for cmd, out := range refusedAtStartup(t, cfgFile) {
+		assert.Contains(t, out, "redlockd-client.crt: expired at "+expiredAt.Format(time.RFC3339), cmd)
+	}
+}
