@@ -29,7 +29,9 @@ left out, still on the old groups, is the one that could grant a moved key
 twice. Without --wait it reports once; with --wait it reports every
 --interval until step 2 is done (or every daemon is on the new groups), and
 exits 0 then. Exit status 1: a daemon did not answer, or the daemons
-disagree on the groups. Flags:
+disagree on the groups: moving daemons with different groups, or daemons
+locking in different groups with none moving between them (old and new
+at once), which can grant a moved key twice. Flags:
 `
 
 // daemonPlacement is what groups-change reads from one daemon's /readyz.
@@ -74,6 +76,9 @@ func groupsChange(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var urls []string
 	for _, u := range strings.Split(*daemons, ",") {
 		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
+			if l := strings.ToLower(u); !strings.HasPrefix(l, "http://") && !strings.HasPrefix(l, "https://") {
+				return fmt.Errorf("groups-change: --daemons: %q is not a base URL: give http://host:port (or https://)", u)
+			}
 			urls = append(urls, u)
 		}
 	}
@@ -132,6 +137,7 @@ func groupsChange(ctx context.Context, args []string, stdout, stderr io.Writer) 
 func readProgress(ctx context.Context, client *http.Client, urls, to []string) (changeProgress, error) {
 	var p changeProgress
 	toFlag := to != nil // --to, else the first moving daemon's
+	var from []string   // the moving daemons' previous groups
 	placements := make([]daemonPlacement, len(urls))
 	for i, u := range urls {
 		d, err := readPlacement(ctx, client, u)
@@ -143,6 +149,10 @@ func readProgress(ctx context.Context, client *http.Client, urls, to []string) (
 		}
 		placements[i] = d
 		if pl := d.Placement; pl.Phase == "moving" {
+			if from != nil && !slices.Equal(from, pl.From) {
+				return p, fmt.Errorf("groups-change: %s moves from groups %v, another daemon from %v: give every daemon the same previous_master_groups", u, pl.From, from)
+			}
+			from = pl.From
 			if to != nil && !slices.Equal(to, pl.To) {
 				if toFlag {
 					return p, fmt.Errorf("groups-change: %s moves to groups %v, --to says %v", u, pl.To, to)
@@ -167,6 +177,18 @@ func readProgress(ctx context.Context, client *http.Client, urls, to []string) (
 		default:
 			p.onOld++
 			p.lines = append(p.lines, fmt.Sprintf("%s: on the groups %v, not moving", urls[i], pl.To))
+		}
+	}
+	// Daemons that lock in different groups without a moving daemon
+	// between them (or with one, old and new at once) can grant a moved key
+	// twice: the state the change's steps exist to avoid.
+	var stable [][]string
+	for i, d := range placements {
+		if pl := d.Placement; pl.Phase != "moving" && !slices.ContainsFunc(stable, func(g []string) bool { return slices.Equal(g, pl.To) }) {
+			stable = append(stable, pl.To)
+			if len(stable) > 1 && (p.moving == 0 || p.onOld > 0 && p.onNew > 0) {
+				return p, fmt.Errorf("groups-change: %s locks in groups %v while another daemon locks in %v and no daemon is moving between them: a moved key can be granted twice; restart every daemon with previous_master_groups (step 1)", urls[i], pl.To, stable[0])
+			}
 		}
 	}
 	return p, nil

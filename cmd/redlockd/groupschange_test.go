@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -50,4 +51,59 @@ func TestGroupsChangeRefusesWhatIsNotAReadyz(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.NoError(t, groupsChange(context.Background(), []string{"--daemons", srv.URL}, &out, &errOut))
 	assert.Contains(t, out.String(), "on the groups [default], not moving")
+}
+
+// TestGroupsChangeRefusesDaemonsThatCanGrantTwice: daemons on different
+// groups with no daemon moving between them, old and new daemons at once,
+// and moving daemons from different previous groups are each an error
+// (exit 1), not "step 1 has not started" or "1 of 2 daemons lock moved
+// keys in both groups" with exit 0: a break-it pass saw twelve keys with
+// two holders in the first state while groups-change said so. A URL
+// without a scheme is refused by name.
+func TestGroupsChangeRefusesDaemonsThatCanGrantTwice(t *testing.T) {
+	daemon := func(placement string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = w.Write([]byte(`{"ready":true,"quorum":{"needed":2},"longest_max_ttl_s":1,"placement":` + placement + `}`))
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	old := `{"phase":"stable","to":["g0","g1"]}`
+	nw := `{"phase":"stable","to":["g0","g1","g2"]}`
+	moving := `{"phase":"moving","from":["g0","g1"],"to":["g0","g1","g2"],"since_ms":1}`
+	movingOther := `{"phase":"moving","from":["g0","g2"],"to":["g0","g1","g2"],"since_ms":1}`
+	for name, tc := range map[string]struct {
+		daemons []string
+		to      string
+		want    string
+	}{
+		"old and new, none moving":            {[]string{old, nw}, "", "no daemon is moving between them: a moved key can be granted twice"},
+		"old and new, none moving, with --to": {[]string{old, nw}, "g0,g1,g2", "no daemon is moving between them"},
+		"old, moving and new":                 {[]string{old, moving, nw}, "", "no daemon is moving between them"},
+		"moving from different groups":        {[]string{moving, movingOther}, "", "give every daemon the same previous_master_groups"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var urls []string
+			for _, d := range tc.daemons {
+				urls = append(urls, daemon(d))
+			}
+			args := []string{"--daemons", strings.Join(urls, ",")}
+			if tc.to != "" {
+				args = append(args, "--to", tc.to)
+			}
+			var out, errOut bytes.Buffer
+			err := groupsChange(context.Background(), args, &out, &errOut)
+			require.Error(t, err, "stdout: %s", out.String())
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	// The steps themselves still pass: old with moving (step 1), moving
+	// with new (step 3).
+	for _, ds := range [][]string{{old, moving}, {moving, nw}} {
+		var out, errOut bytes.Buffer
+		require.NoError(t, groupsChange(context.Background(), []string{"--daemons", daemon(ds[0]) + "," + daemon(ds[1])}, &out, &errOut), "%s", out.String())
+	}
+	var out, errOut bytes.Buffer
+	err := groupsChange(context.Background(), []string{"--daemons", "127.0.0.1:7070"}, &out, &errOut)
+	require.ErrorContains(t, err, `"127.0.0.1:7070" is not a base URL: give http://host:port`)
 }
