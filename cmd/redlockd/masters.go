@@ -123,6 +123,12 @@ func checkMasterAccess(ctx context.Context, masters []*redis.Options) error {
 			defer cancel()
 			err := r.Ping(cctx).Err()
 			problem := accessProblem(err, o.TLSConfig != nil)
+			if o.TLSConfig != nil && o.TLSConfig.GetClientCertificate != nil && strings.Contains(problem, "set master_tls_cert_file") {
+				// The files are set: the master refused the certificate
+				// itself (another CA, or one it does not accept).
+				problem = strings.Replace(problem, "if it requires a client certificate (tls-auth-clients), set master_tls_cert_file and master_tls_key_file",
+					"it refused the client certificate of master_tls_cert_file: check that it is signed by a CA the master trusts (its tls-ca-cert-file) and valid now", 1)
+			}
 			if problem == "" && o.TLSConfig != nil && isTimeout(err) && answersPlainRESP(ctx, o.Addr) {
 				// A plain Redis reads a TLS ClientHello as an inline
 				// command that never ends: the handshake just times out,

@@ -284,6 +284,11 @@ func TestMastersRefuseCredentialsAtStartup(t *testing.T) {
 		{"no client certificate", func(cfg string) string {
 			return replaceLine(replaceLine(cfg, "master_tls_cert_file:", ""), "master_tls_key_file:", "")
 		}, "it refused the TLS handshake (remote error: tls: certificate required): if it requires a client certificate (tls-auth-clients), set master_tls_cert_file and master_tls_key_file"},
+		{"client certificate of another CA", func(cfg string) string {
+			pair, err := other.Issue("stranger")
+			require.NoError(t, err)
+			return replaceLine(replaceLine(cfg, "master_tls_cert_file:", "master_tls_cert_file: "+pair.CertFile), "master_tls_key_file:", "master_tls_key_file: "+pair.KeyFile)
+		}, "it refused the client certificate of master_tls_cert_file: check that it is signed by a CA the master trusts"},
 		{"plain TCP to a TLS-only master", func(cfg string) string {
 			for _, f := range []string{"master_tls:", "master_tls_ca_file:", "master_tls_cert_file:", "master_tls_key_file:"} {
 				cfg = replaceLine(cfg, f, "")
