@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -64,6 +65,10 @@ func groupsChange(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.SetOutput(stderr)
 	daemons := fs.String("daemons", "", "comma-separated base URLs of every daemon, e.g. http://10.0.0.7:7070")
 	toFlag := fs.String("to", "", "comma-separated names of the new master groups, in configuration order (default: what the moving daemons say; needed to recognise step 3 once no daemon is moving)")
+	var tf lockFlags
+	fs.StringVar(&tf.tlsCA, "tls-ca", "", "PEM `file` of the CA of the daemons' HTTPS certificate (default $REDLOCKD_TLS_CA, else the system's CAs)")
+	fs.StringVar(&tf.tlsCert, "tls-cert", "", "PEM `file` of a client certificate, for daemons that require one (default $REDLOCKD_TLS_CERT)")
+	fs.StringVar(&tf.tlsKey, "tls-key", "", "PEM `file` of --tls-cert's key (default $REDLOCKD_TLS_KEY)")
 	wait := fs.Bool("wait", false, "report until step 2 is done")
 	interval := fs.Duration("interval", 2*time.Second, "time between reports with --wait")
 	fs.Usage = func() {
@@ -92,7 +97,22 @@ func groupsChange(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *toFlag != "" {
 		to = strings.Split(*toFlag, ",")
 	}
-	client := &http.Client{Timeout: 5 * time.Second}
+	for _, v := range []struct {
+		dst *string
+		env string
+	}{{&tf.tlsCA, "REDLOCKD_TLS_CA"}, {&tf.tlsCert, "REDLOCKD_TLS_CERT"}, {&tf.tlsKey, "REDLOCKD_TLS_KEY"}} {
+		if *v.dst == "" {
+			*v.dst = os.Getenv(v.env)
+		}
+	}
+	if (tf.tlsCert == "") != (tf.tlsKey == "") {
+		return errors.New("groups-change: --tls-cert and --tls-key (REDLOCKD_TLS_CERT, REDLOCKD_TLS_KEY): give both or neither")
+	}
+	client, err := tf.httpsClient()
+	if err != nil {
+		return fmt.Errorf("groups-change: %w", err)
+	}
+	client.Timeout = 5 * time.Second
 	for {
 		p, err := readProgress(ctx, client, urls, to)
 		for _, l := range p.lines {
