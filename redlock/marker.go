@@ -246,19 +246,9 @@ func (c *Client) spreadFence() {
 	if c.opts.fenceKey == "" {
 		return
 	}
-	highest := c.fenceFloor.Load()
+	read, highest := c.fenceReadings()
+	highest = max(highest, c.fenceFloor.Load())
 	behind := make([]*master, 0, len(c.masters))
-	read := make([]int64, len(c.masters))
-	for i, m := range c.masters {
-		m.st.mu.Lock()
-		v, ok := m.st.fenceCounter, m.st.fenceRead
-		m.st.mu.Unlock()
-		read[i] = -1
-		if ok && m.counts() {
-			read[i] = v
-			highest = max(highest, v)
-		}
-	}
 	for i, m := range c.masters {
 		if read[i] >= 0 && read[i] < highest {
 			behind = append(behind, m)
@@ -277,18 +267,27 @@ func (c *Client) spreadFence() {
 	}
 }
 
-// highestFenceRead is the highest fencing counter the last probes read on
-// a counting master (0 when none was read).
-func (c *Client) highestFenceRead() int64 {
-	var highest int64
-	for _, m := range c.masters {
+// fenceReadings are the fencing counters the last probes read, per master
+// (-1 for a master not read or not counting), and the highest of them (0
+// when none was read).
+func (c *Client) fenceReadings() (read []int64, highest int64) {
+	read = make([]int64, len(c.masters))
+	for i, m := range c.masters {
 		m.st.mu.Lock()
 		v, ok := m.st.fenceCounter, m.st.fenceRead
 		m.st.mu.Unlock()
+		read[i] = -1
 		if ok && m.counts() {
+			read[i] = v
 			highest = max(highest, v)
 		}
 	}
+	return read, highest
+}
+
+// highestFenceRead is the highest of fenceReadings.
+func (c *Client) highestFenceRead() int64 {
+	_, highest := c.fenceReadings()
 	return highest
 }
 
