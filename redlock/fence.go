@@ -215,18 +215,30 @@ func (m *master) restoredFromSnapshot() bool {
 	m.st.mu.Lock()
 	v, started, uptime, durable := m.st.markerValue, m.st.startedAt, m.st.uptime, m.st.durable
 	m.st.mu.Unlock()
-	mk, ok := parseMarker(v)
-	at := mk.at
-	if !ok || started.IsZero() || durable || !at.Before(started.Add(-time.Second)) {
+	if started.IsZero() {
 		return false
 	}
-	left := m.c.lossTTL() - uptime + time.Second // uptime is rounded down
-	if left <= 0 {
-		return false // every lock it could have missed has expired
+	why, restored := restoredData(v, started, uptime, durable, m.c.lossTTL())
+	if !restored {
+		return false
 	}
-	m.lostData(LossSnapshot, fmt.Sprintf("restarted %v ago with data older than its restart (marker written %v before it): an RDB snapshot or an AOF not fsynced always may miss recent locks", uptime, started.Sub(at).Round(time.Second)))
+	m.lostData(LossSnapshot, why)
 	m.lossAfterStartOf(m.runID())
 	return true
+}
+
+// restoredData is the marker rule's last case, for a master whose server
+// started at started (uptime ago, by its clock) with markerValue: not
+// durable and the marker written more than a second before the start, while
+// a lock it missed may stand (it started less than maxTTL ago; uptime is
+// rounded down, hence the second). why says so. Shared by a Client's first
+// look at a master (restoredFromSnapshot) and RepairFences.
+func restoredData(markerValue string, started time.Time, uptime time.Duration, durable bool, maxTTL time.Duration) (why string, restored bool) {
+	mk, ok := parseMarker(markerValue)
+	if !ok || durable || !mk.at.Before(started.Add(-time.Second)) || maxTTL-uptime+time.Second <= 0 {
+		return "", false
+	}
+	return fmt.Sprintf("restarted %v ago with data older than its restart (marker written %v before it): an RDB snapshot or an AOF not fsynced always may miss recent locks", uptime, started.Sub(mk.at).Round(time.Second)), true
 }
 
 // parseFenceReply decodes fence.lua's "code sec usec" (one string, as a

@@ -258,36 +258,25 @@ func readCounters(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 	}
 }
 
-// restartedFromOlderData is the Clients' marker rule for a master first
-// seen (restoredFromSnapshot), for RepairFences: a master that is not
-// durable (appendonly yes with appendfsync always) and whose marker was
-// written more than a second before its server last started (both by its
-// clock) restarted with data from before its restart (an RDB snapshot, a
-// lazily fsynced AOF) and may miss keys written since — a rollback the
-// counter does not show when only an extend was lost. Its repair marker
-// would hide that rule from every Client started later, so it is taken
-// for one that lost its data while a lock it missed may stand (it started
-// less than maxTTL ago). "" when the rule does not apply or a reading is
-// missing.
+// restartedFromOlderData applies the Clients' marker rule for a master
+// first seen (restoredData) for RepairFences: a master restarted from older
+// data (an RDB snapshot) may miss locks, which its counter does not show
+// when only an extend was lost, and its repair marker would hide the rule
+// from every Client started later, so it is taken for one that lost its
+// data. "" when the rule does not apply or a reading is missing; CONFIG GET
+// refused (an ACL user) is taken as not durable, as the Clients do.
 func restartedFromOlderData(markerValue string, now *redis.TimeCmd, server *redis.StringCmd, conf *redis.MapStringStringCmd, maxTTL time.Duration) string {
-	mk, ok := parseMarker(markerValue)
-	if !ok || now.Err() != nil || server.Err() != nil {
-		return ""
-	}
-	if c, err := conf.Result(); err == nil && c["appendonly"] == "yes" && c["appendfsync"] == "always" {
+	if now.Err() != nil || server.Err() != nil {
 		return ""
 	}
 	_, uptime, _, ok := parseInfoServer(server.Val())
 	if !ok {
 		return ""
 	}
-	// INFO's uptime is whole seconds, rounded down: the start may be up
-	// to a second later than this.
-	started := now.Val().Add(-uptime)
-	if !mk.at.Before(started.Add(-time.Second)) || maxTTL-uptime+time.Second <= 0 {
-		return ""
-	}
-	return fmt.Sprintf("restarted %v ago with data older than its restart (marker written %v before it): an RDB snapshot or an AOF not fsynced always may miss recent locks", uptime, started.Sub(mk.at).Round(time.Second))
+	c, err := conf.Result()
+	durable := err == nil && c["appendonly"] == "yes" && c["appendfsync"] == "always"
+	why, _ := restoredData(markerValue, now.Val().Add(-uptime), uptime, durable, maxTTL)
+	return why
 }
 
 // lagging takes every answering master whose fencing counter is below the
