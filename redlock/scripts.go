@@ -45,6 +45,8 @@ var (
 	fenceMultiLua string
 	//go:embed scripts/release_multi.lua
 	releaseMultiLua string
+	//go:embed scripts/slots_read.lua
+	slotsReadLua string
 
 	releaseScript = redis.NewScript(releaseLua)
 	// statsReadScript follows a batch of votes (batchstats.go).
@@ -57,6 +59,8 @@ var (
 	clockBoundsScript = redis.NewScript(clockBoundsLua)
 
 	releaseMultiScript = redis.NewScript(releaseMultiLua)
+	// slotsReadScript is a semaphore attempt's slots read (semaphore.go).
+	slotsReadScript = redis.NewScript(slotsReadLua)
 
 	// productScripts are the scripts of every Client with its guards on.
 	productScripts = newScripts(luaSources{
@@ -96,7 +100,7 @@ func newScripts(l luaSources) *scripts {
 		extendMulti:  redis.NewScript(vote(l.extendMulti)),
 		fenceMulti:   redis.NewScript(l.fenceMulti),
 		lane: []string{vote(l.acquire), releaseLua, vote(l.extend), vote(l.status), l.fence, l.scan, statsReadLua,
-			vote(l.acquireMulti), vote(l.extendMulti), l.fenceMulti, releaseMultiLua},
+			vote(l.acquireMulti), vote(l.extendMulti), l.fenceMulti, releaseMultiLua, slotsReadLua},
 	}
 }
 

@@ -126,8 +126,11 @@ type Permit struct {
 // WithStopWaiting and WithLockDelay (for the slot taken) apply as for
 // Acquire.
 //
-// An attempt costs one quorum round trip per held slot tried, so up to
-// permits round trips when all are held.
+// An attempt tries one slot; when that one is refused and there are more,
+// it reads every slot on every master in one round trip (grantedSlots)
+// and skips the slots that read as granted to another holder on too many
+// masters for a win: one quorum round trip per slot tried, and one
+// attempt and one read when every slot is granted.
 //
 // Errors: as Acquire; ErrInvalid also for permits outside 1 to MaxPermits.
 // Any error but ErrLockHeld on a slot ends the attempt (ErrQuorumUnavailable
@@ -189,8 +192,18 @@ func (c *Client) acquireAnyPermit(ctx context.Context, name string, permits, fir
 		first = rand.IntN(permits)
 	}
 	held := OutcomeError{Op: "acquire", Kind: ErrLockHeld, Quorum: c.need, Masters: len(c.masters)}
+	var skip []slotSkip // after the first slot's refusal: grantedSlots
 	for j := range permits {
 		slot := (first + j) % permits
+		if sk := skipOf(skip, slot); sk.holders > 0 {
+			// Granted to another holder on more masters than a win can
+			// spare: an Acquire would be refused, as held (grantedSlots).
+			held.Refused += sk.holders
+			if held.RetryAfter == 0 || sk.retryAfter < held.RetryAfter {
+				held.RetryAfter = sk.retryAfter
+			}
+			continue
+		}
 		// One attempt per slot: a contended slot is not retried here
 		// (the next slot may be free); the whole attempt is, when no slot
 		// was granted and one was contended (retryContended).
@@ -208,8 +221,89 @@ func (c *Client) acquireAnyPermit(ctx context.Context, name string, permits, fir
 		if oe.RetryAfter > 0 && (held.RetryAfter == 0 || oe.RetryAfter < held.RetryAfter) {
 			held.RetryAfter = oe.RetryAfter
 		}
+		if skip == nil {
+			skip = c.grantedSlots(ctx, name, permits)
+		}
 	}
 	return nil, -1, &held
+}
+
+func skipOf(skip []slotSkip, slot int) slotSkip {
+	if skip == nil {
+		return slotSkip{}
+	}
+	return skip[slot]
+}
+
+// slotSkip is what the slots read (grantedSlots) says of one slot: holders
+// > 0 when an Acquire of it cannot be granted now, with how many masters
+// hold it and the granted holder's longest PTTL among them.
+type slotSkip struct {
+	holders    int
+	retryAfter time.Duration
+}
+
+// grantedSlots is the read an attempt at a semaphore of more than one
+// permit makes once its first slot was refused, so that a full semaphore
+// is refused in two round trips, not one quorum attempt per slot (up to
+// MaxPermits of them; a free first slot costs no read): one script per master
+// (slots_read.lua) reads every slot key's PTTL and whether its fence
+// record shows its holder granted there (acquire.lua's 'g'). A slot is
+// skipped when it is held on more masters than the N − need a win can do
+// without, and at least one of them shows its holder granted: an Acquire
+// would get fewer than need votes, and with the granted-lock check it
+// would be refused as ErrLockHeld on that very evidence, RetryAfter the
+// longest granted PTTL (acquire.go failure) — the answer the skip gives.
+// Every other slot is tried with an Acquire, which decides with every
+// check: a read that is wrong or stale only costs or saves attempts,
+// it never grants. A slot held without a granted holder (callers that
+// split the votes, a holder with fencing off) is tried, so that a
+// contended attempt is retried as Acquire does (retryContended). A master
+// that does not answer, or answers something unreadable, counts for no
+// slot. No read (an all-zero result) for one permit, without
+// the granted-lock check, or with a context already ended.
+func (c *Client) grantedSlots(ctx context.Context, name string, permits int) []slotSkip {
+	skip := make([]slotSkip, permits)
+	if permits < 2 || !c.grantedCheck() || ctx.Err() != nil {
+		return skip
+	}
+	keys := make([]string, 0, 2*permits)
+	for slot := range permits {
+		k := PermitKey(name, slot)
+		keys = append(keys, k, c.fenceRecordKey(k))
+	}
+	start := time.Now()
+	out, _ := c.fanout(script{s: slotsReadScript, keys: keys}, start)
+	present := make([]int, permits)
+	granted := make([]int64, permits) // longest granted PTTL seen, ms; 0: none
+	c.gather(ctx, out, start, nil, func(r reply) bool {
+		vals, ok := r.val.([]any)
+		if r.err != nil || !ok || len(vals) != 2*permits {
+			return false
+		}
+		for slot := range permits {
+			pttl, ok1 := vals[2*slot].(int64)
+			g, ok2 := vals[2*slot+1].(int64)
+			if !ok1 || !ok2 || pttl == -2 {
+				continue
+			}
+			present[slot]++
+			if g == 1 {
+				if pttl < 0 { // no expiry: held for ever, as Status counts it
+					pttl = noExpiryMS
+				}
+				granted[slot] = max(granted[slot], max(pttl, 1))
+			}
+		}
+		return false
+	}, nil)
+	spare := len(c.masters) - c.need
+	for slot := range permits {
+		if present[slot] > spare && granted[slot] > 0 {
+			skip[slot] = slotSkip{holders: present[slot], retryAfter: time.Duration(granted[slot]) * time.Millisecond}
+		}
+	}
+	return skip
 }
 
 // SemaphoreStatus is a majority read of every slot of a semaphore.

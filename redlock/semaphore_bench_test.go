@@ -83,3 +83,38 @@ func benchPermits(b *testing.B, conc, permits int, shared bool) {
 		b.ReportMetric(float64(c.attempts.Load())/float64(b.N), "slot-attempts/cycle")
 	}
 }
+
+// BenchmarkFullSemaphore measures one refused attempt at a semaphore whose
+// permits are all held, at N = 4 and N = 100: an Acquire of the first
+// slot tried and a read of the slots (grantedSlots), where a walk over
+// every slot would cost N Acquires:
+//
+//	go test -run '^$' -bench FullSemaphore -benchtime 200x ./redlock
+func BenchmarkFullSemaphore(b *testing.B) {
+	for _, permits := range []int{4, 100} {
+		b.Run(fmt.Sprintf("N=%d", permits), func(b *testing.B) {
+			c, err := New(masterOptions(), benchOpts...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			name := fmt.Sprintf("benchfull:%d:%d", permits, time.Now().UnixNano())
+			for range permits {
+				p, err := c.AcquirePermit(ctx, name, permits, time.Minute)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer func() { _ = p.Release(ctx) }()
+			}
+			attempts := c.attempts.Load()
+			b.ResetTimer()
+			for b.Loop() {
+				if _, err := c.AcquirePermit(ctx, name, permits, time.Minute, WithRetry(NoRetry())); err == nil {
+					b.Fatal("a permit of a full semaphore was granted")
+				}
+			}
+			b.ReportMetric(float64(c.attempts.Load()-attempts)/float64(b.N), "acquires/attempt")
+		})
+	}
+}

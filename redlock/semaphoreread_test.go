@@ -1,0 +1,114 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// takeAllPermits takes every permit of the semaphore name with c, released
+// at cleanup.
+func takeAllPermits(t *testing.T, c *Client, name string, permits int) []*Permit {
+	t.Helper()
+	ctx := context.Background()
+	held := make([]*Permit, 0, permits)
+	for range permits {
+		p, err := c.AcquirePermit(ctx, name, permits, time.Minute)
+		require.NoError(t, err)
+		held = append(held, p)
+	}
+	t.Cleanup(func() {
+		for _, p := range held {
+			_ = p.Release(context.Background())
+		}
+	})
+	return held
+}
+
+// TestFullSemaphoreRefusedInOneRead: with every one of 20 permits granted,
+// an attempt is refused as held after one Acquire (its first slot) and one
+// read of the slots (grantedSlots), which shows every other slot granted on
+// all five masters; RetryAfter is the earliest holder's end. Once one
+// permit is released, an attempt that starts at another slot goes from
+// that slot's refusal straight to the free one: two Acquires. Negative
+// control: without the read, the full semaphore costs 20 Acquires.
+func TestFullSemaphoreRefusedInOneRead(t *testing.T) {
+	const permits = 20
+	ctx := context.Background()
+	name := newKey(t)
+	held := takeAllPermits(t, newClient(t), name, permits)
+
+	c := newClient(t)
+	before := c.attempts.Load()
+	_, err := c.AcquirePermit(ctx, name, permits, time.Minute, WithRetry(NoRetry()))
+	require.ErrorIs(t, err, ErrLockHeld)
+	var oe *OutcomeError
+	require.True(t, errors.As(err, &oe))
+	assert.Equal(t, int64(1), c.attempts.Load()-before, "Acquires made for a full semaphore")
+	assert.GreaterOrEqual(t, oe.Refused, (permits-1)*len(servers), "every master's refusal of every slot read")
+	assert.False(t, oe.Contended)
+	assert.Greater(t, oe.RetryAfter, 50*time.Second)
+	assert.LessOrEqual(t, oe.RetryAfter, time.Minute)
+
+	freed := held[7]
+	require.NoError(t, freed.Release(ctx))
+	before = c.attempts.Load()
+	lock, slot, err := c.acquireAnyPermit(ctx, name, permits, (freed.Slot+1)%permits, time.Minute, 0)
+	require.NoError(t, err)
+	assert.Equal(t, freed.Slot, slot)
+	assert.Equal(t, int64(2), c.attempts.Load()-before, "Acquires made with one slot free, starting at another")
+	require.NoError(t, lock.Release(ctx))
+}
+
+// TestSemaphoreReadSkipsOnlyUnwinnableGrants: the slots read skips a slot
+// only when an Acquire of it could not be granted and would be refused on
+// the granted-lock check's evidence. Of four slots, the attempt starts at
+// a granted one (tried: the read comes after the first refusal); a slot
+// held on three masters by callers that split the votes (no fence record:
+// nobody was granted) is tried, and its refusal is contended, so that a
+// one-shot attempt retries as Acquire does; a granted slot left on only
+// two masters (the others lost the key) is tried too (three votes are
+// possible; the granted-lock check then refuses); the fourth, granted
+// everywhere, is skipped: three Acquires for four slots.
+func TestSemaphoreReadSkipsOnlyUnwinnableGrants(t *testing.T) {
+	const permits = 4
+	ctx := context.Background()
+	name := newKey(t)
+	owner := newClient(t)
+	held := takeAllPermits(t, owner, name, permits)
+	rdbs := direct(t)
+	bySlot := make([]*Permit, permits)
+	for _, p := range held {
+		bySlot[p.Slot] = p
+	}
+
+	// Slot 1: released, then held on masters 0–2 by a caller whose votes
+	// never made a quorum (its key and no fence record).
+	split := PermitKey(name, 1)
+	require.NoError(t, bySlot[1].Release(ctx))
+	for _, i := range []int{0, 1, 2} {
+		require.NoError(t, rdbs[i].Set(ctx, split, "0123456789abcdef0123456789abcdef", time.Minute).Err())
+	}
+	t.Cleanup(func() {
+		for _, r := range rdbs {
+			r.Del(context.Background(), split)
+		}
+	})
+	// Slot 2: granted, but its key lost on masters 2–4.
+	for _, i := range []int{2, 3, 4} {
+		require.NoError(t, rdbs[i].Del(ctx, PermitKey(name, 2)).Err())
+	}
+
+	c := newClient(t)
+	before := c.attempts.Load()
+	_, _, err := c.acquireAnyPermit(ctx, name, permits, 0, time.Minute, 0)
+	require.ErrorIs(t, err, ErrLockHeld)
+	var oe *OutcomeError
+	require.True(t, errors.As(err, &oe))
+	assert.Equal(t, int64(3), c.attempts.Load()-before, "Acquires: slot 0 (first), the split slot and the half-lost one, not slot 3")
+	assert.True(t, oe.Contended, "the split slot's refusal is contended")
+}
