@@ -150,9 +150,7 @@ func (c *Client) Masters() []MasterStatus {
 		}
 		st.QuarantineLeft = m.quarantineLeft()
 		if exp := m.st.inc.expectedMarker.Load(); exp != nil {
-			if mk, ok := parseMarker(*exp); ok && mk.lostBefore() {
-				st.KeptSince = mk.at
-			}
+			st.KeptSince = m.keptSince(*exp)
 		}
 		m.st.mu.Lock()
 		st.RunID, st.Uptime, st.Durable = m.st.inc.runID, m.st.uptime, m.st.durable

@@ -1013,3 +1013,70 @@ func TestRepairFencesSeesARestartFromOlderData(t *testing.T) {
 		})
 	}
 }
+
+// TestKeptRepairEndsALossTheClientSaw: three masters roll back (their lease
+// horizons fall; counters, markers and run_ids stay), so the running Client
+// fails closed: it cannot repair them without a quorum that kept its data.
+// repair-fences finds every master intact (it does not compare horizons)
+// and writes "kept" markers. The Client reads each as the operator's
+// repair of the loss it saw, written after it: the masters stay out for
+// its max TTL after the repair, then count again, known to have kept their
+// data only since the repair. Negative control: a Client that takes
+// "kept" for "nothing happened" stays closed for good.
+func TestKeptRepairEndsALossTheClientSaw(t *testing.T) {
+	ctx := context.Background()
+	c, _ := brandNewClient(t, WithHealthInterval(20*time.Millisecond), WithMaxTTL(time.Second))
+	rdbs := direct(t)
+	old := make([]string, 3)
+	for i := range old {
+		v, err := rdbs[i].Get(ctx, c.opts.horizonKey).Result()
+		require.NoError(t, err)
+		old[i] = v
+	}
+	lock, err := c.Acquire(ctx, newKey(t), time.Second)
+	require.NoError(t, err, "the votes raise every master's lease horizon, and the Client reads it")
+	require.NoError(t, lock.Release(ctx))
+	// Every counter at the highest, as the health loop makes them
+	// (spreadFence): none lags for repair-fences to find.
+	for _, r := range rdbs {
+		require.NoError(t, r.Set(ctx, c.opts.fenceKey, lock.Fence(), 0).Err())
+	}
+	for i := range old {
+		require.NoError(t, rdbs[i].Set(ctx, c.opts.horizonKey, old[i], 0).Err())
+	}
+	require.Eventually(t, func() bool {
+		st := states(c)
+		return st[0] == MasterRepairing && st[1] == MasterRepairing && st[2] == MasterRepairing
+	}, 10*time.Second, 10*time.Millisecond, "the rollback of a majority is seen: %v", states(c))
+	time.Sleep(100 * time.Millisecond) // five probe rounds: the Client cannot repair them on its own
+	require.Equal(t, MasterRepairing, c.Masters()[0].State)
+	_, err = c.Acquire(ctx, newKey(t), time.Second, WithRetry(NoRetry()))
+	require.ErrorIs(t, err, ErrQuorumUnavailable, "closed")
+
+	repaired := time.Now()
+	res, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: c.opts.markerKey, FenceKey: c.opts.fenceKey, MaxTTL: time.Second})
+	require.NoError(t, err)
+	for i, mr := range res.Masters {
+		require.Empty(t, mr.Lost, "repair-fences found master %d intact", i)
+		v := rdbs[i].Get(ctx, c.opts.markerKey).Val()
+		mk, ok := parseMarker(v)
+		require.True(t, ok && mk.kept, "master %d marker %q", i, v)
+	}
+	require.Eventually(t, func() bool { return c.QuorumAvailable() }, 10*time.Second, 10*time.Millisecond,
+		"the Client reopens after the operator's repair: %v", c.Masters())
+	assert.GreaterOrEqual(t, time.Since(repaired), 900*time.Millisecond, "the masters stayed out for the max TTL after the repair")
+	// What the rolled-back masters held before the repair may be gone
+	// (idempotency records, which outlive any lock): their KeptSince is
+	// the repair, though their markers say kept; the others kept theirs.
+	for i, st := range c.Masters() {
+		if i < 3 {
+			assert.WithinDuration(t, repaired, st.KeptSince, 2*time.Second, "master %d", i)
+		} else {
+			assert.True(t, st.KeptSince.IsZero(), "master %d: %v", i, st.KeptSince)
+		}
+	}
+	lock, err = c.Acquire(ctx, newKey(t), time.Second)
+	require.NoError(t, err)
+	assert.Greater(t, lock.Fence(), res.Highest)
+	require.NoError(t, lock.Release(ctx))
+}
