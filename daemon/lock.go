@@ -31,6 +31,8 @@ const (
 	msgNotHeld     = "lock not held: it expired or was already released"
 	msgDelayed     = "lock is in its lock-delay: the last holder's lock ended without a release; retry after retry_after"
 	msgPermitsHeld = "every permit of the semaphore is held"
+	// msgPermitsDelayed: some slots held, the others in their lock-delay.
+	msgPermitsDelayed = "every permit of the semaphore is held or in its lock-delay (a holder's lock ended without a release); retry after retry_after"
 	// msgWaitStopped ends the msg of a waiting acquire answered because
 	// the daemon is shutting down (Serve, step 3).
 	msgWaitStopped = "; this daemon is shutting down, so the wait ended before wait_ms: retry, on another replica"
@@ -356,6 +358,8 @@ func (s *Server) acquireRefused(ctx context.Context, w http.ResponseWriter, c *c
 		case oe == nil:
 		case oe.Delayed > 0 && oe.Delayed == oe.Refused:
 			msg = msgDelayed
+		case oe.Delayed > 0 && d.permits > 0:
+			msg = msgPermitsDelayed
 		case oe.Contended:
 			msg = msgContended
 		}

@@ -46,6 +46,22 @@ func TestLockDelayAcrossDaemons(t *testing.T) {
 	r = b.lock(t, testKeyAcme, `{"action":"acquire","key":"sem","ttl":5,"permits":1}`)
 	assert.Equal(t, false, okData(t, r)["acquired"])
 	assert.Equal(t, msgDelayed, r.Env.Msg)
+
+	// Of two permits, one in its delay and one held: the refusal says
+	// both (it said "every permit … is held", while status answered
+	// held:false, taken 1: a break-it pass).
+	p = okData(t, a.lock(t, testKeyAcme, `{"action":"acquire","key":"sem2","ttl":1,"permits":2,"lock_delay_ms":5000}`))
+	require.Equal(t, true, p["acquired"])
+	time.Sleep(1200 * time.Millisecond)
+	other := okData(t, b.lock(t, testKeyAcme, `{"action":"acquire","key":"sem2","ttl":30,"permits":2}`))
+	require.Equal(t, true, other["acquired"], "the slot not in its delay")
+	assert.NotEqual(t, p["slot"], other["slot"])
+	r = b.lock(t, testKeyAcme, `{"action":"acquire","key":"sem2","ttl":5,"permits":2}`)
+	assert.Equal(t, false, okData(t, r)["acquired"])
+	assert.Equal(t, msgPermitsDelayed, r.Env.Msg)
+	st := okData(t, b.lock(t, testKeyAcme, `{"action":"status","key":"sem2","permits":2}`))
+	assert.Equal(t, false, st["held"], "a delayed slot is not taken")
+	assert.Equal(t, int64(1), num(t, st, "taken"))
 }
 
 // TestExtendAnswersTheTTLGranted: an extend's ttl is how long the lock now
