@@ -83,7 +83,11 @@ the validity ends, whichever is sooner (a command that ignores SIGTERM gets
 at most the validity left: about 1 s, a tenth of the TTL when shorter), or
 as soon as the command itself exited; the reason is printed on stderr.
 When the command exits, whatever it left running in its process group is
-killed before the lock is released. If lock run itself is killed (even
+killed before the lock is released (after a loss that release only cleans
+up, and lock run waits at most 2 s for it). SIGINT, SIGTERM and the other
+forwarded signals do not make lock run escalate: a command that ignores
+them keeps running and keeps the lock; kill lock run with SIGKILL (its
+guardian then kills the group) or signal the command's group. If lock run itself is killed (even
 with SIGKILL), a guardian process kills the command's process group at once
 (the command starts only once the guardian watches its group; on Linux it
 also has a parent-death signal); if lock run is
@@ -856,11 +860,22 @@ func acquireInterruptible(ctx context.Context, c *client.Client, f *lockFlags, o
 	}
 }
 
+// lostReleaseTimeout bounds the release of a lock already lost: it only
+// cleans up what may be left of it on the masters, so lock run does not
+// wait a whole request timeout for a daemon that no longer answers (a
+// stopped daemon, the usual cause of the loss) before it exits.
+const lostReleaseTimeout = 2 * time.Second
+
 // releaseNow releases l on a context of its own; a failure is reported
-// unless the lock was already lost (then the release only cleans up).
+// unless the lock was already lost (then the release only cleans up, and
+// is given lostReleaseTimeout).
 func releaseNow(l *client.Lease, stderr io.Writer) {
 	lost := l.Err() // before Release sets ErrReleased
-	rctx, cancel := context.WithTimeout(context.Background(), client.DefaultRequestTimeout)
+	timeout := client.DefaultRequestTimeout
+	if lost != nil {
+		timeout = lostReleaseTimeout
+	}
+	rctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	if err := l.Release(rctx); err != nil && lost == nil {
 		fmt.Fprintf(stderr, "redlockd lock run: release: %s (the lock ends with its TTL)\n", strings.TrimPrefix(cliText(err), "release: "))
