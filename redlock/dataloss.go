@@ -162,20 +162,8 @@ func (m *master) markerMatches(value string, now time.Time, via *sighting) bool 
 // there let a rollback just before a repair-fences run go unseen by every
 // Client, and a second holder in (guard RepairKeepsBaselines: with it
 // off, every repair marker resets them, as that code did).
-//
-// A "kept" marker on a master whose loss this Client saw, written after
-// that loss, is the operator's answer to it: repair-fences found the
-// master intact because the loss left no trace it reads (a rollback that
-// took the lease horizon down and left the counter where it was; it does
-// not compare horizons). Ignoring it kept a Client that saw a majority
-// roll back closed for good, with nothing but a restart to reopen it.
-// It ends the loss as an operator's repair does (keptAfterLoss).
 func (m *master) adoptRepair(value string, mk marker, now time.Time) {
 	m.st.inc.repairedAt.Store(mk.at.UnixMilli())
-	if m.keptAfterLoss(mk) {
-		mk.byOperator, mk.kept = true, false
-		m.st.inc.lossEndedAt.Store(max(m.st.inc.lossEndedAt.Load(), mk.at.UnixMilli()))
-	}
 	covers := m.c.repairEnd(mk).After(mk.at) // a repair of a master that lost its data
 	if covers || !m.c.opts.repairKeepsBaselines {
 		m.st.inc.evicted.Store(mk.evicted) // -1 (the next read is the baseline) for a marker without ev=
@@ -185,13 +173,17 @@ func (m *master) adoptRepair(value string, mk marker, now time.Time) {
 		m.st.mu.Unlock()
 	}
 	m.expectMarker(&value)
-	completed := m.st.conds.has(condRepairPending) && covers &&
-		m.judge(observation{kind: obsRepairAdopted, ends: m.repairFollowsLoss(mk)})
+	ends := m.st.conds.has(condRepairPending) && covers && m.repairFollowsLoss(mk)
 	why := m.c.repairReason(mk)
 	left := max(m.c.repairEnd(mk).Sub(now), 0)
 	m.notedOperatorRepair(mk, now)
+	// The repair's quarantine is set before the pending repair ends
+	// (obsRepairAdopted): in between, a vote judged on another goroutine
+	// would find the master counting, with the loss's own quarantine
+	// possibly run out long ago (a review found the master "up" at the
+	// adoption's log line).
 	switch {
-	case completed && !m.st.conds.has(condHorizonPending):
+	case ends && !m.st.conds.has(condHorizonPending):
 		// The repair this Client was waiting for: its <until> (the lease
 		// horizon of a quorum, read after the loss this Client saw)
 		// replaces the provisional max TTL quarantine lostData set, as
@@ -202,20 +194,9 @@ func (m *master) adoptRepair(value string, mk marker, now time.Time) {
 	case left > 0:
 		m.judge(observation{kind: obsQuarantine, reason: why, hold: left + m.c.clockAllowance()})
 	}
-}
-
-// keptAfterLoss reports whether mk is a "kept" marker of repair-fences
-// written after the loss this Client saw m suffer, and not yet repaired.
-// Such a marker is read as an operator's repair of a master that lost its
-// data (byOperator): the master stays out for this Client's loss bound
-// after the repair (repairEnd), which bounds every lock it may have lost,
-// since the loss came before the repair; the counter repair-fences wrote
-// is the highest it read on any master, and this Client's own fences
-// continue above the highest it issued (issuedFloor). A "kept" marker on a
-// master this Client found intact stays what it says (no quarantine, the
-// baselines kept: RepairKeepsBaselines).
-func (m *master) keptAfterLoss(mk marker) bool {
-	return mk.kept && m.st.conds.has(condRepairPending) && m.repairFollowsLoss(mk)
+	if ends {
+		m.judge(observation{kind: obsRepairAdopted, ends: true})
+	}
 }
 
 // repairReason is the quarantine reason for a master repaired by the
@@ -351,23 +332,6 @@ type marker struct {
 // lostBefore reports whether mk says its master lost data before mk.at:
 // a repair marker of a master that was not found intact.
 func (mk marker) lostBefore() bool { return mk.repaired && !mk.kept }
-
-// keptSince is the time from which m is known to have kept everything
-// written to it, for a reading that carried the marker value: the time of
-// its repair marker when that repair ended a loss (lostBefore), or of a
-// "kept" marker that ended a loss this Client saw (lossEndedAt), whichever
-// is later; zero when it kept its data since the deployment's first
-// marker (MasterAnswer.KeptSince).
-func (m *master) keptSince(value string) time.Time {
-	var at time.Time
-	if mk, ok := parseMarker(value); ok && mk.lostBefore() {
-		at = mk.at
-	}
-	if ms := m.st.inc.lossEndedAt.Load(); ms != 0 {
-		at = latest(at, time.UnixMilli(ms))
-	}
-	return at
-}
 
 func parseMarker(v string) (marker, bool) {
 	f := strings.Fields(v)

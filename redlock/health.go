@@ -150,7 +150,9 @@ func (c *Client) Masters() []MasterStatus {
 		}
 		st.QuarantineLeft = m.quarantineLeft()
 		if exp := m.st.inc.expectedMarker.Load(); exp != nil {
-			st.KeptSince = m.keptSince(*exp)
+			if mk, ok := parseMarker(*exp); ok && mk.lostBefore() {
+				st.KeptSince = mk.at
+			}
 		}
 		m.st.mu.Lock()
 		st.RunID, st.Uptime, st.Durable = m.st.inc.runID, m.st.uptime, m.st.durable

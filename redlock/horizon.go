@@ -117,12 +117,32 @@ func (c *Client) repairMaster(m *master) {
 	r := c.readOthers(ctx, m)
 	capAt := c.epoch.Add(time.Duration(m.st.lostAt.Load()) + max(c.lossTTL(), r.maxTTL))
 	until, source := capAt, "max TTL (no quorum of the other masters to read a lease horizon from)"
+	by := "" // a Client's repair
 	switch {
 	case r.answers >= c.quorum:
 		if r.until.Before(capAt) {
 			until = r.until
 		}
 		source = fmt.Sprintf("the lease horizon of %d other masters", r.answers)
+	case lost && c.operatorRepairedSinceLoss(ctx, m):
+		// After the loss of a majority, `redlockd repair-fences` found
+		// this master intact (it does not compare lease horizons: a
+		// rollback that left the counter in place looks intact) and
+		// wrote a repair marker that ends no loss ("kept", or a plain
+		// one after an earlier repair). It did raise every counter above
+		// the highest any master held, which is what this Client could
+		// not do without a quorum; what is left is the quarantine. The
+		// marker written here is an operator's (repair.lua "operator"):
+		// every Client keeps the master out at least its own max TTL after
+		// it (repairEnd), as after an operator's repair of a lost master,
+		// and takes it for one that lost its data before it
+		// (marker.lostBefore: idempotency records written earlier are not
+		// trusted), which the "kept" marker would have hidden from every
+		// Client that did not see the loss. Without it, a Client that saw
+		// a majority roll back stayed closed until it was restarted.
+		until = time.Now().Add(max(c.lossTTL(), r.maxTTL))
+		source = "the max TTL after `redlockd repair-fences`, which found it intact after this Client saw it lose data"
+		by = "operator"
 	case lost:
 		c.noQuorumToRepair(m, r.answers)
 		return
@@ -137,7 +157,7 @@ func (c *Client) repairMaster(m *master) {
 	if c.opts.fenceKey != "" {
 		keys = append(keys, c.opts.fenceKey)
 	}
-	out, err := repairScript.Run(ctx, m.probe, keys, strconv.FormatInt(r.counter, 10), ms, nonce[:16], ms, m.runID(), "").Slice()
+	out, err := repairScript.Run(ctx, m.probe, keys, strconv.FormatInt(r.counter, 10), ms, nonce[:16], ms, m.runID(), by).Slice()
 	if err != nil || len(out) != 3 {
 		c.opts.logger.Warn("master repair failed; retried next round", masterAttr(m), slog.Any("error", err))
 		m.repairFailed(err)
@@ -167,6 +187,22 @@ func (c *Client) repairMaster(m *master) {
 		}
 	}
 	m.judge(observation{kind: obsRepaired, reason: fmt.Sprintf("%s; counts again when every lock it may have held has ended (%s)", reason, source), hold: hold, counter: r.counter})
+}
+
+// operatorRepairedSinceLoss reports whether m, whose loss this Client saw
+// (repairPending), carries a repair marker of its present server written
+// after that loss (repairFollowsLoss) which this Client did not adopt as
+// ending it: a "kept" marker of `redlockd repair-fences`, or a plain one
+// that marker became over an earlier repair (repair.lua), neither with a
+// quarantine. An operator's marker that ends the loss is adopted by the
+// probe that reads it (markerMatches), before the repair round.
+func (c *Client) operatorRepairedSinceLoss(ctx context.Context, m *master) bool {
+	v, err := m.probe.Get(ctx, c.opts.markerKey).Result()
+	if err != nil {
+		return false
+	}
+	mk, ok := parseMarker(v)
+	return ok && mk.repaired && mk.runID != "" && mk.runID == m.runID() && !c.repairEnd(mk).After(mk.at) && m.repairFollowsLoss(mk)
 }
 
 // repairFailedReason starts what repairFailed adds to the reason, and

@@ -441,11 +441,6 @@ type incarnation struct {
 	// repairedAt: the time of its last repair marker, unix ms by its clock;
 	// answers read before it are stale.
 	repairedAt atomic.Int64
-	// lossEndedAt: the time (unix ms, by its clock) of the latest "kept"
-	// repair marker that ended a loss this Client saw (keptAfterLoss):
-	// what the master held before it may be gone although the marker
-	// says kept (keptSince); 0 when none.
-	lossEndedAt atomic.Int64
 	// operatorRepairAt: when the operator's repair marker it carries was
 	// written, in ns since the Client's epoch (monotonic, converted from
 	// the master's clock); 0 when its marker is not one

@@ -122,8 +122,10 @@ func (c *Client) judgeAnswer(r reply) MasterAnswer {
 	// answers count (checkVote compared it with the expected one) was
 	// written when the deployment began on it, never by a repair; and a
 	// repair marker "kept" (RepairFences on a master it found intact)
-	// ended no loss, unless this Client saw one before it (keptSince).
-	a.KeptSince = c.masters[r.idx].keptSince(v.marker)
+	// ended no loss.
+	if mk, ok := parseMarker(v.marker); ok && mk.lostBefore() {
+		a.KeptSince = mk.at
+	}
 	return a
 }
 

@@ -3,10 +3,13 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1018,15 +1021,50 @@ func TestRepairFencesSeesARestartFromOlderData(t *testing.T) {
 // horizons fall; counters, markers and run_ids stay), so the running Client
 // fails closed: it cannot repair them without a quorum that kept its data.
 // repair-fences finds every master intact (it does not compare horizons)
-// and writes "kept" markers. The Client reads each as the operator's
-// repair of the loss it saw, written after it: the masters stay out for
-// its max TTL after the repair, then count again, known to have kept their
-// data only since the repair. Negative control: a Client that takes
-// "kept" for "nothing happened" stays closed for good.
+// and writes "kept" markers. The Client's repair round, which has no
+// quorum to read horizons from, finds the operator's marker written after
+// the loss it saw and completes the repair as an operator's: it rewrites
+// the marker as one that ended a loss, and the masters stay out for the max
+// TTL after it, then count again. The marker is durable: a Client started
+// afterwards knows those masters kept their data only since the repair
+// (KeptSince, which the idempotency records go by). Negative control (run
+// by hand): a Client that takes "kept" for "nothing happened" stays closed
+// for good.
+//
+// With "after earlier repairs", masters 0–2 each lost data alone before
+// and this Client repaired them (plain repair markers): repair-fences then
+// writes a plain marker, not "kept" (repair.lua will not say "kept" over a
+// repair that ended a loss), which ends no loss either; the Client's
+// repair round treats it the same way.
 func TestKeptRepairEndsALossTheClientSaw(t *testing.T) {
+	for _, earlier := range []bool{false, true} {
+		name := "first markers"
+		if earlier {
+			name = "after earlier repairs"
+		}
+		t.Run(name, func(t *testing.T) { keptRepairEndsALoss(t, earlier) })
+	}
+}
+
+func keptRepairEndsALoss(t *testing.T, earlier bool) {
 	ctx := context.Background()
-	c, _ := brandNewClient(t, WithHealthInterval(20*time.Millisecond), WithMaxTTL(time.Second))
+	c, opts := brandNewClient(t, WithHealthInterval(20*time.Millisecond), WithMaxTTL(time.Second))
 	rdbs := direct(t)
+	if earlier {
+		for i := range 3 {
+			lock, err := c.Acquire(ctx, newKey(t), time.Second)
+			require.NoError(t, err)
+			require.NoError(t, lock.Release(ctx))
+			v, err := rdbs[i].Get(ctx, c.opts.horizonKey).Int64()
+			require.NoError(t, err)
+			require.NoError(t, rdbs[i].Set(ctx, c.opts.horizonKey, v-500, 0).Err()) // master i alone rolls back
+			require.Eventually(t, func() bool {
+				mk, ok := parseMarker(rdbs[i].Get(ctx, c.opts.markerKey).Val())
+				return ok && mk.repaired && mk.lostBefore()
+			}, 10*time.Second, 10*time.Millisecond, "the Client repairs master %d itself", i)
+		}
+		require.Eventually(t, func() bool { return c.Masters()[2].Counting }, 10*time.Second, 10*time.Millisecond)
+	}
 	old := make([]string, 3)
 	for i := range old {
 		v, err := rdbs[i].Get(ctx, c.opts.horizonKey).Result()
@@ -1058,25 +1096,91 @@ func TestKeptRepairEndsALossTheClientSaw(t *testing.T) {
 	require.NoError(t, err)
 	for i, mr := range res.Masters {
 		require.Empty(t, mr.Lost, "repair-fences found master %d intact", i)
-		v := rdbs[i].Get(ctx, c.opts.markerKey).Val()
-		mk, ok := parseMarker(v)
-		require.True(t, ok && mk.kept, "master %d marker %q", i, v)
 	}
 	require.Eventually(t, func() bool { return c.QuorumAvailable() }, 10*time.Second, 10*time.Millisecond,
 		"the Client reopens after the operator's repair: %v", c.Masters())
 	assert.GreaterOrEqual(t, time.Since(repaired), 900*time.Millisecond, "the masters stayed out for the max TTL after the repair")
-	// What the rolled-back masters held before the repair may be gone
-	// (idempotency records, which outlive any lock): their KeptSince is
-	// the repair, though their markers say kept; the others kept theirs.
-	for i, st := range c.Masters() {
-		if i < 3 {
-			assert.WithinDuration(t, repaired, st.KeptSince, 2*time.Second, "master %d", i)
-		} else {
-			assert.True(t, st.KeptSince.IsZero(), "master %d: %v", i, st.KeptSince)
-		}
+	for i, r := range rdbs {
+		v := r.Get(ctx, c.opts.markerKey).Val()
+		mk, ok := parseMarker(v)
+		require.True(t, ok && mk.repaired, "master %d marker %q", i, v)
+		assert.Equal(t, i < 3, mk.lostBefore(), "master %d marker %q: a loss ended by a repair on the rolled-back masters only", i, v)
 	}
 	lock, err = c.Acquire(ctx, newKey(t), time.Second)
 	require.NoError(t, err)
 	assert.Greater(t, lock.Fence(), res.Highest)
 	require.NoError(t, lock.Release(ctx))
+
+	// What the rolled-back masters held before the repair may be gone
+	// (idempotency records, which outlive any lock): a Client started now
+	// knows it from their markers.
+	later := sameDeployment(t, opts...)
+	require.Eventually(t, func() bool { return later.QuorumAvailable() }, 10*time.Second, 10*time.Millisecond)
+	for i, st := range later.Masters() {
+		if i < 3 {
+			assert.WithinDuration(t, repaired, st.KeptSince, 3*time.Second, "master %d", i)
+		} else {
+			assert.True(t, st.KeptSince.IsZero(), "master %d: %v", i, st.KeptSince)
+		}
+	}
+}
+
+// adoptionWatch is a slog handler that, at each "master repaired by
+// another redlockd" line (the adoption ending a pending loss), records
+// whether that master counted at that moment.
+type adoptionWatch struct {
+	c       atomic.Pointer[Client]
+	mu      sync.Mutex
+	counted []string // "<addr> counts=<bool> left=<quarantine left>"
+}
+
+func (w *adoptionWatch) Enabled(context.Context, slog.Level) bool { return true }
+func (w *adoptionWatch) WithAttrs([]slog.Attr) slog.Handler       { return w }
+func (w *adoptionWatch) WithGroup(string) slog.Handler            { return w }
+func (w *adoptionWatch) Handle(_ context.Context, r slog.Record) error {
+	c := w.c.Load()
+	if c == nil || !strings.HasPrefix(r.Message, "master repaired by another redlockd") {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "master" {
+			for _, st := range c.Masters() {
+				if st.Addr == a.Value.String() {
+					w.mu.Lock()
+					w.counted = append(w.counted, fmt.Sprintf("%s counts=%v left=%v", st.Addr, st.Counting, st.QuarantineLeft))
+					w.mu.Unlock()
+				}
+			}
+		}
+		return true
+	})
+	return nil
+}
+
+// TestAdoptedRepairQuarantinesBeforeItCounts: three masters lost their
+// data and the waiting Client's provisional quarantine (its max TTL from
+// the loss) has run out when the operator's repair-fences comes. The
+// Client adopts each repair marker; the marker's quarantine is set before
+// the pending repair ends, so at no moment does the master count without
+// it: at the adoption's log line it does not count. Before, the pending
+// repair ended first, and the master counted until the next statement set
+// the quarantine (a review saw "counts=true left=0s" at that line).
+func TestAdoptedRepairQuarantinesBeforeItCounts(t *testing.T) {
+	ctx := context.Background()
+	marker := "marker:" + newKey(t)
+	lostMajority(t, marker)
+	w := &adoptionWatch{}
+	c := newClient(t, WithMarkerKey(marker), WithHealthInterval(20*time.Millisecond), WithMaxTTL(time.Second), WithLogger(slog.New(w)))
+	w.c.Store(c)
+	require.Equal(t, MasterRepairing, c.Masters()[0].State)
+	time.Sleep(1200 * time.Millisecond) // the loss's own quarantine (max TTL 1s) runs out
+	_, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: marker, MaxTTL: time.Second})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return c.QuorumAvailable() && c.Masters()[0].Counting }, 10*time.Second, 10*time.Millisecond)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	require.Len(t, w.counted, 3, "one adoption per lost master")
+	for _, line := range w.counted {
+		assert.Contains(t, line, "counts=false", "the adopted repair's quarantine is in force when the pending repair ends")
+	}
 }

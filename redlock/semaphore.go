@@ -199,7 +199,7 @@ func (c *Client) acquireAnyPermit(ctx context.Context, name string, permits, fir
 			// Granted to another holder on more masters than a win can
 			// spare: an Acquire would be refused, as held (grantedSlots).
 			held.Refused += sk.holders
-			if held.RetryAfter == 0 || sk.retryAfter < held.RetryAfter {
+			if sk.retryAfter > 0 && (held.RetryAfter == 0 || sk.retryAfter < held.RetryAfter) {
 				held.RetryAfter = sk.retryAfter
 			}
 			continue
@@ -237,7 +237,8 @@ func skipOf(skip []slotSkip, slot int) slotSkip {
 
 // slotSkip is what the slots read (grantedSlots) says of one slot: holders
 // > 0 when an Acquire of it cannot be granted now, with how many masters
-// hold it and the granted holder's longest PTTL among them.
+// hold it and the granted holder's longest PTTL among them (0: none
+// known).
 type slotSkip struct {
 	holders    int
 	retryAfter time.Duration
@@ -275,7 +276,8 @@ func (c *Client) grantedSlots(ctx context.Context, name string, permits int) []s
 	start := time.Now()
 	out, _ := c.fanout(script{s: slotsReadScript, keys: keys}, start)
 	present := make([]int, permits)
-	granted := make([]int64, permits) // longest granted PTTL seen, ms; 0: none
+	granted := make([]bool, permits)
+	longest := make([]int64, permits) // the longest granted PTTL seen, ms
 	c.gather(ctx, out, start, nil, func(r reply) bool {
 		vals, ok := r.val.([]any)
 		if r.err != nil || !ok || len(vals) != 2*permits {
@@ -289,18 +291,18 @@ func (c *Client) grantedSlots(ctx context.Context, name string, permits int) []s
 			}
 			present[slot]++
 			if g == 1 {
-				if pttl < 0 { // no expiry: held for ever, as Status counts it
-					pttl = noExpiryMS
-				}
-				granted[slot] = max(granted[slot], max(pttl, 1))
+				// A key without expiry (PTTL -1, never one of ours) tells
+				// no end: no RetryAfter from it, as in Acquire's.
+				granted[slot] = true
+				longest[slot] = max(longest[slot], pttl)
 			}
 		}
 		return false
 	}, nil)
 	spare := len(c.masters) - c.need
 	for slot := range permits {
-		if present[slot] > spare && granted[slot] > 0 {
-			skip[slot] = slotSkip{holders: present[slot], retryAfter: time.Duration(granted[slot]) * time.Millisecond}
+		if present[slot] > spare && granted[slot] {
+			skip[slot] = slotSkip{holders: present[slot], retryAfter: time.Duration(longest[slot]) * time.Millisecond}
 		}
 	}
 	return skip
