@@ -321,8 +321,12 @@ func (s *Server) releaseAbandoned(c *call, keys []string, token string, release 
 	defer cancel()
 	_, err := release(ctx)
 	if ch, ok := releaseChange(err); ok {
-		for i, k := range keys {
-			c.limits.Changed(k, heldMember(token, i), ch)
+		for _, k := range keys {
+			member := token // a single-key lock's, or a permit's
+			if len(keys) > 1 {
+				member = heldMember(token, k)
+			}
+			c.limits.Changed(k, member, ch)
 		}
 	}
 	s.log.Info("lock granted to a caller that went away: released", zap.Strings("keys", keys), zap.Error(err))

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/redlockd/redlockd/daemon/limits"
@@ -18,14 +17,19 @@ import (
 // account's max_locks. The answers are a single lock's, with data.key the
 // first key and data.keys all of them.
 
-// heldMember is the limits' member of key i of a set held by token
-// (daemon/limits/scripts/held_sync.lua): the token for the first key, "<token>
-// <i>" for the others, so that each key counts.
-func heldMember(token string, i int) string {
-	if i == 0 || token == "" {
+// heldMember is the limits' member of the key rk (its full Redis key) of
+// a set held by token (daemon/limits/scripts/held_sync.lua): "<token>
+// <rk>", so that each key counts and is found by its name, whichever call
+// changes it — a release or extend of some of the set's keys, or of one
+// key alone. It was "<token> <i>", i the key's position in the call: a
+// release of one key of a set took the first key's member out, and the
+// other keys' members stayed until the set's TTL (a break-it pass: an
+// account held 2 locks and was refused as holding 10).
+func heldMember(token, rk string) string {
+	if token == "" {
 		return token
 	}
-	return token + " " + strconv.Itoa(i)
+	return token + " " + rk
 }
 
 // serveSet answers a request whose keys name a multi-key lock; rks are
@@ -39,8 +43,8 @@ func (s *Server) serveSet(ctx context.Context, w http.ResponseWriter, c *call, r
 		d.outcome = outReleased
 		_, err := s.locker.ReleaseMulti(ctx, rks, req.token)
 		if ch, ok := releaseChange(err); ok {
-			for i, rk := range rks {
-				c.limits.Changed(rk, heldMember(req.token, i), ch)
+			for _, rk := range rks {
+				c.limits.Changed(rk, heldMember(req.token, rk), ch)
 			}
 		}
 		switch {
@@ -57,8 +61,8 @@ func (s *Server) serveSet(ctx context.Context, w http.ResponseWriter, c *call, r
 		d.outcome = outExtended
 		lease, err := s.locker.ExtendMulti(ctx, rks, req.token, time.Duration(req.ttl)*time.Second)
 		if err == nil {
-			for i, rk := range rks {
-				c.limits.Changed(rk, heldMember(req.token, i), limits.Extended)
+			for _, rk := range rks {
+				c.limits.Changed(rk, heldMember(req.token, rk), limits.Extended)
 			}
 		}
 		switch {
@@ -106,8 +110,8 @@ func (s *Server) acquireSet(ctx context.Context, w http.ResponseWriter, c *call,
 	}
 	defer leave()
 	lease, err := s.locker.Acquire(ctx, ar)
-	for i, rk := range rks {
-		c.limits.Done(rk, heldMember(lease.Token, i))
+	for _, rk := range rks {
+		c.limits.Done(rk, heldMember(lease.Token, rk))
 	}
 	if err == nil && ctx.Err() != nil {
 		s.releaseAbandoned(c, rks, lease.Token, func(ctx context.Context) (int, error) {

@@ -184,3 +184,63 @@ func TestMultiKeySetsBackToBackStayUnderMaxLocks(t *testing.T) {
 		})
 	}
 }
+
+// TestMultiKeyPartialReleasesGiveTheirSlotsBack: the keys of a set released
+// one by one (each with a single-key release), or some of them with a
+// multi-key release of those keys and the rest extended, leave max_locks'
+// count with their locks, once the set was synced with the masters. The
+// held set's member of a key was "<token> <position in the call>": a
+// single-key release took the first key's member out whatever key it
+// released, and the others stayed until the set's TTL (a break-it pass:
+// an account holding 2 locks was refused as holding 10).
+func TestMultiKeyPartialReleasesGiveTheirSlotsBack(t *testing.T) {
+	servers := limitMasters(t)
+	a := startLimitDaemon(t, servers, limits.Limits{MaxLocks: 10}, limitsInterval)
+	keys := func(prefix string, from, to int) string {
+		var k []string
+		for i := from; i < to; i++ {
+			k = append(k, fmt.Sprintf(`"%s:%d"`, prefix, i))
+		}
+		return strings.Join(k, ",")
+	}
+	held := func(n int64, why string) {
+		t.Helper()
+		require.Eventually(t, func() bool { return *a.stats(t).LocksHeld == n }, 5*time.Second, 5*time.Millisecond, "%s: locks_held %d, want %d", why, *a.stats(t).LocksHeld, n)
+	}
+
+	// One by one.
+	r := a.lock(t, `{"action":"acquire","keys":[`+keys("one", 0, 10)+`],"ttl":60}`)
+	require.Equal(t, true, r.data(t)["acquired"], r.Raw)
+	token := r.data(t)["token"].(string)
+	held(10, "the set synced")
+	for i := 1; i < 10; i++ {
+		r = a.lock(t, fmt.Sprintf(`{"action":"release","key":"one:%d","token":"%s"}`, i, token))
+		require.Equal(t, true, r.data(t)["released"], r.Raw)
+	}
+	held(1, "nine keys released one by one")
+	tokens := make([]string, 9)
+	for i := range tokens {
+		r = a.lock(t, fmt.Sprintf(`{"action":"acquire","key":"new:%d","ttl":60}`, i))
+		require.Equal(t, true, r.data(t)["acquired"], "acquire %d: %s", i, r.Raw)
+		tokens[i] = r.data(t)["token"].(string)
+	}
+	held(10, "the account's own nine new locks and the set's last key")
+	r = a.lock(t, `{"action":"release","key":"one:0","token":"`+token+`"}`)
+	require.Equal(t, true, r.data(t)["released"], r.Raw)
+	for i, tok := range tokens {
+		r = a.lock(t, fmt.Sprintf(`{"action":"release","key":"new:%d","token":"%s"}`, i, tok))
+		require.Equal(t, true, r.data(t)["released"], r.Raw)
+	}
+	held(0, "everything released")
+
+	// Half of a set released together, the other half extended.
+	r = a.lock(t, `{"action":"acquire","keys":[`+keys("half", 0, 10)+`],"ttl":60}`)
+	require.Equal(t, true, r.data(t)["acquired"], r.Raw)
+	token = r.data(t)["token"].(string)
+	held(10, "the second set synced")
+	r = a.lock(t, `{"action":"release","keys":[`+keys("half", 5, 10)+`],"token":"`+token+`"}`)
+	require.Equal(t, true, r.data(t)["released"], r.Raw)
+	r = a.lock(t, `{"action":"extend","keys":[`+keys("half", 0, 5)+`],"token":"`+token+`","ttl":120}`)
+	require.Equal(t, true, r.data(t)["extended"], r.Raw)
+	held(5, "five keys released, five extended")
+}

@@ -5,10 +5,14 @@
 -- the count by themselves.
 -- KEYS[1] the account's set (<prefix>held:…)
 -- KEYS[2..n] lock keys of locks acquired, extended or released since the
---            last sync; ARGV[i-1] is the token of KEYS[i], the set's
---            member; a key of a multi-key lock after its first has
---            "<token> <index>" (the member of that key; the token is what
---            its key holds), so that each key of a set counts
+--            last sync; ARGV[i-1] is the set's member for KEYS[i]: the
+--            token of a single-key lock, "<token> <lock key>" for each key
+--            of a multi-key lock (the token is what its key holds), so that
+--            each key counts and a key is found by its own name, whichever
+--            call changed it. A release or extend of one key names only
+--            the token (a single-key call cannot tell a key of a set from a
+--            lock of its own): when the set has the member "<token> <that
+--            key>", that member is the one reconciled.
 -- Each lock is (re)added with its key's end when its key holds its token
 -- here, and removed otherwise (released, expired, taken over, or never
 -- written on this master). Order does not matter: a release synced before
@@ -20,16 +24,22 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local counted = {}
 for i = 2, #KEYS do
-  local token = ARGV[i - 1]
+  local member = ARGV[i - 1]
+  if not string.find(member, ' ', 1, true) then
+    local ofSet = member .. ' ' .. KEYS[i]
+    if redis.call('ZSCORE', KEYS[1], ofSet) then
+      member = ofSet
+    end
+  end
   local pttl = -2
-  if redis.call('GET', KEYS[i]) == string.match(token, '^[^ ]*') then
+  if redis.call('GET', KEYS[i]) == string.match(member, '^[^ ]*') then
     pttl = redis.call('PTTL', KEYS[i])
   end
   if pttl > 0 then
-    redis.call('ZADD', KEYS[1], now + pttl, token)
+    redis.call('ZADD', KEYS[1], now + pttl, member)
     counted[i - 1] = 1
   else
-    redis.call('ZREM', KEYS[1], token)
+    redis.call('ZREM', KEYS[1], member)
     counted[i - 1] = 0
   end
 end
