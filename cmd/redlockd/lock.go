@@ -32,6 +32,7 @@ const (
 	exitInternal    = 70  // an unexpected answer (500, not the JSON envelope)
 	exitBusy        = 75  // acquire: the lock is held by another owner (as flock -n)
 	exitNotHeld     = 76  // extend/release: the token does not hold the lock; status: not held
+	exitLimited     = 77  // 429: an account limit (quota, rate, max_locks) or the waiter cap refused the call
 	exitLost        = 78  // run: the lock was lost while the command ran; the command was stopped
 	exitGateClosed  = 125 // lock-exec: lock run ended before opening the start gate (gate.go)
 	exitCannotExec  = 126
@@ -132,6 +133,8 @@ on stdout (acquire's includes the token) and exit with:
   75   busy: the lock is held by another owner (run: the command did not run)
   76   not held: extend/release with a token that does not hold the lock;
        status of a lock nobody holds
+  77   limited: an account limit (quota, rate, max_locks) or the waiter
+       cap refused the call (429); retry after the message's Retry-After
   78   run: the lock was lost while the command ran; it was stopped
   126  run: the command could not be executed; 127: not found
 
@@ -597,9 +600,14 @@ func isClientSentinel(err error) bool {
 
 // exitCode is the exit code of an error that is not an outcome.
 func exitCode(err error) int {
+	var ce *client.Error
 	switch {
 	case errors.Is(err, client.ErrInvalid), errors.Is(err, client.ErrUnauthorized):
 		return exitUsage
+	case errors.As(err, &ce) && ce.Status == http.StatusTooManyRequests:
+		// A limit, not a fault: scripts retry it after Retry-After
+		// rather than page someone (it was 70, "unexpected answer").
+		return exitLimited
 	case errors.Is(err, client.ErrUnavailable):
 		return exitUnavailable
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):

@@ -6,11 +6,13 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockd/redlockd/client"
+	"github.com/redlockd/redlockd/config"
 )
 
 // assertOneLineOnePrefix checks what `redlockd lock` printed on stderr: one
@@ -60,6 +62,25 @@ func TestLockErrorsNameTheProgramOnce(t *testing.T) {
 		code, _, errOut := runLock(t, tc.base, tc.args...)
 		assert.Equal(t, tc.code, code, "%v: %s", tc.args, errOut)
 		assertOneLineOnePrefix(t, errOut, tc.want)
+	}
+
+	// An account limit: 429 is its own exit code (77), not 70's
+	// "unexpected answer" (a break-it pass: scripts could not tell a
+	// limit from a daemon bug).
+	one := 1
+	limited := daemonURL(t, func(c *config.Config) { c.APIKeys[0].MaxLocks = &one })
+	st, env, _ = post(t, lockURL(limited), keyA, `{"action":"acquire","key":"job:errs:first","ttl":60}`)
+	require.Equal(t, 200, st, env.Msg)
+	require.Equal(t, true, env.Data["acquired"])
+	for _, args := range [][]string{{"acquire", "--key", "job:errs:second"}, {"run", "--key", "job:errs:second", "--ttl", "30s", "--", "true"}} {
+		require.Eventually(t, func() bool {
+			code, _, errOut := runLock(t, limited, args...)
+			if code != 77 {
+				return false // until the limits' first sync counts the lock
+			}
+			assert.Contains(t, errOut, "HTTP 429 too_many_locks")
+			return true
+		}, 10*time.Second, 50*time.Millisecond, "%v exits 77 on a 429", args)
 	}
 
 	// A wrong API key: 401, named once, and the key never printed.
