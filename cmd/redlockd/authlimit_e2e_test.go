@@ -142,6 +142,11 @@ func TestAuthFailuresLimitedPerSource(t *testing.T) {
 	assert.Equal(t, http.StatusTooManyRequests, st)
 	assert.Equal(t, "too_many_auth_failures", env.Code)
 	assert.NotEmpty(t, h.Get("Retry-After"))
+	// … and `redlockd lock` from it exits 64, an authentication problem
+	// as the 401s before it, not 77, an account limit to retry.
+	code, _, errOut := runLock(t, base, "acquire", "--key", "authfail-cli")
+	assert.Equal(t, 64, code, errOut)
+	assert.Contains(t, errOut, "HTTP 429 too_many_auth_failures")
 	// … while another source with a valid key is served, by the masters.
 	other := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DialContext: (&net.Dialer{
 		LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)},

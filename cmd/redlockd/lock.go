@@ -134,7 +134,8 @@ on stdout (acquire's includes the token) and exit with:
   76   not held: extend/release with a token that does not hold the lock;
        status of a lock nobody holds
   77   limited: an account limit (quota, rate, max_locks) or the waiter
-       cap refused the call (429); retry after the message's Retry-After
+       cap refused the call (429); retry later (a 429 for too many failed
+       authentications exits 64, as the 401s before it)
   78   run: the lock was lost while the command ran; it was stopped
   126  run: the command could not be executed; 127: not found
 
@@ -603,6 +604,10 @@ func exitCode(err error) int {
 	var ce *client.Error
 	switch {
 	case errors.Is(err, client.ErrInvalid), errors.Is(err, client.ErrUnauthorized):
+		return exitUsage
+	case errors.As(err, &ce) && ce.Code == "too_many_auth_failures":
+		// This source sent too many wrong keys: an authentication
+		// problem, as the 401s before it, not a limit to retry.
 		return exitUsage
 	case errors.As(err, &ce) && ce.Status == http.StatusTooManyRequests:
 		// A limit, not a fault: scripts retry it after Retry-After

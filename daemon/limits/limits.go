@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,6 +130,19 @@ type limitAccounts struct {
 	states  []*accountState // in SetAccounts order
 	byName  map[string]*accountState
 	retired map[string]*accountState
+}
+
+// lockID names the lock of key held by member (its held-set member: the
+// token, or "<token> <key>" for a key of a multi-key lock) for matching a
+// change with another of the same lock: the key and the token. A
+// single-key release or extend of a key of a multi-key lock names only the
+// token (it cannot tell a key of a set from a lock of its own), and is
+// still the same lock as the set's acquire of that key (a review: matched
+// by member, a single-key release made while a round was out was
+// subtracted twice, and the account let one lock past max_locks).
+func lockID(key, member string) string {
+	token, _, _ := strings.Cut(member, " ")
+	return token + "\x00" + key
 }
 
 // heldOp is a lock whose presence in the held set must be reconciled,
@@ -497,7 +511,7 @@ func (st *accountState) lockDone(key, token string) {
 		if st.pending == nil {
 			st.pending = map[string]int{}
 		}
-		st.pending[token] = len(st.ops)
+		st.pending[lockID(key, token)] = len(st.ops)
 		st.ops = append(st.ops, heldOp{key: key, token: token, at: time.Now(), kind: opAcquire})
 	}
 }
@@ -509,8 +523,9 @@ func (st *accountState) lockDone(key, token string) {
 func (st *accountState) lockChanged(key, token string, released bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if i, ok := st.pending[token]; ok && released {
-		delete(st.pending, token)
+	id := lockID(key, token)
+	if i, ok := st.pending[id]; ok && released {
+		delete(st.pending, id)
 		st.ops[i] = heldOp{}
 		st.acq--
 		return
@@ -527,7 +542,7 @@ func (st *accountState) lockChanged(key, token string, released bool) {
 		// account's count fell one below what it held for a round, and
 		// one lock more than max_locks was let in.
 		if st.inflight != nil {
-			st.released = append(st.released, token)
+			st.released = append(st.released, id)
 		}
 	}
 	kind := opExtend
@@ -566,7 +581,7 @@ func (st *accountState) takeOps(cutoff time.Time, room int) []heldOp {
 		switch {
 		case op.kind == opAcquire && op.token != "":
 			acqLeft++
-			st.pending[op.token] = i
+			st.pending[lockID(op.key, op.token)] = i
 		case op.kind == opRelease:
 			relLeft++
 		}
@@ -616,7 +631,7 @@ type roundState struct {
 	rateSecs  []int64
 	rateOps   []int
 	heldCalls []int      // per master: index in held[i], -1 when none
-	tokens    [][]string // per master: the tokens of its heldCall, in order
+	ids       [][]string // per master: the lockIDs of its heldCall's locks, in order
 	ops       []heldOp
 	// sentAcq and sentRel per master group: the acquires and releases
 	// of the round's own changes (st.sentAcq, st.sentRel split by the
@@ -779,12 +794,14 @@ func (l *Limiter) prepare(r *roundState, st *accountState, now, cutoff time.Time
 			delete(l.backlog[i], st)
 		}
 		hc := heldCall{key: st.heldKey}
+		ids := make([]string, 0, len(ops))
 		for _, op := range ops {
 			hc.lockKeys = append(hc.lockKeys, op.key)
 			hc.tokens = append(hc.tokens, op.token)
+			ids = append(ids, lockID(op.key, op.token))
 		}
 		r.heldCalls[i] = len(held[i])
-		r.tokens = append(r.tokens, hc.tokens)
+		r.ids = append(r.ids, ids)
 		held[i] = append(held[i], hc)
 	}
 }
@@ -981,14 +998,14 @@ func (l *Limiter) mergeHeld(r *roundState, replies []masterReply, groupOK []bool
 			if i < 0 {
 				continue // a group whose quorum did not answer
 			}
-			for j, tok := range r.tokens[i] {
-				counted[tok] = replies[i].counted[r.heldCalls[i]][j]
+			for j, id := range r.ids[i] {
+				counted[id] = replies[i].counted[r.heldCalls[i]][j]
 			}
 		}
-		for _, tok := range st.released {
-			if c, sent := counted[tok]; sent && !c {
+		for _, id := range st.released {
+			if c, sent := counted[id]; sent && !c {
 				st.rel--
-				st.uncount(tok)
+				st.uncount(id)
 			}
 		}
 		// The changes of the groups not read stay counted here.
@@ -1007,9 +1024,9 @@ func (l *Limiter) mergeHeld(r *roundState, replies []masterReply, groupOK []bool
 // any more (rel no longer counts it: mergeHeld), so that takeOps, which
 // keeps in rel what st.ops still holds, does not count it again. st.mu is
 // held.
-func (st *accountState) uncount(tok string) {
+func (st *accountState) uncount(id string) {
 	for i := range st.ops {
-		if st.ops[i].token == tok && st.ops[i].kind == opRelease {
+		if st.ops[i].kind == opRelease && lockID(st.ops[i].key, st.ops[i].token) == id {
 			st.ops[i].kind = opExtend
 			return
 		}

@@ -40,7 +40,7 @@ func TestReleaseDuringRoundCountedOnce(t *testing.T) {
 			ops := st.takeOps(now, maxOpsPerCall)
 			assert.Len(t, ops, 2)
 			st.lockChanged("lock:t", "tokT", true) // T released during the round
-			r := &roundState{st: st, quotaOp: -1, heldCalls: []int{0}, tokens: [][]string{{"tokA", "tokT"}}, ops: ops}
+			r := &roundState{st: st, quotaOp: -1, heldCalls: []int{0}, ids: [][]string{{lockID("lock:a", "tokA"), lockID("lock:t", "tokT")}}, ops: ops}
 			replies := []masterReply{{ok: true, held: []int64{tc.held}, counted: [][]bool{{true, tc.countedT}}}}
 			l.quorum = 1
 			l.merge(r, replies, true, []bool{true}, now)
@@ -72,11 +72,11 @@ func TestReleaseDuringRoundOfABacklogChange(t *testing.T) {
 		st.lockDone("lock:"+tok, tok)
 	}
 	ops := st.takeOps(now, maxOpsPerCall) // round 0 syncs both grants
-	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, tokens: [][]string{{"tokA", "tokT"}}, ops: ops},
+	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, ids: [][]string{{lockID("lock:tokA", "tokA"), lockID("lock:tokT", "tokT")}}, ops: ops},
 		[]masterReply{{ok: true, held: []int64{2}, counted: [][]bool{{true, true}}}}, true, []bool{true}, now)
 	st.lockChanged("lock:tokT", "tokT", false) // T extended
 	ops = st.takeOps(now, maxOpsPerCall)       // round 1: a master misses it, T's extend waits in its backlog
-	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, tokens: [][]string{{"tokT"}}, ops: ops},
+	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, ids: [][]string{{lockID("lock:tokT", "tokT")}}, ops: ops},
 		[]masterReply{{ok: true, held: []int64{2}, counted: [][]bool{{true}}}}, true, []bool{true}, now)
 
 	ops = st.takeOps(now.Add(-time.Hour), maxOpsPerCall) // round 2: nothing of its own (rechecks not due)
@@ -84,7 +84,7 @@ func TestReleaseDuringRoundOfABacklogChange(t *testing.T) {
 	st.lockChanged("lock:tokT", "tokT", true) // T released while round 2 is out
 	// Round 2 counts from the master that missed round 1: it is sent T's
 	// extend from its backlog, after the release's DEL, and drops T.
-	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, tokens: [][]string{{"tokT"}}, ops: ops},
+	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, ids: [][]string{{lockID("lock:tokT", "tokT")}}, ops: ops},
 		[]masterReply{{ok: true, held: []int64{1}, counted: [][]bool{{false}}}}, true, []bool{true}, now)
 	st.mu.Lock()
 	got := st.heldEstimate()
@@ -93,4 +93,37 @@ func TestReleaseDuringRoundOfABacklogChange(t *testing.T) {
 	st.setLimits(Limits{MaxLocks: 1}, now)
 	_, ok := st.reserveLocks(1)
 	assert.False(t, ok, "max_locks 1 with A held")
+}
+
+// TestSingleKeyReleaseOfASetKeyDuringRoundCountedOnce: the key lock:s1 of
+// a multi-key lock (member "tokS lock:s1") is released alone, with a
+// single-key release that names only the token, while the round carrying
+// its acquire is out, and the masters already saw it gone. The release is
+// the same lock's (lockID: key and token), so it is subtracted once: with
+// A and the set's other key held, the estimate stays 2 and max_locks 2
+// refuses a third. Matched by member, it was subtracted twice (1: a lock
+// past max_locks; found by a review).
+func TestSingleKeyReleaseOfASetKeyDuringRoundCountedOnce(t *testing.T) {
+	l := NewLimiter(zap.NewNop(), nil, "p:", time.Second, NewMetrics())
+	l.quorum = 1
+	now := time.Now()
+	st := l.newState("acme", Limits{MaxLocks: 2}, now)
+	_, ok := st.reserveLocks(1)
+	require.True(t, ok)
+	st.lockDone("lock:a", "tokA")
+	st.reserved += 2 // the set's two keys, past the limit as a second daemon's would be
+	st.lockDone("lock:s0", "tokS lock:s0")
+	st.lockDone("lock:s1", "tokS lock:s1")
+	ops := st.takeOps(now, maxOpsPerCall)
+	require.Len(t, ops, 3)
+	st.lockChanged("lock:s1", "tokS", true) // one key of the set released alone, during the round
+	ids := [][]string{{lockID("lock:a", "tokA"), lockID("lock:s0", "tokS lock:s0"), lockID("lock:s1", "tokS lock:s1")}}
+	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, ids: ids, ops: ops},
+		[]masterReply{{ok: true, held: []int64{2}, counted: [][]bool{{true, true, false}}}}, true, []bool{true}, now)
+	st.mu.Lock()
+	got := st.heldEstimate()
+	st.mu.Unlock()
+	assert.Equal(t, int64(2), got, "A and the set's key lock:s0 are held")
+	_, ok = st.reserveLocks(1)
+	assert.False(t, ok, "max_locks 2 with two locks held")
 }
