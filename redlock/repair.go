@@ -76,6 +76,12 @@ type MasterRepair struct {
 	// data, or may have, and so quarantined it (a repair marker with the
 	// max TTL stay); "" when it found the master intact.
 	Lost string
+	// Stay is how long after the repair the master's votes stay out, from
+	// the marker written (its <until> − its time): the max TTL stay for a
+	// master that lost its data, or longer when an earlier repair's
+	// quarantine was later (a repair never shortens one); 0 when intact,
+	// on a dry run, or when not repaired.
+	Stay time.Duration
 
 	counterMissing   bool          // the fencing counter key is missing
 	registeredMaxTTL time.Duration // longest max TTL registered on it
@@ -433,5 +439,10 @@ func repairOne(ctx context.Context, r *redis.Client, o RepairOptions, target str
 		return fmt.Errorf("raise fencing counter and write the repair marker: %w", err)
 	}
 	mr.After, _ = out[1].(int64)
+	if v, _ := out[0].(string); v != "" {
+		if mk, ok := parseMarker(v); ok && mk.repaired && mk.until.After(mk.at) {
+			mr.Stay = mk.until.Sub(mk.at)
+		}
+	}
 	return nil
 }

@@ -75,8 +75,17 @@ func TestRepairFencesNeedsOnlyMasters(t *testing.T) {
 	}
 	t.Setenv("REDLOCKD_API_KEYS", "")
 	var out, errOut bytes.Buffer
+	// Without --max-ttl, and none registered on the masters: asked for
+	// (the serve default, a day, once kept a newcomer's masters out for
+	// a day, and a repair never shortens a quarantine).
 	err := run(context.Background(), []string{"repair-fences", "--masters", strings.Join(masters, ","),
 		"--key-prefix", "repairdry:", "--min", "41", "--dry-run"}, &out, &errOut)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "give --max-ttl SECONDS, the daemons' max_ttl: no client registered its max TTL")
+	assert.Contains(t, err.Error(), "nothing written")
+	out.Reset()
+	err = run(context.Background(), []string{"repair-fences", "--masters", strings.Join(masters, ","),
+		"--key-prefix", "repairdry:", "--min", "41", "--dry-run", "--max-ttl", "86400"}, &out, &errOut)
 	require.NoError(t, err, "stderr: %s", &errOut)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	require.GreaterOrEqual(t, len(lines), 1+len(masters), out.String())
@@ -160,4 +169,44 @@ func TestLockHelpFlags(t *testing.T) {
 	require.ErrorIs(t, run(context.Background(), []string{"lock", "acquire", "--help"}, &bytes.Buffer{}, &help), flag.ErrHelp)
 	assert.Contains(t, help.String(), "Flags of lock acquire:\n")
 	assert.Contains(t, help.String(), "-ttl")
+}
+
+// TestRepairFencesMaxTTL: without --max-ttl (nor a config file or
+// REDLOCKD_MAX_TTL), repair-fences takes the longest max TTL the clients
+// registered on the masters, and says so; a second run with a shorter one
+// says that a master keeps the first run's longer stay (a repair never
+// shortens a quarantine: a newcomer's second run printed "10m0s" while the
+// masters stayed out a day).
+func TestRepairFencesMaxTTL(t *testing.T) {
+	ctx := context.Background()
+	prefix := "repairttl:" + t.Name() + ":"
+	masters := make([]string, len(servers))
+	now := time.Now()
+	for i, s := range servers {
+		masters[i] = s.Addr()
+		r := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+		require.NoError(t, r.MSet(ctx, prefix+"marker", fmt.Sprintf("redlockd %d", now.UnixMilli()), prefix+"marker:horizon", "0", prefix+"fence", "10").Err())
+		// A client with max TTL 7 s registered until a minute from now.
+		require.NoError(t, r.ZAdd(ctx, prefix+"marker:max_ttl", redis.Z{Score: float64(now.Add(time.Minute).UnixMilli()), Member: "7000"}).Err())
+		if i == 4 {
+			require.NoError(t, r.Del(ctx, prefix+"marker").Err()) // master 4 lost its data
+		}
+		require.NoError(t, r.Close())
+	}
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(ctx, []string{"repair-fences", "--masters", strings.Join(masters, ","), "--key-prefix", prefix}, &out, &errOut), errOut.String())
+	assert.Contains(t, out.String(), "max TTL: 7s, the longest the clients registered on the masters (--max-ttl not given)")
+	assert.Contains(t, out.String(), "masters that lost their data stay out for 7s after the repair")
+
+	// Master 4 loses its data again and is repaired with a long max TTL;
+	// a later run with a short one finds it intact (its repair marker is
+	// there) and keeps that stay, and says so.
+	r := redis.NewClient(&redis.Options{Addr: masters[4], MaxRetries: -1})
+	require.NoError(t, r.Del(ctx, prefix+"marker").Err())
+	require.NoError(t, r.Close())
+	require.NoError(t, run(ctx, []string{"repair-fences", "--masters", strings.Join(masters, ","), "--key-prefix", prefix, "--max-ttl", "100"}, &out, &errOut), errOut.String())
+	out.Reset()
+	require.NoError(t, run(ctx, []string{"repair-fences", "--masters", strings.Join(masters, ","), "--key-prefix", prefix, "--max-ttl", "1"}, &out, &errOut), errOut.String())
+	assert.Contains(t, out.String(), "master 4 ("+masters[4]+") stays out 1m", out.String())
+	assert.Contains(t, out.String(), "after this repair: an earlier repair's quarantine ends later, and a repair never shortens one")
 }

@@ -44,7 +44,10 @@ repaired master once the longest max TTL has passed after the repair (locks
 it lost may be valid until then): max_ttl given here, the longest a client
 registered on the masters, or a daemon's own max_ttl if longer (the
 registry goes with the data when every master is wiped); daemons started
-later do the same.
+later do the same. Without --max-ttl, a config file or REDLOCKD_MAX_TTL, it
+takes the longest max TTL the clients registered on the masters, and
+refuses (nothing written) when none is registered. A repair never shortens
+a stay: a run says which masters stay out longer, from an earlier run.
 
 The newest fence may have lived only on the masters that lost their data.
 The daemons copy the highest counter to every master each health interval,
@@ -116,7 +119,7 @@ func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := checkMasterAccess(ctx, masters); err != nil {
 		return fmt.Errorf("repair-fences: nothing written: %w", err)
 	}
-	res, err := redlock.RepairFences(ctx, masters, redlock.RepairOptions{
+	opts := redlock.RepairOptions{
 		FenceKey:     cfg.KeyPrefix + "fence",
 		MarkerKey:    cfg.KeyPrefix + "marker",
 		Margin:       *margin,
@@ -125,7 +128,28 @@ func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		DryRun:       *dryRun,
 		Timeout:      *timeout,
 		MaxTTL:       time.Duration(cfg.MaxTTL) * time.Second,
-	})
+	}
+	_, envMaxTTL := os.LookupEnv("REDLOCKD_MAX_TTL")
+	if *path == "" && !envMaxTTL && !flagGiven(fs, "max-ttl") {
+		// No max_ttl given: the serve default (a day) would keep the
+		// masters that lost their data out for a day, and a run with the
+		// right value cannot shorten that (a newcomer's pass). The
+		// longest max TTL the clients registered on the masters is what
+		// they use; without one, ask.
+		read := opts
+		read.DryRun = true
+		res, err := redlock.RepairFences(ctx, masters, read)
+		switch {
+		case err != nil:
+			// The run below refuses the same way, and says why.
+		case res.RegisteredMaxTTL <= 0:
+			return fmt.Errorf("repair-fences: give --max-ttl SECONDS, the daemons' max_ttl: no client registered its max TTL on the masters that answered (the registry goes with the data), and the masters that lost their data stay out that long after the repair (a repair never shortens it); nothing written")
+		default:
+			opts.MaxTTL = res.RegisteredMaxTTL
+			fmt.Fprintf(stdout, "max TTL: %v, the longest the clients registered on the masters (--max-ttl not given)\n", opts.MaxTTL)
+		}
+	}
+	res, err := redlock.RepairFences(ctx, masters, opts)
 	if res != nil {
 		printRepair(stdout, res, *dryRun && err == nil)
 	}
@@ -140,8 +164,20 @@ func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	} else {
 		fmt.Fprintf(stdout, "repaired: every answering master's fencing counter is ≥ %d and carries the repair marker\n", res.Target)
 	}
-	printStayOut(stdout, time.Duration(cfg.MaxTTL)*time.Second, res.RegisteredMaxTTL, *dryRun)
+	printStayOut(stdout, opts.MaxTTL, res.RegisteredMaxTTL, *dryRun)
+	for _, m := range res.Masters {
+		if m.Stay > max(opts.MaxTTL, res.RegisteredMaxTTL)+time.Second {
+			fmt.Fprintf(stdout, "master %d (%s) stays out %v after this repair: an earlier repair's quarantine ends later, and a repair never shortens one\n", m.Index, m.Addr, m.Stay.Round(time.Second))
+		}
+	}
 	return nil
+}
+
+// flagGiven reports whether the flag name was set on the command line.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 // printStayOut says how long the masters that lost their data stay out
