@@ -470,7 +470,7 @@ func TestIgnoredFields(t *testing.T) {
 
 	r := ts.lock(t, testKeyAcme, `{"action":"extend","key":"ign","token":"`+token+`","ttl":99999}`)
 	assert.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
-	assert.Equal(t, "ttl: 99999 is above the maximum of 86400", r.Env.Msg)
+	assert.Equal(t, "ttl: 99999 is above the maximum of 86400 seconds", r.Env.Msg)
 	r = ts.lock(t, testKeyAcme, `{"action":"extend","key":"ign","token":"`+token+`","ttl":"60"}`)
 	assert.Equal(t, "ttl: must be an integer number of seconds, got a string", r.Env.Msg)
 	d = okData(t, ts.lock(t, testKeyAcme, `{"action":"extend","key":"ign","token":"`+token+`","ttl":60,"wait_ms":99999999}`))
@@ -478,9 +478,9 @@ func TestIgnoredFields(t *testing.T) {
 	assert.EqualValues(t, 60, num(t, d, "ttl"))
 
 	r = ts.lock(t, testKeyAcme, `{"key":"other","wait_ms":99999999}`)
-	assert.Equal(t, "wait_ms: 99999999 is above the maximum of 2000", r.Env.Msg, "acquire checks wait_ms")
+	assert.Equal(t, "wait_ms: 99999999 is above the maximum of 2000 milliseconds", r.Env.Msg, "acquire checks wait_ms")
 	r = ts.lock(t, testKeyAcme, `{"key":"other","ttl":99999}`)
-	assert.Equal(t, "ttl: 99999 is above the maximum of 86400", r.Env.Msg, "acquire checks ttl")
+	assert.Equal(t, "ttl: 99999 is above the maximum of 86400 seconds", r.Env.Msg, "acquire checks ttl")
 
 	d = okData(t, ts.lock(t, testKeyAcme, `{"action":"release","key":"ign","token":"`+token+`","ttl":99999,"wait_ms":true}`))
 	assert.Equal(t, true, d["released"])

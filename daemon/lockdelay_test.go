@@ -94,8 +94,8 @@ func TestLockDelayBadInput(t *testing.T) {
 	d := newDeployment(t)
 	a := d.server(t)
 	for body, msg := range map[string]string{
-		`{"key":"k","lock_delay_ms":60001}`:         "lock_delay_ms: 60001 is above the maximum of 60000",
-		`{"key":"k","lock_delay_ms":-1}`:            "lock_delay_ms: -1 is below the minimum of 0",
+		`{"key":"k","lock_delay_ms":60001}`:         "lock_delay_ms: 60001 is above the maximum of 60000 milliseconds",
+		`{"key":"k","lock_delay_ms":-1}`:            "lock_delay_ms: -1 is below the minimum of 0 milliseconds",
 		`{"key":"k","lock_delay_ms":"5"}`:           "lock_delay_ms: must be an integer number of milliseconds, got a string",
 		`{"key":"k","ttl":86400,"lock_delay_ms":1}`: "lock_delay_ms: ttl 86400 s + lock_delay_ms 1 is above max_ttl (86400 s)",
 	} {

@@ -331,7 +331,14 @@ func intField(field, unit string, v *jsonValue, lo, hi int64) (int64, *badReques
 	if err := wantInt(field, unit, v); err != nil {
 		return 0, err
 	}
-	return intInRange(field, v, lo, hi)
+	n, bad := intInRange(field, v, lo, hi)
+	if bad != nil && (unit == "seconds" || unit == "milliseconds") {
+		// The unit with the limit: a ttl of 30000 meant as milliseconds
+		// is refused as "above the maximum of 600 seconds", which says
+		// why (a newcomer's pass).
+		bad.msg += " " + unit
+	}
+	return n, bad
 }
 
 // parseKeys reads the keys array: 1 to maxMultiKeys strings, each a key
