@@ -32,7 +32,10 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c, err := client.New(os.Getenv("REDLOCKD_URL"), os.Getenv("REDLOCKD_API_KEY"),
-		client.WithRetry(client.RetryPolicy{Attempts: 3})) // 503: retry after Retry-After
+		// 503: retry after Retry-After, at most 2 s apart: a quarantine's
+		// Retry-After can be minutes, and a job should fail in seconds,
+		// saying why, rather than sit silent.
+		client.WithRetry(client.RetryPolicy{Attempts: 3, MaxDelay: 2 * time.Second}))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
