@@ -118,13 +118,14 @@ func (c *Client) repairMaster(m *master) {
 	capAt := c.epoch.Add(time.Duration(m.st.lostAt.Load()) + max(c.lossTTL(), r.maxTTL))
 	until, source := capAt, "max TTL (no quorum of the other masters to read a lease horizon from)"
 	by := "" // a Client's repair
+	var expect []any // the marker repaired from, when it must still be there
 	switch {
 	case r.answers >= c.quorum:
 		if r.until.Before(capAt) {
 			until = r.until
 		}
 		source = fmt.Sprintf("the lease horizon of %d other masters", r.answers)
-	case lost && c.operatorRepairedSinceLoss(ctx, m):
+	case lost && c.operatorRepairedSinceLoss(ctx, m, &expect):
 		// After the loss of a majority, `redlockd repair-fences` found
 		// this master intact (it does not compare lease horizons: a
 		// rollback that left the counter in place looks intact) and
@@ -143,6 +144,12 @@ func (c *Client) repairMaster(m *master) {
 		until = time.Now().Add(max(c.lossTTL(), r.maxTTL))
 		source = "the max TTL after `redlockd repair-fences`, which found it intact after this Client saw it lose data"
 		by = "operator"
+		// The counter repair-fences raised, and at least the highest
+		// fence this Client issued: a loss after that run, unseen (a
+		// second rollback within a probe round), cannot leave the master
+		// below it; the write happens only if the marker read is still
+		// there (repair.lua ARGV[7]).
+		r.counter = max(r.counter, c.fenceIssued.Load())
 	case lost:
 		c.noQuorumToRepair(m, r.answers)
 		return
@@ -157,7 +164,11 @@ func (c *Client) repairMaster(m *master) {
 	if c.opts.fenceKey != "" {
 		keys = append(keys, c.opts.fenceKey)
 	}
-	out, err := repairScript.Run(ctx, m.probe, keys, strconv.FormatInt(r.counter, 10), ms, nonce[:16], ms, m.runID(), by).Slice()
+	args := append([]any{strconv.FormatInt(r.counter, 10), ms, nonce[:16], ms, m.runID(), by}, expect...)
+	out, err := repairScript.Run(ctx, m.probe, keys, args...).Slice()
+	if err == nil && len(out) == 3 && out[0] == "" {
+		return // the marker changed since it was read: judged at the next probe, repaired at the next round
+	}
 	if err != nil || len(out) != 3 {
 		c.opts.logger.Warn("master repair failed; retried next round", masterAttr(m), slog.Any("error", err))
 		m.repairFailed(err)
@@ -196,13 +207,18 @@ func (c *Client) repairMaster(m *master) {
 // that marker became over an earlier repair (repair.lua), neither with a
 // quarantine. An operator's marker that ends the loss is adopted by the
 // probe that reads it (markerMatches), before the repair round.
-func (c *Client) operatorRepairedSinceLoss(ctx context.Context, m *master) bool {
+// When it does, *expect is the marker read, as repair.lua's ARGV[7].
+func (c *Client) operatorRepairedSinceLoss(ctx context.Context, m *master, expect *[]any) bool {
 	v, err := m.probe.Get(ctx, c.opts.markerKey).Result()
 	if err != nil {
 		return false
 	}
 	mk, ok := parseMarker(v)
-	return ok && mk.repaired && mk.runID != "" && mk.runID == m.runID() && !c.repairEnd(mk).After(mk.at) && m.repairFollowsLoss(mk)
+	if ok && mk.repaired && mk.runID != "" && mk.runID == m.runID() && !c.repairEnd(mk).After(mk.at) && m.repairFollowsLoss(mk) {
+		*expect = []any{v}
+		return true
+	}
+	return false
 }
 
 // repairFailedReason starts what repairFailed adds to the reason, and

@@ -1048,46 +1048,60 @@ func TestKeptRepairEndsALossTheClientSaw(t *testing.T) {
 
 func keptRepairEndsALoss(t *testing.T, earlier bool) {
 	ctx := context.Background()
-	c, opts := brandNewClient(t, WithHealthInterval(20*time.Millisecond), WithMaxTTL(time.Second))
+	// The health loop is driven by hand (round): the three rollbacks must
+	// be seen in one probe round, or the Client repairs the first one it
+	// sees itself, from a quorum of the others.
+	c, opts := brandNewClient(t, WithHealthInterval(time.Hour), WithMaxTTL(time.Second))
+	round := func() {
+		c.probeAll()
+		c.afterProbes()
+	}
 	rdbs := direct(t)
+	// rollBack takes the lease horizon of masters on back half a second
+	// below its value now, once a probe read that value: an older copy's.
+	rollBack := func(on ...int) {
+		round()
+		for _, i := range on {
+			v, err := rdbs[i].Get(ctx, c.opts.horizonKey).Int64()
+			require.NoError(t, err)
+			require.NoError(t, rdbs[i].Set(ctx, c.opts.horizonKey, v-500, 0).Err())
+		}
+		round()
+	}
+	allCount := func() bool {
+		round()
+		for _, st := range c.Masters() {
+			if !st.Counting {
+				return false
+			}
+		}
+		return true
+	}
 	if earlier {
 		for i := range 3 {
+			// The master repaired before is back: a quorum to repair from.
+			require.Eventually(t, allCount, 10*time.Second, 10*time.Millisecond)
 			lock, err := c.Acquire(ctx, newKey(t), time.Second)
 			require.NoError(t, err)
 			require.NoError(t, lock.Release(ctx))
-			v, err := rdbs[i].Get(ctx, c.opts.horizonKey).Int64()
-			require.NoError(t, err)
-			require.NoError(t, rdbs[i].Set(ctx, c.opts.horizonKey, v-500, 0).Err()) // master i alone rolls back
-			require.Eventually(t, func() bool {
-				mk, ok := parseMarker(rdbs[i].Get(ctx, c.opts.markerKey).Val())
-				return ok && mk.repaired && mk.lostBefore()
-			}, 10*time.Second, 10*time.Millisecond, "the Client repairs master %d itself", i)
+			rollBack(i) // master i alone: the Client repairs it from the others
+			mk, ok := parseMarker(rdbs[i].Get(ctx, c.opts.markerKey).Val())
+			require.True(t, ok && mk.repaired && mk.lostBefore(), "the Client repaired master %d itself", i)
 		}
-		require.Eventually(t, func() bool { return c.Masters()[2].Counting }, 10*time.Second, 10*time.Millisecond)
-	}
-	old := make([]string, 3)
-	for i := range old {
-		v, err := rdbs[i].Get(ctx, c.opts.horizonKey).Result()
-		require.NoError(t, err)
-		old[i] = v
+		require.Eventually(t, allCount, 10*time.Second, 10*time.Millisecond)
 	}
 	lock, err := c.Acquire(ctx, newKey(t), time.Second)
-	require.NoError(t, err, "the votes raise every master's lease horizon, and the Client reads it")
+	require.NoError(t, err, "the votes raise every master's lease horizon")
 	require.NoError(t, lock.Release(ctx))
 	// Every counter at the highest, as the health loop makes them
 	// (spreadFence): none lags for repair-fences to find.
 	for _, r := range rdbs {
 		require.NoError(t, r.Set(ctx, c.opts.fenceKey, lock.Fence(), 0).Err())
 	}
-	for i := range old {
-		require.NoError(t, rdbs[i].Set(ctx, c.opts.horizonKey, old[i], 0).Err())
-	}
-	require.Eventually(t, func() bool {
-		st := states(c)
-		return st[0] == MasterRepairing && st[1] == MasterRepairing && st[2] == MasterRepairing
-	}, 10*time.Second, 10*time.Millisecond, "the rollback of a majority is seen: %v", states(c))
-	time.Sleep(100 * time.Millisecond) // five probe rounds: the Client cannot repair them on its own
-	require.Equal(t, MasterRepairing, c.Masters()[0].State)
+	rollBack(0, 1, 2)
+	require.Equal(t, []MasterState{MasterRepairing, MasterRepairing, MasterRepairing, MasterUp, MasterUp}, states(c), "the rollback of a majority is seen")
+	round()
+	require.Equal(t, MasterRepairing, c.Masters()[0].State, "the Client cannot repair them on its own")
 	_, err = c.Acquire(ctx, newKey(t), time.Second, WithRetry(NoRetry()))
 	require.ErrorIs(t, err, ErrQuorumUnavailable, "closed")
 
@@ -1097,7 +1111,7 @@ func keptRepairEndsALoss(t *testing.T, earlier bool) {
 	for i, mr := range res.Masters {
 		require.Empty(t, mr.Lost, "repair-fences found master %d intact", i)
 	}
-	require.Eventually(t, func() bool { return c.QuorumAvailable() }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { round(); return c.QuorumAvailable() }, 10*time.Second, 10*time.Millisecond,
 		"the Client reopens after the operator's repair: %v", c.Masters())
 	assert.GreaterOrEqual(t, time.Since(repaired), 900*time.Millisecond, "the masters stayed out for the max TTL after the repair")
 	for i, r := range rdbs {
@@ -1183,4 +1197,28 @@ func TestAdoptedRepairQuarantinesBeforeItCounts(t *testing.T) {
 	for _, line := range w.counted {
 		assert.Contains(t, line, "counts=false", "the adopted repair's quarantine is in force when the pending repair ends")
 	}
+}
+
+// TestRepairScriptWritesOnlyOverTheMarkerRead: given the marker the caller
+// read (ARGV[7], the Client completing repair-fences' repair), the repair
+// script writes nothing when the marker is another by now (the master
+// flushed, or repaired again, in between): no marker, counter or horizon
+// of a repair judged on a state that is gone.
+func TestRepairScriptWritesOnlyOverTheMarkerRead(t *testing.T) {
+	ctx := context.Background()
+	r := direct(t)[0]
+	p := newKey(t)
+	keys := []string{p + ":marker", p + ":marker:horizon", p + ":fence"}
+	require.NoError(t, r.MSet(ctx, keys[0], "redlockd 1 now", keys[1], "5", keys[2], "7").Err())
+	out, err := repairScript.Run(ctx, r, keys, "100", "1000", "0123456789abcdef", "1000", "runid", "operator", "redlockd 1 then").Slice()
+	require.NoError(t, err)
+	assert.Equal(t, []any{"", int64(0), ""}, out)
+	vals, err := r.MGet(ctx, keys...).Result()
+	require.NoError(t, err)
+	assert.Equal(t, []any{"redlockd 1 now", "5", "7"}, vals, "nothing written")
+
+	out, err = repairScript.Run(ctx, r, keys, "100", "1000", "0123456789abcdef", "1000", "runid", "operator", "redlockd 1 now").Slice()
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(out[0].(string), "repaired "), "%v", out)
+	assert.Equal(t, int64(100), out[1])
 }

@@ -19,7 +19,13 @@
 -- ARGV[6] "operator" for repair-fences on a master that lost its data,
 -- "kept" for repair-fences on a master it found intact (the repair ends no
 -- loss: records written before it are there), "" for a Client's repair
+-- ARGV[7] (optional) the marker the caller read and repairs from (a Client
+-- completing repair-fences' repair, redlock/horizon.go): when the marker is
+-- another now, nothing is written and the reply is {'', 0, ''}
 -- Returns {marker, counter after, replication ID (INFO master_replid)}.
+if ARGV[7] and redis.call('GET', KEYS[1]) ~= ARGV[7] then
+  return {'', 0, ''}
+end
 local t = redis.call('TIME')
 local ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local counter = 0
