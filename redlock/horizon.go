@@ -117,7 +117,7 @@ func (c *Client) repairMaster(m *master) {
 	r := c.readOthers(ctx, m)
 	capAt := c.epoch.Add(time.Duration(m.st.lostAt.Load()) + max(c.lossTTL(), r.maxTTL))
 	until, source := capAt, "max TTL (no quorum of the other masters to read a lease horizon from)"
-	by := "" // a Client's repair
+	by := ""         // a Client's repair
 	var expect []any // the marker repaired from, when it must still be there
 	switch {
 	case r.answers >= c.quorum:
