@@ -192,16 +192,20 @@ func (c *Client) acquireAnyPermit(ctx context.Context, name string, permits, fir
 		first = rand.IntN(permits)
 	}
 	held := OutcomeError{Op: "acquire", Kind: ErrLockHeld, Quorum: c.need, Masters: len(c.masters)}
+	// earliest keeps the earliest end among the holders that report one.
+	earliest := func(d time.Duration) {
+		if d > 0 && (held.RetryAfter == 0 || d < held.RetryAfter) {
+			held.RetryAfter = d
+		}
+	}
 	var skip []slotSkip // after the first slot's refusal: grantedSlots
 	for j := range permits {
 		slot := (first + j) % permits
-		if sk := skipOf(skip, slot); sk.holders > 0 {
+		if skip != nil && skip[slot].holders > 0 {
 			// Granted to another holder on more masters than a win can
 			// spare: an Acquire would be refused, as held (grantedSlots).
-			held.Refused += sk.holders
-			if sk.retryAfter > 0 && (held.RetryAfter == 0 || sk.retryAfter < held.RetryAfter) {
-				held.RetryAfter = sk.retryAfter
-			}
+			held.Refused += skip[slot].holders
+			earliest(skip[slot].retryAfter)
 			continue
 		}
 		// One attempt per slot: a contended slot is not retried here
@@ -218,21 +222,12 @@ func (c *Client) acquireAnyPermit(ctx context.Context, name string, permits, fir
 		held.Refused += oe.Refused
 		held.Delayed += oe.Delayed
 		held.Contended = held.Contended || oe.Contended
-		if oe.RetryAfter > 0 && (held.RetryAfter == 0 || oe.RetryAfter < held.RetryAfter) {
-			held.RetryAfter = oe.RetryAfter
-		}
+		earliest(oe.RetryAfter)
 		if skip == nil {
 			skip = c.grantedSlots(ctx, name, permits)
 		}
 	}
 	return nil, -1, &held
-}
-
-func skipOf(skip []slotSkip, slot int) slotSkip {
-	if skip == nil {
-		return slotSkip{}
-	}
-	return skip[slot]
 }
 
 // slotSkip is what the slots read (grantedSlots) says of one slot: holders
