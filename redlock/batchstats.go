@@ -66,61 +66,105 @@ import (
 // refuses them: no vote counts without a reading taken after it.
 //
 // The commands counter of different lanes' readings is compared by the
-// master's TIME read in the same script as the count, never by the votes'
-// times: a reading's TIME and count are taken in one atomic step, so a
-// reading with a later time has a count at least as high unless the
-// statistics were reset in between (commandsGrow).
+// master's time read in the same atomic step as the count, never by the
+// votes' times: a reading with a later time has a count at least as high
+// unless the statistics were reset in between (commandsGrow).
 //
-// Why a script: measured on a master with INFO commandstats (redis 7.0,
-// 40,000–50,000 calls each, this machine), INFO stats costs about 2.5 µs
-// bare; a script doing TIME and INFO stats and returning the text about
-// 7 µs; one that also parses the two fields with string.match 11–14 µs.
-// The reading needs TIME in the same atomic step as the count (above),
-// which a bare INFO cannot give. MULTI; TIME; INFO stats; EXEC would
-// (about 3.5 µs), but a master over maxmemory refuses every command queued
-// in a MULTI, so status votes, which succeed under OOM, would lose their
-// reading and be refused. The script has no shebang and no writes, so it
-// runs under OOM as the status script does. Its reply is the whole INFO
-// stats text (about 1.5 KB); only the two fields are parsed, here.
+// Two forms of the reading, chosen per master by what its server reports
+// on each new connection (onConnect, timesEachCommand):
+//   - one bare INFO server stats command, where INFO server has
+//     server_time_usec (Redis 6.2 and later, redis/redis#8132): that field
+//     is server.ustime, which call() sets at the start of every top-level
+//     command (server.c, the "Update cache time" step, in every version
+//     that has the field), and total_commands_processed is in the same
+//     reply; one command runs to completion before any other, so the time
+//     and the count are one atomic step, as in the script.
+//     TestBareReadingTimesEachCommand checks that property on the masters
+//     the tests run;
+//   - elsewhere, scripts/stats_read.lua: TIME and INFO stats in one script.
+// A reading whose reply lacks a field (a master replaced by an older
+// server after the connection's check, say) cannot be parsed: its batch's
+// votes are refused, as for any failed reading; the next connection's
+// check switches the form.
+//
+// Why not MULTI; TIME; INFO stats; EXEC: a master over maxmemory refuses
+// every command queued in a MULTI, so status votes, which succeed under
+// OOM, would lose their reading and be refused. INFO and the script (no
+// shebang, no writes) run under OOM as the status script does.
+//
+// Cost, measured on a master with INFO cpu (redis 7.0, this machine):
+// the script 6.1–7.7 µs per reading 16 deep, the bare INFO server stats
+// 3.8–4.9; at c=1, where each batch is one vote and the master wakes for
+// each, the script cost about 15 µs per reading (SLOWLOG) and the bare
+// reading saved about 8 % of the library's cycles
+// (docs/performance.md, fifteenth session). Either reply is the whole INFO
+// text (about 1.5 KB for stats, 2.5 KB with server); only the fields
+// needed are parsed, here.
 
 // statsReading is one batch's reading of a master's INFO statistics,
 // taken after every vote of the batch.
 type statsReading struct {
-	at       time.Time // the master's TIME, read in the same script
+	at       time.Time // the master's time, read in the same atomic step
 	evicted  int64     // INFO stats evicted_keys
 	commands int64     // INFO stats total_commands_processed
 	ok       bool      // false: no reading (failed, missing, unparsable): the batch's votes are refused
 }
 
-// queueStatsReading appends the batch reading to pipe, as EVALSHA, or as
+// queueStatsReading appends the batch reading to pipe: with bare, one
+// INFO server stats command; otherwise stats_read.lua, as EVALSHA, or as
 // EVAL when retrying a NOSCRIPT (eval).
-func queueStatsReading(ctx context.Context, pipe redis.Pipeliner, eval bool) *redis.Cmd {
-	if eval {
+func queueStatsReading(ctx context.Context, pipe redis.Pipeliner, eval, bare bool) *redis.Cmd {
+	switch {
+	case bare:
+		cmd := redis.NewCmd(ctx, "info", "server", "stats")
+		_ = pipe.Process(ctx, cmd)
+		return cmd
+	case eval:
 		return statsReadScript.Eval(ctx, pipe, nil)
 	}
 	return statsReadScript.EvalSha(ctx, pipe, nil)
 }
 
-// parseStatsReading decodes the reply of stats_read.lua: {sec, usec, INFO
-// stats text}. Any failure leaves ok false.
+// parseStatsReading decodes either form of the reading: the INFO server
+// stats text (its time is server_time_usec), or stats_read.lua's {sec,
+// usec, INFO stats text}. Any failure leaves ok false.
 func parseStatsReading(cmd *redis.Cmd) statsReading {
 	if cmd == nil || cmd.Err() != nil {
 		return statsReading{}
 	}
-	a, ok := cmd.Val().([]any)
-	if !ok || len(a) != 3 {
+	var at time.Time
+	var info string
+	switch v := cmd.Val().(type) {
+	case string:
+		us := infoField(v, "server_time_usec:")
+		if us <= 0 {
+			return statsReading{}
+		}
+		at, info = time.UnixMicro(us), v
+	case []any:
+		if len(v) != 3 {
+			return statsReading{}
+		}
+		sec, err1 := anyInt(v[0])
+		usec, err2 := anyInt(v[1])
+		text, ok := v[2].(string)
+		if err1 != nil || err2 != nil || !ok || sec <= 0 {
+			return statsReading{}
+		}
+		at, info = time.Unix(sec, usec*int64(time.Microsecond)), text
+	default:
 		return statsReading{}
 	}
-	sec, err1 := anyInt(a[0])
-	usec, err2 := anyInt(a[1])
-	info, ok := a[2].(string)
-	if err1 != nil || err2 != nil || !ok || sec <= 0 {
-		return statsReading{}
-	}
-	r := statsReading{at: time.Unix(sec, usec*int64(time.Microsecond)),
-		evicted: infoField(info, "evicted_keys:"), commands: infoField(info, "total_commands_processed:")}
+	r := statsReading{at: at, evicted: infoField(info, "evicted_keys:"), commands: infoField(info, "total_commands_processed:")}
 	r.ok = r.evicted >= 0 && r.commands >= 0
 	return r
+}
+
+// timesEachCommand reports whether a master's INFO server text (read on a
+// new connection) has server_time_usec, the time of the command's start:
+// its batch reading can then be one INFO command.
+func timesEachCommand(infoServer string) bool {
+	return infoField(infoServer, "server_time_usec:") > 0
 }
 
 // infoField returns the value of the INFO field whose line starts with

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -24,14 +25,30 @@ var writeScript = redis.NewScript("redis.call('SET', KEYS[1], string.rep('x', to
 // vote is refused for an eviction that happened after it ran (the safe
 // side: a reading in its own script would have passed it). The negative
 // control, the same batch with a small write, passes both votes; and the
-// same replies without a reading are refused (fail closed).
+// same replies without a reading are refused (fail closed). Both forms of
+// the reading are run: one INFO server stats command (what a master that
+// reports server_time_usec gets) and stats_read.lua (older masters).
 func TestBatchReadingCatchesEvictionBetweenVotes(t *testing.T) {
+	for _, form := range []struct {
+		name string
+		bare bool
+	}{{"INFO server stats", true}, {"stats_read.lua", false}} {
+		t.Run(form.name, func(t *testing.T) { testBatchReadingCatchesEviction(t, form.bare) })
+	}
+}
+
+func testBatchReadingCatchesEviction(t *testing.T, bare bool) {
 	ctx := context.Background()
 	_, opts := brandNewClient(t)
 	slow := sameDeployment(t, append(opts, WithHealthInterval(time.Hour))...)
 	r := direct(t)[4]
 	require.NoError(t, writeScript.Load(ctx, r).Err()) // no NOSCRIPT retry in the middle of the batch
 	m := slow.masters[4]
+	require.True(t, m.bareReading.Load(), "the test masters (Redis ≥ 6.2) report server_time_usec: the lane reads with one INFO")
+	m.bareReading.Store(bare)
+	evalsha := func() int64 {
+		return parseCommandCalls(t, r.Info(ctx, "commandstats").Val(), "evalsha")
+	}
 	key := newKey(t)
 	filler := key + ":filler"
 	t.Cleanup(func() {
@@ -72,7 +89,15 @@ func TestBatchReadingCatchesEvictionBetweenVotes(t *testing.T) {
 	}
 
 	warmUp(slow) // fresh clock readings and eviction baseline
+	before := evalsha()
 	votes := batch(1 << 10)
+	// The form asked for is the one sent: two status votes and a write are
+	// three EVALSHA, and the script reading a fourth.
+	sent := int64(3)
+	if !bare {
+		sent = 4
+	}
+	assert.Equal(t, sent, evalsha()-before, "EVALSHA calls on master 4 for one batch")
 	for _, rep := range votes {
 		assert.True(t, rep.stats.ok, "the lane read the statistics after the batch")
 	}
@@ -90,20 +115,80 @@ func TestBatchReadingCatchesEvictionBetweenVotes(t *testing.T) {
 		require.NoError(t, err)
 		return n
 	}
-	before := evicted()
+	evictedBefore := evicted()
 	used, err := strconv.ParseInt(parseInfoFields(r.Info(ctx, "memory").Val(), "used_memory")["used_memory"], 10, 64)
 	require.NoError(t, err)
 	require.NoError(t, r.ConfigSet(ctx, "maxmemory-policy", "volatile-ttl").Err())
 	require.NoError(t, r.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+4<<20, 10)).Err())
 	votes = batch(16 << 20)
 	require.NoError(t, r.ConfigSet(ctx, "maxmemory", "0").Err())
-	require.Greater(t, evicted(), before, "the master evicted during the batch")
+	require.Greater(t, evicted(), evictedBefore, "the master evicted during the batch")
 	require.True(t, votes[0].stats.ok && votes[1].stats.ok)
 	assert.Equal(t, votes[0].stats, votes[1].stats, "one reading for the whole batch")
 	for i, err := range judge(votes) {
 		assert.ErrorIs(t, err, ErrMasterDataLost, "vote %d: the reading after the batch shows the eviction", i)
 	}
 	assert.Equal(t, int64(1), slow.DataLosses()[LossEvicted], "the eviction is counted once")
+}
+
+// parseCommandCalls returns the calls= count of one command in an INFO
+// commandstats text (0 when absent).
+func parseCommandCalls(t *testing.T, info, command string) int64 {
+	t.Helper()
+	v, ok := parseInfoFields(info, "cmdstat_"+command)["cmdstat_"+command]
+	if !ok {
+		return 0
+	}
+	for field := range strings.SplitSeq(v, ",") {
+		if n, ok := strings.CutPrefix(field, "calls="); ok {
+			calls, err := strconv.ParseInt(n, 10, 64)
+			require.NoError(t, err)
+			return calls
+		}
+	}
+	t.Fatalf("no calls= in %q", v)
+	return 0
+}
+
+// TestBareReadingTimesEachCommand: the property the one-command reading
+// rests on (batchstats.go), on the masters the tests run. Thirty INFO
+// server stats in one pipeline, one connection: each reply's
+// server_time_usec is the time of its own command (strictly increasing,
+// not one cached time per event-loop pass), and total_commands_processed
+// grows with them: time and count are read in one step.
+func TestBareReadingTimesEachCommand(t *testing.T) {
+	ctx := context.Background()
+	r := direct(t)[0]
+	info, err := r.Info(ctx, "server").Result()
+	require.NoError(t, err)
+	require.True(t, timesEachCommand(info), "the test masters report server_time_usec")
+	pipe := r.Pipeline()
+	cmds := make([]*redis.Cmd, 30)
+	for i := range cmds {
+		cmds[i] = queueStatsReading(ctx, pipe, false, true)
+	}
+	_, err = pipe.Exec(ctx)
+	require.NoError(t, err)
+	var prev statsReading
+	for i, cmd := range cmds {
+		got := parseStatsReading(cmd)
+		require.True(t, got.ok, "reading %d parses: %v", i, cmd.Val())
+		if i > 0 {
+			assert.True(t, got.at.After(prev.at), "reading %d: its time %v is after the last one's %v", i, got.at, prev.at)
+			assert.Greater(t, got.commands, prev.commands, "reading %d", i)
+		}
+		prev = got
+	}
+	// The same master's script reading: a TIME within the same seconds.
+	pipe = r.Pipeline()
+	script := queueStatsReading(ctx, pipe, true, false)
+	_, err = pipe.Exec(ctx)
+	require.NoError(t, err)
+	sr := parseStatsReading(script)
+	require.True(t, sr.ok)
+	assert.WithinDuration(t, prev.at, sr.at, time.Second, "both forms read the master's wall clock")
+	assert.GreaterOrEqual(t, sr.commands, prev.commands)
+	assert.False(t, timesEachCommand("# Server\r\nredis_version:6.0.16\r\nrun_id:abc\r\n"), "a server without server_time_usec keeps the script")
 }
 
 // TestParseStatsReading: the reply of stats_read.lua is decoded, and
@@ -135,11 +220,20 @@ func TestParseStatsReading(t *testing.T) {
 		"no time":           []any{info},
 		"zero time":         []any{"0", "0", info},
 		"bad time":          []any{"x", "0", info},
-		"not an array":      "OK",
+		"neither form":      "OK",
+		"INFO without time": "# Server\r\nrun_id:x\r\n" + info,
+		"INFO zero time":    "# Server\r\nserver_time_usec:0\r\n" + info,
 		"no text":           []any{"1700000000", "250", int64(3)},
 	} {
 		assert.False(t, ok(v).ok, name)
 	}
+	// The one-command form: INFO server stats, its time server_time_usec.
+	r = ok("# Server\r\nredis_version:7.0.15\r\nserver_time_usec:1700000000000250\r\nuptime_in_seconds:9\r\n\r\n" + info)
+	require.True(t, r.ok)
+	assert.Equal(t, int64(7), r.evicted)
+	assert.Equal(t, int64(1234), r.commands)
+	assert.Equal(t, time.Unix(1700000000, 250000), r.at)
+
 	failed := redis.NewCmd(context.Background())
 	failed.SetErr(redis.ErrClosed)
 	assert.False(t, parseStatsReading(failed).ok, "failed reading")

@@ -52,6 +52,11 @@ type master struct {
 	clockBoundsRefused atomic.Bool
 	clockBoundsOdd     atomic.Bool
 	noConfigGet        atomic.Bool
+	// bareReading: the last connection's onConnect found a master whose
+	// INFO gives the time of each command (Redis 7.0 or later, with
+	// server_time_usec): the batch reading is one INFO command, not
+	// stats_read.lua (batchstats.go).
+	bareReading atomic.Bool
 
 	st masterState
 
@@ -298,7 +303,7 @@ func (l *lane) exec(batch []*call) {
 	// vote is judged on it.
 	var reading *redis.Cmd
 	if votes && m.c.opts.dataLossGuard {
-		reading = queueStatsReading(ctx, pipe, false)
+		reading = queueStatsReading(ctx, pipe, false, m.bareReading.Load())
 	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && !isConnError(err) {
@@ -394,7 +399,7 @@ func (l *lane) retryNoScript(ctx context.Context, send []*call, reading **redis.
 		c.cmd = c.script.Eval(ctx, pipe, c.keys, c.args...)
 	}
 	if readAgain {
-		*reading = queueStatsReading(ctx, pipe, true)
+		*reading = queueStatsReading(ctx, pipe, true, l.m.bareReading.Load())
 	}
 	_, err := pipe.Exec(ctx)
 	if err != nil && !isConnError(err) {

@@ -437,6 +437,7 @@ func (m *master) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if id, _, _, ok := parseInfoServer(info.Val()); ok {
 		m.observeRunID(id, "new connection")
 	}
+	m.bareReading.Store(timesEachCommand(info.Val()))
 	return nil
 }
 
