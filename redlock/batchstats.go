@@ -70,22 +70,24 @@ import (
 // votes' times: a reading with a later time has a count at least as high
 // unless the statistics were reset in between (commandsGrow).
 //
-// Two forms of the reading, chosen per master by what its server reports
-// on each new connection (onConnect, timesEachCommand):
-//   - one bare INFO server stats command, where INFO server has
-//     server_time_usec (Redis 6.2 and later, redis/redis#8132): that field
-//     is server.ustime, which call() sets at the start of every top-level
-//     command (server.c, the "Update cache time" step, in every version
-//     that has the field), and total_commands_processed is in the same
-//     reply; one command runs to completion before any other, so the time
-//     and the count are one atomic step, as in the script.
+// Two forms of the reading, chosen per master on each new connection
+// (onConnect), by sending the first form once and parsing its answer:
+//   - one bare INFO server stats command, where it is answered with
+//     server_time_usec in it (Redis 7.0 and later: the field came with 6.2,
+//     redis/redis#8132, INFO with several sections with 7.0,
+//     redis/redis#6891; 6.2 answers a syntax error). The field is
+//     server.ustime, which every version that has it sets at the start of
+//     each top-level command (server.c: call(), or enterExecutionUnit
+//     from 7.2), and total_commands_processed is in the same reply; one
+//     command runs to completion before any other, so the time and the
+//     count are one atomic step, as in the script.
 //     TestBareReadingTimesEachCommand checks that property on the masters
 //     the tests run;
 //   - elsewhere, scripts/stats_read.lua: TIME and INFO stats in one script.
-// A reading whose reply lacks a field (a master replaced by an older
-// server after the connection's check, say) cannot be parsed: its batch's
-// votes are refused, as for any failed reading; the next connection's
-// check switches the form.
+// A reading that fails or lacks a field (the first batch on a connection
+// to a server that replaced the master after the last check, say) cannot
+// be parsed: its batch's votes are refused, as for any failed reading; the
+// new connection's check switches the form for the next batch.
 //
 // Why not MULTI; TIME; INFO stats; EXEC: a master over maxmemory refuses
 // every command queued in a MULTI, so status votes, which succeed under
@@ -161,10 +163,18 @@ func parseStatsReading(cmd *redis.Cmd) statsReading {
 }
 
 // timesEachCommand reports whether a master's INFO server text (read on a
-// new connection) has server_time_usec, the time of the command's start:
-// its batch reading can then be one INFO command.
+// new connection) has server_time_usec, the time of the command's start
+// (Redis 6.2 and later).
 func timesEachCommand(infoServer string) bool {
 	return infoField(infoServer, "server_time_usec:") > 0
+}
+
+// bareReadingWorks reports whether a one-command reading sent on a new
+// connection (INFO server stats) was answered and parses: Redis 6.2 has
+// server_time_usec but answers INFO with more than one section with a
+// syntax error (several sections came with 7.0, redis/redis#6891).
+func bareReadingWorks(cmd *redis.Cmd) bool {
+	return parseStatsReading(cmd).ok
 }
 
 // infoField returns the value of the INFO field whose line starts with

@@ -433,11 +433,17 @@ func TestRollbackToOlderData(t *testing.T) {
 }
 
 // TestResetStatHidesNoEviction: evictions followed by CONFIG RESETSTAT
-// (evicted_keys back to 0) are caught: the count went down.
+// (evicted_keys back to 0) are caught: the count went down. Both forms
+// of the batch reading (batchstats.go) are run.
 func TestResetStatHidesNoEviction(t *testing.T) {
+	forEachReadingForm(t, testResetStatHidesNoEviction)
+}
+
+func testResetStatHidesNoEviction(t *testing.T, bare bool) {
 	ctx := context.Background()
 	c, opts := brandNewClient(t)
 	slow := sameDeployment(t, append(opts, WithHealthInterval(time.Hour))...)
+	useReadingForm(t, slow, bare)
 	key := newKey(t)
 	placeOn(t, c, key, 30*time.Second, 2, 3, 4)
 	warmUp(slow) // its baseline of evicted_keys, read by a vote

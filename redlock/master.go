@@ -52,9 +52,9 @@ type master struct {
 	clockBoundsRefused atomic.Bool
 	clockBoundsOdd     atomic.Bool
 	noConfigGet        atomic.Bool
-	// bareReading: the last connection's onConnect found a master whose
-	// INFO gives the time of each command (Redis 7.0 or later, with
-	// server_time_usec): the batch reading is one INFO command, not
+	// bareReading: the last new connection's onConnect sent the
+	// one-command batch reading (INFO server stats) and it parsed (Redis
+	// 7.0 or later): the batch reading is that command, not
 	// stats_read.lua (batchstats.go).
 	bareReading atomic.Bool
 

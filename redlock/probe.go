@@ -437,7 +437,11 @@ func (m *master) onConnect(ctx context.Context, cn *redis.Conn) error {
 	if id, _, _, ok := parseInfoServer(info.Val()); ok {
 		m.observeRunID(id, "new connection")
 	}
-	m.bareReading.Store(timesEachCommand(info.Val()))
+	// The batch reading's form (batchstats.go): the one-command reading
+	// is tried as it would be sent, on this connection, after the INFO
+	// above; its failure (Redis 6.2 has server_time_usec but refuses INFO
+	// with two sections) only keeps the script.
+	m.bareReading.Store(timesEachCommand(info.Val()) && bareReadingWorks(cn.Do(ctx, "info", "server", "stats")))
 	return nil
 }
 

@@ -94,9 +94,15 @@ func TestDurableRestartIsNoLoss(t *testing.T) {
 // run_id) and without evictions: only total_commands_processed went down,
 // which would hide evictions made just before it. Masters 0 and 1 hold the
 // keys, so master 4's vote is read every time.
+// Both forms of the batch reading (batchstats.go) are run.
 func TestResetStatIsALoss(t *testing.T) {
+	forEachReadingForm(t, testResetStatIsALoss)
+}
+
+func testResetStatIsALoss(t *testing.T, bare bool) {
 	ctx := context.Background()
 	c, _ := brandNewClient(t, WithHealthInterval(time.Hour))
+	useReadingForm(t, c, bare)
 	placeOn(t, c, newKey(t), time.Second, 2, 3, 4) // master 4's command count, read by its vote
 	require.NoError(t, direct(t)[4].ConfigResetStat(ctx).Err())
 	key := newKey(t)
