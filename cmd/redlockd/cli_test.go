@@ -210,3 +210,28 @@ func TestRepairFencesMaxTTL(t *testing.T) {
 	assert.Contains(t, out.String(), "master 4 ("+masters[4]+") stays out 1m", out.String())
 	assert.Contains(t, out.String(), "after this repair: an earlier repair's quarantine ends later, and a repair never shortens one")
 }
+
+// A mistyped command or lock subcommand is one line on stderr, naming
+// the nearest one, with exit 64 (a usage error), not the whole usage
+// printed above the error.
+func TestUnknownCommandSuggests(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"lock", "acquir"}, `lock: unknown subcommand "acquir" (did you mean "acquire"?); see redlockd lock --help`},
+		{[]string{"lock", "stat"}, `lock: unknown subcommand "stat" (did you mean "status"?); see redlockd lock --help`},
+		{[]string{"lock", "xyz"}, `lock: unknown subcommand "xyz"; see redlockd lock --help`},
+		{[]string{"serv"}, `unknown command "serv" (did you mean "serve"?); see redlockd --help`},
+		{[]string{"frobnicate"}, `unknown command "frobnicate"; see redlockd --help`},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), c.args, &stdout, &stderr)
+		require.Error(t, err, "%v", c.args)
+		assert.Equal(t, c.want, err.Error(), "%v", c.args)
+		var ee *exitError
+		require.ErrorAs(t, err, &ee, "%v", c.args)
+		assert.Equal(t, exitUsage, ee.code, "%v", c.args)
+		assert.Empty(t, stdout.String()+stderr.String(), "%v: no usage printed", c.args)
+	}
+}

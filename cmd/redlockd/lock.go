@@ -17,6 +17,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/agnivade/levenshtein"
 	"syscall"
 	"time"
 
@@ -154,6 +156,28 @@ type lockFlags struct {
 	set                                map[string]bool // the flags given on the command line
 }
 
+// lockSubcommands are lock's subcommands, for didYouMean.
+var lockSubcommands = []string{"run", "acquire", "extend", "release", "status"}
+
+// didYouMean returns ` (did you mean "X"?)` for the one of known nearest
+// to word (at most two edits, or word a prefix of it), else "".
+func didYouMean(word string, known []string) string {
+	best, bestD := "", 3
+	for _, k := range known {
+		d := levenshtein.ComputeDistance(word, k)
+		if strings.HasPrefix(k, word) && word != "" {
+			d = min(d, 1)
+		}
+		if d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
 func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, lockUsage)
@@ -166,8 +190,9 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprint(stdout, lockUsage)
 		return nil
 	default:
-		fmt.Fprint(stderr, lockUsage)
-		return exitf(exitUsage, "lock: unknown subcommand %q", sub)
+		// One line, not the whole usage above the error (a typo is the
+		// usual cause): the nearest subcommand, and where the usage is.
+		return exitf(exitUsage, "lock: unknown subcommand %q%s; see redlockd lock --help", sub, didYouMean(sub, lockSubcommands))
 	}
 	fs := flag.NewFlagSet("lock "+sub, flag.ContinueOnError)
 	// The flag package prints its error and the whole usage on a bad flag;

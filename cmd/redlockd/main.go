@@ -145,7 +145,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
-		fmt.Fprint(stderr, usage)
-		return fmt.Errorf("unknown command %q", args[0])
+		return exitf(exitUsage, "unknown command %q%s; see redlockd --help", args[0], didYouMean(args[0], commands))
 	}
 }
