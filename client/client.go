@@ -80,6 +80,11 @@ func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.tim
 func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	switch {
+	case !strings.Contains(baseURL, "://"):
+		// "127.0.0.1:7070" does not parse ("first path segment in URL
+		// cannot contain colon") and "localhost:7070" parses with scheme
+		// "localhost": both mean a missing scheme.
+		return nil, fmt.Errorf("%w: base URL %q: no scheme; give http:// or https:// before the host, e.g. http://%s", ErrInvalid, baseURL, strings.TrimLeft(baseURL, "/"))
 	case err != nil:
 		return nil, fmt.Errorf("%w: base URL: %v", ErrInvalid, err)
 	case u.Scheme != "http" && u.Scheme != "https":

@@ -27,7 +27,8 @@ func TestStdlibOnly(t *testing.T) {
 
 func TestNewRefusesBadArguments(t *testing.T) {
 	for _, tc := range []struct{ url, key, want string }{
-		{"127.0.0.1:7070", "k", "base URL"},
+		{"127.0.0.1:7070", "k", `base URL "127.0.0.1:7070": no scheme; give http:// or https:// before the host, e.g. http://127.0.0.1:7070`},
+		{"localhost:7070", "k", `base URL "localhost:7070": no scheme; give http:// or https:// before the host, e.g. http://localhost:7070`},
 		{"ftp://x", "k", "scheme"},
 		{"http://", "k", "missing host"},
 		{"http://x/?api_key=k", "k", "query"},
