@@ -295,12 +295,12 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "extend":
 		l, err := c.Extend(ctx, f.key, f.token, f.ttl, opts...)
 		if err != nil {
-			return lockFailed(stdout, "extend", id, err)
+			return slotHint(lockFailed(stdout, "extend", id, err), &f)
 		}
 		return printData(stdout, "extend", id, "extended", true, leaseFields(l, false))
 	case "release":
 		if err := c.Release(ctx, f.key, f.token, opts...); err != nil {
-			return lockFailed(stdout, "release", id, err)
+			return slotHint(lockFailed(stdout, "release", id, err), &f)
 		}
 		return printData(stdout, "release", id, "released", true, nil)
 	default: // status
@@ -550,6 +550,20 @@ func lockFailed(stdout io.Writer, action string, key lockID, err error) error {
 		return &exitError{code: exitNotHeld, err: actionFailed(err, "lock "+action, action)}
 	}
 	return &exitError{code: exitCode(err), err: actionFailed(err, "lock "+action, action)}
+}
+
+// slotHint adds to a not-held extend or release of one key without
+// --slot that a semaphore permit needs its slot: the daemon looked for
+// the lock K, not for K's permits, and a permit's token is in none of
+// them (`lock acquire --permits` printed the slot with the token).
+func slotHint(err error, f *lockFlags) error {
+	var ee *exitError
+	if f.slot >= 0 || f.keys != nil || !errors.As(err, &ee) || ee.code != exitNotHeld || ee.err == nil ||
+		!strings.HasSuffix(ee.err.Error(), "it expired or was already released") {
+		return err
+	}
+	ee.err = fmt.Errorf("%w (for a semaphore's permit, give the --slot that acquire printed)", ee.err)
+	return err
 }
 
 // clientPrefix starts the text of every error of package client, as Go
