@@ -83,8 +83,10 @@ while the command runs, and releases it when the command exits. If the lock
 is lost (an extend refused, or validity about to end unconfirmed), the
 command's process group gets SIGTERM, then SIGKILL after --grace or when
 the validity ends, whichever is sooner (a command that ignores SIGTERM gets
-at most the validity left: about 1 s, a tenth of the TTL when shorter), or
-as soon as the command itself exited; the reason is printed on stderr.
+at most the validity left: about 1 s, a tenth of the TTL when shorter; none
+after a refused extend, when the lock is already gone or another owner's:
+SIGKILL follows at once), or as soon as the command itself exited; the
+reason is printed on stderr.
 When the command exits, whatever it left running in its process group is
 killed before the lock is released (after a loss that release only cleans
 up, and lock run waits at most 2 s for it). SIGINT, SIGTERM and the other
@@ -801,8 +803,16 @@ wait:
 				break wait
 			}
 			// The SIGKILL comes no later than the end of validity, whatever
-			// --grace says: after it another owner may hold the lock.
-			grace = min(f.grace, max(time.Until(l.ValidUntil())-killAhead, 0)).Truncate(time.Millisecond)
+			// --grace says: after it another owner may hold the lock. A
+			// refused extend (ErrNotHeld: the token holds the lock on no
+			// quorum any more, it was deleted, lost or taken) leaves no
+			// validity at all, whatever the lease computed: SIGKILL follows
+			// SIGTERM at once.
+			left := time.Until(l.ValidUntil())
+			if errors.Is(lost, client.ErrNotHeld) {
+				left = 0
+			}
+			grace = min(f.grace, max(left-killAhead, 0)).Truncate(time.Millisecond)
 			fmt.Fprintf(stderr, "redlockd lock run: lock %v lost: %s; sending SIGTERM to the command (pid %d), SIGKILL in %v\n", f.lockID(), cliText(lost), pgid, grace)
 			if g != nil {
 				_ = g.lost()

@@ -3,6 +3,7 @@ package main
 // Tests of `redlockd lock` that wait for a lock, and of lock run's guardian.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -14,8 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/config"
 )
 
 // holdFor acquires key over HTTP and releases it after d.
@@ -130,6 +134,36 @@ func TestLockRunGraceEndsWithValidity(t *testing.T) {
 		"killed at the end of the validity, by lock run or its guardian: %s", out)
 	assert.True(t, gone(pid), "the command is gone")
 	assert.NotContains(t, out, "stopped or hung", "lock run declared the loss itself: its guardian does not blame it")
+}
+
+// TestLockRunRefusedExtendKillsAtOnce: when an extend is refused (the
+// token holds the lock on no quorum: deleted, lost or taken), no validity
+// is left whatever the lease computed: a command that ignores SIGTERM gets
+// SIGKILL at once, not after --grace. Before, it ran on for the whole
+// --grace (10 s by default) beside the lock's next owner.
+func TestLockRunRefusedExtendKillsAtOnce(t *testing.T) {
+	ctx := context.Background()
+	prefix := fmt.Sprintf("e2e%d:", prefixSeq.Add(1))
+	base, _ := startDaemon(t, func(c *config.Config) { c.KeyPrefix = prefix })
+	dir := t.TempDir()
+	p := startLock(t, base, "run", "--key", "job:taken", "--ttl", "6s", "--grace", "60s", "--",
+		"sh", "-c", `trap '' TERM; echo $$ > `+dir+`/pid; while :; do sleep 0.05; done`)
+	pid := waitPID(t, dir+"/pid")
+	// Another owner takes the key on every master (as after a loss): the
+	// next extend, at about a third of the TTL, is refused.
+	for _, srv := range servers {
+		r := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+		keys, err := r.Keys(ctx, prefix+"lock:*job:taken").Result()
+		require.NoError(t, err)
+		require.Len(t, keys, 1)
+		require.NoError(t, r.Set(ctx, keys[0], "another-owner", time.Minute).Err())
+		require.NoError(t, r.Close())
+	}
+	assert.Equal(t, 78, p.wait(t), "stderr: %s", p.stderr.String())
+	out := p.stderr.String()
+	assert.Contains(t, out, "SIGKILL in 0s", "no grace after a refused extend: %s", out)
+	assert.Contains(t, out, "token does not match the current holder")
+	assert.True(t, gone(pid), "the command is gone")
 }
 
 // TestLockGuardRefusesBadInput: the hidden guardian command refuses a
