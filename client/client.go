@@ -160,8 +160,10 @@ func WithPermits(n int) LockOption { return func(r *request) { r.permits = n } }
 // WithLockDelay makes Acquire ask for a lock-delay of d (whole
 // milliseconds, at most 60 s, not negative; lock_delay_ms on the wire): if the lock ends
 // without a release, nobody acquires the key for d after it ends. Release
-// clears it. Ignored by the other calls. Default 0: none.
-func WithLockDelay(d time.Duration) LockOption { return func(r *request) { r.lockDelay = d } }
+// clears it. Ignored by the other calls. Without it the daemon applies the
+// account's default lock_delay (none unless configured); WithLockDelay(0)
+// asks for none, also where the account has a default.
+func WithLockDelay(d time.Duration) LockOption { return func(r *request) { r.lockDelay = &d } }
 
 // WithSlot makes Extend and Release act on the permit slot of the
 // semaphore key (the Lease.Slot its acquire returned). Ignored by Acquire
@@ -197,9 +199,9 @@ type request struct {
 	token     string
 	ttl       time.Duration
 	wait      time.Duration
-	permits   int  // acquire, status: a semaphore's permits; 0 for a lock
-	slot      *int // extend, release: a semaphore's permit slot
-	lockDelay time.Duration
+	permits   int             // acquire, status: a semaphore's permits; 0 for a lock
+	slot      *int            // extend, release: a semaphore's permit slot
+	lockDelay *time.Duration  // acquire: WithLockDelay; nil: the account's default
 	stop      <-chan struct{} // acquire: WithStopWaiting
 }
 
@@ -214,7 +216,7 @@ type wireRequest struct {
 	WaitMS      int64    `json:"wait_ms,omitempty"`
 	Permits     int      `json:"permits,omitempty"`
 	Slot        *int     `json:"slot,omitempty"`
-	LockDelayMS int64    `json:"lock_delay_ms,omitempty"`
+	LockDelayMS *int64   `json:"lock_delay_ms,omitempty"` // nil: the account's default; 0 is sent
 }
 
 // envelope is every answer of POST /v1/lock.
@@ -323,8 +325,9 @@ func (c *Client) do(ctx context.Context, r *request) (*answer, error) {
 	switch r.action {
 	case "acquire", "status":
 		body.Permits = r.permits
-		if r.action == "acquire" {
-			body.LockDelayMS = r.lockDelay.Milliseconds()
+		if r.action == "acquire" && r.lockDelay != nil {
+			ms := r.lockDelay.Milliseconds()
+			body.LockDelayMS = &ms
 		}
 	case "extend", "release":
 		body.Slot = r.slot
@@ -342,8 +345,8 @@ func (c *Client) do(ctx context.Context, r *request) (*answer, error) {
 	if r.wait < 0 {
 		return nil, fmt.Errorf("%w: wait %v is negative", ErrInvalid, r.wait)
 	}
-	if r.lockDelay < 0 {
-		return nil, fmt.Errorf("%w: lock delay %v is negative", ErrInvalid, r.lockDelay)
+	if r.lockDelay != nil && *r.lockDelay < 0 {
+		return nil, fmt.Errorf("%w: lock delay %v is negative", ErrInvalid, *r.lockDelay)
 	}
 	b, err := json.Marshal(body)
 	if err != nil {

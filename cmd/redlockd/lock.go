@@ -123,7 +123,8 @@ orders cannot deadlock. It cannot be combined with --permits or --slot.
 --lock-delay D (run, acquire): if the lock ends without a release (lock
 run killed with SIGKILL, its host paused), nobody acquires it for D after
 it ends, so that a stalled holder can notice before the next one starts.
-A release ends the delay at once.
+A release ends the delay at once. Without it the account's default
+lock_delay applies (none unless configured); --lock-delay 0s asks for none.
 
 acquire, extend, release and status print the answer's data object as JSON
 on stdout (acquire's includes the token) and exit with:
@@ -278,7 +279,8 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if f.slot >= 0 {
 		opts = append(opts, client.WithSlot(f.slot))
 	}
-	if f.lockDelay > 0 {
+	if f.set["lock-delay"] {
+		// --lock-delay 0s is sent: it opts out of the account's default.
 		opts = append(opts, client.WithLockDelay(f.lockDelay))
 	}
 	if f.keys != nil {
