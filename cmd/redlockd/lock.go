@@ -130,7 +130,8 @@ acquire, extend, release and status print the answer's data object as JSON
 on stdout (acquire's includes the token) and exit with:
 
   0    acquired / extended / released / held; run: the command's own status
-       (128+N when signal N killed it, or ended the wait for the lock)
+       (128+N when signal N killed it, or ended the wait for the lock;
+       acquire: 128+N too when signal N ends its wait, nothing held)
   64   usage: bad flags, missing URL or API key, refused as bad input (400)
        or unauthorized (401)
   69   unavailable: no quorum of masters (503) or the daemon unreachable
@@ -291,7 +292,20 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "run":
 		return lockRun(ctx, c, &f, opts, fs.Args(), stderr)
 	case "acquire":
-		l, err := acquireInterruptible(ctx, c, &f, opts)
+		// A signal ends the wait as it ends lock run's: exit 128+N (not
+		// 69, "unavailable", which a script would retry), a lock granted
+		// in that moment released.
+		sigs := make(chan os.Signal, 4)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+		l, sig, err := acquireOrSignal(ctx, c, &f, opts, sigs)
+		signal.Stop(sigs)
+		if sig != nil {
+			if l != nil {
+				releaseNow(l, io.Discard)
+				return &exitError{code: 128 + int(sig.(syscall.Signal)), err: fmt.Errorf("lock acquire: %v while waiting; the lock granted in that moment was released", sig)}
+			}
+			return &exitError{code: 128 + int(sig.(syscall.Signal)), err: fmt.Errorf("lock acquire: %v while waiting; nothing is held", sig)}
+		}
 		if err != nil {
 			return lockFailed(stdout, "acquire", id, err)
 		}
@@ -902,26 +916,6 @@ func acquireOrSignal(ctx context.Context, c *client.Client, f *lockFlags, opts [
 		return l, s, err
 	}
 	return l, nil, err
-}
-
-// acquireInterruptible is `lock acquire`'s acquire: an interrupt (ctx
-// ends: SIGINT, SIGTERM) stops the wait without dropping the answer
-// (client.WithStopWaiting), and a lock granted in that moment is released
-// at once, as nobody will see its token.
-func acquireInterruptible(ctx context.Context, c *client.Client, f *lockFlags, opts []client.LockOption) (*client.Lease, error) {
-	l, err := c.Acquire(context.WithoutCancel(ctx), f.key, f.ttl, append(opts, client.WithStopWaiting(ctx.Done()))...)
-	switch {
-	case ctx.Err() == nil:
-		return l, err
-	case err == nil:
-		releaseNow(l, io.Discard)
-		return nil, fmt.Errorf("interrupted; the lock granted meanwhile was released: %w", ctx.Err())
-	default:
-		// Not wrapped: the daemon's answer to the stopped wait matches
-		// ErrLockHeld, and an interrupted acquire exits as interrupted
-		// (exitCode), not as "held by another owner".
-		return nil, fmt.Errorf("interrupted while waiting (%s): %w", cliText(err), ctx.Err())
-	}
 }
 
 // lostReleaseTimeout bounds the release of a lock already lost: it only

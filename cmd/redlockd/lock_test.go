@@ -486,3 +486,31 @@ func TestLockRunSignalWhileWaiting(t *testing.T) {
 	}
 	assert.NoFileExists(t, marker)
 }
+
+// TestLockAcquireSignalWhileWaiting: SIGINT, SIGTERM or SIGHUP while lock
+// acquire --wait waits ends it with 128+N, as lock run's wait, and holds
+// nothing; it exited 69 ("unavailable", which a script retries) on SIGINT
+// and SIGTERM, and SIGHUP killed it.
+func TestLockAcquireSignalWhileWaiting(t *testing.T) {
+	base := daemonURL(t)
+	st, env, _ := post(t, lockURL(base), keyA, `{"action":"acquire","key":"job:acq-waiting","ttl":60}`)
+	require.Equal(t, 200, st)
+	require.Equal(t, true, env.Data["acquired"])
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		for attempt := 0; ; attempt++ {
+			p := startLock(t, base, "acquire", "--key", "job:acq-waiting", "--ttl", "30s", "--wait", "25s")
+			time.Sleep(300 * time.Millisecond) // let it start waiting
+			require.NoError(t, p.cmd.Process.Signal(sig))
+			err := p.cmd.Wait()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee)
+			if ws := ee.Sys().(syscall.WaitStatus); ws.Signaled() && attempt < 5 {
+				continue // the signal came before it was listening: again
+			}
+			assert.Equal(t, 128+int(sig), ee.ExitCode(), "%v: stderr %s", sig, p.stderr.String())
+			assert.Contains(t, p.stderr.String(), "while waiting; nothing is held", "%v", sig)
+			assert.Empty(t, p.stdout.String(), "%v: no lock printed", sig)
+			break
+		}
+	}
+}
