@@ -113,6 +113,10 @@ func TestMultiKeyBadRequests(t *testing.T) {
 		{`{"key":"a","keys":["b","c"]}`, "key, keys: send one of them"},
 		{`{"keys":["a","b"],"permits":2}`, "permits, keys"},
 		{`{"action":"release","keys":["a","b"],"token":"0123456789abcdef0123456789abcdef","slot":1}`, "slot, keys"},
+		// keys of one key is that key's lock, but still not a semaphore's.
+		{`{"keys":["a"],"permits":2}`, "permits, keys"},
+		{`{"action":"extend","keys":["a"],"token":"0123456789abcdef0123456789abcdef","slot":0,"ttl":5}`, "slot, keys"},
+		{`{"action":"release","keys":["a"],"token":"0123456789abcdef0123456789abcdef","slot":0}`, "slot, keys"},
 		{`{"keys":["a","b\u0001"]}`, "keys[1]: control character"},
 		{`{"keys":["a","` + strings.Repeat("x", maxKeyBytes+1) + `"]}`, "keys[1]: 513 bytes is above the maximum of 512 bytes"},
 	} {

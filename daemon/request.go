@@ -299,10 +299,12 @@ func (f *lockFields) parseNumbers(req *lockRequest, lim *lockBounds) *badRequest
 		}
 		req.lockDelayMS, req.hasLockDelay = n, true
 	}
-	if req.keys != nil && req.permits > 0 {
+	// keysOfOne: keys with one key is that key's lock, but keys still
+	// cannot name a semaphore (the contract says so for any keys).
+	if (req.keys != nil || req.keysOfOne) && req.permits > 0 {
 		return bad("permits, keys: a semaphore has one name; send key with permits, or keys without")
 	}
-	if req.keys != nil && req.hasSlot {
+	if (req.keys != nil || req.keysOfOne) && req.hasSlot {
 		return bad("slot, keys: a slot is a semaphore permit's; send key with slot, or keys without")
 	}
 	return nil
