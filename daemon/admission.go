@@ -34,6 +34,12 @@ func (s *Server) refund(c *call) { c.limits.Refund(time.Now()) }
 // refuse answers 429 for a limit, with Retry-After in whole seconds
 // (rounded up, at least 1).
 func (s *Server) refuse(w http.ResponseWriter, c *call, r limits.Refusal) {
+	if r.Reason == limits.SetAboveMaxLocks {
+		// No limit was hit: the request can never pass (400, no
+		// Retry-After; not counted as a refusal).
+		s.fail(w, c, http.StatusBadRequest, resBadRequest, codeBadRequest, r.Msg)
+		return
+	}
 	c.limits.Refused(r)
 	res, code := resQuotaExhausted, codeQuotaExhausted
 	switch r.Reason {

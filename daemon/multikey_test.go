@@ -150,6 +150,15 @@ func TestMultiKeyCountsEveryKey(t *testing.T) {
 	require.Eventually(t, func() bool { return *a.stats(t).LocksHeld == 1 }, 5*time.Second, 5*time.Millisecond)
 	r = a.lock(t, `{"action":"acquire","keys":["t:d","t:e"],"ttl":30}`)
 	require.Equal(t, true, r.data(t)["acquired"], r.Raw)
+	// A set of more keys than max_locks can never be held: 400, not a 429
+	// to retry, and nothing written.
+	r = a.lock(t, `{"action":"acquire","keys":["t:f","t:g","t:h","t:i"],"ttl":30}`)
+	require.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
+	require.NotNil(t, r.Env.Code, r.Raw)
+	assert.Equal(t, "bad_request", *r.Env.Code, r.Raw)
+	assert.Contains(t, r.Env.Msg, "keys: 4 keys is above this account's max_locks (3): each key counts, so the set can never be held; send at most 3 keys")
+	assert.Empty(t, r.Header.Get("Retry-After"), r.Raw)
+	assert.Empty(t, keysOn(t, servers, testPrefix+"lock:*t:f*"))
 }
 
 // TestMultiKeySetsBackToBackStayUnderMaxLocks: sets acquired one after

@@ -12,6 +12,10 @@ const (
 	RateLimited
 	// TooManyLocks: the acquire would take the account past max_locks.
 	TooManyLocks
+	// SetAboveMaxLocks: a multi-key lock has more keys than the account's
+	// max_locks: it can never be held, whatever is released (a bad
+	// request, not a limit to wait for).
+	SetAboveMaxLocks
 )
 
 // Refusal is why a call was refused: the limit, the message for the

@@ -484,6 +484,9 @@ func (st *accountState) refill(now time.Time) {
 func (st *accountState) reserveLocks(keys int) (Refusal, bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if st.lim.MaxLocks > 0 && keys > st.lim.MaxLocks {
+		return Refusal{Reason: SetAboveMaxLocks, Msg: "keys: " + fmtInt(int64(keys)) + " keys is above this account's max_locks (" + fmtInt(int64(st.lim.MaxLocks)) + "): each key counts, so the set can never be held; send at most " + fmtInt(int64(st.lim.MaxLocks)) + " keys"}, false
+	}
 	if n := st.heldEstimate(); st.lim.MaxLocks > 0 && n+int64(keys) > int64(st.lim.MaxLocks) {
 		msg := "too many locks: this account holds " + fmtInt(n) + " and its limit (max_locks) is " + fmtInt(int64(st.lim.MaxLocks)) + "; release some, or wait for them to expire"
 		if keys > 1 {
