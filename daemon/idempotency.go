@@ -498,8 +498,16 @@ func fingerprintOf(b *idemRequestBody) (string, *badRequest) {
 	switch {
 	case b.Fingerprint != nil:
 		fp := *b.Fingerprint
-		if len(fp) != 64 || strings.Trim(fp, "0123456789abcdef") != "" {
+		switch {
+		case len(fp) != 64:
 			return "", bad("fingerprint: must be 64 lowercase hex characters (a SHA-256), got %d characters", len(fp))
+		case strings.Trim(fp, "0123456789abcdef") != "":
+			// Name what is wrong: uppercase hex is the usual case.
+			what := "a character that is not lowercase hex (0-9, a-f)"
+			if strings.Trim(fp, "0123456789abcdefABCDEF") == "" {
+				what = "uppercase hex: send it in lowercase"
+			}
+			return "", bad("fingerprint: must be 64 lowercase hex characters (a SHA-256); it has %s", what)
 		}
 		return fp, nil
 	case b.Body != nil:

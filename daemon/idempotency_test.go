@@ -252,7 +252,9 @@ func TestIdemBadInput(t *testing.T) {
 	}{
 		{`{"action":"idem_begin","body":"x"}`, 400, "key: required"},
 		{`{"action":"idem_begin","key":"k"}`, 400, "fingerprint: send exactly one of"},
-		{`{"action":"idem_begin","key":"k","fingerprint":"ABC"}`, 400, "fingerprint: must be 64 lowercase hex characters"},
+		{`{"action":"idem_begin","key":"k","fingerprint":"ABC"}`, 400, "fingerprint: must be 64 lowercase hex characters (a SHA-256), got 3 characters"},
+		{`{"action":"idem_begin","key":"k","fingerprint":"` + strings.Repeat("AB", 32) + `"}`, 400, "fingerprint: must be 64 lowercase hex characters (a SHA-256); it has uppercase hex: send it in lowercase"},
+		{`{"action":"idem_begin","key":"k","fingerprint":"` + strings.Repeat("zz", 32) + `"}`, 400, "fingerprint: must be 64 lowercase hex characters (a SHA-256); it has a character that is not lowercase hex (0-9, a-f)"},
 		{`{"action":"idem_begin","key":"k","body":"x","retention":604801}`, 400, "retention: 604801 is above the maximum of 604800"},
 		{`{"action":"idem_begin","key":"k","body":"x","lease":0}`, 400, "lease: 0 is below the minimum of 1"},
 		{`{"action":"idem_begin","key":"k","body":"x","lease":1.5}`, 400, "lease: must be an integer number of seconds"},

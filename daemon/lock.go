@@ -158,8 +158,16 @@ func (s *Server) guardRequest(w http.ResponseWriter, r *http.Request, c *call, s
 	c.account = entry.Account
 	c.limits = s.limits.Admission(entry.Account, entry.Limits, start)
 	if ct := headerValue(r.Header, hdrContentType); ct != "" && !isJSONContentType(ct) {
-		s.fail(w, c, http.StatusUnsupportedMediaType, resUnsupportedMediaType, codeUnsupportedMedia,
-			`Content-Type must be application/json (with curl: -H "Content-Type: application/json")`)
+		msg := `Content-Type must be application/json (with curl: -H "Content-Type: application/json")`
+		if mt, params, err := mime.ParseMediaType(ct); err == nil && mt == "application/json" {
+			// The media type is right: a parameter is not (JSON is UTF-8,
+			// RFC 8259; the value is not repeated, it may be anything).
+			msg = "Content-Type: application/json takes no parameter but charset=utf-8 (JSON is UTF-8); send the body in UTF-8, without another charset"
+			if _, ok := params["charset"]; !ok {
+				msg = "Content-Type: application/json takes no parameter but charset=utf-8; leave the others out"
+			}
+		}
+		s.fail(w, c, http.StatusUnsupportedMediaType, resUnsupportedMediaType, codeUnsupportedMedia, msg)
 		return nil
 	}
 	return entry

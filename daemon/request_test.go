@@ -162,7 +162,9 @@ func badInputs() []badInput {
 		{name: "text content type", header: map[string]string{"X-API-Key": testKeyAcme, "Content-Type": "text/plain"}, body: `{"key":"a"}`,
 			status: http.StatusUnsupportedMediaType, code: codeUnsupportedMedia, msg: "Content-Type must be application/json"},
 		{name: "latin1 charset", header: map[string]string{"X-API-Key": testKeyAcme, "Content-Type": "application/json; charset=iso-8859-1"}, body: `{"key":"a"}`,
-			status: http.StatusUnsupportedMediaType, code: codeUnsupportedMedia, msg: "Content-Type must be application/json"},
+			status: http.StatusUnsupportedMediaType, code: codeUnsupportedMedia, msg: "Content-Type: application/json takes no parameter but charset=utf-8 (JSON is UTF-8); send the body in UTF-8, without another charset"},
+		{name: "another parameter", header: map[string]string{"X-API-Key": testKeyAcme, "Content-Type": "application/json; version=2"}, body: `{"key":"a"}`,
+			status: http.StatusUnsupportedMediaType, code: codeUnsupportedMedia, msg: "Content-Type: application/json takes no parameter but charset=utf-8; leave the others out"},
 	}
 }
 
