@@ -235,3 +235,35 @@ func TestUnknownCommandSuggests(t *testing.T) {
 		assert.Empty(t, stdout.String()+stderr.String(), "%v: no usage printed", c.args)
 	}
 }
+
+// A flag given twice is refused (exit 64) instead of the last one winning
+// in silence (--key a --key b locked b); the command's own arguments after
+// -- are not flags of lock's.
+func TestLockRepeatedFlag(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"lock", "acquire", "--key", "a", "--key", "b"}, "lock acquire: --key given twice; give each flag once"},
+		{[]string{"lock", "release", "--key", "a", "--token=t", "-token", "u"}, "lock release: --token given twice; give each flag once"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := run(context.Background(), append(c.args, "--url", "http://127.0.0.1:1", "--api-key", "k"), &stdout, &stderr)
+		require.Error(t, err, "%v", c.args)
+		assert.Equal(t, c.want, err.Error())
+		var ee *exitError
+		require.ErrorAs(t, err, &ee)
+		assert.Equal(t, exitUsage, ee.code)
+	}
+	assert.Equal(t, "", repeatedFlag(flagSetOf(t, "key", "ttl"), []string{"--key", "a", "--ttl", "5s", "--", "--key", "b"}), "after --: the command's")
+	assert.Equal(t, "", repeatedFlag(flagSetOf(t, "key"), []string{"--key", "--key"}), "a value that looks like a flag is the value")
+}
+
+func flagSetOf(t *testing.T, names ...string) *flag.FlagSet {
+	t.Helper()
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	for _, n := range names {
+		fs.String(n, "", "")
+	}
+	return fs
+}

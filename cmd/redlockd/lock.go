@@ -160,6 +160,32 @@ type lockFlags struct {
 	set                                map[string]bool // the flags given on the command line
 }
 
+// repeatedFlag returns the name of the first flag of fs given more than
+// once in args (up to "--" or the first argument that is not a flag, as
+// flag.Parse reads them), or "".
+func repeatedFlag(fs *flag.FlagSet, args []string) string {
+	seen := map[string]bool{}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || a == "-" || !strings.HasPrefix(a, "-") {
+			return ""
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		fl := fs.Lookup(name)
+		if fl == nil {
+			return ""
+		}
+		if seen[name] {
+			return name
+		}
+		seen[name] = true
+		if bf, ok := fl.Value.(interface{ IsBoolFlag() bool }); !hasValue && !(ok && bf.IsBoolFlag()) {
+			i++ // the flag's value is the next argument
+		}
+	}
+	return ""
+}
+
 // lockSubcommands are lock's subcommands, for didYouMean.
 var lockSubcommands = []string{"run", "acquire", "extend", "release", "status"}
 
@@ -243,6 +269,11 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 		return &exitError{code: exitUsage, err: fmt.Errorf("lock %s: %v (flags: redlockd lock %s --help)", sub, err, sub)}
+	}
+	if name := repeatedFlag(fs, args[1:]); name != "" {
+		// The flag package keeps the last value: --key a --key b would
+		// lock b without a word.
+		return &exitError{code: exitUsage, err: fmt.Errorf("lock %s: --%s given twice; give each flag once", sub, name)}
 	}
 	f.set = map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { f.set[fl.Name] = true })
