@@ -97,11 +97,11 @@ import (
 // Cost, measured on a master with INFO cpu (redis 7.0, this machine):
 // the script 6.1–7.7 µs per reading 16 deep, the bare INFO server stats
 // 3.8–4.9; at c=1, where each batch is one vote and the master wakes for
-// each, the script cost about 15 µs per reading (SLOWLOG) and the bare
-// reading saved about 8 % of the library's cycles
-// (docs/performance.md, fifteenth session). Either reply is the whole INFO
-// text (about 1.5 KB for stats, 2.5 KB with server); only the fields
-// needed are parsed, here.
+// each, the script cost about 15 µs per reading (SLOWLOG). Alternating
+// runs of the library's cycles/s did not resolve the difference from
+// this machine's spread (docs/performance.md, fifteenth session). Either
+// reply is the whole INFO text (about 1.5 KB for stats, 2.5 KB with
+// server); only the fields needed are parsed, here.
 
 // statsReading is one batch's reading of a master's INFO statistics,
 // taken after every vote of the batch.
@@ -162,17 +162,11 @@ func parseStatsReading(cmd *redis.Cmd) statsReading {
 	return r
 }
 
-// timesEachCommand reports whether a master's INFO server text (read on a
-// new connection) has server_time_usec, the time of the command's start
-// (Redis 6.2 and later).
-func timesEachCommand(infoServer string) bool {
-	return infoField(infoServer, "server_time_usec:") > 0
-}
-
 // bareReadingWorks reports whether a one-command reading sent on a new
-// connection (INFO server stats) was answered and parses: Redis 6.2 has
-// server_time_usec but answers INFO with more than one section with a
-// syntax error (several sections came with 7.0, redis/redis#6891).
+// connection (INFO server stats) was answered and parses, its time
+// server_time_usec included: servers before 6.2 have no such field, and
+// 6.2 has it but answers INFO with more than one section with a syntax
+// error (several sections came with 7.0, redis/redis#6891).
 func bareReadingWorks(cmd *redis.Cmd) bool {
 	return parseStatsReading(cmd).ok
 }

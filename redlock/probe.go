@@ -441,7 +441,7 @@ func (m *master) onConnect(ctx context.Context, cn *redis.Conn) error {
 	// is tried as it would be sent, on this connection, after the INFO
 	// above; its failure (Redis 6.2 has server_time_usec but refuses INFO
 	// with two sections) only keeps the script.
-	m.bareReading.Store(timesEachCommand(info.Val()) && bareReadingWorks(cn.Do(ctx, "info", "server", "stats")))
+	m.bareReading.Store(bareReadingWorks(cn.Do(ctx, "info", "server", "stats")))
 	return nil
 }
 

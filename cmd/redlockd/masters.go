@@ -191,14 +191,14 @@ func answersPlainRESP(ctx context.Context, addr string) bool {
 	return b[0] == '+' || b[0] == '-'
 }
 
-// accessProblem says what a PING's error tells about the credentials or
-// TLS, with the settings to check, or "" when it is not such a refusal.
 // hungUp reports whether err says the master closed the connection
 // (EOF, reset, broken pipe) rather than answered or timed out.
 func hungUp(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
+// accessProblem says what a PING's error tells about the credentials or
+// TLS, with the settings to check, or "" when it is not such a refusal.
 func accessProblem(err error, useTLS bool) string {
 	if err == nil {
 		return ""
