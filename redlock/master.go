@@ -57,6 +57,11 @@ type master struct {
 	// 7.0 or later): the batch reading is that command, not
 	// stats_read.lua (batchstats.go).
 	bareReading atomic.Bool
+	// bareReadingPinned: a test chose the form (useReadingForm);
+	// onConnect leaves bareReading alone. Connections dialled while a
+	// test runs (a release still in flight on this master when the
+	// quorum answered) would otherwise set the form back.
+	bareReadingPinned atomic.Bool
 
 	st masterState
 

@@ -441,7 +441,10 @@ func (m *master) onConnect(ctx context.Context, cn *redis.Conn) error {
 	// is tried as it would be sent, on this connection, after the INFO
 	// above; its failure (Redis 6.2 has server_time_usec but refuses INFO
 	// with two sections) only keeps the script.
-	m.bareReading.Store(bareReadingWorks(cn.Do(ctx, "info", "server", "stats")))
+	works := bareReadingWorks(cn.Do(ctx, "info", "server", "stats"))
+	if !m.bareReadingPinned.Load() {
+		m.bareReading.Store(works)
+	}
 	return nil
 }
 
