@@ -584,6 +584,12 @@ func TestQuorumMessage(t *testing.T) {
 		msg:       "a quorum of Redis masters voted (3 of 5, 3 needed), but too late to leave the lock any validity or with too few storing its fencing token",
 		backKnown: true, // now: nothing to promise (quorumAnswer promises only a time ahead)
 	}, {
+		name:     "a quorum voted, no fencing token left: nothing to promise",
+		votes:    3,
+		failures: []error{fmt.Errorf("%w: the fencing counter is at 9007199254740991", redlock.ErrFenceExhausted)},
+		masters:  []redlock.MasterStatus{up, up, up, up, up},
+		msg:      "a quorum of Redis masters voted (3 of 5, 3 needed), but no fencing token is left: the fencing counter is at the largest fence, 9007199254740991 (set by hand near it?); every acquire is refused",
+	}, {
 		name:      "status",
 		op:        "status",
 		votes:     1,

@@ -125,6 +125,10 @@ func quorumMessage(err error, masters []redlock.MasterStatus) string {
 		return fmt.Sprintf("cannot tell whether the lock is held: %d master(s) hold it, %d answered it is free, %d could not answer or do not count (%d of %d needed either way)",
 			oe.Votes, oe.Refused, oe.Masters-oe.Votes-oe.Refused, oe.Quorum, oe.Masters)
 	}
+	if errors.Is(err, redlock.ErrFenceExhausted) {
+		return fmt.Sprintf("a quorum of Redis masters voted (%d of %d, %d needed), but no fencing token is left: the fencing counter is at the largest fence, %d (set by hand near it?); every acquire is refused",
+			oe.Votes, oe.Masters, oe.Quorum, redlock.MaxFence)
+	}
 	if oe.Votes >= oe.Quorum {
 		// Acquire and extend: a quorum voted, but the validity was used up
 		// before it did, or too few stored the fencing token.
@@ -163,8 +167,8 @@ func quorumMessage(err error, masters []redlock.MasterStatus) string {
 // promise what a master that may never come back has to deliver.
 func quorumReturn(err error, masters []redlock.MasterStatus, quorum int) (time.Duration, bool) {
 	var oe *redlock.OutcomeError
-	if !errors.As(err, &oe) || quorum <= 0 {
-		return 0, false
+	if !errors.As(err, &oe) || quorum <= 0 || errors.Is(err, redlock.ErrFenceExhausted) {
+		return 0, false // no fencing token left: no return to promise
 	}
 	t := tallyQuorum(oe, masters)
 	var ends []time.Duration

@@ -287,6 +287,9 @@ type acquireTally struct {
 	early      *fenceWrite
 	earlyVoted []bool
 	earlyFence int64
+	// fenceExhausted: the highest counter or issued fence, when it left
+	// no fence up to MaxFence (nextFence); 0 otherwise.
+	fenceExhausted int64
 }
 
 func (c *Client) newAcquireTally(ctx context.Context, set *lockSet, token string) *acquireTally {
@@ -401,9 +404,32 @@ func (t *acquireTally) more() int {
 // trips overlap without a goroutine of their own.
 func (t *acquireTally) startEarlyWriteBack() {
 	c := t.c
-	t.earlyFence = c.issuedFloor(t.counter, t.issuedBefore) + 1
+	fence, ok := t.nextFence()
+	if !ok {
+		return // writeBack refuses the grant
+	}
+	t.earlyFence = fence
 	t.earlyVoted = slices.Clone(t.voted)
 	t.early = c.sendFence(t.set, t.token, t.earlyFence, t.earlyVoted)
+}
+
+// nextFence is the fence of a grant from the answers read so far: one
+// above every counter heard and every fence this Client issued
+// (issuedFloor). ok is false when that is above MaxFence: the scripts
+// compare counters as Lua numbers, exact only up to 2^53, so a fence above
+// it could not be stored above the last one (fence.lua would leave the
+// counter rounded down and the next holder would get the same fence). No
+// grant is made then (fenceExhausted): fail closed. Counters get there only
+// by an operator's hand (a RepairFences target near MaxFence is refused,
+// RepairHeadroom): at a million grants a second, 285 years.
+func (t *acquireTally) nextFence() (fence int64, ok bool) {
+	floor := t.c.issuedFloor(t.counter, t.issuedBefore)
+	if floor >= MaxFence {
+		t.fenceExhausted = floor
+		t.c.fenceExhaustedOnce(floor)
+		return 0, false
+	}
+	return floor + 1, true
 }
 
 // awaitEarly reads the early write-back, if one started, and returns on
@@ -451,7 +477,10 @@ func (t *acquireTally) writeBack(written int) (fence int64, stored int) {
 		if t.early != nil {
 			c.fenceRewrites.Add(1)
 		}
-		fence = c.issuedFloor(t.counter, t.issuedBefore) + 1
+		var ok bool
+		if fence, ok = t.nextFence(); !ok {
+			return 0, 0
+		}
 		written = c.writeFence(t.ctx, t.set, t.token, fence, voted, c.quorum, false, &t.res)
 	}
 	if written < c.quorum {
@@ -485,8 +514,12 @@ func (t *acquireTally) failure(granting, fenceFailed bool, validity, elapsed tim
 		// Stopped listening (ctx) before every master answered.
 		res.Kind = ErrQuorumUnavailable
 	case fenceFailed:
-		// A quorum voted but too few stored the fencing token in time.
+		// A quorum voted but too few stored the fencing token in time, or
+		// no fence is left (nextFence).
 		res.Kind = ErrQuorumUnavailable
+		if t.fenceExhausted != 0 {
+			res.Failures = append(res.Failures, fmt.Errorf("%w: the fencing counter is at %d, no fence is left up to the largest, %d", ErrFenceExhausted, t.fenceExhausted, MaxFence))
+		}
 	case granting:
 		// A quorum agreed but too late: the masters are too slow for this TTL.
 		res.Kind = ErrQuorumUnavailable

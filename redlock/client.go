@@ -49,7 +49,10 @@ type Client struct {
 	// issuedFloor); fenceBelowWarned: counters below it were logged.
 	fenceIssued      atomic.Int64
 	fenceBelowWarned atomic.Bool
-	quarantines      atomic.Int64
+	// fenceExhaustedLogged: a grant was refused for want of a fence up to
+	// MaxFence, and that was logged (acquire.go, nextFence).
+	fenceExhaustedLogged atomic.Bool
+	quarantines          atomic.Int64
 
 	waits    waitQueues
 	attempts atomic.Int64 // acquire attempts (fan-outs), for tests

@@ -27,6 +27,11 @@ var (
 	ErrInvalid = errors.New("redlock: invalid argument")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("redlock: client closed")
+	// ErrFenceExhausted: an acquire had a quorum of votes, but the
+	// fencing counter leaves no fence up to MaxFence; it is in the
+	// Failures of an OutcomeError of Kind ErrQuorumUnavailable (the lock
+	// is refused: fail closed). Only a counter set by hand gets there.
+	ErrFenceExhausted = errors.New("redlock: no fencing token left")
 )
 
 // MasterError is one master's failure within a fan-out: a timeout, a

@@ -281,6 +281,16 @@ func (c *Client) issuedFloor(counter, before int64) int64 {
 	return max(counter, c.fenceIssued.Load())
 }
 
+// fenceExhaustedOnce logs, once per Client, that grants are refused
+// because the fencing counter (or a fence this Client issued), at floor,
+// leaves no fence up to MaxFence.
+func (c *Client) fenceExhaustedOnce(floor int64) {
+	if !c.fenceExhaustedLogged.Swap(true) {
+		c.opts.logger.Error("no fencing token is left: the masters' fencing counter is at the largest fence redlockd issues (2^53 − 1), every acquire is refused; it gets there only by a fencing counter set by hand near it",
+			slog.Int64("counter", floor), slog.Int64("max_fence", MaxFence))
+	}
+}
+
 // issued records fence as issued by this Client.
 func (c *Client) issued(fence int64) {
 	for {

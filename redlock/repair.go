@@ -22,9 +22,22 @@ const DefaultRepairMargin int64 = 1_000_000
 // MaxFence is the largest fencing token redlockd issues: 2^53 − 1. The
 // scripts compare counters as Lua numbers (doubles), exact only up to 2^53,
 // and JSON clients in JavaScript read numbers as doubles too. RepairFences
-// refuses a target above it; at one million grants a second, the counter
-// takes 285 years to get there.
+// refuses a target within RepairHeadroom of it, and acquires refuse to
+// issue a fence above it (ErrFenceExhausted); at one million grants a
+// second, the counter takes 285 years to get there.
 const MaxFence int64 = 1<<53 - 1
+
+// RepairHeadroom is how many fences RepairFences leaves above its target:
+// it refuses a target above MaxFence − RepairHeadroom. A repair that set
+// the counters at or near MaxFence would leave the deployment no fences
+// (acquires are refused past MaxFence: fail closed, ErrFenceExhausted);
+// 2^40 is about 35 years of grants at a thousand a second, and the
+// largest target, about 9.006e15, is far above any floor a resource has
+// seen.
+const RepairHeadroom int64 = 1 << 40
+
+// maxRepairTarget is the largest target RepairFences writes.
+const maxRepairTarget = MaxFence - RepairHeadroom
 
 // RepairOptions configures RepairFences. The zero value uses the defaults.
 type RepairOptions struct {
@@ -32,11 +45,11 @@ type RepairOptions struct {
 	// WithMarkerKey); defaults "redlock:fence" and "redlock:marker".
 	FenceKey, MarkerKey string
 	// Margin is added to the highest counter found; 0 means
-	// DefaultRepairMargin. Must not be negative.
+	// DefaultRepairMargin. At most MaxFence − RepairHeadroom.
 	Margin int64
 	// Min is a floor the operator knows, e.g. the highest fence the
 	// protected resource has accepted: the counters are raised to at least
-	// Min + 1. Must not be negative.
+	// Min + 1. Not negative, below MaxFence − RepairHeadroom.
 	Min int64
 	// AllowMissing repairs when only a quorum of the masters answers. By
 	// default every master must answer: one that is down may hold the
@@ -130,7 +143,7 @@ type RepairResult struct {
 // It needs every master to answer (with AllowMissing, a quorum: fewer could
 // all be ones that lost their data) and returns an error wrapping
 // ErrQuorumUnavailable otherwise, having written nothing; ErrInvalid for
-// bad options or a target above MaxFence. Masters
+// bad options or a target above MaxFence − RepairHeadroom. Masters
 // that do not answer are left alone: the Clients repair them from a quorum
 // when they return. Errors writing one master are reported in its
 // MasterRepair and make RepairFences return an error too.
@@ -169,10 +182,10 @@ func (o *RepairOptions) setDefaults() error {
 		o.MarkerKey = "redlock:marker"
 	}
 	switch {
-	case o.Margin < 0 || o.Margin > MaxFence:
-		return fmt.Errorf("%w: repair margin must be in [0, %d], got %d", ErrInvalid, MaxFence, o.Margin)
-	case o.Min < 0 || o.Min >= MaxFence:
-		return fmt.Errorf("%w: repair min must be in [0, %d], got %d", ErrInvalid, MaxFence-1, o.Min)
+	case o.Margin < 0 || o.Margin > maxRepairTarget:
+		return fmt.Errorf("%w: repair margin must be in [0, %d] (2^53 − 1 − 2^40: a repair leaves 2^40 fences), got %d", ErrInvalid, maxRepairTarget, o.Margin)
+	case o.Min < 0 || o.Min >= maxRepairTarget:
+		return fmt.Errorf("%w: repair min must be in [0, %d] (2^53 − 2 − 2^40: a repair leaves 2^40 fences), got %d", ErrInvalid, maxRepairTarget-1, o.Min)
 	case o.Timeout < 0:
 		return fmt.Errorf("%w: repair timeout must be ≥ 0, got %v", ErrInvalid, o.Timeout)
 	case o.MaxTTL < 0 || o.MaxTTL > MaxTTLCeiling:
@@ -312,7 +325,7 @@ func (res *RepairResult) lagging() {
 }
 
 // setTarget computes res.Target from what readCounters found, and refuses
-// (ErrInvalid) a target beyond MaxFence or (ErrQuorumUnavailable) too few
+// (ErrInvalid) a target beyond MaxFence − RepairHeadroom or (ErrQuorumUnavailable) too few
 // answers: fewer than a quorum, or fewer than all without AllowMissing.
 func (res *RepairResult) setTarget(o RepairOptions) error {
 	n := len(res.Masters)
@@ -323,8 +336,8 @@ func (res *RepairResult) setTarget(o RepairOptions) error {
 		return fmt.Errorf("%w: a fencing counter is %d, above the largest fence %d (the scripts compare counters exactly only up to 2^53); nothing written", ErrInvalid, res.Highest, MaxFence)
 	}
 	res.Target = max(res.Highest+o.Margin, o.Min+1)
-	if res.Target > MaxFence {
-		return fmt.Errorf("%w: target %d (highest %d + margin %d, or min %d + 1) is above the largest fence %d; nothing written", ErrInvalid, res.Target, res.Highest, o.Margin, o.Min, MaxFence)
+	if res.Target > maxRepairTarget {
+		return fmt.Errorf("%w: target %d (highest %d + margin %d, or min %d + 1) is above %d, which leaves 2^40 fences below the largest fence %d; nothing written", ErrInvalid, res.Target, res.Highest, o.Margin, o.Min, maxRepairTarget, MaxFence)
 	}
 	if res.Answered < quorum {
 		return fmt.Errorf("%w: %d of %d masters answered, a repair needs at least %d (the newest counters may be on the silent ones)", ErrQuorumUnavailable, res.Answered, n, quorum)

@@ -323,6 +323,12 @@ func TestRepairFencesRefuses(t *testing.T) {
 		// Found by a trial: a margin of MaxInt64 wrapped the target to 1.
 		{FenceKey: key, Margin: math.MaxInt64}, {FenceKey: key, Min: math.MaxInt64}, {FenceKey: key, Min: MaxFence},
 		{FenceKey: key, Margin: MaxFence}, // 7 + MaxFence: above the largest exact fence
+		// Found by an adversarial pass: a target of MaxFence was accepted,
+		// and the fences after it repeated (TestFenceCeilingRefusesTheGrant).
+		// A repair leaves RepairHeadroom fences.
+		{FenceKey: key, Min: MaxFence - 1}, {FenceKey: key, Min: maxRepairTarget},
+		{FenceKey: key, Margin: maxRepairTarget + 1},
+		{FenceKey: key, Margin: maxRepairTarget}, // 7 + the largest margin
 	} {
 		_, err := RepairFences(ctx, masterOptions(), o)
 		require.ErrorIs(t, err, ErrInvalid, "%+v", o)
@@ -330,9 +336,13 @@ func TestRepairFencesRefuses(t *testing.T) {
 	for _, r := range rdbs {
 		assert.Equal(t, "7", r.Get(ctx, key).Val(), "nothing written")
 	}
-	res, err := RepairFences(ctx, masterOptions(), RepairOptions{FenceKey: key, MarkerKey: "marker:" + newKey(t), Min: MaxFence - 1})
+	res, err := RepairFences(ctx, masterOptions(), RepairOptions{FenceKey: key, MarkerKey: "marker:" + newKey(t), Min: maxRepairTarget - 1})
 	require.NoError(t, err, "the largest target is allowed")
-	assert.Equal(t, MaxFence, res.Target)
+	assert.Equal(t, MaxFence-RepairHeadroom, res.Target)
+	require.NoError(t, rdbs[0].Set(ctx, key, MaxFence-5, 0).Err())
+	_, err = RepairFences(ctx, masterOptions(), RepairOptions{FenceKey: key})
+	require.ErrorIs(t, err, ErrInvalid, "a counter within the headroom of MaxFence: no target leaves the headroom")
+	assert.Contains(t, err.Error(), "leaves 2^40 fences")
 	require.NoError(t, rdbs[0].Set(ctx, key, MaxFence+1, 0).Err())
 	_, err = RepairFences(ctx, masterOptions(), RepairOptions{FenceKey: key})
 	require.ErrorIs(t, err, ErrInvalid, "a counter beyond MaxFence is refused")

@@ -542,8 +542,8 @@ func TestRepairFencesBadInput(t *testing.T) {
 		{[]string{"--config", file, "extra"}, `unexpected argument "extra"`},
 		{[]string{"--config", "/nonexistent/redlockd.yaml"}, "/nonexistent/redlockd.yaml"},
 		{[]string{"--config", file, "--margin", "x"}, `invalid value "x" for flag -margin`},
-		{[]string{"--config", file, "--margin", "9223372036854775807"}, "margin must be in [0, 9007199254740991]"},
-		{[]string{"--config", file, "--min", "9007199254740991"}, "min must be in [0, 9007199254740990]"},
+		{[]string{"--config", file, "--margin", "9223372036854775807"}, "margin must be in [0, 9006099743113215]"},
+		{[]string{"--config", file, "--min", "9007199254740990"}, "min must be in [0, 9006099743113214]"},
 		// A config with master_groups: one repair per group, said so
 		// (before: "at least one master is required", naming nothing).
 		{[]string{"--config", groups}, "the config has master_groups (g0, g1): each group keeps its own fencing counters; run repair-fences once per group"},
