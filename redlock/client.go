@@ -431,6 +431,8 @@ type script struct {
 	// mustSend: sent even after the per-master timeout (a release, which
 	// cleans up after a slow SET; see call.mustSend).
 	mustSend bool
+	// hearDown: sent to masters marked down too (call.hearDown).
+	hearDown bool
 	// only marks the masters it is sent to; nil: all of them.
 	only []bool
 	// via picks the lane on each master; nil: the lane of keys[0].
@@ -469,7 +471,7 @@ func (c *Client) fanout(s script, start time.Time) (*fan, int) {
 		sent++
 		cl := &f.calls[i].call
 		cl.script, cl.keys, cl.args, cl.evalSha, cl.mustSend, cl.deadline, cl.idx, cl.out = s.s, s.keys, s.args, evalSha, s.mustSend, deadline, int32(i), f
-		cl.fence = s.fence
+		cl.fence, cl.hearDown = s.fence, s.hearDown
 		if closed {
 			m.fail(cl, ErrClosed)
 			continue

@@ -23,8 +23,18 @@ import (
 // script reports it (extra 'g') when it refuses a vote because another
 // token holds the key. An acquire that has a quorum of votes grants only
 // once every master it did not win has answered (or failed: timed out,
-// known down) without such a report; one report refuses the grant
+// stuck, refused the connection) without such a report; one report refuses the grant
 // (ErrLockHeld), and the keys it set are released.
+//
+// Masters marked down. The vote goes to a master this Client marked down
+// too (call.hearDown): the mark is the last probe's view, up to a health
+// interval old, and a master that was paused or restarted with its data
+// may answer again — holding a granted lock that the masters which voted
+// lost. Only what the lane sees now answers such a vote at once: a
+// pipeline stuck past the per-master timeout (ErrMasterBusy), a refused
+// dial. Found by an adversarial pass: a vote to a master marked down failed
+// at once, so a contender with two silent losses was granted while the
+// master that came back held the lock (TestGrantedLockOnAMasterMarkedDown).
 //
 // Claim: while a lock L granted with its fence written back to a quorum Q3
 // is valid, and at most N − quorum masters have lost L's key (by any

@@ -611,3 +611,82 @@ func heldOnEveryMaster(t *testing.T) (*Client, []*redis.Client, *Lock) {
 	require.Len(t, holders(t, rdbs, c.fenceRecordKey(key), strconv.FormatInt(l.Fence(), 10)+" "+l.Token()), 5)
 	return c, rdbs, l
 }
+
+// TestGrantedLockOnAMasterMarkedDown: found by an adversarial pass. A
+// lock L is granted on masters 0–2 only (a lost race left 3 and 4 free).
+// Master 2 is marked down by this Client — it was paused or restarted and
+// has answered again, but the next probe has not seen it yet (an hour
+// here) — and masters 0 and 1 lose L silently (two faults). The contender
+// has the votes of 0, 1, 3 and 4; only master 2 holds L and its fence
+// record. The acquire votes are sent to a master marked down too
+// (call.hearDown): it answers with the granted lock and the contender is
+// refused. Before, the vote to a master marked down failed at once
+// (ErrMasterDown) and a second holder was granted while L stood: for a
+// plain lock, a semaphore's slot, and a single key of a multi-key lock
+// (negative control, checked by hand: without hearDown each subtest is
+// granted). The master is still marked down afterwards: the refusal came
+// from its vote, not from a probe.
+func TestGrantedLockOnAMasterMarkedDown(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		// hold takes the first lock on every master and returns its keys;
+		// contend tries the second one.
+		hold    func(c *Client, key string) []string
+		contend func(c *Client, key string) error
+	}{{
+		name: "plain lock",
+		hold: func(c *Client, key string) []string {
+			_, err := c.Acquire(ctx, key, 30*time.Second)
+			require.NoError(t, err)
+			return []string{key}
+		},
+		contend: func(c *Client, key string) error {
+			_, err := c.Acquire(ctx, key, 10*time.Second, WithRetry(NoRetry()))
+			return err
+		},
+	}, {
+		name: "semaphore slot",
+		hold: func(c *Client, key string) []string {
+			p, err := c.AcquirePermit(ctx, key, 1, 30*time.Second)
+			require.NoError(t, err)
+			return []string{PermitKey(key, p.Slot)}
+		},
+		contend: func(c *Client, key string) error {
+			_, err := c.AcquirePermit(ctx, key, 1, 10*time.Second, WithRetry(NoRetry()))
+			return err
+		},
+	}, {
+		name: "one key of a multi-key lock",
+		hold: func(c *Client, key string) []string {
+			_, err := c.AcquireMulti(ctx, []string{key, key + ":b"}, 30*time.Second)
+			require.NoError(t, err)
+			return []string{key, key + ":b"}
+		},
+		contend: func(c *Client, key string) error {
+			_, err := c.Acquire(ctx, key, 10*time.Second, WithRetry(NoRetry()))
+			return err
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, WithHealthInterval(time.Hour))
+			rdbs := direct(t)
+			key := newKey(t)
+			keys := tc.hold(c, key)
+			lose := func(masters ...int) {
+				for _, i := range masters {
+					for _, k := range keys {
+						require.NoError(t, rdbs[i].Del(ctx, k, c.fenceRecordKey(k)).Err())
+					}
+				}
+			}
+			lose(3, 4)   // the first lock stands on masters 0–2 only
+			c.probeAll() // fresh clock readings for the votes
+			c.masters[2].setDown(errors.New("marked down by the test: the master answers"))
+			lose(0, 1)
+			err := tc.contend(c, key)
+			require.ErrorIs(t, err, ErrLockHeld, "master 2, marked down but answering, holds the granted lock")
+			assert.False(t, c.masters[2].up.Load(), "still marked down: its vote was heard anyway")
+		})
+	}
+}

@@ -100,6 +100,10 @@ type call struct {
 	deadline int64    // unix nanos: not sent after this (start of the fan-out + per-master timeout)
 	idx      int32    // the master's index
 	mustSend bool     // releases are sent even late, to clean up after a slow SET
+	// hearDown: sent to a master marked down too (acquire votes with the
+	// granted-lock check, granted.go): only what the lane sees now (a
+	// pipeline stuck past the per-master timeout) answers it at once.
+	hearDown bool
 	// (deadline in nanos and idx in 32 bits, next to mustSend: a call is
 	// 128 bytes, not 160 — the size every release queued behind a paused
 	// master keeps, see detached.)
@@ -197,13 +201,14 @@ func newLane(m *master, batch int) *lane {
 }
 
 // submit queues c, or answers it at once when the master cannot answer in
-// time: known down, or stuck on an earlier pipeline for longer than the
+// time: known down (except a call that must hear a master marked down,
+// hearDown), or stuck on an earlier pipeline for longer than the
 // per-master timeout. A release that is answered at once is still queued so
 // that it follows any SET already sent.
 func (l *lane) submit(c *call, now time.Time) {
 	m := l.m
 	switch {
-	case !m.up.Load():
+	case !m.up.Load() && !c.hearDown:
 		m.fail(c, ErrMasterDown)
 	default:
 		if bs := l.busySince.Load(); bs != 0 && now.UnixNano()-bs > int64(m.c.opts.perMasterTimeout) {

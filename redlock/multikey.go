@@ -101,10 +101,14 @@ func (c *Client) multiSet(keys []string) *lockSet {
 
 func (s *lockSet) acquireCall(c *Client, token string, ttl, lockDelay time.Duration) script {
 	ttlMS, delayMS := strconv.FormatInt(ttl.Milliseconds(), 10), strconv.FormatInt(lockDelay.Milliseconds(), 10)
+	// With the granted-lock check, a master this Client marked down is
+	// asked too: it may be back, holding a granted lock that the masters
+	// which voted lost (granted.go, "Masters marked down").
+	hear := c.grantedCheck()
 	if s.multi == nil {
-		return script{s: c.sc.acquire, keys: s.vote, args: []any{token, ttlMS, delayMS}}
+		return script{s: c.sc.acquire, keys: s.vote, args: []any{token, ttlMS, delayMS}, hearDown: hear}
 	}
-	return script{s: c.sc.acquireMulti, keys: s.vote, args: []any{token, ttlMS, delayMS, strconv.Itoa(c.multiStride())}}
+	return script{s: c.sc.acquireMulti, keys: s.vote, args: []any{token, ttlMS, delayMS, strconv.Itoa(c.multiStride())}, hearDown: hear}
 }
 
 func (s *lockSet) fenceCall(c *Client, token string, fence int64) script {
