@@ -164,10 +164,11 @@ func (c *Client) newMaster(i int, mo *redis.Options) *master {
 	lo.WriteTimeout = o.stallTimeout
 	lo.ContextTimeoutEnabled = false
 	lo.PoolSize = o.lanes + 3 // + the listing lane
-	// Dial (and run onConnect on) the lanes' connections up front, so
-	// the first acquire does not pay for dial, script load and INFO
-	// within its per-master timeout.
-	lo.MinIdleConns = o.lanes
+	// No connections opened in the background (MinIdleConns): while the
+	// master refuses connections they would be failing ones
+	// (refusedAsConn), kept idle and handed to the first batch after it
+	// is back. warmLanes opens the lanes' connections before New returns.
+	lo.MinIdleConns = 0
 	lo.PipelinePoolSize = -1
 	lo.DisableIdentity = true
 	// RESP2: the lanes read script replies, INFO and PING, the same in
@@ -178,6 +179,7 @@ func (c *Client) newMaster(i int, mo *redis.Options) *master {
 	// a lane: the waiters subscribe on connections of their own (wait.go).
 	lo.Protocol = 2
 	lo.OnConnect = m.onConnect
+	lo.Dialer = refusedAsConn(m, lo.Dialer, &lo)
 	m.laneOpts = lo
 	m.rdb.Store(redis.NewClient(&lo))
 

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -672,7 +673,24 @@ func TestGrantedLockOnAMasterMarkedDown(t *testing.T) {
 			c := newClient(t, WithHealthInterval(time.Hour))
 			rdbs := direct(t)
 			key := newKey(t)
+			// A contender's votes hold masters 3 and 4: the first lock is
+			// granted, and its fence record written, on masters 0–2 only.
+			blocked := []string{key, PermitKey(key, 0)}
+			for _, i := range []int{3, 4} {
+				for _, k := range blocked {
+					require.NoError(t, rdbs[i].Set(ctx, k, "contender", time.Minute).Err())
+				}
+			}
 			keys := tc.hold(c, key)
+			settle(t, c, keys...)
+			for _, i := range []int{3, 4} {
+				require.NoError(t, rdbs[i].Del(ctx, blocked...).Err())
+			}
+			for _, k := range keys {
+				for i := range 3 {
+					require.NotEmpty(t, rdbs[i].Get(ctx, c.fenceRecordKey(k)).Val(), "master %d has %s's fence record", i, k)
+				}
+			}
 			lose := func(masters ...int) {
 				for _, i := range masters {
 					for _, k := range keys {
@@ -680,7 +698,6 @@ func TestGrantedLockOnAMasterMarkedDown(t *testing.T) {
 					}
 				}
 			}
-			lose(3, 4)   // the first lock stands on masters 0–2 only
 			c.probeAll() // fresh clock readings for the votes
 			c.masters[2].setDown(errors.New("marked down by the test: the master answers"))
 			lose(0, 1)
@@ -689,4 +706,34 @@ func TestGrantedLockOnAMasterMarkedDown(t *testing.T) {
 			assert.False(t, c.masters[2].up.Load(), "still marked down: its vote was heard anyway")
 		})
 	}
+}
+
+// TestGrantedLockOnAMasterRestartedWhileRefused: the same as
+// TestGrantedLockOnAMasterMarkedDown, with the mark earned: L on masters
+// 0–2, the victim (durable) killed, acquires of other keys meanwhile (their
+// votes to it are refused), then it restarts with its data, L and L's
+// record. Masters 0 and 1 lose L; the contender is refused on the victim's
+// answer. Before, go-redis's dial circuit breaker, open after a few
+// refused dials, answered every dial for up to a second after the restart
+// with the old refusal, and the contender was granted (negative control,
+// checked by hand: the lanes' dialer without refusedAsConn).
+func TestGrantedLockOnAMasterRestartedWhileRefused(t *testing.T) {
+	ctx := context.Background()
+	f := newLossFixture(t, true)
+	key := "L:" + t.Name()
+	l := f.grantOnThree(t, f.c, key, 30*time.Second)
+	require.NoError(t, f.servers[victim].Kill())
+	for i := range 20 {
+		if o, err := f.c.Acquire(ctx, fmt.Sprintf("traffic:%s:%d", t.Name(), i), time.Second, WithRetry(NoRetry())); err == nil {
+			require.NoError(t, o.Release(ctx))
+		}
+	}
+	require.False(t, f.c.masters[victim].up.Load(), "the refused dials marked the victim down")
+	require.NoError(t, f.servers[victim].RestartKeepingData("--appendonly", "yes"))
+	require.Equal(t, l.Token(), f.rdbs[victim].Get(ctx, key).Val(), "the victim kept L")
+	for _, i := range []int{0, 1} {
+		require.NoError(t, f.rdbs[i].Del(ctx, key, f.c.fenceRecordKey(key)).Err())
+	}
+	_, err := f.c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	require.ErrorIs(t, err, ErrLockHeld, "the restarted victim answers with the granted lock")
 }

@@ -62,6 +62,9 @@ type master struct {
 	// test runs (a release still in flight on this master when the
 	// quorum answered) would otherwise set the form back.
 	bareReadingPinned atomic.Bool
+	// refused: the last refused dial of a lane (refusedAsConn); nil once
+	// a dial connects.
+	refused atomic.Pointer[refusal]
 
 	st masterState
 
@@ -202,13 +205,13 @@ func newLane(m *master, batch int) *lane {
 
 // submit queues c, or answers it at once when the master cannot answer in
 // time: known down (except a call that must hear a master marked down,
-// hearDown), or stuck on an earlier pipeline for longer than the
+// hearDown, unless a dial was refused within refusedRedial), or stuck on an earlier pipeline for longer than the
 // per-master timeout. A release that is answered at once is still queued so
 // that it follows any SET already sent.
 func (l *lane) submit(c *call, now time.Time) {
 	m := l.m
 	switch {
-	case !m.up.Load() && !c.hearDown:
+	case !m.up.Load() && (!c.hearDown || m.refusedRecently(now)):
 		m.fail(c, ErrMasterDown)
 	default:
 		if bs := l.busySince.Load(); bs != 0 && now.UnixNano()-bs > int64(m.c.opts.perMasterTimeout) {
@@ -294,6 +297,16 @@ func (l *lane) exec(batch []*call) {
 		return
 	}
 	ctx := context.Background()
+	if r := m.refused.Load(); r != nil && now.Sub(r.at) < refusedRedial {
+		// A lane's dial was refused within refusedRedial: the batch gets
+		// that refusal without a dial or a connection (refusedAsConn).
+		for _, c := range send {
+			c.cmd = redis.NewCmd(ctx)
+			c.cmd.SetErr(r.err)
+		}
+		m.deliver(send, statsReading{}, now, now, 0)
+		return
+	}
 	l.busySince.Store(now.UnixNano())
 	gen := m.st.inc.repairGen.Load()
 	pipe := m.rdb.Load().Pipeline()
@@ -438,6 +451,77 @@ func connErr(err error) error {
 	}
 	return nil
 }
+
+// refusedAsConn wraps the lanes' dialer of m (go-redis's for o when
+// nil): a dial that finds no server (noServer) is handed to the pool as a
+// connection whose every read and write fails with that dial's error.
+// go-redis's pool otherwise counts refused dials and, after PoolSize of
+// them, answers every later dial with the last error for up to a second
+// without dialing (its dial circuit breaker): a master restarted with its
+// data in that second would go unheard by the acquire votes sent to it
+// (granted.go, "Masters marked down"). The failing connection fails the
+// batch with the dial's error (isDialError, noServer), and the pool drops
+// it; the next batch dials again — but not within refusedRedial of the
+// last refusal: submit answers the votes of that time at once, and this
+// dialer hands out the same refusal.
+func refusedAsConn(m *master, dial func(ctx context.Context, network, addr string) (net.Conn, error), o *redis.Options) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if dial == nil {
+		dial = redis.NewDialer(o)
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if r := m.refused.Load(); r != nil && time.Since(r.at) < refusedRedial {
+			return refusedConn{err: r.err}, nil
+		}
+		cn, err := dial(ctx, network, addr)
+		if err != nil && noServer(err) {
+			// Wrapped: go-redis reports a *net.OpError from a write
+			// as its inner error, which would hide the dial.
+			r := &refusal{at: time.Now(), err: refusedDial{err}}
+			m.refused.Store(r)
+			return refusedConn{err: r.err}, nil
+		}
+		m.refused.Store(nil)
+		return cn, err
+	}
+}
+
+// refusedRedial: a master that refused a lane's dial is dialled again
+// after this long at the earliest (refusedAsConn, submit). A master back
+// within it counts as failing for an acquire in that time (granted.go).
+// Without it, with a master's process gone, every batch to it would pay
+// a dial and a connection's buffers (docs/performance.md).
+const refusedRedial = time.Millisecond
+
+// refusal is a refused dial and when it was refused.
+type refusal struct {
+	at  time.Time
+	err error
+}
+
+// refusedRecently reports whether a lane's dial of m was refused less
+// than refusedRedial before now.
+func (m *master) refusedRecently(now time.Time) bool {
+	r := m.refused.Load()
+	return r != nil && now.Sub(r.at) < refusedRedial
+}
+
+// refusedConn is a refused dial as a net.Conn (refusedAsConn).
+type refusedConn struct{ err error }
+
+// refusedDial is the error of a refusedConn: the dial's own error.
+type refusedDial struct{ err error }
+
+func (e refusedDial) Error() string { return e.err.Error() }
+func (e refusedDial) Unwrap() error { return e.err }
+
+func (c refusedConn) Read([]byte) (int, error)         { return 0, c.err }
+func (c refusedConn) Write([]byte) (int, error)        { return 0, c.err }
+func (c refusedConn) Close() error                     { return nil }
+func (c refusedConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (c refusedConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (c refusedConn) SetDeadline(time.Time) error      { return nil }
+func (c refusedConn) SetReadDeadline(time.Time) error  { return nil }
+func (c refusedConn) SetWriteDeadline(time.Time) error { return nil }
 
 func isDialError(err error) bool {
 	var op *net.OpError
