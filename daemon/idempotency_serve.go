@@ -108,22 +108,23 @@ const (
 )
 
 // admitIdem charges an idempotency action to its account's quota and
-// rate, or answers 429 and reports false. An idem_complete or idem_abort
-// whose token is an attempt of the record (Store.Attempted, one quorum
-// read) is never refused, as a release is not: it carries an attempt that
-// was admitted to its end, and refusing it would lose the answer of work
-// that ran (a retry after the lease runs it again) or keep the lease and
-// its max_locks slot. It is counted while calls are left, and free once
-// they are spent. With a token that is no attempt of the record it is
-// refused as any call: past its limits, an account cannot send answers of
-// up to the answer cap to every master for free. idem_begin, idem_get and
-// idem_extend (as a lock's extend) are refused as any call.
+// rate, or answers 429 and reports false. An idem_complete, idem_abort or
+// idem_extend whose token is an attempt of the record (Store.Attempted,
+// one quorum read) is never refused, as a lock's release and extend are
+// not: it carries an attempt that was admitted to its end, and refusing it
+// would lose the answer of work that ran (a retry after the lease runs it
+// again), keep the lease and its max_locks slot, or end the lease under
+// work that is running (another attempt could start beside it). It is
+// counted while calls are left, and free once they are spent. With a
+// token that is no attempt of the record it is refused as any call: past
+// its limits, an account cannot send answers of up to the answer cap to
+// every master for free. idem_begin and idem_get are refused as any call.
 func (s *Server) admitIdem(ctx context.Context, w http.ResponseWriter, c *call, a idemAction, key, token string) bool {
 	r, ok := c.limits.Admit(limits.Ordinary, c.start)
 	if ok {
 		return true
 	}
-	if a == idemComplete || a == idemAbort {
+	if a == idemComplete || a == idemAbort || a == idemExtend {
 		if own, err := s.idem.store.Attempted(ctx, key, token); err == nil && own {
 			return true
 		}

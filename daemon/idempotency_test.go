@@ -647,13 +647,15 @@ func TestIdemQuorumMessageSaysSooner(t *testing.T) {
 }
 
 // TestIdemAttemptsEndPastTheQuota: once an account's quota (or its rate
-// bucket) is spent, idem_begin, idem_get and idem_extend are refused 429
-// (idem_extend as a lock's extend), but idem_complete and idem_abort of a
-// real attempt are not, as a release is not: a refused idem_complete lost
-// the answer of work that had run (a break-it pass saw the gateway run a
+// bucket) is spent, idem_begin and idem_get are refused 429, but
+// idem_complete, idem_abort and idem_extend of a real attempt are not, as
+// a lock's release and extend are not: a refused idem_complete lost the
+// answer of work that had run (a break-it pass saw the gateway run a
 // request again after the lease), a refused idem_abort kept the lease and
-// its max_locks slot. With a forged token they are refused as any call: an
-// account past its limits cannot send answers to every master for free.
+// its max_locks slot, a refused idem_extend let the lease end under a
+// request still running (a liveness pass: the account's other calls spent
+// its quota). With a forged token they are refused as any call: an account
+// past its limits cannot send answers to every master for free.
 func TestIdemAttemptsEndPastTheQuota(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -677,7 +679,7 @@ func TestIdemAttemptsEndPastTheQuota(t *testing.T) {
 			for _, body := range []map[string]any{
 				{"action": "idem_begin", "key": "d", "body": "b-d", "lease": 30},
 				{"action": "idem_get", "key": "a"},
-				{"action": "idem_extend", "key": "b", "token": attempts[1].Token, "lease": 30},
+				{"action": "idem_extend", "key": "b", "token": forged, "lease": 30},
 				{"action": "idem_complete", "key": "a", "token": forged, "answer": map[string]any{"status": 201, "body": strings.Repeat("x", 1000)}},
 				{"action": "idem_abort", "key": "c", "token": forged},
 			} {
@@ -687,7 +689,9 @@ func TestIdemAttemptsEndPastTheQuota(t *testing.T) {
 			}
 			assert.Empty(t, keysOn(t, d.servers, d.prefix+"idem:*:d"), "the refused begin wrote nothing")
 
-			r := ts.idem(t, map[string]any{"action": "idem_complete", "key": "a", "token": attempts[0].Token,
+			r := ts.idem(t, map[string]any{"action": "idem_extend", "key": "b", "token": attempts[1].Token, "lease": 30})
+			require.Equal(t, http.StatusOK, r.Status, "the attempt's extend: %s", r.Raw)
+			r = ts.idem(t, map[string]any{"action": "idem_complete", "key": "a", "token": attempts[0].Token,
 				"answer": map[string]any{"status": 201, "body": "done"}})
 			require.Equal(t, http.StatusOK, r.Status, r.Raw)
 			r = ts.idem(t, map[string]any{"action": "idem_abort", "key": "c", "token": attempts[2].Token})

@@ -555,8 +555,11 @@ func TestSetAPIKeysChangesLimits(t *testing.T) {
 	assert.Equal(t, "quota_exhausted", r.code(), "the refused reload changed nothing")
 }
 
-// A release is never refused for quota or rate: refusing it would keep
-// the lock, and its max_locks slot, until the TTL ends.
+// A release and an extend are never refused for quota or rate: refusing
+// a release would keep the lock, and its max_locks slot, until the TTL
+// ends; refusing an extend would end a lock under work that is running
+// because the account's other calls spent its calls (a liveness pass:
+// `lock run` killed its command on the 429).
 func TestReleaseNeverRefusedByLimits(t *testing.T) {
 	servers := limitMasters(t)
 	awayFromWindowEnd(t, time.Hour)
@@ -569,6 +572,9 @@ func TestReleaseNeverRefusedByLimits(t *testing.T) {
 	require.Equal(t, http.StatusTooManyRequests, r.Status, r.Raw)
 	assert.Equal(t, "quota_exhausted", r.code())
 
+	r = d.lock(t, `{"action":"extend","key":"rel","token":"`+token+`","ttl":60}`)
+	okRemain(t, r, 0)
+	assert.Equal(t, true, r.data(t)["extended"], "the held lock is extended past the quota: %s", r.Raw)
 	r = d.lock(t, `{"action":"release","key":"rel","token":"`+token+`"}`)
 	okRemain(t, r, 0)
 	assert.Equal(t, true, r.data(t)["released"], r.Raw)

@@ -103,8 +103,11 @@ func (s *Server) serveLock(w http.ResponseWriter, r *http.Request) {
 	}
 	c.token = req.token
 	kind := limits.Ordinary
-	if req.action == actRelease {
+	switch req.action {
+	case actRelease:
 		kind = limits.Release
+	case actExtend:
+		kind = limits.Extend
 	}
 	if !s.admit(w, &c, kind, start) {
 		return

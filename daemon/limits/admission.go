@@ -30,14 +30,20 @@ type Refusal struct {
 type Call uint8
 
 const (
-	// Ordinary is any call but a release: refused once the quota or the
-	// bucket is spent.
+	// Ordinary is any call but a release or an extend: refused once the
+	// quota or the bucket is spent.
 	Ordinary Call = iota
 	// Release gives a lock back and is never refused: refusing it would
 	// keep the lock (and its slot under max_locks) until its TTL ends. It
 	// is charged like any call while the quota and the bucket allow, and
 	// free once they are spent.
 	Release
+	// Extend keeps a lock that is held and is never refused, as Release:
+	// refusing it would end the lock under work that is running (`lock
+	// run` kills its command when an extend fails) because other calls
+	// of the account spent its calls. Limits stop new locks, not held
+	// ones. Charged like Release.
+	Extend
 )
 
 // Change is what happened to a lock after its acquire, for its account's
@@ -94,14 +100,14 @@ func (a *Admission) Remain() int64 {
 }
 
 // Admit charges the call to its account's quota and rate, or refuses it
-// (quota, then rate) without charging. A Release is never refused: ok is
-// then true whatever the limits.
+// (quota, then rate) without charging. A Release or an Extend is never
+// refused: ok is then true whatever the limits.
 func (a *Admission) Admit(c Call, now time.Time) (r Refusal, ok bool) {
 	if a.st == nil {
 		return Refusal{}, true
 	}
 	a.remain, r = a.st.admit(now)
-	if r.Reason == 0 || c == Release {
+	if r.Reason == 0 || c == Release || c == Extend {
 		return Refusal{}, true
 	}
 	return r, false
