@@ -17,8 +17,10 @@ import (
 
 // admit charges the call to its account's quota and rate, or answers 429
 // and reports false. It runs once the request is known to be valid, before
-// the masters are asked. A limits.Release call (a lock's release) is
-// never refused; the idempotency actions have their own (admitIdem).
+// the masters are asked. A limits.Release or limits.Extend call (a lock's
+// release or extend) is never refused, whatever its token: as for a
+// release, checking the token first would cost a quorum read; the
+// idempotency actions have their own (admitIdem).
 func (s *Server) admit(w http.ResponseWriter, c *call, kind limits.Call, now time.Time) bool {
 	r, ok := c.limits.Admit(kind, now)
 	if !ok {

@@ -588,7 +588,7 @@ func TestQuorumMessage(t *testing.T) {
 		votes:    3,
 		failures: []error{fmt.Errorf("%w: the fencing counter is at 9007199254740991", redlock.ErrFenceExhausted)},
 		masters:  []redlock.MasterStatus{up, up, up, up, up},
-		msg:      "a quorum of Redis masters voted (3 of 5, 3 needed), but no fencing token is left: the fencing counter is at the largest fence, 9007199254740991 (set by hand near it?); every acquire is refused",
+		msg:      "a quorum of Redis masters voted (3 of 5, 3 needed), but no fencing token is left: the fencing counter has reached the largest fence, 9007199254740991 (set by hand near it?); every acquire is refused",
 	}, {
 		name:      "status",
 		op:        "status",

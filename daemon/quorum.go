@@ -126,7 +126,7 @@ func quorumMessage(err error, masters []redlock.MasterStatus) string {
 			oe.Votes, oe.Refused, oe.Masters-oe.Votes-oe.Refused, oe.Quorum, oe.Masters)
 	}
 	if errors.Is(err, redlock.ErrFenceExhausted) {
-		return fmt.Sprintf("a quorum of Redis masters voted (%d of %d, %d needed), but no fencing token is left: the fencing counter is at the largest fence, %d (set by hand near it?); every acquire is refused",
+		return fmt.Sprintf("a quorum of Redis masters voted (%d of %d, %d needed), but no fencing token is left: the fencing counter has reached the largest fence, %d (set by hand near it?); every acquire is refused",
 			oe.Votes, oe.Masters, oe.Quorum, redlock.MaxFence)
 	}
 	if oe.Votes >= oe.Quorum {

@@ -52,8 +52,9 @@ const MinTTL = 10 * time.Millisecond
 //  1. take the monotonic time and a new random token;
 //  2. send SET key token NX PX ttl to every master at once, each bounded by
 //     the per-master timeout, and decide as soon as a quorum has voted yes
-//     or can no longer do so (a master known to be down or stuck answers at
-//     once);
+//     or can no longer do so (a master stuck on an earlier command, or
+//     whose dial just failed, answers at once; granted.go, "Masters marked
+//     down");
 //  3. validity = ttl − elapsed − drift, drift = ttl × drift factor + 2ms;
 //  4. the lock is held if votes ≥ quorum and validity > 0;
 //  5. otherwise run the compare-and-delete release on every master that may
@@ -311,8 +312,7 @@ func (c *Client) newAcquireTally(ctx context.Context, set *lockSet, token string
 // tooFewUp reports whether more masters are known to be down than the
 // votes needed allow, with each of them in t's failures: the attempt then
 // sends nothing and fails at once (ErrQuorumUnavailable), closed and fast.
-// The fan-out would fail the down masters without a round trip anyway
-// (lane.submit); what it saves is the SETs on the masters still up, which
+// What it saves is the SETs on the masters still up, which
 // could never make a quorum and would each need a release (cleanup) —
 // one round trip of a failed acquire that was all its latency. A master
 // that comes back is probed at once (failure kicks the health loop).
@@ -474,12 +474,12 @@ func (t *acquireTally) writeBack(written int) (fence int64, stored int) {
 	if t.early != nil && (t.earlyFence > t.counter || !c.opts.fenceAboveEveryAnswer) {
 		fence, voted = t.earlyFence, t.earlyVoted
 	} else {
-		if t.early != nil {
-			c.fenceRewrites.Add(1)
-		}
 		var ok bool
 		if fence, ok = t.nextFence(); !ok {
 			return 0, 0
+		}
+		if t.early != nil {
+			c.fenceRewrites.Add(1)
 		}
 		written = c.writeFence(t.ctx, t.set, t.token, fence, voted, c.quorum, false, &t.res)
 	}

@@ -167,7 +167,7 @@ func (c *Client) newMaster(i int, mo *redis.Options) *master {
 	// No connections opened in the background (MinIdleConns): while the
 	// master refuses connections they would be failing ones
 	// (refusedAsConn), kept idle and handed to the first batch after it
-	// is back. warmLanes opens the lanes' connections before New returns.
+	// is back. warmLanes opens a lane connection before New returns.
 	lo.MinIdleConns = 0
 	lo.PipelinePoolSize = -1
 	lo.DisableIdentity = true
@@ -180,7 +180,6 @@ func (c *Client) newMaster(i int, mo *redis.Options) *master {
 	lo.Protocol = 2
 	lo.OnConnect = m.onConnect
 	lo.Dialer = refusedAsConn(m, lo.Dialer, &lo)
-	m.laneOpts = lo
 	m.rdb.Store(redis.NewClient(&lo))
 
 	po := *mo
@@ -508,7 +507,9 @@ func evalShaArgs(script *redis.Script, keys []string, args []any) []any {
 // pipeline, for a CPU — and that wait says nothing about the master. A
 // call still unwritten at start + timeout is given up (the lane will not
 // send it either), so a stuck or paused master still costs at most twice
-// the timeout, and a known-down or busy one nothing (lane.submit). Answers
+// the timeout, and a busy one or one whose dial just failed nothing
+// (lane.submit; an acquire's vote still goes to a master marked down,
+// granted.go). Answers
 // already received when a deadline passes, or when ctx ends, are read
 // before anything is given up. Waiting longer never weakens a lock: every
 // caller computes validity from start to the moment it decides (Redlock

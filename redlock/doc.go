@@ -8,8 +8,10 @@
 //     every master answered (the granted-lock check, granted.go), and a
 //     release or an extend answers once every master answered, so that the
 //     next caller, through any Client, sees it;
-//   - masters known to be down or stuck answer at once, so a lost quorum
-//     fails in well under one per-master timeout;
+//   - masters stuck on an earlier command or failing dials answer at
+//     once, and more than N − quorum known to be down fail the acquire
+//     before any vote is sent, so a lost quorum fails in well under one
+//     per-master timeout;
 //   - commands bound for the same master share pipelined round trips
 //     (lanes), and a release always reaches a master after the SET it cleans
 //     up, so deciding early never leaves a stray key behind;

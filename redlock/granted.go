@@ -28,21 +28,28 @@ import (
 //
 // Masters marked down. The vote goes to a master this Client marked down
 // too (call.hearDown): the mark is the last probe's view, up to a health
-// interval old, and a master that was paused or restarted with its data
-// may answer again — holding a granted lock that the masters which voted
-// lost. Only what the lane sees now answers such a vote at once: a
-// pipeline stuck past the per-master timeout (ErrMasterBusy), a dial
-// refused less than refusedRedial (1 ms) ago; otherwise it is dialled
-// again (refusedAsConn keeps go-redis's dial circuit breaker, which
-// answers with the old refusal for up to a second, out of the way). So a
-// master counts as failing here only while it is stuck or refusing, and
-// for at most 1 ms after. Found by an adversarial pass: a vote to a
-// master marked down failed at once, so a contender with two silent
-// losses was granted while the master that came back held the lock
+// interval old, and a master that was paused, partitioned away or
+// restarted with its data may answer again — holding a granted lock that
+// the masters which voted lost. Only what the lane sees now answers such
+// a vote at once: a pipeline stuck past the per-master timeout
+// (ErrMasterBusy), a dial that failed less than its redial wait ago
+// (1 ms after a refused connection, 100 ms after a timed-out, unreachable
+// or unresolvable one: refusedRedial, otherRedial); otherwise it is
+// dialled again. refusedAsConn keeps go-redis's dial circuit breaker,
+// which answers dials with the last failure for up to a second, out of
+// the way. So a master counts as failing here while it is stuck or
+// failing dials, and for at most that wait after. What that costs: an
+// acquire waits for such a master's answer, up to the per-master timeout,
+// when its lane is neither stuck nor within a redial wait — the first
+// per-master timeout of each stall (a paused master's pipeline is retried
+// every stall timeout) or of each timed-out dial; with a master's process
+// gone, a refused dial at most once a millisecond
+// (BenchmarkOneMasterKilled: 0.92× the cycles of not asking it, c=64;
+// docs/performance.md). Found by an adversarial pass: a vote to a master
+// marked down failed at once, so a contender with two silent losses was
+// granted while the master that came back held the lock
 // (TestGrantedLockOnAMasterMarkedDown, and
 // TestGrantedLockOnAMasterRestartedWhileRefused for the circuit breaker).
-// Cost, with one master's process gone (c=64, alternating, five pairs):
-// 0.92× the cycles of not asking it (docs/performance.md).
 //
 // Claim: while a lock L granted with its fence written back to a quorum Q3
 // is valid, and at most N − quorum masters have lost L's key (by any
@@ -73,7 +80,8 @@ import (
 // Cost: on a refusal the script reads the holder's record (one GET); a
 // winning acquire waits for the masters it did not need for its quorum
 // (they were sent the vote at the same time), at most the per-master
-// timeout for one that is slow but not known down; its fence write-back
+// timeout for one that is slow, stuck or unreachable and not yet seen to
+// be (above); its fence write-back
 // starts at the needed votes, so the two waits overlap. Measured at c=1 on
 // five local masters sharing two cores: no difference left within the
 // noise (BenchmarkSafetyModes; docs/performance.md). The price of the check is liveness after a release that did

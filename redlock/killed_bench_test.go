@@ -39,8 +39,10 @@ func BenchmarkOneMasterKilled(b *testing.B) {
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	for !c.QuorumAvailable() || c.Masters()[0].Up {
-		time.Sleep(10 * time.Millisecond) // the probe marks it down
+	for deadline := time.Now().Add(10 * time.Second); !c.QuorumAvailable() || c.Masters()[0].Up; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("master 0 not marked down, or no quorum, 10s after the kill: %+v", c.Masters())
+		}
 	}
 	const conc = 64
 	var seq, failed atomic.Int64

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -29,14 +30,10 @@ type master struct {
 	list *lane
 	c    *Client
 
-	// rdb holds the lanes' connections: no retries, long read timeout. It
-	// is replaced when a master that refused connections comes back,
-	// because go-redis then keeps refusing to dial for up to a second
-	// (its dial circuit breaker).
-	rdb        atomic.Pointer[redis.Client]
-	laneOpts   redis.Options
-	connMu     sync.Mutex // serializes replacing rdb with Close
-	dialFailed atomic.Bool
+	// rdb holds the lanes' connections: no retries, long read timeout,
+	// every dial error a failing connection (refusedAsConn).
+	rdb    atomic.Pointer[redis.Client]
+	connMu sync.Mutex // serializes Close with a use of rdb that must not follow it
 	// probe is the health connection, used only under Client.probeMu.
 	probe     *redis.Client
 	probeOpts redis.Options
@@ -62,7 +59,7 @@ type master struct {
 	// test runs (a release still in flight on this master when the
 	// quorum answered) would otherwise set the form back.
 	bareReadingPinned atomic.Bool
-	// refused: the last refused dial of a lane (refusedAsConn); nil once
+	// refused: the last failed dial of a lane (refusedAsConn); nil once
 	// a dial connects.
 	refused atomic.Pointer[refusal]
 
@@ -149,33 +146,16 @@ func (m *master) setDown(err error) {
 }
 
 func (m *master) setUp() {
-	if m.dialFailed.Swap(false) {
-		m.renewLanes()
-	}
 	if !m.up.Swap(true) {
 		m.lastErr.Store(nil) // the error described the outage that just ended
 		m.c.opts.logger.Info("master up", masterAttr(m))
 	}
 }
 
-// renewLanes gives the lanes a fresh connection pool. Only called after a
-// refused dial: the master's process was gone, so no command can still be
-// in flight on the old connections and ordering is unaffected.
-func (m *master) renewLanes() {
-	m.connMu.Lock()
-	defer m.connMu.Unlock()
-	select {
-	case <-m.c.closed:
-		return
-	default:
-	}
-	o := m.laneOpts
-	old := m.rdb.Swap(redis.NewClient(&o))
-	_ = old.Close()
-}
-
-// renewProbe replaces the health connection after a refused dial, for the
-// same reason as renewLanes. Called under Client.probeMu.
+// renewProbe replaces the health connection after a failed dial: go-redis
+// would otherwise answer the next probes' dials with that failure for up
+// to a second without dialing (its dial circuit breaker). The lanes' pool
+// never opens it (refusedAsConn). Called under Client.probeMu.
 func (m *master) renewProbe() {
 	_ = m.probe.Close()
 	o := m.probeOpts
@@ -205,7 +185,7 @@ func newLane(m *master, batch int) *lane {
 
 // submit queues c, or answers it at once when the master cannot answer in
 // time: known down (except a call that must hear a master marked down,
-// hearDown, unless a dial was refused within refusedRedial), or stuck on an earlier pipeline for longer than the
+// hearDown, unless a lane's dial failed within its redial wait), or stuck on an earlier pipeline for longer than the
 // per-master timeout. A release that is answered at once is still queued so
 // that it follows any SET already sent.
 func (l *lane) submit(c *call, now time.Time) {
@@ -297,12 +277,15 @@ func (l *lane) exec(batch []*call) {
 		return
 	}
 	ctx := context.Background()
-	if r := m.refused.Load(); r != nil && now.Sub(r.at) < refusedRedial {
-		// A lane's dial was refused within refusedRedial: the batch gets
-		// that refusal without a dial or a connection (refusedAsConn).
+	if r := m.refused.Load(); r != nil && now.Sub(r.at) < r.wait {
+		// A lane's dial failed within its redial wait: the batch gets
+		// that failure without a dial or a connection (refusedAsConn).
 		for _, c := range send {
 			c.cmd = redis.NewCmd(ctx)
 			c.cmd.SetErr(r.err)
+		}
+		if m.c.opts.observer != nil {
+			m.c.opts.observer.ObserveBatch(m.idx, len(send), 0, r.err)
 		}
 		m.deliver(send, statsReading{}, now, now, 0)
 		return
@@ -339,7 +322,6 @@ func (l *lane) exec(batch []*call) {
 		m.c.opts.observer.ObserveBatch(m.idx, len(send), time.Since(now), connErr(err))
 	}
 	if err != nil && isDialError(err) {
-		m.dialFailed.Store(true)
 		if noServer(err) {
 			// Only a refused dial: a dial that timed out may measure
 			// this machine, not the master (probeFailuresForDown).
@@ -453,30 +435,34 @@ func connErr(err error) error {
 }
 
 // refusedAsConn wraps the lanes' dialer of m (go-redis's for o when
-// nil): a dial that finds no server (noServer) is handed to the pool as a
-// connection whose every read and write fails with that dial's error.
-// go-redis's pool otherwise counts refused dials and, after PoolSize of
-// them, answers every later dial with the last error for up to a second
-// without dialing (its dial circuit breaker): a master restarted with its
-// data in that second would go unheard by the acquire votes sent to it
-// (granted.go, "Masters marked down"). The failing connection fails the
-// batch with the dial's error (isDialError, noServer), and the pool drops
-// it; the next batch dials again — but not within refusedRedial of the
-// last refusal: submit answers the votes of that time at once, and this
-// dialer hands out the same refusal.
+// nil): a dial that fails (refused, timed out, no such host, unreachable)
+// is handed to the pool as a connection whose every read and write fails
+// with the dial's error. go-redis's pool otherwise counts failed dials and,
+// after PoolSize of them, answers every later dial with the last error for
+// up to a second without dialing (its dial circuit breaker): a master back
+// in that second — restarted with its data, reachable again after a
+// partition — would go unheard by the acquire votes sent to it (granted.go,
+// "Masters marked down"). The failing connection fails the batch with the
+// dial's error (isDialError, noServer), and the pool drops it. The next
+// dial comes no sooner than the failure's redial wait (refusal.wait): a
+// batch within it fails with the same error in lane.exec, and a vote to a
+// master marked down in submit, without a dial or a connection.
 func refusedAsConn(m *master, dial func(ctx context.Context, network, addr string) (net.Conn, error), o *redis.Options) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	if dial == nil {
 		dial = redis.NewDialer(o)
 	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if r := m.refused.Load(); r != nil && time.Since(r.at) < refusedRedial {
+		if r := m.refused.Load(); r != nil && time.Since(r.at) < r.wait {
 			return refusedConn{err: r.err}, nil
 		}
 		cn, err := dial(ctx, network, addr)
-		if err != nil && noServer(err) {
+		if err != nil {
 			// Wrapped: go-redis reports a *net.OpError from a write
 			// as its inner error, which would hide the dial.
-			r := &refusal{at: time.Now(), err: refusedDial{err}}
+			r := &refusal{at: time.Now(), err: refusedDial{err}, wait: otherRedial}
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				r.wait = refusedRedial
+			}
 			m.refused.Store(r)
 			return refusedConn{err: r.err}, nil
 		}
@@ -485,24 +471,32 @@ func refusedAsConn(m *master, dial func(ctx context.Context, network, addr strin
 	}
 }
 
-// refusedRedial: a master that refused a lane's dial is dialled again
-// after this long at the earliest (refusedAsConn, submit). A master back
-// within it counts as failing for an acquire in that time (granted.go).
-// Without it, with a master's process gone, every batch to it would pay
-// a dial and a connection's buffers (docs/performance.md).
-const refusedRedial = time.Millisecond
+// refusedRedial: a master that refused a lane's dial (ECONNREFUSED: its
+// host answers, no process listens) is dialled again after this long at
+// the earliest; otherRedial after any other dial failure (timed out, no
+// such host, unreachable), each of which may mean a name lookup or a
+// timeout per try. A master back within that time counts as failing for
+// an acquire in it (granted.go). Without a wait, with a master's process
+// gone, every batch to it would pay a dial and a connection's buffers
+// (BenchmarkOneMasterKilled; docs/performance.md).
+const (
+	refusedRedial = time.Millisecond
+	otherRedial   = 100 * time.Millisecond
+)
 
-// refusal is a refused dial and when it was refused.
+// refusal is a failed dial of a lane, when it failed, and how long until
+// the next dial (refusedRedial, otherRedial).
 type refusal struct {
-	at  time.Time
-	err error
+	at   time.Time
+	err  error
+	wait time.Duration
 }
 
-// refusedRecently reports whether a lane's dial of m was refused less
-// than refusedRedial before now.
+// refusedRecently reports whether a lane's dial of m failed less than its
+// redial wait before now.
 func (m *master) refusedRecently(now time.Time) bool {
 	r := m.refused.Load()
-	return r != nil && now.Sub(r.at) < refusedRedial
+	return r != nil && now.Sub(r.at) < r.wait
 }
 
 // refusedConn is a refused dial as a net.Conn (refusedAsConn).

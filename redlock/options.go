@@ -106,7 +106,9 @@ func defaultOptions() options {
 // It counts from when the command is written to the master's connection;
 // a command this process could not write within d of the attempt's start
 // (its lane stuck behind a slow master) is given up then. A master that
-// is paused costs an attempt at most 2d; one known down costs nothing.
+// is paused costs an attempt at most 2d; one stuck on an earlier command,
+// or whose dial failed within its redial wait, nothing (granted.go,
+// "Masters marked down": an acquire still asks a master marked down).
 func WithPerMasterTimeout(d time.Duration) Option {
 	return func(o *options) { o.perMasterTimeout = d }
 }

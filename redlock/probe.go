@@ -71,7 +71,6 @@ func (m *master) probeOnce() {
 	}
 	if err != nil {
 		if isDialError(err) {
-			m.dialFailed.Store(true)
 			m.renewProbe()
 		}
 		m.probeFailed(err)
