@@ -54,7 +54,7 @@ func TestLaneDialerNeverOpensTheCircuit(t *testing.T) {
 			}
 			if wrapped {
 				assert.EqualValues(t, 3, dials.Load(), "one dial per command after each wait")
-				require.False(t, m.refusedRecently(time.Now()), "the wait after the last failure is over")
+				require.Nil(t, m.recentRefusal(time.Now()), "the wait after the last failure is over")
 			}
 			partitioned.Store(false)
 			err := rdb.Ping(ctx).Err()

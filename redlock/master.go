@@ -102,7 +102,8 @@ type call struct {
 	mustSend bool     // releases are sent even late, to clean up after a slow SET
 	// hearDown: sent to a master marked down too (acquire votes with the
 	// granted-lock check, granted.go): only what the lane sees now (a
-	// pipeline stuck past the per-master timeout) answers it at once.
+	// pipeline stuck past the per-master timeout, a dial failed within its
+	// redial wait) answers it at once.
 	hearDown bool
 	// (deadline in nanos and idx in 32 bits, next to mustSend: a call is
 	// 128 bytes, not 160 — the size every release queued behind a paused
@@ -184,14 +185,14 @@ func newLane(m *master, batch int) *lane {
 }
 
 // submit queues c, or answers it at once when the master cannot answer in
-// time: known down (except a call that must hear a master marked down,
-// hearDown, unless a lane's dial failed within its redial wait), or stuck on an earlier pipeline for longer than the
-// per-master timeout. A release that is answered at once is still queued so
+// time: known down (a call that must hear a master marked down, hearDown,
+// only when a lane's dial failed within its redial wait), or stuck on an
+// earlier pipeline for longer than the per-master timeout. A release that is answered at once is still queued so
 // that it follows any SET already sent.
 func (l *lane) submit(c *call, now time.Time) {
 	m := l.m
 	switch {
-	case !m.up.Load() && (!c.hearDown || m.refusedRecently(now)):
+	case !m.up.Load() && (!c.hearDown || m.recentRefusal(now) != nil):
 		m.fail(c, ErrMasterDown)
 	default:
 		if bs := l.busySince.Load(); bs != 0 && now.UnixNano()-bs > int64(m.c.opts.perMasterTimeout) {
@@ -277,7 +278,7 @@ func (l *lane) exec(batch []*call) {
 		return
 	}
 	ctx := context.Background()
-	if r := m.refused.Load(); r != nil && now.Sub(r.at) < r.wait {
+	if r := m.recentRefusal(now); r != nil {
 		// A lane's dial failed within its redial wait: the batch gets
 		// that failure without a dial or a connection (refusedAsConn).
 		for _, c := range send {
@@ -452,7 +453,7 @@ func refusedAsConn(m *master, dial func(ctx context.Context, network, addr strin
 		dial = redis.NewDialer(o)
 	}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if r := m.refused.Load(); r != nil && time.Since(r.at) < r.wait {
+		if r := m.recentRefusal(time.Now()); r != nil {
 			return refusedConn{err: r.err}, nil
 		}
 		cn, err := dial(ctx, network, addr)
@@ -492,11 +493,13 @@ type refusal struct {
 	wait time.Duration
 }
 
-// refusedRecently reports whether a lane's dial of m failed less than its
-// redial wait before now.
-func (m *master) refusedRecently(now time.Time) bool {
-	r := m.refused.Load()
-	return r != nil && now.Sub(r.at) < r.wait
+// recentRefusal is the last failed dial of m's lanes when it failed less
+// than its redial wait before now; nil otherwise.
+func (m *master) recentRefusal(now time.Time) *refusal {
+	if r := m.refused.Load(); r != nil && now.Sub(r.at) < r.wait {
+		return r
+	}
+	return nil
 }
 
 // refusedConn is a refused dial as a net.Conn (refusedAsConn).
