@@ -128,7 +128,10 @@ type LockOption func(*request)
 
 // WithWait makes Acquire wait up to d for a held lock (the daemon retries
 // with jitter; wait_ms on the wire, whole milliseconds, at most the
-// daemon's max_wait). Ignored by the other calls. Default 0: answer at once.
+// daemon's max_wait). A wait the daemon ends early because it is
+// shutting down (wait_stopped) is sent again for what is left of it, on a
+// new connection (acquireWaiting). Ignored by the other calls. Default 0:
+// answer at once.
 func WithWait(d time.Duration) LockOption { return func(r *request) { r.wait = d } }
 
 // WithStopWaiting lets Acquire stop waiting (WithWait) when stop is
@@ -203,6 +206,7 @@ type request struct {
 	slot      *int            // extend, release: a semaphore's permit slot
 	lockDelay *time.Duration  // acquire: WithLockDelay; nil: the account's default
 	stop      <-chan struct{} // acquire: WithStopWaiting
+	resends   int             // acquire: times sent again after a daemon's shutdown (acquireWaiting)
 }
 
 // wireRequest is the JSON body of POST /v1/lock.
@@ -245,6 +249,9 @@ type wireData struct {
 	Slot       *int     `json:"slot"`         // a semaphore's acquire
 	Taken      int      `json:"taken"`        // a semaphore's status
 	NextFreeMS int64    `json:"next_free_ms"` // a semaphore's status
+	// WaitStopped: the daemon ended the acquire's wait early because it is
+	// shutting down (Acquire sends it again for what is left of the wait).
+	WaitStopped bool `json:"wait_stopped"`
 }
 
 // answer is a 200 answer with the time its request was sent.
@@ -512,7 +519,7 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 			o(&r)
 		}
 	}
-	a, err := c.do(ctx, &r)
+	a, err := c.acquireWaiting(ctx, &r)
 	if err != nil {
 		return nil, err
 	}
@@ -547,6 +554,67 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		l.slot, l.permits = d.Slot, r.permits
 	}
 	return l, nil
+}
+
+// redialDelay is how long a waiting acquire resent after a daemon's
+// shutdown (acquireWaiting) waits before it dials again when no daemon
+// accepted the connection.
+const redialDelay = 100 * time.Millisecond
+
+// acquireWaiting sends the acquire r and, while r waits (WithWait), sends
+// it again for what is left of the wait when the daemon answered that it
+// ended the wait because it is shutting down (wait_stopped): a rolling
+// restart or a scale-down must not turn a caller's wait into "held". The
+// daemon's answer closed the connection (Connection: close), so the next
+// request goes over a new one — to another replica behind a load
+// balancer, or to the daemon that replaces this one. While no daemon
+// accepts the connection (a dial that fails: nothing sent, nothing to
+// clean up), it dials again every redialDelay until the wait ends, then
+// returns that failure (ErrUnavailable). It never resends after a
+// failure in the middle of a request: a lock granted then is the
+// daemon's to release (its caller went away) and a resend would wait on
+// it. The caller's stop (WithStopWaiting) and ctx end it as they end a
+// wait.
+func (c *Client) acquireWaiting(ctx context.Context, r *request) (*answer, error) {
+	a, err := c.do(ctx, r)
+	if r.wait <= 0 {
+		return a, err
+	}
+	ends := time.Now().Add(r.wait)
+	for {
+		switch {
+		case err == nil && a.data.WaitStopped && (a.data.Acquired == nil || !*a.data.Acquired):
+		case err != nil && a == nil && resent(r) && dialFailed(err):
+			t := time.NewTimer(min(redialDelay, time.Until(ends)))
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, errors.Join(err, ctx.Err())
+			case <-r.stop:
+				t.Stop()
+				return nil, err
+			case <-t.C:
+			}
+		default:
+			return a, err
+		}
+		left := time.Until(ends).Truncate(time.Millisecond)
+		if left <= 0 || r.stopped() || ctx.Err() != nil {
+			return a, err
+		}
+		r.wait, r.resends = left, r.resends+1
+		a, err = c.do(ctx, r)
+	}
+}
+
+// resent reports whether r was sent again after a daemon's shutdown.
+func resent(r *request) bool { return r.resends > 0 }
+
+// dialFailed reports whether err is a request that never reached a
+// daemon: its connection could not be set up.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // Extend resets the TTL of the lock key held by token to ttl and returns

@@ -380,6 +380,7 @@ func (s *Server) acquireRefused(ctx context.Context, w http.ResponseWriter, c *c
 		}
 		if c.waited && s.waitsStopped() && time.Now().Before(c.waitEnds) {
 			msg += msgWaitStopped
+			d.waitStopped = true
 		}
 		s.ok(w, c, resNotAcquired, d, msg)
 		return

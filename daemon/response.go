@@ -88,6 +88,12 @@ type lockData struct {
 	hasTaken    bool
 	nextFreeMS  int64
 	hasNextFree bool
+	// waitStopped: an acquire's wait_ms wait was ended early by this
+	// daemon shutting down (Serve, step 3), not by the wait running out:
+	// the caller should send it again, for what is left of its wait, on
+	// a new connection (another replica). "wait_stopped":true on the
+	// wire, absent otherwise.
+	waitStopped bool
 }
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
@@ -160,6 +166,9 @@ func writeData(w http.ResponseWriter, d *lockData, msg string, remainQuota int64
 	if d.hasNextFree {
 		b = append(b, `,"next_free_ms":`...)
 		b = strconv.AppendInt(b, d.nextFreeMS, 10)
+	}
+	if d.waitStopped {
+		b = append(b, `,"wait_stopped":true`...)
 	}
 	b = append(b, `},"msg":`...)
 	b = appendJSONString(b, msg)

@@ -745,6 +745,7 @@ func TestShutdownAnswersWaiters(t *testing.T) {
 	assert.Equal(t, 200, a.status)
 	assert.Equal(t, false, a.env.Data["acquired"], "%v", a.env)
 	assert.NotNil(t, a.env.Data["retry_after"])
+	assert.Equal(t, true, a.env.Data["wait_stopped"], "the field a client resends its wait on")
 	assert.Equal(t, "lock is held by another owner; this daemon is shutting down, so the wait ended before wait_ms: retry, on another replica", a.env.Msg,
 		"the answer says the wait was cut short, not only that the key is held")
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"regexp"
@@ -360,4 +361,60 @@ func killLockRun(t *testing.T, p *lockProc, pid, child int) {
 		"the command (pid %d) and its child (pid %d) still run after lock run was killed", pid, child)
 	t.Logf("command and child gone %v after the SIGKILL", time.Since(killed))
 	_ = p.cmd.Wait() // the output pipes close once the guardian has exited
+}
+
+// TestLockRunWaitsAcrossADaemonRestart: lock run --wait through a daemon
+// that shuts down while the lock is held (a rolling restart). The daemon
+// ends the wait early (wait_stopped); lock run sends the acquire again for
+// what is left of its wait, dialling until the replacement daemon listens
+// on the same address, and runs its command once the holder releases.
+// Before, it exited 75 ("held by another owner") with the lock about to
+// be free and most of its wait left.
+func TestLockRunWaitsAcrossADaemonRestart(t *testing.T) {
+	prefix := fmt.Sprintf("restartwait%d:", time.Now().UnixNano())
+	shared := func(c *config.Config) { c.KeyPrefix = prefix }
+	base, stop := startDaemon(t, shared)
+	addr := strings.TrimPrefix(base, "http://")
+	key := fmt.Sprintf("restart:wait:%d", time.Now().UnixNano())
+	st, env, _ := post(t, lockURL(base), keyA, `{"action":"acquire","key":"`+key+`","ttl":60}`)
+	require.Equal(t, 200, st)
+	require.Equal(t, true, env.Data["acquired"])
+	token := env.Data["token"].(string)
+
+	out := t.TempDir() + "/ran"
+	p := startLock(t, base, "run", "--key", key, "--ttl", "10s", "--wait", "30s", "--", "sh", "-c", "echo ran > "+out)
+	require.Eventually(t, func() bool {
+		return inFlight(t, base) == 2 // the waiter and this request
+	}, 10*time.Second, 10*time.Millisecond, "lock run is not waiting")
+	require.NoError(t, stop())
+	// lock run now dials a closed port; give it a few tries.
+	time.Sleep(300 * time.Millisecond)
+	base2, _ := startDaemon(t, shared, func(c *config.Config) { c.Listen = addr })
+	require.Equal(t, base, base2)
+	st, env, _ = post(t, lockURL(base2), keyA, `{"action":"release","key":"`+key+`","token":"`+token+`"}`)
+	require.Equal(t, 200, st)
+	require.Equal(t, true, env.Data["released"], "%v", env)
+	code := p.wait(t)
+	assert.Equal(t, 0, code, "lock run waits on through the restart; stderr %s", p.stderr.String())
+	b, err := os.ReadFile(out)
+	require.NoError(t, err, "the command ran")
+	assert.Equal(t, "ran\n", string(b))
+}
+
+// inFlight is the daemon's redlockd_requests_in_flight, -1 when it cannot
+// be read.
+func inFlight(t *testing.T, base string) int {
+	t.Helper()
+	resp, err := httpClient.Get(base + "/metrics")
+	if err != nil {
+		return -1
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(`\nredlockd_requests_in_flight (\d+)\n`).FindSubmatch(raw)
+	if m == nil {
+		return -1
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
 }
