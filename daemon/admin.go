@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
+	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -283,6 +284,10 @@ func (s *Server) serveReload(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, codeNotFound, "reload is not available: this daemon was not started from a config")
 		return
 	}
+	if msg := reloadArgs(r); msg != "" {
+		writeError(w, http.StatusBadRequest, codeBadRequest, msg+"; POST /admin/reload takes no parameters and no body: it reads the daemon's config file again (nothing was reloaded)")
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), reloadTimeout)
 	defer cancel()
 	res, err := s.reload(ctx)
@@ -301,6 +306,22 @@ func (s *Server) serveReload(w http.ResponseWriter, r *http.Request) {
 		Data ReloadResult `json:"data"`
 		Msg  string       `json:"msg"`
 	}{"ok", res, "reloaded"})
+}
+
+// reloadArgs says what a reload request carries that it must not: a
+// query parameter (a file=… or dry_run=… the daemon would silently
+// ignore) or a body. "" when it carries neither.
+func reloadArgs(r *http.Request) string {
+	if r.URL.RawQuery != "" {
+		name, _, _ := strings.Cut(r.URL.RawQuery, "=")
+		name, _, _ = strings.Cut(name, "&")
+		return "unknown parameter " + quoteCut(name, 32)
+	}
+	var one [1]byte
+	if n, _ := io.ReadFull(r.Body, one[:]); n > 0 {
+		return "a body was sent"
+	}
+	return ""
 }
 
 // ReloadError is a reload refused because the new configuration is bad;

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"strings"
 	"testing"
 	"time"
 
@@ -312,6 +313,24 @@ func TestAdminReloadAnswers(t *testing.T) {
 	next = func() (ReloadResult, error) { return ReloadResult{}, errors.New("disk on fire") }
 	st, body, _ = ts.raw(t, http.MethodPost, admin+"/admin/reload", nil)
 	assert.Equal(t, http.StatusInternalServerError, st, body)
+
+	// A parameter or a body is refused before anything is reloaded: the
+	// daemon reads its own file, whatever a caller names.
+	called := false
+	next = func() (ReloadResult, error) { called = true; return ReloadResult{}, nil }
+	st, body, _ = ts.raw(t, http.MethodPost, admin+"/admin/reload?file=/tmp/other.yaml", nil)
+	assert.Equal(t, http.StatusBadRequest, st, body)
+	assert.Contains(t, body, `unknown parameter \"file\"; POST /admin/reload takes no parameters and no body`)
+	resp, err := http.Post(admin+"/admin/reload", "application/yaml", strings.NewReader("api_keys: []"))
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusBadRequest, resp.StatusCode, string(raw))
+	assert.Contains(t, string(raw), "a body was sent; POST /admin/reload takes no parameters")
+	assert.False(t, called, "nothing reloaded")
+	st, body, _ = ts.raw(t, http.MethodPost, admin+"/admin/reload", nil)
+	assert.Equal(t, http.StatusOK, st, body)
+	assert.True(t, called)
 }
 
 // SetAPIKeys: a request whose key was accepted before finishes; from the

@@ -23,9 +23,8 @@ const (
 	DefaultListLimit = 50
 	// MaxListLimit is the largest limit a listing accepts.
 	MaxListLimit = redlock.MaxListCount
-	// maxAccountBytes bounds the account parameter; accounts come from
-	// the configuration, so anything longer is a mistake.
-	maxAccountBytes = 256
+	// maxAccountBytes bounds the account parameter: no account is longer.
+	maxAccountBytes = MaxAccountBytes
 	// MaxListings bounds the listings one daemon runs at once, and
 	// MaxAccountListings those of one account; one more is refused with
 	// 429 too_many_listings. Each listing has at most 8 status reads per

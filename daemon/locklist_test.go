@@ -188,6 +188,8 @@ func TestLockListBadParameters(t *testing.T) {
 		"account=acme&namespace=" + longNS(): "namespace: 129 bytes is above the maximum of 128 bytes",
 		"account=acme&account=globex":        "account: given more than once",
 		"account=acme&page=2":                `unknown parameter "page"`,
+		// The limit an account name has (MaxAccountBytes), not a looser one.
+		"account=" + strings.Repeat("a", MaxAccountBytes+1): "account: 65 bytes is above the maximum of 64 bytes",
 	} {
 		st, body, _ := ts.raw(t, http.MethodGet, admin+"/admin/locks?"+query, nil)
 		assert.Equal(t, http.StatusBadRequest, st, "%s: %s", query, body)

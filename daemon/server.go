@@ -21,10 +21,15 @@ import (
 	"github.com/redlockd/redlockd/redlock"
 )
 
+// MaxAccountBytes is the longest account name, in bytes (the
+// configuration's limit on api_keys[].name).
+const MaxAccountBytes = 64
+
 // APIKey is one account (tenant) allowed to call the action API.
 type APIKey struct {
 	// Account names the tenant; its locks live in a space of their own.
-	// Non-empty valid UTF-8. Accounts must be unique.
+	// Non-empty valid UTF-8, at most MaxAccountBytes. Accounts must be
+	// unique.
 	Account string
 	// Hash is the SHA-256 of the key clients send in X-API-Key. The daemon
 	// never holds the key itself and compares hashes in constant time.
@@ -383,6 +388,8 @@ func checkAPIKeys(keys []APIKey) error {
 		switch {
 		case k.Account == "" || !utf8.ValidString(k.Account):
 			return fmt.Errorf("daemon: Options.APIKeys[%d].Account: must be non-empty valid UTF-8", i)
+		case len(k.Account) > MaxAccountBytes:
+			return fmt.Errorf("daemon: Options.APIKeys[%d].Account: %d bytes, the limit is %d", i, len(k.Account), MaxAccountBytes)
 		case k.Hash == [32]byte{}:
 			return fmt.Errorf("daemon: Options.APIKeys[%d] (%s).Hash: missing", i, k.Account)
 		}

@@ -496,6 +496,7 @@ func TestNewValidates(t *testing.T) {
 		{"no keys", func(o *Options) { o.APIKeys = nil }, "Options.APIKeys: at least one"},
 		{"empty account", func(o *Options) { o.APIKeys = []APIKey{{Hash: h}} }, "APIKeys[0].Account"},
 		{"zero hash", func(o *Options) { o.APIKeys = []APIKey{{Account: "a"}} }, "APIKeys[0] (a).Hash: missing"},
+		{"long account", func(o *Options) { o.APIKeys = []APIKey{{Account: strings.Repeat("a", 65), Hash: h}} }, "APIKeys[0].Account: 65 bytes, the limit is 64"},
 		{"duplicate account", func(o *Options) {
 			o.APIKeys = append(o.APIKeys, APIKey{Account: "acme", Hash: h})
 		}, `APIKeys[1].Account: "acme" is also APIKeys[0]`},
