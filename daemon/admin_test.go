@@ -7,8 +7,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"sync"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
