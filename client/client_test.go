@@ -379,6 +379,26 @@ func TestWithLockCancelsOnLoss(t *testing.T) {
 	require.ErrorIs(t, err, client.ErrLost, "a loss is reported even when fn returns nil")
 }
 
+// TestWithLockLostOnAHungDaemon: the daemon stops answering (SIGSTOP)
+// while fn runs. The lock is lost; WithLock's release then only cleans up
+// and gives up after lostReleaseTimeout (2 s), not the request timeout
+// (10 s) a caller used to wait for a daemon that no longer answers.
+func TestWithLockLostOnAHungDaemon(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	var returned time.Time
+	err := c.WithLock(context.Background(), "withlock:hung", 2*time.Second, func(ctx context.Context, l *client.Lease) error {
+		require.NoError(t, d.Pause())
+		t.Cleanup(func() { _ = d.Resume() })
+		<-ctx.Done()
+		returned = time.Now()
+		return nil
+	})
+	require.ErrorIs(t, err, client.ErrLost)
+	took := time.Since(returned)
+	assert.Less(t, took, 6*time.Second, "the release of a lost lock waited %v", took)
+}
+
 func TestWithLockReleases(t *testing.T) {
 	d := startDaemon(t)
 	c := newClient(t, d)

@@ -290,11 +290,15 @@ func (l *Lease) keepAlive(ctx context.Context, exited chan struct{}) {
 	}
 }
 
+// lostReleaseTimeout bounds WithLock's release of a lock already lost.
+const lostReleaseTimeout = 2 * time.Second
+
 // WithLock acquires key for ttl, keeps it alive, and runs fn with a
 // context that is cancelled (cause: Lease.Err) the moment the lock is
 // lost. It releases the lock when fn returns, errs or panics (a panic is
 // re-raised after the release). The release runs on a context detached
-// from ctx, bounded by DefaultRequestTimeout.
+// from ctx, bounded by DefaultRequestTimeout (2 s for a lock already
+// lost: that release only cleans up).
 //
 // It returns the acquire's error (fn not run), else fn's error; when fn
 // returned nil, the loss (matching ErrLost) if the lock was lost while fn
@@ -317,7 +321,14 @@ func (c *Client) WithLock(ctx context.Context, key string, ttl time.Duration, fn
 	l.KeepAlive(wctx)
 	defer func() {
 		lost := l.Err() // before Release sets ErrReleased
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultRequestTimeout)
+		timeout := DefaultRequestTimeout
+		if lost != nil {
+			// The release only cleans up what is left of a lost lock;
+			// its usual cause, a daemon that stopped answering, must not
+			// hold the caller a whole request timeout.
+			timeout = lostReleaseTimeout
+		}
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		rerr := l.Release(rctx)
 		rcancel()
 		cancel(nil)
