@@ -84,7 +84,15 @@ func TestExtendAnswersTheTTLGranted(t *testing.T) {
 		shorter := num(t, extend("5"), "ttl")
 		assert.True(t, shorter >= 118 && shorter <= 120, "%s: the longer time left, got %d", lock, shorter)
 		capped := extend("86400")
-		assert.Equal(t, int64(86400-3), num(t, capped, "ttl"), "%s: max_ttl minus the delay", lock)
+		// max_ttl minus the delay, in whole seconds rounded down. The
+		// delay is what the master's clock says: on the tests' Redis 7.0
+		// a script's SET … PX counts from the live clock, so a
+		// millisecond that ticks between the acquire's SET of the lock
+		// and of its delay record makes the delay 3001 ms, and the cap
+		// 86396.999 s (seen once under load). Either way lock and record
+		// end by max_ttl.
+		cappedTTL := num(t, capped, "ttl")
+		assert.True(t, cappedTTL == 86400-3 || cappedTTL == 86400-4, "%s: max_ttl minus the delay, got %d", lock, cappedTTL)
 		assert.LessOrEqual(t, num(t, capped, "validity_ms"), int64((86400-3)*1000), lock)
 		okData(t, a.lock(t, testKeyAcme, `{"action":"release",`+lock+`,"token":"`+g["token"].(string)+`"}`))
 	}
