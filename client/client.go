@@ -582,21 +582,29 @@ func (c *Client) acquireWaiting(ctx context.Context, r *request) (*answer, error
 	}
 	ends := time.Now().Add(r.wait)
 	for {
+		var pause time.Duration
 		switch {
 		case err == nil && a.data.WaitStopped && (a.data.Acquired == nil || !*a.data.Acquired):
+			// A daemon that stopped its waits a moment before this request
+			// reached it answers at once: resend no more often than
+			// redialDelay, never in a busy loop.
+			pause = redialDelay - time.Since(a.sentAt)
 		case err != nil && a == nil && resent(r) && dialFailed(err):
-			t := time.NewTimer(min(redialDelay, time.Until(ends)))
+			pause = redialDelay
+		default:
+			return a, err
+		}
+		if pause = min(pause, time.Until(ends)); pause > 0 {
+			t := time.NewTimer(pause)
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return nil, errors.Join(err, ctx.Err())
+				return a, errors.Join(err, ctx.Err())
 			case <-r.stop:
 				t.Stop()
-				return nil, err
+				return a, err
 			case <-t.C:
 			}
-		default:
-			return a, err
 		}
 		left := time.Until(ends).Truncate(time.Millisecond)
 		if left <= 0 || r.stopped() || ctx.Err() != nil {

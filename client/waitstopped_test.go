@@ -1,0 +1,58 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/client"
+)
+
+// TestWaitStoppedAtOnceIsNotABusyLoop: a daemon that answers every
+// waiting acquire at once with wait_stopped (one that closed its waits a
+// moment before each request reached it) gets the acquire again at most
+// every 100 ms, each for what is left of the wait, and Acquire returns
+// "held" when the wait is over. The daemon's side of wait_stopped is
+// tested on the real daemon (cmd/redlockd TestShutdownAnswersWaiters,
+// TestLockRunWaitsAcrossADaemonRestart); this stub only answers the
+// documented shape, to drive the client's pacing.
+func TestWaitStoppedAtOnceIsNotABusyLoop(t *testing.T) {
+	var mu sync.Mutex
+	var waits []int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			WaitMS int64 `json:"wait_ms"`
+		}
+		require.NoError(t, json.NewDecoder(r.Body).Decode(&req))
+		mu.Lock()
+		waits = append(waits, req.WaitMS)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Connection", "close")
+		_, _ = w.Write([]byte(`{"ret":"ok","data":{"action":"acquire","key":"k","acquired":false,"retry_after":1,"wait_stopped":true},"msg":"lock is held by another owner; this daemon is shutting down, so the wait ended before wait_ms: retry, on another replica","remain_quota":-1}`))
+	}))
+	defer srv.Close()
+	c, err := client.New(srv.URL, "0123456789abcdef0123")
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = c.Acquire(context.Background(), "k", 10*time.Second, client.WithWait(time.Second))
+	took := time.Since(start)
+	require.ErrorIs(t, err, client.ErrLockHeld)
+	assert.Contains(t, err.Error(), "shutting down")
+	mu.Lock()
+	defer mu.Unlock()
+	assert.GreaterOrEqual(t, took, 900*time.Millisecond, "it waits out its wait")
+	assert.LessOrEqual(t, len(waits), 12, "sent %d times in %v: at most every 100 ms", len(waits), took)
+	require.GreaterOrEqual(t, len(waits), 2, "sent again after wait_stopped")
+	assert.Equal(t, int64(1000), waits[0])
+	for i := 1; i < len(waits); i++ {
+		assert.Less(t, waits[i], waits[i-1], "each resend asks for what is left of the wait: %v", waits)
+	}
+}
