@@ -54,7 +54,9 @@ var (
 	// ErrMasterTimeout: the master did not answer within the per-master timeout.
 	ErrMasterTimeout = errors.New("no answer within the per-master timeout")
 	// ErrMasterDown: the master is known to be down (refused connections or
-	// failed its last health probe), so it was not waited for.
+	// failed its last health probe), so it was not waited for, or its
+	// answer (an acquire vote, still sent for the granted-lock check) was
+	// not counted: it counts again after a health probe.
 	ErrMasterDown = errors.New("master known to be down")
 	// ErrMasterBusy: the master has not answered an earlier command for longer
 	// than the per-master timeout (paused or partitioned), so a new command

@@ -160,7 +160,7 @@ func (fw *fenceWrite) read(ctx context.Context, need int, failFast bool, res *Ou
 			res.Failures = append(res.Failures, masterErr(c, r))
 		case !m.counts():
 			failed++
-			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined})
+			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: m.notCounting()})
 		default:
 			// The lane recorded the acknowledgement (call.fence).
 			v, _ := parseFenceReply(r.val)

@@ -737,3 +737,28 @@ func TestGrantedLockOnAMasterRestartedWhileRefused(t *testing.T) {
 	_, err := f.c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
 	require.ErrorIs(t, err, ErrLockHeld, "the restarted victim answers with the granted lock")
 }
+
+// TestMarkedDownVoteIsReportedDown: the vote of a master marked down that
+// answers (sent for the granted-lock check) is reported as
+// ErrMasterDown, what the master's state is, not as quarantined.
+func TestMarkedDownVoteIsReportedDown(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t, WithHealthInterval(time.Hour))
+	rdbs := direct(t)
+	key := newKey(t)
+	for i := range 3 {
+		require.NoError(t, rdbs[i].Set(ctx, key, "contender", time.Minute).Err())
+	}
+	c.probeAll()
+	c.masters[3].setDown(errors.New("marked down by the test: the master answers"))
+	_, err := c.Acquire(ctx, key, 10*time.Second, WithRetry(NoRetry()))
+	var oe *OutcomeError
+	require.ErrorAs(t, err, &oe)
+	require.Len(t, oe.Failures, 1, "%v", err)
+	var me *MasterError
+	require.ErrorAs(t, oe.Failures[0], &me)
+	assert.Equal(t, 3, me.Index)
+	assert.ErrorIs(t, me, ErrMasterDown)
+	assert.NotErrorIs(t, me, ErrMasterQuarantined)
+	assert.Empty(t, rdbs[3].Get(ctx, key).Val(), "its vote was cleaned up")
+}

@@ -301,6 +301,18 @@ func (m *master) counts() bool {
 	return m.state() == MasterUp
 }
 
+// notCounting is why an answer of m, which does not count now, is not
+// counted: ErrMasterDown for a master marked down (its acquire votes are
+// still sent and read, for the granted-lock check: granted.go, "Masters
+// marked down"; it counts again after a probe), ErrMasterQuarantined for
+// every other state that does not count.
+func (m *master) notCounting() error {
+	if m.state() == MasterDown {
+		return ErrMasterDown
+	}
+	return ErrMasterQuarantined
+}
+
 // state is m's health, derived in this one place from what the health loop
 // and the votes found, in order of precedence: down, repairing (lost its
 // data), waiting (no probe through the marker rule yet), quarantined (for

@@ -116,7 +116,7 @@ func (c *Client) judgeVote(r reply) (v voteReply, parsed bool, err error) {
 		return v, true, &MasterError{Index: r.idx, Addr: m.addr, Err: err}
 	}
 	if !m.counts() {
-		return v, true, &MasterError{Index: r.idx, Addr: m.addr, Err: ErrMasterQuarantined}
+		return v, true, &MasterError{Index: r.idx, Addr: m.addr, Err: m.notCounting()}
 	}
 	return v, true, nil
 }
