@@ -557,30 +557,35 @@ func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 }
 
 // redialDelay is how long a waiting acquire resent after a daemon's
-// shutdown (acquireWaiting) waits before it dials again when no daemon
-// accepted the connection.
+// shutdown (acquireWaiting) waits before it tries again when no daemon
+// answered.
 const redialDelay = 100 * time.Millisecond
 
 // acquireWaiting sends the acquire r and, while r waits (WithWait), sends
 // it again for what is left of the wait when the daemon answered that it
 // ended the wait because it is shutting down (wait_stopped): a rolling
 // restart or a scale-down must not turn a caller's wait into "held". The
-// daemon's answer closed the connection (Connection: close), so the next
-// request goes over a new one — to another replica behind a load
-// balancer, or to the daemon that replaces this one. While no daemon
-// accepts the connection (a dial that fails: nothing sent, nothing to
-// clean up), it dials again every redialDelay until the wait ends, then
-// returns that failure (ErrUnavailable). It never resends after a
-// failure in the middle of a request: a lock granted then is the
-// daemon's to release (its caller went away) and a resend would wait on
-// it. The caller's stop (WithStopWaiting) and ctx end it as they end a
-// wait.
+// wait ends when it would have without the shutdown: counted from before
+// the first request was sent. The daemon's answer closed the connection
+// (Connection: close), so the next request goes over a new one — to
+// another replica behind a load balancer, or to the daemon that replaces
+// this one.
+//
+// While a resend gets no answer at all (the connection refused, or reset
+// by a listener that was closing as it connected), it tries again every
+// redialDelay until the wait ends, then returns that failure
+// (ErrUnavailable). A resend that did reach a daemon and lost its answer
+// cannot leave two holders: a lock granted to a caller that went away is
+// released by the daemon, or at worst stands, known to nobody, until its
+// TTL — and the next resend waits for it like any holder's. An HTTP
+// error answer (400, 401, 429, a 503 past the retry policy) ends it. The
+// caller's stop (WithStopWaiting) and ctx end it as they end a wait.
 func (c *Client) acquireWaiting(ctx context.Context, r *request) (*answer, error) {
+	ends := time.Now().Add(r.wait)
 	a, err := c.do(ctx, r)
 	if r.wait <= 0 {
 		return a, err
 	}
-	ends := time.Now().Add(r.wait)
 	for {
 		var pause time.Duration
 		switch {
@@ -589,7 +594,7 @@ func (c *Client) acquireWaiting(ctx context.Context, r *request) (*answer, error
 			// reached it answers at once: resend no more often than
 			// redialDelay, never in a busy loop.
 			pause = redialDelay - time.Since(a.sentAt)
-		case err != nil && a == nil && resent(r) && dialFailed(err):
+		case err != nil && a == nil && resent(r) && noAnswer(err):
 			pause = redialDelay
 		default:
 			return a, err
@@ -618,11 +623,11 @@ func (c *Client) acquireWaiting(ctx context.Context, r *request) (*answer, error
 // resent reports whether r was sent again after a daemon's shutdown.
 func resent(r *request) bool { return r.resends > 0 }
 
-// dialFailed reports whether err is a request that never reached a
-// daemon: its connection could not be set up.
-func dialFailed(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+// noAnswer reports whether err is a request that got no HTTP answer: a
+// connection refused, reset or timed out (an *Error without a status).
+func noAnswer(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Status == 0 && errors.Is(e.Kind, ErrUnavailable)
 }
 
 // Extend resets the TTL of the lock key held by token to ttl and returns

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -55,4 +56,49 @@ func TestWaitStoppedAtOnceIsNotABusyLoop(t *testing.T) {
 	for i := 1; i < len(waits); i++ {
 		assert.Less(t, waits[i], waits[i-1], "each resend asks for what is left of the wait: %v", waits)
 	}
+}
+
+// TestWaitStoppedResendEndsWithTheWait: the resend after wait_stopped asks
+// for what is left of the wait counted from before the first request —
+// not a whole wait again from the answer — and a resend whose connection
+// is reset with no answer (a listener closing as it connected) is tried
+// again, not returned as unavailable while the wait lasts.
+func TestWaitStoppedResendEndsWithTheWait(t *testing.T) {
+	var mu sync.Mutex
+	var waits []int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			WaitMS int64 `json:"wait_ms"`
+		}
+		require.NoError(t, json.NewDecoder(r.Body).Decode(&req))
+		mu.Lock()
+		waits = append(waits, req.WaitMS)
+		n := len(waits)
+		mu.Unlock()
+		switch n {
+		case 1: // the wait, cut short by a shutdown after 600 ms
+			time.Sleep(600 * time.Millisecond)
+			w.Header().Set("Connection", "close")
+			_, _ = w.Write([]byte(`{"ret":"ok","data":{"action":"acquire","key":"k","acquired":false,"retry_after":1,"wait_stopped":true},"msg":"shutting down","remain_quota":-1}`))
+		case 2: // no answer: the connection is reset
+			conn, _, err := w.(http.Hijacker).Hijack()
+			require.NoError(t, err)
+			_ = conn.(*net.TCPConn).SetLinger(0)
+			_ = conn.Close()
+		default:
+			_, _ = w.Write([]byte(`{"ret":"ok","data":{"action":"acquire","key":"k","acquired":true,"token":"0123456789abcdef0123456789abcdef","ttl":10,"fence":7,"validity_ms":9000,"elapsed_ms":1},"msg":"","remain_quota":-1}`))
+		}
+	}))
+	defer srv.Close()
+	c, err := client.New(srv.URL, "0123456789abcdef0123")
+	require.NoError(t, err)
+	l, err := c.Acquire(context.Background(), "k", 10*time.Second, client.WithWait(time.Second))
+	require.NoError(t, err, "granted on the third request")
+	assert.Equal(t, int64(7), l.Fence())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, waits, 3)
+	assert.Equal(t, int64(1000), waits[0])
+	assert.LessOrEqual(t, waits[1], int64(400), "what is left of the 1 s wait after the 600 ms answer: %v", waits)
+	assert.Less(t, waits[2], waits[1], "%v", waits)
 }
