@@ -45,8 +45,9 @@ func (s *Server) Run(ctx context.Context) error {
 //     reconnect (a POST sent on a connection the server is closing is lost:
 //     clients do not resend it);
 //  2. for DrainDelay new connections and requests are still served;
-//  3. acquires waiting for a held lock stop waiting and answer
-//     (acquired:false, see AcquireRequest.StopWaiting), the listener
+//  3. the listener stops completing new connections (quiesce), acquires
+//     waiting for a held lock stop waiting and answer (acquired:false,
+//     wait_stopped, see AcquireRequest.StopWaiting), the listener
 //     closes, and the connections already accepted get ShutdownTimeout to
 //     finish what they send — on a fresh context, not the cancelled one;
 //     idle connections are then closed;
@@ -140,7 +141,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			return fmt.Errorf("daemon: serve on %s: %w", addr, err)
 		}
 	}
-	close(s.stopWaits)
 	return s.stop(srv, ln, errc, cancelBase)
 }
 
@@ -181,6 +181,12 @@ func (s *Server) httpServer(h http.Handler, base context.Context, connState func
 func (s *Server) stop(srv *http.Server, ln net.Listener, errc <-chan error, cancelBase context.CancelFunc) error {
 	deadline := time.Now().Add(s.shutdownTimeout)
 	quiesce(ln, min(s.shutdownTimeout, time.Second))
+	// The waits end only now that no new connection completes: a waiter
+	// resends at once on a new connection (wait_stopped), and one that
+	// connected just before the listener closed would be reset after
+	// sending its request (its handshake's last ACK dropped by quiesce's
+	// filter) instead of being refused with nothing sent.
+	close(s.stopWaits)
 	_ = ln.Close()
 	var err error
 	if serr := <-errc; !errors.Is(serr, net.ErrClosed) {

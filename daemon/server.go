@@ -191,10 +191,11 @@ type Server struct {
 
 	serving      atomic.Bool
 	shuttingDown atomic.Bool
-	// stopWaits is closed when the drain delay ends, before the listener
-	// closes: acquires waiting for a held lock answer then (see
-	// AcquireRequest.StopWaiting) instead of being cut off by the shutdown
-	// timeout.
+	// stopWaits is closed when the drain delay ends, once the listener
+	// completes no new connection and just before it closes: acquires
+	// waiting for a held lock answer then (wait_stopped, see
+	// AcquireRequest.StopWaiting) instead of being cut off by the
+	// shutdown timeout.
 	stopWaits chan struct{}
 	addr      atomic.Pointer[string]
 	adminAddr atomic.Pointer[string]
