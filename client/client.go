@@ -620,6 +620,13 @@ func (c *Client) acquireWaiting(ctx context.Context, r *request) (*answer, error
 	}
 }
 
+// dialFailed reports whether err is a request that never reached a
+// daemon: its connection could not be set up, so nothing was sent.
+func dialFailed(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
 // resent reports whether r was sent again after a daemon's shutdown.
 func resent(r *request) bool { return r.resends > 0 }
 
@@ -686,9 +693,13 @@ func (c *Client) extend(ctx context.Context, r *request) (extended, error) {
 	return e, nil
 }
 
-// Release releases the lock key held by token. Errors: an *Error matching
-// ErrNotHeld when the token did not hold it (expired, released twice,
-// another owner), ErrUnavailable, ErrUnauthorized, ErrInvalid.
+// Release releases the lock key held by token. When ctx has a deadline,
+// a release whose connection is refused (no daemon listening: nothing was
+// sent) is tried again every 100 ms until the deadline, so that one made
+// while the daemon restarts reaches its replacement instead of leaving the
+// lock to its TTL; without a deadline it is tried once. Errors: an *Error
+// matching ErrNotHeld when the token did not hold it (expired, released
+// twice, another owner), ErrUnavailable, ErrUnauthorized, ErrInvalid.
 func (c *Client) Release(ctx context.Context, key, token string, opts ...LockOption) error {
 	r := request{action: "release", key: key, token: token}
 	for _, o := range opts {
@@ -697,6 +708,20 @@ func (c *Client) Release(ctx context.Context, key, token string, opts ...LockOpt
 		}
 	}
 	a, err := c.do(ctx, &r)
+	for err != nil && dialFailed(err) {
+		deadline, ok := ctx.Deadline()
+		if !ok || time.Until(deadline) <= redialDelay {
+			return err
+		}
+		t := time.NewTimer(redialDelay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+		a, err = c.do(ctx, &r)
+	}
 	if err != nil {
 		return err
 	}

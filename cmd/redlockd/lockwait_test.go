@@ -472,3 +472,25 @@ func TestManyWaitersAcrossADaemonRestart(t *testing.T) {
 		assert.NoError(t, <-errs, "every waiter gets its lock through the replacement")
 	}
 }
+
+// TestLockRunReleasesThroughARestartedDaemon: the command ends while the
+// daemon is being replaced; lock run's release, refused while no daemon
+// listens, is tried again until the replacement answers, instead of
+// leaving the lock to its TTL.
+func TestLockRunReleasesThroughARestartedDaemon(t *testing.T) {
+	prefix := fmt.Sprintf("restartrel%d:", time.Now().UnixNano())
+	shared := func(c *config.Config) { c.KeyPrefix = prefix }
+	base, stop := startDaemon(t, shared)
+	addr := strings.TrimPrefix(base, "http://")
+	key := fmt.Sprintf("restart:release:%d", time.Now().UnixNano())
+	started := t.TempDir() + "/started"
+	p := startLock(t, base, "run", "--key", key, "--ttl", "30s", "--", "sh", "-c", "touch "+started+"; sleep 1")
+	waitFile := func() bool { _, err := os.Stat(started); return err == nil }
+	require.Eventually(t, waitFile, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, stop())
+	time.Sleep(1500 * time.Millisecond) // the command has ended; its release is refused
+	base2, _ := startDaemon(t, shared, func(c *config.Config) { c.Listen = addr })
+	assert.Equal(t, 0, p.wait(t), "stderr %s", p.stderr.String())
+	assert.NotContains(t, p.stderr.String(), "the lock ends with its TTL")
+	assert.False(t, held(t, base2, key), "released through the replacement")
+}
