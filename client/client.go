@@ -386,6 +386,16 @@ func (c *Client) do(ctx context.Context, r *request) (*answer, error) {
 	}
 }
 
+// withCtxErr is e with ctx's error joined in, for errors.Is, unless e
+// already carries it (net/http's errors wrap it: joining it again would
+// say "context deadline exceeded" twice).
+func withCtxErr(e *Error, ctx context.Context) error {
+	if errors.Is(e, ctx.Err()) {
+		return e
+	}
+	return errors.Join(e, ctx.Err())
+}
+
 // once sends one attempt of r.
 func (c *Client) once(ctx context.Context, r *request, body []byte) (*answer, error) {
 	if c.timeout > 0 {
@@ -413,7 +423,7 @@ func (c *Client) once(ctx context.Context, r *request, body []byte) (*answer, er
 	if err != nil {
 		e := &Error{Kind: ErrUnavailable, Action: r.action, Msg: err.Error(), Err: err}
 		if ctx.Err() != nil {
-			return nil, errors.Join(e, ctx.Err())
+			return nil, withCtxErr(e, ctx)
 		}
 		return nil, e
 	}
@@ -422,7 +432,7 @@ func (c *Client) once(ctx context.Context, r *request, body []byte) (*answer, er
 	if err != nil {
 		e := &Error{Kind: ErrUnavailable, Action: r.action, Status: resp.StatusCode, Msg: "reading the answer: " + err.Error(), Err: err}
 		if ctx.Err() != nil {
-			return nil, errors.Join(e, ctx.Err())
+			return nil, withCtxErr(e, ctx)
 		}
 		return nil, e
 	}

@@ -235,10 +235,11 @@ func (c *Config) validateAPIKeys(v *validator) {
 		switch {
 		case k.Name == "":
 			v.add(field+".name", "required")
+		case strings.IndexFunc(k.Name, func(r rune) bool { return !isNameRune(r) }) >= 0:
+			// First: only then is a byte a character, for the length.
+			v.add(field+".name", "only A-Z a-z 0-9 _ . - are allowed")
 		case len(k.Name) > maxNameLen:
 			v.add(field+".name", "%d characters, the limit is %d", len(k.Name), maxNameLen)
-		case strings.IndexFunc(k.Name, func(r rune) bool { return !isNameRune(r) }) >= 0:
-			v.add(field+".name", "only A-Z a-z 0-9 _ . - are allowed")
 		default:
 			if j, dup := names[k.Name]; dup {
 				v.add(field+".name", "same name as api_keys[%d]", j)

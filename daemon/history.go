@@ -419,7 +419,8 @@ func (s *Server) serveHistory(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	since := time.Time{}
-	if v := q.Get("since_ms"); v != "" {
+	if vs, ok := q["since_ms"]; ok { // since_ms= (empty) is refused, as the listings' limit= is
+		v := vs[0]
 		ms, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || ms < 0 {
 			writeError(w, http.StatusBadRequest, codeBadRequest, "since_ms: must be a whole number of Unix milliseconds, 0 or more, got "+quoteCut(v, 32))

@@ -150,7 +150,7 @@ func jsonInt(v int64) string { b, _ := json.Marshal(v); return string(b) }
 
 func TestHistoryBadSince(t *testing.T) {
 	s := historyServer(t, newFakeLocker())
-	for _, q := range []string{"-1", "1.5", "yesterday", "99999999999999999999"} {
+	for _, q := range []string{"-1", "1.5", "yesterday", "99999999999999999999", ""} {
 		code, _, raw := getHistory(t, s, "?since_ms="+q)
 		assert.Equal(t, http.StatusBadRequest, code, q)
 		assert.Contains(t, raw, `since_ms: must be a whole number of Unix milliseconds`, q)

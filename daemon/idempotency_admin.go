@@ -63,7 +63,8 @@ func (s *Server) serveIdemList(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case err == nil:
 	case errors.Is(err, idempotency.ErrInvalid):
-		writeError(w, http.StatusBadRequest, codeBadRequest, errMsg(err))
+		// "cursor: …", as GET /admin/locks says it.
+		writeError(w, http.StatusBadRequest, codeBadRequest, strings.TrimPrefix(errMsg(err), "invalid argument: "))
 		return
 	case r.Context().Err() != nil:
 		writeError(w, statusClientClosed, codeCancelled, "request cancelled")

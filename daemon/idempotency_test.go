@@ -371,7 +371,7 @@ func TestIdemAdminListing(t *testing.T) {
 	require.Empty(t, list("account=globex"))
 	st, body, _ := ts.raw(t, http.MethodGet, admin+"/admin/idempotency?account=acme&cursor=zz", nil)
 	require.Equal(t, http.StatusBadRequest, st, body)
-	require.Contains(t, body, "cursor: not a cursor of this listing")
+	require.Contains(t, body, `"msg":"cursor: not a cursor of this listing`, "the message starts with the parameter, as /admin/locks's")
 	// The listings' gate is the lock listing's: with the account's
 	// listings all running, one more is refused, before any master is read.
 	for range MaxAccountListings {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -338,7 +339,14 @@ func intField(field, unit string, v *jsonValue, lo, hi int64) (int64, *badReques
 		// The unit with the limit: a ttl of 30000 meant as milliseconds
 		// is refused as "above the maximum of 600 seconds", which says
 		// why (a newcomer's pass).
-		bad.msg += " " + unit
+		limit, u := hi, unit
+		if strings.Contains(bad.msg, "below the minimum") {
+			limit = lo
+		}
+		if limit == 1 {
+			u = strings.TrimSuffix(unit, "s") // "1 second"
+		}
+		bad.msg += " " + u
 	}
 	return n, bad
 }

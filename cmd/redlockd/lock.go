@@ -401,9 +401,9 @@ func (v durationValue) Set(s string) error {
 			return fmt.Errorf("durations need a unit, e.g. %ss", s)
 		}
 		if strings.Contains(err.Error(), "invalid duration") && strings.ContainsAny(s, "hms") {
-			return errors.New("out of range or not a duration: use a number with a unit, e.g. 30s, 5m, 1500ms")
+			return errors.New("out of range or not a duration: use a number with a unit, e.g. 30s, 5m, 1h")
 		}
-		return errors.New("not a duration: use a number with a unit, e.g. 30s, 5m, 1500ms")
+		return errors.New("not a duration: use a number with a unit, e.g. 30s, 5m, 1h")
 	}
 	*v.d = d
 	return nil
