@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/internal/guardswitch"
 )
 
 // TestFuzzScheduleIsAFunctionOfTheSeed: the same seed draws the same
@@ -387,4 +389,22 @@ func TestFuzzControlAttributes(t *testing.T) {
 	assert.Equal(t, I2, fe.Finds)
 	var none *FuzzControl
 	assert.True(t, none.Attributes(nil))
+}
+
+// TestLoneJumpNeedsTheVoteClockOff: the novoteclock control's lone jump
+// (episode 0 of its seed, every other client held off the jumped master)
+// finds nothing with the vote clock check on, only the granted-lock check
+// off: the contender sees the jump in its vote and refuses it. So the
+// control's find is the vote clock check's hole, not the harness's.
+func TestLoneJumpNeedsTheVoteClockOff(t *testing.T) {
+	noProcessLeftBehind(t)
+	ctl, err := FindFuzzControl("novoteclock")
+	require.NoError(t, err)
+	on := *ctl
+	on.Name, on.Guards = "novoteclock-guardon", []guardswitch.Guard{guardswitch.GrantedLock}
+	sched := GenerateFuzzSchedule(fuzzControlSeeds["novoteclock"], 5, 8).Only([]int{0}, nil)
+	res := runFuzzTest(t, FuzzConfig{Schedule: sched, Duration: 40 * time.Second, Control: &on, StopAtFind: true})
+	assert.Empty(t, res.Found, "vote clock check on: no second holder")
+	assert.False(t, res.ControlFound)
+	assert.Equal(t, 1, res.Episodes, "episode 0 ran to its end")
 }

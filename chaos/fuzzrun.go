@@ -37,6 +37,11 @@ type FuzzControl struct {
 	// Via is how the workload takes locks ("": mixed, as with every guard
 	// on; see Config.Via).
 	Via string
+	// LoneJump: a forward clock jump on one of A's masters, past A's key
+	// there, is seen by one contender alone (fuzzRunner.loneJump): every
+	// other client is held off the master from just before the jump until
+	// that contender is done.
+	LoneJump bool
 	// Unreached, when not empty, says why the fuzzer does not reach this
 	// control's hole: its matrix row arranges what a schedule cannot.
 	Unreached string
@@ -102,7 +107,13 @@ func FuzzControls() []FuzzControl {
 			// traffic would see a jump within milliseconds and write a
 			// repair marker that B's votes then carry, racing B's first
 			// try (under -race they won it).
-			Via: "lib"},
+			Via: "lib",
+			// Their health probes (every 150–400 ms) and their votes for
+			// the drill's HTTP probes still saw the jump 10–150 ms after
+			// it and wrote that marker, racing B's tries: under load the
+			// marker came first (a `make test` run found nothing in 8
+			// episodes). So the jump is B's alone (loneJump).
+			LoneJump: true},
 		// The comparison with the other masters' clocks is the last guard
 		// only for a client that starts after a jump nobody saw: a client
 		// watching across a jump sees it with its probes and writes a
@@ -770,6 +781,15 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 			return rdb().ReplicaOf(ctx, "NO", "ONE").Err()
 		})
 	case "clock-jump":
+		if fr.fc.Control != nil && fr.fc.Control.LoneJump && st.D > 0 && ep.held {
+			pttl, err := dm[m].PTTL(ctx, lockKey).Result()
+			if err != nil {
+				return err
+			}
+			if pttl > 0 && pttl <= st.D && time.Now().Before(ep.a.g.validUntil) {
+				return fr.loneJump(ctx, d, dm, ep, st)
+			}
+		}
 		return do(func(ctx context.Context) error { return t.ClockJump(ctx, m, st.D) }, func(ctx context.Context) error { return t.clocks[m].Reset() })
 	case "clock-rate":
 		return do(func(ctx context.Context) error { return t.ClockRate(ctx, m, st.Rate) }, func(ctx context.Context) error { return t.clocks[m].Reset() })
@@ -1136,6 +1156,95 @@ func (fr *fuzzRunner) driftJump(ctx context.Context, d *Drill, dm direct, ep *ep
 	d.Logf("e%d drift-jump: the contender's first try: %v", ep.n, first)
 	if st := c.Masters()[m]; !st.Counting {
 		d.Logf("e%d drift-jump: the contender: master %d %s (%s)", ep.n, m, st.State, st.QuarantineReason)
+	}
+	return err
+}
+
+// loneContenderTimeout is loneJump's contender's per-master timeout: an
+// acquire that more than N − quorum masters fail kicks the Client's
+// health loop (redlock/acquire.go), whose probe of the jumped master
+// would see the jump (the clock guard) and quarantine it; on a loaded
+// machine 150 ms answers are not sure, 500 ms are (as fenceContender's).
+const loneContenderTimeout = 500 * time.Millisecond
+
+// loneJump is a forward clock jump of master m, one of the masters of
+// A's lock, that one contender alone sees (FuzzControl.LoneJump): B, a
+// library client started for the step with the run's options (the
+// control's included), an hourly health interval and
+// loneContenderTimeout, connected to the masters directly, takes its
+// clock readings of the masters (New probes them) just before the jump;
+// then, while m's proxies hold every other client's traffic, m's wall
+// clock jumps st.D forward (past A's key there); as soon as the key is
+// gone B contends alone, until A's validity has ended. B's vote from m
+// carries m's clock: with the vote clock check on, B compares it with
+// its reading of a moment before, sees the jump and refuses the vote;
+// without it, B wins m's vote and those of the masters A's SET never
+// reached: a second holder. The later contend step finds A's lease over.
+//
+// Why each part: every other client would read m's clock after the jump
+// and write a repair marker with a quarantine that B's votes then carry:
+// the daemons (a, b and c) keep every guard and probe every 150–400 ms
+// (their health loops, and the drill's HTTP probes through them), so they
+// saw the jump 10–150 ms after it, and a library client probes when a
+// failed acquire kicks its health loop (the clock guard is on in every
+// control but noclockguard). The find was a race against their probes,
+// lost under load (a `make test` run found nothing in 8 episodes). So
+// every other client is held off m (a blackhole of m's proxies, from just
+// before the jump until B is done; B and the drill reach m directly), as
+// for driftJump. B's own health loop would see the jump too: it runs
+// hourly, and its per-master timeout keeps a loaded machine from kicking
+// it. The heal steps m's clock back.
+func (fr *fuzzRunner) loneJump(ctx context.Context, d *Drill, dm direct, ep *episode, st FuzzStep) (err error) {
+	m := st.Master
+	opts := append(slices.Clone(d.Sc.Options), redlock.WithPerMasterTimeout(loneContenderTimeout), redlock.WithHealthInterval(time.Hour))
+	// New's one probe round must reach every master: one it missed (a
+	// probe slower than the health timeout on a loaded machine) would not
+	// count until the next round, an hour away, and B would lose a vote
+	// it needs. Another contender then, while A's lease leaves time.
+	var c *redlock.Client
+	for {
+		c, err = newClient(d.T.DirectAddrs(), d.Cfg.Client.clientOptions(d.T.Space(), opts...))
+		if err != nil {
+			return err
+		}
+		var out []int
+		for i, ms := range c.Masters() {
+			if !ms.Counting {
+				out = append(out, i)
+			}
+		}
+		if len(out) == 0 {
+			break
+		}
+		c.Close()
+		if time.Until(ep.a.g.validUntil) < time.Second {
+			return fmt.Errorf("arrangement failed: the lone-jump contender's first probe round left masters %v not counting", out)
+		}
+		d.Notef("e%d lone jump: the contender's first probe round left masters %v not counting (slow machine): another contender", ep.n, out)
+	}
+	defer c.Close()
+	t := fr.t
+	if err := t.Blackhole(ctx, m, true); err != nil {
+		return err
+	}
+	held := time.Now()
+	defer func() {
+		err = errors.Join(err, t.Blackhole(context.WithoutCancel(ctx), m, false))
+		d.Logf("e%d lone jump: master %d's traffic held for %v", ep.n, m, time.Since(held).Round(time.Millisecond))
+	}()
+	if err := fr.fault(ctx, d, ep, st, func(ctx context.Context) error { return t.ClockJump(ctx, m, st.D) }, func(context.Context) error { return t.clocks[m].Reset() }); err != nil {
+		return err
+	}
+	if err := keyGone(ctx, d, dm, m, ep.key, "after its clock jumped (is the clock shim preloaded?)"); err != nil {
+		return err
+	}
+	b := newLibLocker("lib/b-lone", clientPath(c), d.T.Space(), loneContenderTimeout)
+	d.setView(b.Name(), 1)
+	d.Logf("e%d lone jump: A's key on master %d gone %v after the jump; A's validity ends in %v", ep.n, m, time.Since(held).Round(time.Millisecond), time.Until(ep.a.g.validUntil).Round(time.Millisecond))
+	first, err := contendVia(ctx, d, ep.key, d.Cfg.TTL, ep.a, b)
+	d.Logf("e%d lone jump: the contender's first try: %v", ep.n, first)
+	if st := c.Masters()[m]; !st.Counting {
+		d.Logf("e%d lone jump: the contender: master %d %s (%s)", ep.n, m, st.State, st.QuarantineReason)
 	}
 	return err
 }
