@@ -310,19 +310,28 @@ func (s *Server) serveReload(w http.ResponseWriter, r *http.Request) {
 
 // reloadArgs says what a reload request carries that it must not: a
 // query parameter (a file=… or dry_run=… the daemon would silently
-// ignore) or a body. "" when it carries neither.
+// ignore) or a body with anything in it (a configuration sent to be
+// applied). An empty body, or one that is only an empty JSON object or
+// null with white space (what HTTP libraries send for a POST of "no
+// data"), is no argument. "" when it carries none.
 func reloadArgs(r *http.Request) string {
 	if r.URL.RawQuery != "" {
 		name, _, _ := strings.Cut(r.URL.RawQuery, "=")
 		name, _, _ = strings.Cut(name, "&")
 		return "unknown parameter " + quoteCut(name, 32)
 	}
-	var one [1]byte
-	if n, _ := io.ReadFull(r.Body, one[:]); n > 0 {
-		return "a body was sent"
+	b, _ := io.ReadAll(io.LimitReader(r.Body, maxEmptyBody+1))
+	switch strings.Join(strings.Fields(string(b)), "") {
+	case "", "{}", "null":
+		if len(b) <= maxEmptyBody {
+			return ""
+		}
 	}
-	return ""
+	return "a body was sent"
 }
+
+// maxEmptyBody bounds what reloadArgs reads of a body it takes for empty.
+const maxEmptyBody = 64
 
 // ReloadError is a reload refused because the new configuration is bad;
 // the old one stays in force. Its message names the problem (never a

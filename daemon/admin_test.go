@@ -331,6 +331,14 @@ func TestAdminReloadAnswers(t *testing.T) {
 	st, body, _ = ts.raw(t, http.MethodPost, admin+"/admin/reload", nil)
 	assert.Equal(t, http.StatusOK, st, body)
 	assert.True(t, called)
+	// What HTTP libraries send for a POST of no data is no body.
+	for _, empty := range []string{"{}", " { } \n", "null"} {
+		resp, err := http.Post(admin+"/admin/reload", "application/json", strings.NewReader(empty))
+		require.NoError(t, err)
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "%q: %s", empty, raw)
+	}
 }
 
 // SetAPIKeys: a request whose key was accepted before finishes; from the
