@@ -1134,14 +1134,27 @@ func (fr *fuzzRunner) driftJump(ctx context.Context, d *Drill, dm direct, ep *ep
 	probed := time.Now()
 	d.Logf("e%d drift-jump: contender at drift factor %g started %v before A's key on master %d expires after the jump (New took %v); its clock bounds %+v",
 		ep.n, driftContenderFactor, time.Until(gone).Round(time.Millisecond), m, probed.Sub(start).Round(time.Millisecond), c.ClockBounds())
-	t := fr.t
+	return fr.contendAlone(ctx, d, dm, ep, st, c, "lib/b-drift", "drift-jump", d.Cfg.Client.PerMasterTimeout, func() string {
+		return fmt.Sprintf("; the contender's readings are %v old", time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// contendAlone is what driftJump and loneJump end with: while every
+// other client is held off master m (a blackhole of m's proxies, until
+// the step is done; c and the drill reach m directly), m's wall clock
+// jumps st.D forward; once A's key there is gone, c alone contends for it
+// (contendVia, as name, with per-master timeout pmt) until A's validity
+// has ended. what names the step in the log, and about() adds to the log
+// line before the contention.
+func (fr *fuzzRunner) contendAlone(ctx context.Context, d *Drill, dm direct, ep *episode, st FuzzStep, c *redlock.Client, name, what string, pmt time.Duration, about func() string) (err error) {
+	m, t := st.Master, fr.t
 	if err := t.Blackhole(ctx, m, true); err != nil {
 		return err
 	}
 	held := time.Now()
 	defer func() {
 		err = errors.Join(err, t.Blackhole(context.WithoutCancel(ctx), m, false))
-		d.Logf("e%d drift-jump: master %d's traffic held for %v", ep.n, m, time.Since(held).Round(time.Millisecond))
+		d.Logf("e%d %s: master %d's traffic held for %v", ep.n, what, m, time.Since(held).Round(time.Millisecond))
 	}()
 	if err := fr.fault(ctx, d, ep, st, func(ctx context.Context) error { return t.ClockJump(ctx, m, st.D) }, func(context.Context) error { return t.clocks[m].Reset() }); err != nil {
 		return err
@@ -1149,13 +1162,13 @@ func (fr *fuzzRunner) driftJump(ctx context.Context, d *Drill, dm direct, ep *ep
 	if err := keyGone(ctx, d, dm, m, ep.key, "after its clock jumped (is the clock shim preloaded?)"); err != nil {
 		return err
 	}
-	b := newLibLocker("lib/b-drift", clientPath(c), d.T.Space(), d.Cfg.Client.PerMasterTimeout)
+	b := newLibLocker(name, clientPath(c), d.T.Space(), pmt)
 	d.setView(b.Name(), 1)
-	d.Logf("e%d drift-jump: A's key on master %d gone; A's validity ends in %v; the contender's readings are %v old", ep.n, m, time.Until(ep.a.g.validUntil).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	d.Logf("e%d %s: A's key on master %d gone %v after the jump; A's validity ends in %v%s", ep.n, what, m, time.Since(held).Round(time.Millisecond), time.Until(ep.a.g.validUntil).Round(time.Millisecond), about())
 	first, err := contendVia(ctx, d, ep.key, d.Cfg.TTL, ep.a, b)
-	d.Logf("e%d drift-jump: the contender's first try: %v", ep.n, first)
-	if st := c.Masters()[m]; !st.Counting {
-		d.Logf("e%d drift-jump: the contender: master %d %s (%s)", ep.n, m, st.State, st.QuarantineReason)
+	d.Logf("e%d %s: the contender's first try: %v", ep.n, what, first)
+	if ms := c.Masters()[m]; !ms.Counting {
+		d.Logf("e%d %s: the contender: master %d %s (%s)", ep.n, what, m, ms.State, ms.QuarantineReason)
 	}
 	return err
 }
@@ -1195,7 +1208,6 @@ const loneContenderTimeout = 500 * time.Millisecond
 // hourly, and its per-master timeout keeps a loaded machine from kicking
 // it. The heal steps m's clock back.
 func (fr *fuzzRunner) loneJump(ctx context.Context, d *Drill, dm direct, ep *episode, st FuzzStep) (err error) {
-	m := st.Master
 	opts := append(slices.Clone(d.Sc.Options), redlock.WithPerMasterTimeout(loneContenderTimeout), redlock.WithHealthInterval(time.Hour))
 	// New's one probe round must reach every master: one it missed (a
 	// probe slower than the health timeout on a loaded machine) would not
@@ -1223,30 +1235,7 @@ func (fr *fuzzRunner) loneJump(ctx context.Context, d *Drill, dm direct, ep *epi
 		d.Notef("e%d lone jump: the contender's first probe round left masters %v not counting (slow machine): another contender", ep.n, out)
 	}
 	defer c.Close()
-	t := fr.t
-	if err := t.Blackhole(ctx, m, true); err != nil {
-		return err
-	}
-	held := time.Now()
-	defer func() {
-		err = errors.Join(err, t.Blackhole(context.WithoutCancel(ctx), m, false))
-		d.Logf("e%d lone jump: master %d's traffic held for %v", ep.n, m, time.Since(held).Round(time.Millisecond))
-	}()
-	if err := fr.fault(ctx, d, ep, st, func(ctx context.Context) error { return t.ClockJump(ctx, m, st.D) }, func(context.Context) error { return t.clocks[m].Reset() }); err != nil {
-		return err
-	}
-	if err := keyGone(ctx, d, dm, m, ep.key, "after its clock jumped (is the clock shim preloaded?)"); err != nil {
-		return err
-	}
-	b := newLibLocker("lib/b-lone", clientPath(c), d.T.Space(), loneContenderTimeout)
-	d.setView(b.Name(), 1)
-	d.Logf("e%d lone jump: A's key on master %d gone %v after the jump; A's validity ends in %v", ep.n, m, time.Since(held).Round(time.Millisecond), time.Until(ep.a.g.validUntil).Round(time.Millisecond))
-	first, err := contendVia(ctx, d, ep.key, d.Cfg.TTL, ep.a, b)
-	d.Logf("e%d lone jump: the contender's first try: %v", ep.n, first)
-	if st := c.Masters()[m]; !st.Counting {
-		d.Logf("e%d lone jump: the contender: master %d %s (%s)", ep.n, m, st.State, st.QuarantineReason)
-	}
-	return err
+	return fr.contendAlone(ctx, d, dm, ep, st, c, "lib/b-lone", "lone jump", loneContenderTimeout, func() string { return "" })
 }
 
 // startDaemons starts daemons a and b again, and the second daemon (c) as a

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -25,20 +26,7 @@ import (
 // TestLockRunWaitsAcrossADaemonRestart); this stub only answers the
 // documented shape, to drive the client's pacing.
 func TestWaitStoppedAtOnceIsNotABusyLoop(t *testing.T) {
-	var mu sync.Mutex
-	var waits []int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			WaitMS int64 `json:"wait_ms"`
-		}
-		require.NoError(t, json.NewDecoder(r.Body).Decode(&req))
-		mu.Lock()
-		waits = append(waits, req.WaitMS)
-		mu.Unlock()
-		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Connection", "close")
-		_, _ = w.Write([]byte(`{"ret":"ok","data":{"action":"acquire","key":"k","acquired":false,"retry_after":1,"wait_stopped":true},"msg":"lock is held by another owner; this daemon is shutting down, so the wait ended before wait_ms: retry, on another replica","remain_quota":-1}`))
-	}))
+	srv, sent := waitStub(t, func(int, http.ResponseWriter) bool { return false })
 	defer srv.Close()
 	c, err := client.New(srv.URL, "0123456789abcdef0123")
 	require.NoError(t, err)
@@ -47,8 +35,7 @@ func TestWaitStoppedAtOnceIsNotABusyLoop(t *testing.T) {
 	took := time.Since(start)
 	require.ErrorIs(t, err, client.ErrLockHeld)
 	assert.Contains(t, err.Error(), "shutting down")
-	mu.Lock()
-	defer mu.Unlock()
+	waits := sent()
 	assert.GreaterOrEqual(t, took, 900*time.Millisecond, "it waits out its wait")
 	assert.LessOrEqual(t, len(waits), 12, "sent %d times in %v: at most every 100 ms", len(waits), took)
 	require.GreaterOrEqual(t, len(waits), 2, "sent again after wait_stopped")
@@ -64,22 +51,11 @@ func TestWaitStoppedAtOnceIsNotABusyLoop(t *testing.T) {
 // is reset with no answer (a listener closing as it connected) is tried
 // again, not returned as unavailable while the wait lasts.
 func TestWaitStoppedResendEndsWithTheWait(t *testing.T) {
-	var mu sync.Mutex
-	var waits []int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var req struct {
-			WaitMS int64 `json:"wait_ms"`
-		}
-		require.NoError(t, json.NewDecoder(r.Body).Decode(&req))
-		mu.Lock()
-		waits = append(waits, req.WaitMS)
-		n := len(waits)
-		mu.Unlock()
+	srv, sent := waitStub(t, func(n int, w http.ResponseWriter) bool {
 		switch n {
 		case 1: // the wait, cut short by a shutdown after 600 ms
 			time.Sleep(600 * time.Millisecond)
-			w.Header().Set("Connection", "close")
-			_, _ = w.Write([]byte(`{"ret":"ok","data":{"action":"acquire","key":"k","acquired":false,"retry_after":1,"wait_stopped":true},"msg":"shutting down","remain_quota":-1}`))
+			return false
 		case 2: // no answer: the connection is reset
 			conn, _, err := w.(http.Hijacker).Hijack()
 			require.NoError(t, err)
@@ -88,17 +64,47 @@ func TestWaitStoppedResendEndsWithTheWait(t *testing.T) {
 		default:
 			_, _ = w.Write([]byte(`{"ret":"ok","data":{"action":"acquire","key":"k","acquired":true,"token":"0123456789abcdef0123456789abcdef","ttl":10,"fence":7,"validity_ms":9000,"elapsed_ms":1},"msg":"","remain_quota":-1}`))
 		}
-	}))
+		return true
+	})
 	defer srv.Close()
 	c, err := client.New(srv.URL, "0123456789abcdef0123")
 	require.NoError(t, err)
 	l, err := c.Acquire(context.Background(), "k", 10*time.Second, client.WithWait(time.Second))
 	require.NoError(t, err, "granted on the third request")
 	assert.Equal(t, int64(7), l.Fence())
-	mu.Lock()
-	defer mu.Unlock()
+	waits := sent()
 	require.Len(t, waits, 3)
 	assert.Equal(t, int64(1000), waits[0])
 	assert.LessOrEqual(t, waits[1], int64(400), "what is left of the 1 s wait after the 600 ms answer: %v", waits)
 	assert.Less(t, waits[2], waits[1], "%v", waits)
+}
+
+// waitStub is an HTTP server that records each acquire's wait_ms and
+// hands the request (numbered from 1) to answer; when answer returns
+// false, it answers acquired:false with wait_stopped, as a daemon
+// shutting down does. sent returns the wait_ms values so far.
+func waitStub(t *testing.T, answer func(n int, w http.ResponseWriter) bool) (srv *httptest.Server, sent func() []int64) {
+	var mu sync.Mutex
+	var waits []int64
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			WaitMS int64 `json:"wait_ms"`
+		}
+		require.NoError(t, json.NewDecoder(r.Body).Decode(&req))
+		mu.Lock()
+		waits = append(waits, req.WaitMS)
+		n := len(waits)
+		mu.Unlock()
+		if answer(n, w) {
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Connection", "close")
+		_, _ = w.Write([]byte(`{"ret":"ok","data":{"action":"acquire","key":"k","acquired":false,"retry_after":1,"wait_stopped":true},"msg":"lock is held by another owner; this daemon is shutting down, so the wait ended before wait_ms: retry, on another replica","remain_quota":-1}`))
+	}))
+	return srv, func() []int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(waits)
+	}
 }
