@@ -164,7 +164,7 @@ func (c *Client) retryReleases(m *master) {
 	}
 	u.mu.Unlock()
 	if done > 0 {
-		c.opts.logger.Info("sent releases the master missed while it did not answer", masterAttr(m), slog.Int("releases", done))
+		c.opts.logger.Info("sent again releases the master may have missed (it did not answer in time, or its answer did not show a delete: a vote may still have been queued)", masterAttr(m), slog.Int("releases", done))
 	}
 }
 
