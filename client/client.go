@@ -376,13 +376,34 @@ func (c *Client) do(ctx context.Context, r *request) (*answer, error) {
 		if c.retry.MaxDelay > 0 {
 			delay = min(delay, c.retry.MaxDelay)
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if sleep(ctx, nil, delay) != slept {
 			return nil, errors.Join(err, ctx.Err())
-		case <-t.C:
 		}
+	}
+}
+
+// sleepEnd is how a sleep ended.
+type sleepEnd int
+
+const (
+	slept    sleepEnd = iota // d passed
+	ctxEnded                 // ctx ended first
+	stopped                  // stop was closed first
+)
+
+// sleep waits d, or less when ctx ends or stop closes (a nil stop never
+// does), and says which came first. The retries of do, idem,
+// acquireWaiting and Release wait with it.
+func sleep(ctx context.Context, stop <-chan struct{}, d time.Duration) sleepEnd {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctxEnded
+	case <-stop:
+		return stopped
+	case <-t.C:
+		return slept
 	}
 }
 
@@ -610,15 +631,11 @@ func (c *Client) acquireWaiting(ctx context.Context, r *request) (*answer, error
 			return a, err
 		}
 		if pause = min(pause, time.Until(ends)); pause > 0 {
-			t := time.NewTimer(pause)
-			select {
-			case <-ctx.Done():
-				t.Stop()
+			switch sleep(ctx, r.stop, pause) {
+			case ctxEnded:
 				return a, errors.Join(err, ctx.Err())
-			case <-r.stop:
-				t.Stop()
+			case stopped:
 				return a, err
-			case <-t.C:
 			}
 		}
 		left := time.Until(ends).Truncate(time.Millisecond)
@@ -723,12 +740,8 @@ func (c *Client) Release(ctx context.Context, key, token string, opts ...LockOpt
 		if !ok || time.Until(deadline) <= redialDelay {
 			return err
 		}
-		t := time.NewTimer(redialDelay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if sleep(ctx, nil, redialDelay) != slept {
 			return errors.Join(err, ctx.Err())
-		case <-t.C:
 		}
 		a, err = c.do(ctx, &r)
 	}

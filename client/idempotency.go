@@ -314,12 +314,8 @@ func (c *Client) idem(ctx context.Context, r *idemRequest) (*idemData, error) {
 		if c.retry.MaxDelay > 0 {
 			delay = min(delay, c.retry.MaxDelay)
 		}
-		t := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if sleep(ctx, nil, delay) != slept {
 			return nil, errors.Join(err, ctx.Err())
-		case <-t.C:
 		}
 	}
 }
