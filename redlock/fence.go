@@ -154,13 +154,17 @@ func (fw *fenceWrite) read(ctx context.Context, need int, failFast bool, res *Ou
 	written, failed := 0, 0
 	c.gather(ctx, fw.out, fw.start, fw.only, func(r reply) bool {
 		m := c.masters[r.idx]
+		var excluded error
+		if r.err == nil {
+			excluded = m.notCounting()
+		}
 		switch {
 		case r.err != nil:
 			failed++
 			res.Failures = append(res.Failures, masterErr(c, r))
-		case !m.counts():
+		case excluded != nil:
 			failed++
-			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: m.notCounting()})
+			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: excluded})
 		default:
 			// The lane recorded the acknowledgement (call.fence).
 			v, _ := parseFenceReply(r.val)

@@ -301,13 +301,17 @@ func (m *master) counts() bool {
 	return m.state() == MasterUp
 }
 
-// notCounting is why an answer of m, which does not count now, is not
-// counted: ErrMasterDown for a master marked down (its acquire votes are
-// still sent and read, for the granted-lock check: granted.go, "Masters
-// marked down"; it counts again after a probe), ErrMasterQuarantined for
-// every other state that does not count.
+// notCounting is why an answer of m is not counted now, from one reading
+// of its state: nil when m counts (counts), ErrMasterDown for a master
+// marked down (its acquire votes are still sent and read, for the
+// granted-lock check: granted.go, "Masters marked down"; it counts again
+// after a probe), ErrMasterQuarantined for every other state that does
+// not count.
 func (m *master) notCounting() error {
-	if m.state() == MasterDown {
+	switch m.state() {
+	case MasterUp:
+		return nil
+	case MasterDown:
 		return ErrMasterDown
 	}
 	return ErrMasterQuarantined

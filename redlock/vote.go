@@ -115,8 +115,8 @@ func (c *Client) judgeVote(r reply) (v voteReply, parsed bool, err error) {
 	if err := m.checkVote(v, r); err != nil {
 		return v, true, &MasterError{Index: r.idx, Addr: m.addr, Err: err}
 	}
-	if !m.counts() {
-		return v, true, &MasterError{Index: r.idx, Addr: m.addr, Err: m.notCounting()}
+	if err := m.notCounting(); err != nil {
+		return v, true, &MasterError{Index: r.idx, Addr: m.addr, Err: err}
 	}
 	return v, true, nil
 }
