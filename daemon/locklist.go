@@ -23,8 +23,6 @@ const (
 	DefaultListLimit = 50
 	// MaxListLimit is the largest limit a listing accepts.
 	MaxListLimit = redlock.MaxListCount
-	// maxAccountBytes bounds the account parameter: no account is longer.
-	maxAccountBytes = MaxAccountBytes
 	// MaxListings bounds the listings one daemon runs at once, and
 	// MaxAccountListings those of one account; one more is refused with
 	// 429 too_many_listings. Each listing has at most 8 status reads per
@@ -247,7 +245,7 @@ func (s *Server) parseListQuery(w http.ResponseWriter, r *http.Request, maxLimit
 		}
 	}
 	lq := listQuery{account: q.Get("account"), cursor: q.Get("cursor"), limit: DefaultListLimit}
-	if msg := checkQueryText("account", lq.account, 1, maxAccountBytes); msg != "" {
+	if msg := checkQueryText("account", lq.account, 1, MaxAccountBytes); msg != "" {
 		return bad(msg)
 	}
 	lq.removed = s.wasRemoved(lq.account)

@@ -334,21 +334,10 @@ func intField(field, unit string, v *jsonValue, lo, hi int64) (int64, *badReques
 	if err := wantInt(field, unit, v); err != nil {
 		return 0, err
 	}
-	n, bad := intInRange(field, v, lo, hi)
-	if bad != nil && (unit == "seconds" || unit == "milliseconds") {
-		// The unit with the limit: a ttl of 30000 meant as milliseconds
-		// is refused as "above the maximum of 600 seconds", which says
-		// why (a newcomer's pass).
-		limit, u := hi, unit
-		if strings.Contains(bad.msg, "below the minimum") {
-			limit = lo
-		}
-		if limit == 1 {
-			u = strings.TrimSuffix(unit, "s") // "1 second"
-		}
-		bad.msg += " " + u
+	if unit != "seconds" && unit != "milliseconds" {
+		unit = ""
 	}
-	return n, bad
+	return intInRange(field, unit, v, lo, hi)
 }
 
 // parseKeys reads the keys array: 1 to maxMultiKeys strings, each a key
@@ -447,17 +436,33 @@ func wantInt(field, unit string, v *jsonValue) *badRequest {
 	return bad("%s: must be an integer number of %s, got %s", field, unit, got)
 }
 
-// intInRange reads an integer field (already checked by wantInt) in [lo, hi].
-func intInRange(field string, v *jsonValue, lo, hi int64) (int64, *badRequest) {
+// intInRange reads an integer field (already checked by wantInt) in [lo,
+// hi]. A unit ("" for none) follows the limit a refusal names: a ttl of
+// 30000 meant as milliseconds is refused as "above the maximum of 600
+// seconds", which says why (a newcomer's pass); "1 second", not "1
+// seconds".
+func intInRange(field, unit string, v *jsonValue, lo, hi int64) (int64, *badRequest) {
 	n, err := strconv.ParseInt(v.num, 10, 64)
 	neg := v.num[0] == '-'
 	switch {
 	case (err != nil && neg) || (err == nil && n < lo):
-		return 0, bad("%s: %s is below the minimum of %d", field, quoteNumber(v.num), lo)
+		return 0, bad("%s: %s is below the minimum of %s", field, quoteNumber(v.num), withUnit(lo, unit))
 	case err != nil || n > hi:
-		return 0, bad("%s: %s is above the maximum of %d", field, quoteNumber(v.num), hi)
+		return 0, bad("%s: %s is above the maximum of %s", field, quoteNumber(v.num), withUnit(hi, unit))
 	}
 	return n, nil
+}
+
+// withUnit is n followed by unit (plural), singular for 1; n alone when
+// unit is "".
+func withUnit(n int64, unit string) string {
+	switch {
+	case unit == "":
+		return strconv.FormatInt(n, 10)
+	case n == 1:
+		unit = strings.TrimSuffix(unit, "s")
+	}
+	return strconv.FormatInt(n, 10) + " " + unit
 }
 
 func isToken(s string) bool {
