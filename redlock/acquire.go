@@ -229,6 +229,7 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl, lockDelay tim
 // a multi-key lock (multikey.go): the same votes, grant rules, fence
 // write-back and clean-up, with the set's scripts.
 func (c *Client) acquireSet(ctx context.Context, set *lockSet, token string, ttl, lockDelay time.Duration) (*Lock, error) {
+	set.delayed = lockDelay > 0
 	t := c.newAcquireTally(ctx, set, token)
 	if t.tooFewUp() {
 		return nil, t.failure(false, false, 0, 0)
@@ -344,10 +345,11 @@ func (t *acquireTally) add(r reply) bool {
 		if c.opts.fenceAboveEveryAnswer || v.code == 1 && err == nil {
 			t.counter = max(t.counter, v.counter)
 		}
-		if (v.code == 0 || v.code == codeLost) && v.extra == "g" {
+		if (v.code == 0 || v.code == codeLost) && (v.extra == "g" || v.extra == "D") {
 			// Evidence from any master that answered, counting or not,
 			// intact or not: a record is written only after a quorum
-			// voted.
+			// voted. "D": the key is free, in the delay of a lock that
+			// was granted (lockdelay.go, "Silent losses of a record").
 			t.granted = append(t.granted, v.value)
 		}
 	}
@@ -362,7 +364,7 @@ func (t *acquireTally) add(r reply) bool {
 		}
 	default:
 		t.res.Refused++
-		if v.extra == "d" {
+		if v.extra == "d" || v.extra == "D" {
 			t.res.Delayed++
 		}
 		if v.value > 0 {

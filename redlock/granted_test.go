@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -100,24 +101,32 @@ func (f *lossFixture) other(t *testing.T) *Client {
 // grantOnThree acquires key for ttl with masters 3 and 4 held by a
 // contender's votes (no fence record: a lost race), then frees them, so
 // the lock lives on masters 0–2 only.
-func (f *lossFixture) grantOnThree(t *testing.T, c *Client, key string, ttl time.Duration) *Lock {
+func (f *lossFixture) grantOnThree(t *testing.T, c *Client, key string, ttl time.Duration, opts ...AcquireOption) *Lock {
+	t.Helper()
+	return f.grantOn(t, c, key, ttl, []int{3, 4}, opts...)
+}
+
+// grantOn is grantOnThree with the masters that refuse given: blocked.
+func (f *lossFixture) grantOn(t *testing.T, c *Client, key string, ttl time.Duration, blocked []int, opts ...AcquireOption) *Lock {
 	t.Helper()
 	ctx := context.Background()
-	for _, i := range []int{3, 4} {
+	for _, i := range blocked {
 		require.NoError(t, f.rdbs[i].Set(ctx, key, "contender", time.Minute).Err())
 	}
-	l, err := c.Acquire(ctx, key, ttl)
+	l, err := c.Acquire(ctx, key, ttl, opts...)
 	require.NoError(t, err)
 	// Without the granted-lock check the grant is decided at the third
 	// vote, with the SETs to masters 3 and 4 possibly still on their way:
 	// deleting the blockers first let a late SET land there (L on four
 	// masters, and the negative control refused; seen in CI).
 	settle(t, c, key)
-	for _, i := range []int{3, 4} {
+	for _, i := range blocked {
 		require.NoError(t, f.rdbs[i].Del(ctx, key).Err())
 	}
-	for i := range 3 {
-		require.Equal(t, l.Token(), f.rdbs[i].Get(ctx, key).Val(), "master %d holds the lock", i)
+	for i := range f.rdbs {
+		if !slices.Contains(blocked, i) {
+			require.Equal(t, l.Token(), f.rdbs[i].Get(ctx, key).Val(), "master %d holds the lock", i)
+		}
 	}
 	return l
 }

@@ -38,6 +38,30 @@ import (
 // lock's own fault model: a record expires by the master's clock as the
 // lock key does, and the clock guard covers both.
 //
+// # Silent losses of a record
+//
+// The intersection argument needs s to keep L's record. A master that
+// loses it without losing anything its state shows (another writer's DEL
+// or PEXPIRE of the record, an extend's PEXPIRE rolled back) still counts,
+// and its vote joins masters that never had L: two such losses among L's
+// masters leave a quorum that grants the key in L's delay. A lock has the
+// same weakness, closed by the granted-lock check (granted.go): any master
+// that answers with a granted lock's fence record refuses the grant. The
+// delay is closed the same way. L's fence record, written by the fence
+// write-back only once a quorum voted for L, lives as long as L's delay
+// record when L has a delay (fence.lua, extend.lua; a release deletes it
+// with the record, a late release too); a vote on a master where the key
+// is free and the delay record and the fence record hold the same token
+// answers 'D', not 'd' (acquire.lua), and the acquire treats 'D' as
+// evidence of a granted lock: it is refused while any master shows it,
+// with the granted-lock check's rules (every master heard). The fence
+// record is on the write-back's quorum, so a second holder in L's delay
+// needs that quorum's records lost on every master it shares with the
+// contender's quorum — as many silent losses as a second holder of L
+// itself. A record left by an attempt refused after its write-back
+// (overGrant) holds the key for its delay until the clean-up release
+// deletes it, as its fence record holds a lock key (granted.go).
+//
 // Every Client of a deployment must have WithMaxLockDelay for the delays
 // to hold: one without it does not read the records and grants the key.
 // The daemon sets it on every replica.

@@ -2,13 +2,17 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/internal/guardswitch"
 )
 
 // TestLockDelayAfterExpiry: a holder that stops (never extends, never
@@ -78,6 +82,10 @@ func TestLockDelayReleaseClears(t *testing.T) {
 	_, err = c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
 	require.ErrorIs(t, err, ErrLockHeld, "in the delay")
 	require.ErrorIs(t, l2.Release(ctx), ErrNotHeld, "the lock itself had expired")
+	settle(t, c, key)
+	for i, r := range rdbs {
+		assert.Zero(t, r.Exists(ctx, c.delayRecordKey(key), c.fenceRecordKey(key)).Val(), "master %d: the late release deleted the delay and fence records", i)
+	}
 	l3, err := c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
 	require.NoError(t, err, "the late release cleared the delay")
 	require.NoError(t, l3.Release(ctx))
@@ -99,10 +107,11 @@ func TestLockDelayFollowsExtend(t *testing.T) {
 	// master are read in one MULTI, at one moment.
 	require.Eventually(t, func() bool {
 		for _, r := range rdbs {
-			var lock, rec *redis.DurationCmd
+			var lock, rec, fence *redis.DurationCmd
 			_, err := r.TxPipelined(ctx, func(p redis.Pipeliner) error {
 				lock = p.PTTL(ctx, key)
 				rec = p.PTTL(ctx, c.delayRecordKey(key))
+				fence = p.PTTL(ctx, c.fenceRecordKey(key))
 				return nil
 			})
 			if err != nil || lock.Val() < 25*time.Second {
@@ -111,9 +120,14 @@ func TestLockDelayFollowsExtend(t *testing.T) {
 			if d := rec.Val() - lock.Val(); d < 1990*time.Millisecond || d > 2*time.Second {
 				return false
 			}
+			// The fence record lives as long as the delay record
+			// (lockdelay.go, "Silent losses of a record").
+			if d := rec.Val() - fence.Val(); d < 0 || d > 10*time.Millisecond {
+				return false
+			}
 		}
 		return true
-	}, 10*time.Second, 5*time.Millisecond, "every master: record = lock + 2s")
+	}, 10*time.Second, 5*time.Millisecond, "every master: record = lock + 2s, fence record = record")
 	require.NoError(t, l.Release(ctx))
 }
 
@@ -259,6 +273,159 @@ func TestLockDelayExtendCappedAtMaxTTL(t *testing.T) {
 				}
 			}
 			require.NoError(t, l.Release(ctx))
+		})
+	}
+}
+
+// TestLockDelayAfterASilentLossOfItsRecord: a lock with a delay, granted
+// without some masters (their keys held by another, as after a lost race),
+// ends without a release; masters that voted for it then lose its delay
+// record in ways their own state does not show (another writer's DEL,
+// UNLINK or PEXPIRE; the record and its fence record both), so that the
+// masters that lost it and the masters that never had it make a quorum.
+// A master that kept the record with the grant's fence record answers 'D'
+// and the contender is refused in the delay (lockdelay.go, "Silent losses
+// of a record"). Negative control: with the granted-lock check off, the
+// contender is granted the key in the delay.
+func TestLockDelayAfterASilentLossOfItsRecord(t *testing.T) {
+	ctx := context.Background()
+	type loss struct {
+		name    string
+		blocked []int // masters the first lock is not granted on
+		victims []int // masters that lose its record
+		lose    func(t *testing.T, f *lossFixture, i int, c *Client, key string)
+	}
+	del := func(t *testing.T, f *lossFixture, i int, c *Client, key string) {
+		f.do(t, i, "DEL", c.delayRecordKey(key))
+	}
+	losses := []loss{
+		{name: "record deleted on one master of three", blocked: []int{3, 4}, victims: []int{2}, lose: del},
+		{name: "record deleted on two masters of four", blocked: []int{4}, victims: []int{1, 2}, lose: del},
+		{name: "record unlinked", blocked: []int{3, 4}, victims: []int{2}, lose: func(t *testing.T, f *lossFixture, i int, c *Client, key string) {
+			f.do(t, i, "UNLINK", c.delayRecordKey(key))
+		}},
+		{name: "record shortened by PEXPIRE on two masters of four", blocked: []int{4}, victims: []int{0, 3}, lose: func(t *testing.T, f *lossFixture, i int, c *Client, key string) {
+			f.do(t, i, "PEXPIRE", c.delayRecordKey(key), 1)
+		}},
+		{name: "record and fence record deleted", blocked: []int{3, 4}, victims: []int{0}, lose: func(t *testing.T, f *lossFixture, i int, c *Client, key string) {
+			f.do(t, i, "DEL", c.delayRecordKey(key), c.fenceRecordKey(key))
+		}},
+	}
+	const ttl, delay = 400 * time.Millisecond, 30 * time.Second
+	for _, tc := range losses {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, control := range []bool{false, true} {
+				name := "protected"
+				opts := []Option{WithMaxLockDelay(delay)}
+				if control {
+					name = "negative control: granted-lock check off"
+					opts = append(opts, withGuardOff(guardswitch.GrantedLock))
+				}
+				t.Run(name, func(t *testing.T) {
+					f := newLossFixture(t, false, opts...)
+					key := "D:" + t.Name()
+					first := f.grantOn(t, f.c, key, ttl, tc.blocked, WithLockDelay(delay))
+					// The holder stops: its lock expires unreleased.
+					require.Eventually(t, func() bool {
+						for _, r := range f.rdbs {
+							if r.Exists(ctx, key).Val() != 0 {
+								return false
+							}
+						}
+						return true
+					}, 5*time.Second, 10*time.Millisecond, "the lock expired everywhere")
+					ended := time.Now()
+					for _, i := range tc.victims {
+						tc.lose(t, f, i, f.c, key)
+					}
+					// The delay records are gone from the victims and were
+					// never on the blocked masters: those make a quorum.
+					for _, i := range append(slices.Clone(tc.victims), tc.blocked...) {
+						require.Eventually(t, func() bool {
+							return f.rdbs[i].Exists(ctx, f.c.delayRecordKey(key)).Val() == 0
+						}, time.Second, 5*time.Millisecond, "master %d has no delay record", i)
+					}
+					f.c.probeAll() // fresh clock readings: the votes count
+					second, err := f.c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
+					for try := 0; try < 5 && errors.Is(err, ErrMasterClockUnknown) && !errors.Is(err, ErrLockHeld); try++ {
+						f.c.probeAll() // a loaded machine's clock reading too imprecise to count
+						second, err = f.c.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
+					}
+					require.Less(t, time.Since(ended), delay/2, "the contender came in the delay")
+					if control {
+						require.NoError(t, err, "negative control: granted in the delay")
+						assert.Greater(t, second.Fence(), first.Fence())
+						return
+					}
+					require.Nil(t, second, "no holder in the delay of a granted lock")
+					require.ErrorIs(t, err, ErrLockHeld)
+					var oe *OutcomeError
+					require.ErrorAs(t, err, &oe)
+					assert.Positive(t, oe.Delayed, "refused for the delay: %v", err)
+					assert.Greater(t, oe.RetryAfter, delay/2, "retry when the delay ends: %v", err)
+				})
+			}
+		})
+	}
+}
+
+// TestMultiKeyLockDelayAfterASilentLossOfItsRecord: the silent-loss case
+// of TestLockDelayAfterASilentLossOfItsRecord for a multi-key lock: its set
+// granted on three masters, expired unreleased, one of them loses one
+// key's delay record. Contenders for that key, alone or in another set,
+// are refused in the delay (fence_multi.lua keeps each key's fence record
+// with its delay record; acquire.lua and acquire_multi.lua answer 'D').
+// Negative control: with the granted-lock check off, the key is granted.
+func TestMultiKeyLockDelayAfterASilentLossOfItsRecord(t *testing.T) {
+	ctx := context.Background()
+	const ttl, delay = 400 * time.Millisecond, 30 * time.Second
+	for _, control := range []bool{false, true} {
+		name := "protected"
+		opts := []Option{WithMaxLockDelay(delay)}
+		if control {
+			name = "negative control: granted-lock check off"
+			opts = append(opts, withGuardOff(guardswitch.GrantedLock))
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newLossFixture(t, false, opts...)
+			keys := []string{"M1:" + t.Name(), "M2:" + t.Name()}
+			for _, i := range []int{3, 4} {
+				require.NoError(t, f.rdbs[i].Set(ctx, keys[0], "contender", time.Minute).Err())
+			}
+			first, err := f.c.AcquireMulti(ctx, keys, ttl, WithLockDelay(delay))
+			require.NoError(t, err)
+			settle(t, f.c, keys...)
+			for _, i := range []int{3, 4} {
+				require.NoError(t, f.rdbs[i].Del(ctx, keys[0]).Err())
+			}
+			require.Eventually(t, func() bool {
+				for _, r := range f.rdbs {
+					if r.Exists(ctx, keys...).Val() != 0 {
+						return false
+					}
+				}
+				return true
+			}, 5*time.Second, 10*time.Millisecond, "the set expired everywhere")
+			ended := time.Now()
+			f.do(t, victim, "DEL", f.c.delayRecordKey(keys[1]))
+			for _, i := range []int{victim, 3, 4} {
+				require.Zero(t, f.rdbs[i].Exists(ctx, f.c.delayRecordKey(keys[1])).Val(), "master %d has no delay record of %s", i, keys[1])
+			}
+			f.c.probeAll()
+			single, err := f.c.Acquire(ctx, keys[1], time.Second, WithRetry(NoRetry()))
+			if control {
+				require.NoError(t, err, "negative control: granted in the delay")
+				assert.Greater(t, single.Fence(), first.Fence())
+				return
+			}
+			require.Nil(t, single)
+			require.ErrorIs(t, err, ErrLockHeld)
+			var oe *OutcomeError
+			require.ErrorAs(t, err, &oe)
+			assert.Positive(t, oe.Delayed, "refused for the delay: %v", err)
+			_, err = f.c.AcquireMulti(ctx, []string{keys[1], "M3:" + t.Name()}, time.Second, WithRetry(NoRetry()))
+			require.ErrorIs(t, err, ErrLockHeld, "a set with the key is refused in the delay")
+			require.Less(t, time.Since(ended), delay/2, "the contenders came in the delay")
 		})
 	}
 }

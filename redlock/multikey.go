@@ -72,6 +72,9 @@ type lockSet struct {
 	// voteKeys(key) for one key; for a set, its first key, the marker,
 	// horizon and counter, then multiStride keys per lock key (multiKeys).
 	vote []string
+	// delayed: the acquire asks for a lock-delay; its fence write-back
+	// keeps each fence record as long as the delay record (fence.lua).
+	delayed bool
 }
 
 // multiStride is how many KEYS each lock key of a set has in the multi-key
@@ -114,9 +117,16 @@ func (s *lockSet) acquireCall(c *Client, token string, ttl, lockDelay time.Durat
 func (s *lockSet) fenceCall(c *Client, token string, fence int64) script {
 	f := strconv.FormatInt(fence, 10)
 	if s.multi == nil {
+		if s.delayed {
+			return script{s: c.sc.fence, keys: s.vote, args: []any{token, f, "1"}}
+		}
 		return script{s: c.sc.fence, keys: s.vote, args: []any{token, f}}
 	}
-	return script{s: c.sc.fenceMulti, keys: s.vote, args: []any{token, f, strconv.Itoa(c.multiStride())}}
+	delayed := "0"
+	if s.delayed {
+		delayed = "1"
+	}
+	return script{s: c.sc.fenceMulti, keys: s.vote, args: []any{token, f, strconv.Itoa(c.multiStride()), delayed}}
 }
 
 // releaseCall is the compare-and-delete of the set by token; every key

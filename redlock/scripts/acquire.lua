@@ -12,10 +12,12 @@
 --       reached a quorum, so it is a granted lock, not a contender's vote
 --       (redlock/granted.go)
 --       extra = 'd' when the key is free but its delay record is here: the
---       last lock ended without a release; value = the record's PTTL
+--       last lock ended without a release; value = the record's PTTL;
+--       'D' instead when that lock was granted (delayed, below)
 --   -2  this master lost its data (marker, horizon or counter missing); nothing
 --       written; extra = 'g' and value = its PTTL, as for 0, when the
---       key's holder is granted
+--       key's holder is granted; extra = 'D' and value = the record's
+--       PTTL when the key is free in a granted lock's delay
 -- granted reports 'g' when the key's holder has its fence record here:
 -- its acquire reached a quorum. Read whether or not this master is intact:
 -- one that lost its bookkeeping keys may still hold a granted lock.
@@ -31,14 +33,40 @@ local function granted()
   end
   return ''
 end
+-- delayed reports a delay here: the PTTL of the key's delay record when the
+-- key is free and the record live (0 otherwise), and 'D' when the record is
+-- a granted lock's, 'd' when not. A granted lock's fence record, written
+-- only after a quorum voted, holds the same token and lives as long as its
+-- delay record (fence.lua, extend.lua): one master that still shows it
+-- refuses the grant as a granted lock does (redlock/lockdelay.go), so a
+-- record lost silently elsewhere cannot hand the key out in its delay.
+local function delayed()
+  local d = redis.call('PTTL', KEYS[6])
+  if d <= 0 or redis.call('EXISTS', KEYS[1]) == 1 then
+    return 0, ''
+  end
+  local rf = redis.call('MGET', KEYS[6], KEYS[5])
+  local f = rf[2]
+  local sp = f and string.find(f, ' ', 1, true)
+  if sp and string.sub(f, sp + 1) == rf[1] then
+    return d, 'D'
+  end
+  return d, 'd'
+end
 if not intact then
   local g = granted()
+  if g == '' and KEYS[6] then
+    local d, e = delayed()
+    if e == 'D' then
+      return reply(-2, d, e)
+    end
+  end
   return reply(-2, g == 'g' and redis.call('PTTL', KEYS[1]) or 0, g)
 end
 if KEYS[6] then
-  local d = redis.call('PTTL', KEYS[6])
-  if d > 0 and redis.call('EXISTS', KEYS[1]) == 0 then
-    return reply(0, d, 'd')
+  local d, e = delayed()
+  if d > 0 then
+    return reply(0, d, e)
   end
 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then

@@ -13,9 +13,11 @@
 --       longest PTTL among the held keys, extra = 'g' when any of them is
 --       a granted lock here (its fence record holds its holder's token);
 --       or no key is held but one has a delay record: extra = 'd', value =
---       the longest delay record PTTL
+--       the longest delay record PTTL ('D' when one is a granted lock's:
+--       acquire.lua)
 --   -2  this master lost its data: nothing written; extra and value as
---       for 0 when a granted lock holds a key of the set
+--       for 0 when a granted lock holds a key of the set, or when no key
+--       is held and one is in a granted lock's delay ('D')
 local stride = tonumber(ARGV[4])
 local locks = {}
 for i = 5, #KEYS, stride do
@@ -46,8 +48,37 @@ local function held()
   end
   return longest, g
 end
+-- delayed reports the set's delay here (no key of the set is held): the
+-- longest PTTL of its live delay records (0 when none), and 'D' when any
+-- of them is a granted lock's, 'd' when none is (acquire.lua's delayed).
+local function delayed()
+  local longest, mark = 0, 'd'
+  for i = 7, #KEYS, stride do
+    local d = redis.call('PTTL', KEYS[i])
+    if d > 0 then
+      if d > longest then
+        longest = d
+      end
+      if mark == 'd' then
+        local rf = redis.call('MGET', KEYS[i], KEYS[i - 1])
+        local f = rf[2]
+        local sp = f and string.find(f, ' ', 1, true)
+        if sp and string.sub(f, sp + 1) == rf[1] then
+          mark = 'D'
+        end
+      end
+    end
+  end
+  return longest, mark
+end
 if not intact then
   local left, g = held()
+  if g == '' and stride == 3 and redis.call('EXISTS', unpack(locks)) == 0 then
+    local d, e = delayed()
+    if d > 0 and e == 'D' then
+      return reply(-2, d, e)
+    end
+  end
   return reply(-2, g == 'g' and left or 0, g)
 end
 -- EXISTS, not MGET: a key of another type (a hash the user keeps under
@@ -58,15 +89,9 @@ if redis.call('EXISTS', unpack(locks)) > 0 then
 end
 local delay = stride == 3 and tonumber(ARGV[3]) or 0
 if stride == 3 then
-  local longest = 0
-  for i = 7, #KEYS, stride do
-    local d = redis.call('PTTL', KEYS[i])
-    if d > longest then
-      longest = d
-    end
-  end
-  if longest > 0 then
-    return reply(0, longest, 'd')
+  local d, e = delayed()
+  if d > 0 then
+    return reply(0, d, e)
   end
 end
 for i = 5, #KEYS, stride do

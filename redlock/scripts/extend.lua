@@ -53,10 +53,10 @@ if v == ARGV[1] then
     local f = redis.call('GET', KEYS[5])
     local sp = f and string.find(f, ' ', 1, true)
     if sp and string.sub(f, sp + 1) == v then
-      redis.call('PEXPIRE', KEYS[5], left)
+      redis.call('PEXPIRE', KEYS[5], left + delay)
       fence = string.sub(f, 1, sp - 1)
     else
-      redis.call('SET', KEYS[5], (ARGV[3] or '0') .. ' ' .. v, 'PX', left)
+      redis.call('SET', KEYS[5], (ARGV[3] or '0') .. ' ' .. v, 'PX', left + delay)
     end
   end
   return reply(1, left, fence)

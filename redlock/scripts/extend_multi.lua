@@ -70,12 +70,12 @@ for i = 5, #KEYS, stride do
     local f = redis.call('GET', KEYS[i + 1])
     local sp = f and string.find(f, ' ', 1, true)
     if sp and string.sub(f, sp + 1) == ARGV[1] then
-      redis.call('PEXPIRE', KEYS[i + 1], left)
+      redis.call('PEXPIRE', KEYS[i + 1], left + delay)
       if fence == '' then
         fence = string.sub(f, 1, sp - 1)
       end
     else
-      redis.call('SET', KEYS[i + 1], ARGV[3] .. ' ' .. ARGV[1], 'PX', left)
+      redis.call('SET', KEYS[i + 1], ARGV[3] .. ' ' .. ARGV[1], 'PX', left + delay)
     end
   end
 end

@@ -4,8 +4,10 @@
 -- KEYS[1] the first lock key, KEYS[2] marker, KEYS[3] lease horizon,
 -- KEYS[4] fencing counter, then
 -- from KEYS[5] ARGV[3] keys per lock key: the lock key, its fence record[,
--- its delay record (not touched)]
--- ARGV[1] token, ARGV[2] fencing token, ARGV[3] keys per lock key
+-- its delay record (read, not written)]
+-- ARGV[1] token, ARGV[2] fencing token, ARGV[3] keys per lock key, ARGV[4]
+-- '1' when the lock has a lock-delay: each fence record then lives as long
+-- as its delay record (fence.lua)
 -- Returns "code sec usec" as fence.lua: 1 written, 0 the token does not
 -- hold every key here, -2 this master lost its data.
 local t = redis.call('TIME')
@@ -31,9 +33,17 @@ if tonumber(s[3] or '0') < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[4], ARGV[2])
 end
 local record = ARGV[2] .. ' ' .. ARGV[1]
+local delayed = stride == 3 and ARGV[4] == '1'
 for i = 5, #KEYS, stride do
   local left = redis.call('PTTL', KEYS[i])
   if left > 0 then
+    if delayed then
+      -- As fence.lua: the record lives as long as this token's delay record.
+      local rd = redis.call('PTTL', KEYS[i + 2])
+      if rd > left and redis.call('GET', KEYS[i + 2]) == ARGV[1] then
+        left = rd
+      end
+    end
     redis.call('SET', KEYS[i + 1], record, 'PX', left)
   end
 end

@@ -26,6 +26,13 @@ if v then
   return -1
 end
 if KEYS[3] and redis.call('GET', KEYS[3]) == ARGV[1] then
-  redis.call('DEL', KEYS[3])
+  -- With the fence record kept for the delay (fence.lua), when it is ours.
+  local f = redis.call('GET', KEYS[2])
+  local sp = f and string.find(f, ' ', 1, true)
+  if sp and string.sub(f, sp + 1) == ARGV[1] then
+    redis.call('DEL', KEYS[2], KEYS[3])
+  else
+    redis.call('DEL', KEYS[3])
+  end
 end
 return 0

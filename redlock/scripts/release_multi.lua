@@ -22,8 +22,15 @@ for i = 1, #KEYS, stride do
   elseif v then
     foreign = foreign + 1
   elseif stride == 3 and redis.call('GET', KEYS[i + 2]) == ARGV[1] then
-    -- Released late: the holder ends its delay (release.lua).
-    redis.call('DEL', KEYS[i + 2])
+    -- Released late: the holder ends its delay, and the fence record kept
+    -- with it when it is ours (release.lua).
+    local f = redis.call('GET', KEYS[i + 1])
+    local sp = f and string.find(f, ' ', 1, true)
+    if sp and string.sub(f, sp + 1) == ARGV[1] then
+      redis.call('DEL', KEYS[i + 1], KEYS[i + 2])
+    else
+      redis.call('DEL', KEYS[i + 2])
+    end
   end
 end
 if deleted > 0 then
