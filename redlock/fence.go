@@ -215,9 +215,16 @@ func (m *master) repairedRecently() {
 // quarantined until max TTL after its start, and its fencing counter
 // repaired from a quorum, as for a master that lost its data. A Client that
 // was running sees the run_id change instead.
+//
+// Durable means durable since the server loaded its data: appendonly and
+// appendfsync always now, and no AOF rewrite since the start
+// (durableSinceStart). CONFIG SET appendonly yes after a start from an RDB
+// snapshot rewrites the AOF, so a snapshot made to look durable afterwards
+// is still taken for one.
 func (m *master) restoredFromSnapshot() bool {
 	m.st.mu.Lock()
-	v, started, uptime, durable := m.st.markerValue, m.st.startedAt, m.st.uptime, m.st.durable
+	v, started, uptime := m.st.markerValue, m.st.startedAt, m.st.uptime
+	durable := durableSinceStart(m.st.durable, m.st.aofRewrites)
 	m.st.mu.Unlock()
 	if started.IsZero() {
 		return false
@@ -229,6 +236,19 @@ func (m *master) restoredFromSnapshot() bool {
 	m.lostData(LossSnapshot, why)
 	m.lossAfterStartOf(m.runID())
 	return true
+}
+
+// durableSinceStart reports whether a server that is durable now (appendonly
+// yes, appendfsync always) loaded its data from its append-only file:
+// turning appendonly on at run time starts an AOF rewrite, counted in INFO
+// persistence's aof_rewrites (Redis 7.0 and later; rewrites = -1 where it
+// is missing: the configuration is taken as it is, as before 7.0 nothing
+// tells). A durable server rewritten since its start (BGREWRITEAOF, an
+// automatic rewrite) is not told from one turned durable after loading a
+// snapshot, and is taken for the latter: quarantined by a Client that
+// meets it for the first time within max TTL of its start, the safe side.
+func durableSinceStart(durable bool, aofRewrites int64) bool {
+	return durable && aofRewrites <= 0
 }
 
 // restoredData is the marker rule's last case, for a master whose server

@@ -104,7 +104,7 @@ func (m *master) readProbe(ctx context.Context) probeCmds {
 	p := probeCmds{gen: m.st.inc.repairGen.Load()}
 	pipe := m.probe.Pipeline()
 	p.ping = pipe.Ping(ctx)
-	p.info = pipe.Info(ctx, "server", "stats", "replication", "memory")
+	p.info = pipe.Info(ctx, "server", "stats", "replication", "memory", "persistence")
 	if !m.noConfigGet.Load() {
 		p.cfg = pipe.ConfigGet(ctx, "*") // filtered below; one call instead of five
 	}
@@ -172,7 +172,7 @@ func (m *master) observeInfo(info string, obs *probeObservation) {
 		m.setWarning("cluster", mode == "cluster", "runs in cluster mode: Redlock needs independent standalone masters")
 	}
 	stats := parseInfoFields(info, "evicted_keys", "role", "master_replid", "master_replid2",
-		"used_memory", "maxmemory", "maxmemory_policy", "mem_not_counted_for_evict")
+		"used_memory", "maxmemory", "maxmemory_policy", "mem_not_counted_for_evict", "aof_rewrites")
 	m.observeMemory(stats)
 	evicted, evErr := strconv.ParseInt(stats["evicted_keys"], 10, 64)
 	if evErr == nil {
@@ -181,8 +181,13 @@ func (m *master) observeInfo(info string, obs *probeObservation) {
 	obs.evicted, obs.evictedRead = evicted, evErr == nil
 	obs.role = stats["role"]
 	obs.replID, obs.replID2 = stats["master_replid"], stats["master_replid2"]
+	rewrites, rwErr := strconv.ParseInt(stats["aof_rewrites"], 10, 64)
+	if rwErr != nil {
+		rewrites = -1
+	}
 	m.st.mu.Lock()
 	m.st.role = obs.role
+	m.st.aofRewrites = rewrites
 	m.st.mu.Unlock()
 	m.setWarning("replica", obs.role != "" && obs.role != "master", fmt.Sprintf("is a %s, not a master: its keys come from another server", obs.role))
 	// From INFO memory, which every user that may run INFO can read.

@@ -229,7 +229,7 @@ func readCounters(ctx context.Context, rdbs []*redis.Client, o RepairOptions, re
 			horizon := pipe.Exists(cctx, o.MarkerKey+":horizon")
 			registered := pipe.Eval(cctx, maxTTLLua, []string{o.MarkerKey + ":max_ttl"}, 0, maxTTLCeilingMS)
 			now := pipe.Time(cctx)
-			server := pipe.Info(cctx, "server")
+			server := pipe.Info(cctx, "server", "persistence")
 			// Not allowed for the ACL user: taken as not durable, as the
 			// Clients do (observeConfig).
 			conf := pipe.ConfigGet(cctx, "append*")
@@ -293,7 +293,11 @@ func restartedFromOlderData(markerValue string, now *redis.TimeCmd, server *redi
 		return ""
 	}
 	c, err := conf.Result()
-	durable := err == nil && c["appendonly"] == "yes" && c["appendfsync"] == "always"
+	rewrites, rwErr := strconv.ParseInt(parseInfoFields(server.Val(), "aof_rewrites")["aof_rewrites"], 10, 64)
+	if rwErr != nil {
+		rewrites = -1
+	}
+	durable := durableSinceStart(err == nil && c["appendonly"] == "yes" && c["appendfsync"] == "always", rewrites)
 	why, _ := restoredData(markerValue, now.Val().Add(-uptime), uptime, durable, maxTTL)
 	return why
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockd/redlockd/internal/guardswitch"
+	"github.com/redlockd/redlockd/internal/redisproc"
 )
 
 // states returns every master's State.
@@ -1231,4 +1232,79 @@ func TestRepairScriptWritesOnlyOverTheMarkerRead(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(out[0].(string), "repaired "), "%v", out)
 	assert.Equal(t, int64(100), out[1])
+}
+
+// TestRestoredFromSnapshotMadeDurableAfterItsStart: the marker rule's
+// durable exemption needs the server durable since it loaded its data. Two
+// masters' markers were written an hour before their start: master 2 was
+// started durable (appendonly, appendfsync always) and loaded its AOF; master
+// 3 was started from a snapshot and then made durable with CONFIG SET. A
+// Client started afterwards lets master 2 vote and quarantines master 3:
+// its durability now says nothing of the data it started with (the AOF
+// rewrite that turning appendonly on starts shows it). Found by a helper:
+// master 3 was counted, its lower counter quietly caught up by spreadFence.
+func TestRestoredFromSnapshotMadeDurableAfterItsStart(t *testing.T) {
+	ctx := context.Background()
+	srvs := make([]*redisproc.Server, 5)
+	for i := range srvs {
+		var args []string
+		if i == 2 {
+			args = []string{"--appendonly", "yes", "--appendfsync", "always"}
+		}
+		s, err := redisproc.Start(redisproc.Options{ExtraArgs: args})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = s.Stop() })
+		srvs[i] = s
+	}
+	mo := make([]*redis.Options, len(srvs))
+	rdbs := make([]*redis.Client, len(srvs))
+	for i, s := range srvs {
+		mo[i] = &redis.Options{Addr: s.Addr()}
+		rdbs[i] = redis.NewClient(&redis.Options{Addr: s.Addr()})
+		t.Cleanup(func() { rdbs[i].Close() })
+	}
+	for _, arg := range [][]any{{"appendonly", "yes"}, {"appendfsync", "always"}} {
+		require.NoError(t, rdbs[3].ConfigSet(ctx, arg[0].(string), arg[1].(string)).Err())
+	}
+	require.Eventually(t, func() bool {
+		for _, r := range rdbs {
+			if _, uptime, _, ok := parseInfoServer(r.Info(ctx, "server").Val()); !ok || uptime < 2*time.Second {
+				return false
+			}
+		}
+		p := parseInfoFields(rdbs[3].Info(ctx, "persistence").Val(), "aof_rewrite_in_progress", "aof_rewrites")
+		return p["aof_rewrite_in_progress"] == "0" && p["aof_rewrites"] == "1"
+	}, 10*time.Second, 50*time.Millisecond, "servers up 2s, master 3's AOF rewritten once")
+	marker := "marker:" + newKey(t)
+	for i, r := range rdbs {
+		now, err := r.Time(ctx).Result()
+		require.NoError(t, err)
+		at := now
+		if i == 2 || i == 3 {
+			_, uptime, _, ok := parseInfoServer(r.Info(ctx, "server").Val())
+			require.True(t, ok)
+			at = now.Add(-uptime - time.Hour)
+		}
+		require.NoError(t, r.Set(ctx, marker, fmt.Sprintf("redlockd %d", at.UnixMilli()), 0).Err())
+		// The rest of a deployment's state: a lease horizon in the past
+		// and a fencing counter.
+		require.NoError(t, r.Set(ctx, marker+":horizon", strconv.FormatInt(now.UnixMilli()-1000, 10), 0).Err())
+		require.NoError(t, r.Set(ctx, "redlock:fence", "10", 0).Err())
+	}
+	c, err := New(mo, WithMarkerKey(marker))
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	st := c.Masters()
+	assert.True(t, st[2].Durable)
+	assert.Equal(t, MasterUp, st[2].State, "durable since its start: its data is whole")
+	assert.True(t, st[3].Durable, "durable now")
+	assert.Contains(t, []MasterState{MasterQuarantined, MasterRepairing}, st[3].State, "made durable after it loaded a snapshot")
+	assert.Contains(t, st[3].QuarantineReason, "data older than its restart")
+	assert.False(t, st[3].Counting)
+
+	// RepairFences applies the same rule.
+	res, err := RepairFences(ctx, mo, RepairOptions{MarkerKey: marker, MaxTTL: time.Hour})
+	require.NoError(t, err)
+	assert.Empty(t, res.Masters[2].Lost, "master 2")
+	assert.Contains(t, res.Masters[3].Lost, "data older than its restart", "master 3")
 }
