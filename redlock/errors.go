@@ -107,8 +107,21 @@ type OutcomeError struct {
 
 func (e *OutcomeError) Error() string {
 	s := fmt.Sprintf("%v: %s got %d of %d votes (quorum %d)", e.Kind, e.Op, e.Votes, e.Masters, e.Quorum)
-	if n := len(e.Failures); n > 0 {
-		s += fmt.Sprintf(", %d master(s) failed: %v", n, errors.Join(e.Failures...))
+	// Only a master's error counts as a master that failed; the others
+	// (no validity left, no fence left) are the outcome's own reasons.
+	var masters, reasons []error
+	for _, f := range e.Failures {
+		if _, ok := errors.AsType[*MasterError](f); ok {
+			masters = append(masters, f)
+		} else {
+			reasons = append(reasons, f)
+		}
+	}
+	if n := len(masters); n > 0 {
+		s += fmt.Sprintf(", %d master(s) failed: %v", n, errors.Join(masters...))
+	}
+	for _, r := range reasons {
+		s += "; " + r.Error()
 	}
 	return s
 }
