@@ -195,5 +195,18 @@ func (c *Client) noteClockBounds(r clockBounds) {
 // detectDrift is the drift factor clocks are judged by.
 func (c *Client) detectDrift() float64 { return c.bounds.Load().detectDrift }
 
+// stricterBoundsNote says, for a master's reason, that the clock bounds
+// this Client judges by are stricter than its own because of another
+// entry in the masters' registry — the cause, when readings do not count,
+// is then that entry, not this Client's settings. "" when they are its own.
+func (c *Client) stricterBoundsNote() string {
+	b, own := c.bounds.Load(), c.own
+	if b.uncert >= own.uncert && b.refAge >= own.refAge && b.detectDrift >= own.detectDrift {
+		return ""
+	}
+	return fmt.Sprintf("; clocks are judged by the strictest bounds another client registered in %q (a reading uncertain by at most %v, a reference at most %v old, drift factor %g; this client's own: %v, %v, %g): a registered entry that is too strict holds every master back until it expires or is removed",
+		c.opts.clockBoundsKey, b.uncert, b.refAge, b.detectDrift, own.uncert, own.refAge, own.detectDrift)
+}
+
 // budgetDrift is the drift factor validities are budgeted for.
 func (c *Client) budgetDrift() float64 { return c.bounds.Load().budgetDrift }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,4 +208,36 @@ func hourlyClient(t *testing.T, opts []*redis.Options, copts ...Option) *Client 
 		return true
 	}, 10*time.Second, 10*time.Millisecond)
 	return c
+}
+
+// TestStricterRegisteredBoundsAreNamed: an entry stricter than any reading
+// can meet (1µs of uncertainty) holds every master back; each master's
+// reason then names the registry and the bounds it imposes, so an
+// operator finds the entry rather than suspecting the clocks. Removing the
+// entry lets a new Client count the masters.
+func TestStricterRegisteredBoundsAreNamed(t *testing.T) {
+	ctx := context.Background()
+	marker := "marker:" + newKey(t)
+	key := marker + ":clock_bounds"
+	future := float64(time.Now().Add(time.Hour).UnixMilli())
+	for _, rdb := range direct(t) {
+		require.NoError(t, rdb.ZAdd(ctx, key, redis.Z{Score: future, Member: "0:1:1000000"}).Err())
+	}
+	c := newClient(t, WithMarkerKey(marker), WithHealthInterval(50*time.Millisecond))
+	require.Eventually(t, func() bool {
+		for _, st := range c.Masters() {
+			if st.Counting || !strings.Contains(st.QuarantineReason, key) || !strings.Contains(st.QuarantineReason, "at most 1µs") {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 20*time.Millisecond, "every master held back, its reason naming the registry: %+v", c.Masters())
+
+	for _, rdb := range direct(t) {
+		require.NoError(t, rdb.ZRem(ctx, key, "0:1:1000000").Err())
+	}
+	fresh := newClient(t, WithMarkerKey(marker))
+	for i, st := range fresh.Masters() {
+		assert.NotContains(t, st.QuarantineReason, key, "master %d: its own bounds again", i)
+	}
 }

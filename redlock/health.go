@@ -167,7 +167,7 @@ func (c *Client) Masters() []MasterStatus {
 		m.st.mu.Unlock()
 		switch {
 		case why == causeClockUnjudged:
-			st.QuarantineReason = fmt.Sprintf("its clock has not been compared with the other masters' yet: counts after a probe round in which a quorum of the masters answer TIME within %v", m.c.opts.perMasterTimeout/4)
+			st.QuarantineReason = fmt.Sprintf("its clock has not been compared with the other masters' yet: counts after a probe round in which a quorum of the masters answer TIME within %v", m.c.opts.perMasterTimeout/4) + m.c.stricterBoundsNote()
 		case state == MasterUp && st.RefusingWrites:
 			st.State = MasterOOM
 		}
