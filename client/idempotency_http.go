@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -133,7 +134,11 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 		o.MaxAnswerBytes = 64 << 10
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost && r.Method != http.MethodPatch {
+		// Methods are compared as the upstream frameworks do (Django, Flask,
+		// Laravel upper-case them): "post" is a POST, and must not slip past
+		// the record as an unknown method.
+		method := strings.ToUpper(r.Method)
+		if method != http.MethodPost && method != http.MethodPatch {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -194,7 +199,7 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 		if o.Namespace != nil || o.NamespaceHeader != "" {
 			opts = append(append([]IdemOption(nil), opts...), WithIdemNamespace(ns))
 		}
-		res, err := c.Begin(r.Context(), key, RequestFingerprint(r.Method, r.URL.RequestURI(), body), opts...)
+		res, err := c.Begin(r.Context(), key, RequestFingerprint(method, r.URL.RequestURI(), body), opts...)
 		if err != nil {
 			if refuse(w, err) && o.OnError != nil {
 				o.OnError("begin", key, err)
@@ -209,6 +214,10 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 		r2 := r.Clone(context.WithValue(r.Context(), attemptKey{}, *a))
 		r2.Body = io.NopCloser(bytes.NewReader(body))
 		r2.ContentLength = int64(len(body))
+		// A proxy as next (httputil.ReverseProxy) removes every header the
+		// client named in Connection, as hop-by-hop: the client could take
+		// the fence and the take-over flag off the upstream's request.
+		keepEndToEnd(r2.Header, HeaderIdempotencyFence, HeaderIdempotencyTakeover)
 		r2.Header.Set(HeaderIdempotencyFence, strconv.FormatInt(a.Fence, 10))
 		if a.Takeover {
 			r2.Header.Set(HeaderIdempotencyTakeover, "true")
@@ -434,4 +443,27 @@ func (r *recorder) withoutBody() Answer {
 	}
 	h[HeaderIdempotentBodyOmitted] = strconv.Itoa(r.size)
 	return Answer{Status: r.status, Headers: h}
+}
+
+// keepEndToEnd removes names from h's Connection header, so that a proxy
+// does not drop the headers of those names as hop-by-hop (RFC 9110
+// section 7.6.1): they are the middleware's own, set for the upstream.
+func keepEndToEnd(h http.Header, names ...string) {
+	vs := h.Values("Connection")
+	if len(vs) == 0 {
+		return
+	}
+	var kept []string
+	for _, v := range vs {
+		for tok := range strings.SplitSeq(v, ",") {
+			tok = strings.TrimSpace(tok)
+			if tok != "" && !slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, tok) }) {
+				kept = append(kept, tok)
+			}
+		}
+	}
+	h.Del("Connection")
+	if len(kept) > 0 {
+		h.Set("Connection", strings.Join(kept, ", "))
+	}
 }

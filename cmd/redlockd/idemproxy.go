@@ -75,7 +75,7 @@ type proxyRoute struct{ method, prefix string }
 // "/orders" and "/orders/42" but not "/ordersX", and no spelling of a
 // required path slips past.
 func (r proxyRoute) matches(req *http.Request) bool {
-	if r.method != "" && r.method != req.Method {
+	if r.method != "" && r.method != strings.ToUpper(req.Method) {
 		return false
 	}
 	p := path.Clean("/" + req.URL.Path)
@@ -93,6 +93,7 @@ func (l *routeList) Set(v string) error {
 		method, prefix = "", method
 	}
 	prefix = strings.TrimSpace(prefix)
+	method = strings.ToUpper(method)
 	if method != "" && method != http.MethodPost && method != http.MethodPatch {
 		return fmt.Errorf("method %q: only POST and PATCH carry Idempotency-Key here", method)
 	}

@@ -158,11 +158,22 @@ func gatewayFor(t *testing.T, h http.Handler, lease time.Duration) (*httptest.Se
 // attempt in progress), for up to 20 s.
 func postUntilDecided(t *testing.T, gw *httptest.Server, path, key, body string) (*http.Response, []byte) {
 	t.Helper()
+	return sendUntilDecided(t, gw, http.MethodPost, path, key, body, nil)
+}
+
+// sendUntilDecided is postUntilDecided with the method and more headers.
+func sendUntilDecided(t *testing.T, gw *httptest.Server, method, path, key, body string, hdr http.Header) (*http.Response, []byte) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		req, err := http.NewRequest(http.MethodPost, gw.URL+path, strings.NewReader(body))
+		req, err := http.NewRequest(method, gw.URL+path, strings.NewReader(body))
 		require.NoError(t, err)
-		req.Header.Set(client.HeaderIdempotencyKey, key)
+		for k, vs := range hdr {
+			req.Header[k] = vs
+		}
+		if key != "" {
+			req.Header.Set(client.HeaderIdempotencyKey, key)
+		}
 		resp, err := gw.Client().Do(req)
 		require.NoError(t, err)
 		b, err := io.ReadAll(resp.Body)
@@ -222,6 +233,75 @@ func TestIdempotencyProxyUpstreamErrorIsTakeover(t *testing.T) {
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
 	require.EqualValues(t, 2, seen.Load())
 	require.Equal(t, []string{"", "true"}, takeover, "the second run is a take-over")
+}
+
+// TestIdempotencyProxyConnectionCannotStripTheAttempt: a client that names
+// Idempotency-Fence and Idempotency-Takeover in its Connection header (so
+// that a proxy drops them as hop-by-hop) still gets both to the upstream:
+// the fence on every attempt, the take-over flag on the run after an
+// upstream 5xx. Found by a helper: the upstream saw no fence, and ran a
+// take-over without being told.
+func TestIdempotencyProxyConnectionCannotStripTheAttempt(t *testing.T) {
+	var mu sync.Mutex
+	var fences, takeovers []string
+	gw, seen := gatewayFor(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		fences = append(fences, r.Header.Get(client.HeaderIdempotencyFence))
+		takeovers = append(takeovers, r.Header.Get(client.HeaderIdempotencyTakeover))
+		n := len(fences)
+		mu.Unlock()
+		if n == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}), time.Second)
+	strip := http.Header{"Connection": {"Idempotency-Fence, idempotency-takeover, X-Other"}}
+	resp, _ := sendUntilDecided(t, gw, http.MethodPost, "/payments", "pay-conn", "x", strip)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	resp, _ = sendUntilDecided(t, gw, http.MethodPost, "/payments", "pay-conn", "x", strip)
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	require.EqualValues(t, 2, seen.Load())
+	require.NotEmpty(t, fences[0], "the first attempt's fence reached the upstream")
+	require.NotEmpty(t, fences[1])
+	require.NotEqual(t, fences[0], fences[1], "the take-over has a fence of its own")
+	require.Equal(t, []string{"", "true"}, takeovers, "the upstream is told the second run is a take-over")
+}
+
+// TestIdempotencyProxyMethodCase: "post" is a POST to the gateway as it is
+// to the upstream frameworks that upper-case methods: required routes
+// refuse it without a key, and two with one key run the upstream once.
+func TestIdempotencyProxyMethodCase(t *testing.T) {
+	base := daemonURL(t)
+	var seen atomic.Int32
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := seen.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("o-" + strconv.Itoa(int(n))))
+	}))
+	defer upstream.Close()
+	u, err := url.Parse(upstream.URL)
+	require.NoError(t, err)
+	c, err := client.New(base, keyA)
+	require.NoError(t, err)
+	var routes routeList
+	require.NoError(t, routes.Set("post /orders"), "a lower-case route method is POST")
+	gw := httptest.NewServer(newIdemProxy(idemProxySettings{upstream: u, require: routes, lease: 30 * time.Second, retention: time.Hour}, c))
+	defer gw.Close()
+
+	resp, _ := sendUntilDecided(t, gw, "post", "/orders", "", "x", nil)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "no key on a required route")
+	require.Zero(t, seen.Load())
+	first, b1 := sendUntilDecided(t, gw, "post", "/orders", "m1", "x", nil)
+	require.Equal(t, http.StatusCreated, first.StatusCode)
+	again, b2 := sendUntilDecided(t, gw, "Post", "/orders", "m1", "x", nil)
+	require.Equal(t, http.StatusCreated, again.StatusCode)
+	require.Equal(t, string(b1), string(b2), "replayed")
+	require.Equal(t, "true", again.Header.Get(client.HeaderIdempotentReplayed))
+	upper, b3 := sendUntilDecided(t, gw, http.MethodPost, "/orders", "m1", "x", nil)
+	require.Equal(t, http.StatusCreated, upper.StatusCode)
+	require.Equal(t, string(b1), string(b3), "POST is the same intent as post")
+	require.EqualValues(t, 1, seen.Load(), "the upstream ran once")
 }
 
 // TestIdempotencyProxyStoresAnswersUpToTheCap: an answer just under the
