@@ -96,7 +96,7 @@ func (s *Server) serveIdemList(w http.ResponseWriter, r *http.Request) {
 			l.CompletedAtMS = rec.CompletedAt.UnixMilli()
 		}
 		if rec.Answer != nil {
-			l.AnswerStatus, l.AnswerBytes = rec.Answer.Status, rec.Answer.Size()
+			l.AnswerStatus, l.AnswerBytes = rec.Answer.Status, rec.AnswerBytes()
 		}
 		ans.Records = append(ans.Records, l)
 	}

@@ -105,6 +105,23 @@ func (c *Client) RunQuorumScript(ctx context.Context, s *QuorumScript, key strin
 	return nil
 }
 
+// RunQuorumScriptListing is RunQuorumScript over each master's listing
+// connection (as List's reads and RunQuorumScriptOn): for reads that an
+// operator's listing makes of every master, which must queue behind each
+// other, never in front of a lock command of this process. Calls for one
+// key keep their order among listing calls only.
+func (c *Client) RunQuorumScriptListing(ctx context.Context, s *QuorumScript, key string, args []any, onAnswer func(MasterAnswer) (decided bool)) error {
+	if key == "" || c.reservedKey(key) {
+		return ErrInvalid
+	}
+	start := time.Now()
+	f, _ := c.fanout(script{s: s.s, keys: c.voteKeys(key), args: args, via: listLane}, start)
+	c.gather(ctx, f, start, nil, func(r reply) bool {
+		return onAnswer(c.judgeAnswer(r))
+	}, nil)
+	return nil
+}
+
 // judgeAnswer turns one reply to a QuorumScript into a MasterAnswer: the
 // checks of a vote, then whether the master counts.
 func (c *Client) judgeAnswer(r reply) MasterAnswer {

@@ -27,10 +27,11 @@ func (s *Store) Complete(ctx context.Context, key, token string, answer *Answer)
 	if key == "" || token == "" {
 		return fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
 	}
-	enc, err := s.encodeAnswer(answer)
+	text, err := s.encodeAnswer(answer)
 	if err != nil {
 		return err
 	}
+	enc := encodedAnswer{text: text, size: answer.Size(), status: answer.Status}
 	// Round one: where the token's copy is. Round two, only when too few
 	// had one: fill in the masters that had none, from a copy of round one.
 	var own *Record
@@ -48,16 +49,24 @@ func (s *Store) Complete(ctx context.Context, key, token string, answer *Answer)
 	return nil
 }
 
+// encodedAnswer is an answer as complete stores it: its JSON, and the
+// size and status a listing reads without it (list_read.lua).
+type encodedAnswer struct {
+	text         string
+	size, status int
+}
+
 // completeRound sends one round of complete writes; with fill, masters
 // without a copy get one made from fill's fields. own receives the token's
 // copy when one is seen.
-func (s *Store) completeRound(ctx context.Context, key, token, enc string, fill *Record, own **Record) (written, absent int, err error) {
+func (s *Store) completeRound(ctx context.Context, key, token string, enc encodedAnswer, fill *Record, own **Record) (written, absent int, err error) {
 	now := strconv.FormatInt(time.Now().UnixMilli(), 10)
-	args := []any{"complete", token, "-1", "", "0", "0", enc, "0", "0", now}
+	size, status := strconv.Itoa(enc.size), strconv.Itoa(enc.status)
+	args := []any{"complete", token, "-1", "", "0", "0", enc.text, "0", "0", now, size, status}
 	if fill != nil {
 		args = []any{"complete", token, strconv.FormatInt(fill.Fence, 10), fill.Fingerprint,
-			strconv.FormatInt(fill.Attempts, 10), strconv.FormatInt(fill.StartedAt.UnixMilli(), 10), enc,
-			ms(max(fill.retention, fill.TTL, MinRetention)), "0", now}
+			strconv.FormatInt(fill.Attempts, 10), strconv.FormatInt(fill.StartedAt.UnixMilli(), 10), enc.text,
+			ms(max(fill.retention, fill.TTL, MinRetention)), "0", now, size, status}
 	}
 	var failures []error
 	var others []Record // other attempts' copies that refused

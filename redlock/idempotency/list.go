@@ -91,11 +91,14 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, count int) (Lis
 
 // readFirst reads key's record at quorum (every master's answer), and
 // reports whether master m is the first counting master holding a copy.
+// The reads go over the masters' listing connections, never in front of a
+// lock command, and leave the stored answer on the masters
+// (list_read.lua): a listing shows its status and size only.
 func (s *Store) readFirst(ctx context.Context, key string, m int) (Record, bool, error) {
 	var cp copies
 	first := m
 	var failures []error
-	err := s.c.RunQuorumScript(ctx, readScript, recordKey(key), nil, func(a redlock.MasterAnswer) bool {
+	err := s.c.RunQuorumScriptListing(ctx, listReadScript, recordKey(key), nil, func(a redlock.MasterAnswer) bool {
 		if !s.counts(a) {
 			failures = append(failures, s.notCounted(a))
 			return false

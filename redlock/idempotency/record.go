@@ -44,6 +44,15 @@ func (a *Answer) Size() int {
 	return n
 }
 
+// AnswerBytes is the size of the record's answer (Answer.Size: the body
+// and the replayed headers), 0 unless COMPLETED.
+func (r *Record) AnswerBytes() int {
+	if r.Answer == nil {
+		return 0
+	}
+	return r.answerSize
+}
+
 // Record is one view of an idempotency record, as a quorum read decided it.
 type Record struct {
 	State       State
@@ -53,9 +62,14 @@ type Record struct {
 	StartedAt   time.Time // when the attempt began (the daemon's clock)
 	CompletedAt time.Time // when it completed, by a master's clock; zero before
 	// TTL is the retention left on the master whose copy was chosen.
-	TTL    time.Duration
-	Answer *Answer // nil unless COMPLETED
-	token  string
+	TTL time.Duration
+	// Answer is nil unless COMPLETED. In a listing (Store.List) it holds
+	// the status alone: the stored answer is not read; AnswerBytes is its
+	// size.
+	Answer *Answer
+	// answerSize: the stored answer's Size.
+	answerSize int
+	token      string
 	// retention is the record's retention as its begin set it (the copy's
 	// "ret"; zero when absent): a copy a Complete fills in keeps it.
 	retention time.Duration
@@ -69,6 +83,7 @@ func parseCopy(extra string, pttl int64) (Record, bool) {
 		return Record{}, false
 	}
 	var r Record
+	sized, status := false, 0
 	for i := 0; i < len(flat); i += 2 {
 		v := flat[i+1]
 		switch flat[i] {
@@ -101,7 +116,20 @@ func parseCopy(extra string, pttl int64) (Record, bool) {
 			if json.Unmarshal([]byte(v), &a) == nil {
 				r.Answer = &a
 			}
+		case "asz":
+			r.answerSize, _ = strconv.Atoi(v)
+			sized = true
+		case "ast":
+			status, _ = strconv.Atoi(v)
 		}
+	}
+	switch {
+	case r.Answer == nil && sized && r.State == StateCompleted:
+		// A listing's read (list_read.lua): the answer's status and size,
+		// not the answer.
+		r.Answer = &Answer{Status: status}
+	case r.Answer != nil && !sized:
+		r.answerSize = r.Answer.Size()
 	}
 	if pttl > 0 {
 		r.TTL = time.Duration(pttl) * time.Millisecond

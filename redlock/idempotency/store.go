@@ -20,8 +20,12 @@ var (
 	//go:embed scripts/write.lua
 	writeLua string
 
-	readScript  = redlock.NewQuorumScript(readLua)
-	writeScript = redlock.NewQuorumScript(writeLua)
+	//go:embed scripts/list_read.lua
+	listReadLua string
+
+	readScript     = redlock.NewQuorumScript(readLua)
+	writeScript    = redlock.NewQuorumScript(writeLua)
+	listReadScript = redlock.NewQuorumScript(listReadLua)
 )
 
 // Defaults and ceilings of the options.

@@ -16,6 +16,9 @@
 --         (begin, extend)
 -- ARGV[10] completed, unix ms (complete: the caller's clock, so that every
 --          copy says the same)
+-- ARGV[11], ARGV[12] the answer's size (Answer.Size) and HTTP status
+--          (complete; absent from older clients: list_read.lua then
+--          reads the answer itself)
 -- Every reply's extra is the copy before the script (cjson of HGETALL, ''
 -- when none). Codes:
 --    1  written (begin: value = the attempt count written; abort: deleted;
@@ -100,6 +103,10 @@ if op == 'complete' then
   end
   local ret = redis.call('HGET', KEYS[1], 'ret')
   redis.call('HSET', KEYS[1], 'st', 'COMPLETED', 'ans', ARGV[7], 'tc', ARGV[10])
+  if ARGV[12] then
+    -- The answer's size and status, for listings that do not read it.
+    redis.call('HSET', KEYS[1], 'asz', ARGV[11], 'ast', ARGV[12])
+  end
   redis.call('PEXPIRE', KEYS[1], ret)
   return reply(1, 0, prior)
 end
