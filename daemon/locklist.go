@@ -86,6 +86,9 @@ type listedLock struct {
 	ExpireAt   int64  `json:"expire_at"`
 	ValidityMS int64  `json:"validity_ms"`
 	Fence      int64  `json:"fence,omitempty"`
+	// Slot: a semaphore's permit (key is the semaphore's), its slot, as
+	// the acquire answered it; absent for a lock.
+	Slot *int `json:"slot,omitempty"`
 }
 
 // lockList is the answer of GET /admin/locks.
@@ -150,7 +153,17 @@ func (s *Server) serveLockList(w http.ResponseWriter, r *http.Request) {
 	}
 	now := time.Now()
 	for _, l := range page.Locks {
+		// A semaphore's permit is a lock on one of its slot keys
+		// ("<key>#permit:<slot>", redlock.PermitKey): listed under the
+		// semaphore's key, with its slot.
+		// A lock key is decoded first: a plain lock may be named like a
+		// slot key ("a#permit:1" encodes its length in front of it).
+		var slot *int
 		acct, ns, key, err := decodeRedisKey(s.prefix, l.Key)
+		if name, n, ok := redlock.ParsePermitKey(l.Key); err != nil && ok {
+			acct, ns, key, err = decodeRedisKey(s.prefix, name)
+			slot = &n
+		}
 		if err != nil || acct != account {
 			continue // not a lock key: List matched the prefix only
 		}
@@ -162,6 +175,7 @@ func (s *Server) serveLockList(w http.ResponseWriter, r *http.Request) {
 			ExpireAt:   d.expireAt,
 			ValidityMS: d.validityMS,
 			Fence:      l.Fence,
+			Slot:       slot,
 		})
 	}
 	ans.NextCursor = page.Cursor

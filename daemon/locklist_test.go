@@ -88,6 +88,9 @@ func listPages(t *testing.T, ts *testServer, admin string, query url.Values, lim
 		require.Equal(t, query.Get("account"), page.Account)
 		for _, l := range page.Locks {
 			k := l.Namespace + "/" + l.Key
+			if l.Slot != nil {
+				k += fmt.Sprintf(" slot %d", *l.Slot)
+			}
 			_, dup := got[k]
 			require.False(t, dup, "listed twice: %s", k)
 			got[k] = l.Fence
@@ -263,4 +266,42 @@ func TestLockListRemovedAccount(t *testing.T) {
 	st, body, _ = ts.raw(t, http.MethodGet, admin+"/admin/locks?account=globex", nil)
 	require.Equal(t, http.StatusOK, st, body)
 	assert.NotContains(t, body, `"removed"`, "added back")
+}
+
+// TestLockListShowsPermits: a semaphore's permits are listed under the
+// semaphore's key, each with its slot and fence, beside plain locks and a
+// multi-key set's keys; a plain lock named like a slot key is listed as
+// the plain lock it is. Found by a helper: permits were never listed
+// although they count against max_locks.
+func TestLockListShowsPermits(t *testing.T) {
+	d := newDeployment(t)
+	ts, admin := d.adminServer(t)
+	slots := map[int]int64{}
+	for range 3 {
+		data := okData(t, ts.lock(t, testKeyAcme, `{"action":"acquire","key":"lsem","permits":3,"ttl":60}`))
+		require.Equal(t, true, data["acquired"])
+		slots[int(num(t, data, "slot"))] = num(t, data, "fence")
+	}
+	require.Len(t, slots, 3)
+	set := okData(t, ts.lock(t, testKeyAcme, `{"action":"acquire","keys":["lset1","lset2"],"ttl":60}`))
+	require.Equal(t, true, set["acquired"])
+	plain := d.acquireAll(t, ts, testKeyAcme, 60, [][2]string{{"", "plain"}, {"", "a#permit:1"}})
+
+	_, all := listPages(t, ts, admin, url.Values{"account": {"acme"}}, 7)
+	gotSlots := map[int]int64{}
+	keys := map[string]int64{}
+	for _, l := range all {
+		if l.Slot != nil {
+			assert.Equal(t, "lsem", l.Key)
+			gotSlots[*l.Slot] = l.Fence
+			continue
+		}
+		keys[l.Key] = l.Fence
+	}
+	assert.Equal(t, slots, gotSlots, "every permit, with its slot and fence")
+	assert.Equal(t, plain["/plain"], keys["plain"])
+	assert.Equal(t, plain["/a#permit:1"], keys["a#permit:1"], "a plain lock named like a slot key")
+	assert.Contains(t, keys, "lset1")
+	assert.Contains(t, keys, "lset2")
+	assert.Len(t, all, 7)
 }

@@ -64,6 +64,13 @@ func permitQueue(key string) (string, bool) {
 	return base, ok
 }
 
+// ParsePermitKey splits a slot key as PermitKey writes it into the
+// semaphore's name and the slot; ok is false for any other key.
+func ParsePermitKey(key string) (name string, slot int, ok bool) {
+	base, slot, ok := parsePermitKey(key)
+	return strings.TrimSuffix(base, permitSep), slot, ok
+}
+
 // parsePermitKey splits a slot key into its semaphore ("<name>#permit:")
 // and slot; ok is false when key is not a slot key as PermitKey writes
 // it: digits with no leading zero, within an int. A plain lock named
