@@ -297,6 +297,13 @@ func (s *Server) idemBeginLimited(ctx context.Context, w http.ResponseWriter, c 
 		return idempotency.BeginResult{Outcome: idempotency.Mismatch, Record: rec, Attempts: rec.Attempts}, false, nil
 	case rec.State == idempotency.StateCompleted:
 		return idempotency.BeginResult{Outcome: idempotency.Completed, Record: rec, Attempts: rec.Attempts}, false, nil
+	case rec.State == idempotency.StateInProgress:
+		// A retry of an attempt whose lease is held takes no lease: Begin
+		// would answer in_progress. Only a take-over (the lease ended)
+		// needs a slot of max_locks.
+		if st, err := s.locker.Status(ctx, idempotency.LeaseKey(key)); err == nil && st.Held {
+			return idempotency.BeginResult{Outcome: idempotency.InProgress, Record: rec, Attempts: rec.Attempts, RetryAfter: st.Validity}, false, nil
+		}
 	}
 	s.refund(c)
 	s.refuse(w, c, r)

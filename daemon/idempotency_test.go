@@ -582,9 +582,12 @@ func TestIdemLeasesCountAgainstMaxLocks(t *testing.T) {
 	require.Equal(t, "completed", r.idem(t).Outcome, r.Raw)
 	r = begin("k1", "another body")
 	require.Equal(t, http.StatusUnprocessableEntity, r.Status, r.Raw)
-	// An in-progress record is not replayed: it would take a lease.
+	// A retry of an attempt in progress takes no lease: 409 in_progress,
+	// as below the limit (found by a helper: it was 429).
 	r = begin("k2", "b-k2")
-	require.Equal(t, http.StatusTooManyRequests, r.Status, r.Raw)
+	require.Equal(t, http.StatusConflict, r.Status, r.Raw)
+	require.Equal(t, "in_progress", r.idem(t).Outcome, r.Raw)
+	assert.NotEmpty(t, r.Header.Get("Retry-After"), r.Raw)
 
 	r = ts.idem(t, map[string]any{"action": "idem_extend", "key": "k2", "token": k2.Token, "lease": 30})
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
