@@ -326,9 +326,17 @@ func TestValidate(t *testing.T) {
 			"api_keys[0].lock_delay: 9.5s is above max_ttl (10 s) − 1s, so no acquire could take it",
 		}},
 		{"lock_delay at max_ttl − 1s", func(c *config.Config) {
-			c.MaxTTL, c.DefaultTTL = 10, 5
+			c.MaxTTL, c.DefaultTTL = 10, 1
 			c.AccountDefaults.LockDelay = ptr(ms(9 * time.Second))
 		}, nil},
+		{"lock_delay + default_ttl above max_ttl", func(c *config.Config) {
+			c.MaxTTL, c.DefaultTTL = 10, 5
+			c.AccountDefaults.LockDelay = ptr(ms(9 * time.Second))
+			c.APIKeys[0].LockDelay = ptr(ms(6 * time.Second))
+		}, []string{
+			"api_keys[0].lock_delay: 6s + default_ttl (5 s) is above max_ttl (10 s), so every acquire that sends no ttl would be refused; lower lock_delay or default_ttl",
+			"account_defaults.lock_delay: 9s + default_ttl (5 s) is above max_ttl (10 s), so every acquire that sends no ttl would be refused; lower lock_delay or default_ttl",
+		}},
 		{"limits_sync_interval low", func(c *config.Config) { c.LimitsSyncInterval = ms(time.Millisecond) }, []string{
 			"limits_sync_interval: 1ms is below the minimum of 10ms",
 		}},

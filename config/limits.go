@@ -172,8 +172,9 @@ func (c Config) AccountLimits(k APIKey) AccountLimits {
 }
 
 // limits checks one Limits block; field is its YAML path
-// ("account_defaults", "api_keys[2]"); maxTTL is max_ttl in seconds.
-func (v *validator) limits(field string, l Limits, maxTTL int) {
+// ("account_defaults", "api_keys[2]"); maxTTL is max_ttl and defaultTTL
+// the effective default_ttl, in seconds.
+func (v *validator) limits(field string, l Limits, maxTTL, defaultTTL int) {
 	if l.Quota != nil && (l.Quota.Calls != 0 || l.Quota.Per != 0) {
 		v.integer(field+".quota.calls", l.Quota.Calls, 1, maxQuotaCalls)
 		v.duration(field+".quota.per", l.Quota.Per, minQuotaPer, maxQuotaPer)
@@ -201,6 +202,9 @@ func (v *validator) limits(field string, l Limits, maxTTL int) {
 			// The delay record outlives the lock by the delay and must not
 			// outlive max_ttl (redlock/lockdelay.go): ttl 1 + the delay.
 			v.add(field+".lock_delay", "%v is above max_ttl (%d s) − 1s, so no acquire could take it", d, maxTTL)
+		case maxTTL >= 1 && defaultTTL >= 1 && d > time.Duration(maxTTL-defaultTTL)*time.Second:
+			// An acquire that sends no ttl gets default_ttl and this delay.
+			v.add(field+".lock_delay", "%v + default_ttl (%d s) is above max_ttl (%d s), so every acquire that sends no ttl would be refused; lower lock_delay or default_ttl", d, defaultTTL, maxTTL)
 		}
 	}
 }

@@ -115,7 +115,7 @@ func (c *Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		v.add("shutdown_timeout", "%v must be more than 0", c.ShutdownTimeout)
 	}
-	v.limits("account_defaults", c.AccountDefaults, c.MaxTTL)
+	v.limits("account_defaults", c.AccountDefaults, c.MaxTTL, c.EffectiveDefaultTTL())
 	if c.AccountDefaults.Burst != nil && c.AccountLimits(APIKey{}).Rate == 0 {
 		v.add("account_defaults.burst", "set, but account_defaults.rate is not: a burst needs a rate")
 	}
@@ -248,7 +248,7 @@ func (c *Config) validateAPIKeys(v *validator) {
 			}
 		}
 
-		v.limits(field, k.Limits, c.MaxTTL)
+		v.limits(field, k.Limits, c.MaxTTL, c.EffectiveDefaultTTL())
 		if k.Burst != nil && c.AccountLimits(k).Rate == 0 {
 			v.add(field+".burst", "set, but no rate applies to this account (rate here or in account_defaults): a burst needs a rate")
 		}

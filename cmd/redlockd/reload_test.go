@@ -527,7 +527,9 @@ func TestReloadJudgesAccountsWithTheSettingsInForce(t *testing.T) {
 	prefix := fmt.Sprintf("e2e%d:", prefixSeq.Add(1))
 	path := filepath.Join(t.TempDir(), "redlockd.yaml")
 	write := func(maxTTL int, acmeExtra string) {
-		cfg := strings.Replace(reloadConfig(prefix, [2]string{"acme", keyA}), "api_keys:\n", fmt.Sprintf("max_ttl: %d\napi_keys:\n", maxTTL), 1)
+		// default_ttl 1: a delay up to max_ttl − 1s fits an acquire that
+		// sends no ttl.
+		cfg := strings.Replace(reloadConfig(prefix, [2]string{"acme", keyA}), "api_keys:\n", fmt.Sprintf("max_ttl: %d\ndefault_ttl: 1\napi_keys:\n", maxTTL), 1)
 		require.NoError(t, os.WriteFile(path, []byte(cfg+acmeExtra), 0o600))
 	}
 	write(60, "")
