@@ -79,7 +79,9 @@ type MiddlewareOptions struct {
 	// "complete", "abort", or "panic" for a handler that panicked), with
 	// the client's key (never the token). The answer was then not stored:
 	// the attempt stays IN_PROGRESS until its lease ends and a retry is a
-	// take-over. It is also told (op "begin") of a Begin refused for a
+	// take-over; except op "complete-without-body": the answer was too
+	// large for the daemon, and was stored without its body (its replays
+	// say Idempotent-Body-Omitted). It is also told (op "begin") of a Begin refused for a
 	// reason that is the service's, not the client's: the daemon refusing
 	// the API key (answered 502), the account's quota or rate (503 with
 	// the daemon's Retry-After), the options (500), or no answer (503).
@@ -266,9 +268,11 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 			// store the status and headers with a marker instead, so that
 			// a retry gets a replay that says the body is missing rather
 			// than running next again.
-			o.report("complete", a, err)
+			first := err
 			ans = rec.withoutBody()
-			err = c.Complete(ctx, a, ans)
+			if err = c.Complete(ctx, a, ans); err == nil {
+				o.report("complete-without-body", a, first)
+			}
 		}
 		if err != nil {
 			// Not stored: the attempt stays IN_PROGRESS until its lease

@@ -362,6 +362,14 @@ func (req *idemRequest) leases(b *idemRequestBody, lim *lockBounds, st *idempote
 			// The record must outlive the lease so that a retry after the
 			// lease sees the attempt (expired_in_progress), never a
 			// blind started.
+			if b.Retention == nil {
+				// The client sent no retention: its lease is what is too
+				// long for the retention it gets.
+				if 2*req.lease > time.Duration(maxRet)*time.Second {
+					return bad("lease: %d seconds needs a retention of at least twice it (%d seconds), above the maximum retention of %d seconds (idempotency_max_retention): send a lease of at most %d", int64(req.lease/time.Second), 2*int64(req.lease/time.Second), maxRet, maxRet/2)
+				}
+				return bad("lease: %d seconds needs a retention of at least twice it (%d seconds), above the default retention of %d seconds: send a longer retention, or a shorter lease", int64(req.lease/time.Second), 2*int64(req.lease/time.Second), n)
+			}
 			return bad("retention: %d seconds must be at least twice the lease (%d seconds), so that a retry after the lease still sees the attempt", n, int64(req.lease/time.Second))
 		}
 	case idemExtend:
@@ -370,6 +378,9 @@ func (req *idemRequest) leases(b *idemRequestBody, lim *lockBounds, st *idempote
 			return err
 		}
 		req.lease = time.Duration(n) * time.Second
+		if maxRet := int64(st.MaxRetention() / time.Second); 2*n > maxRet {
+			return bad("lease: %d seconds: the record is kept twice the lease from now, above the maximum retention of %d seconds (idempotency_max_retention): the lease can be at most %d", n, maxRet, maxRet/2)
+		}
 	}
 	return nil
 }
@@ -537,10 +548,19 @@ func answerOf(in *idemAnswerIn) (*idempotency.Answer, *badRequest) {
 	if len(in.Headers) > maxHeaders {
 		return nil, bad("answer.headers: %d headers is above the maximum of %d", len(in.Headers), maxHeaders)
 	}
+	names := make(map[string]string, len(in.Headers))
 	for k, v := range in.Headers {
 		if k == "" || strings.ContainsAny(k, " :\r\n\t") || strings.ContainsAny(v, "\r\n") {
 			return nil, bad("answer.headers: %s is not a valid header name and value", quoteShort(k))
 		}
+		// Header names are case-insensitive: two spellings of one name
+		// would replay as one, and which value is unknowable.
+		c := strings.ToLower(k)
+		if other, dup := names[c]; dup {
+			a, b := min(k, other), max(k, other)
+			return nil, bad("answer.headers: %s and %s name the same header (names are case-insensitive); send it once", quoteShort(a), quoteShort(b))
+		}
+		names[c] = k
 	}
 	a := &idempotency.Answer{Status: *in.Status, Headers: in.Headers}
 	switch {

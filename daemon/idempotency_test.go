@@ -259,10 +259,13 @@ func TestIdemBadInput(t *testing.T) {
 		{`{"action":"idem_begin","key":"k","body":"x","lease":0}`, 400, "lease: 0 is below the minimum of 1"},
 		{`{"action":"idem_begin","key":"k","body":"x","lease":1.5}`, 400, "lease: must be an integer number of seconds"},
 		{`{"action":"idem_begin","key":"k","body":"x","lease":60,"retention":30}`, 400, "retention: 30 seconds must be at least twice the lease (60 seconds)"},
+		// No retention sent: the lease is named, not a retention the client never sent.
+		{`{"action":"idem_begin","key":"k","body":"x","lease":50000}`, 400, "lease: 50000 seconds needs a retention of at least twice it (100000 seconds), above the default retention of 86400 seconds"},
 		{`{"action":"idem_begin","key":"k","body":"x","colour":"red"}`, 400, `request body: unknown field "colour"; the fields of idem_begin are action, key, namespace, fingerprint, body, body_base64, lease, retention`},
 		{`{"action":"idem_complete","key":"k","token":"xyz","answer":{"status":200}}`, 400, "token: must be the 32 lowercase hex characters idem_begin returned, got 3 characters"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":"x"}`, 400, `field "answer" must be an object, got a string`},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"headers":[]}}`, 400, `field "answer.headers" must be an object, got an array`},
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"headers":{"x-id":"1","X-Id":"2"}}}`, 400, `answer.headers: "X-Id" and "x-id" name the same header (names are case-insensitive); send it once`},
 		{`{"action":"idem_bogus","key":"k"}`, 400, `is not one of acquire, release, extend, status (and, where idempotency records are on, idem_begin, idem_complete, idem_abort, idem_get, idem_extend)`},
 		{`{"action":"idem_complete","key":"k","answer":{"status":200}}`, 400, "token: required for idem_complete"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `"}`, 400, "answer: required for idem_complete"},
@@ -608,8 +611,7 @@ func TestIdemExtendPastRetentionRefused(t *testing.T) {
 	tok := r.idem(t).Token
 	r = ts.idem(t, map[string]any{"action": "idem_extend", "key": "x1", "token": tok, "lease": 31})
 	require.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
-	assert.Contains(t, r.Env.Msg, "lease: 31s")
-	assert.Contains(t, r.Env.Msg, "max retention (1m0s): the lease can be at most 30s")
+	assert.Equal(t, "lease: 31 seconds: the record is kept twice the lease from now, above the maximum retention of 60 seconds (idempotency_max_retention): the lease can be at most 30", r.Env.Msg)
 	r = ts.idem(t, map[string]any{"action": "idem_extend", "key": "x1", "token": tok, "lease": 30})
 	require.Equal(t, http.StatusOK, r.Status, r.Raw)
 	assert.Greater(t, r.idem(t).ValidityMS, int64(20000))

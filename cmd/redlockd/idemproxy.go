@@ -172,6 +172,10 @@ func newIdemProxy(s idemProxySettings, c *client.Client) http.Handler {
 		// An upstream 5xx, or the proxy's own 502, says nothing about
 		// what the upstream did: never a blind re-run (AbortOn5xx false).
 		OnError: func(op, key string, err error) {
+			if op == "complete-without-body" {
+				log.Printf("idempotency-proxy: the answer of key %q is above the daemon's answer limit: stored without its body, so its replays carry Idempotent-Body-Omitted: %v", key, err)
+				return
+			}
 			if op == "begin" {
 				log.Printf("idempotency-proxy: begin of key %q refused for this gateway's own reason (its API key, its account's limits, its settings, or redlockd unreachable); the request was not forwarded: %v", key, err)
 				return

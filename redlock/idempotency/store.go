@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -332,6 +333,14 @@ func (s *Store) encodeAnswer(a *Answer) (string, error) {
 	}
 	if a.Status < 100 || a.Status > 599 {
 		return "", fmt.Errorf("%w: answer.status: %d is outside 100 to 599", ErrInvalid, a.Status)
+	}
+	seen := make(map[string]string, len(a.Headers))
+	for k := range a.Headers {
+		c := strings.ToLower(k)
+		if other, dup := seen[c]; dup {
+			return "", fmt.Errorf("%w: answer.headers: %q and %q name the same header (names are case-insensitive)", ErrInvalid, min(k, other), max(k, other))
+		}
+		seen[c] = k
 	}
 	if n := a.Size(); n > s.maxAnswerBytes {
 		return "", fmt.Errorf("%w: %d bytes (body and headers) is above the limit of %d bytes", ErrAnswerTooLarge, n, s.maxAnswerBytes)
