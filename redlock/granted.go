@@ -24,7 +24,10 @@ import (
 // token holds the key. An acquire that has a quorum of votes grants only
 // once every master it did not win has answered (or failed: timed out,
 // stuck, refused the connection) without such a report; one report refuses the grant
-// (ErrLockHeld), and the keys it set are released.
+// (ErrLockHeld), and the keys it set are released. A lock with a
+// lock-delay keeps its fence record for its delay, and a vote on the free
+// key in that delay reports 'D', evidence of the same kind (lockdelay.go,
+// "Silent losses of a record").
 //
 // Masters marked down. The vote goes to a master this Client marked down
 // too (call.hearDown): the mark is the last probe's view, up to a health
