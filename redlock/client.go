@@ -66,6 +66,8 @@ type Client struct {
 	// fenceRewrites: grants whose early fence write-back was below a
 	// counter a later answer showed, written again (acquire.go writeBack).
 	fenceRewrites atomic.Int64
+	// restoredCopies: lock copies Extend set again (restoreCopies).
+	restoredCopies atomic.Int64
 	// fenceFloor is a fencing counter value every counting master is
 	// raised to by the health loop (spreadFence): another master group's
 	// highest, while the groups change (Moving.SyncFences).

@@ -13,8 +13,11 @@ import (
 // max(its remaining TTL, ttl), so an extend never shortens a lock — not
 // when it succeeds with a shorter ttl, and not when it fails on some
 // masters (a failed extend must not cut the validity its holder was last
-// told). It never revives an expired lock (a master where the key is gone
-// is not touched) and never touches a key that holds another token. It
+// told). It never revives an expired lock and never touches a key that
+// holds another token; once a quorum extended it, it sets the key again
+// on the counting masters where it was gone (restoreCopies: a master
+// restarted empty and repaired, or paused past the TTL; not for a
+// multi-key set). It
 // succeeds only when a quorum extended and the recomputed validity is
 // positive: the quorum-th longest remaining TTL among them minus the
 // elapsed time and the drift allowance. It answers once every master
@@ -76,11 +79,13 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 	res := OutcomeError{Op: "extend", Quorum: c.need, Masters: n}
 	var lefts []int64 // remaining TTL after the extend on each counted yes vote
 	var fence int64
+	absent := make([]bool, n) // counting masters that answered the key is gone
 	c.gather(ctx, out, start, nil, func(r reply) bool {
 		if v, _, err := c.judgeVote(r); err != nil {
 			res.Failures = append(res.Failures, err)
 		} else {
 			countScriptResult(&res, v.code)
+			absent[r.idx] = v.code == 0
 			if v.code == 1 {
 				lefts = append(lefts, v.value)
 				if f, err := strconv.ParseInt(v.extra, 10, 64); err == nil {
@@ -103,6 +108,9 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 	if res.Votes >= c.need {
 		left := time.Duration(quorumth(lefts, c.need)) * time.Millisecond
 		if validity := left - time.Since(start) - c.drift(left); validity > 0 {
+			if set.multi == nil && !c.opts.noRestore && slices.Contains(absent, true) {
+				c.restoreCopies(ctx, set, token, left, fence, absent)
+			}
 			return start.Add(left - c.drift(left)), fence, min(ttl, left), nil
 		}
 		res.Kind = ErrQuorumUnavailable
@@ -119,6 +127,42 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 	sortFailures(res.Failures)
 	return time.Time{}, 0, 0, &res
 }
+
+// restoreCopies puts the lock back on the counting masters that answered
+// an extend that the key is gone (extend.lua, ARGV[5] 'restore'): after a
+// master restarted empty and was repaired, or one paused past the TTL,
+// the lock would otherwise keep one copy fewer for the rest of its life,
+// and a holder that lived through one such master, then another, would
+// lose its lock to one more, never more than N − quorum failing at once.
+//
+// Sent only once a quorum extended the lock and its validity is positive:
+// no other holder can have the key while the lock is valid (the Redlock
+// argument), so setting the token again where the key is absent grants
+// nothing new, and SET NX leaves any other key there alone. The copy gets
+// left, the quorum-th longest TTL the extend found, and the fence record
+// when the fence is known. A copy that lands late (its master paused with
+// it in a socket) outlives the lock there by at most left, as a late vote
+// does; Release deletes it. The answers are awaited (bounded by the
+// per-master timeout) but decide nothing.
+func (c *Client) restoreCopies(ctx context.Context, set *lockSet, token string, left time.Duration, fence int64, only []bool) {
+	start := time.Now()
+	ms := strconv.FormatInt(left.Milliseconds(), 10)
+	rs := script{s: c.sc.extend, keys: set.vote, only: only,
+		args: []any{token, ms, strconv.FormatInt(fence, 10), strconv.FormatInt(c.opts.maxTTL.Milliseconds(), 10), "restore"}}
+	out, _ := c.fanout(rs, start)
+	restored := 0
+	c.gather(ctx, out, start, only, func(r reply) bool {
+		if v, _, err := c.judgeVote(r); err == nil && v.code == 1 {
+			restored++
+		}
+		return false
+	}, nil)
+	c.restoredCopies.Add(int64(restored))
+}
+
+// RestoredCopies counts the lock copies Extend set again on masters that
+// had lost them (restoreCopies).
+func (c *Client) RestoredCopies() int64 { return c.restoredCopies.Load() }
 
 // quorumth returns the quorum-th largest of vs: the value that at least a
 // quorum of them reach. vs must hold at least quorum values.

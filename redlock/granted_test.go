@@ -291,7 +291,16 @@ func runSilentLoss(t *testing.T, f *lossFixture, tc silentLoss) (second, first *
 		tc.before(t, f)
 	}
 	if !tc.peer {
+		// The lost race's keys still hold masters 3 and 4 while L is
+		// extended: an extend sets L again on a counting master that
+		// answers it absent (restoreCopies), and L would be on all five.
+		for _, i := range []int{3, 4} {
+			require.NoError(t, f.rdbs[i].Set(ctx, key, "contender", time.Minute).Err())
+		}
 		require.NoError(t, first.Extend(ctx, 30*time.Second))
+		for _, i := range []int{3, 4} {
+			require.NoError(t, f.rdbs[i].Del(ctx, key).Err())
+		}
 	}
 	// A vote counts only with a reading of the master's clock at most 2s
 	// old, and this Client probes once an hour: read the clocks now.

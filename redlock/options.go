@@ -65,6 +65,10 @@ type options struct {
 	// fenceAboveEveryAnswer: an acquire's fence is above every counter
 	// its answers carried, not only its yes votes' (fence.go)
 	fenceAboveEveryAnswer bool
+	// noRestore: Extend does not set the lock again where it is gone
+	// (restoreCopies), as before; only tests set it, for their negative
+	// controls.
+	noRestore bool
 }
 
 func defaultOptions() options {

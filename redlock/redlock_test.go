@@ -494,3 +494,55 @@ func TestValidityZeroAfterRelease(t *testing.T) {
 	assert.Zero(t, lock.Validity())
 	assert.Equal(t, until, lock.ValidUntil())
 }
+
+// TestExtendRestoresLostCopies: a held lock whose copies are lost one
+// master at a time (restarted empty and repaired, paused past the TTL,
+// here deleted), each loss healed by an extend before the next, keeps
+// being extended: an extend that a quorum granted sets the key again, with
+// its fence record, on the counting masters that answered it absent
+// (restoreCopies). Found by a helper: `lock run` was killed after masters
+// were paused one after another, never more than one at a time. Negative
+// control: without the restore, the third loss leaves two copies and the
+// extend fails.
+func TestExtendRestoresLostCopies(t *testing.T) {
+	ctx := context.Background()
+	rdbs := direct(t)
+	for _, control := range []bool{false, true} {
+		name := "restored"
+		opts := []Option{}
+		if control {
+			name = "negative control: no restore"
+			opts = append(opts, func(o *options) { o.noRestore = true })
+		}
+		t.Run(name, func(t *testing.T) {
+			c := newClient(t, opts...)
+			key := newKey(t)
+			l, err := c.Acquire(ctx, key, 10*time.Second)
+			require.NoError(t, err)
+			settle(t, c, key)
+			for i := range 3 {
+				require.NoError(t, rdbs[i].Del(ctx, key).Err(), "master %d loses its copy", i)
+				l2, err := c.Extend(ctx, key, l.Token(), 10*time.Second)
+				if control && i == 2 {
+					require.ErrorIs(t, err, ErrNotHeld, "two copies left: the lock is lost")
+					return
+				}
+				require.NoError(t, err, "extend after master %d lost its copy", i)
+				assert.Equal(t, l.Fence(), l2.Fence())
+				if control {
+					assert.Empty(t, holders(t, rdbs[i:i+1], key, l.Token()), "no restore")
+					continue
+				}
+				require.Equal(t, l.Token(), rdbs[i].Get(ctx, key).Val(), "master %d has the lock again", i)
+				rec := rdbs[i].Get(ctx, c.fenceRecordKey(key)).Val()
+				assert.Equal(t, fmt.Sprintf("%d %s", l.Fence(), l.Token()), rec, "with its fence record")
+				pttl := rdbs[i].PTTL(ctx, key).Val()
+				assert.Greater(t, pttl, 9*time.Second)
+				assert.LessOrEqual(t, pttl, 10*time.Second)
+			}
+			assert.EqualValues(t, 3, c.RestoredCopies())
+			assert.Len(t, holders(t, rdbs, key, l.Token()), 5)
+			require.NoError(t, l.Release(ctx))
+		})
+	}
+}

@@ -16,7 +16,13 @@
 -- fence when the caller knows it, else '0', ARGV[4] the max TTL in
 -- milliseconds: with a delay record, the lock is extended to at most the
 -- max TTL minus the delay, so that the record, like the lock, never
--- outlives the max TTL (as the acquire checks: ttl + delay ≤ max TTL)
+-- outlives the max TTL (as the acquire checks: ttl + delay ≤ max TTL),
+-- ARGV[5] 'restore' (absent otherwise): sent by Client.Extend only after a
+-- quorum extended the lock, to the masters that answered it absent: the
+-- key is set again for the token (NX, PX ARGV[2]) with its fence record
+-- when ARGV[3] knows the fence, so that a lock held through masters that
+-- lost their copy one after another (restarted empty, paused past the
+-- TTL) keeps more than a bare quorum of copies (redlock/extend.go).
 -- Returns the prelude's reply with code
 --    1  extended (or already longer); value = its remaining milliseconds after;
 --       extra = the holder's fence when its fence record is here, else ''
@@ -63,5 +69,12 @@ if v == ARGV[1] then
 end
 if v then
   return reply(-1, 0)
+end
+if ARGV[5] == 'restore' and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if KEYS[5] and ARGV[3] ~= '0' then
+    redis.call('SET', KEYS[5], ARGV[3] .. ' ' .. ARGV[1], 'PX', ARGV[2])
+  end
+  raiseHorizon(tonumber(ARGV[2]))
+  return reply(1, tonumber(ARGV[2]), ARGV[3])
 end
 return reply(0, 0)
