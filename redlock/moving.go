@@ -189,6 +189,16 @@ func (m *Moving) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		}
 		return nil, err
 	}
+	// The lock-delay asked for goes to every group: a daemon on the new
+	// groups honours the delay record in the new group only.
+	var asked acquireConfig
+	for _, o := range opts {
+		o(&asked)
+	}
+	next := []AcquireOption{WithRetry(NoRetry())}
+	if asked.lockDelay > 0 {
+		next = append(next, WithLockDelay(asked.lockDelay))
+	}
 	for i, g := range ml.groups {
 		var lk *Lock
 		var err error
@@ -199,7 +209,7 @@ func (m *Moving) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 			// group while holding another (not even a contended attempt's
 			// retries), and let a release or extend that names the token
 			// reach every group.
-			lk, err = g.Client.Acquire(withSameToken(ctx, ml.locks[0].Token()), key, ttl, WithRetry(NoRetry()))
+			lk, err = g.Client.Acquire(withSameToken(ctx, ml.locks[0].Token()), key, ttl, next...)
 		}
 		if err != nil {
 			return fail(groupErr(g.Name, err))

@@ -146,16 +146,17 @@ type changeGroups struct {
 	keys     []string // half stay on a, half move to b
 }
 
-func newChangeGroups(t *testing.T) *changeGroups {
+func newChangeGroups(t *testing.T, opts ...Option) *changeGroups {
 	srvs, err := redisproc.StartN(6, redisproc.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = redisproc.StopAll(srvs) })
+	extra := opts
 	client := func(s []*redisproc.Server) *Client {
 		opts := make([]*redis.Options, len(s))
 		for i, m := range s {
 			opts[i] = &redis.Options{Addr: m.Addr()}
 		}
-		c, err := New(opts, WithPerMasterTimeout(500*time.Millisecond), WithMaxTTL(2*time.Second))
+		c, err := New(opts, append([]Option{WithPerMasterTimeout(500 * time.Millisecond), WithMaxTTL(2 * time.Second)}, extra...)...)
 		require.NoError(t, err)
 		t.Cleanup(func() { require.NoError(t, c.Close()) })
 		return c
@@ -317,4 +318,27 @@ func TestMovingExtendMultiOfAnOldSet(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, st.Held, "the old set still holds until its TTL")
 	assert.LessOrEqual(t, st.Validity, time.Second, "its old copies were not lengthened")
+}
+
+// TestMovingKeyKeepsItsLockDelay: a lock with a lock-delay taken by a
+// moving locker on a key that moves ends without a release; a locker on the
+// new groups is refused for the delay: the moving locker wrote the delay
+// record in the new group too. Found by a helper: Moving.Acquire passed only
+// its own options to the new group, so the record was in the old group only
+// and the new-groups daemon granted the key at once.
+func TestMovingKeyKeepsItsLockDelay(t *testing.T) {
+	cg := newChangeGroups(t, WithMaxLockDelay(1500*time.Millisecond))
+	ctx := context.Background()
+	key := keysOn(cg.new.Placement(), 1, 1, "test:moving-delay")[0] // moves from a to b
+	lk, err := cg.moving.Acquire(ctx, key, 300*time.Millisecond, WithLockDelay(1500*time.Millisecond))
+	require.NoError(t, err)
+	require.Len(t, lk.Groups(), 2)
+	ended := time.Now().Add(300 * time.Millisecond)
+	time.Sleep(time.Until(ended) + 50*time.Millisecond) // the holder stalls past its TTL
+	_, err = cg.new.Acquire(ctx, key, 300*time.Millisecond, WithRetry(NoRetry()))
+	require.ErrorIs(t, err, ErrLockHeld, "the new groups honour the delay")
+	var oe *OutcomeError
+	require.ErrorAs(t, err, &oe)
+	assert.Positive(t, oe.Delayed, "refused for the delay: %v", err)
+	require.Less(t, time.Since(ended), time.Second, "within the delay")
 }
