@@ -131,6 +131,12 @@ func groupsChange(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return nil
 		case p.moving+p.onNew < len(urls):
 			fmt.Fprintf(stdout, "step 1: %d of %d daemons lock moved keys in both groups; restart the other %d with previous_master_groups (a reload does not apply it)\n", p.moving+p.onNew, len(urls), p.onOld)
+		case p.onNew > 0 && now.Before(p.stepTwoDone):
+			// Step 3 started before step 2's wait ended: a lock an old
+			// daemon took may still be valid in the key's old group, which
+			// a daemon on the new groups does not ask.
+			return fmt.Errorf("groups-change: %d of %d daemons lock on the new groups only while step 2's wait is not over (until %s, %v more): a lock taken before the change may still be valid in a moved key's old group, and the key can be granted twice; restart them with previous_master_groups until then",
+				p.onNew, len(urls), p.stepTwoDone.UTC().Format(time.RFC3339), p.stepTwoDone.Sub(now).Round(time.Second))
 		case p.onNew > 0:
 			fmt.Fprintf(stdout, "step 3: %d of %d daemons on the new groups only\n", p.onNew, len(urls))
 		case now.Before(p.stepTwoDone):
@@ -197,6 +203,13 @@ func readProgress(ctx context.Context, client *http.Client, urls, to []string) (
 		default:
 			p.onOld++
 			p.lines = append(p.lines, fmt.Sprintf("%s: on the groups %v, not moving", urls[i], pl.To))
+			if from != nil && !slices.Equal(pl.To, from) {
+				// The moving daemons lock a moved key in its group of
+				// their from list, and this daemon in its group of its
+				// own: unless they are one list, the two can differ, and
+				// the key is granted twice.
+				return p, fmt.Errorf("groups-change: %s locks in groups %v, but the moving daemons move from %v: a moved key can be granted twice; give the moving daemons previous_master_groups equal to the other daemons' master_groups (the same names, in the same order)", urls[i], pl.To, from)
+			}
 		}
 	}
 	// Daemons that lock in different groups without a moving daemon

@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -66,13 +68,14 @@ func TestGroupsChangeRefusesWhatIsNotAReadyz(t *testing.T) {
 // two holders in the first state while groups-change said so. A URL
 // without a scheme is refused by name.
 func TestGroupsChangeRefusesDaemonsThatCanGrantTwice(t *testing.T) {
-	daemon := func(placement string) string {
+	daemonTTL := func(placement string, maxTTLS int) string {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			_, _ = w.Write([]byte(`{"ready":true,"quorum":{"needed":2},"longest_max_ttl_s":1,"placement":` + placement + `}`))
+			_, _ = w.Write([]byte(`{"ready":true,"quorum":{"needed":2},"longest_max_ttl_s":` + strconv.Itoa(maxTTLS) + `,"placement":` + placement + `}`))
 		}))
 		t.Cleanup(srv.Close)
 		return srv.URL
 	}
+	daemon := func(placement string) string { return daemonTTL(placement, 1) }
 	old := `{"phase":"stable","to":["g0","g1"]}`
 	nw := `{"phase":"stable","to":["g0","g1","g2"]}`
 	moving := `{"phase":"moving","from":["g0","g1"],"to":["g0","g1","g2"],"since_ms":1}`
@@ -86,6 +89,10 @@ func TestGroupsChangeRefusesDaemonsThatCanGrantTwice(t *testing.T) {
 		"old and new, none moving, with --to": {[]string{old, nw}, "g0,g1,g2", "no daemon is moving between them"},
 		"old, moving and new":                 {[]string{old, moving, nw}, "", "no daemon is moving between them"},
 		"moving from different groups":        {[]string{moving, movingOther}, "", "give every daemon the same previous_master_groups"},
+		// A moving daemon whose previous groups are not the old daemons'
+		// groups (g1 forgotten): a moved key locked in g1 by the old
+		// daemon and in g0 + g2 by the moving one (a helper's pass).
+		"moving from other groups than the old daemons'": {[]string{old, `{"phase":"moving","from":["g0"],"to":["g0","g1","g2"],"since_ms":1}`}, "", "but the moving daemons move from [g0]"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var urls []string
@@ -108,8 +115,15 @@ func TestGroupsChangeRefusesDaemonsThatCanGrantTwice(t *testing.T) {
 		var out, errOut bytes.Buffer
 		require.NoError(t, groupsChange(context.Background(), []string{"--daemons", daemon(ds[0]) + "," + daemon(ds[1])}, &out, &errOut), "%s", out.String())
 	}
+	// Step 3 begun before step 2's wait is over (a daemon moving since
+	// now, max TTL 1000 s, another already on the new groups): an old lock
+	// may still be valid in a moved key's old group.
+	since := `{"phase":"moving","from":["g0","g1"],"to":["g0","g1","g2"],"since_ms":` + strconv.FormatInt(time.Now().UnixMilli(), 10) + `}`
+	var early, earlyErr bytes.Buffer
+	err := groupsChange(context.Background(), []string{"--daemons", daemonTTL(since, 1000) + "," + daemon(nw)}, &early, &earlyErr)
+	require.ErrorContains(t, err, "while step 2's wait is not over", early.String())
 	var out, errOut bytes.Buffer
-	err := groupsChange(context.Background(), []string{"--daemons", "127.0.0.1:7070"}, &out, &errOut)
+	err = groupsChange(context.Background(), []string{"--daemons", "127.0.0.1:7070"}, &out, &errOut)
 	require.ErrorContains(t, err, `"127.0.0.1:7070" is not a base URL: give http://host:port`)
 }
 
