@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 )
 
 // DefaultGroupName is the name of the one master group that Masters
@@ -53,7 +54,18 @@ func (c *Config) validatePreviousGroups(v *validator) {
 	var pv validator
 	prev.validateMasterGroups(&pv)
 	for _, e := range pv.errs {
-		v.errs = append(v.errs, &FieldError{Field: "previous_" + e.(*FieldError).Field, Problem: e.(*FieldError).Problem})
+		fe := e.(*FieldError)
+		// The problems name other items of the same list: previous_ too.
+		problem := strings.ReplaceAll(fe.Problem, "master_groups[", "previous_master_groups[")
+		v.errs = append(v.errs, &FieldError{Field: "previous_" + fe.Field, Problem: problem})
+	}
+	// Idempotency records and the accounts' quotas and rates live on the
+	// first group's masters: a change of groups that put another group
+	// first would lose them (every record gone: a retried request runs
+	// again), and nothing moves them.
+	if gs := c.Groups(); len(gs) > 0 && gs[0].Name != c.PreviousMasterGroups[0].Name {
+		now, was := gs[0].Name, c.PreviousMasterGroups[0].Name
+		v.add("master_groups[0].name", "%q is not the first of previous_master_groups (%q): idempotency records and the accounts' quotas and rates live on the first group, so the first group stays first through a change of groups", now, was)
 	}
 	cur := map[string]MasterGroup{}
 	addrs := map[string]string{}

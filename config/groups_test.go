@@ -84,6 +84,15 @@ previous_master_groups: [{name: g1, masters: ["127.0.0.1:7101", "127.0.0.1:7102"
 		"a retired group shares a master": {`master_groups: [{name: g1, masters: ` + b + `}]
 previous_master_groups: [{name: old, masters: ["127.0.0.1:7101", "127.0.0.1:7202", "127.0.0.1:7203"]}]`,
 			`previous_master_groups[0].masters[0]: "127.0.0.1:7101" is a master of the current group "g1"`},
+		// Idempotency records and quotas live on the first group: a change
+		// that puts another first would lose them (a helper's pass: a
+		// payment ran twice after master_groups was reordered).
+		"the first group changes": {`master_groups: [{name: g1, masters: ` + b + `}, {name: default, masters: ` + a + `}]
+previous_master_groups: [{name: default, masters: ` + a + `}]`,
+			`master_groups[0].name: "g1" is not the first of previous_master_groups ("default"): idempotency records and the accounts' quotas and rates live on the first group`},
+		"a duplicate previous name names the previous list": {`master_groups: [{name: default, masters: ` + a + `}]
+previous_master_groups: [{name: default, masters: ` + a + `}, {name: default, masters: ` + b + `}]`,
+			`previous_master_groups[1].name: "default" duplicates previous_master_groups[0].name`},
 		"an even previous group": {`masters: ` + a + `
 previous_master_groups: [{name: old, masters: ["127.0.0.1:7201", "127.0.0.1:7202"]}]`,
 			`previous_master_groups[0].masters: 2 given, need an odd number ≥ 3`},
