@@ -71,12 +71,34 @@ local function delayed()
   end
   return longest, mark
 end
+-- grantedDelay: a key of the set free in a granted lock's delay ('D'),
+-- whether or not another key of the set is held here: a held key must not
+-- hide that evidence (a lost race's leftover SET of one key beside another
+-- key's delay). The longest such delay, 0 when none.
+local function grantedDelay()
+  if stride ~= 3 then
+    return 0
+  end
+  local longest = 0
+  for i = 7, #KEYS, stride do
+    local d = redis.call('PTTL', KEYS[i])
+    if d > longest and redis.call('EXISTS', KEYS[i - 2]) == 0 then
+      local rf = redis.call('MGET', KEYS[i], KEYS[i - 1])
+      local f = rf[2]
+      local sp = f and string.find(f, ' ', 1, true)
+      if sp and string.sub(f, sp + 1) == rf[1] then
+        longest = d
+      end
+    end
+  end
+  return longest
+end
 if not intact then
   local left, g = held()
-  if g == '' and stride == 3 and redis.call('EXISTS', unpack(locks)) == 0 then
-    local d, e = delayed()
-    if d > 0 and e == 'D' then
-      return reply(-2, d, e)
+  if g == '' then
+    local d = grantedDelay()
+    if d > 0 then
+      return reply(-2, d, 'D')
     end
   end
   return reply(-2, g == 'g' and left or 0, g)
@@ -85,6 +107,12 @@ end
 -- that name) holds the key as much as a lock does, as for SET NX.
 if redis.call('EXISTS', unpack(locks)) > 0 then
   local left, g = held()
+  if g == '' then
+    local d = grantedDelay()
+    if d > 0 then
+      return reply(0, d, 'D')
+    end
+  end
   return reply(0, left, g)
 end
 local delay = stride == 3 and tonumber(ARGV[3]) or 0
