@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 )
 
@@ -224,7 +225,7 @@ func (m *master) repairedRecently() {
 func (m *master) restoredFromSnapshot() bool {
 	m.st.mu.Lock()
 	v, started, uptime := m.st.markerValue, m.st.startedAt, m.st.uptime
-	durable := durableSinceStart(m.st.durable, m.st.aofRewrites)
+	durable := durableSinceStart(m.st.durable, m.st.aofRewrite)
 	m.st.mu.Unlock()
 	if started.IsZero() {
 		return false
@@ -239,16 +240,39 @@ func (m *master) restoredFromSnapshot() bool {
 }
 
 // durableSinceStart reports whether a server that is durable now (appendonly
-// yes, appendfsync always) loaded its data from its append-only file:
-// turning appendonly on at run time starts an AOF rewrite, counted in INFO
-// persistence's aof_rewrites (Redis 7.0 and later; rewrites = -1 where it
-// is missing: the configuration is taken as it is, as before 7.0 nothing
-// tells). A durable server rewritten since its start (BGREWRITEAOF, an
-// automatic rewrite) is not told from one turned durable after loading a
-// snapshot, and is taken for the latter: quarantined by a Client that
-// meets it for the first time within max TTL of its start, the safe side.
-func durableSinceStart(durable bool, aofRewrites int64) bool {
-	return durable && aofRewrites <= 0
+// yes, appendfsync always) loaded its data from its append-only file, by
+// INFO persistence (aofRewrite). Turning appendonly on at run time starts
+// an AOF rewrite, or schedules one while a BGSAVE runs: a rewrite since the
+// start (aof_last_rewrite_time_sec is the last one's duration, -1 until
+// one ended; CONFIG RESETSTAT zeroes aof_rewrites but not it), one running
+// or one scheduled means the data may have come from a snapshot. Where the
+// fields are missing (before Redis 7.0) the configuration is taken as it
+// is: nothing else tells. A durable server rewritten since its start
+// (BGREWRITEAOF, an automatic rewrite) is not told from one turned durable
+// after loading a snapshot, and is taken for the latter: quarantined by a
+// Client that meets it for the first time within max TTL of its start, the
+// safe side.
+func durableSinceStart(durable bool, rw aofRewrite) bool {
+	return durable && (!rw.known || !rw.since)
+}
+
+// aofRewrite is what INFO persistence says of AOF rewrites since the
+// server started.
+type aofRewrite struct {
+	known bool // the fields were read (Redis 7.0 and later)
+	since bool // a rewrite ended, runs or is scheduled since the start
+}
+
+// parseAOFRewrite reads aofRewrite from an INFO text with the persistence
+// section.
+func parseAOFRewrite(info string) aofRewrite {
+	f := parseInfoFields(info, "aof_rewrites", "aof_last_rewrite_time_sec", "aof_rewrite_in_progress", "aof_rewrite_scheduled")
+	n, err := strconv.ParseInt(f["aof_rewrites"], 10, 64)
+	last, err2 := strconv.ParseInt(f["aof_last_rewrite_time_sec"], 10, 64)
+	if err != nil || err2 != nil {
+		return aofRewrite{}
+	}
+	return aofRewrite{known: true, since: n > 0 || last != -1 || f["aof_rewrite_in_progress"] == "1" || f["aof_rewrite_scheduled"] == "1"}
 }
 
 // restoredData is the marker rule's last case, for a master whose server

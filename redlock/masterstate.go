@@ -276,12 +276,11 @@ type masterState struct {
 	oomReason string
 	uptime    time.Duration
 	durable   bool // appendonly yes + appendfsync always: a restart keeps data
-	// aofRewrites: INFO persistence's aof_rewrites, -1 when the server
-	// does not report it (before Redis 7.0). Above 0, appendonly may have
-	// been turned on after the server loaded its data (CONFIG SET
-	// appendonly yes rewrites the AOF): durable now does not say that the
-	// data it started with was complete (restoredFromSnapshot).
-	aofRewrites      int64
+	// aofRewrite: INFO persistence's AOF rewrites since the server's
+	// start: one means appendonly may have been turned on after the
+	// server loaded its data, so durable now does not say that the data
+	// it started with was complete (restoredFromSnapshot).
+	aofRewrite       aofRewrite
 	hasMarker        bool
 	hasHorizon       bool      // the lease horizon key exists
 	hasCounter       bool      // the fencing counter key exists

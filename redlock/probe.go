@@ -172,7 +172,7 @@ func (m *master) observeInfo(info string, obs *probeObservation) {
 		m.setWarning("cluster", mode == "cluster", "runs in cluster mode: Redlock needs independent standalone masters")
 	}
 	stats := parseInfoFields(info, "evicted_keys", "role", "master_replid", "master_replid2",
-		"used_memory", "maxmemory", "maxmemory_policy", "mem_not_counted_for_evict", "aof_rewrites")
+		"used_memory", "maxmemory", "maxmemory_policy", "mem_not_counted_for_evict")
 	m.observeMemory(stats)
 	evicted, evErr := strconv.ParseInt(stats["evicted_keys"], 10, 64)
 	if evErr == nil {
@@ -181,13 +181,10 @@ func (m *master) observeInfo(info string, obs *probeObservation) {
 	obs.evicted, obs.evictedRead = evicted, evErr == nil
 	obs.role = stats["role"]
 	obs.replID, obs.replID2 = stats["master_replid"], stats["master_replid2"]
-	rewrites, rwErr := strconv.ParseInt(stats["aof_rewrites"], 10, 64)
-	if rwErr != nil {
-		rewrites = -1
-	}
+	rw := parseAOFRewrite(info)
 	m.st.mu.Lock()
 	m.st.role = obs.role
-	m.st.aofRewrites = rewrites
+	m.st.aofRewrite = rw
 	m.st.mu.Unlock()
 	m.setWarning("replica", obs.role != "" && obs.role != "master", fmt.Sprintf("is a %s, not a master: its keys come from another server", obs.role))
 	// From INFO memory, which every user that may run INFO can read.

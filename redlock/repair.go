@@ -293,11 +293,7 @@ func restartedFromOlderData(markerValue string, now *redis.TimeCmd, server *redi
 		return ""
 	}
 	c, err := conf.Result()
-	rewrites, rwErr := strconv.ParseInt(parseInfoFields(server.Val(), "aof_rewrites")["aof_rewrites"], 10, 64)
-	if rwErr != nil {
-		rewrites = -1
-	}
-	durable := durableSinceStart(err == nil && c["appendonly"] == "yes" && c["appendfsync"] == "always", rewrites)
+	durable := durableSinceStart(err == nil && c["appendonly"] == "yes" && c["appendfsync"] == "always", parseAOFRewrite(server.Val()))
 	why, _ := restoredData(markerValue, now.Val().Add(-uptime), uptime, durable, maxTTL)
 	return why
 }

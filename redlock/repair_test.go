@@ -1239,7 +1239,7 @@ func TestRepairScriptWritesOnlyOverTheMarkerRead(t *testing.T) {
 // masters' markers were written an hour before their start: master 2 was
 // started durable (appendonly, appendfsync always) and loaded its AOF; master
 // 3 was started from a snapshot and then made durable with CONFIG SET. A
-// Client started afterwards lets master 2 vote and quarantines master 3:
+// Client started afterwards lets master 2 vote and quarantines masters 3 and 4:
 // its durability now says nothing of the data it started with (the AOF
 // rewrite that turning appendonly on starts shows it). Found by a helper:
 // master 3 was counted, its lower counter quietly caught up by spreadFence.
@@ -1266,6 +1266,16 @@ func TestRestoredFromSnapshotMadeDurableAfterItsStart(t *testing.T) {
 	for _, arg := range [][]any{{"appendonly", "yes"}, {"appendfsync", "always"}} {
 		require.NoError(t, rdbs[3].ConfigSet(ctx, arg[0].(string), arg[1].(string)).Err())
 	}
+	// Master 4: turned durable while a BGSAVE runs, so its AOF rewrite is
+	// only scheduled (aof_rewrites still 0) while the Client meets it.
+	for i := range 200 {
+		require.NoError(t, rdbs[4].Set(ctx, fmt.Sprintf("ballast:%d", i), "x", 0).Err())
+	}
+	require.NoError(t, rdbs[4].ConfigSet(ctx, "rdb-key-save-delay", "100000").Err()) // 20 s of BGSAVE
+	require.NoError(t, rdbs[4].BgSave(ctx).Err())
+	for _, arg := range [][]any{{"appendonly", "yes"}, {"appendfsync", "always"}} {
+		require.NoError(t, rdbs[4].ConfigSet(ctx, arg[0].(string), arg[1].(string)).Err())
+	}
 	require.Eventually(t, func() bool {
 		for _, r := range rdbs {
 			if _, uptime, _, ok := parseInfoServer(r.Info(ctx, "server").Val()); !ok || uptime < 2*time.Second {
@@ -1275,12 +1285,16 @@ func TestRestoredFromSnapshotMadeDurableAfterItsStart(t *testing.T) {
 		p := parseInfoFields(rdbs[3].Info(ctx, "persistence").Val(), "aof_rewrite_in_progress", "aof_rewrites")
 		return p["aof_rewrite_in_progress"] == "0" && p["aof_rewrites"] == "1"
 	}, 10*time.Second, 50*time.Millisecond, "servers up 2s, master 3's AOF rewritten once")
+	// CONFIG RESETSTAT zeroes aof_rewrites: the rewrite must still show.
+	require.NoError(t, rdbs[3].ConfigResetStat(ctx).Err())
+	p4 := parseInfoFields(rdbs[4].Info(ctx, "persistence").Val(), "aof_rewrite_scheduled", "aof_rewrites")
+	require.Equal(t, map[string]string{"aof_rewrite_scheduled": "1", "aof_rewrites": "0"}, p4, "master 4's rewrite waits for its BGSAVE")
 	marker := "marker:" + newKey(t)
 	for i, r := range rdbs {
 		now, err := r.Time(ctx).Result()
 		require.NoError(t, err)
 		at := now
-		if i == 2 || i == 3 {
+		if i >= 2 {
 			_, uptime, _, ok := parseInfoServer(r.Info(ctx, "server").Val())
 			require.True(t, ok)
 			at = now.Add(-uptime - time.Hour)
@@ -1301,10 +1315,14 @@ func TestRestoredFromSnapshotMadeDurableAfterItsStart(t *testing.T) {
 	assert.Contains(t, []MasterState{MasterQuarantined, MasterRepairing}, st[3].State, "made durable after it loaded a snapshot")
 	assert.Contains(t, st[3].QuarantineReason, "data older than its restart")
 	assert.False(t, st[3].Counting)
+	assert.True(t, st[4].Durable, "durable now")
+	assert.Contains(t, []MasterState{MasterQuarantined, MasterRepairing}, st[4].State, "made durable with its rewrite still scheduled")
+	assert.False(t, st[4].Counting)
 
 	// RepairFences applies the same rule.
 	res, err := RepairFences(ctx, mo, RepairOptions{MarkerKey: marker, MaxTTL: time.Hour})
 	require.NoError(t, err)
 	assert.Empty(t, res.Masters[2].Lost, "master 2")
 	assert.Contains(t, res.Masters[3].Lost, "data older than its restart", "master 3")
+	assert.Contains(t, res.Masters[4].Lost, "data older than its restart", "master 4")
 }
