@@ -60,7 +60,14 @@ import (
 // contender's quorum — as many silent losses as a second holder of L
 // itself. A record left by an attempt refused after its write-back
 // (overGrant) holds the key for its delay until the clean-up release
-// deletes it, as its fence record holds a lock key (granted.go).
+// deletes it, as its fence record holds a lock key (granted.go). So does a
+// release that did not reach a master (down or partitioned then): that
+// master keeps the lock, then its delay, with the grant's fence record,
+// and refuses every grant of the key until the release sent again by the
+// health loop (retryReleases, about a second after the master answers)
+// deletes them, or for the TTL and the delay when the releasing Client is
+// gone — the cost of telling a silent loss from a release nobody saw: the
+// masters' evidence is the same.
 //
 // Every Client of a deployment must have WithMaxLockDelay for the delays
 // to hold: one without it does not read the records and grants the key.
