@@ -602,10 +602,11 @@ const redialDelay = 100 * time.Millisecond
 // another replica behind a load balancer, or to the daemon that replaces
 // this one.
 //
-// While a resend gets no answer at all (the connection refused, or reset
-// by a listener that was closing as it connected), it tries again every
-// redialDelay until the wait ends, then returns that failure
-// (ErrUnavailable). A resend that did reach a daemon and lost its answer
+// While a request gets no answer at all (the connection refused: no daemon
+// listens yet, or between a restart's two processes; or reset: a daemon
+// that was closing as it connected, or one killed with the request in
+// hand), it tries again every redialDelay until the wait ends, then
+// returns that failure (ErrUnavailable). A request that did reach a daemon and lost its answer
 // cannot leave two holders: a lock granted to a caller that went away is
 // released by the daemon, or at worst stands, known to nobody, until its
 // TTL — and the next resend waits for it like any holder's. An HTTP
@@ -625,7 +626,10 @@ func (c *Client) acquireWaiting(ctx context.Context, r *request) (*answer, error
 			// reached it answers at once: resend no more often than
 			// redialDelay, never in a busy loop.
 			pause = redialDelay - time.Since(a.sentAt)
-		case err != nil && a == nil && resent(r) && noAnswer(err):
+		case err != nil && a == nil && noAnswer(err):
+			// No daemon answered, the first request or a resend: none
+			// listening yet (started before the daemon, or between two),
+			// or one that died with the request in hand.
 			pause = redialDelay
 		default:
 			return a, err
@@ -653,9 +657,6 @@ func dialFailed(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
 }
-
-// resent reports whether r was sent again after a daemon's shutdown.
-func resent(r *request) bool { return r.resends > 0 }
 
 // noAnswer reports whether err is a request that got no HTTP answer: a
 // connection refused, reset or timed out (an *Error without a status).

@@ -108,3 +108,62 @@ func waitStub(t *testing.T, answer func(n int, w http.ResponseWriter) bool) (srv
 		return slices.Clone(waits)
 	}
 }
+
+// TestWaitOutlastsADaemonNotYetListening: a waiting acquire sent while no
+// daemon listens (started before it, or between a restart's two
+// processes) is sent again every 100 ms for what is left of the wait, and
+// is granted by the daemon that comes up; so is one whose first request
+// was reset with no answer (a daemon killed with it in hand). Found by a
+// helper: both gave up at once (exit 69) with most of the wait left.
+// Without a wait, nothing is retried.
+func TestWaitOutlastsADaemonNotYetListening(t *testing.T) {
+	granted := `{"ret":"ok","data":{"action":"acquire","key":"k","acquired":true,"token":"0123456789abcdef0123456789abcdef","ttl":10,"fence":9,"validity_ms":9000,"elapsed_ms":1},"msg":"","remain_quota":-1}`
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nobody listens there for now
+	c, err := client.New("http://"+addr, "0123456789abcdef0123")
+	require.NoError(t, err)
+
+	_, err = c.Acquire(context.Background(), "k", 10*time.Second)
+	require.ErrorIs(t, err, client.ErrUnavailable, "no wait: no retry")
+
+	var mu sync.Mutex
+	var waits []int64
+	go func() {
+		time.Sleep(400 * time.Millisecond)
+		l, err := net.Listen("tcp", addr)
+		if !assert.NoError(t, err) {
+			return
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var req struct {
+				WaitMS int64 `json:"wait_ms"`
+			}
+			_ = json.NewDecoder(r.Body).Decode(&req)
+			mu.Lock()
+			waits = append(waits, req.WaitMS)
+			n := len(waits)
+			mu.Unlock()
+			if n == 1 { // killed with the request in hand: reset, no answer
+				conn, _, _ := w.(http.Hijacker).Hijack()
+				_ = conn.(*net.TCPConn).SetLinger(0)
+				_ = conn.Close()
+				return
+			}
+			_, _ = w.Write([]byte(granted))
+		})}
+		t.Cleanup(func() { _ = srv.Close() })
+		_ = srv.Serve(l)
+	}()
+	start := time.Now()
+	l, err := c.Acquire(context.Background(), "k", 10*time.Second, client.WithWait(3*time.Second))
+	require.NoError(t, err, "granted by the daemon that came up")
+	assert.Equal(t, int64(9), l.Fence())
+	assert.GreaterOrEqual(t, time.Since(start), 400*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, waits, 2, "the reset request, then the grant")
+	assert.Less(t, waits[0], int64(2700), "what was left of the 3 s wait: %v", waits)
+	assert.Less(t, waits[1], waits[0], "%v", waits)
+}
