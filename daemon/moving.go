@@ -64,28 +64,65 @@ func (l *movingLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, 
 		return l.acquireSet(ctx, req)
 	}
 	l.count(req.Key, opAcquire)
-	var opts []redlock.AcquireOption
-	if req.Wait > 0 && req.Permits == 0 {
-		opts = append(opts, redlock.WithWait(req.Wait), redlock.WithStopWaiting(req.StopWaiting))
-	}
+	opts := []redlock.AcquireOption{redlock.WithRetry(redlock.NoRetry())}
 	if req.LockDelay > 0 {
 		opts = append(opts, redlock.WithLockDelay(req.LockDelay))
 	}
-	if req.Permits > 0 {
-		return l.acquirePermit(ctx, req, opts)
+	return waitWhileHeld(ctx, req, func() (Lease, error) {
+		if req.Permits > 0 {
+			return l.acquirePermit(ctx, req, opts)
+		}
+		lk, err := l.m.Acquire(ctx, req.Key, req.TTL, opts...)
+		if err != nil {
+			return Lease{}, err
+		}
+		return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
+	})
+}
+
+// movingPoll bounds the pause between two attempts of a waiting acquire in
+// the moving phase.
+const movingPoll = 100 * time.Millisecond
+
+// waitWhileHeld runs attempt, and again while it answers the lock (or every
+// permit) held and req.Wait has time left: the moving phase takes a key in
+// two groups, one attempt each (redlock.Moving), and has no wait queue that
+// a release in either group wakes, so a wait is a poll, every movingPoll at
+// most (sooner when the holder's lock ends sooner), until the wait ends,
+// the daemon stops its waits (req.StopWaiting) or ctx ends. A change of
+// groups lasts a max TTL or so; hand-off within milliseconds comes back
+// with the new groups.
+func waitWhileHeld(ctx context.Context, req AcquireRequest, attempt func() (Lease, error)) (Lease, error) {
+	ends := time.Now().Add(req.Wait)
+	for {
+		lease, err := attempt()
+		left := time.Until(ends)
+		if err == nil || !errors.Is(err, redlock.ErrLockHeld) || left <= 0 {
+			return lease, err
+		}
+		pause := movingPoll
+		var oe *redlock.OutcomeError
+		if errors.As(err, &oe) && oe.RetryAfter > 0 {
+			pause = min(pause, oe.RetryAfter)
+		}
+		t := time.NewTimer(min(pause, left))
+		select {
+		case <-t.C:
+		case <-req.StopWaiting:
+			t.Stop()
+			return lease, err
+		case <-ctx.Done():
+			t.Stop()
+			return lease, err
+		}
 	}
-	lk, err := l.m.Acquire(ctx, req.Key, req.TTL, opts...)
-	if err != nil {
-		return Lease{}, err
-	}
-	return Lease{Token: lk.Token(), Fence: lk.Fence(), ValidUntil: lk.ValidUntil()}, nil
 }
 
 // acquirePermit takes one slot of the semaphore req.Key during a change of
 // groups: each slot is a lock of its own (redlock/semaphore.go), taken
 // through the moving phase like any key (in its old and its new group),
-// tried once each from a random slot on. A permit's wait is one pass over
-// the slots: the moving phase has no shared wait queue.
+// tried once each from a random slot on; a wait repeats the pass
+// (waitWhileHeld): the moving phase has no shared wait queue.
 func (l *movingLocker) acquirePermit(ctx context.Context, req AcquireRequest, opts []redlock.AcquireOption) (Lease, error) {
 	if req.Permits > redlock.MaxPermits {
 		return Lease{}, fmt.Errorf("%w: permits %d is above the limit %d", redlock.ErrInvalid, req.Permits, redlock.MaxPermits)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -122,4 +123,50 @@ func TestChangingMasterGroups(t *testing.T) {
 	require.Contains(t, out, "step 3 done")
 	var errOut bytes.Buffer
 	require.ErrorContains(t, run(context.Background(), []string{"groups-change", "--daemons", ""}, &bytes.Buffer{}, &errOut), "--daemons: at least one daemon URL")
+}
+
+// TestMovingDaemonWaits: wait_ms waits on a daemon in the moving phase —
+// for a moved key held by a daemon already on the new groups (in the new
+// group only), and for a semaphore's permit — instead of answering
+// acquired:false at once. Found by a helper: both answered in 30-50 ms
+// with wait_ms 8000.
+func TestMovingDaemonWaits(t *testing.T) {
+	srvs, err := redisproc.StartN(6, redisproc.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = redisproc.StopAll(srvs) })
+	a := []string{srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr()}
+	b := []string{srvs[3].Addr(), srvs[4].Addr(), srvs[5].Addr()}
+	prefix := fmt.Sprintf("chw%d:", prefixSeq.Add(1))
+	common := func(c *config.Config) { c.KeyPrefix, c.MaxTTL, c.DefaultTTL = prefix, 10, 2 }
+	newGroups := []config.MasterGroup{{Name: "default", Masters: a}, {Name: "g1", Masters: b}}
+	dMoving := daemonURL(t, common, func(c *config.Config) {
+		c.Masters, c.MasterGroups = nil, newGroups
+		c.PreviousMasterGroups = []config.MasterGroup{{Name: "default", Masters: a}}
+	})
+	dNew := daemonURL(t, common, func(c *config.Config) { c.Masters, c.MasterGroups = nil, newGroups })
+	place, err := redlock.NewPlacement("default", "g1")
+	require.NoError(t, err)
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("moved:%d", i); place.Group(lockRedisKey(prefix, "acme", k)) == 1 {
+			key = k
+		}
+	}
+	code, env, _ := post(t, lockURL(dNew), keyA, fmt.Sprintf(`{"key":%q,"ttl":1}`, key))
+	require.Equal(t, http.StatusOK, code, env.Msg)
+	require.Equal(t, true, env.Data["acquired"], env.Msg)
+	start := time.Now()
+	code, env, _ = post(t, lockURL(dMoving), keyA, fmt.Sprintf(`{"key":%q,"ttl":2,"wait_ms":5000}`, key))
+	require.Equal(t, http.StatusOK, code, env.Msg)
+	require.Equal(t, true, env.Data["acquired"], "granted once the new-groups lock ended: %s %v", env.Msg, env.Data)
+	require.Greater(t, time.Since(start), 500*time.Millisecond, "it waited for the holder")
+
+	code, env, _ = post(t, lockURL(dMoving), keyA, `{"key":"sem","permits":1,"ttl":1}`)
+	require.Equal(t, http.StatusOK, code, env.Msg)
+	require.Equal(t, true, env.Data["acquired"], env.Msg)
+	start = time.Now()
+	code, env, _ = post(t, lockURL(dMoving), keyA, `{"key":"sem","permits":1,"ttl":2,"wait_ms":5000}`)
+	require.Equal(t, http.StatusOK, code, env.Msg)
+	require.Equal(t, true, env.Data["acquired"], "a permit once the first expired: %s %v", env.Msg, env.Data)
+	require.Greater(t, time.Since(start), 500*time.Millisecond, "it waited for the permit")
 }
