@@ -91,6 +91,11 @@ func (c *Config) validatePreviousGroups(v *validator) {
 	}
 }
 
+// ValidGroupName reports whether name is a valid master group name
+// (master_groups[].name): 1-32 characters from a-z 0-9 -, not starting or
+// ending with -.
+func ValidGroupName(name string) bool { return groupNameRE.MatchString(name) }
+
 func (c *Config) validateMasterGroups(v *validator) {
 	if len(c.Masters) > 0 {
 		v.add("masters", "set together with master_groups: set one of them (masters is the one group %q)", DefaultGroupName)

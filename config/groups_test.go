@@ -58,6 +58,9 @@ master_groups: [{name: g0, masters: ["127.0.0.1:7101", "127.0.0.1:7102", "127.0.
 extra_votes: 2`,
 			`extra_votes: 2 is out of range, need 0 to 1 with 3 masters in the smallest group`},
 		"unknown field": {`master_groups: [{name: g0, masters: ` + three + `, quorum: 2}]`, `quorum`},
+		// A helper's pass: the null item was dropped and the daemon served
+		// one group.
+		"an empty item": {`master_groups: [null, {name: g0, masters: ` + three + `}]`, `master_groups[0]: an empty item; give its value, or remove it`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := config.Load(writeFile(t, groupsKeys+tc.yaml+"\n"), nil, nil)

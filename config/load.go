@@ -208,7 +208,15 @@ func wholeNumbers(n *yaml.Node, t reflect.Type, path string) problems {
 		}
 	case t.Kind() == reflect.Slice && n.Kind == yaml.SequenceNode:
 		for i, e := range n.Content {
-			errs = append(errs, wholeNumbers(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
+			item := fmt.Sprintf("%s[%d]", path, i)
+			if e.Kind == yaml.ScalarNode && e.Tag == "!!null" {
+				// An empty item ("- ", "null"): the decoder would drop it
+				// (a group of master_groups gone without a word) or give
+				// it zero values.
+				errs = append(errs, problem{e.Line, fmt.Sprintf("line %d: %s: an empty item; give its value, or remove it", e.Line, item)})
+				continue
+			}
+			errs = append(errs, wholeNumbers(e, t.Elem(), item)...)
 		}
 	case isInteger(t.Kind()) && n.Kind == yaml.ScalarNode && n.Tag != "!!int" && n.Tag != "!!null":
 		errs = append(errs, problem{n.Line, fmt.Sprintf("line %d: %s: %q is not a whole number", n.Line, path, n.Value)})

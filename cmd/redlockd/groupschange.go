@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/redlockd/redlockd/config"
 )
 
 const groupsChangeUsage = `Usage: redlockd groups-change --daemons URL,URL,… [--to G,G,…] [--wait] [--interval 2s]
@@ -78,11 +80,17 @@ func groupsChange(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("groups-change: unexpected argument %q (give the daemons with --daemons, comma-separated)", fs.Arg(0))
+	}
 	var urls []string
 	for _, u := range strings.Split(*daemons, ",") {
 		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
 			if l := strings.ToLower(u); !strings.HasPrefix(l, "http://") && !strings.HasPrefix(l, "https://") {
 				return fmt.Errorf("groups-change: --daemons: %q is not a base URL: give http://host:port (or https://)", u)
+			}
+			if slices.Contains(urls, u) {
+				return fmt.Errorf("groups-change: --daemons: %q is listed twice: each daemon once", u)
 			}
 			urls = append(urls, u)
 		}
@@ -96,6 +104,14 @@ func groupsChange(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	var to []string
 	if *toFlag != "" {
 		to = strings.Split(*toFlag, ",")
+		for i, name := range to {
+			switch {
+			case !config.ValidGroupName(name):
+				return fmt.Errorf("groups-change: --to: %q is not a group name: need 1-32 characters from a-z 0-9 - (not starting or ending with -), names separated by single commas", name)
+			case slices.Index(to, name) != i:
+				return fmt.Errorf("groups-change: --to: %q is listed twice", name)
+			}
+		}
 	}
 	for _, v := range []struct {
 		dst *string

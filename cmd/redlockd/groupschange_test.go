@@ -122,6 +122,22 @@ func TestGroupsChangeRefusesDaemonsThatCanGrantTwice(t *testing.T) {
 	var early, earlyErr bytes.Buffer
 	err := groupsChange(context.Background(), []string{"--daemons", daemonTTL(since, 1000) + "," + daemon(nw)}, &early, &earlyErr)
 	require.ErrorContains(t, err, "while step 2's wait is not over", early.String())
+	// Arguments that name nothing sensible are refused by name (a helper's
+	// pass: each reported "step 1" and exited 0).
+	for _, bad := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--daemons", daemon(old), "--to", ","}, `--to: "" is not a group name`},
+		{[]string{"--daemons", daemon(old), "--to", "g0,,g1"}, `--to: "" is not a group name`},
+		{[]string{"--daemons", daemon(old), "--to", "G0"}, `--to: "G0" is not a group name`},
+		{[]string{"--daemons", daemon(old), "--to", "g0,g0"}, `--to: "g0" is listed twice`},
+		{[]string{"--daemons", daemon(old), "extra"}, `unexpected argument "extra"`},
+		{[]string{"--daemons", "http://127.0.0.1:1,http://127.0.0.1:1/"}, `"http://127.0.0.1:1" is listed twice`},
+	} {
+		var o, e bytes.Buffer
+		require.ErrorContains(t, groupsChange(context.Background(), bad.args, &o, &e), bad.want, "%v", bad.args)
+	}
 	var out, errOut bytes.Buffer
 	err = groupsChange(context.Background(), []string{"--daemons", "127.0.0.1:7070"}, &out, &errOut)
 	require.ErrorContains(t, err, `"127.0.0.1:7070" is not a base URL: give http://host:port`)
