@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockd/redlockd/config"
@@ -169,4 +174,30 @@ func TestMovingDaemonWaits(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, env.Msg)
 	require.Equal(t, true, env.Data["acquired"], "a permit once the first expired: %s %v", env.Msg, env.Data)
 	require.Greater(t, time.Since(start), 500*time.Millisecond, "it waited for the permit")
+}
+
+// TestServeRefusesAMasterInTwoGroups: one Redis server listed in two
+// groups under two spellings (127.0.0.1 and localhost), which config's
+// address check cannot see: the daemon refuses to start, naming both
+// places and the run_id. Found by a helper: it started and served.
+func TestServeRefusesAMasterInTwoGroups(t *testing.T) {
+	srvs, err := redisproc.StartN(5, redisproc.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = redisproc.StopAll(srvs) })
+	_, port, err := net.SplitHostPort(srvs[0].Addr())
+	require.NoError(t, err)
+	cfg := fmt.Sprintf(`api_keys:
+  - {name: acme, key: %q}
+master_groups:
+  - {name: g0, masters: [%q, %q, %q]}
+  - {name: g1, masters: ["localhost:%s", %q, %q]}
+`, keyA, srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr(), port, srvs[3].Addr(), srvs[4].Addr())
+	path := filepath.Join(t.TempDir(), "redlockd.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(cfg), 0o600))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "serve", "--config", path, "--listen", "127.0.0.1:0").CombinedOutput()
+	require.Error(t, err, "started with one server in two groups: %s", out)
+	require.NoError(t, ctx.Err(), "%s", out)
+	assert.Contains(t, string(out), "two masters are the same server: master 0 ("+srvs[0].Addr()+") of group g0 and master 0 (localhost:"+port+") of group g1 have run_id")
 }

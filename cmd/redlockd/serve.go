@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -111,6 +112,10 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		clients[g.Name] = locker
 		groups = append(groups, redlock.Group{Name: g.Name, Client: locker})
 	}
+	if err := serversOnce(groups); err != nil {
+		ln.Close()
+		return err
+	}
 	daemonLocker := daemon.NewRedlockLocker(groups[0].Client)
 	switch {
 	case len(cfg.PreviousMasterGroups) > 0:
@@ -125,6 +130,35 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	// Idempotency records live on the first group too (one Client), behind
 	// its checks: placement spreads the lock keys, not the records.
 	return serveWith(ctx, cfg, log, ln, load, reg, metrics, masterCert, daemonLocker, limitMasters, clients[cfg.Groups()[0].Name])
+}
+
+// serversOnce refuses a Redis server that is a master of two groups under
+// two addresses (localhost and 127.0.0.1, a DNS alias), found by its
+// run_id as each group's Client found it (CheckMasters checks within a
+// group): the groups must be independent, and config can only compare the
+// addresses as written. Masters that did not answer are not compared.
+func serversOnce(groups []redlock.Group) error {
+	type seat struct {
+		group string
+		index int
+		addr  string
+	}
+	seen := map[string]seat{}
+	var errs []error
+	for _, g := range groups {
+		for _, st := range g.Client.Masters() {
+			if st.RunID == "" {
+				continue
+			}
+			if o, dup := seen[st.RunID]; dup && o.group != g.Name {
+				errs = append(errs, fmt.Errorf("%w: master %d (%s) of group %s and master %d (%s) of group %s have run_id %s: a master belongs to one group",
+					redlock.ErrSameServer, o.index, o.addr, o.group, st.Index, st.Addr, g.Name, st.RunID[:8]))
+				continue
+			}
+			seen[st.RunID] = seat{g.Name, st.Index, st.Addr}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // distinctGroups is every group the daemon locks in: the current groups,
