@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"flag"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
