@@ -326,14 +326,7 @@ func TestLockDelayAfterASilentLossOfItsRecord(t *testing.T) {
 					key := "D:" + t.Name()
 					first := f.grantOn(t, f.c, key, ttl, tc.blocked, WithLockDelay(delay))
 					// The holder stops: its lock expires unreleased.
-					require.Eventually(t, func() bool {
-						for _, r := range f.rdbs {
-							if r.Exists(ctx, key).Val() != 0 {
-								return false
-							}
-						}
-						return true
-					}, 5*time.Second, 10*time.Millisecond, "the lock expired everywhere")
+					f.expiredEverywhere(t, key)
 					ended := time.Now()
 					for _, i := range tc.victims {
 						tc.lose(t, f, i, f.c, key)
@@ -398,14 +391,7 @@ func TestMultiKeyLockDelayAfterASilentLossOfItsRecord(t *testing.T) {
 			for _, i := range []int{3, 4} {
 				require.NoError(t, f.rdbs[i].Del(ctx, keys[0]).Err())
 			}
-			require.Eventually(t, func() bool {
-				for _, r := range f.rdbs {
-					if r.Exists(ctx, keys...).Val() != 0 {
-						return false
-					}
-				}
-				return true
-			}, 5*time.Second, 10*time.Millisecond, "the set expired everywhere")
+			f.expiredEverywhere(t, keys...)
 			ended := time.Now()
 			f.do(t, victim, "DEL", f.c.delayRecordKey(keys[1]))
 			for _, i := range []int{victim, 3, 4} {
@@ -442,14 +428,7 @@ func TestMultiKeyDelayNotHiddenByAHeldKey(t *testing.T) {
 	f := newLossFixture(t, false, WithMaxLockDelay(delay))
 	a, b := "HA:"+t.Name(), "HB:"+t.Name()
 	first := f.grantOn(t, f.c, a, ttl, []int{3, 4}, WithLockDelay(delay))
-	require.Eventually(t, func() bool {
-		for _, r := range f.rdbs {
-			if r.Exists(ctx, a).Val() != 0 {
-				return false
-			}
-		}
-		return true
-	}, 5*time.Second, 10*time.Millisecond, "the lock expired everywhere")
+	f.expiredEverywhere(t, a)
 	ended := time.Now()
 	for _, i := range []int{0, 1} {
 		f.do(t, i, "DEL", f.c.delayRecordKey(a)) // two silent losses
@@ -466,4 +445,17 @@ func TestMultiKeyDelayNotHiddenByAHeldKey(t *testing.T) {
 	assert.Greater(t, oe.RetryAfter, delay/2, "retry when the delay ends: %v", err)
 	require.Less(t, time.Since(ended), delay/2)
 	_ = first
+}
+
+// expiredEverywhere waits until no master of f has any of keys.
+func (f *lossFixture) expiredEverywhere(t *testing.T, keys ...string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, r := range f.rdbs {
+			if r.Exists(context.Background(), keys...).Val() != 0 {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 10*time.Millisecond, "%v expired everywhere", keys)
 }

@@ -30,29 +30,10 @@ import (
 // fences go up across the phases although g1's counter started far below
 // default's; and groups-change reports each step.
 func TestChangingMasterGroups(t *testing.T) {
-	srvs, err := redisproc.StartN(6, redisproc.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = redisproc.StopAll(srvs) })
-	a := []string{srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr()}
-	b := []string{srvs[3].Addr(), srvs[4].Addr(), srvs[5].Addr()}
-	prefix := fmt.Sprintf("chg%d:", prefixSeq.Add(1))
-	common := func(c *config.Config) { c.KeyPrefix, c.MaxTTL, c.DefaultTTL = prefix, 2, 2 }
-	newGroups := []config.MasterGroup{{Name: "default", Masters: a}, {Name: "g1", Masters: b}}
-	dOld := daemonURL(t, common, func(c *config.Config) { c.Masters = a })
-	dMoving := daemonURL(t, common, func(c *config.Config) {
-		c.Masters, c.MasterGroups = nil, newGroups
-		c.PreviousMasterGroups = []config.MasterGroup{{Name: "default", Masters: a}}
-	})
-	dNew := daemonURL(t, common, func(c *config.Config) { c.Masters, c.MasterGroups = nil, newGroups })
-
-	place, err := redlock.NewPlacement("default", "g1")
-	require.NoError(t, err)
-	key := ""
-	for i := 0; key == ""; i++ {
-		if k := fmt.Sprintf("moved:%d", i); place.Group(lockRedisKey(prefix, "acme", k)) == 1 {
-			key = k
-		}
-	}
+	ch := newGroupChange(t, "chg", 2)
+	prefix, key := ch.prefix, ch.movedKey(t)
+	dOld := daemonURL(t, ch.common, func(c *config.Config) { c.Masters = ch.a })
+	dMoving, dNew := ch.moving(t), ch.onNew(t)
 	rk := lockRedisKey(prefix, "acme", key)
 	refusal := "" // why the last acquire was refused, for the failure messages
 	acquire := func(base string) (bool, string, int64) {
@@ -87,7 +68,7 @@ func TestChangingMasterGroups(t *testing.T) {
 	ok, tok, movingFence := acquire(dMoving)
 	require.True(t, ok, "the key is free once the old daemon's release answered: %s", refusal)
 	require.Greater(t, movingFence, oldFence)
-	for i, addr := range append(append([]string{}, a...), b...) {
+	for i, addr := range append(append([]string{}, ch.a...), ch.b...) {
 		r := redis.NewClient(&redis.Options{Addr: addr})
 		v, err := r.Get(context.Background(), rk).Result()
 		r.Close()
@@ -136,27 +117,9 @@ func TestChangingMasterGroups(t *testing.T) {
 // acquired:false at once. Found by a helper: both answered in 30-50 ms
 // with wait_ms 8000.
 func TestMovingDaemonWaits(t *testing.T) {
-	srvs, err := redisproc.StartN(6, redisproc.Options{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = redisproc.StopAll(srvs) })
-	a := []string{srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr()}
-	b := []string{srvs[3].Addr(), srvs[4].Addr(), srvs[5].Addr()}
-	prefix := fmt.Sprintf("chw%d:", prefixSeq.Add(1))
-	common := func(c *config.Config) { c.KeyPrefix, c.MaxTTL, c.DefaultTTL = prefix, 10, 2 }
-	newGroups := []config.MasterGroup{{Name: "default", Masters: a}, {Name: "g1", Masters: b}}
-	dMoving := daemonURL(t, common, func(c *config.Config) {
-		c.Masters, c.MasterGroups = nil, newGroups
-		c.PreviousMasterGroups = []config.MasterGroup{{Name: "default", Masters: a}}
-	})
-	dNew := daemonURL(t, common, func(c *config.Config) { c.Masters, c.MasterGroups = nil, newGroups })
-	place, err := redlock.NewPlacement("default", "g1")
-	require.NoError(t, err)
-	key := ""
-	for i := 0; key == ""; i++ {
-		if k := fmt.Sprintf("moved:%d", i); place.Group(lockRedisKey(prefix, "acme", k)) == 1 {
-			key = k
-		}
-	}
+	ch := newGroupChange(t, "chw", 10)
+	key := ch.movedKey(t)
+	dMoving, dNew := ch.moving(t), ch.onNew(t)
 	code, env, _ := post(t, lockURL(dNew), keyA, fmt.Sprintf(`{"key":%q,"ttl":1}`, key))
 	require.Equal(t, http.StatusOK, code, env.Msg)
 	require.Equal(t, true, env.Data["acquired"], env.Msg)
@@ -200,4 +163,51 @@ master_groups:
 	require.Error(t, err, "started with one server in two groups: %s", out)
 	require.NoError(t, ctx.Err(), "%s", out)
 	assert.Contains(t, string(out), "two masters are the same server: master 0 ("+srvs[0].Addr()+") of group g0 and master 0 (localhost:"+port+") of group g1 have run_id")
+}
+
+// groupChange is the default group (three real masters) gaining g1 (three
+// more), with daemons of each phase to start over them.
+type groupChange struct {
+	a, b   []string
+	prefix string
+	common func(*config.Config)
+	groups []config.MasterGroup
+}
+
+func newGroupChange(t *testing.T, prefixWord string, maxTTL int) *groupChange {
+	t.Helper()
+	srvs, err := redisproc.StartN(6, redisproc.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = redisproc.StopAll(srvs) })
+	ch := &groupChange{
+		a:      []string{srvs[0].Addr(), srvs[1].Addr(), srvs[2].Addr()},
+		b:      []string{srvs[3].Addr(), srvs[4].Addr(), srvs[5].Addr()},
+		prefix: fmt.Sprintf("%s%d:", prefixWord, prefixSeq.Add(1)),
+	}
+	ch.common = func(c *config.Config) { c.KeyPrefix, c.MaxTTL, c.DefaultTTL = ch.prefix, maxTTL, 2 }
+	ch.groups = []config.MasterGroup{{Name: "default", Masters: ch.a}, {Name: "g1", Masters: ch.b}}
+	return ch
+}
+
+// moving starts a daemon in the moving phase; onNew one on the new groups.
+func (ch *groupChange) moving(t *testing.T) string {
+	return daemonURL(t, ch.common, func(c *config.Config) {
+		c.Masters, c.MasterGroups = nil, ch.groups
+		c.PreviousMasterGroups = []config.MasterGroup{{Name: "default", Masters: ch.a}}
+	})
+}
+
+func (ch *groupChange) onNew(t *testing.T) string {
+	return daemonURL(t, ch.common, func(c *config.Config) { c.Masters, c.MasterGroups = nil, ch.groups })
+}
+
+// movedKey is an account acme key that moves from default to g1.
+func (ch *groupChange) movedKey(t *testing.T) string {
+	place, err := redlock.NewPlacement("default", "g1")
+	require.NoError(t, err)
+	for i := 0; ; i++ {
+		if k := fmt.Sprintf("moved:%d", i); place.Group(lockRedisKey(ch.prefix, "acme", k)) == 1 {
+			return k
+		}
+	}
 }
