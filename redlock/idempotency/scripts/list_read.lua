@@ -13,9 +13,12 @@ if not intact then
   return reply(-2, 0)
 end
 local names = {'fp', 'st', 'tok', 'fence', 'att', 't0', 'tc', 'ret', 'asz', 'ast'}
-local v = redis.call('HMGET', KEYS[1], unpack(names))
+-- HGET field by field, not HMGET: the masters' least-privilege ACL user
+-- (docs/operations.md) allows HGET and HGETALL only.
+local v = {}
 local flat = {}
 for i, n in ipairs(names) do
+  v[i] = redis.call('HGET', KEYS[1], n)
   if v[i] then
     flat[#flat + 1] = n
     flat[#flat + 1] = v[i]
