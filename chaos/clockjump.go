@@ -43,7 +43,7 @@ func clockJumpContender(guard bool) *Scenario {
 	if !guard {
 		sc.Name = "clock-jump-contender-novoteclock"
 		sc.Summary = "negative control: the same with the vote clock check off in the drill's library clients: B is granted while A holds the lock"
-		sc.Options = append(sc.Options, guardOff(guardswitch.VoteClock), guardOff(guardswitch.GrantedLock))
+		sc.Options = append(sc.Options, guardOff(guardswitch.VoteClock), guardOff(guardswitch.GrantedLock), guardOff(guardswitch.ExtendRestores))
 		sc.Must = []string{I1}
 	}
 	sc.Script = func(ctx context.Context, d *Drill) error {
@@ -56,6 +56,9 @@ func clockJumpContender(guard bool) *Scenario {
 		defer dm.Close()
 		a, err := placeOnly(ctx, d, dm, key, ttl, []int{2, 3, 4})
 		if err != nil {
+			return err
+		}
+		if err := a.dropPlaceholders(ctx); err != nil {
 			return err
 		}
 		// B's reference readings of every master, fresh: its health loop
@@ -112,7 +115,7 @@ func clockJumpRestart(guard bool) *Scenario {
 	if !guard {
 		sc.Name = "clock-jump-restart-noreference"
 		sc.Summary = "negative control: the same with the comparison with the other masters' clocks off in the library client started after the jump: B is granted while A holds the lock"
-		sc.Options = []redlock.Option{guardOff(guardswitch.ClockReference), guardOff(guardswitch.GrantedLock)}
+		sc.Options = []redlock.Option{guardOff(guardswitch.ClockReference), guardOff(guardswitch.GrantedLock), guardOff(guardswitch.ExtendRestores)}
 		sc.Must = []string{I1}
 	}
 	sc.Script = func(ctx context.Context, d *Drill) (err error) {
@@ -140,6 +143,9 @@ func clockJumpRestart(guard bool) *Scenario {
 		defer dm.Close()
 		a, err := placeOnly(ctx, d, dm, key, ttl, []int{2, 3, 4})
 		if err != nil {
+			return err
+		}
+		if err := a.dropPlaceholders(ctx); err != nil {
 			return err
 		}
 		if err := d.Mark(ctx, "the drill's library clients stopped", d.closeClients); err != nil {

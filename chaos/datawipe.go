@@ -29,7 +29,7 @@ func dataWipe(check bool) *Scenario {
 	if !check {
 		sc.Name = "data-wipe-nocheck"
 		sc.Summary = "negative control: the same with the vote scripts' data-loss check and the quarantine off in the drill's library clients: B is granted while A holds the lock"
-		sc.Options = []redlock.Option{guardOff(guardswitch.DataLossCheck), guardOff(guardswitch.Quarantine), guardOff(guardswitch.GrantedLock)}
+		sc.Options = []redlock.Option{guardOff(guardswitch.DataLossCheck), guardOff(guardswitch.Quarantine), guardOff(guardswitch.GrantedLock), guardOff(guardswitch.ExtendRestores)}
 		sc.Must, sc.May = []string{I1}, []string{I2}
 	}
 	sc.Script = func(ctx context.Context, d *Drill) error {
@@ -48,6 +48,9 @@ func dataWipe(check bool) *Scenario {
 		}
 		a, err := placeOnly(ctx, d, dm, key, ttl, []int{0, 1, 2})
 		if err != nil {
+			return err
+		}
+		if err := a.dropPlaceholders(ctx); err != nil {
 			return err
 		}
 		// FLUSHALL sent to the master itself: its data is gone while the

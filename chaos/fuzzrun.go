@@ -342,6 +342,11 @@ func RunFuzz(ctx context.Context, fc FuzzConfig) (_ *FuzzResult, err error) {
 		for _, g := range fc.Control.Guards {
 			sc.Options = append(sc.Options, guardOff(g))
 		}
+		// A control's holder keeps its lock on the masters it was placed
+		// on: its extends do not set it again where a fault took it
+		// (guardswitch.ExtendRestores), as those extends would not have
+		// reached the masters that were off then.
+		sc.Options = append(sc.Options, guardOff(guardswitch.ExtendRestores))
 		sc.Options = append(sc.Options, fc.Control.Options...)
 		if fc.Control.Via != "" {
 			cfg.Via = fc.Control.Via
@@ -496,6 +501,11 @@ func (fr *fuzzRunner) runEpisode(ctx context.Context, d *Drill, dm direct, steps
 		}
 	}
 	fr.res.EpisodeFaults[ep.n] = ep.faults
+	// Placeholders still standing (an episode of holds and extends only)
+	// go with the episode.
+	if err := ep.a.dropPlaceholders(context.WithoutCancel(ctx)); err != nil {
+		failed = errors.Join(failed, fmt.Errorf("episode %d: placeholders: %w", ep.n, err))
+	}
 	if err := fr.heal(ctx, d, ep); err != nil {
 		failed = errors.Join(failed, fmt.Errorf("episode %d heal: %w", ep.n, err))
 	}
@@ -547,6 +557,15 @@ end
 return n`)
 
 func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode, st FuzzStep) error {
+	switch st.Op {
+	case opHold, opHoldLong, opExtend, opStatus:
+	default:
+		// A's placeholders stay through its extends (holder.dropPlaceholders),
+		// and go before any fault or contender.
+		if err := ep.a.dropPlaceholders(ctx); err != nil {
+			return err
+		}
+	}
 	m := st.Master
 	lockKey := d.T.Space().LockKey(ep.key)
 	rdb := func() *redis.Client { return dm[m] }

@@ -19,6 +19,23 @@ type holder struct {
 	g      grant
 	id     int
 	client int
+	// placeholders: placeOnly's keys on the masters A's lock is not on,
+	// still there until dropPlaceholders (nil once dropped).
+	placeholders func(context.Context) error
+}
+
+// dropPlaceholders deletes placeOnly's placeholders, once. A scenario
+// that extends A's lock drops them only after its last extend: an extend
+// that a quorum grants sets the lock again on a counting master where the
+// key is absent (redlock restoreCopies), which would put A's lock on every
+// master and leave the row nothing to show.
+func (h *holder) dropPlaceholders(ctx context.Context) error {
+	if h.placeholders == nil {
+		return nil
+	}
+	drop := h.placeholders
+	h.placeholders = nil
+	return drop(ctx)
 }
 
 // direct is a connection of its own to every master itself, past every
@@ -62,8 +79,8 @@ func (dm direct) Close() {
 // the others: before A asks, every master not in on holds the key for a
 // placeholder token, so it refuses A's SET and A's grant counts the votes
 // of masters in on alone (its fence write-back, and so its fence records,
-// go to masters in on); once A holds the lock the placeholders are
-// deleted. Deleting A's own key there after the grant instead would be a
+// go to masters in on); the placeholders stay until the caller drops them
+// (holder.dropPlaceholders: at once, or after A's extends). Deleting A's own key there after the grant instead would be a
 // loss of data on masters whose votes A counted (and which may hold its
 // fence records), not a lost message. A writes "begin" to the Resource at
 // once.
@@ -137,14 +154,16 @@ func placeOnly(ctx context.Context, d *Drill, dm direct, key string, ttl time.Du
 		}
 	}
 	d.Write(key, a.g, a.client, a.id, "begin")
-	what := fmt.Sprintf("A's SET lost on its way to masters %s (a placeholder refused it there; now deleted)", strings.Join(names, ","))
-	// Not an availability fault: those masters answer and vote.
-	err = d.Mark(ctx, what, func(ctx context.Context) error {
-		return eachMaster(ctx, off, func(ctx context.Context, m int) error {
-			return delIfEqual.Run(ctx, dm[m], []string{lockKey}, placeholder).Err()
+	what := fmt.Sprintf("A's SET lost on its way to masters %s (a placeholder refused it there, and refused A's extends; now deleted)", strings.Join(names, ","))
+	a.placeholders = func(ctx context.Context) error {
+		// Not an availability fault: those masters answer and vote.
+		return d.Mark(ctx, what, func(ctx context.Context) error {
+			return eachMaster(ctx, off, func(ctx context.Context, m int) error {
+				return delIfEqual.Run(ctx, dm[m], []string{lockKey}, placeholder).Err()
+			})
 		})
-	})
-	return a, err
+	}
+	return a, nil
 }
 
 // delIfEqual deletes KEYS[1] if it holds ARGV[1].

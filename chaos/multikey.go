@@ -236,7 +236,7 @@ func multiKeyRestart(guards bool) *Scenario {
 	if !guards {
 		sc.Name = "multikey-restart-2-noquarantine"
 		sc.Summary = "negative control: the same with the quarantine, the data-loss check and the granted-lock check off in the drill's library clients: B's set is granted while A's set holds two of its keys"
-		sc.Options = []redlock.Option{guardOff(guardswitch.Quarantine), guardOff(guardswitch.DataLossCheck), guardOff(guardswitch.GrantedLock)}
+		sc.Options = []redlock.Option{guardOff(guardswitch.Quarantine), guardOff(guardswitch.DataLossCheck), guardOff(guardswitch.GrantedLock), guardOff(guardswitch.ExtendRestores)}
 		sc.Must, sc.May = []string{I1}, []string{I2}
 	}
 	sc.Script = func(ctx context.Context, d *Drill) error {

@@ -54,7 +54,7 @@ func rollback(check bool) *Scenario {
 	if !check {
 		sc.Name = "rollback-nogranted"
 		sc.Summary = "negative control: the same with the granted-lock check off in the drill's library clients (no other guard sees this rollback): B is granted while A holds the lock"
-		sc.Options = []redlock.Option{guardOff(guardswitch.GrantedLock)}
+		sc.Options = []redlock.Option{guardOff(guardswitch.GrantedLock), guardOff(guardswitch.ExtendRestores)}
 		sc.Must = []string{I1}
 	}
 	sc.Script = func(ctx context.Context, d *Drill) error {
@@ -98,6 +98,11 @@ func rollback(check bool) *Scenario {
 		a.g, err = d.Extend(ctx, 0, a.client, key, a.g, a.id, extTTL)
 		if err != nil {
 			return fmt.Errorf("arrangement failed: A could not extend %s: %w", key, err)
+		}
+		// Only now: while they stood, A's extend could not set its lock
+		// again on masters 3 and 4 (restoreCopies).
+		if err := a.dropPlaceholders(ctx); err != nil {
+			return err
 		}
 		what := fmt.Sprintf("master %d rolled back to the copy from before A's extend (SWAPDB 0 1 with the copied database)", m)
 		// Not an availability fault: master 2 answers and votes, and no

@@ -66,8 +66,8 @@ type options struct {
 	// its answers carried, not only its yes votes' (fence.go)
 	fenceAboveEveryAnswer bool
 	// noRestore: Extend does not set the lock again where it is gone
-	// (restoreCopies), as before; only tests set it, for their negative
-	// controls.
+	// (restoreCopies), as before: guardswitch.ExtendRestores, for the
+	// negative controls.
 	noRestore bool
 }
 
@@ -267,6 +267,8 @@ func withGuardOff(g guardswitch.Guard) Option {
 		return func(o *options) { o.grantedLockCheck = false }
 	case guardswitch.RepairKeepsBaselines:
 		return func(o *options) { o.repairKeepsBaselines = false }
+	case guardswitch.ExtendRestores:
+		return func(o *options) { o.noRestore = true }
 	case guardswitch.FenceAboveEveryAnswer:
 		return func(o *options) { o.fenceAboveEveryAnswer = false }
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/internal/guardswitch"
 )
 
 func TestAcquireReleaseExtendStatus(t *testing.T) {
@@ -512,7 +514,7 @@ func TestExtendRestoresLostCopies(t *testing.T) {
 		opts := []Option{}
 		if control {
 			name = "negative control: no restore"
-			opts = append(opts, func(o *options) { o.noRestore = true })
+			opts = append(opts, withGuardOff(guardswitch.ExtendRestores))
 		}
 		t.Run(name, func(t *testing.T) {
 			c := newClient(t, opts...)

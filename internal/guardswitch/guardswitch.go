@@ -72,6 +72,12 @@ const (
 	// last holder's write-back lost that write unseen (a rollback no
 	// running client read before), the fence is issued again.
 	FenceAboveEveryAnswer
+	// ExtendRestores: an extend that a quorum granted sets the lock again
+	// on the counting masters that answered it absent. Off in every
+	// negative control of the drills, whose holder's lock must stay on
+	// the masters it was placed on (its extends model ones that never
+	// reached the others); a liveness guard, not a safety one.
+	ExtendRestores
 )
 
 // String returns the guard's name, e.g. "quarantine".
@@ -93,6 +99,8 @@ func (g Guard) String() string {
 		return "extend never shortens"
 	case StatusQuorum:
 		return "status quorum"
+	case ExtendRestores:
+		return "extend restores copies"
 	case GrantedLock:
 		return "granted-lock check"
 	case SharedClockBounds:
