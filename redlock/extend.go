@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -16,8 +17,8 @@ import (
 // told). It never revives an expired lock and never touches a key that
 // holds another token; once a quorum extended it, it sets the key again
 // on the counting masters where it was gone (restoreCopies: a master
-// restarted empty and repaired, or paused past the TTL; not for a
-// multi-key set). It
+// restarted empty and repaired, or paused past the TTL), with its fence
+// and delay records. It
 // succeeds only when a quorum extended and the recomputed validity is
 // positive: the quorum-th longest remaining TTL among them minus the
 // elapsed time and the drift allowance. It answers once every master
@@ -78,7 +79,7 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 	out, _ := c.fanout(ext, start)
 	res := OutcomeError{Op: "extend", Quorum: c.need, Masters: n}
 	var lefts []int64 // remaining TTL after the extend on each counted yes vote
-	var fence int64
+	var fence, delay int64
 	absent := make([]bool, n) // counting masters that answered the key is gone
 	c.gather(ctx, out, start, nil, func(r reply) bool {
 		if v, _, err := c.judgeVote(r); err != nil {
@@ -88,9 +89,8 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 			absent[r.idx] = v.code == 0
 			if v.code == 1 {
 				lefts = append(lefts, v.value)
-				if f, err := strconv.ParseInt(v.extra, 10, 64); err == nil {
-					fence = max(fence, f)
-				}
+				f, d := parseExtended(v.extra)
+				fence, delay = max(fence, f), max(delay, d)
 			}
 		}
 		// Decide early only once too many masters lack the token for any
@@ -108,8 +108,8 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 	if res.Votes >= c.need {
 		left := time.Duration(quorumth(lefts, c.need)) * time.Millisecond
 		if validity := left - time.Since(start) - c.drift(left); validity > 0 {
-			if set.multi == nil && !c.opts.noRestore && slices.Contains(absent, true) {
-				c.restoreCopies(ctx, set, token, left, fence, absent)
+			if !c.opts.noRestore && slices.Contains(absent, true) {
+				c.restoreCopies(ctx, set, token, left, fence, delay, absent)
 			}
 			return start.Add(left - c.drift(left)), fence, min(ttl, left), nil
 		}
@@ -128,12 +128,33 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 	return time.Time{}, 0, 0, &res
 }
 
+// parseExtended splits the extra field of an extend's yes vote
+// (extend.lua, extend_multi.lua): the fence stored with the lock there
+// ('' when none: 0) and, after a space, the lock's delay in milliseconds
+// when its delay record is there (0 otherwise).
+func parseExtended(extra string) (fence, delay int64) {
+	f, d, _ := strings.Cut(extra, " ")
+	fence, _ = strconv.ParseInt(f, 10, 64)
+	delay, _ = strconv.ParseInt(d, 10, 64)
+	return fence, delay
+}
+
 // restoreCopies puts the lock back on the counting masters that answered
-// an extend that the key is gone (extend.lua, ARGV[5] 'restore'): after a
-// master restarted empty and was repaired, or one paused past the TTL,
-// the lock would otherwise keep one copy fewer for the rest of its life,
-// and a holder that lived through one such master, then another, would
-// lose its lock to one more, never more than N − quorum failing at once.
+// an extend that the key is gone (extend.lua, ARGV[5] 'restore'; for a
+// multi-key set, that some key of the set is gone and none is another
+// token's: extend_multi.lua, ARGV[6]): after a master restarted empty and
+// was repaired, or one paused past the TTL, the lock would otherwise keep
+// one copy fewer for the rest of its life, and a holder that lived
+// through one such master, then another, would lose its lock to one more,
+// never more than N − quorum failing at once.
+//
+// The copy carries the lock's records: its fence record when the fence is
+// known, and its delay record when the lock has a lock-delay (delay, in
+// milliseconds, as the extending masters reported it), each written only
+// where it is missing or this token's and never shortened. Without the
+// delay record, a lock held through a rolling restart of every master
+// would end, unreleased, with no master left to enforce its delay
+// (lockdelay.go).
 //
 // Sent only once a quorum extended the lock and its validity is positive:
 // no other holder can have the key while the lock is valid (the Redlock
@@ -144,11 +165,14 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 // it in a socket) outlives the lock there by at most left, as a late vote
 // does; Release deletes it. The answers are awaited (bounded by the
 // per-master timeout) but decide nothing.
-func (c *Client) restoreCopies(ctx context.Context, set *lockSet, token string, left time.Duration, fence int64, only []bool) {
+func (c *Client) restoreCopies(ctx context.Context, set *lockSet, token string, left time.Duration, fence, delay int64, only []bool) {
 	start := time.Now()
-	ms := strconv.FormatInt(left.Milliseconds(), 10)
-	rs := script{s: c.sc.extend, keys: set.vote, only: only,
-		args: []any{token, ms, strconv.FormatInt(fence, 10), strconv.FormatInt(c.opts.maxTTL.Milliseconds(), 10), "restore"}}
+	ms, f, d := strconv.FormatInt(left.Milliseconds(), 10), strconv.FormatInt(fence, 10), strconv.FormatInt(delay, 10)
+	maxTTL := strconv.FormatInt(c.opts.maxTTL.Milliseconds(), 10)
+	rs := script{s: c.sc.extend, keys: set.vote, only: only, args: []any{token, ms, f, maxTTL, "restore", d}}
+	if set.multi != nil {
+		rs.s, rs.args = c.sc.extendMulti, []any{token, ms, f, strconv.Itoa(c.multiStride()), maxTTL, "restore", d}
+	}
 	out, _ := c.fanout(rs, start)
 	restored := 0
 	c.gather(ctx, out, start, only, func(r reply) bool {

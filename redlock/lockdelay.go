@@ -69,6 +69,19 @@ import (
 // gone — the cost of telling a silent loss from a release nobody saw: the
 // masters' evidence is the same.
 //
+// # Copies an extend puts back
+//
+// A lock held through masters that lost everything it had there, one
+// after another (a rolling restart), is set again by its extends on each
+// counting master that answered it absent (restoreCopies, extend.go). The
+// copy carries the delay record too: the extending masters report the
+// lock's delay with their yes votes (extend.lua, extend_multi.lua), and
+// the restore writes the record for ttl + delay where it is missing or
+// this token's, with the fence record beside it for as long. Without it,
+// a lock that outlived the loss of every master's records would end,
+// unreleased, with no master left to enforce its delay
+// (TestExtendRestoresTheDelayRecord).
+//
 // Every Client of a deployment must have WithMaxLockDelay for the delays
 // to hold: one without it does not read the records and grants the key.
 // The daemon sets it on every replica.

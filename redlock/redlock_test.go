@@ -548,3 +548,127 @@ func TestExtendRestoresLostCopies(t *testing.T) {
 		})
 	}
 }
+
+// TestMultiKeyExtendRestoresLostCopies: TestExtendRestoresLostCopies for a
+// multi-key set. Masters 0, 1 and 2 lose, one after another, a key of the
+// set (each the other key than the last); an extend after each loss puts
+// the set back whole there (extend_multi.lua's restore: the absent key
+// set again with its fence record, the present one extended). Negative
+// control: without the restore, the third loss leaves two whole copies
+// and the extend fails.
+func TestMultiKeyExtendRestoresLostCopies(t *testing.T) {
+	ctx := context.Background()
+	rdbs := direct(t)
+	for _, control := range []bool{false, true} {
+		name := "restored"
+		opts := []Option{}
+		if control {
+			name = "negative control: no restore"
+			opts = append(opts, withGuardOff(guardswitch.ExtendRestores))
+		}
+		t.Run(name, func(t *testing.T) {
+			c := newClient(t, opts...)
+			keys := multiKeys(t, 2)
+			l, err := c.AcquireMulti(ctx, keys, 10*time.Second)
+			require.NoError(t, err)
+			settle(t, c, keys...)
+			for i := range 3 {
+				lost := keys[i%2]
+				require.NoError(t, rdbs[i].Del(ctx, lost).Err(), "master %d loses %s", i, lost)
+				err := l.Extend(ctx, 10*time.Second)
+				if control && i == 2 {
+					require.ErrorIs(t, err, ErrNotHeld, "two whole copies left: the lock is lost")
+					return
+				}
+				require.NoError(t, err, "extend after master %d lost %s", i, lost)
+				if control {
+					assert.Empty(t, holders(t, rdbs[i:i+1], lost, l.Token()), "no restore")
+					continue
+				}
+				for _, k := range keys {
+					require.Equal(t, l.Token(), rdbs[i].Get(ctx, k).Val(), "master %d has %s again", i, k)
+					pttl := rdbs[i].PTTL(ctx, k).Val()
+					assert.Greater(t, pttl, 9*time.Second, "%s on master %d", k, i)
+					assert.LessOrEqual(t, pttl, 10*time.Second)
+				}
+				rec := rdbs[i].Get(ctx, c.fenceRecordKey(lost)).Val()
+				assert.Equal(t, fmt.Sprintf("%d %s", l.Fence(), l.Token()), rec, "with its fence record")
+			}
+			assert.EqualValues(t, 3, c.RestoredCopies())
+			for _, k := range keys {
+				assert.Len(t, holders(t, rdbs, k, l.Token()), 5, k)
+			}
+			require.NoError(t, l.Release(ctx))
+		})
+	}
+}
+
+// TestExtendRestoresTheDelayRecord: a lock with a lock-delay held through
+// the loss of everything it had on every master in turn (its key, fence
+// record and delay record deleted on master 0, then 1, ... then 4: a
+// rolling restart's losses, without the restart's quarantine), an extend
+// after each, then left to expire unreleased: a contender is still refused
+// for the delay. The restore writes the delay record back with the copy
+// (extend.lua, extend_multi.lua); before it did, no master had a delay
+// record after the fifth loss and the key was granted at its TTL. One
+// subtest per kind of lock: a key, and a multi-key set.
+func TestExtendRestoresTheDelayRecord(t *testing.T) {
+	ctx := context.Background()
+	rdbs := direct(t)
+	const ttl, delay = time.Second, 20 * time.Second
+	for _, multi := range []bool{false, true} {
+		name := "key"
+		if multi {
+			name = "multi-key set"
+		}
+		t.Run(name, func(t *testing.T) {
+			c := newClient(t, WithMaxLockDelay(delay))
+			keys := multiKeys(t, 2)
+			var l *Lock
+			var err error
+			if multi {
+				l, err = c.AcquireMulti(ctx, keys, ttl, WithLockDelay(delay))
+			} else {
+				keys = keys[:1]
+				l, err = c.Acquire(ctx, keys[0], ttl, WithLockDelay(delay))
+			}
+			require.NoError(t, err)
+			settle(t, c, keys...)
+			for i := range rdbs {
+				for _, k := range keys {
+					require.NoError(t, rdbs[i].Del(ctx, k, c.fenceRecordKey(k), c.delayRecordKey(k)).Err())
+				}
+				require.NoError(t, l.Extend(ctx, ttl), "extend after master %d lost the lock's keys", i)
+				for _, k := range keys {
+					assert.Equal(t, l.Token(), rdbs[i].Get(ctx, c.delayRecordKey(k)).Val(), "master %d has the delay record of %s again", i, k)
+					assert.Greater(t, rdbs[i].PTTL(ctx, c.delayRecordKey(k)).Val(), delay, "outliving the lock by the delay")
+				}
+			}
+			// The holder stops: the lock expires unreleased everywhere.
+			require.Eventually(t, func() bool {
+				for _, r := range rdbs {
+					if r.Exists(ctx, keys...).Val() != 0 {
+						return false
+					}
+				}
+				return true
+			}, 5*time.Second, 10*time.Millisecond)
+			ended := time.Now()
+			other := newClient(t, WithMaxLockDelay(delay))
+			_, err = other.Acquire(ctx, keys[len(keys)-1], ttl, WithRetry(NoRetry()))
+			require.Less(t, time.Since(ended), delay/2, "the contender came in the delay")
+			require.ErrorIs(t, err, ErrLockHeld, "no holder in the delay")
+			var oe *OutcomeError
+			require.ErrorAs(t, err, &oe)
+			assert.GreaterOrEqual(t, oe.Delayed, c.quorum, "a quorum refuses for the delay: %v", err)
+			assert.Equal(t, oe.Refused, oe.Delayed, "every refusal is the delay's: %v", err)
+			// A late release ends the delay (and says the lock was not held).
+			require.ErrorIs(t, l.Release(ctx), ErrNotHeld)
+			for i, r := range rdbs {
+				for _, k := range keys {
+					assert.Zero(t, r.Exists(ctx, c.delayRecordKey(k), c.fenceRecordKey(k)).Val(), "master %d keeps a record of %s", i, k)
+				}
+			}
+		})
+	}
+}

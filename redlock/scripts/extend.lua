@@ -20,12 +20,18 @@
 -- ARGV[5] 'restore' (absent otherwise): sent by Client.Extend only after a
 -- quorum extended the lock, to the masters that answered it absent: the
 -- key is set again for the token (NX, PX ARGV[2]) with its fence record
--- when ARGV[3] knows the fence, so that a lock held through masters that
--- lost their copy one after another (restarted empty, paused past the
--- TTL) keeps more than a bare quorum of copies (redlock/extend.go).
+-- when ARGV[3] knows the fence, and with its delay record when ARGV[6]
+-- (the lock's lock-delay in milliseconds, '0': none) and KEYS[6] say it
+-- has one, so that a lock held through masters that lost their copy one
+-- after another (restarted empty, paused past the TTL) keeps more than a
+-- bare quorum of copies, and its delay after it (redlock/extend.go). The
+-- records are written only where they are missing or this token's, and
+-- never shortened.
 -- Returns the prelude's reply with code
 --    1  extended (or already longer); value = its remaining milliseconds after;
---       extra = the holder's fence when its fence record is here, else ''
+--       extra = the holder's fence when its fence record is here, else '',
+--       followed by ' ' and the lock's delay in milliseconds when its delay
+--       record is here (what a restore elsewhere writes back)
 --    0  absent (expired or released)
 --   -1  held by another token
 --   -2  this master lost its data; nothing written
@@ -65,16 +71,40 @@ if v == ARGV[1] then
       redis.call('SET', KEYS[5], (ARGV[3] or '0') .. ' ' .. v, 'PX', left + delay)
     end
   end
+  if delay > 0 then
+    return reply(1, left, fence .. ' ' .. delay)
+  end
   return reply(1, left, fence)
 end
 if v then
   return reply(-1, 0)
 end
-if ARGV[5] == 'restore' and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if KEYS[5] and ARGV[3] ~= '0' then
-    redis.call('SET', KEYS[5], ARGV[3] .. ' ' .. ARGV[1], 'PX', ARGV[2])
+-- keepRecord writes a record key k as value v for ms milliseconds where it
+-- is missing or this token's (a fence record ends with the token, a delay
+-- record is the token), never shortening it; another holder's is left as
+-- it is.
+local function keepRecord(k, v, ms)
+  local cur = redis.call('GET', k)
+  if cur and cur ~= ARGV[1] and string.sub(cur, -#ARGV[1] - 1) ~= ' ' .. ARGV[1] then
+    return
   end
-  raiseHorizon(tonumber(ARGV[2]))
-  return reply(1, tonumber(ARGV[2]), ARGV[3])
+  if not cur or redis.call('PTTL', k) < ms then
+    redis.call('SET', k, v, 'PX', ms)
+  end
+end
+if ARGV[5] == 'restore' and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local ttl = tonumber(ARGV[2])
+  local delay = 0
+  if KEYS[6] and ARGV[6] then
+    delay = tonumber(ARGV[6])
+  end
+  if delay > 0 then
+    keepRecord(KEYS[6], ARGV[1], ttl + delay)
+  end
+  if KEYS[5] and ARGV[3] ~= '0' then
+    keepRecord(KEYS[5], ARGV[3] .. ' ' .. ARGV[1], ttl + delay)
+  end
+  raiseHorizon(ttl + delay)
+  return reply(1, ttl, ARGV[3])
 end
 return reply(0, 0)

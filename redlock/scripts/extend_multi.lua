@@ -8,11 +8,19 @@
 -- ARGV[1] token, ARGV[2] requested TTL in milliseconds, ARGV[3] the lock's
 -- fence when the caller knows it, else '0', ARGV[4] keys per
 -- lock key, ARGV[5] the max TTL in milliseconds (a key with a delay
--- record is extended to at most the max TTL minus its delay, extend.lua)
+-- record is extended to at most the max TTL minus its delay, extend.lua),
+-- ARGV[6] 'restore' (absent otherwise) and ARGV[7] the lock's delay in
+-- milliseconds ('0': none): sent by Client.Extend only after a quorum
+-- extended the set, to the masters that answered 0 (some key absent, none
+-- another token's); there every absent key of the set is set again (NX,
+-- PX ARGV[2]) with its fence record when ARGV[3] knows the fence and its
+-- delay record, and every key still this token's is extended to ARGV[2]
+-- (as extend.lua's restore; redlock/extend.go restoreCopies)
 -- Returns the prelude's reply with code
 --    1  extended; value = the shortest remaining milliseconds among the
 --       keys after; extra = the holder's fence when a fence record of the
---       set holds it, else ''
+--       set holds it, else '', followed by ' ' and the longest lock-delay
+--       in milliseconds among the set's delay records here, when there is one
 --    0  some key of the set is absent here and none is another token's
 --   -1  some key of the set is held by another token
 --   -2  this master lost its data; nothing written
@@ -35,11 +43,49 @@ for j = 1, #holders do
     code = 0
   end
 end
+-- keepRecord writes a record key k as value v for ms milliseconds where it
+-- is missing or this token's, never shortening it (extend.lua).
+local function keepRecord(k, v, ms)
+  local cur = redis.call('GET', k)
+  if cur and cur ~= ARGV[1] and string.sub(cur, -#ARGV[1] - 1) ~= ' ' .. ARGV[1] then
+    return
+  end
+  if not cur or redis.call('PTTL', k) < ms then
+    redis.call('SET', k, v, 'PX', ms)
+  end
+end
 if code == 0 then
-  return reply(0, 0)
+  if ARGV[6] ~= 'restore' then
+    return reply(0, 0)
+  end
+  local ttl = tonumber(ARGV[2])
+  local delay = 0
+  if stride == 3 then
+    delay = tonumber(ARGV[7] or '0')
+  end
+  local j = 0
+  for i = 5, #KEYS, stride do
+    j = j + 1
+    if holders[j] then
+      -- This token's (no key of the set is another's here): keep it to ttl.
+      if redis.call('PTTL', KEYS[i]) < ttl then
+        redis.call('PEXPIRE', KEYS[i], ttl)
+      end
+    else
+      redis.call('SET', KEYS[i], ARGV[1], 'PX', ttl)
+    end
+    if delay > 0 then
+      keepRecord(KEYS[i + 2], ARGV[1], ttl + delay)
+    end
+    if ARGV[3] ~= '0' then
+      keepRecord(KEYS[i + 1], ARGV[3] .. ' ' .. ARGV[1], ttl + delay)
+    end
+  end
+  raiseHorizon(ttl + delay)
+  return reply(1, ttl, ARGV[3])
 end
 local asked = tonumber(ARGV[2])
-local shortest, longest, fence = -1, 0, ''
+local shortest, longest, fence, delayed = -1, 0, '', 0
 for i = 5, #KEYS, stride do
   local left = redis.call('PTTL', KEYS[i])
   local delay = 0
@@ -59,6 +105,7 @@ for i = 5, #KEYS, stride do
   end
   if delay > 0 then
     redis.call('PEXPIRE', KEYS[i + 2], left + delay)
+    delayed = math.max(delayed, delay)
   end
   if left + delay > longest then
     longest = left + delay
@@ -80,4 +127,7 @@ for i = 5, #KEYS, stride do
   end
 end
 raiseHorizon(longest)
+if delayed > 0 then
+  return reply(1, shortest, fence .. ' ' .. delayed)
+end
 return reply(1, shortest, fence)
