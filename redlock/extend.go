@@ -130,7 +130,7 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 
 // parseExtended splits the extra field of an extend's yes vote
 // (extend.lua, extend_multi.lua): the fence stored with the lock there
-// (” when none: 0) and, after a space, the lock's delay in milliseconds
+// (0 when the extra field is empty) and, after a space, the lock's delay in milliseconds
 // when its delay record is there (0 otherwise).
 func parseExtended(extra string) (fence, delay int64) {
 	f, d, _ := strings.Cut(extra, " ")
