@@ -109,7 +109,9 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 		left := time.Duration(quorumth(lefts, c.need)) * time.Millisecond
 		if validity := left - time.Since(start) - c.drift(left); validity > 0 {
 			if !c.opts.noRestore && slices.Contains(absent, true) {
-				c.restoreCopies(ctx, set, token, left, fence, delay, absent)
+				// The fence the caller knows, when no extending master
+				// reported it (each wrote its record from known).
+				c.restoreCopies(ctx, set, token, left, max(fence, known), delay, absent)
 			}
 			return start.Add(left - c.drift(left)), fence, min(ttl, left), nil
 		}
@@ -159,11 +161,17 @@ func parseExtended(extra string) (fence, delay int64) {
 // Sent only once a quorum extended the lock and its validity is positive:
 // no other holder can have the key while the lock is valid (the Redlock
 // argument), so setting the token again where the key is absent grants
-// nothing new, and SET NX leaves any other key there alone. The copy gets
-// left, the quorum-th longest TTL the extend found, and the fence record
-// when the fence is known. A copy that lands late (its master paused with
-// it in a socket) outlives the lock there by at most left, as a late vote
-// does; Release deletes it. The answers are awaited (bounded by the
+// nothing new, and SET NX (for a set, EXISTS first) leaves any other key
+// there alone. The copy gets left, the quorum-th longest TTL the extend
+// found (capped so that left + delay stays within the max TTL, as an
+// extend is), and the fence record when the fence is known. A copy that
+// lands late (its master paused with it in a socket) outlives the lock
+// there by at most left, and its delay record by left + delay, as a late
+// vote's does; a Release sent after it deletes them. One that lands after
+// the Release (the Release came while this extend was still restoring,
+// from another goroutine or, through the daemon, another request) keeps
+// that master refusing the key for up to left + delay ≤ the max TTL:
+// refusing, never granting. The answers are awaited (bounded by the
 // per-master timeout) but decide nothing.
 func (c *Client) restoreCopies(ctx context.Context, set *lockSet, token string, left time.Duration, fence, delay int64, only []bool) {
 	start := time.Now()

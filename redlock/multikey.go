@@ -236,7 +236,9 @@ func (c *Client) ReleaseMulti(ctx context.Context, keys []string, token string) 
 // ExtendMulti is Extend for the multi-key lock keys held by token: a
 // master extends the set only where the token holds every key of it (each
 // key keeps max(its remaining TTL, ttl)), and counts as a vote for it only
-// then. Results and errors as Extend.
+// then. Once a quorum extended it, the set is put back whole on the
+// counting masters where some key of it was gone and none is another's
+// (restoreCopies, extend.go). Results and errors as Extend.
 func (c *Client) ExtendMulti(ctx context.Context, keys []string, token string, ttl time.Duration) (*Lock, error) {
 	if err := c.checkMultiKeys(keys); err != nil {
 		return nil, err

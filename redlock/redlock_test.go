@@ -603,6 +603,73 @@ func TestMultiKeyExtendRestoresLostCopies(t *testing.T) {
 	}
 }
 
+// TestRestoreLimits: what a restore must not do, and what it must carry.
+//   - a key of the set that exists as another type (a hash) on a master
+//     that answered the set absent is held there: the restore leaves it
+//     and writes nothing (MGET reads it as absent; EXISTS does not);
+//   - a restored copy with a lock-delay stays within the max TTL, copy and
+//     records: the quorum-th TTL can come from masters that lost the delay
+//     record and extended uncapped;
+//   - the fence the caller knows goes with the copy when no extending
+//     master reported one (their fence records were lost: each wrote it
+//     again from the caller's fence and answered '').
+func TestRestoreLimits(t *testing.T) {
+	ctx := context.Background()
+	rdbs := direct(t)
+	t.Run("a key of another type is left alone", func(t *testing.T) {
+		c := newClient(t)
+		keys := multiKeys(t, 2)
+		l, err := c.AcquireMulti(ctx, keys, 10*time.Second)
+		require.NoError(t, err)
+		settle(t, c, keys...)
+		require.NoError(t, rdbs[0].Del(ctx, keys[1]).Err())
+		require.NoError(t, rdbs[0].HSet(ctx, keys[1], "user", "data").Err())
+		t.Cleanup(func() { rdbs[0].Del(ctx, keys[1]) })
+		require.NoError(t, l.Extend(ctx, 10*time.Second))
+		assert.Equal(t, "hash", rdbs[0].Type(ctx, keys[1]).Val(), "the hash is left")
+		assert.Equal(t, map[string]string{"user": "data"}, rdbs[0].HGetAll(ctx, keys[1]).Val())
+		assert.Zero(t, c.RestoredCopies())
+		require.NoError(t, l.Release(ctx))
+	})
+	t.Run("capped at the max TTL", func(t *testing.T) {
+		const maxTTL, ttl, delay = 10 * time.Second, 5 * time.Second, 4 * time.Second
+		c := newClient(t, WithMaxTTL(maxTTL), WithMaxLockDelay(delay))
+		key := newKey(t)
+		l, err := c.Acquire(ctx, key, ttl, WithLockDelay(delay))
+		require.NoError(t, err)
+		settle(t, c, key)
+		require.NoError(t, rdbs[0].Del(ctx, key, c.fenceRecordKey(key), c.delayRecordKey(key)).Err())
+		for _, i := range []int{1, 2, 3} {
+			require.NoError(t, rdbs[i].Del(ctx, c.delayRecordKey(key)).Err(), "master %d loses the delay record", i)
+		}
+		// Masters 1–3 extend to 8 s (no record: no cap), master 4 to
+		// 10 − 4 = 6 s: the quorum-th TTL is 8 s, and 8 + 4 > 10.
+		require.NoError(t, l.Extend(ctx, 8*time.Second))
+		require.Equal(t, l.Token(), rdbs[0].Get(ctx, key).Val(), "restored")
+		assert.LessOrEqual(t, rdbs[0].PTTL(ctx, key).Val(), maxTTL-delay, "the copy")
+		rd := rdbs[0].PTTL(ctx, c.delayRecordKey(key)).Val()
+		assert.Greater(t, rd, maxTTL-delay, "the delay record outlives the copy")
+		assert.LessOrEqual(t, rd, maxTTL, "the delay record stays within the max TTL")
+		assert.LessOrEqual(t, rdbs[0].PTTL(ctx, c.fenceRecordKey(key)).Val(), maxTTL, "the fence record")
+		require.NoError(t, l.Release(ctx))
+	})
+	t.Run("the fence the caller knows", func(t *testing.T) {
+		c := newClient(t)
+		key := newKey(t)
+		l, err := c.Acquire(ctx, key, 10*time.Second)
+		require.NoError(t, err)
+		require.Positive(t, l.Fence())
+		settle(t, c, key)
+		require.NoError(t, rdbs[0].Del(ctx, key, c.fenceRecordKey(key)).Err())
+		for i := 1; i < len(rdbs); i++ {
+			require.NoError(t, rdbs[i].Del(ctx, c.fenceRecordKey(key)).Err())
+		}
+		require.NoError(t, l.Extend(ctx, 10*time.Second))
+		assert.Equal(t, fmt.Sprintf("%d %s", l.Fence(), l.Token()), rdbs[0].Get(ctx, c.fenceRecordKey(key)).Val(), "the restored copy has its fence record")
+		require.NoError(t, l.Release(ctx))
+	})
+}
+
 // TestExtendRestoresTheDelayRecord: a lock with a lock-delay held through
 // the loss of everything it had on every master in turn (its key, fence
 // record and delay record deleted on master 0, then 1, ... then 4: a

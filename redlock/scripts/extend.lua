@@ -19,7 +19,8 @@
 -- outlives the max TTL (as the acquire checks: ttl + delay ≤ max TTL),
 -- ARGV[5] 'restore' (absent otherwise): sent by Client.Extend only after a
 -- quorum extended the lock, to the masters that answered it absent: the
--- key is set again for the token (NX, PX ARGV[2]) with its fence record
+-- key is set again for the token (NX, PX ARGV[2], capped as an extend is
+-- when the lock has a delay) with its fence record
 -- when ARGV[3] knows the fence, and with its delay record when ARGV[6]
 -- (the lock's lock-delay in milliseconds, '0': none) and KEYS[6] say it
 -- has one, so that a lock held through masters that lost their copy one
@@ -92,11 +93,18 @@ local function keepRecord(k, v, ms)
     redis.call('SET', k, v, 'PX', ms)
   end
 end
-if ARGV[5] == 'restore' and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if ARGV[5] == 'restore' then
   local ttl = tonumber(ARGV[2])
   local delay = 0
   if KEYS[6] and ARGV[6] then
     delay = tonumber(ARGV[6])
+  end
+  -- Capped as an extend is: ttl + delay ≤ the max TTL.
+  if delay > 0 and ttl + delay > tonumber(ARGV[4]) then
+    ttl = tonumber(ARGV[4]) - delay
+  end
+  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then
+    return reply(0, 0) -- a key of another type
   end
   if delay > 0 then
     keepRecord(KEYS[6], ARGV[1], ttl + delay)

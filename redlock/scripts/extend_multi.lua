@@ -1,7 +1,7 @@
 -- extend.lua for a multi-key lock: where this token holds every key of the
 -- set, make each last max(remaining, ARGV[2]); where it does not hold them
 -- all, touch nothing (a master that lost part of a set does not vote for
--- it). Follows vote_prelude.lua.
+-- it) — except in a restore (ARGV[6], below). Follows vote_prelude.lua.
 -- KEYS[1] the first lock key, KEYS[2..4] as in the prelude, then from
 -- KEYS[5] ARGV[4] keys per lock key: the lock key, its fence record[, its
 -- delay record]
@@ -12,10 +12,13 @@
 -- ARGV[6] 'restore' (absent otherwise) and ARGV[7] the lock's delay in
 -- milliseconds ('0': none): sent by Client.Extend only after a quorum
 -- extended the set, to the masters that answered 0 (some key absent, none
--- another token's); there every absent key of the set is set again (NX,
--- PX ARGV[2]) with its fence record when ARGV[3] knows the fence and its
--- delay record, and every key still this token's is extended to ARGV[2]
--- (as extend.lua's restore; redlock/extend.go restoreCopies)
+-- another token's); there, unless a key of the set exists as another type
+-- (EXISTS, as acquire_multi.lua: then nothing is written and the answer
+-- is 0), every absent key of the set is set again (PX ARGV[2], capped as
+-- an extend is when the lock has a delay) with its fence record when
+-- ARGV[3] knows the fence and its delay record, and every key still this
+-- token's is extended to that TTL (as extend.lua's restore;
+-- redlock/extend.go restoreCopies)
 -- Returns the prelude's reply with code
 --    1  extended; value = the shortest remaining milliseconds among the
 --       keys after; extra = the holder's fence when a fence record of the
@@ -58,10 +61,23 @@ if code == 0 then
   if ARGV[6] ~= 'restore' then
     return reply(0, 0)
   end
+  local absent = {}
+  for j = 1, #holders do
+    if not holders[j] then
+      absent[#absent + 1] = locks[j]
+    end
+  end
+  -- MGET answers nil for a key of another type: such a key is held.
+  if redis.call('EXISTS', unpack(absent)) > 0 then
+    return reply(0, 0)
+  end
   local ttl = tonumber(ARGV[2])
   local delay = 0
   if stride == 3 then
     delay = tonumber(ARGV[7] or '0')
+  end
+  if delay > 0 and ttl + delay > tonumber(ARGV[5]) then
+    ttl = tonumber(ARGV[5]) - delay
   end
   local j = 0
   for i = 5, #KEYS, stride do
