@@ -48,50 +48,38 @@ local function held()
   end
   return longest, g
 end
--- delayed reports the set's delay here (no key of the set is held): the
--- longest PTTL of its live delay records (0 when none), and 'D' when any
--- of them is a granted lock's, 'd' when none is (acquire.lua's delayed).
-local function delayed()
-  local longest, mark = 0, 'd'
+-- delays reports the set's live delay records here: the longest PTTL
+-- among them, and the longest among those that are a granted lock's (the
+-- record and the key's fence record hold one token: acquire.lua's 'D');
+-- 0 when none. With free, only the records of keys free here count: a
+-- held key of the set must not hide another key's granted delay (a lost
+-- race's leftover SET of one key beside another key's delay).
+local function delays(free)
+  local longest, granted = 0, 0
   for i = 7, #KEYS, stride do
     local d = redis.call('PTTL', KEYS[i])
-    if d > 0 then
-      if d > longest then
-        longest = d
-      end
-      if mark == 'd' then
+    if d > 0 and not (free and redis.call('EXISTS', KEYS[i - 2]) == 1) then
+      longest = math.max(longest, d)
+      if d > granted then
         local rf = redis.call('MGET', KEYS[i], KEYS[i - 1])
         local f = rf[2]
         local sp = f and string.find(f, ' ', 1, true)
         if sp and string.sub(f, sp + 1) == rf[1] then
-          mark = 'D'
+          granted = d
         end
       end
     end
   end
-  return longest, mark
+  return longest, granted
 end
--- grantedDelay: a key of the set free in a granted lock's delay ('D'),
--- whether or not another key of the set is held here: a held key must not
--- hide that evidence (a lost race's leftover SET of one key beside another
--- key's delay). The longest such delay, 0 when none.
+-- grantedDelay is the longest delay of a granted lock on a free key of the
+-- set (0 when none, or the set has no delay records).
 local function grantedDelay()
   if stride ~= 3 then
     return 0
   end
-  local longest = 0
-  for i = 7, #KEYS, stride do
-    local d = redis.call('PTTL', KEYS[i])
-    if d > longest and redis.call('EXISTS', KEYS[i - 2]) == 0 then
-      local rf = redis.call('MGET', KEYS[i], KEYS[i - 1])
-      local f = rf[2]
-      local sp = f and string.find(f, ' ', 1, true)
-      if sp and string.sub(f, sp + 1) == rf[1] then
-        longest = d
-      end
-    end
-  end
-  return longest
+  local _, granted = delays(true)
+  return granted
 end
 if not intact then
   local left, g = held()
@@ -117,9 +105,11 @@ if redis.call('EXISTS', unpack(locks)) > 0 then
 end
 local delay = stride == 3 and tonumber(ARGV[3]) or 0
 if stride == 3 then
-  local d, e = delayed()
+  -- No key of the set is held here: 'D' when any delay is a granted
+  -- lock's, 'd' when none is.
+  local d, granted = delays(false)
   if d > 0 then
-    return reply(0, d, e)
+    return reply(0, d, granted > 0 and 'D' or 'd')
   end
 end
 for i = 5, #KEYS, stride do
