@@ -612,7 +612,7 @@ func TestMultiKeyExtendRestoresLostCopies(t *testing.T) {
 //     record and extended uncapped;
 //   - the fence the caller knows goes with the copy when no extending
 //     master reported one (their fence records were lost: each wrote it
-//     again from the caller's fence and answered ”).
+//     again from the caller's fence and answered no fence).
 func TestRestoreLimits(t *testing.T) {
 	ctx := context.Background()
 	rdbs := direct(t)
