@@ -15,6 +15,8 @@ var (
 	releaseLua string
 	//go:embed scripts/extend.lua
 	extendLua string
+	//go:embed scripts/keep_record.lua
+	keepRecordLua string
 	//go:embed scripts/status.lua
 	statusLua string
 	//go:embed scripts/fence.lua
@@ -90,17 +92,19 @@ type luaSources struct {
 
 func newScripts(l luaSources) *scripts {
 	vote := func(src string) string { return l.prelude + src }
+	// The extend scripts also open with keep_record.lua (their restores).
+	extend, extendMulti := vote(keepRecordLua+l.extend), vote(keepRecordLua+l.extendMulti)
 	return &scripts{
 		acquire:      redis.NewScript(vote(l.acquire)),
-		extend:       redis.NewScript(vote(l.extend)),
+		extend:       redis.NewScript(extend),
 		status:       redis.NewScript(vote(l.status)),
 		fence:        redis.NewScript(l.fence),
 		scan:         redis.NewScript(l.scan),
 		acquireMulti: redis.NewScript(vote(l.acquireMulti)),
-		extendMulti:  redis.NewScript(vote(l.extendMulti)),
+		extendMulti:  redis.NewScript(extendMulti),
 		fenceMulti:   redis.NewScript(l.fenceMulti),
-		lane: []string{vote(l.acquire), releaseLua, vote(l.extend), vote(l.status), l.fence, l.scan, statsReadLua,
-			vote(l.acquireMulti), vote(l.extendMulti), l.fenceMulti, releaseMultiLua, slotsReadLua},
+		lane: []string{vote(l.acquire), releaseLua, extend, vote(l.status), l.fence, l.scan, statsReadLua,
+			vote(l.acquireMulti), extendMulti, l.fenceMulti, releaseMultiLua, slotsReadLua},
 	}
 }
 

@@ -1,7 +1,7 @@
 -- Compare-and-extend: if the lock still holds this token, make its TTL
 -- max(remaining, ARGV[2]). It never shortens a lock (a failed extend must not
 -- cut the validity its holder was last told), never revives an expired key
--- and never touches another owner's key. Follows vote_prelude.lua.
+-- and never touches another owner's key. Follows vote_prelude.lua and keep_record.lua.
 -- The lock's fence record (fence.lua), when it belongs to this token, is given
 -- the lock's remaining time, so the two keep one expiry. Where it is missing
 -- (a master the acquire's write-back did not reach) or an earlier holder's,
@@ -79,19 +79,6 @@ if v == ARGV[1] then
 end
 if v then
   return reply(-1, 0)
-end
--- keepRecord writes a record key k as value v for ms milliseconds where it
--- is missing or this token's (a fence record ends with the token, a delay
--- record is the token), never shortening it; another holder's is left as
--- it is.
-local function keepRecord(k, v, ms)
-  local cur = redis.call('GET', k)
-  if cur and cur ~= ARGV[1] and string.sub(cur, -#ARGV[1] - 1) ~= ' ' .. ARGV[1] then
-    return
-  end
-  if not cur or redis.call('PTTL', k) < ms then
-    redis.call('SET', k, v, 'PX', ms)
-  end
 end
 if ARGV[5] == 'restore' then
   local ttl = tonumber(ARGV[2])

@@ -1,7 +1,7 @@
 -- extend.lua for a multi-key lock: where this token holds every key of the
 -- set, make each last max(remaining, ARGV[2]); where it does not hold them
 -- all, touch nothing (a master that lost part of a set does not vote for
--- it) — except in a restore (ARGV[6], below). Follows vote_prelude.lua.
+-- it) — except in a restore (ARGV[6], below). Follows vote_prelude.lua and keep_record.lua.
 -- KEYS[1] the first lock key, KEYS[2..4] as in the prelude, then from
 -- KEYS[5] ARGV[4] keys per lock key: the lock key, its fence record[, its
 -- delay record]
@@ -44,17 +44,6 @@ for j = 1, #holders do
       return reply(-1, 0)
     end
     code = 0
-  end
-end
--- keepRecord writes a record key k as value v for ms milliseconds where it
--- is missing or this token's, never shortening it (extend.lua).
-local function keepRecord(k, v, ms)
-  local cur = redis.call('GET', k)
-  if cur and cur ~= ARGV[1] and string.sub(cur, -#ARGV[1] - 1) ~= ' ' .. ARGV[1] then
-    return
-  end
-  if not cur or redis.call('PTTL', k) < ms then
-    redis.call('SET', k, v, 'PX', ms)
   end
 end
 if code == 0 then
