@@ -86,19 +86,11 @@ if ARGV[5] == 'restore' then
   if KEYS[6] and ARGV[6] then
     delay = tonumber(ARGV[6])
   end
-  -- Capped as an extend is: ttl + delay ≤ the max TTL.
-  if delay > 0 and ttl + delay > tonumber(ARGV[4]) then
-    ttl = tonumber(ARGV[4]) - delay
-  end
+  ttl = restoreTTL(ttl, delay, tonumber(ARGV[4]))
   if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then
     return reply(0, 0) -- a key of another type
   end
-  if delay > 0 then
-    keepRecord(KEYS[6], ARGV[1], ttl + delay)
-  end
-  if KEYS[5] and ARGV[3] ~= '0' then
-    keepRecord(KEYS[5], ARGV[3] .. ' ' .. ARGV[1], ttl + delay)
-  end
+  keepRecords(KEYS[5], KEYS[6], ARGV[3], ttl, delay)
   raiseHorizon(ttl + delay)
   return reply(1, ttl, ARGV[3])
 end

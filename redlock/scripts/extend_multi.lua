@@ -65,9 +65,7 @@ if code == 0 then
   if stride == 3 then
     delay = tonumber(ARGV[7] or '0')
   end
-  if delay > 0 and ttl + delay > tonumber(ARGV[5]) then
-    ttl = tonumber(ARGV[5]) - delay
-  end
+  ttl = restoreTTL(ttl, delay, tonumber(ARGV[5]))
   local j = 0
   for i = 5, #KEYS, stride do
     j = j + 1
@@ -79,12 +77,7 @@ if code == 0 then
     else
       redis.call('SET', KEYS[i], ARGV[1], 'PX', ttl)
     end
-    if delay > 0 then
-      keepRecord(KEYS[i + 2], ARGV[1], ttl + delay)
-    end
-    if ARGV[3] ~= '0' then
-      keepRecord(KEYS[i + 1], ARGV[3] .. ' ' .. ARGV[1], ttl + delay)
-    end
+    keepRecords(KEYS[i + 1], stride == 3 and KEYS[i + 2], ARGV[3], ttl, delay)
   end
   raiseHorizon(ttl + delay)
   return reply(1, ttl, ARGV[3])
