@@ -278,9 +278,7 @@ func (s *Store) read(ctx context.Context, key string) (copies, error) {
 		}
 		cp.counted++
 		if a.Code == 1 {
-			if r, ok := parseCopy(a.Extra, a.Value); ok {
-				cp.add(r)
-			}
+			cp.addCopy(a.Extra, a.Value)
 		}
 		return cp.counted >= s.c.Quorum()
 	})
