@@ -92,26 +92,31 @@ func parseCopy(extra string, pttl int64) (Record, bool) {
 // storedAnswer is what parseCopyFields leaves for decodeAnswer: the
 // copy's stored answer, undecoded, and its status and size fields.
 type storedAnswer struct {
-	raw        string // 'ans': the answer's JSON
-	quoted     bool   // raw is still the JSON string literal holding it
-	has, sized bool   // 'ans' present; 'asz' present
-	status     int    // 'ast'
+	// raws are the 'ans' values in the order of the copy (one, in a copy
+	// this package wrote: HGETALL names a field once).
+	raws []string
+	// quoted: raws are still the JSON string literals holding them (the
+	// flatStrings path), to be unquoted (and checked) by decodeAnswer.
+	quoted bool
+	sized  bool // 'asz' present
+	status int  // 'ast'
+	first  [1]string
 }
 
 // parseCopyFields is parseCopy up to the stored answer, which it leaves
-// undecoded: ok is false when extra is not a flat array of field, value
-// pairs or names no state.
+// undecoded (decodeAnswer decodes it): ok is false when extra names no
+// state, or is not a flat array of field, value pairs — except that an
+// 'ans' literal that is not valid JSON is found only by decodeAnswer.
 //
-// The array is split by flatStrings, each element unquoted only when it
-// is read: the stored answer, most of the copy's length, is scanned for
-// its end and nothing else (decodeAnswer unquotes it). Anything
-// flatStrings does not split (not cjson's shape) is decoded by
-// encoding/json, as before.
+// flatStrings splits the array and each element is unquoted as it is
+// read, but for 'ans', most of a completed copy's length: flatStrings
+// only found where it ends. Anything flatStrings does not split (not
+// cjson's shape) is decoded by encoding/json whole, as before.
 func parseCopyFields(extra string, pttl int64) (r Record, ans storedAnswer, ok bool) {
 	var buf [24]string
 	lits, fast := flatStrings(extra, buf[:0])
-	var flat []string
 	if !fast {
+		var flat []string
 		if err := json.Unmarshal([]byte(extra), &flat); err != nil {
 			return Record{}, ans, false
 		}
@@ -120,22 +125,18 @@ func parseCopyFields(extra string, pttl int64) (r Record, ans storedAnswer, ok b
 	if len(lits)%2 != 0 {
 		return Record{}, ans, false
 	}
+	ans.quoted = fast
 	for i := 0; i < len(lits); i += 2 {
 		name, v := lits[i], lits[i+1]
 		if fast {
 			var okName, okValue bool
-			name, okName = unquote(name)
-			if name == "ans" {
-				// Unquoted by decodeAnswer, when the copy is chosen.
-				ans.raw, ans.quoted, ans.has = v, true, true
-				if !okName {
+			if name, okName = unquote(name); !okName {
+				return Record{}, ans, false
+			}
+			if name != "ans" {
+				if v, okValue = unquote(v); !okValue {
 					return Record{}, ans, false
 				}
-				continue
-			}
-			v, okValue = unquote(v)
-			if !okName || !okValue {
-				return Record{}, ans, false
 			}
 		}
 		switch name {
@@ -164,7 +165,7 @@ func parseCopyFields(extra string, pttl int64) (r Record, ans storedAnswer, ok b
 			ms, _ := strconv.ParseInt(v, 10, 64)
 			r.retention = time.Duration(ms) * time.Millisecond
 		case "ans":
-			ans.raw, ans.has = v, true
+			ans.raws = append(ans.raws, v)
 		case "asz":
 			r.answerSize, _ = strconv.Atoi(v)
 			ans.sized = true
@@ -179,19 +180,22 @@ func parseCopyFields(extra string, pttl int64) (r Record, ans storedAnswer, ok b
 }
 
 // decodeAnswer finishes parseCopy: it decodes the stored answer into
-// r.Answer and reports whether r is a copy this package wrote (a
-// COMPLETED copy has an answer, or its status and size in a listing).
+// r.Answer (of several 'ans', the last that decodes, as encoding/json
+// decoding them in order left it) and reports whether r is a copy this
+// package wrote (a COMPLETED copy has an answer, or its status and size in
+// a listing). An 'ans' that is not a valid JSON string literal makes the
+// whole copy invalid, as it made the array.
 func (r *Record) decodeAnswer(ans storedAnswer) bool {
-	if ans.quoted {
-		v, ok := unquote(ans.raw)
-		if !ok {
-			return false
+	for _, raw := range ans.raws {
+		if ans.quoted {
+			v, ok := unquote(raw)
+			if !ok {
+				return false
+			}
+			raw = v
 		}
-		ans.raw = v
-	}
-	if ans.has {
 		var a Answer
-		if json.Unmarshal([]byte(ans.raw), &a) == nil {
+		if json.Unmarshal([]byte(raw), &a) == nil {
 			r.Answer = &a
 		}
 	}
@@ -206,6 +210,7 @@ func (r *Record) decodeAnswer(ans storedAnswer) bool {
 	return r.State != StateAbsent && (r.State != StateCompleted || r.Answer != nil)
 }
 
+// copies is what a quorum of counting masters showed of one record.
 type copies struct {
 	counted int
 	// completed is the COMPLETED copy with the highest fence, inProgress
@@ -213,15 +218,13 @@ type copies struct {
 	completed, inProgress *Record
 }
 
-// addCopy is parseCopy and add of one master's copy, with the stored
-// answer decoded only when add would choose the copy: a copy whose state
-// and fence add keeps the first of (a COMPLETED copy's fence not above the
-// chosen one's) is not decoded further. Copies of one record are written
-// alike on every master, and a read gets three or more of them, each about
-// as long as its stored answer: decoding every one (the record's JSON,
-// then the answer's) was two thirds of a replay's CPU in the client
-// (BenchmarkReplay's profile). The answer decoded is the same one parseCopy
-// would give: a copy whose answer does not decode is not added.
+// addCopy parses one master's copy and adds it, as parseCopy and add
+// would, but decodes the copy's stored answer only when add would choose
+// the copy (chooses): a COMPLETED copy whose fence is not above the
+// chosen one's, or an IN_PROGRESS copy likewise, is left out on its
+// state and fence alone, answer undecoded. A read gets three or more
+// copies of one record, each about as long as its stored answer; the
+// answer of one is decoded.
 func (c *copies) addCopy(extra string, pttl int64) {
 	r, ans, ok := parseCopyFields(extra, pttl)
 	if !ok || !c.chooses(&r) || !r.decodeAnswer(ans) {
@@ -316,10 +319,10 @@ func flatStrings(s string, into []string) ([]string, bool) {
 
 // unquote decodes lit, a JSON string literal (quotes included), as
 // encoding/json does; ok is false when it is not one. A literal without a
-// backslash, control character or invalid UTF-8 is its own content and
-// costs no allocation; one with escapes is decoded by jsontext; what
-// either refuses (invalid UTF-8, which encoding/json replaces, a lone
-// surrogate) is left to encoding/json.
+// backslash, control character, inner quote or invalid UTF-8 is its own
+// content and costs no allocation; one with escapes is decoded by
+// jsontext; what either refuses (invalid UTF-8, which encoding/json
+// replaces, a lone surrogate; a bad literal) is left to encoding/json.
 func unquote(lit string) (string, bool) {
 	if len(lit) >= 2 && lit[0] == '"' && lit[len(lit)-1] == '"' {
 		body := lit[1 : len(lit)-1]

@@ -111,6 +111,15 @@ func parseCopySeeds(t testing.TB) []string {
 		`["st","IN_PROGRESS",`, `["st","IN_PROGRESS"]x`, `["st","IN_PROGRESS\"]`, `"st"`, ``, // cut or trailing
 		`["st","IN_PROGRESS","fp","\\"]`, `["st","IN_PROGRESS","fp","\\\"]`, // backslashes before a quote
 		strings.Replace(full, `"fence","42"`, `"fence","43","fence","41"`, 1), // a field twice
+		// 'ans' twice: the last that decodes answers; a bad literal in
+		// either makes the copy invalid (review of the first version).
+		`["st","COMPLETED","ans","{\"status\":200}","ans","x"]`,
+		`[ "st","COMPLETED","ans","{\"status\":200}","ans","x"]`,
+		`["st","IN_PROGRESS","ans","{}","ans","x"]`,
+		`["st","COMPLETED","ans","{\"status\":201}","ans","{\"status\":202}"]`,
+		`["st","IN_PROGRESS","ans","\q","ans","{}"]`,
+		"[\"st\",\"IN_PROGRESS\",\"ans\",\"\x01\",\"ans\",\"{}\"]",
+		`["ans","st","st","IN_PROGRESS"]`, // 'ans' as a value
 	}
 }
 
@@ -192,5 +201,25 @@ func BenchmarkParseCopy(b *testing.B) {
 		for b.Loop() {
 			parseCopyReference(in, 1)
 		}
+	})
+}
+
+// FuzzAddCopy: three copies added in turn by addCopy end with the copies
+// parseCopy and add chose.
+func FuzzAddCopy(f *testing.F) {
+	seeds := parseCopySeeds(f)
+	for i := range seeds {
+		f.Add(seeds[i], seeds[(i+1)%len(seeds)], seeds[(i+5)%len(seeds)])
+	}
+	f.Fuzz(func(t *testing.T, a, b, c string) {
+		var fast, ref copies
+		for i, in := range []string{a, b, c} {
+			fast.addCopy(in, int64(i+1))
+			if r, ok := parseCopy(in, int64(i+1)); ok {
+				ref.add(r)
+			}
+		}
+		assert.Equal(t, ref.completed, fast.completed)
+		assert.Equal(t, ref.inProgress, fast.inProgress)
 	})
 }
