@@ -100,7 +100,6 @@ type storedAnswer struct {
 	quoted bool
 	sized  bool // 'asz' present
 	status int  // 'ast'
-	first  [1]string
 }
 
 // parseCopyFields is parseCopy up to the stored answer, which it leaves
