@@ -337,6 +337,13 @@ func (c *Client) releaseKeys(key string) []string {
 	return []string{key, c.fenceRecordKey(key)}
 }
 
+// releaseLine is the KEYS and ARGV of release.lua for key and token: the
+// only ones a lane sends it with (releaseCall; call.detached keeps a
+// queued copy as key and token and exec builds them again from here).
+func (c *Client) releaseLine(key, token string) ([]string, []any) {
+	return c.releaseKeys(key), []any{token, c.releaseChan, releaseID(token)}
+}
+
 // fenceRecordKey is the key of the lock key's fence record (fence.go):
 // "<fence key>:<key>". Acquire refuses lock keys of that form.
 func (c *Client) fenceRecordKey(key string) string {

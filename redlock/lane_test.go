@@ -212,6 +212,10 @@ func TestQueuedReleaseKeepsNoFanOutAlive(t *testing.T) {
 	key := newKey(t)
 	l, err := c.Acquire(ctx, key, 10*time.Second)
 	require.NoError(t, err)
+	// Master 0 holds the lock's fence record (the write-back reaches only
+	// a quorum): the queued release must delete it too.
+	rdbs := direct(t)
+	require.NoError(t, rdbs[0].Set(ctx, c.fenceRecordKey(key), fmt.Sprintf("%d %s", l.Fence(), l.token), 10*time.Second).Err())
 
 	require.NoError(t, servers[0].Pause())
 	resumed := false
@@ -236,6 +240,11 @@ func TestQueuedReleaseKeepsNoFanOutAlive(t *testing.T) {
 	f, sent := c.fanout(rel, time.Now())
 	require.Equal(t, len(c.masters), sent)
 	calls := weak.Make(&f.calls[0]) // the base of the fan-out's calls
+	// The release's KEYS and ARGV, built for it and shared by its calls:
+	// the queued copy keeps the key and the token, not these.
+	keys, args := weak.Make(&rel.keys[0]), weak.Make(&rel.args[0])
+	relKeys := slices.Clone(rel.keys)
+	rel = script{}
 	var busy error
 	c.gather(ctx, f, time.Now(), nil, func(r reply) bool {
 		if r.idx == 0 {
@@ -247,15 +256,20 @@ func TestQueuedReleaseKeepsNoFanOutAlive(t *testing.T) {
 	// either way answered at once and queued.
 	require.True(t, errors.Is(busy, ErrMasterBusy) || errors.Is(busy, ErrMasterDown), "master 0's call is answered at once: %v", busy)
 	lane.mu.Lock()
+	// Read under the lane's lock: once the lane takes the queue, exec
+	// writes the call (its line, its command).
 	var queued *call
+	var queuedOut *fan
+	var queuedArgs []any
 	for _, q := range lane.queue {
-		if q.mustSend && slices.Equal(q.keys, rel.keys) {
-			queued = q
+		if q.mustSend && q.compact && slices.Equal(q.keys, []string{key, l.token}) {
+			queued, queuedOut, queuedArgs = q, q.out, q.args
 		}
 	}
 	lane.mu.Unlock()
-	require.NotNil(t, queued, "the release waits on master 0's lane, to follow the SETs before it")
-	assert.Nil(t, queued.out)
+	require.NotNil(t, queued, "the release waits on master 0's lane, to follow the SETs before it, as its key and token")
+	assert.Nil(t, queuedOut)
+	assert.Nil(t, queuedArgs)
 
 	// The other masters' lanes let go of their calls once their batch is
 	// done (clear(batch)); only master 0's queue can keep them longer.
@@ -264,13 +278,17 @@ func TestQueuedReleaseKeepsNoFanOutAlive(t *testing.T) {
 		runtime.GC()
 		return calls.Value() == nil
 	}, 2*time.Second, 10*time.Millisecond, "the queued release keeps the fan-out's calls alive")
+	assert.Eventually(t, func() bool {
+		runtime.GC()
+		return keys.Value() == nil && args.Value() == nil
+	}, 2*time.Second, 10*time.Millisecond, "the queued release keeps the KEYS and ARGV built for it (fence and delay record names, the boxed token)")
 
-	// The queued copy is sent once the master answers: the key is gone there.
+	// The queued copy is sent once the master answers, with the line
+	// releaseCall built: the key and its fence record are gone there.
 	resume()
-	rdbs := direct(t)
 	require.Eventually(t, func() bool {
-		n, err := rdbs[0].Exists(ctx, key).Result()
+		n, err := rdbs[0].Exists(ctx, relKeys...).Result()
 		return err == nil && n == 0
-	}, 15*time.Second, 20*time.Millisecond, "the queued release removes the key from master 0")
+	}, 15*time.Second, 20*time.Millisecond, "the queued release removes the key and its fence record from master 0")
 	runtime.KeepAlive(queued)
 }

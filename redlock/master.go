@@ -105,6 +105,9 @@ type call struct {
 	// pipeline stuck past the per-master timeout, a dial failed within its
 	// redial wait) answers it at once.
 	hearDown bool
+	// compact: a detached release.lua call whose keys are {key, token}
+	// and args nil; exec builds its line again (Client.releaseLine).
+	compact bool
 	// (deadline in nanos and idx in 32 bits, next to mustSend: a call is
 	// 128 bytes, not 160 — the size every release queued behind a paused
 	// master keeps, see detached.)
@@ -127,8 +130,22 @@ type call struct {
 // 2 KB — for as long as it waits. The copy's EVALSHA line is built again
 // when it is sent (exec): the fan-out's line boxes every key and argument,
 // about 160 bytes that would wait with it.
+//
+// A single-key release keeps only its key and token: its KEYS (the lock
+// key, the fence record's and delay record's names, built for the
+// release) and ARGV (the token boxed, the channel, the release id) were
+// about 370 bytes more per queued release, and a master paused for a few
+// seconds under load has tens of thousands of them queued (the bench's
+// paused HTTP cells: most of the daemon's heap). exec builds them again
+// with Client.releaseLine, which releaseCall built them with.
 func (c *call) detached() *call {
-	return &call{script: c.script, keys: c.keys, args: c.args, mustSend: c.mustSend, deadline: c.deadline, idx: c.idx, fence: c.fence}
+	d := &call{script: c.script, keys: c.keys, args: c.args, mustSend: c.mustSend, deadline: c.deadline, idx: c.idx, fence: c.fence}
+	if c.script == releaseScript {
+		if token, ok := c.args[0].(string); ok {
+			d.keys, d.args, d.compact = []string{c.keys[0], token}, nil, true
+		}
+	}
+	return d
 }
 
 func (m *master) fail(c *call, err error) {
@@ -296,6 +313,10 @@ func (l *lane) exec(batch []*call) {
 	pipe := m.rdb.Load().Pipeline()
 	votes := false
 	for _, c := range send {
+		if c.compact {
+			c.keys, c.args = m.c.releaseLine(c.keys[0], c.keys[1])
+			c.compact = false
+		}
 		if c.evalSha == nil {
 			c.evalSha = evalShaArgs(c.script, c.keys, c.args)
 		}

@@ -134,7 +134,8 @@ func (s *lockSet) fenceCall(c *Client, token string, fence int64) script {
 // attempt's clean-up).
 func (s *lockSet) releaseCall(c *Client, token string) script {
 	if s.multi == nil {
-		return script{s: releaseScript, keys: c.releaseKeys(s.key), args: []any{token, c.releaseChan, releaseID(token)}}
+		keys, args := c.releaseLine(s.key, token)
+		return script{s: releaseScript, keys: keys, args: args}
 	}
 	return script{s: releaseMultiScript, keys: s.vote[4:], args: []any{token, strconv.Itoa(c.multiStride()), c.releaseChan, releaseID(token)}}
 }
