@@ -232,7 +232,9 @@ func (c *copies) addCopy(extra string, pttl int64) {
 	c.add(r)
 }
 
-// chooses reports whether add would choose r over the copy chosen so far.
+// chooses reports whether r replaces the copy chosen so far in its state:
+// the first copy, or one with a higher fence (add keeps the first of equal
+// fences).
 func (c *copies) chooses(r *Record) bool {
 	switch r.State {
 	case StateCompleted:
@@ -244,15 +246,14 @@ func (c *copies) chooses(r *Record) bool {
 }
 
 func (c *copies) add(r Record) {
+	if !c.chooses(&r) {
+		return
+	}
 	switch r.State {
 	case StateCompleted:
-		if c.completed == nil || r.Fence > c.completed.Fence {
-			c.completed = &r
-		}
+		c.completed = &r
 	case StateInProgress:
-		if c.inProgress == nil || r.Fence > c.inProgress.Fence {
-			c.inProgress = &r
-		}
+		c.inProgress = &r
 	}
 }
 
