@@ -248,6 +248,11 @@ func (c *Client) acquireSet(ctx context.Context, set *lockSet, token string, ttl
 	validity := ttl - time.Since(start) - c.drift(ttl)
 	if granting && validity > 0 && !fenceFailed {
 		c.issued(fence)
+		if t.unsent != 0 && set.multi == nil && !handedOver(ctx) {
+			// Before the Lock is returned: its release takes it.
+			now := c.sinceEpoch()
+			c.unreached.add(set.key, token, t.unsent, now+int64(ttl+lockDelay), now)
+		}
 		return &Lock{c: c, key: set.key, keys: set.multi, token: token, fence: fence, ttl: ttl, validUntil: start.Add(ttl - c.drift(ttl))}, nil
 	}
 	c.cleanup(set, token, t.maybeHeld, out)
@@ -273,7 +278,10 @@ type acquireTally struct {
 	// that refused, including those that have not answered when the
 	// outcome is decided.
 	maybeHeld []bool
-	voted     []bool // counted yes votes: where the fence is written back
+	// unsent: bit i set, master i's vote was never sent (reply.unsent;
+	// masters 0 to 63): its SET cannot have landed (unreached.go).
+	unsent uint64
+	voted  []bool // counted yes votes: where the fence is written back
 	// counter: the highest fencing counter among every answer read so
 	// far, yes votes, refusals and uncounted votes alike (fence.go,
 	// "Counters of every master heard"): the fence is above it.
@@ -338,6 +346,13 @@ func (t *acquireTally) add(r reply) bool {
 	t.heard++
 	if unheard(r.err) {
 		t.unheard++
+	}
+	if r.unsent {
+		// The lane dropped the vote: nothing to clean up there.
+		t.maybeHeld[r.idx] = false
+		if r.idx < 64 {
+			t.unsent |= 1 << r.idx
+		}
 	}
 	v, parsed, err := c.judgeVote(r)
 	if parsed {

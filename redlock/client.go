@@ -54,6 +54,10 @@ type Client struct {
 	fenceExhaustedLogged atomic.Bool
 	quarantines          atomic.Int64
 
+	// unreached: granted single-key locks whose votes never reached some
+	// masters (unreached.go).
+	unreached unreachedSet
+
 	waits    waitQueues
 	attempts atomic.Int64 // acquire attempts (fan-outs), for tests
 	// grantRefusals: acquires refused over a granted lock (granted.go).
@@ -445,6 +449,10 @@ type script struct {
 	hearDown bool
 	// only marks the masters it is sent to; nil: all of them.
 	only []bool
+	// mayDrop: bit i set, the call to master i is not sent with mustSend
+	// even when the others are (a release to a master the lock's votes
+	// never reached, unreached.go).
+	mayDrop uint64
 	// via picks the lane on each master; nil: the lane of keys[0].
 	via func(*master) *lane
 	// fence: a fence write-back of this fence (fence.lua), whose
@@ -480,7 +488,7 @@ func (c *Client) fanout(s script, start time.Time) (*fan, int) {
 		}
 		sent++
 		cl := &f.calls[i].call
-		cl.script, cl.keys, cl.args, cl.evalSha, cl.mustSend, cl.deadline, cl.idx, cl.out = s.s, s.keys, s.args, evalSha, s.mustSend, deadline, int32(i), f
+		cl.script, cl.keys, cl.args, cl.evalSha, cl.mustSend, cl.deadline, cl.idx, cl.out = s.s, s.keys, s.args, evalSha, s.mustSend && (i >= 64 || s.mayDrop&(1<<i) == 0), deadline, int32(i), f
 		cl.fence, cl.hearDown = s.fence, s.hearDown
 		if closed {
 			m.fail(cl, ErrClosed)

@@ -69,6 +69,11 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 	if err := c.ttlError(ttl); err != nil {
 		return time.Time{}, 0, 0, err
 	}
+	if set.multi == nil {
+		// Its restore may write the key where the votes never reached:
+		// a release after it goes everywhere, behind it (unreached.go).
+		c.unreached.forget(set.key, token)
+	}
 	n := len(c.masters)
 	start := time.Now()
 	maxTTL := strconv.FormatInt(c.opts.maxTTL.Milliseconds(), 10) // caps ttl + a lock-delay (extend.lua)

@@ -89,6 +89,10 @@ type reply struct {
 	// gen is the master's repair generation when the pipeline was
 	// written: a reading from an older one counts no loss (lostDataSeen).
 	gen uint64
+	// unsent: the lane answered the call without sending it, and never
+	// will (master.fail on a call that need not be sent): the master
+	// received nothing from it (unreached.go).
+	unsent bool
 }
 
 // call is one script invocation bound for one master.
@@ -148,9 +152,12 @@ func (c *call) detached() *call {
 	return d
 }
 
+// fail answers c with err without sending it. A call that must be sent
+// (a release) may still be queued after its answer (lane.submit); any
+// other is dropped: its answer says unsent.
 func (m *master) fail(c *call, err error) {
 	if c.out != nil {
-		c.out.put(reply{idx: int(c.idx), err: &MasterError{Index: m.idx, Addr: m.addr, Err: err}})
+		c.out.put(reply{idx: int(c.idx), err: &MasterError{Index: m.idx, Addr: m.addr, Err: err}, unsent: !c.mustSend})
 		c.out = nil
 	}
 }

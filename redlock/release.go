@@ -45,6 +45,11 @@ func (c *Client) releaseSet(ctx context.Context, set *lockSet, token string) (in
 	start := time.Now()
 	rel := set.releaseCall(c, token)
 	rel.mustSend = true
+	if set.multi == nil {
+		// Masters the lock's votes never reached: not queued behind a
+		// stuck pipeline (unreached.go).
+		rel.mayDrop = c.unreached.take(set.key, token, c.sinceEpoch())
+	}
 	out, _ := c.fanout(rel, start)
 	res := OutcomeError{Op: "release", Quorum: c.quorum, Masters: n}
 	answered := 0

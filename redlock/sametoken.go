@@ -18,6 +18,13 @@ func withSameToken(ctx context.Context, token string) context.Context {
 	return context.WithValue(ctx, sameTokenKey{}, token)
 }
 
+// handedOver reports whether ctx carries withSameToken's token: another
+// Client drew it, and may have sent calls with it (unreached.go).
+func handedOver(ctx context.Context) bool {
+	_, ok := ctx.Value(sameTokenKey{}).(string)
+	return ok
+}
+
 // tokenFor is the token of an acquire attempt: withSameToken's, else a new
 // one from the Client's TokenGenerator.
 func (c *Client) tokenFor(ctx context.Context) (string, error) {

@@ -1,0 +1,132 @@
+package redlock
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Masters a lock's votes never reached.
+//
+// A vote that its lane answers without sending it — the master known down,
+// its lane stuck on an earlier pipeline past the per-master timeout, the
+// queue full, the vote's deadline passed before its pipeline, the Client
+// closed (master.fail; reply.unsent) — never reaches the master: the lane
+// drops it, and no later pipeline carries it. That master holds no copy of
+// the lock from that vote. A release is always sent (mustSend): to a
+// master whose lane is stuck it is queued behind the stuck pipeline, to
+// follow any SET already in the master's socket. Under load a paused
+// master collected one queued release per lock for as long as the pause
+// lasted: tens of thousands of calls, the daemon's memory growing with
+// the length of the pause (docs/performance.md, "daemon memory"), and as
+// many useless deletes once the master resumed.
+//
+// A failed acquire's clean-up skips the masters its votes never reached
+// (acquireTally.add: maybeHeld false). Its token never left this process,
+// and the attempt's votes were the only calls that carried it (a new
+// token per attempt, tokenFor), so those masters hold nothing to clean up.
+//
+// A granted lock's token does leave the process, and another Client (a
+// second daemon behind the same load balancer) may extend it, and its
+// extend's restore write the key on a master this Client never reached.
+// So a single-key grant records the masters its votes never reached
+// (unreachedSet), and its release (Lock.Release, Client.Release by key
+// and token, as the daemon does) is sent to them like any call, not as a
+// release that must be sent: where the lane can write it within the
+// per-master timeout it goes out at once, and where it cannot (the master
+// still paused, down, its lane stuck) it is not queued but answered at
+// once and kept for the health loop, which sends it again once the master
+// answers a probe (releaseLater, retryReleases) — as for any release a
+// master missed. Nothing this Client sent the master can be ahead of it:
+//
+// Claim: no call of this Client that writes the lock's key with its token
+// went to a marked master before the release.
+//
+// Proof: only the vote scripts (acquire.lua, acquire_multi.lua) and the
+// extend scripts' restores (extend.lua, extend_multi.lua) write a lock's
+// key; the fence write-back writes its record only where the key already
+// holds the token (fence.lua). An entry for {key, token} is recorded only
+// by the acquire that drew the token (not for a token handed over by
+// withSameToken, which another Client drew): no earlier call of this
+// Client carried it, and the entry marks only masters whose vote the lane
+// dropped unsent. Every extend of the key and token removes the entry
+// before its own fan-out (forget), so a release after an extend of this
+// Client must be sent everywhere, after the extend's calls on the same
+// lanes. The release takes the entry (take) before its fan-out.
+//
+// A release racing an extend of this Client for the same lock (two
+// goroutines, two HTTP requests at once) may take the entry before the
+// extend removes it; its call to a marked master then may be kept for the
+// health loop instead of queued behind the extend's restore, and the
+// retry is sent after the master answers a probe, after what sat in its
+// socket — the same guarantee as for any missed release.
+//
+// Entries end when taken or when the lock's key and delay record have
+// expired everywhere (until); the set is bounded (maxUnreached): past it
+// a grant records nothing, and its release is sent as before. Only
+// single-key locks are recorded, and only with at most 64 masters (a bit
+// mask).
+
+// maxUnreached bounds the entries of one Client's unreachedSet.
+const maxUnreached = 1 << 16
+
+// unreachedSet maps a granted lock's {key, token} to the masters its votes
+// never reached.
+type unreachedSet struct {
+	n         atomic.Int32 // len(m), read without the lock on the hot path
+	mu        sync.Mutex
+	m         map[[2]string]unreachedLock
+	nextSweep int
+}
+
+type unreachedLock struct {
+	masters uint64 // bit i: master i never received the vote
+	until   int64  // Client.sinceEpoch after which the entry is forgotten
+}
+
+// add records that the lock key/token, whose keys expire by until
+// (Client.sinceEpoch), never reached the masters in mask.
+func (u *unreachedSet) add(key, token string, mask uint64, until int64, now int64) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.m == nil {
+		u.m = map[[2]string]unreachedLock{}
+	}
+	if len(u.m) >= u.nextSweep {
+		for kt, e := range u.m {
+			if e.until < now {
+				delete(u.m, kt)
+			}
+		}
+		u.nextSweep = max(1024, 2*len(u.m))
+	}
+	if len(u.m) < maxUnreached {
+		u.m[[2]string{key, token}] = unreachedLock{masters: mask, until: until}
+	}
+	u.n.Store(int32(len(u.m)))
+}
+
+// take removes the entry of key/token and returns its masters (0: none
+// recorded, or expired by now).
+func (u *unreachedSet) take(key, token string, now int64) uint64 {
+	if u.n.Load() == 0 {
+		return 0
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	kt := [2]string{key, token}
+	e, ok := u.m[kt]
+	if !ok {
+		return 0
+	}
+	delete(u.m, kt)
+	u.n.Store(int32(len(u.m)))
+	if e.until < now {
+		return 0
+	}
+	return e.masters
+}
+
+// forget removes the entry of key/token, if any.
+func (u *unreachedSet) forget(key, token string) {
+	_ = u.take(key, token, 0)
+}
