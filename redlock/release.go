@@ -45,10 +45,12 @@ func (c *Client) releaseSet(ctx context.Context, set *lockSet, token string) (in
 	start := time.Now()
 	rel := set.releaseCall(c, token)
 	rel.mustSend = true
+	var unreached uint64
 	if set.multi == nil {
 		// Masters the lock's votes never reached: not queued behind a
 		// stuck pipeline (unreached.go).
-		rel.mayDrop = c.unreached.take(set.key, token, c.sinceEpoch())
+		unreached = c.unreached.take(set.key, token, c.sinceEpoch())
+		rel.mayDrop = unreached
 	}
 	out, _ := c.fanout(rel, start)
 	res := OutcomeError{Op: "release", Quorum: c.quorum, Masters: n}
@@ -57,8 +59,10 @@ func (c *Client) releaseSet(ctx context.Context, set *lockSet, token string) (in
 		if r.err != nil {
 			// An error (an ACL, OOM) or no answer: the master keeps the
 			// lock's key and fence record; the release is sent again.
-			if set.multi == nil {
-				c.masters[r.idx].releaseLater(set.key, token)
+			if set.multi == nil && !c.masters[r.idx].releaseLater(set.key, token) && r.idx < 64 && unreached&(1<<r.idx) != 0 {
+				// The retry set is full: queued after all, as before
+				// (unreached.go).
+				c.queueRelease(set, token, r.idx)
 			}
 			for _, k := range set.multi {
 				c.masters[r.idx].releaseLater(k, token)
@@ -117,17 +121,32 @@ type unreleasedSet struct {
 	m  map[[2]string]int64 // {key, token} → until (Client.sinceEpoch)
 }
 
-// releaseLater keeps key's release by token for retryReleases.
-func (m *master) releaseLater(key, token string) {
+// releaseLater keeps key's release by token for retryReleases, and
+// reports whether it did (not past maxUnreleased).
+func (m *master) releaseLater(key, token string) bool {
 	u := &m.unreleased
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.m == nil {
 		u.m = map[[2]string]int64{}
 	}
-	if len(u.m) < maxUnreleased {
-		u.m[[2]string{key, token}] = m.c.sinceEpoch() + int64(m.c.lossTTL())
+	kt := [2]string{key, token}
+	if _, ok := u.m[kt]; !ok && len(u.m) >= maxUnreleased {
+		return false
 	}
+	u.m[kt] = m.c.sinceEpoch() + int64(m.c.lossTTL())
+	return true
+}
+
+// queueRelease sends master i the release of set by token as a release
+// that must be sent (queued behind whatever its lane is stuck on), and
+// does not wait for it.
+func (c *Client) queueRelease(set *lockSet, token string, i int) {
+	rel := set.releaseCall(c, token)
+	rel.mustSend = true
+	rel.only = make([]bool, len(c.masters))
+	rel.only[i] = true
+	c.fanout(rel, time.Now())
 }
 
 // retryReleases sends again the releases m missed, now that it answered a

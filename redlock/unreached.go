@@ -3,6 +3,7 @@ package redlock
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Masters a lock's votes never reached.
@@ -60,6 +61,15 @@ import (
 // retry is sent after the master answers a probe, after what sat in its
 // socket — the same guarantee as for any missed release.
 //
+// The same argument is why a release to a marked master that the retry
+// set cannot keep (it is full: maxUnreleased) is queued after all, as
+// every release was before: a copy another Client restored there is then
+// still deleted once the lane moves (releaseSet).
+//
+// Tokens are unique per acquire (TokenGenerator's contract): a generator
+// that repeats one could have an earlier lock's SET of the same key and
+// token still in a marked master's socket.
+//
 // Entries end when taken or when the lock's key and delay record have
 // expired everywhere (until); the set is bounded (maxUnreached): past it
 // a grant records nothing, and its release is sent as before. Only
@@ -75,8 +85,14 @@ type unreachedSet struct {
 	n         atomic.Int32 // len(m), read without the lock on the hot path
 	mu        sync.Mutex
 	m         map[[2]string]unreachedLock
-	nextSweep int
+	nextSweep int   // sweep expired entries once len(m) reaches it (≤ maxUnreached)
+	sweptAt   int64 // Client.sinceEpoch of the last sweep
 }
+
+// sweepFull is how often a full set (maxUnreached live entries: locks
+// released through another daemon, or left to expire, pile up) is swept
+// again: a sweep walks every entry.
+const sweepFull = int64(time.Second)
 
 type unreachedLock struct {
 	masters uint64 // bit i: master i never received the vote
@@ -91,13 +107,15 @@ func (u *unreachedSet) add(key, token string, mask uint64, until int64, now int6
 	if u.m == nil {
 		u.m = map[[2]string]unreachedLock{}
 	}
-	if len(u.m) >= u.nextSweep {
+	if len(u.m) >= u.nextSweep && (len(u.m) < maxUnreached || now-u.sweptAt >= sweepFull) {
 		for kt, e := range u.m {
 			if e.until < now {
 				delete(u.m, kt)
 			}
 		}
-		u.nextSweep = max(1024, 2*len(u.m))
+		// At most maxUnreached: a set left full of live entries is swept
+		// again (once per sweepFull), never given up on.
+		u.nextSweep, u.sweptAt = min(max(1024, 2*len(u.m)), maxUnreached), now
 	}
 	if len(u.m) < maxUnreached {
 		u.m[[2]string{key, token}] = unreachedLock{masters: mask, until: until}

@@ -233,3 +233,71 @@ func TestExtendForgetsTheUnreachedMasters(t *testing.T) {
 	require.NoError(t, l2.Release(ctx))
 	resume()
 }
+
+// TestUnreachedSetSweepsWhenFull: a set filled with live entries is swept
+// again once they expire, and records new grants then (a sweep point past
+// maxUnreached stopped it for good: found in review).
+func TestUnreachedSetSweepsWhenFull(t *testing.T) {
+	var u unreachedSet
+	live := 10 * sweepFull
+	for i := range maxUnreached + 1 {
+		u.add(fmt.Sprintf("k%d", i), "t", 1, live, 0)
+	}
+	require.Len(t, u.m, maxUnreached, "bounded")
+	// Full of live entries: a sweep finds nothing to remove, and the grant
+	// is not recorded.
+	u.add("early", "t", 1, live, sweepFull)
+	assert.Zero(t, u.take("early", "t", sweepFull), "full of live entries: not recorded")
+	require.Len(t, u.m, maxUnreached)
+	// Once they expired, the next grant sweeps them and is recorded.
+	later := live + sweepFull
+	u.add("fresh", "t", 1, later+1000, later)
+	assert.Equal(t, uint64(1), u.take("fresh", "t", later), "the expired entries were swept and the grant recorded (next sweep at %d)", u.nextSweep)
+	assert.Empty(t, u.m)
+}
+
+// TestReleaseQueuedWhenTheRetrySetIsFull: Client B restored the key on a
+// master that A's votes never reached; A's lane there is stuck again when
+// A releases, and that master's retry set is full (as after a long pause
+// under load). The release is queued behind the stuck pipeline, as every
+// release was before, and deletes the copy once the master resumes; kept
+// only for the retry set, it was dropped (found in review).
+func TestReleaseQueuedWhenTheRetrySetIsFull(t *testing.T) {
+	a := newClient(t, WithPerMasterTimeout(100*time.Millisecond), WithHealthInterval(20*time.Millisecond))
+	b, err := New(masterOptions(), WithPerMasterTimeout(500*time.Millisecond), WithMarkerKey(a.opts.markerKey))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	ctx := context.Background()
+	rdbs := direct(t)
+	key := newKey(t)
+
+	resume := stickLane(t, a, 0, key)
+	l, err := a.Acquire(ctx, key, 10*time.Second)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, a.unreached.n.Load())
+	resume()
+	require.Eventually(t, func() bool {
+		return a.masters[0].up.Load() && a.masters[0].lanes[a.laneOf(key)].busySince.Load() == 0
+	}, 10*time.Second, 10*time.Millisecond)
+	_, err = b.Extend(ctx, key, l.Token(), 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, l.Token(), rdbs[0].Get(ctx, key).Val(), "B restored the key on master 0")
+
+	resume2 := stickLane(t, a, 0, key)
+	u := &a.masters[0].unreleased
+	u.mu.Lock()
+	if u.m == nil {
+		u.m = map[[2]string]int64{}
+	}
+	for i := 0; len(u.m) < maxUnreleased; i++ {
+		u.m[[2]string{fmt.Sprintf("filler:%d", i), "t"}] = a.sinceEpoch() + int64(time.Hour)
+	}
+	u.mu.Unlock()
+	_, _ = a.Release(ctx, key, l.Token())
+	assert.True(t, queuedRelease(a, 0, key, l.token), "the release waits on master 0's stuck lane")
+	resume2()
+	assert.Eventually(t, func() bool {
+		n, err := rdbs[0].Exists(ctx, key, a.fenceRecordKey(key)).Result()
+		return err == nil && n == 0
+	}, 5*time.Second, 20*time.Millisecond, "the restored copy and its fence record are deleted once master 0 resumes")
+}
