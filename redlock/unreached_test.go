@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -181,25 +182,8 @@ func TestFailedAcquireCleansUpOnlyWhereItsVotesWent(t *testing.T) {
 // extend restores the key there — is released through A by key and token,
 // as the daemon does: the copy B restored is deleted by that release.
 func TestReleaseReachesACopyAnotherClientRestored(t *testing.T) {
-	a := newClient(t, WithPerMasterTimeout(100*time.Millisecond), WithHealthInterval(20*time.Millisecond))
-	b, err := New(masterOptions(), WithPerMasterTimeout(500*time.Millisecond), WithMarkerKey(a.opts.markerKey))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
+	a, rdbs, key, l := restoredByAnotherClient(t)
 	ctx := context.Background()
-	rdbs := direct(t)
-	key := newKey(t)
-	resume := stickLane(t, a, 0, key)
-	l, err := a.Acquire(ctx, key, 10*time.Second)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, a.unreached.n.Load())
-	resume()
-	require.Eventually(t, func() bool {
-		return a.masters[0].up.Load() && a.masters[0].lanes[a.laneOf(key)].busySince.Load() == 0
-	}, 10*time.Second, 10*time.Millisecond, "A counts master 0 again")
-
-	_, err = b.Extend(ctx, key, l.Token(), 10*time.Second)
-	require.NoError(t, err)
-	require.Equal(t, l.Token(), rdbs[0].Get(ctx, key).Val(), "B's extend restored the key on master 0")
 
 	n, err := a.Release(ctx, key, l.Token())
 	require.NoError(t, err)
@@ -263,25 +247,8 @@ func TestUnreachedSetSweepsWhenFull(t *testing.T) {
 // release was before, and deletes the copy once the master resumes; kept
 // only for the retry set, it was dropped (found in review).
 func TestReleaseQueuedWhenTheRetrySetIsFull(t *testing.T) {
-	a := newClient(t, WithPerMasterTimeout(100*time.Millisecond), WithHealthInterval(20*time.Millisecond))
-	b, err := New(masterOptions(), WithPerMasterTimeout(500*time.Millisecond), WithMarkerKey(a.opts.markerKey))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
+	a, rdbs, key, l := restoredByAnotherClient(t)
 	ctx := context.Background()
-	rdbs := direct(t)
-	key := newKey(t)
-
-	resume := stickLane(t, a, 0, key)
-	l, err := a.Acquire(ctx, key, 10*time.Second)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, a.unreached.n.Load())
-	resume()
-	require.Eventually(t, func() bool {
-		return a.masters[0].up.Load() && a.masters[0].lanes[a.laneOf(key)].busySince.Load() == 0
-	}, 10*time.Second, 10*time.Millisecond)
-	_, err = b.Extend(ctx, key, l.Token(), 10*time.Second)
-	require.NoError(t, err)
-	require.Equal(t, l.Token(), rdbs[0].Get(ctx, key).Val(), "B restored the key on master 0")
 
 	resume2 := stickLane(t, a, 0, key)
 	u := &a.masters[0].unreleased
@@ -300,4 +267,32 @@ func TestReleaseQueuedWhenTheRetrySetIsFull(t *testing.T) {
 		n, err := rdbs[0].Exists(ctx, key, a.fenceRecordKey(key)).Result()
 		return err == nil && n == 0
 	}, 5*time.Second, 20*time.Millisecond, "the restored copy and its fence record are deleted once master 0 resumes")
+}
+
+// restoredByAnotherClient returns Client A (100ms per-master timeout) and
+// a lock of A's granted while A's lane to master 0 was stuck (its vote
+// never sent there), then extended through a second Client B over the
+// same masters after master 0 resumed: B's extend restored the key on
+// master 0. A counts master 0 again, its lane idle.
+func restoredByAnotherClient(t *testing.T) (a *Client, rdbs []*redis.Client, key string, l *Lock) {
+	t.Helper()
+	a = newClient(t, WithPerMasterTimeout(100*time.Millisecond), WithHealthInterval(20*time.Millisecond))
+	b, err := New(masterOptions(), WithPerMasterTimeout(500*time.Millisecond), WithMarkerKey(a.opts.markerKey))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	ctx := context.Background()
+	rdbs = direct(t)
+	key = newKey(t)
+	resume := stickLane(t, a, 0, key)
+	l, err = a.Acquire(ctx, key, 10*time.Second)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, a.unreached.n.Load(), "A recorded master 0 as never reached")
+	resume()
+	require.Eventually(t, func() bool {
+		return a.masters[0].up.Load() && a.masters[0].lanes[a.laneOf(key)].busySince.Load() == 0
+	}, 10*time.Second, 10*time.Millisecond, "A counts master 0 again")
+	_, err = b.Extend(ctx, key, l.Token(), 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, l.Token(), rdbs[0].Get(ctx, key).Val(), "B's extend restored the key on master 0")
+	return a, rdbs, key, l
 }
