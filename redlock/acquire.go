@@ -350,9 +350,7 @@ func (t *acquireTally) add(r reply) bool {
 	if r.unsent {
 		// The lane dropped the vote: nothing to clean up there.
 		t.maybeHeld[r.idx] = false
-		if r.idx < 64 {
-			t.unsent |= 1 << r.idx
-		}
+		t.unsent |= masterBit(r.idx)
 	}
 	v, parsed, err := c.judgeVote(r)
 	if parsed {

@@ -488,7 +488,7 @@ func (c *Client) fanout(s script, start time.Time) (*fan, int) {
 		}
 		sent++
 		cl := &f.calls[i].call
-		cl.script, cl.keys, cl.args, cl.evalSha, cl.mustSend, cl.deadline, cl.idx, cl.out = s.s, s.keys, s.args, evalSha, s.mustSend && (i >= 64 || s.mayDrop&(1<<i) == 0), deadline, int32(i), f
+		cl.script, cl.keys, cl.args, cl.evalSha, cl.mustSend, cl.deadline, cl.idx, cl.out = s.s, s.keys, s.args, evalSha, s.mustSend && s.mayDrop&masterBit(i) == 0, deadline, int32(i), f
 		cl.fence, cl.hearDown = s.fence, s.hearDown
 		if closed {
 			m.fail(cl, ErrClosed)

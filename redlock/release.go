@@ -59,7 +59,7 @@ func (c *Client) releaseSet(ctx context.Context, set *lockSet, token string) (in
 		if r.err != nil {
 			// An error (an ACL, OOM) or no answer: the master keeps the
 			// lock's key and fence record; the release is sent again.
-			if set.multi == nil && !c.masters[r.idx].releaseLater(set.key, token) && r.idx < 64 && unreached&(1<<r.idx) != 0 {
+			if set.multi == nil && !c.masters[r.idx].releaseLater(set.key, token) && unreached&masterBit(r.idx) != 0 {
 				// The retry set is full: queued after all, as before
 				// (unreached.go).
 				c.queueRelease(set, token, r.idx)

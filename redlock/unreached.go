@@ -76,6 +76,15 @@ import (
 // single-key locks are recorded, and only with at most 64 masters (a bit
 // mask).
 
+// masterBit is master i's bit in a mask of masters: 0 from master 64 on,
+// which a mask cannot mark (it is then treated as reached).
+func masterBit(i int) uint64 {
+	if i >= 64 {
+		return 0
+	}
+	return 1 << i
+}
+
 // maxUnreached bounds the entries of one Client's unreachedSet.
 const maxUnreached = 1 << 16
 
