@@ -69,11 +69,9 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 	if err := c.ttlError(ttl); err != nil {
 		return time.Time{}, 0, 0, err
 	}
-	if set.multi == nil {
-		// Its restore may write the key where the votes never reached:
-		// a release after it goes everywhere, behind it (unreached.go).
-		c.unreached.forget(set.key, token)
-	}
+	// Its restore may write the keys where the votes never reached: a
+	// release after it goes everywhere, behind it (unreached.go).
+	c.unreached.forget(set.identity(), token)
 	n := len(c.masters)
 	start := time.Now()
 	maxTTL := strconv.FormatInt(c.opts.maxTTL.Milliseconds(), 10) // caps ttl + a lock-delay (extend.lua)

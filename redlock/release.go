@@ -45,13 +45,10 @@ func (c *Client) releaseSet(ctx context.Context, set *lockSet, token string) (in
 	start := time.Now()
 	rel := set.releaseCall(c, token)
 	rel.mustSend = true
-	var unreached uint64
-	if set.multi == nil {
-		// Masters the lock's votes never reached: not queued behind a
-		// stuck pipeline (unreached.go).
-		unreached = c.unreached.take(set.key, token, c.sinceEpoch())
-		rel.mayDrop = unreached
-	}
+	// Masters the lock's votes never reached: not queued behind a stuck
+	// pipeline (unreached.go).
+	unreached := c.unreached.take(set.identity(), token, c.sinceEpoch())
+	rel.mayDrop = unreached
 	out, _ := c.fanout(rel, start)
 	res := OutcomeError{Op: "release", Quorum: c.quorum, Masters: n}
 	answered := 0
@@ -59,13 +56,10 @@ func (c *Client) releaseSet(ctx context.Context, set *lockSet, token string) (in
 		if r.err != nil {
 			// An error (an ACL, OOM) or no answer: the master keeps the
 			// lock's key and fence record; the release is sent again.
-			if set.multi == nil && !c.masters[r.idx].releaseLater(set.key, token) && unreached&masterBit(r.idx) != 0 {
+			if !c.masters[r.idx].releaseSetLater(set, token) && unreached&masterBit(r.idx) != 0 {
 				// The retry set is full: queued after all, as before
 				// (unreached.go).
 				c.queueRelease(set, token, r.idx)
-			}
-			for _, k := range set.multi {
-				c.masters[r.idx].releaseLater(k, token)
 			}
 			res.Failures = append(res.Failures, masterErr(c, r))
 			return false
@@ -136,6 +130,19 @@ func (m *master) releaseLater(key, token string) bool {
 	}
 	u.m[kt] = m.c.sinceEpoch() + int64(m.c.lossTTL())
 	return true
+}
+
+// releaseSetLater keeps the release of set by token for retryReleases,
+// key by key, and reports whether it kept every key's.
+func (m *master) releaseSetLater(set *lockSet, token string) bool {
+	if set.multi == nil {
+		return m.releaseLater(set.key, token)
+	}
+	kept := true
+	for _, k := range set.multi {
+		kept = m.releaseLater(k, token) && kept
+	}
+	return kept
 }
 
 // queueRelease sends master i the release of set by token as a release

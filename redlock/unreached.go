@@ -29,9 +29,12 @@ import (
 // A granted lock's token does leave the process, and another Client (a
 // second daemon behind the same load balancer) may extend it, and its
 // extend's restore write the key on a master this Client never reached.
-// So a single-key grant records the masters its votes never reached
-// (unreachedSet), and its release (Lock.Release, Client.Release by key
-// and token, as the daemon does) is sent to them like any call, not as a
+// So a grant records the masters its votes never reached (unreachedSet),
+// under the lock's identity and token: its key, or a multi-key lock's keys
+// in sorted order (lockSet.identity), so that a release or extend that
+// lists them in another order finds it. Its release (Lock.Release,
+// Client.Release or ReleaseMulti by keys and token, as the daemon does) is
+// sent to them like any call, not as a
 // release that must be sent: where the lane can write it within the
 // per-master timeout it goes out at once, and where it cannot (the master
 // still paused, down, its lane stuck) it is not queued but answered at
@@ -49,10 +52,14 @@ import (
 // by the acquire that drew the token (not for a token handed over by
 // withSameToken, which another Client drew): no earlier call of this
 // Client carried it, and the entry marks only masters whose vote the lane
-// dropped unsent. Every extend of the key and token removes the entry
-// before its own fan-out (forget), so a release after an extend of this
-// Client must be sent everywhere, after the extend's calls on the same
-// lanes. The release takes the entry (take) before its fan-out.
+// dropped unsent. Every extend of the key (or set) and token removes the
+// entry before its own fan-out (forget), so a release after an extend of
+// this Client must be sent everywhere, after the extend's calls on the
+// same lanes. The release takes the entry (take) before its fan-out. A
+// release or extend of other keys with the same token (a different set,
+// one key of a set) does not find the entry, and is sent everywhere as
+// before; had it found it, nothing of this Client with that token went to
+// a marked master either.
 //
 // A release racing an extend of this Client for the same lock (two
 // goroutines, two HTTP requests at once) may take the entry before the
@@ -72,9 +79,8 @@ import (
 //
 // Entries end when taken or when the lock's key and delay record have
 // expired everywhere (until); the set is bounded (maxUnreached): past it
-// a grant records nothing, and its release is sent as before. Only
-// single-key locks are recorded, and only with at most 64 masters (a bit
-// mask).
+// a grant records nothing, and its release is sent as before. Masters
+// from the 65th on are never marked (a bit mask of 64: masterBit).
 
 // masterBit is master i's bit in a mask of masters: 0 from master 64 on,
 // which a mask cannot mark (it is then treated as reached).

@@ -296,3 +296,105 @@ func restoredByAnotherClient(t *testing.T) (a *Client, rdbs []*redis.Client, key
 	require.Equal(t, l.Token(), rdbs[0].Get(ctx, key).Val(), "B's extend restored the key on master 0")
 	return a, rdbs, key, l
 }
+
+// queuedMultiRelease reports whether master i's lane for key holds a
+// queued release of a multi-key lock whose first key is key, by token.
+func queuedMultiRelease(c *Client, i int, key, token string) bool {
+	lane := c.masters[i].lanes[c.laneOf(key)]
+	lane.mu.Lock()
+	defer lane.mu.Unlock()
+	return slices.ContainsFunc(lane.queue, func(q *call) bool {
+		return q.script == releaseMultiScript && len(q.keys) > 0 && q.keys[0] == key && len(q.args) > 0 && q.args[0] == token
+	})
+}
+
+// TestMultiKeyReleaseDoesNotQueueWhereTheVotesNeverWent: a multi-key lock
+// granted while a master's lane was stuck records that master as a
+// single key's lock does; its release, listing the keys in another order,
+// finds the record, is not queued behind the stuck pipeline and is kept
+// for the health loop key by key. The control — the record forgotten —
+// queues it; and an extend of the set, in any order, forgets the record.
+func TestMultiKeyReleaseDoesNotQueueWhereTheVotesNeverWent(t *testing.T) {
+	c := newClient(t, WithPerMasterTimeout(100*time.Millisecond))
+	ctx := context.Background()
+	key := newKey(t)
+	keys := []string{key, key + ":b", key + ":c"}
+	resume := stickLane(t, c, 0, key)
+
+	l, err := c.AcquireMulti(ctx, keys, 10*time.Second)
+	require.NoError(t, err, "four masters grant")
+	require.EqualValues(t, 1, c.unreached.n.Load(), "the grant records the master its vote never reached")
+	reversed := slices.Clone(keys)
+	slices.Reverse(reversed)
+	_, err = c.ReleaseMulti(ctx, reversed, l.Token())
+	require.NoError(t, err)
+	assert.EqualValues(t, 0, c.unreached.n.Load(), "the release, keys in another order, takes the record")
+	assert.False(t, queuedMultiRelease(c, 0, reversed[0], l.token), "the release waits on no stuck lane")
+	for _, k := range keys {
+		assert.True(t, unreleased(c, 0, k, l.token), "%s's release is kept for the health loop", k)
+	}
+
+	// Control: the record forgotten, the release is queued behind the
+	// stuck pipeline, as every release was.
+	key2 := sameLaneKey(c, key)
+	keys2 := []string{key2, key2 + ":b"}
+	l2, err := c.AcquireMulti(ctx, keys2, 10*time.Second)
+	require.NoError(t, err)
+	c.unreached.forget((&lockSet{key: key2, multi: keys2}).identity(), l2.token)
+	require.NoError(t, l2.Release(ctx))
+	assert.True(t, queuedMultiRelease(c, 0, key2, l2.token), "without the record the release is queued behind the stuck pipeline")
+
+	// An extend of the set, keys in another order, forgets the record: the
+	// release after it is queued on master 0's lane.
+	key3 := sameLaneKey(c, key2)
+	keys3 := []string{key3, key3 + ":b"}
+	l3, err := c.AcquireMulti(ctx, keys3, 10*time.Second)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, c.unreached.n.Load())
+	_, _ = c.ExtendMulti(ctx, []string{keys3[1], keys3[0]}, l3.token, 10*time.Second) // master 0 still paused: four extend
+	assert.EqualValues(t, 0, c.unreached.n.Load(), "the extend forgot the record")
+	require.NoError(t, l3.Release(ctx))
+	assert.True(t, queuedMultiRelease(c, 0, key3, l3.token), "the release after an extend is queued on master 0's lane")
+
+	resume()
+	all := slices.Concat(keys, keys2, keys3)
+	for i, r := range direct(t) {
+		require.Eventually(t, func() bool {
+			n, err := r.Exists(ctx, all...).Result()
+			return err == nil && n == 0
+		}, 15*time.Second, 20*time.Millisecond, "master %d keeps no key of the three sets", i)
+	}
+}
+
+// TestMultiKeyReleaseReachesACopyAnotherClientRestored: as
+// TestReleaseReachesACopyAnotherClientRestored, for a multi-key lock: the
+// set that A's votes never took to master 0, restored there by B's
+// extend, is deleted there by A's release.
+func TestMultiKeyReleaseReachesACopyAnotherClientRestored(t *testing.T) {
+	a := newClient(t, WithPerMasterTimeout(100*time.Millisecond), WithHealthInterval(20*time.Millisecond))
+	b, err := New(masterOptions(), WithPerMasterTimeout(500*time.Millisecond), WithMarkerKey(a.opts.markerKey))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = b.Close() })
+	ctx := context.Background()
+	rdbs := direct(t)
+	key := newKey(t)
+	keys := []string{key, key + ":b"}
+	resume := stickLane(t, a, 0, key)
+	l, err := a.AcquireMulti(ctx, keys, 10*time.Second)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, a.unreached.n.Load(), "A recorded master 0 as never reached")
+	resume()
+	require.Eventually(t, func() bool {
+		return a.masters[0].up.Load() && a.masters[0].lanes[a.laneOf(key)].busySince.Load() == 0
+	}, 10*time.Second, 10*time.Millisecond, "A counts master 0 again")
+	_, err = b.ExtendMulti(ctx, keys, l.Token(), 10*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, []any{l.Token(), l.Token()}, rdbs[0].MGet(ctx, keys...).Val(), "B's extend restored the set on master 0")
+
+	n, err := a.ReleaseMulti(ctx, keys, l.Token())
+	require.NoError(t, err)
+	assert.Equal(t, 5, n, "every master, master 0 included, deleted the set")
+	e, err := rdbs[0].Exists(ctx, keys[0], keys[1], a.fenceRecordKey(keys[0]), a.fenceRecordKey(keys[1])).Result()
+	require.NoError(t, err)
+	assert.Zero(t, e, "the restored copy and its records are gone from master 0")
+}
