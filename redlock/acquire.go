@@ -251,7 +251,7 @@ func (c *Client) acquireSet(ctx context.Context, set *lockSet, token string, ttl
 		if t.unsent != 0 && !handedOver(ctx) {
 			// Before the Lock is returned: its release takes it.
 			now := c.sinceEpoch()
-			c.unreached.add(set.identity(), token, t.unsent, now+int64(ttl+lockDelay), now)
+			c.unreached.add(token, t.unsent, now+int64(ttl+lockDelay), now)
 		}
 		return &Lock{c: c, key: set.key, keys: set.multi, token: token, fence: fence, ttl: ttl, validUntil: start.Add(ttl - c.drift(ttl))}, nil
 	}

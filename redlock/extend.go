@@ -70,8 +70,9 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 		return time.Time{}, 0, 0, err
 	}
 	// Its restore may write the keys where the votes never reached: a
-	// release after it goes everywhere, behind it (unreached.go).
-	c.unreached.forget(set.identity(), token)
+	// release after it goes everywhere, behind it (unreached.go). By token:
+	// an extend of some keys of a set, or of one, forgets the set's record.
+	c.unreached.forget(token)
 	n := len(c.masters)
 	start := time.Now()
 	maxTTL := strconv.FormatInt(c.opts.maxTTL.Milliseconds(), 10) // caps ttl + a lock-delay (extend.lua)

@@ -77,17 +77,6 @@ type lockSet struct {
 	delayed bool
 }
 
-// identity names the lock in the record of masters its votes never
-// reached (unreached.go): the key, or for a set its keys in sorted order
-// (multiQueue), so that an extend or release that lists them in another
-// order finds the acquire's record.
-func (s *lockSet) identity() string {
-	if s.multi == nil {
-		return s.key
-	}
-	return multiQueue(s.multi)
-}
-
 // multiStride is how many KEYS each lock key of a set has in the multi-key
 // scripts: the lock key and its fence record, and its delay record when
 // lock-delay is on.

@@ -47,7 +47,7 @@ func (c *Client) releaseSet(ctx context.Context, set *lockSet, token string) (in
 	rel.mustSend = true
 	// Masters the lock's votes never reached: not queued behind a stuck
 	// pipeline (unreached.go).
-	unreached := c.unreached.take(set.identity(), token, c.sinceEpoch())
+	unreached := c.unreached.take(token, c.sinceEpoch())
 	rel.mayDrop = unreached
 	out, _ := c.fanout(rel, start)
 	res := OutcomeError{Op: "release", Quorum: c.quorum, Masters: n}

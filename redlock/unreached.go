@@ -30,9 +30,8 @@ import (
 // second daemon behind the same load balancer) may extend it, and its
 // extend's restore write the key on a master this Client never reached.
 // So a grant records the masters its votes never reached (unreachedSet),
-// under the lock's identity and token: its key, or a multi-key lock's keys
-// in sorted order (lockSet.identity), so that a release or extend that
-// lists them in another order finds it. Its release (Lock.Release,
+// under its token, which names the lock: a new one per acquire, and one
+// for every key of a multi-key lock. Its release (Lock.Release,
 // Client.Release or ReleaseMulti by keys and token, as the daemon does) is
 // sent to them like any call, not as a
 // release that must be sent: where the lane can write it within the
@@ -48,18 +47,23 @@ import (
 // Proof: only the vote scripts (acquire.lua, acquire_multi.lua) and the
 // extend scripts' restores (extend.lua, extend_multi.lua) write a lock's
 // key; the fence write-back writes its record only where the key already
-// holds the token (fence.lua). An entry for {key, token} is recorded only
+// holds the token (fence.lua). An entry for a token is recorded only
 // by the acquire that drew the token (not for a token handed over by
 // withSameToken, which another Client drew): no earlier call of this
 // Client carried it, and the entry marks only masters whose vote the lane
-// dropped unsent. Every extend of the key (or set) and token removes the
-// entry before its own fan-out (forget), so a release after an extend of
-// this Client must be sent everywhere, after the extend's calls on the
-// same lanes. The release takes the entry (take) before its fan-out. A
-// release or extend of other keys with the same token (a different set,
-// one key of a set) does not find the entry, and is sent everywhere as
-// before; had it found it, nothing of this Client with that token went to
-// a marked master either.
+// dropped unsent. Every extend with the token — of the key, of a set
+// whole, in any order, or of some of its keys or one (Client.Extend of one
+// key of a set, Moving.ExtendMulti's parts, the daemon's extend of the
+// keys a request names) — removes the entry before its own fan-out
+// (forget), so a release after an extend of this Client must be sent
+// everywhere, after the extend's calls on the same lanes. (Keyed by the
+// set's keys instead, an extend of some of them left the set's entry, and
+// the set's release overtook that extend's restore: found in review,
+// TestExtendOfSomeKeysForgetsTheSetsRecord.) Any release with the token
+// takes the entry (take) before its fan-out: a release of some keys of a
+// set takes it for them, and the rest's release is then sent everywhere —
+// the safe side, since no call with the token reached a marked master
+// before it either.
 //
 // A release racing an extend of this Client for the same lock (two
 // goroutines, two HTTP requests at once) may take the entry before the
@@ -94,12 +98,12 @@ func masterBit(i int) uint64 {
 // maxUnreached bounds the entries of one Client's unreachedSet.
 const maxUnreached = 1 << 16
 
-// unreachedSet maps a granted lock's {key, token} to the masters its votes
-// never reached.
+// unreachedSet maps a granted lock's token to the masters its votes never
+// reached.
 type unreachedSet struct {
 	n         atomic.Int32 // len(m), read without the lock on the hot path
 	mu        sync.Mutex
-	m         map[[2]string]unreachedLock
+	m         map[string]unreachedLock
 	nextSweep int   // sweep expired entries once len(m) reaches it (≤ maxUnreached)
 	sweptAt   int64 // Client.sinceEpoch of the last sweep
 }
@@ -114,18 +118,18 @@ type unreachedLock struct {
 	until   int64  // Client.sinceEpoch after which the entry is forgotten
 }
 
-// add records that the lock key/token, whose keys expire by until
+// add records that the lock of token, whose keys expire by until
 // (Client.sinceEpoch), never reached the masters in mask.
-func (u *unreachedSet) add(key, token string, mask uint64, until int64, now int64) {
+func (u *unreachedSet) add(token string, mask uint64, until int64, now int64) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.m == nil {
-		u.m = map[[2]string]unreachedLock{}
+		u.m = map[string]unreachedLock{}
 	}
 	if len(u.m) >= u.nextSweep && (len(u.m) < maxUnreached || now-u.sweptAt >= sweepFull) {
-		for kt, e := range u.m {
+		for tok, e := range u.m {
 			if e.until < now {
-				delete(u.m, kt)
+				delete(u.m, tok)
 			}
 		}
 		// At most maxUnreached: a set left full of live entries is swept
@@ -133,25 +137,24 @@ func (u *unreachedSet) add(key, token string, mask uint64, until int64, now int6
 		u.nextSweep, u.sweptAt = min(max(1024, 2*len(u.m)), maxUnreached), now
 	}
 	if len(u.m) < maxUnreached {
-		u.m[[2]string{key, token}] = unreachedLock{masters: mask, until: until}
+		u.m[token] = unreachedLock{masters: mask, until: until}
 	}
 	u.n.Store(int32(len(u.m)))
 }
 
-// take removes the entry of key/token and returns its masters (0: none
+// take removes the entry of token and returns its masters (0: none
 // recorded, or expired by now).
-func (u *unreachedSet) take(key, token string, now int64) uint64 {
+func (u *unreachedSet) take(token string, now int64) uint64 {
 	if u.n.Load() == 0 {
 		return 0
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	kt := [2]string{key, token}
-	e, ok := u.m[kt]
+	e, ok := u.m[token]
 	if !ok {
 		return 0
 	}
-	delete(u.m, kt)
+	delete(u.m, token)
 	u.n.Store(int32(len(u.m)))
 	if e.until < now {
 		return 0
@@ -159,7 +162,7 @@ func (u *unreachedSet) take(key, token string, now int64) uint64 {
 	return e.masters
 }
 
-// forget removes the entry of key/token, if any.
-func (u *unreachedSet) forget(key, token string) {
-	_ = u.take(key, token, 0)
+// forget removes the entry of token, if any.
+func (u *unreachedSet) forget(token string) {
+	_ = u.take(token, 0)
 }

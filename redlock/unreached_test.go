@@ -83,7 +83,7 @@ func TestReleaseDoesNotQueueWhereTheVotesNeverWent(t *testing.T) {
 	key2 := sameLaneKey(c, key)
 	l2, err := c.Acquire(ctx, key2, 10*time.Second)
 	require.NoError(t, err)
-	c.unreached.forget(key2, l2.token)
+	c.unreached.forget(l2.token)
 	require.NoError(t, l2.Release(ctx))
 	assert.True(t, queuedRelease(c, 0, key2, l2.token), "without the record the release is queued behind the stuck pipeline")
 
@@ -225,18 +225,18 @@ func TestUnreachedSetSweepsWhenFull(t *testing.T) {
 	var u unreachedSet
 	live := 10 * sweepFull
 	for i := range maxUnreached + 1 {
-		u.add(fmt.Sprintf("k%d", i), "t", 1, live, 0)
+		u.add(fmt.Sprintf("t%d", i), 1, live, 0)
 	}
 	require.Len(t, u.m, maxUnreached, "bounded")
 	// Full of live entries: a sweep finds nothing to remove, and the grant
 	// is not recorded.
-	u.add("early", "t", 1, live, sweepFull)
-	assert.Zero(t, u.take("early", "t", sweepFull), "full of live entries: not recorded")
+	u.add("early", 1, live, sweepFull)
+	assert.Zero(t, u.take("early", sweepFull), "full of live entries: not recorded")
 	require.Len(t, u.m, maxUnreached)
 	// Once they expired, the next grant sweeps them and is recorded.
 	later := live + sweepFull
-	u.add("fresh", "t", 1, later+1000, later)
-	assert.Equal(t, uint64(1), u.take("fresh", "t", later), "the expired entries were swept and the grant recorded (next sweep at %d)", u.nextSweep)
+	u.add("fresh", 1, later+1000, later)
+	assert.Equal(t, uint64(1), u.take("fresh", later), "the expired entries were swept and the grant recorded (next sweep at %d)", u.nextSweep)
 	assert.Empty(t, u.m)
 }
 
@@ -340,7 +340,7 @@ func TestMultiKeyReleaseDoesNotQueueWhereTheVotesNeverWent(t *testing.T) {
 	keys2 := []string{key2, key2 + ":b"}
 	l2, err := c.AcquireMulti(ctx, keys2, 10*time.Second)
 	require.NoError(t, err)
-	c.unreached.forget((&lockSet{key: key2, multi: keys2}).identity(), l2.token)
+	c.unreached.forget(l2.token)
 	require.NoError(t, l2.Release(ctx))
 	assert.True(t, queuedMultiRelease(c, 0, key2, l2.token), "without the record the release is queued behind the stuck pipeline")
 
