@@ -160,7 +160,11 @@ func WithStallTimeout(d time.Duration) Option {
 
 // WithLanes sets how many pipelined connections (lanes) each master gets.
 // Commands for one key always use the same lane, which keeps their order.
-// Default 1: one lane drains everything queued into one pipeline per round
+// A multi-key lock's commands use the lane of its first key as given: with
+// more than one lane, an extend or release that lists its keys in another
+// order, or names one of them alone, may take another lane and is then
+// not ordered after them (a release may reach a master before a slow
+// restore and leave that copy until its TTL). Default 1: one lane drains everything queued into one pipeline per round
 // trip, and fewer, larger pipelines cost fewer syscalls (measured with
 // BenchmarkAcquireRelease at c=64: 11.9k cycles/s with 1 lane, 8.9k with 2,
 // 5.8k with 4; equal at c=1).
