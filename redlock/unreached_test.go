@@ -182,8 +182,9 @@ func TestFailedAcquireCleansUpOnlyWhereItsVotesWent(t *testing.T) {
 // extend restores the key there — is released through A by key and token,
 // as the daemon does: the copy B restored is deleted by that release.
 func TestReleaseReachesACopyAnotherClientRestored(t *testing.T) {
-	a, rdbs, key, l := restoredByAnotherClient(t)
+	a, rdbs, keys, l := restoredByAnotherClient(t, 1)
 	ctx := context.Background()
+	key := keys[0]
 
 	n, err := a.Release(ctx, key, l.Token())
 	require.NoError(t, err)
@@ -247,8 +248,9 @@ func TestUnreachedSetSweepsWhenFull(t *testing.T) {
 // release was before, and deletes the copy once the master resumes; kept
 // only for the retry set, it was dropped (found in review).
 func TestReleaseQueuedWhenTheRetrySetIsFull(t *testing.T) {
-	a, rdbs, key, l := restoredByAnotherClient(t)
+	a, rdbs, keys, l := restoredByAnotherClient(t, 1)
 	ctx := context.Background()
+	key := keys[0]
 
 	resume2 := stickLane(t, a, 0, key)
 	u := &a.masters[0].unreleased
@@ -270,11 +272,12 @@ func TestReleaseQueuedWhenTheRetrySetIsFull(t *testing.T) {
 }
 
 // restoredByAnotherClient returns Client A (100ms per-master timeout) and
-// a lock of A's granted while A's lane to master 0 was stuck (its vote
-// never sent there), then extended through a second Client B over the
-// same masters after master 0 resumed: B's extend restored the key on
-// master 0. A counts master 0 again, its lane idle.
-func restoredByAnotherClient(t *testing.T) (a *Client, rdbs []*redis.Client, key string, l *Lock) {
+// a lock of A's on n keys (one key: an ordinary Acquire) granted while A's
+// lane to master 0 was stuck (its vote never sent there), then extended
+// through a second Client B over the same masters after master 0 resumed:
+// B's extend restored the keys on master 0. A counts master 0 again, its
+// lane idle.
+func restoredByAnotherClient(t *testing.T, n int) (a *Client, rdbs []*redis.Client, keys []string, l *Lock) {
 	t.Helper()
 	a = newClient(t, WithPerMasterTimeout(100*time.Millisecond), WithHealthInterval(20*time.Millisecond))
 	b, err := New(masterOptions(), WithPerMasterTimeout(500*time.Millisecond), WithMarkerKey(a.opts.markerKey))
@@ -282,19 +285,32 @@ func restoredByAnotherClient(t *testing.T) (a *Client, rdbs []*redis.Client, key
 	t.Cleanup(func() { _ = b.Close() })
 	ctx := context.Background()
 	rdbs = direct(t)
-	key = newKey(t)
+	key := newKey(t)
+	keys = []string{key}
+	for i := 1; i < n; i++ {
+		keys = append(keys, fmt.Sprintf("%s:%d", key, i))
+	}
 	resume := stickLane(t, a, 0, key)
-	l, err = a.Acquire(ctx, key, 10*time.Second)
+	l, err = a.AcquireMulti(ctx, keys, 10*time.Second)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, a.unreached.n.Load(), "A recorded master 0 as never reached")
 	resume()
-	require.Eventually(t, func() bool {
-		return a.masters[0].up.Load() && a.masters[0].lanes[a.laneOf(key)].busySince.Load() == 0
-	}, 10*time.Second, 10*time.Millisecond, "A counts master 0 again")
-	_, err = b.Extend(ctx, key, l.Token(), 10*time.Second)
+	countsAgain(t, a, key)
+	_, err = b.ExtendMulti(ctx, keys, l.Token(), 10*time.Second)
 	require.NoError(t, err)
-	require.Equal(t, l.Token(), rdbs[0].Get(ctx, key).Val(), "B's extend restored the key on master 0")
-	return a, rdbs, key, l
+	for _, k := range keys {
+		require.Equal(t, l.Token(), rdbs[0].Get(ctx, k).Val(), "B's extend restored %s on master 0", k)
+	}
+	return a, rdbs, keys, l
+}
+
+// countsAgain waits until c counts master 0 again (after stickLane's
+// resume) and key's lane to it is idle.
+func countsAgain(t *testing.T, c *Client, key string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		return c.masters[0].up.Load() && c.masters[0].lanes[c.laneOf(key)].busySince.Load() == 0
+	}, 10*time.Second, 10*time.Millisecond, "the Client counts master 0 again")
 }
 
 // queuedMultiRelease reports whether master i's lane for key holds a
@@ -371,25 +387,8 @@ func TestMultiKeyReleaseDoesNotQueueWhereTheVotesNeverWent(t *testing.T) {
 // set that A's votes never took to master 0, restored there by B's
 // extend, is deleted there by A's release.
 func TestMultiKeyReleaseReachesACopyAnotherClientRestored(t *testing.T) {
-	a := newClient(t, WithPerMasterTimeout(100*time.Millisecond), WithHealthInterval(20*time.Millisecond))
-	b, err := New(masterOptions(), WithPerMasterTimeout(500*time.Millisecond), WithMarkerKey(a.opts.markerKey))
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = b.Close() })
+	a, rdbs, keys, l := restoredByAnotherClient(t, 2)
 	ctx := context.Background()
-	rdbs := direct(t)
-	key := newKey(t)
-	keys := []string{key, key + ":b"}
-	resume := stickLane(t, a, 0, key)
-	l, err := a.AcquireMulti(ctx, keys, 10*time.Second)
-	require.NoError(t, err)
-	require.EqualValues(t, 1, a.unreached.n.Load(), "A recorded master 0 as never reached")
-	resume()
-	require.Eventually(t, func() bool {
-		return a.masters[0].up.Load() && a.masters[0].lanes[a.laneOf(key)].busySince.Load() == 0
-	}, 10*time.Second, 10*time.Millisecond, "A counts master 0 again")
-	_, err = b.ExtendMulti(ctx, keys, l.Token(), 10*time.Second)
-	require.NoError(t, err)
-	require.Equal(t, []any{l.Token(), l.Token()}, rdbs[0].MGet(ctx, keys...).Val(), "B's extend restored the set on master 0")
 
 	n, err := a.ReleaseMulti(ctx, keys, l.Token())
 	require.NoError(t, err)

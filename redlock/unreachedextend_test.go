@@ -145,9 +145,7 @@ func TestExtendOfSomeKeysForgetsTheSetsRecord(t *testing.T) {
 			require.NoError(t, err)
 			require.EqualValues(t, 1, a.unreached.n.Load(), "the grant records master 0")
 			resume()
-			require.Eventually(t, func() bool {
-				return a.masters[0].up.Load() && a.masters[0].lanes[a.laneOf(key)].busySince.Load() == 0
-			}, 10*time.Second, 10*time.Millisecond, "A counts master 0 again")
+			countsAgain(t, a, key)
 
 			d.trigger.Store(&[][]byte{[]byte("restore"), []byte(l.Token())})
 			switch mode {
@@ -221,9 +219,7 @@ func TestMovingExtendMultiForgetsTheOldGroupsRecord(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 1, ma.unreached.n.Load(), "group a's Client recorded master 0")
 	resume()
-	require.Eventually(t, func() bool {
-		return ma.masters[0].up.Load() && ma.masters[0].lanes[ma.laneOf(set[0])].busySince.Load() == 0
-	}, 10*time.Second, 10*time.Millisecond)
+	countsAgain(t, ma, set[0])
 	d.trigger.Store(&[][]byte{[]byte("restore"), []byte(ml.Token())})
 	_, err = mv.ExtendMulti(ctx, set, ml.Token(), 10*time.Second)
 	require.NoError(t, err)
