@@ -213,6 +213,35 @@ func TestSemaphoreQueueNotesEachReleaseOnce(t *testing.T) {
 	assert.Empty(t, qs.semsOf)
 }
 
+// A copy of a slot's release that arrives once the head that took the slot
+// ended its attempt with it, but before its attempt returned (the Client's
+// won), is dropped: it used to be noted freed again and to wake another
+// head for the slot the winner holds (a refused attempt, then the slots
+// read and every other slot: seen as 7 attempts for 4 hand-offs in
+// TestSemaphoreWaiterTriesTheReleasedSlotFirst on a loaded machine).
+func TestSemaphoreQueueDropsACopyAfterTheWin(t *testing.T) {
+	const base, slot = "s#permit:", "s#permit:1"
+	q := permitWaitQueue(base, 4)
+	var qs waitQueues
+	sem := &permitWait{base: base, permits: 4}
+	w1, w2 := qs.join(q, sem), qs.join(q, sem)
+	require.True(t, qs.heard(slot, "release-1"), "the first copy of a release is heard")
+	qs.releasedSlot(base, slot)
+	require.True(t, woken(w1))
+	require.True(t, qs.startAttempt(q, w1))
+	require.Equal(t, slot, qs.takeFreed(q))
+	qs.triedFreed(q, slot, true, false) // w1 got the slot
+	// A late copy of the same release, before w1's attempt returned.
+	if qs.heard(slot, "release-1") {
+		qs.releasedSlot(base, slot)
+	}
+	assert.False(t, woken(w2), "a copy of the release w1 won wakes nobody")
+	assert.Equal(t, "", qs.takeFreed(q), "and notes nothing")
+	qs.endAttempt(q, w1)
+	qs.leave(q, w1, time.Time{})
+	qs.leave(q, w2, time.Time{})
+}
+
 // A failed attempt's clean-up publishes the keys it deleted, as a release
 // does: attempts that split the votes (or a winner refused by the
 // granted-lock check while a release was on its way) leave keys that

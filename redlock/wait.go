@@ -223,6 +223,11 @@ func (q *waitQueues) heard(key, id string) bool {
 func (q *waitQueues) won(keys []string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.wonLocked(keys)
+}
+
+// wonLocked is won under mu.
+func (q *waitQueues) wonLocked(keys []string) {
 	for _, k := range keys {
 		if r := q.recent[k]; r != nil {
 			for _, id := range r.heard {
@@ -477,6 +482,14 @@ func (q *waitQueues) triedFreed(queue, key string, got, untried bool) {
 	sq := q.sems[queue]
 	if sq == nil {
 		return
+	}
+	if got {
+		// Won: the releases of key heard so far are taken (won) before it
+		// leaves trying, in the same step. Between the two, a late copy
+		// of its release was noted freed again and woke another head for
+		// a slot the winner holds: a refused attempt that then tried
+		// every other slot (TestSemaphoreQueueDropsACopyAfterTheWin).
+		q.wonLocked([]string{key})
 	}
 	delete(sq.trying, key)
 	if (untried || sq.missed[key] && !got) && !slices.Contains(sq.freed, key) {
