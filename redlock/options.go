@@ -164,8 +164,9 @@ func WithStallTimeout(d time.Duration) Option {
 // more than one lane, an extend or release that lists its keys in another
 // order, or names one of them alone, may take another lane and is then
 // not ordered after them (a release may reach a master before a slow
-// restore and leave that copy until its TTL). Default 1: one lane drains everything queued into one pipeline per round
-// trip, and fewer, larger pipelines cost fewer syscalls (measured with
+// restore and leave that copy until its TTL). Default 1: one lane drains
+// everything queued into one pipeline per round trip, and fewer, larger
+// pipelines cost fewer syscalls (measured with
 // BenchmarkAcquireRelease at c=64: 11.9k cycles/s with 1 lane, 8.9k with 2,
 // 5.8k with 4; equal at c=1).
 func WithLanes(n int) Option {

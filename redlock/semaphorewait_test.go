@@ -158,6 +158,16 @@ func woken(w *waiter) bool {
 	}
 }
 
+// twoWaitersOnSemaphore returns the queue of a semaphore of 4 permits
+// whose slot keys start with base, its waitQueues (no Client, no masters)
+// and two waiters joined to it, w1 first.
+func twoWaitersOnSemaphore(base string) (q string, qs *waitQueues, w1, w2 *waiter) {
+	q = permitWaitQueue(base, 4)
+	qs = &waitQueues{}
+	sem := &permitWait{base: base, permits: 4}
+	return q, qs, qs.join(q, sem), qs.join(q, sem)
+}
+
 // The bookkeeping of a semaphore queue, without masters: one release
 // arrives once per master; it wakes one idle head once; copies during the
 // head's attempt are noted again only if the attempt did not get the
@@ -165,10 +175,7 @@ func woken(w *waiter) bool {
 // left, no quorum) hands it to another head.
 func TestSemaphoreQueueNotesEachReleaseOnce(t *testing.T) {
 	const base, slot = "s#permit:", "s#permit:2"
-	q := permitWaitQueue(base, 4)
-	var qs waitQueues
-	sem := &permitWait{base: base, permits: 4}
-	w1, w2 := qs.join(q, sem), qs.join(q, sem)
+	q, qs, w1, w2 := twoWaitersOnSemaphore(base)
 	for range 5 { // every master publishes the release
 		qs.releasedSlot(base, slot)
 	}
@@ -221,10 +228,7 @@ func TestSemaphoreQueueNotesEachReleaseOnce(t *testing.T) {
 // TestSemaphoreWaiterTriesTheReleasedSlotFirst on a loaded machine).
 func TestSemaphoreQueueDropsACopyAfterTheWin(t *testing.T) {
 	const base, slot = "s#permit:", "s#permit:1"
-	q := permitWaitQueue(base, 4)
-	var qs waitQueues
-	sem := &permitWait{base: base, permits: 4}
-	w1, w2 := qs.join(q, sem), qs.join(q, sem)
+	q, qs, w1, w2 := twoWaitersOnSemaphore(base)
 	require.True(t, qs.heard(slot, "release-1"), "the first copy of a release is heard")
 	qs.releasedSlot(base, slot)
 	require.True(t, woken(w1))
