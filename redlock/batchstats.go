@@ -99,7 +99,7 @@ import (
 // 3.8–4.9; at c=1, where each batch is one vote and the master wakes for
 // each, the script cost about 15 µs per reading (SLOWLOG). Alternating
 // runs of the library's cycles/s did not resolve the difference from
-// this machine's spread (docs/performance.md, fifteenth session). Either
+// this machine's spread (docs/performance-history.md, fifteenth session). Either
 // reply is the whole INFO text (about 1.5 KB for stats, 2.5 KB with
 // server); only the fields needed are parsed, here.
 

@@ -48,7 +48,7 @@ import (
 // every stall timeout) or of each timed-out dial; with a master's process
 // gone, a refused dial at most once a millisecond
 // (BenchmarkOneMasterKilled: 0.92× the cycles of not asking it, c=64;
-// docs/performance.md). Found by an adversarial pass: a vote to a master
+// docs/performance-history.md). Found by an adversarial pass: a vote to a master
 // marked down failed at once, so a contender with two silent losses was
 // granted while the master that came back held the lock
 // (TestGrantedLockOnAMasterMarkedDown, and

@@ -507,7 +507,7 @@ func refusedAsConn(m *master, dial func(ctx context.Context, network, addr strin
 // timeout per try. A master back within that time counts as failing for
 // an acquire in it (granted.go). Without a wait, with a master's process
 // gone, every batch to it would pay a dial and a connection's buffers
-// (BenchmarkOneMasterKilled; docs/performance.md).
+// (BenchmarkOneMasterKilled; docs/performance-history.md).
 const (
 	refusedRedial = time.Millisecond
 	otherRedial   = 100 * time.Millisecond
