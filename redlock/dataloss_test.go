@@ -765,3 +765,41 @@ func TestTokenGeneratorFailureIsNotObtained(t *testing.T) {
 		})
 	}
 }
+
+// TestFenceCatchUpReachesAQuarantinedMaster: a master quarantined after a
+// loss takes no write-backs while it is out (up to max TTL); the health
+// loop's catch-up (spreadFence) raises its counter with the counting
+// masters', so an operator's RepairFences after a later loss of a majority
+// finds the newest fence on it, within its margin, if it is one of the
+// few that kept their data. Found by a black-box pass: the counter stayed
+// at its repair's value for the whole quarantine.
+func TestFenceCatchUpReachesAQuarantinedMaster(t *testing.T) {
+	ctx := context.Background()
+	c, _ := brandNewClient(t, WithMaxTTL(time.Hour))
+	hold, err := c.Acquire(ctx, newKey(t), 30*time.Second) // its horizon keeps the flushed master out
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hold.Release(context.Background()) })
+	rdbs := direct(t)
+	require.NoError(t, rdbs[4].FlushAll(ctx).Err())
+	require.Eventually(t, func() bool { return c.Masters()[4].State == MasterQuarantined }, 5*time.Second, 10*time.Millisecond)
+	repairedAt, err := rdbs[4].Get(ctx, c.opts.fenceKey).Int64()
+	require.NoError(t, err, "repaired: its counter is back")
+	var last int64
+	for range 20 {
+		l, err := c.Acquire(ctx, newKey(t), time.Second)
+		require.NoError(t, err)
+		last = l.Fence()
+		require.NoError(t, l.Release(ctx))
+	}
+	require.Greater(t, last, repairedAt)
+	require.Eventually(t, func() bool {
+		v, err := rdbs[4].Get(ctx, c.opts.fenceKey).Int64()
+		return err == nil && v == last
+	}, 5*time.Second, 10*time.Millisecond, "the quarantined master's counter caught up with the newest fence %d (repaired at %d)", last, repairedAt)
+	assert.Equal(t, MasterQuarantined, c.Masters()[4].State, "raised while it is out, not once it counts again")
+	for i := range 4 {
+		v, err := rdbs[i].Get(ctx, c.opts.fenceKey).Int64()
+		require.NoError(t, err)
+		assert.Equal(t, last, v, "master %d", i)
+	}
+}

@@ -235,22 +235,41 @@ func (m *master) firstSeenWithMarker(withHorizon int) bool {
 }
 
 // spreadFence copies the highest fencing counter the last probe round read
-// from a counting master to every counting master below it (max-assign).
-// The fence proof does not need it (fence.go); it bounds how far the
-// masters that keep their data can lag the newest fence — a master whose
-// votes come late never receives write-backs — which is what an operator's
-// RepairFences after the loss of a majority relies on. It also raises them
-// to the floor another master group set (raiseFenceFloor; Moving.SyncFences),
-// which the fence proof of a change of master groups does need.
+// from a counting master to every master below it that counts or is
+// quarantined (max-assign). The fence proof does not need it (fence.go);
+// it bounds how far the masters that keep their data can lag the newest
+// fence — a master whose votes come late never receives write-backs, a
+// quarantined one receives none for the whole quarantine (up to max TTL) —
+// which is what an operator's RepairFences after the loss of a majority
+// relies on: its margin covers about one health interval of fences, and a
+// quarantined master may be among the few that keep their data. It also
+// raises them to the floor another master group set (raiseFenceFloor;
+// Moving.SyncFences), which the fence proof of a change of master groups
+// does need.
+//
+// A quarantined master was repaired (or is held for its clock): its
+// marker, horizon and counter are the deployment's, and raising its
+// counter hides nothing — the loss it was quarantined for is already seen
+// and recorded in its repair marker, and a later loss of its data still
+// shows in the marker and horizon, which this write does not touch. A
+// master not yet through the marker rule, or one that lost its data and is
+// not repaired yet, is left alone: its counter is evidence (RepairFences
+// quarantines a master whose counter lags, as one that may have rolled
+// back).
 func (c *Client) spreadFence() {
 	if c.opts.fenceKey == "" {
 		return
 	}
-	read, highest := c.fenceReadings()
-	highest = max(highest, c.fenceFloor.Load())
+	highest := max(c.highestFenceRead(), c.fenceFloor.Load())
 	behind := make([]*master, 0, len(c.masters))
-	for i, m := range c.masters {
-		if read[i] >= 0 && read[i] < highest {
+	for _, m := range c.masters {
+		m.st.mu.Lock()
+		v, ok := m.st.fenceCounter, m.st.fenceRead
+		m.st.mu.Unlock()
+		if !ok || v >= highest {
+			continue
+		}
+		if s := m.state(); s == MasterUp || s == MasterQuarantined {
 			behind = append(behind, m)
 		}
 	}
@@ -267,27 +286,17 @@ func (c *Client) spreadFence() {
 	}
 }
 
-// fenceReadings are the fencing counters the last probes read, per master
-// (-1 for a master not read or not counting), and the highest of them (0
-// when none was read).
-func (c *Client) fenceReadings() (read []int64, highest int64) {
-	read = make([]int64, len(c.masters))
-	for i, m := range c.masters {
+// highestFenceRead is the highest fencing counter the last probes read
+// from a counting master (0 when none was read).
+func (c *Client) highestFenceRead() (highest int64) {
+	for _, m := range c.masters {
 		m.st.mu.Lock()
 		v, ok := m.st.fenceCounter, m.st.fenceRead
 		m.st.mu.Unlock()
-		read[i] = -1
 		if ok && m.counts() {
-			read[i] = v
 			highest = max(highest, v)
 		}
 	}
-	return read, highest
-}
-
-// highestFenceRead is the highest of fenceReadings.
-func (c *Client) highestFenceRead() int64 {
-	_, highest := c.fenceReadings()
 	return highest
 }
 
