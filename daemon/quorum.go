@@ -164,7 +164,12 @@ func quorumMessage(err error, masters []redlock.MasterStatus) string {
 // out, refuses writes, awaits a repair or a clock check has no known
 // return. The quorum-th earliest return is the answer, when a quorum of
 // masters have one; false otherwise, as promising a time then would
-// promise what a master that may never come back has to deliver.
+// promise what a master that may never come back has to deliver. False
+// also when the masters with no known return, with those that count now,
+// could make a quorum before that time: such a master may be back in a
+// second (a paused one beside quarantined ones), and a promise of the
+// quarantines' end would keep callers away for minutes from a quorum that
+// is back.
 func quorumReturn(err error, masters []redlock.MasterStatus, quorum int) (time.Duration, bool) {
 	var oe *redlock.OutcomeError
 	if !errors.As(err, &oe) || quorum <= 0 || errors.Is(err, redlock.ErrFenceExhausted) {
@@ -193,7 +198,17 @@ func quorumReturn(err error, masters []redlock.MasterStatus, quorum int) (time.D
 		return 0, false
 	}
 	slices.Sort(ends)
-	return ends[quorum-1], true
+	back := ends[quorum-1]
+	if back > 0 {
+		now := 0 // masters that count now
+		for now < len(ends) && ends[now] == 0 {
+			now++
+		}
+		if unknown := len(masters) - len(ends); now+unknown >= quorum {
+			return 0, false
+		}
+	}
+	return back, true
 }
 
 // quorumAnswer is the message and the Retry-After of a 503
