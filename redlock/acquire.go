@@ -580,7 +580,19 @@ func (t *acquireTally) failure(granting, fenceFailed bool, validity, elapsed tim
 // everyone, as contended, for its whole TTL. The health loop sends the
 // release again after the master answered a probe, so after whatever sat
 // in its sockets before it resumed has run.
+//
+// A master whose vote answered after the outcome was decided (gather does
+// not wait for the votes that cannot change it) and wrote nothing — it
+// refused, or lost its data — is settled: the vote ran, so no SET of the
+// token can land there later. It gets no release, before the fan-out or
+// after the wait (a refused acquire on healthy masters sent no release
+// for the health loop to send again, and logged no missed releases).
 func (c *Client) cleanup(set *lockSet, token string, maybeHeld []bool, votes *fan) {
+	for i, held := range maybeHeld {
+		if held && wroteNothing(votes, i) {
+			maybeHeld[i] = false
+		}
+	}
 	if !slices.Contains(maybeHeld, true) {
 		return
 	}
@@ -609,7 +621,7 @@ wait:
 		// sent could be written until its deadline, which has passed now.
 		// Only a delete settles a master: "absent" may come over a
 		// connection that replaced the vote's, before the vote ran.
-		if !held || deleted[i] || votes.calls[i].written.Load() == 0 {
+		if !held || deleted[i] || votes.calls[i].written.Load() == 0 || wroteNothing(votes, i) {
 			continue
 		}
 		if set.multi == nil {
@@ -619,6 +631,18 @@ wait:
 			c.masters[i].releaseLater(k, token)
 		}
 	}
+}
+
+// wroteNothing reports whether master i's vote of votes has answered, and
+// that it wrote nothing there (every vote script writes only with code 1:
+// acquire.lua, acquire_multi.lua).
+func wroteNothing(votes *fan, i int) bool {
+	r, ok := votes.answer(i)
+	if !ok || r.err != nil {
+		return false
+	}
+	v, parsed := parseVote(r.val)
+	return parsed && v.code != 1
 }
 
 // retryAfter estimates when the holder's lock ends: when fewer than a

@@ -78,3 +78,29 @@ func TestFailedAcquireKeyIsFreedWhenPausedMastersResume(t *testing.T) {
 	require.NoError(t, err, "another client acquires the key once the masters are back")
 	require.NoError(t, l.Release(ctx))
 }
+
+// TestRefusedAcquireLeavesNoReleaseToSendAgain: an acquire refused by
+// healthy masters (the key is held) returns at the refusals that decide
+// it, before the other votes answer; those answer a refusal too, and the
+// clean-up leaves no release for the health loop to send again (before,
+// each sent a release, read "held by another token" as no delete, kept it
+// and logged missed releases at the next round: found by a black-box pass).
+func TestRefusedAcquireLeavesNoReleaseToSendAgain(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	key := newKey(t)
+	holder, err := c.Acquire(ctx, key, 30*time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = holder.Release(context.Background()) })
+	other := newClient(t)
+	for range 50 {
+		_, err := other.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
+		require.ErrorIs(t, err, ErrNotObtained)
+	}
+	for _, m := range other.masters {
+		m.unreleased.mu.Lock()
+		n := len(m.unreleased.m)
+		m.unreleased.mu.Unlock()
+		assert.Zero(t, n, "master %d: no release kept for the health loop", m.idx)
+	}
+}
