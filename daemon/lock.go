@@ -211,6 +211,12 @@ func (s *Server) readLockBody(w http.ResponseWriter, r *http.Request, c *call) (
 	case msg == msgBodyTimeout:
 		res = resTimeout
 	}
+	if status == http.StatusBadRequest {
+		// The body did not arrive in time or could not be read: where it
+		// ends is not known, so nothing after it on this connection can
+		// be read as a request. The connection closes after the answer.
+		w.Header()["Connection"] = hvClose
+	}
 	s.fail(w, c, status, res, code, msg)
 	return bb, true
 }

@@ -150,6 +150,10 @@ type Options struct {
 	// listener (the admin one too) and serves: the moment a caller may
 	// say it is serving. Not called when Serve fails before that.
 	OnListening func()
+
+	// readTimeout is http.Server's ReadTimeout (a request's headers and
+	// body); 0: 30 s. Tests shorten it.
+	readTimeout time.Duration
 }
 
 // Server is the HTTP daemon: the action API, health, metrics and the
@@ -166,8 +170,9 @@ type Server struct {
 	prefix          string
 	lim             lockBounds
 	maxBody         int64
-	msgTooLarge     string // the 413 message, built once
-	discardLimit    int64  // see discardUnread
+	msgTooLarge     string        // the 413 message, built once
+	discardLimit    int64         // see discardUnread
+	readTimeout     time.Duration // Options.readTimeout
 	listen          string
 	shutdownTimeout time.Duration
 	drainDelay      time.Duration
@@ -229,6 +234,7 @@ func New(logger *zap.Logger, o *Options) (*Server, error) {
 		maxBody:         o.MaxBodyBytes,
 		listen:          o.Listen,
 		shutdownTimeout: o.ShutdownTimeout,
+		readTimeout:     o.readTimeout,
 		drainDelay:      o.DrainDelay,
 		onListening:     o.OnListening,
 		adminListen:     o.AdminListen,
@@ -345,6 +351,7 @@ func (s *Server) setBodyAndStop() error {
 		return fmt.Errorf("daemon: Options.MaxBodyBytes: %d is below the minimum of 64", s.maxBody)
 	}
 	s.discardLimit = max(discardMinBytes, discardFactor*s.maxBody)
+	s.readTimeout = cmp.Or(s.readTimeout, 30*time.Second)
 	s.msgTooLarge = "body: larger than the limit of " + strconv.FormatInt(s.maxBody, 10) + " bytes"
 	if s.shutdownTimeout == 0 {
 		s.shutdownTimeout = DefaultShutdownTimeout
