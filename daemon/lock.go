@@ -29,6 +29,7 @@ import (
 const (
 	msgHeld        = "lock is held by another owner"
 	msgNotHeld     = "lock not held: it expired or was already released"
+	msgSetNotHeld  = "lock not held: a key of the set is not held with this token (it expired, was already released, or is not one of the keys the token was granted)"
 	msgDelayed     = "lock is in its lock-delay: the last holder's lock ended without a release; retry after retry_after"
 	msgPermitsHeld = "every permit of the semaphore is held"
 	// msgPermitsDelayed: some slots held, the others in their lock-delay.
@@ -548,6 +549,15 @@ func notHeldMsg(err error) string {
 		return "lock not held in its new master group: a lock taken before the change of master groups cannot be extended during the change and ends with its TTL (acquire it again); otherwise it expired or was already released"
 	}
 	return msgNotHeld
+}
+
+// notHeldSetMsg is notHeldMsg for a multi-key request: one key the token
+// does not hold fails the whole set.
+func notHeldSetMsg(err error) string {
+	if msg := notHeldMsg(err); msg != msgNotHeld {
+		return msg
+	}
+	return msgSetNotHeld
 }
 
 // lockerFailed answers the Locker errors common to every action: the

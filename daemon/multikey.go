@@ -53,7 +53,7 @@ func (s *Server) serveSet(ctx context.Context, w http.ResponseWriter, c *call, r
 			s.ok(w, c, resReleased, &d, "")
 		case s.lockerFailed(ctx, w, c, err):
 		case errors.Is(err, redlock.ErrNotHeld):
-			s.ok(w, c, resNotReleased, &d, notHeldMsg(err))
+			s.ok(w, c, resNotReleased, &d, notHeldSetMsg(err))
 		default:
 			s.internal(w, c, err)
 		}
@@ -73,7 +73,7 @@ func (s *Server) serveSet(ctx context.Context, w http.ResponseWriter, c *call, r
 			s.ok(w, c, resExtended, &d, "")
 		case s.lockerFailed(ctx, w, c, err):
 		case errors.Is(err, redlock.ErrNotHeld):
-			s.ok(w, c, resNotExtended, &d, notHeldMsg(err))
+			s.ok(w, c, resNotExtended, &d, notHeldSetMsg(err))
 		default:
 			s.internal(w, c, err)
 		}

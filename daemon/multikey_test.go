@@ -43,6 +43,11 @@ func TestMultiKeyAcrossDaemons(t *testing.T) {
 	st = okData(t, b.lock(t, testKeyAcme, `{"action":"status","keys":["account:a","account:b","account:c"]}`))
 	assert.Equal(t, false, st["held"], "account:c is not held: the set of three is not")
 
+	r = b.lock(t, testKeyAcme, `{"action":"extend","keys":["account:a","account:b","account:c"],"token":"`+tok+`","ttl":60}`)
+	assert.Equal(t, false, okData(t, r)["extended"], "account:c is not in the set")
+	assert.Equal(t, msgSetNotHeld, r.Env.Msg, "the set is still held: the message names a key of it, not the lock's end")
+	assert.Empty(t, keysOn(t, d.servers, d.prefix+"*account:c*"), "nothing written for the key outside the set")
+
 	ext := okData(t, b.lock(t, testKeyAcme, `{"action":"extend","keys":["account:a","account:b"],"token":"`+tok+`","ttl":60}`))
 	require.Equal(t, true, ext["extended"], ext)
 	assert.Greater(t, num(t, ext, "validity_ms"), int64(55_000))
