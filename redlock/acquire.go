@@ -229,6 +229,9 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl, lockDelay tim
 // a multi-key lock (multikey.go): the same votes, grant rules, fence
 // write-back and clean-up, with the set's scripts.
 func (c *Client) acquireSet(ctx context.Context, set *lockSet, token string, ttl, lockDelay time.Duration) (*Lock, error) {
+	if err := c.closedErr(); err != nil {
+		return nil, errors.Join(ErrNotObtained, err)
+	}
 	set.delayed = lockDelay > 0
 	t := c.newAcquireTally(ctx, set, token)
 	if t.tooFewUp() {

@@ -283,6 +283,17 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
+// closedErr is ErrClosed once Close has been called (nothing is sent
+// then), nil before.
+func (c *Client) closedErr() error {
+	select {
+	case <-c.closed:
+		return ErrClosed
+	default:
+		return nil
+	}
+}
+
 // Quorum returns the number of masters that must agree: N/2+1.
 func (c *Client) Quorum() int { return c.quorum }
 

@@ -39,7 +39,10 @@ import (
 //
 // Errors: an *OutcomeError matching ErrNotHeld when a quorum answered but
 // fewer than a quorum held the token; one matching ErrQuorumUnavailable when
-// fewer than a quorum answered; ErrInvalid for bad arguments.
+// fewer than a quorum answered; ErrInvalid for bad arguments; ErrClosed
+// after Close; and, with nothing sent, ctx's error when ctx had already
+// ended (an extend sent then would lengthen the keys while its caller is
+// told it failed).
 func (c *Client) Extend(ctx context.Context, key, token string, ttl time.Duration) (*Lock, error) {
 	if key == "" || token == "" {
 		return nil, fmt.Errorf("%w: key and token must not be empty", ErrInvalid)
@@ -68,6 +71,15 @@ func (c *Client) extendSet(ctx context.Context, set *lockSet, token string, ttl 
 	}
 	if err := c.ttlError(ttl); err != nil {
 		return time.Time{}, 0, 0, err
+	}
+	if err := c.closedErr(); err != nil {
+		return time.Time{}, 0, 0, err
+	}
+	if err := ctx.Err(); err != nil {
+		// Nothing is sent: an extend whose answers nobody waits for would
+		// still lengthen the keys on every master, while its caller is
+		// told it failed and keeps the old validity.
+		return time.Time{}, 0, 0, fmt.Errorf("redlock: extend not sent: %w", err)
 	}
 	// Its restore may write the keys where the votes never reached: a
 	// release after it goes everywhere, behind it (unreached.go). By token:

@@ -155,7 +155,8 @@ func (l *Lock) released() {
 // release.
 //
 // Ending ctx stops the extending, not the loss signal: Done is still
-// closed when the validity runs out.
+// closed when the validity runs out. So does closing the Client: the
+// keep-alive's goroutine returns at once, and Err then joins ErrClosed.
 func (l *Lock) KeepAlive(ctx context.Context) {
 	k := &l.keep
 	k.mu.Lock()
@@ -187,6 +188,16 @@ func (l *Lock) nextExtend() time.Duration {
 	return max(min(l.TTL()/3, time.Until(l.lossAt())/2), 0)
 }
 
+// closedUnderKeepAlive records that the Client was closed under a running
+// keep-alive, which then stops: nothing can extend the lock any more. Done
+// is still closed by the loss timer when the validity runs out, and Err
+// then says the Client was closed.
+func (l *Lock) closedUnderKeepAlive() {
+	l.keep.mu.Lock()
+	l.keep.lastErr = ErrClosed
+	l.keep.mu.Unlock()
+}
+
 func (l *Lock) keepAlive(ctx context.Context, done <-chan struct{}, exited chan struct{}) {
 	defer close(exited)
 	next := time.NewTimer(l.nextExtend())
@@ -196,6 +207,9 @@ func (l *Lock) keepAlive(ctx context.Context, done <-chan struct{}, exited chan 
 		case <-ctx.Done():
 			return
 		case <-done:
+			return
+		case <-l.c.closed:
+			l.closedUnderKeepAlive()
 			return
 		case <-next.C:
 		}
@@ -219,6 +233,9 @@ func (l *Lock) keepAlive(ctx context.Context, done <-chan struct{}, exited chan 
 			l.keep.mu.Unlock()
 			return
 		case ctx.Err() != nil:
+			return
+		case errors.Is(err, ErrClosed):
+			l.closedUnderKeepAlive()
 			return
 		default:
 			l.keep.mu.Lock()

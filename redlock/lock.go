@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -104,7 +105,19 @@ func (l *Lock) Release(ctx context.Context) error {
 // A lock with a lock-delay (WithLockDelay) is extended to at most the max
 // TTL minus the delay, so that its delay record never outlives the max TTL
 // (the bound Acquire checks); ValidUntil tells how far. See Client.Extend.
+//
+// Once the lock has ended for its holder — Done closed, or Err returned an
+// error: lost, or released — Extend sends nothing and returns an error
+// matching ErrNotHeld and that one (ErrLost or ErrReleased): a lock its
+// holder was told to stop using is not revived, as an etcd session's
+// lease is not.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	l.keep.mu.Lock()
+	ended := l.keep.err
+	l.keep.mu.Unlock()
+	if ended != nil {
+		return fmt.Errorf("%w: extend not sent: %w", ErrNotHeld, ended)
+	}
 	validUntil, _, _, err := l.c.extendSet(ctx, l.set(), l.token, ttl, l.fence)
 	if err != nil {
 		return err

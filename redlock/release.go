@@ -41,6 +41,9 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 // releaseSet is Release of a lock key or, with set.multi, of the keys of a
 // multi-key lock (multikey.go).
 func (c *Client) releaseSet(ctx context.Context, set *lockSet, token string) (int, error) {
+	if err := c.closedErr(); err != nil {
+		return 0, err
+	}
 	n := len(c.masters)
 	start := time.Now()
 	rel := set.releaseCall(c, token)
