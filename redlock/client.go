@@ -108,6 +108,9 @@ func New(masters []*redis.Options, opts ...Option) (*Client, error) {
 	o.horizonKey = o.markerKey + ":horizon"
 	o.maxTTLKey = o.markerKey + ":max_ttl"
 	o.clockBoundsKey = o.markerKey + ":clock_bounds"
+	if err := o.checkKeysApart(); err != nil {
+		return nil, err
+	}
 	n := len(masters)
 	if n < 3 || n%2 == 0 {
 		return nil, fmt.Errorf("%w: masters: %d given, need an odd number ≥ 3", ErrInvalid, n)
@@ -225,6 +228,24 @@ func (c *Client) warmLanes() {
 		wg.Go(func() { _ = m.rdb.Load().Ping(ctx).Err() })
 	}
 	wg.Wait()
+}
+
+// checkKeysApart refuses a fence key that names the marker or a key
+// derived from it (the lease horizon, the registries), or whose fence
+// records ("<fence key>:<lock key>") could: the counter or a record would
+// overwrite the marker, and the data-loss checks read it (a marker key
+// equal to the fence key was accepted, and every acquire then rewrote the
+// marker with the counter).
+func (o *options) checkKeysApart() error {
+	if o.fenceKey == "" {
+		return nil
+	}
+	for _, k := range []string{o.markerKey, o.horizonKey, o.maxTTLKey, o.clockBoundsKey} {
+		if k == o.fenceKey || strings.HasPrefix(k, o.fenceKey+":") {
+			return fmt.Errorf("%w: fence key %q: the marker key %q and its keys (%q…) must be neither it nor begin with %q", ErrInvalid, o.fenceKey, o.markerKey, o.markerKey+":", o.fenceKey+":")
+		}
+	}
+	return nil
 }
 
 func (o *options) validate() error {
