@@ -450,9 +450,11 @@ func TestExtraVotes(t *testing.T) {
 	t.Run("two masters down stop a client with one extra vote", func(t *testing.T) {
 		c := newClient(t, WithExtraVotes(1))
 		require.Equal(t, 4, c.VotesNeeded())
+		require.Eventually(t, c.QuorumAvailable, 5*time.Second, 10*time.Millisecond)
 		withMasters(t, "kill", 3, 4)
 		_, err := c.Acquire(ctx, newKey(t), 5*time.Second, WithRetry(NoRetry()))
 		require.ErrorIs(t, err, ErrQuorumUnavailable)
+		assert.False(t, c.QuorumAvailable(), "three counting masters are a quorum, not the four votes needed")
 		var oe *OutcomeError
 		require.ErrorAs(t, err, &oe)
 		assert.Equal(t, 4, oe.Quorum, "the error says how many votes it needed")

@@ -176,8 +176,10 @@ func (c *Client) Masters() []MasterStatus {
 	return out
 }
 
-// QuorumAvailable reports whether at least a quorum of masters is up and
-// counts (not quarantined, not awaiting repair).
+// QuorumAvailable reports whether enough masters are up and count (not
+// quarantined, not awaiting repair) for an acquire or an extend: at least
+// VotesNeeded, the quorum plus WithExtraVotes (with extra votes, a quorum
+// alone reported true while every acquire failed).
 func (c *Client) QuorumAvailable() bool {
 	n := 0
 	for _, m := range c.masters {
@@ -185,7 +187,7 @@ func (c *Client) QuorumAvailable() bool {
 			n++
 		}
 	}
-	return n >= c.quorum
+	return n >= c.need
 }
 
 // FenceRepairs returns how many fencing counters were repaired so far.
