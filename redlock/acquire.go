@@ -43,7 +43,25 @@ func WithRetry(s RetryStrategy) AcquireOption {
 	return func(a *acquireConfig) { a.retry = s }
 }
 
-// MinTTL is the smallest TTL Acquire and Extend accept.
+// MaxKeyBytes is the longest lock key (or semaphore name) an acquire
+// accepts, in bytes: 8 KiB. Redis takes longer keys, but every call sends
+// the key several times (the lock, its fence and delay records), and a
+// call of megabytes holds up its lane's pipeline past the per-master
+// timeout, failing the calls behind it for other keys.
+const MaxKeyBytes = 8 << 10
+
+// keyTooLong is the ErrInvalid for a key over MaxKeyBytes, named by what
+// (the key itself is not quoted: it is long).
+func keyTooLong(what string, n int) error {
+	return fmt.Errorf("%w: %s is %d bytes, over the limit of %d (MaxKeyBytes)", ErrInvalid, what, n, MaxKeyBytes)
+}
+
+// MinTTL is the smallest TTL Acquire and Extend accept as an argument. A
+// TTL must also leave validity after the drift allowance (2 ms + drift
+// factor × TTL + the clock allowance, which grows with the masters' clock
+// readings): one that does not is refused with a *TTLError matching
+// ErrInvalid that gives the smallest TTL accepted now — tens of
+// milliseconds with the defaults, more when clock readings are uncertain.
 const MinTTL = 10 * time.Millisecond
 
 // Acquire obtains the lock key for ttl on a quorum of masters (the Redis
@@ -71,12 +89,16 @@ const MinTTL = 10 * time.Millisecond
 // masters answering is an *OutcomeError matching ErrQuorumUnavailable (with
 // a *MasterError per failed master); a cancelled or expired ctx is joined
 // in, so errors.Is(err, context.Canceled) works. Bad arguments match
-// ErrInvalid, among them a key that is one of the Client's own (the
+// ErrInvalid, among them a key over MaxKeyBytes and one that is one of
+// the Client's own (the
 // marker, lease horizon and fencing counter keys, and fence records
 // "<fence key>:…").
 func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
 	if key == "" {
 		return nil, fmt.Errorf("%w: key must not be empty", ErrInvalid)
+	}
+	if len(key) > MaxKeyBytes {
+		return nil, keyTooLong("key", len(key))
 	}
 	if c.reservedKey(key) {
 		return nil, fmt.Errorf("%w: key %q is one of the Client's own keys (marker, lease horizon, fencing counter, or a fence record \"<fence key>:…\")", ErrInvalid, key)

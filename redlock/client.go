@@ -325,7 +325,10 @@ func (c *Client) VotesNeeded() int { return c.need }
 // GrantRefusals returns how many acquires had a quorum of votes and were
 // refused because another master showed a granted lock on the key
 // (granted.go): each means a master that voted had lost a lock (a
-// rollback, an eviction), or a release did not reach every master.
+// rollback, an eviction), or a release had not reached every master — yet
+// (under contention, an acquire racing the holder's release counts here
+// too: its votes met the deletes on some masters and the lock still on
+// others), or at all.
 func (c *Client) GrantRefusals() int64 { return c.grantRefusals.Load() }
 
 // ContendedRetries returns how many attempts one-shot acquires made again

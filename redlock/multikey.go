@@ -155,6 +155,9 @@ func (c *Client) checkMultiKeys(keys []string) error {
 		if k == "" {
 			return fmt.Errorf("%w: keys[%d] must not be empty", ErrInvalid, i)
 		}
+		if len(k) > MaxKeyBytes {
+			return keyTooLong(fmt.Sprintf("keys[%d]", i), len(k))
+		}
 		if c.reservedKey(k) {
 			return fmt.Errorf("%w: keys[%d] %q is one of the Client's own keys (marker, lease horizon, fencing counter, or a fence record \"<fence key>:…\")", ErrInvalid, i, k)
 		}

@@ -98,6 +98,24 @@ func TestInvalidArguments(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalid)
 	_, err = c.Status(ctx, "")
 	assert.ErrorIs(t, err, ErrInvalid)
+	// Keys over MaxKeyBytes (a key of megabytes held up its lane past the
+	// per-master timeout, and the calls behind it for other keys failed).
+	long := newKey(t) + ":" + strings.Repeat("k", MaxKeyBytes)
+	_, err = c.Acquire(ctx, long, time.Second)
+	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorContains(t, err, fmt.Sprintf("key is %d bytes, over the limit of 8192 (MaxKeyBytes)", len(long)))
+	_, err = c.AcquireMulti(ctx, []string{newKey(t), long}, time.Second)
+	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorContains(t, err, "keys[1] is")
+	_, err = c.AcquirePermit(ctx, long, 2, time.Second)
+	assert.ErrorIs(t, err, ErrInvalid)
+	assert.ErrorContains(t, err, "name is")
+	assert.False(t, onAnyMaster(t, long), "nothing written")
+	atLimit := newKey(t) + ":"
+	atLimit += strings.Repeat("k", MaxKeyBytes-len(atLimit))
+	l, err := c.Acquire(ctx, atLimit, time.Second)
+	require.NoError(t, err, "a key of MaxKeyBytes")
+	require.NoError(t, l.Release(ctx))
 
 	_, err = New(masterOptions()[:4])
 	assert.ErrorIs(t, err, ErrInvalid)

@@ -174,6 +174,9 @@ func checkSemaphore(name string, permits int) error {
 	if name == "" {
 		return fmt.Errorf("%w: name must not be empty", ErrInvalid)
 	}
+	if len(name) > MaxKeyBytes {
+		return keyTooLong("name", len(name))
+	}
 	if permits < 1 || permits > MaxPermits {
 		return fmt.Errorf("%w: permits %d is outside 1 to %d", ErrInvalid, permits, MaxPermits)
 	}
