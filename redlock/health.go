@@ -166,6 +166,8 @@ func (c *Client) Masters() []MasterStatus {
 		}
 		m.st.mu.Unlock()
 		switch {
+		case why == causeSameServer:
+			st.QuarantineReason = "the same server as an earlier configured master (same run_id): its votes would count twice"
 		case why == causeClockUnjudged:
 			st.QuarantineReason = fmt.Sprintf("its clock has not been compared with the other masters' yet: counts after a probe round in which a quorum of the masters answer TIME within %v", m.c.opts.perMasterTimeout/4) + m.c.stricterBoundsNote()
 		case state == MasterUp && st.RefusingWrites:
@@ -204,25 +206,56 @@ var ErrSameServer = errors.New("redlock: two masters are the same server")
 // CheckMasters probes every master once and returns an error if two
 // addresses are the same server (ErrSameServer). Masters that do not answer
 // are not an error: the daemon starts and serves once a quorum is up. Call
-// it at startup to fail fast on a misconfigured deployment.
+// it at startup to fail fast on a misconfigured deployment. Without it (or
+// when an address comes to reach the same server later), the health loop
+// keeps the later address of a server out of every call: MasterWaiting,
+// with a "same-server" warning, until the run_ids differ again.
 func (c *Client) CheckMasters(ctx context.Context) error {
 	c.probeAll()
-	ids := map[string]int{}
 	var errs []error
-	for i, m := range c.masters {
-		m.st.mu.Lock()
-		id := m.st.inc.runID
-		m.st.mu.Unlock()
-		if id == "" {
-			continue
+	for i, j := range c.sameServers() {
+		if j >= 0 {
+			errs = append(errs, fmt.Errorf("%w: masters[%d] (%s) and masters[%d] (%s) have run_id %s", ErrSameServer, j, c.masters[j].addr, i, c.masters[i].addr, c.masters[j].runID()[:8]))
 		}
-		if j, dup := ids[id]; dup {
-			errs = append(errs, fmt.Errorf("%w: masters[%d] (%s) and masters[%d] (%s) have run_id %s", ErrSameServer, j, c.masters[j].addr, i, m.addr, id[:8]))
-			continue
-		}
-		ids[id] = i
 	}
 	return errors.Join(errs...)
+}
+
+// sameServers is, per master, the index of the first earlier master with
+// its run_id (the same server under another address), -1 for none, and
+// -2 when its run_id is not known (not read yet).
+func (c *Client) sameServers() []int {
+	out := make([]int, len(c.masters))
+	ids := make(map[string]int, len(c.masters))
+	for i, m := range c.masters {
+		id := m.runID()
+		out[i] = -1
+		switch j, dup := ids[id]; {
+		case id == "":
+			out[i] = -2
+		case dup:
+			out[i] = j
+		default:
+			ids[id] = i
+		}
+	}
+	return out
+}
+
+// judgeSameServers moves each master in or out of condSameServer by the
+// run_ids the last probes read (afterProbes): the first address of a
+// server votes, the later ones do not, and MasterStatus.Warnings says so
+// on them.
+func (c *Client) judgeSameServers() {
+	for i, j := range c.sameServers() {
+		m := c.masters[i]
+		switch {
+		case j >= 0:
+			m.judge(observation{kind: obsSameServer, reason: fmt.Sprintf("the same server (run_id %s) as masters[%d] (%s): its votes would count twice; it does not vote", m.runID()[:8], j, c.masters[j].addr)})
+		case j == -1:
+			m.judge(observation{kind: obsServerApart})
+		}
+	}
 }
 
 // QuorumExpectedIn returns how long until at least a quorum of masters

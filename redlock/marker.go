@@ -19,6 +19,7 @@ import (
 func (c *Client) afterProbes() {
 	c.probeMu.Lock()
 	defer c.probeMu.Unlock()
+	c.judgeSameServers()
 	census := c.takeMarkerCensus()
 	for _, m := range c.masters {
 		if !m.answeredProbe() {

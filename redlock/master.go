@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -155,6 +156,10 @@ func (c *call) detached() *call {
 // fail answers c with err without sending it. A call that must be sent
 // (a release) may still be queued after its answer (lane.submit); any
 // other is dropped: its answer says unsent.
+// errSameServerCall is the answer of a call not sent to a master that is
+// the same server as an earlier one (condSameServer).
+var errSameServerCall = fmt.Errorf("%w: the same server as an earlier master (same run_id): not sent", ErrMasterQuarantined)
+
 func (m *master) fail(c *call, err error) {
 	if c.out != nil {
 		c.out.put(reply{idx: int(c.idx), err: &MasterError{Index: m.idx, Addr: m.addr, Err: err}, unsent: !c.mustSend})
@@ -215,6 +220,17 @@ func newLane(m *master, batch int) *lane {
 // that it follows any SET already sent.
 func (l *lane) submit(c *call, now time.Time) {
 	m := l.m
+	if m.st.conds.has(condSameServer) {
+		// The same server as an earlier master, which every call reaches
+		// through that master's address: sent here too, a call would run
+		// twice on one server (an acquire refused by its own SET, an
+		// extend counted twice). Not sent, even with mustSend.
+		if c.out != nil {
+			c.out.put(reply{idx: int(c.idx), err: &MasterError{Index: m.idx, Addr: m.addr, Err: errSameServerCall}, unsent: true})
+			c.out = nil
+		}
+		return
+	}
 	switch {
 	case !m.up.Load() && (!c.hearDown || m.recentRefusal(now) != nil):
 		m.fail(c, ErrMasterDown)

@@ -24,6 +24,7 @@ import (
 //	                   until its horizon is read   obsClockAgrees after a hold     sets the quarantine
 //	condClockHold      MasterQuarantined           obsClockDisagrees               obsClockAgrees (→ condHorizonPending)
 //	condClockJudged    (counts once set)           obsClockChecked, obsClockAgrees — (a Client's lifetime)
+//	condSameServer     MasterWaiting               obsSameServer (afterProbes)     obsServerApart (afterProbes)
 //
 // The quarantine {until, reason} (excludedUntil, quarantineReason) is set
 // by judge too (obsDataLoss, obsClockFault, obsRepaired, obsQuarantine)
@@ -54,6 +55,11 @@ const (
 	// and agreed, at least once since it was first seen; until then it
 	// does not vote (a jump before this Client started would go unseen).
 	condClockJudged
+	// condSameServer: its run_id is an earlier configured master's: two
+	// addresses of one server, whose votes would count twice (fewer
+	// independent masters than the quorum assumes); it does not vote
+	// until a probe round finds the run_ids apart.
+	condSameServer
 )
 
 // conditions is a set of conditions, read lock-free by every vote.
@@ -104,6 +110,12 @@ const (
 	// one read) says locks the master lost may be valid for hold more
 	// (reason); replace: the hold replaces a longer provisional one.
 	obsQuarantine
+	// obsSameServer: the probe round found its run_id on an earlier
+	// configured master (reason names it).
+	obsSameServer
+	// obsServerApart: the probe round found its run_id on no earlier
+	// configured master.
+	obsServerApart
 )
 
 // observation is one finding about a master, for judge.
@@ -156,6 +168,12 @@ func (m *master) judge(o observation) bool {
 		return !m.st.conds.set(condClockJudged)
 	case obsClockDisagrees:
 		return m.judgeClockDisagrees(o.reason)
+	case obsSameServer:
+		m.setWarning("same-server", true, o.reason)
+		return !m.st.conds.set(condSameServer)
+	case obsServerApart:
+		m.setWarning("same-server", false, "")
+		return m.st.conds.clear(condSameServer)
 	case obsClockAgrees:
 		changed := !m.st.conds.set(condClockJudged)
 		if m.st.conds.has(condClockHold) {
@@ -346,6 +364,7 @@ const (
 	causeQuarantine                 // MasterQuarantined: for a time
 	causeMarkerUnknown              // MasterWaiting: its votes are refused (checkVote)
 	causeClockUnjudged              // MasterWaiting: clock not yet compared with the others'
+	causeSameServer                 // MasterWaiting: the same server as an earlier master
 )
 
 // verdict is state() with its cause: the one derivation of both, which
@@ -359,6 +378,8 @@ func (m *master) verdict() (MasterState, cause) {
 		return MasterRepairing, causeRepairing
 	case !m.st.conds.has(condProbed):
 		return MasterWaiting, causeNotProbed
+	case m.st.conds.has(condSameServer):
+		return MasterWaiting, causeSameServer
 	case m.st.conds.has(condClockHold):
 		return MasterQuarantined, causeClockHold
 	}

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -297,6 +298,39 @@ func TestSameServerTwiceIsAnError(t *testing.T) {
 	require.ErrorIs(t, err, ErrSameServer)
 	assert.Contains(t, err.Error(), "masters[0]")
 	assert.Contains(t, err.Error(), "masters[4]")
+}
+
+// TestSameServerTwiceDoesNotVote: a Client used without CheckMasters (a
+// library caller, or a name that came to reach the same server after the
+// start) does not count the later address's votes, and says why in its
+// status and warnings: two of five addresses on one server would let an
+// extend or a fence write-back count that server twice. Found by a
+// black-box pass: all five were "up, counting" with no warning. Apart
+// again (the name points elsewhere), it votes again.
+func TestSameServerTwiceDoesNotVote(t *testing.T) {
+	opts := masterOptions()
+	opts[3] = &redis.Options{Addr: "localhost:" + portOf(servers[0].Addr())}
+	opts[4] = &redis.Options{Addr: "localhost:" + portOf(servers[1].Addr())}
+	c, err := New(opts, WithHealthInterval(50*time.Millisecond))
+	require.NoError(t, err)
+	defer c.Close()
+	require.Eventually(t, func() bool {
+		st := c.Masters()
+		return st[0].State == MasterUp && st[1].State == MasterUp && st[2].State == MasterUp &&
+			st[3].State == MasterWaiting && st[4].State == MasterWaiting
+	}, 10*time.Second, 10*time.Millisecond, "%v", states(c))
+	for i, j := range map[int]int{3: 0, 4: 1} {
+		st := c.Masters()[i]
+		assert.False(t, st.Counting)
+		assert.Contains(t, st.QuarantineReason, "same server")
+		require.Len(t, st.Warnings, 1, "master %d", i)
+		assert.Contains(t, st.Warnings[0], fmt.Sprintf("same-server: the same server (run_id %s) as masters[%d]", st.RunID[:8], j))
+	}
+	assert.True(t, c.QuorumAvailable(), "three servers count")
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, newKey(t), 10*time.Second)
+	require.NoError(t, err)
+	require.NoError(t, l.Release(ctx))
 }
 
 func portOf(addr string) string {
