@@ -803,3 +803,31 @@ func TestFenceCatchUpReachesAQuarantinedMaster(t *testing.T) {
 		assert.Equal(t, last, v, "master %d", i)
 	}
 }
+
+// TestQuorumExpectedInWithAPausedMaster: two masters quarantined until a
+// held lock ends, and a third paused: the paused one may be back in a
+// second and make a quorum with the two counting, so no time is promised
+// (the quarantines' end was, as the daemon's Retry-After was: 300 s for a
+// 2 s pause, found by a black-box pass).
+func TestQuorumExpectedInWithAPausedMaster(t *testing.T) {
+	ctx := context.Background()
+	c, _ := brandNewClient(t, WithMaxTTL(time.Hour), WithPerMasterTimeout(50*time.Millisecond))
+	hold, err := c.Acquire(ctx, newKey(t), 30*time.Second)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = hold.Release(context.Background()) })
+	rdbs := direct(t)
+	require.NoError(t, rdbs[3].FlushAll(ctx).Err())
+	require.NoError(t, rdbs[4].FlushAll(ctx).Err())
+	require.Eventually(t, func() bool {
+		st := c.Masters()
+		return st[3].State == MasterQuarantined && st[4].State == MasterQuarantined
+	}, 5*time.Second, 10*time.Millisecond, "%v", states(c))
+	back, known := c.QuorumExpectedIn()
+	assert.True(t, known)
+	assert.Zero(t, back, "three masters count now")
+
+	withMasters(t, "pause", 2)
+	require.Eventually(t, func() bool { return c.Masters()[2].State == MasterDown }, 10*time.Second, 10*time.Millisecond, "%v", states(c))
+	back, known = c.QuorumExpectedIn()
+	assert.False(t, known, "the paused master may make a quorum sooner than the quarantines end (%v)", back)
+}

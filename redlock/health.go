@@ -258,26 +258,35 @@ func (c *Client) judgeSameServers() {
 	}
 }
 
-// QuorumExpectedIn returns how long until at least a quorum of masters
+// QuorumExpectedIn returns how long until at least VotesNeeded masters
 // count again, when that is known: every master that does not count now
 // but will is quarantined with a known end (not down, not awaiting a
-// repair, not held out for its clock). 0 when a quorum counts now; false
-// when no quorum is expected at a known time.
+// repair, not held out for its clock). 0 when they count now; false when
+// they are not expected at a known time — also when the masters with no
+// known return could make them up with the ones counting now, sooner than
+// the quarantines end (a paused master may be back in a second; the
+// daemon's Retry-After follows the same rule).
 func (c *Client) QuorumExpectedIn() (time.Duration, bool) {
 	var ends []time.Duration
+	now, unknown := 0, 0
 	for _, m := range c.masters {
 		switch {
 		case m.counts():
 			ends = append(ends, 0)
-		case m.state() == MasterQuarantined && !m.st.conds.has(condClockHold):
-			if left := m.quarantineLeft(); left > 0 {
-				ends = append(ends, left)
-			}
+			now++
+		case m.state() == MasterQuarantined && !m.st.conds.has(condClockHold) && m.quarantineLeft() > 0:
+			ends = append(ends, m.quarantineLeft())
+		default:
+			unknown++
 		}
 	}
-	if len(ends) < c.quorum {
+	if len(ends) < c.need {
 		return 0, false
 	}
 	slices.Sort(ends)
-	return ends[c.quorum-1], true
+	back := ends[c.need-1]
+	if back > 0 && now+unknown >= c.need {
+		return 0, false
+	}
+	return back, true
 }
