@@ -162,10 +162,17 @@ func (fw *fenceWrite) read(ctx context.Context, need int, failFast bool, res *Ou
 		switch {
 		case r.err != nil:
 			failed++
-			res.Failures = append(res.Failures, masterErr(c, r))
+			// Labelled: the acquire's error lists these beside its votes
+			// (5 of 5 votes and 3 failed read as a contradiction).
+			var me *MasterError
+			err := r.err
+			if errors.As(err, &me) {
+				err = me.Err
+			}
+			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: fmt.Errorf("fence write-back: %w", err)})
 		case excluded != nil:
 			failed++
-			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: excluded})
+			res.Failures = append(res.Failures, &MasterError{Index: r.idx, Addr: m.addr, Err: fmt.Errorf("fence write-back: %w", excluded)})
 		default:
 			// The lane recorded the acknowledgement (call.fence).
 			v, _ := parseFenceReply(r.val)
