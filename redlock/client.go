@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -78,6 +79,10 @@ type Client struct {
 	fenceFloor atomic.Int64
 	subOnce    sync.Once
 	subs       []*redis.PubSub // release-channel subscriptions, one per master
+	// subConns: per master, the connection its subscription dialled last
+	// (subDialer), under subMu; Close closes them before the PubSubs.
+	subMu    sync.Mutex
+	subConns []net.Conn
 
 	closeOnce sync.Once
 	closed    chan struct{}
@@ -279,7 +284,10 @@ func (o *options) validate() error {
 // Close stops the health loop and the lanes (queued commands fail with
 // ErrClosed) and closes every connection. It does not release held locks,
 // but first waits, at most the per-master timeout, for releases already
-// on their way (flushReleases).
+// on their way (flushReleases). It also waits for a health round already
+// under way to end (each of its steps bounded by the health timeout); a
+// waiter's subscription to a paused master is cut, not waited for
+// (subDialer).
 func (c *Client) Close() error {
 	var errs []error
 	c.closeOnce.Do(func() {
@@ -293,6 +301,18 @@ func (c *Client) Close() error {
 			m.connMu.Unlock()
 		}
 		c.subOnce.Do(func() {}) // no subscription starts after Close
+		// A PubSub holds its lock while it connects (dial, HELLO), and
+		// PubSub.Close waits for it: to a paused master, whose kernel
+		// accepts the connection, HELLO waits out go-redis's read timeout
+		// (5 s). Closing the connection from under it ends that at once;
+		// subDialer dials no other one after close(c.closed).
+		c.subMu.Lock()
+		for _, cn := range c.subConns {
+			if cn != nil {
+				_ = cn.Close()
+			}
+		}
+		c.subMu.Unlock()
 		for _, ps := range c.subs {
 			errs = append(errs, ps.Close())
 		}

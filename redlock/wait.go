@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"sync"
@@ -596,10 +597,15 @@ func releaseMessage(payload string) (id, key string, ok bool) {
 // the head of every queue attempts once, and pollFallback covers the rest.
 func (c *Client) subscribe() {
 	c.subOnce.Do(func() {
+		c.subConns = make([]net.Conn, len(c.masters))
 		for _, m := range c.masters {
 			o := m.probeOpts
 			o.PoolSize = 1
-			o.ReadTimeout = 0 // a subscriber waits for messages indefinitely
+			// 0 is go-redis's default, 5 s: it bounds the commands a new
+			// connection sends (HELLO), not the wait for messages
+			// (PubSub.Receive sets no read deadline).
+			o.ReadTimeout = 0
+			o.Dialer = c.subDialer(m.idx, o.Dialer, &o)
 			rdb := redis.NewClient(&o)
 			ps := rdb.Subscribe(context.Background()) // no channel: connects nothing yet
 			c.subs = append(c.subs, ps)
@@ -637,6 +643,42 @@ func (c *Client) subscribe() {
 			})
 		}
 	})
+}
+
+// subDialer is the dialer of master i's release subscription: dial (nil:
+// go-redis's) over a connection that Close can close (Client.subConns).
+// A dial under way when the Client closes is cancelled, and none starts
+// after: the PubSub holds its lock while it dials, and PubSub.Close
+// waits for that lock.
+func (c *Client) subDialer(i int, dial func(ctx context.Context, network, addr string) (net.Conn, error), o *redis.Options) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	if dial == nil {
+		dial = redis.NewDialer(o)
+	}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-c.closed:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		cn, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		c.subMu.Lock()
+		defer c.subMu.Unlock()
+		select {
+		case <-c.closed: // Close closes the connections recorded before, not this one
+			_ = cn.Close()
+			return nil, ErrClosed
+		default:
+		}
+		c.subConns[i] = cn
+		return cn, nil
+	}
 }
 
 // waitInQueue is an acquire's wait after a first attempt failed with err

@@ -2,7 +2,9 @@ package redlock
 
 import (
 	"context"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -325,4 +327,92 @@ func TestCloseEndsTheWaits(t *testing.T) {
 		require.NotErrorIs(t, err, ErrLockHeld, "a closed Client is not contention")
 	}
 	assert.Less(t, time.Since(start), 10*time.Second, "the waits ended with Close, not when they ran out (20 s)")
+}
+
+// TestCloseWithAPausedMaster: Close does not wait for a release
+// subscription connecting to a paused master. The kernel of a paused
+// master accepts the connection and go-redis then waits for the answer to
+// HELLO, its read timeout (5 s), under the PubSub's lock, which
+// PubSub.Close takes: Close took about 5 s, with a waiter waiting and
+// after its wait had ended (the subscription outlives it). Here Close
+// waits for nothing else but the releases on their way, at most the
+// per-master timeout: no health round runs (its interval is an hour), and
+// a round under way, which Close also waits for, is not what this test is
+// about. The subscriptions are gone from the masters after Close, and so
+// are their goroutines.
+func TestCloseWithAPausedMaster(t *testing.T) {
+	for _, waiting := range []bool{true, false} {
+		name := map[bool]string{true: "waiting", false: "waited"}[waiting]
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			rdbs := direct(t)
+			before := pubsubGoroutines()
+			c := newClient(t, WithHealthInterval(time.Hour))
+			key := newKey(t)
+			_, err := c.Acquire(ctx, key, 10*time.Second)
+			require.NoError(t, err)
+			withMasters(t, "pause", 0)
+			wait := 20 * time.Second
+			if !waiting {
+				// Beyond the first attempt, which waits for the paused
+				// master up to twice the per-master timeout: the waiter
+				// queues and subscribes, then gives up.
+				wait = 3 * c.opts.perMasterTimeout
+			}
+			got := make(chan error, 1)
+			go func() {
+				_, err := c.Acquire(ctx, key, time.Second, WithWait(wait))
+				got <- err
+			}()
+			waitingFor(t, c, 1)
+			// Subscribed on the four running masters: the paused one's
+			// connection is made, its HELLO unanswered.
+			require.Eventually(t, subscribedEverywhere(rdbs[1:], c), 10*time.Second, 10*time.Millisecond)
+			if !waiting {
+				require.ErrorIs(t, <-got, ErrNotObtained)
+			}
+			start := time.Now()
+			require.NoError(t, c.Close())
+			took := time.Since(start)
+			t.Logf("Close took %v", took)
+			bound := c.opts.perMasterTimeout + time.Second
+			assert.Less(t, took, bound, "Close waited for the subscription to the paused master")
+			if waiting {
+				require.ErrorIs(t, <-got, ErrClosed)
+			}
+			require.Eventually(t, func() bool {
+				for _, r := range rdbs[1:] {
+					m, err := r.PubSubNumSub(ctx, c.releaseChannel()).Result()
+					if err != nil || m[c.releaseChannel()] != 0 {
+						return false
+					}
+				}
+				return true
+			}, 10*time.Second, 10*time.Millisecond, "the subscriptions are gone from the running masters")
+			require.Eventually(t, func() bool { return pubsubGoroutines() <= before }, 10*time.Second, 10*time.Millisecond,
+				"goroutines of go-redis's PubSubs left after Close: %d, %d before", pubsubGoroutines(), before)
+		})
+	}
+}
+
+// pubsubGoroutines counts the goroutines of go-redis's PubSubs and of the
+// Clients' subscriptions (wait.go subscribe).
+func pubsubGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "go-redis/v9.(*PubSub)") || strings.Contains(g, "go-redis/v9.(*channel)") ||
+			strings.Contains(g, "redlock.(*Client).subscribe") || strings.Contains(g, "redlock.(*Client).subDialer") {
+			count++
+		}
+	}
+	return count
 }
