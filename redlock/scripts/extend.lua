@@ -39,7 +39,12 @@
 if not intact then
   return reply(-2, 0)
 end
-local v = redis.call('GET', KEYS[1])
+-- pcall: a key of another type under the lock's name (a hash the user keeps
+-- there) is held by another, not an error that reads as a failed master.
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  return reply(-1, 0)
+end
 if v == ARGV[1] then
   local ttl = tonumber(ARGV[2])
   local left = redis.call('PTTL', KEYS[1])

@@ -14,7 +14,14 @@
 -- publishes the same message, and a waiter tells the copies of one
 -- release from a new one (redlock/wait.go releaseMessage).
 -- Returns 1 deleted, 0 absent (expired or released), -1 held by another token.
-local v = redis.call('GET', KEYS[1])
+-- pcall: a key of another type under the lock's name (a hash the user keeps
+-- there) is held by another, not an error that reads as a failed master
+-- (a release answered so was kept and sent again every health round).
+-- redis.pcall runs the command as redis.call does; only an error differs.
+local v = redis.pcall('GET', KEYS[1])
+if type(v) == 'table' then
+  return -1
+end
 if v == ARGV[1] then
   redis.call('DEL', unpack(KEYS))
   if ARGV[2] then

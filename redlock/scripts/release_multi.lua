@@ -12,7 +12,10 @@
 local stride = tonumber(ARGV[2])
 local deleted, foreign = 0, 0
 for i = 1, #KEYS, stride do
-  local v = redis.call('GET', KEYS[i])
+  local v = redis.pcall('GET', KEYS[i])
+  if type(v) == 'table' then
+    v = '' -- a key of another type: held, not by this token (release.lua)
+  end
   if v == ARGV[1] then
     redis.call('DEL', unpack(KEYS, i, i + stride - 1))
     if ARGV[3] then

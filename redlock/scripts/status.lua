@@ -12,7 +12,8 @@
 if not intact then
   return reply(-2, 0)
 end
-local vf = KEYS[5] and redis.call('MGET', KEYS[1], KEYS[5]) or {redis.call('GET', KEYS[1])}
+-- MGET, not GET: a key of another type reads as no lock, not an error.
+local vf = KEYS[5] and redis.call('MGET', KEYS[1], KEYS[5]) or redis.call('MGET', KEYS[1])
 local v = vf[1]
 if v then
   local extra = redis.sha1hex(v)
