@@ -213,6 +213,9 @@ func (c *Client) ExtendAttempt(ctx context.Context, a *Attempt, d time.Duration)
 // context ends if an extension fails with ErrNotOwner. When fn returns an
 // error, the attempt is aborted (a later call runs fn again) and the error
 // returned; to store a failure instead, return it as an Answer (a 4xx).
+// When fn panics, the attempt is aborted too and the panic goes on (as
+// WithLock releases its lock): the key is not left in progress for the
+// whole lease.
 //
 // Errors: those of Begin (ErrInProgress with RetryAfter,
 // ErrFingerprintMismatch, …), fn's, and those of Complete.
@@ -229,12 +232,23 @@ func (c *Client) Idempotent(ctx context.Context, key, fingerprint string, fn fun
 	work, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stop := c.keepAttempt(work, cancel, a, lease)
-	ans, ferr := fn(work, *a)
-	stop()
-	if ferr != nil {
+	abort := func() error {
 		actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer acancel()
-		return Answer{}, errors.Join(ferr, c.Abort(actx, a))
+		return c.Abort(actx, a)
+	}
+	returned := false
+	defer func() {
+		if !returned {
+			stop()
+			_ = abort() // fn panicked; the panic goes on
+		}
+	}()
+	ans, ferr := fn(work, *a)
+	returned = true
+	stop()
+	if ferr != nil {
+		return Answer{}, errors.Join(ferr, abort())
 	}
 	if err := c.Complete(ctx, a, ans); err != nil {
 		return Answer{}, err

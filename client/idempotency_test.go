@@ -71,6 +71,18 @@ func TestIdempotentRunsOnce(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, []byte("ok"), got.Body)
+
+	// A panic in fn aborts too, and goes on: the next call runs fn at
+	// once, not after the lease (found by a black-box pass).
+	func() {
+		defer func() { assert.Equal(t, "panic in fn", recover()) }()
+		_, _ = c.Idempotent(ctx, "pay-cb-3", fp, func(context.Context, client.Attempt) (client.Answer, error) { panic("panic in fn") })
+	}()
+	got, err = c.Idempotent(ctx, "pay-cb-3", fp, func(context.Context, client.Attempt) (client.Answer, error) {
+		return client.Answer{Status: 200, Body: []byte("after the panic")}, nil
+	})
+	require.NoError(t, err, "not in progress")
+	require.Equal(t, []byte("after the panic"), got.Body)
 }
 
 // TestMiddlewareReplays: a retried POST through the middleware gets the
