@@ -148,3 +148,20 @@ func TestKeepAliveStopsAtClose(t *testing.T) {
 	require.ErrorIs(t, l.Err(), ErrLost)
 	require.ErrorIs(t, l.Err(), ErrClosed)
 }
+
+// TestReleaseWithAnEndedContext: a release deferred with a context that has
+// ended is sent and awaited (at most the per-master timeout), and says
+// what the masters did: before, it was sent and answered "quorum
+// unavailable, 5 master(s) failed" while every master deleted the key.
+func TestReleaseWithAnEndedContext(t *testing.T) {
+	ctx := context.Background()
+	c := newClient(t)
+	l, err := c.Acquire(ctx, newKey(t), 10*time.Second)
+	require.NoError(t, err)
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	require.NoError(t, l.Release(ended))
+	assert.False(t, onAnyMaster(t, l.Key()), "released everywhere")
+	_, err = c.Release(ended, l.Key(), l.Token())
+	require.ErrorIs(t, err, ErrNotHeld, "the second release finds it gone")
+}

@@ -14,7 +14,9 @@ import (
 // the lock's fence record with it, fence.go) on every master in parallel,
 // each bounded by the per-master timeout, and returns, once every master
 // answered (or its timeout passed; or ctx ended), how many masters held
-// this token and deleted it. A master that answers with an error or not at
+// this token and deleted it. A ctx that has already ended when Release is
+// called (a deferred release after a cancel) does not stop it: the release
+// is sent and its answers awaited, at most the per-master timeout. A master that answers with an error or not at
 // all is sent the release again once it answers a health probe
 // (releaseLater). A master that is slow or stuck still receives the
 // release later, after any SET queued before it.
@@ -43,6 +45,15 @@ func (c *Client) Release(ctx context.Context, key, token string) (int, error) {
 func (c *Client) releaseSet(ctx context.Context, set *lockSet, token string) (int, error) {
 	if err := c.closedErr(); err != nil {
 		return 0, err
+	}
+	if ctx.Err() != nil {
+		// A release is clean-up, often deferred with a context that has
+		// ended: it is sent all the same (mustSend) and its answers are
+		// awaited, at most the per-master timeout, so that its result says
+		// what the masters did, not that every master failed.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), c.opts.perMasterTimeout)
+		defer cancel()
 	}
 	n := len(c.masters)
 	start := time.Now()
