@@ -97,7 +97,14 @@ func TestRefusedAcquireLeavesNoReleaseToSendAgain(t *testing.T) {
 		_, err := other.Acquire(ctx, key, time.Second, WithRetry(NoRetry()))
 		require.ErrorIs(t, err, ErrNotObtained)
 	}
-	for _, m := range other.masters {
+	assertNoReleaseKept(t, other)
+}
+
+// assertNoReleaseKept asserts that no master of c keeps a release for the
+// health loop to send again (releaseLater).
+func assertNoReleaseKept(t *testing.T, c *Client) {
+	t.Helper()
+	for _, m := range c.masters {
 		m.unreleased.mu.Lock()
 		n := len(m.unreleased.m)
 		m.unreleased.mu.Unlock()
