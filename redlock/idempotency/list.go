@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redlockd/redlockd/redlock"
 )
@@ -50,6 +51,13 @@ func (s *Store) List(ctx context.Context, prefix, cursor string, count int) (Lis
 	m, scan, skipped, err := parseListCursor(cursor, s.c.MasterCount())
 	if err != nil {
 		return ListPage{}, err
+	}
+	// Fewer than a quorum counting for records now: the listing cannot be
+	// completed (a record on a quorum may be on none of the others), and
+	// its pages answered empty until the skips ran out (found by a
+	// black-box pass: two empty 200s, then the 503).
+	if n, failures := s.countingForRecords(time.Now()); n < s.c.Quorum() {
+		return ListPage{}, s.quorumError("list", n, failures)
 	}
 	pattern := globEscape(prefix) + "*:rec"
 	a, err := s.c.RunQuorumScriptOn(ctx, scanScript, m, pattern, []any{scan, strconv.Itoa(count)})
@@ -155,4 +163,25 @@ func globEscape(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// countingForRecords is how many masters count for records now: they count
+// for locks (redlock.MasterStatus.Counting) and are not waiting out the
+// max retention since a repair (RecordMasters). failures says why each
+// other one does not.
+func (s *Store) countingForRecords(now time.Time) (int, []error) {
+	lock := s.c.Masters()
+	n := 0
+	var failures []error
+	for i, rm := range s.RecordMasters(now) {
+		switch {
+		case i < len(lock) && !lock[i].Counting:
+			failures = append(failures, fmt.Errorf("master %d (%s): %s", i, lock[i].Addr, lock[i].State))
+		case !rm.Counts:
+			failures = append(failures, &RetentionWaitError{Master: i, RepairedAt: rm.RepairedAt, Left: rm.Left, MaxRetention: s.maxRetention})
+		default:
+			n++
+		}
+	}
+	return n, failures
 }

@@ -809,3 +809,36 @@ func infoField(t *testing.T, r *redis.Client, name string) string {
 	t.Fatalf("INFO has no %s", name)
 	return ""
 }
+
+// TestListWithoutAQuorumFailsAtOnce: with three of five masters paused, the
+// first page of a listing is the quorum error, not an empty page (two
+// empty pages came first, while the paused masters were skipped one by
+// one: found by a black-box pass).
+func TestListWithoutAQuorumFailsAtOnce(t *testing.T) {
+	d := newDeployment(t)
+	c := d.client(t)
+	s, err := New(c)
+	require.NoError(t, err)
+	ctx := context.Background()
+	key := newKey(t)
+	_, err = s.Begin(ctx, BeginRequest{Key: key, Fingerprint: fp(key), Lease: 10 * time.Second, Retention: time.Hour})
+	require.NoError(t, err)
+	for _, i := range []int{0, 1, 2} {
+		require.NoError(t, servers[i].Pause())
+		defer func() { require.NoError(t, servers[i].Resume()) }()
+	}
+	require.Eventually(t, func() bool {
+		n := 0
+		for _, m := range c.Masters() {
+			if m.Counting {
+				n++
+			}
+		}
+		return n < 3
+	}, 10*time.Second, 20*time.Millisecond)
+	_, err = s.List(ctx, key, "", 10)
+	require.ErrorIs(t, err, redlock.ErrQuorumUnavailable)
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe)
+	assert.False(t, qe.ReturnKnown, "paused masters have no known return: %v", err)
+}
