@@ -261,12 +261,13 @@ func TestQuorumReturnOverHTTP(t *testing.T) {
 	assert.Equal(t, "264", r.Header.Get("Retry-After"))
 
 	// Master 3 down instead: the two down masters may be back in a second
-	// and make a quorum with master 0, so no later time is promised (a
-	// paused master beside quarantined ones: Retry-After 264 s kept
-	// callers away from a quorum back two seconds later).
+	// and make a quorum with master 0, so the quarantines' end is a bound
+	// and Retry-After the outage's backoff (a paused master beside
+	// quarantined ones: Retry-After 264 s kept callers away from a quorum
+	// back two seconds later).
 	f.setUp(3, false)
 	r = ts.lock(t, testKeyAcme, `{"key":"k"}`)
-	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 2 down, 2 not counted (quarantined, repairing or waiting; see /readyz), 1 healthy (not waited for: the outcome was settled before they answered)); no time is known for a quorum to be back, as the masters counted above have no known return; retry later", r.Env.Msg)
+	assert.Equal(t, "no quorum of Redis masters could vote in time (3 of 5 needed; 2 down, 2 not counted (quarantined, repairing or waiting; see /readyz), 1 healthy (not waited for: the outcome was settled before they answered)); a quorum is expected back in 4m24s, when quarantines end, or sooner when the 2 master(s) down or not answering come back; retry in 1 s", r.Env.Msg)
 	assert.Equal(t, "1", r.Header.Get("Retry-After"), "the outage's backoff")
 
 	// Master 0 down too: the quarantined two are not a quorum, and when
@@ -524,6 +525,7 @@ func TestQuorumMessage(t *testing.T) {
 		msg            string
 		back           time.Duration
 		backKnown      bool
+		sooner         int
 	}{{
 		name:     "every master repairing, three heard from",
 		failures: []error{me(0, redlock.ErrMasterQuarantined), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined)},
@@ -547,17 +549,23 @@ func TestQuorumMessage(t *testing.T) {
 		masters:  []redlock.MasterStatus{up, quarantined(264 * time.Second), quarantined(264 * time.Second), down, down},
 		msg:      head + "2 down, 2" + excluded + ", 1 timed out)",
 	}, {
-		name:     "one voted, two quarantined, two down: the down ones may make a quorum with the voter sooner, no promise",
-		votes:    1,
-		failures: []error{me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined), me(3, redlock.ErrMasterDown)},
-		masters:  []redlock.MasterStatus{up, quarantined(264 * time.Second), quarantined(200 * time.Second), down, down},
-		msg:      head + "1 voted, 2 down, 2" + excluded + ")",
+		name:      "one voted, two quarantined, two down: the down ones may make a quorum with the voter sooner",
+		votes:     1,
+		failures:  []error{me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined), me(3, redlock.ErrMasterDown)},
+		masters:   []redlock.MasterStatus{up, quarantined(264 * time.Second), quarantined(200 * time.Second), down, down},
+		msg:       head + "1 voted, 2 down, 2" + excluded + ")",
+		back:      264 * time.Second,
+		backKnown: true,
+		sooner:    2,
 	}, {
-		name:     "two counting, two quarantined, one paused: it may be back in a second, no promise",
-		votes:    2,
-		failures: []error{me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined), me(3, redlock.ErrMasterTimeout)},
-		masters:  []redlock.MasterStatus{up, quarantined(520 * time.Second), quarantined(520 * time.Second), up, up},
-		msg:      head + "2 voted, 2" + excluded + ", 1 timed out)",
+		name:      "two counting, two quarantined, one paused: it may be back in a second",
+		votes:     2,
+		failures:  []error{me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined), me(3, redlock.ErrMasterTimeout)},
+		masters:   []redlock.MasterStatus{up, quarantined(520 * time.Second), quarantined(520 * time.Second), up, up},
+		msg:       head + "2 voted, 2" + excluded + ", 1 timed out)",
+		back:      520 * time.Second,
+		backKnown: true,
+		sooner:    1,
 	}, {
 		name:      "one voted, three quarantined, one down: the down one cannot make a quorum with the voter alone",
 		votes:     1,
@@ -572,10 +580,13 @@ func TestQuorumMessage(t *testing.T) {
 		masters:  []redlock.MasterStatus{down, quarantined(264 * time.Second), quarantined(264 * time.Second), down, down},
 		msg:      head + "3 down, 2" + excluded + ")",
 	}, {
-		name:     "repairing, waiting and quarantined mixed: the waiting and repairing ones may make a quorum sooner, no promise",
-		failures: []error{me(0, redlock.ErrMasterQuarantined), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterDataLost)},
-		masters:  []redlock.MasterStatus{repairing, quarantined(time.Minute), quarantined(2 * time.Minute), waiting, up},
-		msg:      head + "4" + excluded + ", 1" + notWaited + ")",
+		name:      "repairing, waiting and quarantined mixed: the waiting and repairing ones may make a quorum sooner",
+		failures:  []error{me(0, redlock.ErrMasterQuarantined), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterDataLost)},
+		masters:   []redlock.MasterStatus{repairing, quarantined(time.Minute), quarantined(2 * time.Minute), waiting, up},
+		msg:       head + "4" + excluded + ", 1" + notWaited + ")",
+		back:      2 * time.Minute,
+		backKnown: true,
+		sooner:    2,
 	}, {
 		name:      "repairing and quarantined: back when the second quarantine ends",
 		failures:  []error{me(0, redlock.ErrMasterQuarantined), me(1, redlock.ErrMasterQuarantined), me(2, redlock.ErrMasterQuarantined)},
@@ -617,25 +628,29 @@ func TestQuorumMessage(t *testing.T) {
 		masters:  []redlock.MasterStatus{up, up, up, up, up},
 		msg:      "a quorum of Redis masters voted (3 of 5, 3 needed), but no fencing token is left: the fencing counter has reached the largest fence, 9007199254740991 (set by hand near it?); every acquire is refused",
 	}, {
-		name:     "status",
-		op:       "status",
-		votes:    1,
-		refused:  1,
-		failures: []error{me(0, redlock.ErrMasterDown), me(1, redlock.ErrMasterDown), me(2, redlock.ErrMasterQuarantined)},
-		masters:  []redlock.MasterStatus{down, down, quarantined(time.Minute), up, up},
-		msg:      "cannot tell whether the lock is held: 1 master(s) hold it, 1 answered it is free, 3 could not answer or do not count (3 of 5 needed either way)",
+		name:      "status",
+		op:        "status",
+		votes:     1,
+		refused:   1,
+		failures:  []error{me(0, redlock.ErrMasterDown), me(1, redlock.ErrMasterDown), me(2, redlock.ErrMasterQuarantined)},
+		masters:   []redlock.MasterStatus{down, down, quarantined(time.Minute), up, up},
+		msg:       "cannot tell whether the lock is held: 1 master(s) hold it, 1 answered it is free, 3 could not answer or do not count (3 of 5 needed either way)",
+		back:      time.Minute,
+		backKnown: true,
+		sooner:    2,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			op := cmp.Or(tc.op, "acquire")
 			oe := &redlock.OutcomeError{Op: op, Kind: redlock.ErrQuorumUnavailable, Quorum: 3, Masters: 5, Votes: tc.votes, Refused: tc.refused, Failures: tc.failures}
 			assert.Equal(t, tc.msg, quorumMessage(oe, tc.masters))
-			back, known := quorumReturn(oe, tc.masters, 3)
+			back, known, sooner := quorumReturn(oe, tc.masters, 3)
 			assert.Equal(t, tc.backKnown, known, "return known")
 			assert.Equal(t, tc.back, back, "return in")
+			assert.Equal(t, tc.sooner, sooner, "masters that may make a quorum sooner")
 		})
 	}
 	assert.Equal(t, "no quorum of Redis masters could vote in time", quorumMessage(redlock.ErrQuorumUnavailable, nil))
-	_, known := quorumReturn(redlock.ErrQuorumUnavailable, nil, 3)
+	_, known, _ := quorumReturn(redlock.ErrQuorumUnavailable, nil, 3)
 	assert.False(t, known)
 }
 

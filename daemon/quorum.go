@@ -164,16 +164,18 @@ func quorumMessage(err error, masters []redlock.MasterStatus) string {
 // out, refuses writes, awaits a repair or a clock check has no known
 // return. The quorum-th earliest return is the answer, when a quorum of
 // masters have one; false otherwise, as promising a time then would
-// promise what a master that may never come back has to deliver. False
-// also when the masters with no known return, with those that count now,
-// could make a quorum before that time: such a master may be back in a
-// second (a paused one beside quarantined ones), and a promise of the
-// quarantines' end would keep callers away for minutes from a quorum that
-// is back.
-func quorumReturn(err error, masters []redlock.MasterStatus, quorum int) (time.Duration, bool) {
+// promise what a master that may never come back has to deliver.
+//
+// sooner is how many masters have no known return when they, with those
+// that count now, could make a quorum before that time (0 otherwise):
+// such a master may be back in a second (a paused one beside quarantined
+// ones), so the time is a bound, not the wait — quorumAnswer then says
+// "or sooner" and answers the outage's backoff, as record actions do
+// (idemQuorumFailed), instead of the quarantines' end.
+func quorumReturn(err error, masters []redlock.MasterStatus, quorum int) (back time.Duration, known bool, sooner int) {
 	var oe *redlock.OutcomeError
 	if !errors.As(err, &oe) || quorum <= 0 || errors.Is(err, redlock.ErrFenceExhausted) {
-		return 0, false // no fencing token left: no return to promise
+		return 0, false, 0 // no fencing token left: no return to promise
 	}
 	t := tallyQuorum(oe, masters)
 	var ends []time.Duration
@@ -195,20 +197,20 @@ func quorumReturn(err error, masters []redlock.MasterStatus, quorum int) (time.D
 		}
 	}
 	if len(ends) < quorum {
-		return 0, false
+		return 0, false, 0
 	}
 	slices.Sort(ends)
-	back := ends[quorum-1]
+	back = ends[quorum-1]
 	if back > 0 {
 		now := 0 // masters that count now
 		for now < len(ends) && ends[now] == 0 {
 			now++
 		}
 		if unknown := len(masters) - len(ends); now+unknown >= quorum {
-			return 0, false
+			sooner = unknown
 		}
 	}
-	return back, true
+	return back, true, sooner
 }
 
 // quorumAnswer is the message and the Retry-After of a 503
@@ -226,8 +228,12 @@ func (s *Server) quorumAnswer(err error, now time.Time) (string, time.Duration) 
 	}
 	masters := health.Masters()
 	msg := prefix + quorumMessage(err, masters)
-	if d, ok := quorumReturn(err, masters, health.Quorum()); ok && d > 0 {
+	if d, ok, sooner := quorumReturn(err, masters, health.Quorum()); ok && d > 0 {
 		d = max(d.Round(time.Second), time.Second)
+		if sooner > 0 {
+			retry = min(retry, d, maxRetryAfter)
+			return msg + fmt.Sprintf("; a quorum is expected back in %v, when quarantines end, or sooner when the %d master(s) down or not answering come back; retry in %d s", d, sooner, retry/time.Second), retry
+		}
 		retry = min(d, maxRetryAfter)
 		return msg + fmt.Sprintf("; a quorum is expected back in %v, when quarantines end; retry in %d s", d, retry/time.Second), retry
 	}
