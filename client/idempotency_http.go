@@ -348,7 +348,14 @@ func refuse(w http.ResponseWriter, err error) (ours bool) {
 			return true
 		}
 	default:
-		w.Header().Set("Retry-After", "1")
+		// The daemon's Retry-After when it gave one (a quorum expected back
+		// in minutes, or its outage backoff): 1 s told every client to
+		// come back each second for as long as the records were out.
+		secs := int64(1)
+		if e != nil && e.RetryAfter > 0 {
+			secs = int64((e.RetryAfter + time.Second - 1) / time.Second)
+		}
+		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		http.Error(w, "idempotency records unavailable; retry later", http.StatusServiceUnavailable)
 		return true
 	}
