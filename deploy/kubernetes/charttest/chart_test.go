@@ -193,6 +193,9 @@ func checkMasters(t *testing.T, r *rendered, c chartCase) {
 		for _, s := range sts {
 			require.NotNil(t, s.Spec.Replicas)
 			require.Equal(t, int32(1), *s.Spec.Replicas, "%s: one pod per master, no replicas", s.Name)
+			// Not rolled by an upgrade: each master is a StatefulSet of its
+			// own, and a rollout would restart them all at once.
+			require.Equal(t, appsv1.OnDeleteStatefulSetStrategyType, s.Spec.UpdateStrategy.Type, "%s: masters are rolled by hand, one at a time", s.Name)
 			tmpl := &s.Spec.Template
 			require.True(t, selector(t, s.Spec.Selector).Matches(labels.Set(tmpl.Labels)), "%s: selector must select its template", s.Name)
 			require.Equal(t, []string{"StatefulSet/" + s.Name}, matching(t, r, selector(t, s.Spec.Selector)), "%s: its selector must select only its own pod", s.Name)
@@ -549,17 +552,26 @@ func configGroups(cfg config.Config) [][]string {
 // render with a message naming the value.
 func TestChartRefusesBadValues(t *testing.T) {
 	for name, tc := range map[string]struct{ values, want string }{
-		"even":        {"masterGroups: [{name: g0, masters: 4}]", "masterGroups[0].masters: 4 must be an odd number, at least 3"},
-		"one":         {"masterGroups: [{name: g0, masters: 1}]", "masterGroups[0].masters: 1 must be an odd number, at least 3"},
-		"duplicate":   {"masterGroups: [{name: g0, masters: 3}, {name: g0, masters: 3}]", `masterGroups[1].name: "g0" is used twice`},
-		"bad name":    {"masterGroups: [{name: G_0, masters: 3}]", `masterGroups[0].name: "G_0" must be 1-32 characters`},
-		"no groups":   {"masterGroups: []", "masterGroups: at least one group is needed"},
-		"no keys":     {"auth: {apiKeys: [], adminToken: admin-token-0123456789}", "auth.apiKeys: at least one"},
-		"short token": {"auth: {apiKeys: [{name: a, key: 0123456789abcdef}], adminToken: short}", "auth.adminToken: at least 16 bytes"},
-		"tls secret":  {"tls: {enabled: true}", "tls.secretName"},
-		"one daemon":  {"autoscaling: {minReplicas: 1}", "autoscaling.minReplicas: at least 2"},
-		"affinity":    {"redis: {antiAffinity: maybe}", `redis.antiAffinity: "maybe" must be hard or soft`},
-		"previous":    {"placement: {previousGroups: [g9]}", `placement.previousGroups[0]: "g9" is not a group of masterGroups`},
+		"even":     {"masterGroups: [{name: g0, masters: 4}]", "masterGroups[0].masters: 4 must be an odd number, 3 to 99"},
+		"one":      {"masterGroups: [{name: g0, masters: 1}]", "masterGroups[0].masters: 1 must be an odd number, 3 to 99"},
+		"fraction": {"masterGroups: [{name: g0, masters: 5.5}]", "masterGroups[0].masters: 5.5 must be a whole number"},
+		"thousand": {"masterGroups: [{name: g0, masters: 1001}]", "masterGroups[0].masters: 1001 must be an odd number, 3 to 99"},
+		// The keys reach the daemon as "name:key,name:key": a comma in a
+		// key made a second account of its tail (a black-box pass).
+		"comma key":    {"auth: {apiKeys: [{name: shop, key: '0123456789abcdef0123,evil:abcdefabcdefabcdef99'}], adminToken: admin-token-0123456789}", "auth.apiKeys[0].key: at least 16 bytes of printable ASCII without spaces or commas"},
+		"short key":    {"auth: {apiKeys: [{name: shop, key: abc}], adminToken: admin-token-0123456789}", "auth.apiKeys[0].key: at least 16 bytes"},
+		"bad account":  {"auth: {apiKeys: [{name: 'sh op', key: 0123456789abcdef}], adminToken: admin-token-0123456789}", "auth.apiKeys[0].name: 1 to 64 characters"},
+		"same account": {"auth: {apiKeys: [{name: shop, key: 0123456789abcdef}, {name: shop, key: fedcba9876543210}], adminToken: admin-token-0123456789}", `auth.apiKeys[1].name: "shop" is given twice`},
+		"duplicate":    {"masterGroups: [{name: g0, masters: 3}, {name: g0, masters: 3}]", `masterGroups[1].name: "g0" is used twice`},
+		"bad name":     {"masterGroups: [{name: G_0, masters: 3}]", `masterGroups[0].name: "G_0" must be 1-32 characters`},
+		"no groups":    {"masterGroups: []", "masterGroups: at least one group is needed"},
+		"no keys":      {"auth: {apiKeys: [], adminToken: admin-token-0123456789}", "auth.apiKeys: at least one"},
+		"short token":  {"auth: {apiKeys: [{name: a, key: 0123456789abcdef}], adminToken: short}", "auth.adminToken: at least 16 bytes"},
+		"tls secret":   {"tls: {enabled: true}", "tls.secretName"},
+		"one daemon":   {"autoscaling: {minReplicas: 1}", "autoscaling.minReplicas: at least 2"},
+		"affinity":     {"redis: {antiAffinity: maybe}", `redis.antiAffinity: "maybe" must be hard or soft`},
+		"rollout":      {"redis: {updateStrategy: Parallel}", `redis.updateStrategy: "Parallel" must be OnDelete or RollingUpdate`},
+		"previous":     {"placement: {previousGroups: [g9]}", `placement.previousGroups[0]: "g9" is not a group of masterGroups`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			base := "auth: {apiKeys: [{name: shop, key: 0123456789abcdef0123456789abcdef}], adminToken: admin-token-0123456789}\n"

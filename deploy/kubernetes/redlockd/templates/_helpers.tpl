@@ -53,6 +53,9 @@ app.kubernetes.io/component: master
 {{- if not .Values.masterGroups -}}
 {{- fail "masterGroups: at least one group is needed" -}}
 {{- end -}}
+{{- if not (has .Values.redis.updateStrategy (list "OnDelete" "RollingUpdate")) -}}
+{{- fail (printf "redis.updateStrategy: %q must be OnDelete or RollingUpdate" (toString .Values.redis.updateStrategy)) -}}
+{{- end -}}
 {{- range $i, $g := .Values.masterGroups -}}
 {{- if not (regexMatch "^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$" (toString $g.name)) -}}
 {{- fail (printf "masterGroups[%d].name: %q must be 1-32 characters from a-z 0-9 - (not starting or ending with -)" $i (toString $g.name)) -}}
@@ -61,9 +64,12 @@ app.kubernetes.io/component: master
 {{- fail (printf "masterGroups[%d].name: %q is used twice" $i $g.name) -}}
 {{- end -}}
 {{- $_ := set $seen $g.name true -}}
+{{- if not (regexMatch "^[0-9]+$" (toString $g.masters)) -}}
+{{- fail (printf "masterGroups[%d].masters: %v must be a whole number (an odd number, at least 3)" $i $g.masters) -}}
+{{- end -}}
 {{- $n := int $g.masters -}}
-{{- if or (lt $n 3) (eq (mod $n 2) 0) -}}
-{{- fail (printf "masterGroups[%d].masters: %d must be an odd number, at least 3" $i $n) -}}
+{{- if or (lt $n 3) (eq (mod $n 2) 0) (gt $n 99) -}}
+{{- fail (printf "masterGroups[%d].masters: %d must be an odd number, 3 to 99" $i $n) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
