@@ -215,7 +215,8 @@ func (c *Client) ExtendAttempt(ctx context.Context, a *Attempt, d time.Duration)
 // returned; to store a failure instead, return it as an Answer (a 4xx).
 // When fn panics, the attempt is aborted too and the panic goes on (as
 // WithLock releases its lock): the key is not left in progress for the
-// whole lease.
+// whole lease. A goroutine that ends by runtime.Goexit in fn leaves it in
+// progress, as a process that died does.
 //
 // Errors: those of Begin (ErrInProgress with RetryAfter,
 // ErrFingerprintMismatch, …), fn's, and those of Complete.
@@ -239,9 +240,17 @@ func (c *Client) Idempotent(ctx context.Context, key, fingerprint string, fn fun
 	}
 	returned := false
 	defer func() {
-		if !returned {
+		if returned {
+			return
+		}
+		// Only a panic aborts: a goroutine ended by runtime.Goexit (how the
+		// examples stand in for a process that died mid-work) leaves the
+		// attempt in progress, as a dead process's is, for a take-over
+		// after its lease.
+		if v := recover(); v != nil {
 			stop()
-			_ = abort() // fn panicked; the panic goes on
+			_ = abort()
+			panic(v)
 		}
 	}()
 	ans, ferr := fn(work, *a)
