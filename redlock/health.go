@@ -270,12 +270,13 @@ func (c *Client) QuorumExpectedIn() (time.Duration, bool) {
 	var ends []time.Duration
 	now, unknown := 0, 0
 	for _, m := range c.masters {
+		left := m.quarantineLeft()
 		switch {
 		case m.counts():
 			ends = append(ends, 0)
 			now++
-		case m.state() == MasterQuarantined && !m.st.conds.has(condClockHold) && m.quarantineLeft() > 0:
-			ends = append(ends, m.quarantineLeft())
+		case m.state() == MasterQuarantined && !m.st.conds.has(condClockHold) && left > 0:
+			ends = append(ends, left)
 		default:
 			unknown++
 		}
