@@ -317,11 +317,13 @@ func BenchmarkCheckCosts(b *testing.B) {
 		stateLine  = "  state = redis.call('MGET', KEYS[2], KEYS[3], KEYS[4])"
 		raiseLine  = "    redis.call('SET', KEYS[3], string.format('%d', h))"
 		replyLine  = "  return string.format('%d %d %s %s %d %d %d %d ', code, value, now[1], now[2], horizonBefore, horizon, counter, #mk) .. mk .. (extra or '')"
-		fTimeLine  = "local t = redis.call('TIME')"
+		fTimeLine  = timeLine
 		fStateLine = "local s = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[4])"
 		fRecLine   = "if KEYS[5] then"
-		fixedTime  = "{'1764770000', '0'}"
 	)
+	// A TIME reading fixed an hour ahead: the scripts set expiries from it
+	// (expiry.lua), so a reading in the past would set keys already expired.
+	fixedTime := fmt.Sprintf("{'%d', '0'}", time.Now().Add(time.Hour).Unix())
 	pre := votePreludeLua
 	type variant struct {
 		name   string
@@ -339,10 +341,10 @@ func BenchmarkCheckCosts(b *testing.B) {
 		{"vote-without-all-four", vote(without(without(without(without(pre, timeLine, "local now = "+fixedTime), stateLine, "  state = {'m', '1', '5'}"), raiseLine, ""), replyLine, "  return string.format('%d %d', code, value)"), acquireLua), voteKeys, []any{token, "10000"}, false},
 		{"df18b48-vote", df18b48Script(b, "acquire"), func(k string) []string { return []string{k, counter} }, []any{token, "10000"}, false},
 		{"fence", productScripts.fence, voteKeys, []any{token, "7"}, true},
-		{"fence-without-TIME", redis.NewScript(without(fenceLua, fTimeLine, "local t = "+fixedTime)), voteKeys, []any{token, "7"}, true},
+		{"fence-without-TIME", redis.NewScript(without(fenceLua, fTimeLine, "local now = "+fixedTime)), voteKeys, []any{token, "7"}, true},
 		{"fence-without-state-read", redis.NewScript(without(fenceLua, fStateLine, "local s = redis.call('MGET', KEYS[1], KEYS[4]); s = {s[1], 'm', '1', s[2]}")), voteKeys, []any{token, "7"}, true},
 		{"fence-without-record", redis.NewScript(without(fenceLua, fRecLine, "if false then")), voteKeys, []any{token, "7"}, true},
-		{"fence-without-all-three", redis.NewScript(without(without(without(fenceLua, fTimeLine, "local t = "+fixedTime), fStateLine, "local s = redis.call('MGET', KEYS[1], KEYS[4]); s = {s[1], 'm', '1', s[2]}"), fRecLine, "if false then")), voteKeys, []any{token, "7"}, true},
+		{"fence-without-all-three", redis.NewScript(without(without(without(fenceLua, fTimeLine, "local now = "+fixedTime), fStateLine, "local s = redis.call('MGET', KEYS[1], KEYS[4]); s = {s[1], 'm', '1', s[2]}"), fRecLine, "if false then")), voteKeys, []any{token, "7"}, true},
 		{"df18b48-fence", df18b48Script(b, "fence"), func(k string) []string { return []string{k, counter} }, []any{token, "7"}, true},
 		{"release", releaseScript, func(k string) []string { return []string{k, k + ":fence"} }, []any{token, run + ":released", releaseID(token)}, true},
 		{"release-without-record", releaseScript, func(k string) []string { return []string{k} }, []any{token, run + ":released", releaseID(token)}, true},

@@ -86,8 +86,9 @@ import (
 // "<f> <token>" with the lock's own PTTL, set in the same script that
 // checked the token holds the lock. Extend gives the record the lock's new
 // PTTL in the script that extends the lock, release deletes it in the
-// script that deletes the lock, and a record expires with its lock (never
-// before it, at most a millisecond or two after). So a record is present on
+// script that deletes the lock, and a record expires with its lock, to the
+// millisecond: each script sets every expiry from one TIME reading
+// (scripts/expiry.lua). So a record is present on
 // a master while the lock it was written for is. A master that has not run the write-back yet
 // has no record for the token, or a stale one of an earlier holder.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,32 +103,44 @@ func TestLockDelayFollowsExtend(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, l.Extend(ctx, 30*time.Second))
 	// Extend returns on a quorum: the other masters' extends may land a
-	// little later (on a loaded machine, with -race, more than the 1 s
-	// an extend to 5 s left before: it failed so once). Both TTLs of a
-	// master are read in one MULTI, at one moment.
-	require.Eventually(t, func() bool {
-		for _, r := range rdbs {
+	// little later. Expiries are read as absolute times (PEXPIRETIME), so
+	// the reading itself cannot tick between two keys: the scripts set a
+	// lock's keys from one TIME reading (expiry.lua), so their distances
+	// are exact. They were not while scripts set relative expiries: a
+	// millisecond that ticked inside the script put the delay record
+	// 2.001 s after the lock, or the fence record 1 ms after the delay
+	// record (a loaded CI machine, 1 run in about 15).
+	var last atomic.Pointer[string]
+	ok := assert.Eventually(t, func() bool {
+		reading := ""
+		good := true
+		for i, r := range rdbs {
 			var lock, rec, fence *redis.DurationCmd
-			_, err := r.TxPipelined(ctx, func(p redis.Pipeliner) error {
-				lock = p.PTTL(ctx, key)
-				rec = p.PTTL(ctx, c.delayRecordKey(key))
-				fence = p.PTTL(ctx, c.fenceRecordKey(key))
+			_, err := r.Pipelined(ctx, func(p redis.Pipeliner) error {
+				lock = p.PExpireTime(ctx, key)
+				rec = p.PExpireTime(ctx, c.delayRecordKey(key))
+				fence = p.PExpireTime(ctx, c.fenceRecordKey(key))
 				return nil
 			})
-			if err != nil || lock.Val() < 25*time.Second {
-				return false
+			reading += fmt.Sprintf("\nmaster %d: lock expires %v, delay record %v, fence record %v (ms since the epoch), err %v",
+				i, lock.Val().Milliseconds(), rec.Val().Milliseconds(), fence.Val().Milliseconds(), err)
+			if err != nil || time.UnixMilli(lock.Val().Milliseconds()).Before(time.Now().Add(25*time.Second)) {
+				good = false
+				continue
 			}
-			if d := rec.Val() - lock.Val(); d < 1990*time.Millisecond || d > 2*time.Second {
-				return false
-			}
-			// The fence record lives as long as the delay record
-			// (lockdelay.go, "Silent losses of a record").
-			if d := rec.Val() - fence.Val(); d < 0 || d > 10*time.Millisecond {
-				return false
+			// The delay record outlives the lock by the delay, and the
+			// fence record lives as long as the delay record (lockdelay.go,
+			// "Silent losses of a record"), to the millisecond.
+			if rec.Val()-lock.Val() != 2*time.Second || fence.Val() != rec.Val() {
+				good = false
 			}
 		}
-		return true
+		last.Store(&reading)
+		return good
 	}, 10*time.Second, 5*time.Millisecond, "every master: record = lock + 2s, fence record = record")
+	if !ok {
+		t.Fatalf("last reading:%s", *last.Load())
+	}
 	require.NoError(t, l.Release(ctx))
 }
 

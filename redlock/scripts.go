@@ -20,15 +20,24 @@ var (
 	//go:embed scripts/status.lua
 	statusLua string
 	//go:embed scripts/fence.lua
-	fenceLua string
+	fenceBody string
+	// fenceLua opens with expiry.lua, as every script that sets a record's
+	// expiry does.
+	fenceLua = expiryLua + fenceBody
 	//go:embed scripts/fence_repair.lua
 	fenceRepairLua string
 	//go:embed scripts/marker.lua
 	markerLua string
 	//go:embed scripts/repair.lua
 	repairLua string
+	//go:embed scripts/expiry.lua
+	expiryLua string
 	//go:embed scripts/vote_prelude.lua
-	votePreludeLua string
+	votePreludeBody string
+	// votePreludeLua opens every vote script: expiry.lua (this master's
+	// TIME, the one instant the script's expiries count from), then
+	// vote_prelude.lua.
+	votePreludeLua = expiryLua + votePreludeBody
 	//go:embed scripts/stats_read.lua
 	statsReadLua string
 	//go:embed scripts/horizon_read.lua
@@ -44,7 +53,8 @@ var (
 	//go:embed scripts/extend_multi.lua
 	extendMultiLua string
 	//go:embed scripts/fence_multi.lua
-	fenceMultiLua string
+	fenceMultiBody string
+	fenceMultiLua  = expiryLua + fenceMultiBody
 	//go:embed scripts/release_multi.lua
 	releaseMultiLua string
 	//go:embed scripts/slots_read.lua

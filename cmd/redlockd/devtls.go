@@ -15,7 +15,7 @@ import (
 // devACLRules are the documented least-privilege ACL line (docs/operations.md, "TLS") for the default
 // key_prefix, after the user name and password (TestDevACLIsTheREADMEs
 // keeps the two the same).
-const devACLRules = "~redlock:* resetchannels &redlock:* -@all +ping +info +time +get +mget +set +del +exists +scan +pexpire +pttl +publish +subscribe +hget +hgetall +hset +zadd +zcard +zrange +zrem +zremrangebyscore +zscore +eval +evalsha +script|load"
+const devACLRules = "~redlock:* resetchannels &redlock:* -@all +ping +info +time +get +mget +set +del +exists +scan +pexpire +pexpireat +pexpiretime +pttl +publish +subscribe +hget +hgetall +hset +zadd +zcard +zrange +zrem +zremrangebyscore +zscore +eval +evalsha +script|load"
 
 // devCerts are the files `redlockd dev --tls` made: the CA every side
 // trusts and the client certificate for curl and `redlockd lock`.

@@ -41,7 +41,7 @@ end
 -- refuses the grant as a granted lock does (redlock/lockdelay.go), so a
 -- record lost silently elsewhere cannot hand the key out in its delay.
 local function delayed()
-  local d = redis.call('PTTL', KEYS[6])
+  local d = pttl(KEYS[6])
   if d <= 0 or redis.call('EXISTS', KEYS[1]) == 1 then
     return 0, ''
   end
@@ -61,7 +61,7 @@ if not intact then
       return reply(-2, d, e)
     end
   end
-  return reply(-2, g == 'g' and redis.call('PTTL', KEYS[1]) or 0, g)
+  return reply(-2, g == 'g' and pttl(KEYS[1]) or 0, g)
 end
 if KEYS[6] then
   local d, e = delayed()
@@ -69,14 +69,14 @@ if KEYS[6] then
     return reply(0, d, e)
   end
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', at(tonumber(ARGV[2]))) then
   local delay = KEYS[6] and tonumber(ARGV[3]) or 0
   if delay > 0 then
     -- The record outlives the lock by the delay; the horizon covers it.
-    redis.call('SET', KEYS[6], ARGV[1], 'PX', tonumber(ARGV[2]) + delay)
+    redis.call('SET', KEYS[6], ARGV[1], 'PXAT', at(tonumber(ARGV[2]) + delay))
   end
   raiseHorizon(tonumber(ARGV[2]) + delay)
   -- The prelude's reading of the counter: nothing in between writes it.
   return reply(1, math.max(counter, 0))
 end
-return reply(0, redis.call('PTTL', KEYS[1]), granted())
+return reply(0, pttl(KEYS[1]), granted())

@@ -28,7 +28,7 @@ end
 local function held()
   local longest, g = 0, ''
   for i = 5, #KEYS, stride do
-    local left = redis.call('PTTL', KEYS[i])
+    local left = pttl(KEYS[i])
     if left ~= -2 then
       if left == -1 then
         left = 0
@@ -57,7 +57,7 @@ end
 local function delays(free)
   local longest, granted = 0, 0
   for i = 7, #KEYS, stride do
-    local d = redis.call('PTTL', KEYS[i])
+    local d = pttl(KEYS[i])
     if d > 0 and not (free and redis.call('EXISTS', KEYS[i - 2]) == 1) then
       longest = math.max(longest, d)
       if d > granted then
@@ -113,10 +113,10 @@ if stride == 3 then
   end
 end
 for i = 5, #KEYS, stride do
-  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[i], ARGV[1], 'PXAT', at(tonumber(ARGV[2])))
   if delay > 0 then
     -- The record outlives the lock by the delay; the horizon covers it.
-    redis.call('SET', KEYS[i + 2], ARGV[1], 'PX', tonumber(ARGV[2]) + delay)
+    redis.call('SET', KEYS[i + 2], ARGV[1], 'PXAT', at(tonumber(ARGV[2]) + delay))
   end
 end
 raiseHorizon(tonumber(ARGV[2]) + delay)

@@ -47,10 +47,10 @@ if type(v) == 'table' then
 end
 if v == ARGV[1] then
   local ttl = tonumber(ARGV[2])
-  local left = redis.call('PTTL', KEYS[1])
+  local left = pttl(KEYS[1])
   local delay = 0
   if KEYS[6] and left >= 0 then
-    local rd = redis.call('PTTL', KEYS[6])
+    local rd = pttl(KEYS[6])
     if rd > left and redis.call('GET', KEYS[6]) == v then
       delay = rd - left
     end
@@ -59,11 +59,11 @@ if v == ARGV[1] then
     ttl = tonumber(ARGV[4]) - delay
   end
   if left >= 0 and left < ttl then
-    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIREAT', KEYS[1], at(ttl))
     left = ttl
   end
   if delay > 0 then
-    redis.call('PEXPIRE', KEYS[6], left + delay)
+    redis.call('PEXPIREAT', KEYS[6], at(left + delay))
   end
   raiseHorizon(left + delay)
   local fence = ''
@@ -71,10 +71,10 @@ if v == ARGV[1] then
     local f = redis.call('GET', KEYS[5])
     local sp = f and string.find(f, ' ', 1, true)
     if sp and string.sub(f, sp + 1) == v then
-      redis.call('PEXPIRE', KEYS[5], left + delay)
+      redis.call('PEXPIREAT', KEYS[5], at(left + delay))
       fence = string.sub(f, 1, sp - 1)
     else
-      redis.call('SET', KEYS[5], (ARGV[3] or '0') .. ' ' .. v, 'PX', left + delay)
+      redis.call('SET', KEYS[5], (ARGV[3] or '0') .. ' ' .. v, 'PXAT', at(left + delay))
     end
   end
   if delay > 0 then
@@ -92,7 +92,7 @@ if ARGV[5] == 'restore' then
     delay = tonumber(ARGV[6])
   end
   ttl = restoreTTL(ttl, delay, tonumber(ARGV[4]))
-  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ttl) then
+  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', at(ttl)) then
     return reply(0, 0) -- a key of another type
   end
   keepRecords(KEYS[5], KEYS[6], ARGV[3], ttl, delay)

@@ -71,11 +71,11 @@ if code == 0 then
     j = j + 1
     if holders[j] then
       -- This token's (no key of the set is another's here): keep it to ttl.
-      if redis.call('PTTL', KEYS[i]) < ttl then
-        redis.call('PEXPIRE', KEYS[i], ttl)
+      if pttl(KEYS[i]) < ttl then
+        redis.call('PEXPIREAT', KEYS[i], at(ttl))
       end
     else
-      redis.call('SET', KEYS[i], ARGV[1], 'PX', ttl)
+      redis.call('SET', KEYS[i], ARGV[1], 'PXAT', at(ttl))
     end
     keepRecords(KEYS[i + 1], stride == 3 and KEYS[i + 2], ARGV[3], ttl, delay)
   end
@@ -85,10 +85,10 @@ end
 local asked = tonumber(ARGV[2])
 local shortest, longest, fence, delayed = -1, 0, '', 0
 for i = 5, #KEYS, stride do
-  local left = redis.call('PTTL', KEYS[i])
+  local left = pttl(KEYS[i])
   local delay = 0
   if stride == 3 and left >= 0 then
-    local rd = redis.call('PTTL', KEYS[i + 2])
+    local rd = pttl(KEYS[i + 2])
     if rd > left and redis.call('GET', KEYS[i + 2]) == ARGV[1] then
       delay = rd - left
     end
@@ -98,11 +98,11 @@ for i = 5, #KEYS, stride do
     ttl = tonumber(ARGV[5]) - delay
   end
   if left >= 0 and left < ttl then
-    redis.call('PEXPIRE', KEYS[i], ttl)
+    redis.call('PEXPIREAT', KEYS[i], at(ttl))
     left = ttl
   end
   if delay > 0 then
-    redis.call('PEXPIRE', KEYS[i + 2], left + delay)
+    redis.call('PEXPIREAT', KEYS[i + 2], at(left + delay))
     delayed = math.max(delayed, delay)
   end
   if left + delay > longest then
@@ -115,12 +115,12 @@ for i = 5, #KEYS, stride do
     local f = redis.call('GET', KEYS[i + 1])
     local sp = f and string.find(f, ' ', 1, true)
     if sp and string.sub(f, sp + 1) == ARGV[1] then
-      redis.call('PEXPIRE', KEYS[i + 1], left + delay)
+      redis.call('PEXPIREAT', KEYS[i + 1], at(left + delay))
       if fence == '' then
         fence = string.sub(f, 1, sp - 1)
       end
     else
-      redis.call('SET', KEYS[i + 1], ARGV[3] .. ' ' .. ARGV[1], 'PX', left + delay)
+      redis.call('SET', KEYS[i + 1], ARGV[3] .. ' ' .. ARGV[1], 'PXAT', at(left + delay))
     end
   end
 end

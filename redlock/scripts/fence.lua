@@ -15,9 +15,9 @@
 -- master lost its data (marker, horizon or counter missing); sec, usec this
 -- master's TIME (after 1, its counter is at least ARGV[2] from then on,
 -- unless it loses data).
-local t = redis.call('TIME')
+-- now, nowms: this master's TIME (expiry.lua, which opens this script).
 local function reply(code)
-  return code .. ' ' .. t[1] .. ' ' .. t[2]
+  return code .. ' ' .. now[1] .. ' ' .. now[2]
 end
 -- One MGET: the lock's holder, the marker, the horizon and the counter
 -- (false where missing).
@@ -33,20 +33,20 @@ if cur < tonumber(ARGV[2]) then
   redis.call('SET', KEYS[4], ARGV[2])
 end
 if KEYS[5] then
-  -- The lock's PTTL: the record expires with the lock (within the
-  -- millisecond that may tick between the two calls, never before it).
-  local left = redis.call('PTTL', KEYS[1])
+  -- The lock's PTTL as of nowms: the record expires with the lock, to the
+  -- millisecond (expiry.lua).
+  local left = pttl(KEYS[1])
   if left > 0 then
     if ARGV[3] == '1' and KEYS[6] then
       -- A lock with a delay: the record lives as long as this token's delay
       -- record, so that a vote in the delay can tell a granted lock's
       -- delay ('D', acquire.lua).
-      local rd = redis.call('PTTL', KEYS[6])
+      local rd = pttl(KEYS[6])
       if rd > left and redis.call('GET', KEYS[6]) == ARGV[1] then
         left = rd
       end
     end
-    redis.call('SET', KEYS[5], ARGV[2] .. ' ' .. ARGV[1], 'PX', left)
+    redis.call('SET', KEYS[5], ARGV[2] .. ' ' .. ARGV[1], 'PXAT', at(left))
   end
 end
 return reply(1)

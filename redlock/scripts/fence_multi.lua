@@ -10,9 +10,9 @@
 -- as its delay record (fence.lua)
 -- Returns "code sec usec" as fence.lua: 1 written, 0 the token does not
 -- hold every key here, -2 this master lost its data.
-local t = redis.call('TIME')
+-- now, nowms: this master's TIME (expiry.lua, which opens this script).
 local function reply(code)
-  return code .. ' ' .. t[1] .. ' ' .. t[2]
+  return code .. ' ' .. now[1] .. ' ' .. now[2]
 end
 local stride = tonumber(ARGV[3])
 local s = redis.call('MGET', KEYS[2], KEYS[3], KEYS[4])
@@ -35,16 +35,16 @@ end
 local record = ARGV[2] .. ' ' .. ARGV[1]
 local delayed = stride == 3 and ARGV[4] == '1'
 for i = 5, #KEYS, stride do
-  local left = redis.call('PTTL', KEYS[i])
+  local left = pttl(KEYS[i])
   if left > 0 then
     if delayed then
       -- As fence.lua: the record lives as long as this token's delay record.
-      local rd = redis.call('PTTL', KEYS[i + 2])
+      local rd = pttl(KEYS[i + 2])
       if rd > left and redis.call('GET', KEYS[i + 2]) == ARGV[1] then
         left = rd
       end
     end
-    redis.call('SET', KEYS[i + 1], record, 'PX', left)
+    redis.call('SET', KEYS[i + 1], record, 'PXAT', at(left))
   end
 end
 return reply(1)

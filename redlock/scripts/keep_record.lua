@@ -10,8 +10,8 @@ local function keepRecord(k, v, ms)
   if cur and cur ~= ARGV[1] and string.sub(cur, -#ARGV[1] - 1) ~= ' ' .. ARGV[1] then
     return
   end
-  if not cur or redis.call('PTTL', k) < ms then
-    redis.call('SET', k, v, 'PX', ms)
+  if not cur or pttl(k) < ms then
+    redis.call('SET', k, v, 'PXAT', at(ms))
   end
 end
 -- restoreTTL is a restore's TTL for a lock with delay milliseconds of

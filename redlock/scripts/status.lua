@@ -24,6 +24,6 @@ if v then
       extra = extra .. ' ' .. string.sub(f, 1, sp - 1)
     end
   end
-  return reply(1, redis.call('PTTL', KEYS[1]), extra)
+  return reply(1, pttl(KEYS[1]), extra)
 end
 return reply(0, 0)

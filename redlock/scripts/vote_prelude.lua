@@ -27,8 +27,7 @@
 -- The script does not read INFO stats (evicted_keys,
 -- total_commands_processed): the lane reads them once per pipelined batch,
 -- after the batch's votes (statsReading, redlock/batchstats.go).
-local now = redis.call('TIME')
-local nowms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+-- now, nowms: this master's TIME (expiry.lua, which opens every vote script).
 -- One MGET reads the marker, the horizon and the counter (false where
 -- missing): each redis.call costs the master about a microsecond, the
 -- calls' count is most of a vote's cost.
