@@ -155,3 +155,20 @@ func TestAbandonedConnectionIsReset(t *testing.T) {
 	require.Eventually(t, func() bool { end = proxy.endOfMarked(); return end != nil }, 10*time.Second, 10*time.Millisecond)
 	assert.ErrorIs(t, end, io.EOF, "a connection closed without a timeout is closed plainly")
 }
+
+// TestAbandonableConnKeepsTheIdleCheck: the wrapper over a plain TCP
+// connection is still a syscall.Conn, so that go-redis checks a pooled
+// connection before reusing it and drops one whose master was killed or
+// restarted; without it, the first batch after a restart failed with EOF
+// on every restarted master (TestDelayedRestartQuarantine and three more
+// failed in CI).
+func TestAbandonableConnKeepsTheIdleCheck(t *testing.T) {
+	cn, err := net.Dial("tcp", servers[0].Addr())
+	require.NoError(t, err)
+	w := newAbandonableConn(cn)
+	defer w.Close()
+	_, ok := w.(syscall.Conn)
+	assert.True(t, ok, "a TCP lane connection passes SyscallConn on")
+	_, ok = w.(interface{ NetConn() net.Conn })
+	assert.True(t, ok, "and unwraps with NetConn")
+}

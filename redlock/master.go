@@ -512,7 +512,7 @@ func refusedAsConn(m *master, dial func(ctx context.Context, network, addr strin
 			return refusedConn{err: r.err}, nil
 		}
 		m.refused.Store(nil)
-		return &abandonableConn{Conn: cn}, nil
+		return newAbandonableConn(cn), nil
 	}
 }
 
@@ -534,6 +534,28 @@ func refusedAsConn(m *master, dial func(ctx context.Context, network, addr strin
 type abandonableConn struct {
 	net.Conn
 	timedOut atomic.Bool
+}
+
+// abandonableSysConn is an abandonableConn over a connection with a file
+// descriptor (plain TCP): it passes SyscallConn on, because go-redis's
+// check of a pooled connection before reuse (did the master close it:
+// killed, restarted) reads the outer connection only, and skips one that
+// is not a syscall.Conn — a lane would then send its next batch into a
+// dead master's connection and fail it with EOF. A TLS connection is not
+// one, with or without the wrapper (go-redis does not peek under TLS).
+type abandonableSysConn struct {
+	*abandonableConn
+	sc syscall.Conn
+}
+
+func (c abandonableSysConn) SyscallConn() (syscall.RawConn, error) { return c.sc.SyscallConn() }
+
+func newAbandonableConn(cn net.Conn) net.Conn {
+	ac := &abandonableConn{Conn: cn}
+	if sc, ok := cn.(syscall.Conn); ok {
+		return abandonableSysConn{abandonableConn: ac, sc: sc}
+	}
+	return ac
 }
 
 func (c *abandonableConn) Read(p []byte) (int, error) {
