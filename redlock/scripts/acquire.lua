@@ -69,13 +69,14 @@ if KEYS[6] then
     return reply(0, d, e)
   end
 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', at(tonumber(ARGV[2]))) then
+local ttl = tonumber(ARGV[2])
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PXAT', at(ttl)) then
   local delay = KEYS[6] and tonumber(ARGV[3]) or 0
   if delay > 0 then
     -- The record outlives the lock by the delay; the horizon covers it.
-    redis.call('SET', KEYS[6], ARGV[1], 'PXAT', at(tonumber(ARGV[2]) + delay))
+    redis.call('SET', KEYS[6], ARGV[1], 'PXAT', at(ttl + delay))
   end
-  raiseHorizon(tonumber(ARGV[2]) + delay)
+  raiseHorizon(ttl + delay)
   -- The prelude's reading of the counter: nothing in between writes it.
   return reply(1, math.max(counter, 0))
 end

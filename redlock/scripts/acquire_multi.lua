@@ -112,12 +112,13 @@ if stride == 3 then
     return reply(0, d, granted > 0 and 'D' or 'd')
   end
 end
+local ttl = tonumber(ARGV[2])
 for i = 5, #KEYS, stride do
-  redis.call('SET', KEYS[i], ARGV[1], 'PXAT', at(tonumber(ARGV[2])))
+  redis.call('SET', KEYS[i], ARGV[1], 'PXAT', at(ttl))
   if delay > 0 then
     -- The record outlives the lock by the delay; the horizon covers it.
-    redis.call('SET', KEYS[i + 2], ARGV[1], 'PXAT', at(tonumber(ARGV[2]) + delay))
+    redis.call('SET', KEYS[i + 2], ARGV[1], 'PXAT', at(ttl + delay))
   end
 end
-raiseHorizon(tonumber(ARGV[2]) + delay)
+raiseHorizon(ttl + delay)
 return reply(1, math.max(counter, 0))
