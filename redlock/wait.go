@@ -545,6 +545,12 @@ func (c *Client) releaseChannel() string { return c.releaseChan.(string) }
 // markerKey; New builds it once (Client.releaseChan).
 func releaseChannelOf(markerKey string) string { return markerKey + ":released:v2" }
 
+// ReleaseChannel is the pub/sub channel on which the masters publish the
+// releases of a Client whose marker key (WithMarkerKey) is markerKey, and
+// to which its waiters subscribe: "<markerKey>:released:v2". A Redis ACL
+// user of the Client must be allowed to PUBLISH and SUBSCRIBE to it.
+func ReleaseChannel(markerKey string) string { return releaseChannelOf(markerKey) }
+
 // releaseIDLen is the length of a release's id in its message
 // (releaseID).
 const releaseIDLen = 16

@@ -107,15 +107,23 @@ const masterCheckTimeout = 2 * time.Second
 // then a startup error, not a master shown down and 503s later. Masters
 // that are down or do not answer in time are not an error here: the
 // daemon starts and counts them when they come up.
-func checkMasterAccess(ctx context.Context, masters []*redis.Options) error {
+//
+// With commandsOf, the key prefix of the daemon's keys (serve; "" for
+// repair-fences, which runs fewer), each master that answers is also
+// asked to run every command the daemon runs there (commandProblem): a
+// refusal is an error naming the commands, keys or channel, and one of an
+// optional command a warning, returned.
+func checkMasterAccess(ctx context.Context, masters []*redis.Options, commandsOf string) (warnings []string, err error) {
 	errs := make([]error, len(masters))
+	cmdErrs := make([]error, len(masters))
+	warns := make([][]string, len(masters))
 	var wg sync.WaitGroup
 	for i, mo := range masters {
 		wg.Go(func() {
 			o := *mo
 			o.MaxRetries = -1
 			o.DialTimeout, o.ReadTimeout, o.WriteTimeout = masterCheckTimeout, masterCheckTimeout, masterCheckTimeout
-			o.PoolSize, o.MinIdleConns, o.DialerRetries = 1, 0, 1
+			o.PoolSize, o.MinIdleConns, o.DialerRetries = 2, 0, 1 // 2: the command check's SUBSCRIBE
 			o.DisableIdentity = true
 			r := redis.NewClient(&o)
 			defer r.Close()
@@ -149,13 +157,27 @@ func checkMasterAccess(ctx context.Context, masters []*redis.Options) error {
 			if problem != "" {
 				errs[i] = fmt.Errorf("masters[%d] (%s): %s", i, mo.Addr, problem)
 			}
+			if err == nil && commandsOf != "" {
+				var p string
+				p, warns[i] = commandProblem(cctx, r, i, mo.Addr, commandsOf)
+				if p != "" {
+					cmdErrs[i] = fmt.Errorf("masters[%d] (%s): %s", i, mo.Addr, p)
+				}
+			}
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("masters refuse the daemon's credentials or TLS:\n%w", err)
+	for _, w := range warns {
+		warnings = append(warnings, w...)
 	}
-	return nil
+	var all []error
+	if err := errors.Join(errs...); err != nil {
+		all = append(all, fmt.Errorf("masters refuse the daemon's credentials or TLS:\n%w", err))
+	}
+	if err := errors.Join(cmdErrs...); err != nil {
+		all = append(all, fmt.Errorf("masters refuse commands the daemon runs:\n%w", err))
+	}
+	return warnings, errors.Join(all...)
 }
 
 // isTimeout reports whether err is a deadline: a master that did not

@@ -86,9 +86,13 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		ln.Close()
 		return err
 	}
-	if err := checkMasterAccess(ctx, masters); err != nil {
+	warnings, err := checkMasterAccess(ctx, masters, cfg.KeyPrefix)
+	if err != nil {
 		ln.Close()
 		return err
+	}
+	for _, w := range warnings {
+		log.Warn("an optional command is refused", zap.String("why", w))
 	}
 	// The accounts' limits live on the current groups' masters, on
 	// connections of their own: the counts on the first group's, each
