@@ -153,6 +153,7 @@ func (s *Server) serveIdempotency(ctx context.Context, w http.ResponseWriter, c 
 	case idemBegin:
 		err = s.idemBegin(ctx, w, c, &req, key, d)
 	case idemComplete:
+		c.limits.Releasing(idempotency.LeaseKey(key), req.token)
 		err = s.idem.store.Complete(ctx, key, req.token, req.answer)
 		s.idemLeaseEnded(c, key, req.token, err)
 		if err == nil {
@@ -161,6 +162,7 @@ func (s *Server) serveIdempotency(ctx context.Context, w http.ResponseWriter, c 
 			s.idemOK(w, c, d, http.StatusOK, "")
 		}
 	case idemAbort:
+		c.limits.Releasing(idempotency.LeaseKey(key), req.token)
 		if req.retryable {
 			err = s.idem.store.Abort(ctx, key, req.token)
 		} else {
@@ -256,6 +258,7 @@ func (s *Server) idemBegin(ctx context.Context, w http.ResponseWriter, c *call, 
 func (s *Server) abortAbandoned(c *call, key, token string) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
 	defer cancel()
+	c.limits.Releasing(idempotency.LeaseKey(key), token)
 	err := s.idem.store.Abort(ctx, key, token)
 	s.idemLeaseEnded(c, key, token, err)
 	s.log.Info("idempotency attempt begun for a caller that went away: aborted", zap.String("key", key), zap.Error(err))
@@ -264,10 +267,13 @@ func (s *Server) abortAbandoned(c *call, key, token string) {
 // idemLeaseEnded counts the end of a processing lease for max_locks, as a
 // release is counted (lock.go): Complete and Abort release the lease when
 // they succeed, and a token that is no longer the owner holds no lease.
+// It ends the Releasing that preceded them.
 func (s *Server) idemLeaseEnded(c *call, key, token string, err error) {
 	if err == nil || errors.Is(err, idempotency.ErrNotOwner) {
 		c.limits.Changed(idempotency.LeaseKey(key), token, limits.Released)
+		return
 	}
+	c.limits.ReleaseEnded(idempotency.LeaseKey(key), token)
 }
 
 // idemBeginLimited runs the Store's Begin, counting the processing lease

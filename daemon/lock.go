@@ -337,14 +337,22 @@ func (s *Server) waitsStopped() bool {
 func (s *Server) releaseAbandoned(c *call, keys []string, token string, release func(context.Context) (int, error)) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
 	defer cancel()
+	member := func(k string) string {
+		if len(keys) > 1 {
+			return heldMember(token, k)
+		}
+		return token // a single-key lock's, or a permit's
+	}
+	for _, k := range keys {
+		c.limits.Releasing(k, member(k))
+	}
 	_, err := release(ctx)
-	if ch, ok := releaseChange(err); ok {
-		for _, k := range keys {
-			member := token // a single-key lock's, or a permit's
-			if len(keys) > 1 {
-				member = heldMember(token, k)
-			}
-			c.limits.Changed(k, member, ch)
+	ch, ok := releaseChange(err)
+	for _, k := range keys {
+		if ok {
+			c.limits.Changed(k, member(k), ch)
+		} else {
+			c.limits.ReleaseEnded(k, member(k))
 		}
 	}
 	s.log.Info("lock granted to a caller that went away: released", zap.Strings("keys", keys), zap.Error(err))
@@ -396,10 +404,13 @@ func (s *Server) acquireRefused(ctx context.Context, w http.ResponseWriter, c *c
 }
 
 func (s *Server) release(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
+	c.limits.Releasing(rk, req.token)
 	_, err := s.locker.Release(ctx, rk, req.token)
 	d := lockData{action: actRelease, key: req.key, outcome: outReleased}
 	if ch, ok := releaseChange(err); ok {
 		c.limits.Changed(rk, req.token, ch)
+	} else {
+		c.limits.ReleaseEnded(rk, req.token)
 	}
 	if err == nil {
 		d.ok = true

@@ -41,10 +41,16 @@ func (s *Server) serveSet(ctx context.Context, w http.ResponseWriter, c *call, r
 		s.acquireSet(ctx, w, c, req, rks, &d)
 	case actRelease:
 		d.outcome = outReleased
+		for _, rk := range rks {
+			c.limits.Releasing(rk, heldMember(req.token, rk))
+		}
 		_, err := s.locker.ReleaseMulti(ctx, rks, req.token)
-		if ch, ok := releaseChange(err); ok {
-			for _, rk := range rks {
+		ch, ok := releaseChange(err)
+		for _, rk := range rks {
+			if ok {
 				c.limits.Changed(rk, heldMember(req.token, rk), ch)
+			} else {
+				c.limits.ReleaseEnded(rk, heldMember(req.token, rk))
 			}
 		}
 		switch {

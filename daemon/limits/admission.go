@@ -156,10 +156,43 @@ func (a *Admission) Done(key, token string) {
 	a.st.lockDone(key, token)
 }
 
+// Releasing notes that a release of the lock at key held by token (a
+// held-set member: multi-key locks name "<token> <key>") has started. It
+// ends with the release's Changed, or with ReleaseEnded when the release
+// changed nothing to record. In between, a sync round that finds the key
+// already gone on the masters leaves the lock out of the count, and the
+// release is then not subtracted again.
+func (a *Admission) Releasing(key, token string) {
+	if a.st == nil {
+		return
+	}
+	a.st.mu.Lock()
+	a.st.startRelease(lockID(key, token))
+	a.st.mu.Unlock()
+}
+
+// ReleaseEnded ends a Releasing whose release is not recorded with
+// Changed (it failed: the lock's count is left to the sync rounds).
+func (a *Admission) ReleaseEnded(key, token string) {
+	if a.st == nil {
+		return
+	}
+	a.st.mu.Lock()
+	a.st.endRelease(lockID(key, token))
+	a.st.mu.Unlock()
+}
+
 // Changed records a release or an extend of the lock at key held by token.
 func (a *Admission) Changed(key, token string, c Change) {
 	if a.st == nil {
 		return
+	}
+	if c == NotHeld {
+		// The release's end: it found the lock gone (lockChanged counts
+		// nothing for it).
+		a.st.mu.Lock()
+		a.st.endRelease(lockID(key, token))
+		a.st.mu.Unlock()
 	}
 	a.st.lockChanged(key, token, c == Released)
 }

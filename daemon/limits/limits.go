@@ -382,6 +382,20 @@ type accountState struct {
 	// an acquire past max_locks.
 	inflight map[string]bool
 	released []string
+	// releasing counts the releases of each lock (lockID) that have
+	// started and not ended (Admission.Releasing, ended by lockChanged or
+	// releaseEnded); uncounted holds those of them that a round which
+	// carried a change of theirs found out of the masters' count (its best
+	// answer). The masters delete a lock's key before its Release returns
+	// and the release is recorded: a round that runs and ends in between
+	// leaves the lock out of held, and its release, recorded after, must
+	// not be subtracted again. It was: the count fell one below the locks
+	// held until the next round, and one acquire more than max_locks was
+	// let in (a black-box pass: 6 of max_locks 5 held at once, 24 clients,
+	// one daemon). A round that counts the lock again takes it out of
+	// uncounted.
+	releasing map[string]int
+	uncounted map[string]bool
 }
 
 // rateSpan is how many seconds of the shared rate counter a round reads
@@ -527,10 +541,20 @@ func (st *accountState) lockChanged(key, token string, released bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	id := lockID(key, token)
+	gone := released && st.uncounted[id]
+	if released {
+		st.endRelease(id)
+	}
 	if i, ok := st.pending[id]; ok && released {
 		delete(st.pending, id)
 		st.ops[i] = heldOp{}
 		st.acq--
+		return
+	}
+	if gone {
+		// A round already found the lock out of the masters' count
+		// (uncounted): the release is synced, not subtracted again.
+		st.ops = append(st.ops, heldOp{key: key, token: token, at: time.Now(), kind: opExtend})
 		return
 	}
 	if released {
@@ -553,6 +577,29 @@ func (st *accountState) lockChanged(key, token string, released bool) {
 		kind = opRelease
 	}
 	st.ops = append(st.ops, heldOp{key: key, token: token, at: time.Now(), kind: kind})
+}
+
+// startRelease notes a release of the lock id that has started
+// (releasing). st.mu is held.
+func (st *accountState) startRelease(id string) {
+	if st.releasing == nil {
+		st.releasing = map[string]int{}
+	}
+	st.releasing[id]++
+}
+
+// endRelease notes a release of the lock id that has ended, and forgets
+// the lock's uncounted mark once none is left. st.mu is held.
+func (st *accountState) endRelease(id string) {
+	n, ok := st.releasing[id]
+	switch {
+	case !ok:
+	case n > 1:
+		st.releasing[id] = n - 1
+	default:
+		delete(st.releasing, id)
+		delete(st.uncounted, id)
+	}
 }
 
 // takeOps returns the lock changes a round syncs: every one recorded
@@ -1009,6 +1056,20 @@ func (l *Limiter) mergeHeld(r *roundState, replies []masterReply, groupOK []bool
 			if c, sent := counted[id]; sent && !c {
 				st.rel--
 				st.uncount(id)
+			}
+		}
+		// A lock being released that the round left out: its release,
+		// recorded after this, is not subtracted (uncounted). One the
+		// round counted is in held again.
+		for id, c := range counted {
+			switch {
+			case c:
+				delete(st.uncounted, id)
+			case st.releasing[id] > 0:
+				if st.uncounted == nil {
+					st.uncounted = map[string]bool{}
+				}
+				st.uncounted[id] = true
 			}
 		}
 		// The changes of the groups not read stay counted here.

@@ -127,3 +127,89 @@ func TestSingleKeyReleaseOfASetKeyDuringRoundCountedOnce(t *testing.T) {
 	_, ok = st.reserveLocks(1)
 	assert.False(t, ok, "max_locks 2 with two locks held")
 }
+
+// TestReleaseRecordedAfterTheRoundThatSawItGone: the masters delete a
+// lock's key before its Release returns and the daemon records it. A
+// round that carries T's acquire, runs after T's key is gone on the
+// masters and ends before T's release is recorded leaves T out of held;
+// the release recorded after must not be subtracted again: with A held,
+// the estimate stays 1 and max_locks 1 refuses. Before, it fell to 0 until
+// the next round, and one acquire more than max_locks was let in (a
+// black-box pass: 6 of max_locks 5 held at once with 24 clients). The
+// release that ends without being recorded (it failed) forgets the mark;
+// the negative control: a round that still counted T (its script ran
+// before the DEL) has the release subtracted once.
+func TestReleaseRecordedAfterTheRoundThatSawItGone(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		countedT bool
+		held     int64
+	}{
+		{"masters saw T gone", false, 1},
+		{"masters still had T", true, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLimiter(zap.NewNop(), nil, "p:", time.Second, NewMetrics())
+			l.quorum = 1
+			now := time.Now()
+			st := l.newState("acme", Limits{MaxLocks: 1}, now)
+			a := &Admission{st: st}
+			_, ok := st.reserveLocks(1)
+			require.True(t, ok)
+			st.lockDone("lock:a", "tokA")
+			st.reserved++ // T's reservation, past the limit as a second daemon's would be
+			st.lockDone("lock:t", "tokT")
+			ops := st.takeOps(now, maxOpsPerCall)
+			require.Len(t, ops, 2)
+			a.Releasing("lock:t", "tokT") // T's release is sent; the masters run the round after its DEL (or before)
+			l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, ids: [][]string{{lockID("lock:a", "tokA"), lockID("lock:t", "tokT")}}, ops: ops},
+				[]masterReply{{ok: true, held: []int64{tc.held}, counted: [][]bool{{true, tc.countedT}}}}, true, []bool{true}, now)
+			a.Changed("lock:t", "tokT", Released) // the Release returns after the round ended
+			st.mu.Lock()
+			got := st.heldEstimate()
+			releasing, uncounted := len(st.releasing), len(st.uncounted)
+			st.mu.Unlock()
+			assert.Equal(t, int64(1), got, "A is held, T released: one lock")
+			assert.Zero(t, releasing+uncounted, "nothing kept for a release that ended")
+			_, ok = st.reserveLocks(1)
+			assert.False(t, ok, "max_locks 1 with A held")
+		})
+	}
+}
+
+// TestFailedReleaseForgetsTheUncountedMark: a release that fails (not
+// recorded) ends its mark, and a later release of the same lock that a
+// round counted again is subtracted: the lock is out, not counted twice
+// as held.
+func TestFailedReleaseForgetsTheUncountedMark(t *testing.T) {
+	l := NewLimiter(zap.NewNop(), nil, "p:", time.Second, NewMetrics())
+	l.quorum = 1
+	now := time.Now()
+	st := l.newState("acme", Limits{MaxLocks: 2}, now)
+	a := &Admission{st: st}
+	_, ok := st.reserveLocks(1)
+	require.True(t, ok)
+	st.lockDone("lock:t", "tokT")
+	ids := [][]string{{lockID("lock:t", "tokT")}}
+	ops := st.takeOps(now, maxOpsPerCall)
+	a.Releasing("lock:t", "tokT")
+	// The best master had lost T's key; the release then fails.
+	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, ids: ids, ops: ops},
+		[]masterReply{{ok: true, held: []int64{0}, counted: [][]bool{{false}}}}, true, []bool{true}, now)
+	a.ReleaseEnded("lock:t", "tokT")
+	st.mu.Lock()
+	assert.Empty(t, st.uncounted)
+	assert.Empty(t, st.releasing)
+	st.mu.Unlock()
+	// T extended: a round counts it again (held 1); then released.
+	a.Changed("lock:t", "tokT", Extended)
+	ops = st.takeOps(now, maxOpsPerCall)
+	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, ids: ids, ops: ops},
+		[]masterReply{{ok: true, held: []int64{1}, counted: [][]bool{{true}}}}, true, []bool{true}, now)
+	a.Releasing("lock:t", "tokT")
+	a.Changed("lock:t", "tokT", Released)
+	st.mu.Lock()
+	got := st.heldEstimate()
+	st.mu.Unlock()
+	assert.Equal(t, int64(0), got, "T released: none held")
+}
