@@ -349,3 +349,35 @@ func TestRepairRefusedForOOMSaysSo(t *testing.T) {
 	countsAgainWithin(t, c, 0, before, 2*time.Second)
 	assert.NotContains(t, c.Masters()[0].QuarantineReason, "maxmemory", "the step no longer applies")
 }
+
+// TestClockHoldReasonOutlivesLaterQuarantines: master 4's clock runs fast
+// (a drift, not one step): it is held out once it disagrees, and each
+// probe after that sees its clock jump forward again, a quarantine of its
+// own whose reason replaced the hold's. The reason must keep naming the
+// hold and the operator's step for as long as the hold lasts: a
+// black-box pass saw "wall clock jumped forward by 50ms … counts again
+// when every lock it may have held has ended" with 0 s left, on a master
+// that never came back until its clock was fixed.
+func TestClockHoldReasonOutlivesLaterQuarantines(t *testing.T) {
+	opts, _, clock := skewedMasters(t)
+	c := clockClient(t, opts, WithPerMasterTimeout(200*time.Millisecond), WithHealthInterval(50*time.Millisecond), WithMaxTTL(time.Hour))
+	_, err := c.Acquire(context.Background(), "clock:"+t.Name(), 2*time.Second, WithWait(10*time.Second))
+	require.NoError(t, err)
+	require.NoError(t, clock.SetRate(3))
+	until(t, 10*time.Second, func() bool { return c.masters[4].st.conds.has(condClockHold) }, func() string { return fmt.Sprintf("%+v", c.Masters()[4]) })
+	q := c.Quarantines()
+	until(t, 10*time.Second, func() bool { return c.Quarantines() > q+1 }, func() string {
+		return fmt.Sprintf("later probes quarantine it again (a forward jump each): %+v", c.Masters()[4])
+	})
+	for range 5 {
+		c.probeAll()
+		c.afterProbes()
+		st := c.Masters()[4]
+		require.True(t, c.masters[4].st.conds.has(condClockHold), "still held: %+v", st)
+		assert.Equal(t, MasterQuarantined, st.State)
+		assert.Contains(t, st.QuarantineReason, "fix its clock (NTP)", "the hold and the operator's step stay named")
+	}
+	require.NoError(t, clock.Reset())
+	until(t, 10*time.Second, func() bool { return !c.masters[4].st.conds.has(condClockHold) }, func() string { return fmt.Sprintf("%+v", c.Masters()[4]) })
+	assert.NotContains(t, c.Masters()[4].QuarantineReason, "fix its clock (NTP)", "the hold is over: %+v", c.Masters()[4])
+}

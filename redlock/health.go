@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -163,6 +164,16 @@ func (c *Client) Masters() []MasterStatus {
 		st.WriteRefusals = m.st.oomRefusals.Load()
 		if st.QuarantineLeft > 0 || m.st.conds.has(condRepairPending) || m.st.conds.has(condClockHold) || !m.st.conds.has(condProbed) || state == MasterWaiting {
 			st.QuarantineReason = m.st.quarantineReason
+			if h := m.st.clockHoldReason; h != "" && m.st.conds.has(condClockHold) && !strings.Contains(st.QuarantineReason, h) {
+				// A quarantine set during the hold replaced the
+				// hold's reason (clockHoldReason): both are named, the
+				// hold's first (it lasts until the clock is fixed).
+				if st.QuarantineLeft > 0 && st.QuarantineReason != "" {
+					st.QuarantineReason = h + "; " + st.QuarantineReason
+				} else {
+					st.QuarantineReason = h
+				}
+			}
 		}
 		m.st.mu.Unlock()
 		switch {

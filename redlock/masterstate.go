@@ -181,6 +181,9 @@ func (m *master) judge(o observation) bool {
 			// expired early on it; keep it out until they have all ended.
 			m.judgeClockFault("wall clock agrees with the other masters again after it differed: locks it held may have expired early")
 			m.st.conds.clear(condClockHold)
+			m.st.mu.Lock()
+			m.st.clockHoldReason = ""
+			m.st.mu.Unlock()
 			changed = true
 		}
 		return changed
@@ -244,6 +247,7 @@ func (m *master) judgeClockDisagrees(why string) bool {
 		return false
 	}
 	m.st.mu.Lock()
+	m.st.clockHoldReason = why
 	if m.quarantineLeft() > 0 && m.st.quarantineReason != "" {
 		why = m.st.quarantineReason + "; " + why
 	}
@@ -309,9 +313,17 @@ type masterState struct {
 	startedAt        time.Time // when the server started, by its clock; zero if unknown
 	seen             bool      // answered at least one probe
 	quarantineReason string
-	drifting         bool
-	clock            clockGuard
-	warnings         []string
+	// clockHoldReason is why its clock is held out (condClockHold), kept
+	// apart from quarantineReason, which a quarantine set while the hold
+	// lasts replaces (a drifting clock's probes see small forward jumps,
+	// each a quarantine "wall clock jumped forward"): Status composes the
+	// two, so the operator's step ("fix its clock") stays named while the
+	// hold does (a black-box pass saw it replaced within a second, and a
+	// master shown "quarantined, 0 s left" that never came back).
+	clockHoldReason string
+	drifting        bool
+	clock           clockGuard
+	warnings        []string
 }
 
 // counts reports whether the master's answers count towards a quorum now.
