@@ -32,11 +32,20 @@ const (
 	// was above the stored cap: its value is the original body's length in
 	// bytes, and the replay carries no body.
 	HeaderIdempotentBodyOmitted = "Idempotent-Body-Omitted"
+	// HeaderIdempotentHeadersOmitted is set on a replayed answer whose
+	// kept headers alone were above MaxAnswerBytes: the names of those
+	// left out (the largest first, until the rest fit), comma-separated.
+	HeaderIdempotentHeadersOmitted = "Idempotent-Headers-Omitted"
 )
 
 // ReplayedHeaders are the response headers stored with an answer and
 // replayed; the others are not kept.
 var ReplayedHeaders = []string{"Content-Type", "Content-Encoding", "Content-Language", "Location", "Etag", "Last-Modified", "Link", "Cache-Control"}
+
+// listHeaders are the ReplayedHeaders whose value is a comma-separated
+// list: several lines of one are kept as one value, joined with ", ". Of
+// the others (one value each), the first line is kept.
+var listHeaders = map[string]bool{"Content-Encoding": true, "Content-Language": true, "Link": true, "Cache-Control": true}
 
 // MiddlewareOptions configure Middleware.
 type MiddlewareOptions struct {
@@ -263,14 +272,26 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 		}
 		ans := rec.answer()
 		err = c.Complete(ctx, a, ans)
-		if errors.Is(err, ErrInvalid) && len(ans.Body) > 0 {
-			// Refused for its size (the daemon counts the headers too):
-			// store the status and headers with a marker instead, so that
-			// a retry gets a replay that says the body is missing rather
-			// than running next again.
+		if errors.Is(err, ErrInvalid) {
+			// Refused for its size (the daemon counts the headers too,
+			// and its cap, idempotency_max_answer_bytes, may be below
+			// MaxAnswerBytes): store the status and headers with a
+			// marker instead, and then, if that is refused too, with
+			// the largest headers left out until it fits the smallest
+			// cap a daemon takes, so that a retry gets a replay that
+			// says what is missing rather than running next again.
 			first := err
-			ans = rec.withoutBody()
-			if err = c.Complete(ctx, a, ans); err == nil {
+			for _, limit := range []int{rec.max, minDaemonAnswerBytes} {
+				smaller := rec.withoutBody(limit)
+				if answerSize(smaller.Headers, smaller.Body) >= answerSize(ans.Headers, ans.Body) {
+					continue // no smaller than the one refused
+				}
+				ans = smaller
+				if err = c.Complete(ctx, a, ans); !errors.Is(err, ErrInvalid) {
+					break
+				}
+			}
+			if err == nil {
 				o.report("complete-without-body", a, first)
 			}
 		}
@@ -398,7 +419,15 @@ func (r *recorder) WriteHeader(code int) {
 	r.wroteHead, r.status = true, code
 	r.headers = map[string]string{}
 	for _, k := range ReplayedHeaders {
-		if v := r.Header().Get(k); v != "" {
+		v := r.Header().Get(k)
+		if listHeaders[k] {
+			// Every line of a list-valued header, as one comma-separated
+			// value (RFC 9110, section 5.3: the same meaning): a record
+			// keeps one value per name, and kept only the first of 20
+			// Link lines (a black-box pass).
+			v = strings.Join(r.Header().Values(k), ", ")
+		}
+		if v != "" {
 			r.headers[k] = v
 			r.headerBytes += len(k) + len(v)
 		}
@@ -438,22 +467,61 @@ func (r *recorder) answer() Answer {
 		r.WriteHeader(http.StatusOK)
 	}
 	if r.overflow {
-		return r.withoutBody()
+		return r.withoutBody(r.max)
 	}
 	return Answer{Status: r.status, Headers: r.headers, Body: bytes.Clone(r.body.Bytes())}
 }
 
 // withoutBody is the answer stored when the body is above the cap: status
 // and headers, no body, and Idempotent-Body-Omitted with the body's length.
-func (r *recorder) withoutBody() Answer {
-	h := make(map[string]string, len(r.headers)+1)
+// When the kept headers alone are above limit, the largest are left out
+// too until the rest fits, named in Idempotent-Headers-Omitted: an answer
+// the daemon refuses to store is not stored at all, and the upstream ran
+// again at every retry after the lease (a black-box pass: a 70 KB Link
+// header).
+func (r *recorder) withoutBody(limit int) Answer {
+	h := make(map[string]string, len(r.headers)+2)
 	for k, v := range r.headers {
 		if k != "Content-Length" {
 			h[k] = v
 		}
 	}
 	h[HeaderIdempotentBodyOmitted] = strconv.Itoa(r.size)
+	var left []string
+	for answerSize(h, nil) > limit {
+		big := ""
+		for k, v := range h {
+			if k == HeaderIdempotentBodyOmitted || k == HeaderIdempotentHeadersOmitted {
+				continue
+			}
+			if big == "" || len(k)+len(v) > len(big)+len(h[big]) || len(k)+len(v) == len(big)+len(h[big]) && k < big {
+				big = k
+			}
+		}
+		if big == "" {
+			break // nothing left to leave out
+		}
+		delete(h, big)
+		left = append(left, big)
+		slices.Sort(left)
+		h[HeaderIdempotentHeadersOmitted] = strings.Join(left, ", ")
+	}
 	return Answer{Status: r.status, Headers: h}
+}
+
+// minDaemonAnswerBytes is the smallest idempotency_max_answer_bytes a
+// daemon takes (docs/configuration.md).
+const minDaemonAnswerBytes = 1024
+
+// answerSize is an answer's size as the daemon counts it against its cap
+// (Answer.Size in redlock/idempotency): the body's bytes and every
+// header's name and value.
+func answerSize(headers map[string]string, body []byte) int {
+	n := len(body)
+	for k, v := range headers {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 // keepEndToEnd removes names from h's Connection header, so that a proxy

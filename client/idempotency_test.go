@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -185,4 +186,112 @@ func TestMiddlewareTooLargeAnswerIsStoredWithoutItsBody(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.Equal(t, []string{"complete-without-body"}, ops)
+}
+
+// TestMiddlewareReplaysEveryLineOfAListHeader: an answer with several
+// Link and Cache-Control lines replays all of them (as one comma-separated
+// value each: the same meaning, RFC 9110 section 5.3); a record keeps one
+// value per name, and kept only the first line (a black-box pass: 1 of 20
+// Link lines replayed). Of a one-value header sent twice, the first.
+func TestMiddlewareReplaysEveryLineOfAListHeader(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	var runs atomic.Int32
+	links := []string{`</a>; rel="next"`, `</b>; rel="prev"`, `</c>; rel="last"`}
+	h := client.Middleware(c, client.MiddlewareOptions{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		for _, l := range links {
+			w.Header().Add("Link", l)
+		}
+		w.Header().Add("Cache-Control", "no-store")
+		w.Header().Add("Cache-Control", "private")
+		w.Header().Add("Location", "/orders/1")
+		w.Header().Add("Location", "/orders/2")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("ok"))
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	post := func() *http.Response {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader("q"))
+		require.NoError(t, err)
+		req.Header.Set(client.HeaderIdempotencyKey, "links-1")
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	require.Equal(t, http.StatusCreated, post().StatusCode)
+	again := post()
+	require.Equal(t, "true", again.Header.Get(client.HeaderIdempotentReplayed))
+	assert.Equal(t, strings.Join(links, ", "), strings.Join(again.Header.Values("Link"), ", "))
+	assert.Equal(t, "no-store, private", strings.Join(again.Header.Values("Cache-Control"), ", "))
+	assert.Equal(t, []string{"/orders/1"}, again.Header.Values("Location"))
+	require.EqualValues(t, 1, runs.Load())
+}
+
+// TestMiddlewareHeadersAboveTheCapAreLeftOut: an answer whose kept
+// headers alone are above the cap (a 70 KB Link) is stored without its
+// body and without the headers that do not fit, named in
+// Idempotent-Headers-Omitted, with the gateway's cap at the daemon's
+// (64 KiB) and above it (1 MiB: the daemon refuses, and the gateway
+// stores a smaller answer). The daemon refused the whole answer, it was
+// not stored, and the upstream ran again at every retry after the lease
+// (a black-box pass).
+func TestMiddlewareHeadersAboveTheCapAreLeftOut(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	for _, maxBytes := range []int{0, 1 << 20} {
+		t.Run(fmt.Sprintf("MaxAnswerBytes=%d", maxBytes), func(t *testing.T) {
+			var runs atomic.Int32
+			var ops []string
+			var mu sync.Mutex
+			big := `</` + strings.Repeat("x", 70_000) + `>; rel="next"`
+			h := client.Middleware(c, client.MiddlewareOptions{
+				MaxAnswerBytes: maxBytes,
+				OnError: func(op, key string, err error) {
+					mu.Lock()
+					ops = append(ops, op)
+					mu.Unlock()
+				},
+			}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				runs.Add(1)
+				w.Header().Set("Link", big)
+				w.Header().Set("Content-Type", "text/plain")
+				_, _ = w.Write([]byte("done"))
+			}))
+			srv := httptest.NewServer(h)
+			defer srv.Close()
+			key := fmt.Sprintf("bighdr-%d", maxBytes)
+			post := func() *http.Response {
+				req, err := http.NewRequest(http.MethodPost, srv.URL+"/reports", strings.NewReader("r"))
+				require.NoError(t, err)
+				req.Header.Set(client.HeaderIdempotencyKey, key)
+				resp, err := srv.Client().Do(req)
+				require.NoError(t, err)
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp
+			}
+			first := post()
+			require.Equal(t, http.StatusOK, first.StatusCode)
+			assert.Equal(t, big, first.Header.Get("Link"), "the first answer is the upstream's, whole")
+			again := post()
+			require.Equal(t, http.StatusOK, again.StatusCode)
+			assert.Equal(t, "true", again.Header.Get(client.HeaderIdempotentReplayed))
+			assert.Equal(t, "Link", again.Header.Get(client.HeaderIdempotentHeadersOmitted))
+			assert.Equal(t, "4", again.Header.Get(client.HeaderIdempotentBodyOmitted))
+			assert.Equal(t, "text/plain", again.Header.Get("Content-Type"))
+			assert.Empty(t, again.Header.Get("Link"))
+			require.EqualValues(t, 1, runs.Load(), "the upstream ran once")
+			mu.Lock()
+			defer mu.Unlock()
+			if maxBytes > 64<<10 {
+				assert.Equal(t, []string{"complete-without-body"}, ops)
+			} else {
+				assert.Empty(t, ops)
+			}
+		})
+	}
 }
