@@ -32,7 +32,8 @@ const (
 	msgSetNotHeld  = "lock not held: a key of the set is not held with this token (it expired, was already released, or is not one of the keys the token was granted)"
 	msgDelayed     = "lock is in its lock-delay: the last holder's lock ended without a release; retry after retry_after"
 	msgPermitsHeld = "every permit of the semaphore is held"
-	// msgPermitsDelayed: some slots held, the others in their lock-delay.
+	// msgPermitsDelayed: every slot held or in its lock-delay (all of
+	// them delayed too).
 	msgPermitsDelayed = "every permit of the semaphore is held or in its lock-delay (a holder's lock ended without a release); retry after retry_after"
 	// msgWaitStopped ends the msg of a waiting acquire answered because
 	// the daemon is shutting down (Serve, step 3).
@@ -386,10 +387,13 @@ func (s *Server) acquireRefused(ctx context.Context, w http.ResponseWriter, c *c
 		}
 		switch {
 		case oe == nil:
+		case oe.Delayed > 0 && d.permits > 0:
+			// Some slots held and the others delayed, or every slot
+			// delayed: a semaphore's refusal names its permits either
+			// way (docs/api.md).
+			msg = msgPermitsDelayed
 		case oe.Delayed > 0 && oe.Delayed == oe.Refused:
 			msg = msgDelayed
-		case oe.Delayed > 0 && d.permits > 0:
-			msg = msgPermitsDelayed
 		case oe.Contended:
 			msg = msgContended
 		}
