@@ -86,6 +86,43 @@ func TestDoneWhenExtendRefused(t *testing.T) {
 	require.ErrorIs(t, l.Err(), ErrNotHeld, "refused, not timed out: %v", l.Err())
 }
 
+// TestDoneWhenAnExtendOfItsOwnIsRefused: the holder's own Extend (no
+// KeepAlive) refused ends the lock as lost at once, as ErrLost says: Err
+// returns it with ErrNotHeld joined and Done is closed, long before the
+// validity ends; a later Extend sends nothing. A black-box pass found Err
+// nil and Done open until the end of the validity.
+func TestDoneWhenAnExtendOfItsOwnIsRefused(t *testing.T) {
+	c := newClient(t)
+	key := newKey(t)
+	ctx := context.Background()
+	l, err := c.Acquire(ctx, key, 30*time.Second)
+	require.NoError(t, err)
+	done := l.Done()
+	_, err = c.Release(ctx, key, l.Token()) // behind the holder's back
+	require.NoError(t, err)
+	require.ErrorIs(t, l.Extend(ctx, 30*time.Second), ErrNotHeld)
+	select {
+	case <-done:
+	default:
+		t.Fatal("Done is open after a refused extend")
+	}
+	require.ErrorIs(t, l.Err(), ErrLost)
+	require.ErrorIs(t, l.Err(), ErrNotHeld)
+	err = l.Extend(ctx, 30*time.Second)
+	require.ErrorIs(t, err, ErrNotHeld)
+	assert.ErrorContains(t, err, "extend not sent")
+
+	// An extend that fails without a refusal (no quorum answered) is not
+	// a loss: the lock stays held until its validity says otherwise.
+	l2, err := c.Acquire(ctx, newKey(t), 30*time.Second)
+	require.NoError(t, err)
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	require.Error(t, l2.Extend(cctx, 30*time.Second))
+	require.NoError(t, l2.Err(), "a cancelled extend says nothing of the lock")
+	require.NoError(t, l2.Release(ctx))
+}
+
 func TestDoneWithoutKeepAlive(t *testing.T) {
 	c := newClient(t)
 	l, err := c.Acquire(context.Background(), newKey(t), 3*time.Second)

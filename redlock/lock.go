@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -106,6 +107,10 @@ func (l *Lock) Release(ctx context.Context) error {
 // TTL minus the delay, so that its delay record never outlives the max TTL
 // (the bound Acquire checks); ValidUntil tells how far. See Client.Extend.
 //
+// An extend refused (an error matching ErrNotHeld: a quorum answered, too
+// few of them still hold the token) ends the lock as lost: Err returns
+// ErrLost with that error joined, and Done is closed.
+//
 // Once the lock has ended for its holder — Done closed, or Err returned an
 // error: lost, or released — Extend sends nothing and returns an error
 // matching ErrNotHeld and that one (ErrLost or ErrReleased): a lock its
@@ -120,6 +125,17 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	}
 	validUntil, _, _, err := l.c.extendSet(ctx, l.set(), l.token, ttl, l.fence)
 	if err != nil {
+		if errors.Is(err, ErrNotHeld) {
+			// Refused: a quorum answered and not enough of them still
+			// hold the token. The lock is lost for its holder, whoever
+			// called Extend (ErrLost; KeepAlive does the same): Err
+			// reports it and Done closes at once, not at the end of a
+			// validity that no quorum backs any more (a black-box pass
+			// found Err nil after a refused Extend).
+			l.keep.mu.Lock()
+			l.keep.endLocked(errors.Join(ErrLost, err))
+			l.keep.mu.Unlock()
+		}
 		return err
 	}
 	l.mu.Lock()
