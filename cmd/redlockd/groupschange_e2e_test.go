@@ -142,7 +142,8 @@ func TestMovingDaemonWaits(t *testing.T) {
 // TestServeRefusesAMasterInTwoGroups: one Redis server listed in two
 // groups under two spellings (127.0.0.1 and localhost), which config's
 // address check cannot see: the daemon refuses to start, naming both
-// places and the run_id. Found by a helper: it started and served.
+// places and the run_id, and writes nothing on the masters. Found by a
+// helper: it started and served.
 func TestServeRefusesAMasterInTwoGroups(t *testing.T) {
 	srvs, err := redisproc.StartN(5, redisproc.Options{})
 	require.NoError(t, err)
@@ -162,7 +163,17 @@ master_groups:
 	out, err := exec.CommandContext(ctx, binary, "serve", "--config", path, "--listen", "127.0.0.1:0").CombinedOutput()
 	require.Error(t, err, "started with one server in two groups: %s", out)
 	require.NoError(t, ctx.Err(), "%s", out)
-	assert.Contains(t, string(out), "two masters are the same server: master 0 ("+srvs[0].Addr()+") of group g0 and master 0 (localhost:"+port+") of group g1 have run_id")
+	assert.Contains(t, string(out), "two masters are the same server: masters[0] ("+srvs[0].Addr()+") and masters[3] (localhost:"+port+") have run_id")
+	// Refused before any Client wrote to the masters: a refused daemon's
+	// max TTL registration (24 h by default) bounded every later loss
+	// quarantine on them for a day (a black-box pass).
+	for i, s := range srvs {
+		r := redis.NewClient(&redis.Options{Addr: s.Addr()})
+		keys, err := r.Keys(ctx, "*").Result()
+		r.Close()
+		require.NoError(t, err)
+		assert.Empty(t, keys, "master %d", i)
+	}
 }
 
 // groupChange is the default group (three real masters) gaining g1 (three

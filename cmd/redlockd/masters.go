@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/redlockd/redlockd/config"
+	"github.com/redlockd/redlockd/redlock"
 )
 
 // masterClientCert is the client certificate presented to the masters,
@@ -117,6 +118,7 @@ func checkMasterAccess(ctx context.Context, masters []*redis.Options, commandsOf
 	errs := make([]error, len(masters))
 	cmdErrs := make([]error, len(masters))
 	warns := make([][]string, len(masters))
+	runIDs := make([]string, len(masters))
 	var wg sync.WaitGroup
 	for i, mo := range masters {
 		wg.Go(func() {
@@ -163,6 +165,9 @@ func checkMasterAccess(ctx context.Context, masters []*redis.Options, commandsOf
 				if p != "" {
 					cmdErrs[i] = fmt.Errorf("masters[%d] (%s): %s", i, mo.Addr, p)
 				}
+				if info, err := r.Info(cctx, "server").Result(); err == nil {
+					runIDs[i] = infoValue(info, "run_id")
+				}
 			}
 		})
 	}
@@ -177,7 +182,35 @@ func checkMasterAccess(ctx context.Context, masters []*redis.Options, commandsOf
 	if err := errors.Join(cmdErrs...); err != nil {
 		all = append(all, fmt.Errorf("masters refuse commands the daemon runs:\n%w", err))
 	}
+	// Two addresses of one server (localhost and 127.0.0.1, a DNS alias),
+	// in one group or two: refused here, before any Client writes to the
+	// masters. The Clients' own checks (CheckMasters, serversOnce) come
+	// after their first probe round, which registers this daemon's max
+	// TTL on every master: a daemon refused then left its max TTL (24 h by
+	// default) bounding every later loss quarantine on those masters for
+	// that long (a black-box pass).
+	seen := map[string]int{}
+	for i, id := range runIDs {
+		if id == "" {
+			continue
+		}
+		if j, dup := seen[id]; dup {
+			all = append(all, fmt.Errorf("%w: masters[%d] (%s) and masters[%d] (%s) have run_id %s: list each master once, in one group", redlock.ErrSameServer, j, masters[j].Addr, i, masters[i].Addr, id[:min(8, len(id))]))
+			continue
+		}
+		seen[id] = i
+	}
 	return warnings, errors.Join(all...)
+}
+
+// infoValue is the value of field in an INFO answer ("" when absent).
+func infoValue(info, field string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimRight(line, "\r"), field+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // isTimeout reports whether err is a deadline: a master that did not
