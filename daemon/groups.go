@@ -32,6 +32,10 @@ type groupsLocker struct {
 	// lib routes the multi-key locks that span groups
 	// (redlock.Groups.AcquireMulti).
 	lib *redlock.Groups
+	// since is when this daemon started locking on these groups (its
+	// start): /readyz's placement since_ms of a stable daemon, which
+	// `redlockd groups-change` compares with step 2's wait.
+	since time.Time
 }
 
 // NewGroupsLocker serves the groups (at least one, names unique and
@@ -53,7 +57,7 @@ func newGroupsLocker(groups []redlock.Group) (*groupsLocker, error) {
 		return nil, err
 	}
 	gl := &groupsLocker{names: make([]string, len(groups)), groups: make([]redlockLocker, len(groups)), lib: lib,
-		ops: make([][numGroupOps]atomic.Int64, len(groups))}
+		ops: make([][numGroupOps]atomic.Int64, len(groups)), since: time.Now()}
 	for i, g := range groups {
 		gl.names[i], gl.groups[i] = g.Name, redlockLocker{g.Client}
 	}
@@ -256,7 +260,7 @@ func (g *groupsLocker) ClockBounds() redlock.ClockBounds { return redlock.ClockB
 
 // Groups is each group's view, placed stably over all of them.
 func (g *groupsLocker) Groups() *GroupsHealth {
-	gh := &GroupsHealth{Groups: make([]GroupHealth, len(g.groups)), To: append([]string(nil), g.names...)}
+	gh := &GroupsHealth{Groups: make([]GroupHealth, len(g.groups)), To: append([]string(nil), g.names...), Since: g.since}
 	for i, grp := range g.groups {
 		gh.Groups[i] = GroupHealth{Name: g.names[i], Health: grp, Ops: g.groupOps(i)}
 	}

@@ -232,9 +232,10 @@ func (l *movingLocker) Groups() *GroupsHealth {
 //
 //	{"phase":"moving","from":["default"],"to":["default","g1"],"since_ms":1735689600123}
 //
-// phase is "stable" (to: the groups; from absent) or "moving" (this daemon
-// locks a moved key in its group of from and its group of to, since
-// since_ms, when it started so). `redlockd groups-change` reads it.
+// phase is "stable" (to: the groups; from absent; since_ms, when this
+// daemon started locking on them) or "moving" (this daemon locks a moved
+// key in its group of from and its group of to, since since_ms, when it
+// started so). `redlockd groups-change` reads it.
 type readyPlacement struct {
 	Phase   string   `json:"phase"`
 	From    []string `json:"from,omitempty"`
@@ -245,7 +246,11 @@ type readyPlacement struct {
 // placementOf is /readyz's placement of gh.
 func placementOf(gh *GroupsHealth) *readyPlacement {
 	if gh.From == nil {
-		return &readyPlacement{Phase: "stable", To: gh.To}
+		p := &readyPlacement{Phase: "stable", To: gh.To}
+		if !gh.Since.IsZero() {
+			p.SinceMS = gh.Since.UnixMilli()
+		}
+		return p
 	}
 	return &readyPlacement{Phase: "moving", From: gh.From, To: gh.To, SinceMS: gh.Since.UnixMilli()}
 }

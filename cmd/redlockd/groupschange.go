@@ -204,6 +204,7 @@ func readProgress(ctx context.Context, client *http.Client, urls, to []string) (
 			to = pl.To
 		}
 	}
+	var early []int // daemons on the new groups, by index, to check against step 2's wait
 	for i, d := range placements {
 		pl := d.Placement
 		switch {
@@ -216,6 +217,7 @@ func readProgress(ctx context.Context, client *http.Client, urls, to []string) (
 		case to != nil && slices.Equal(pl.To, to):
 			p.onNew++
 			p.lines = append(p.lines, fmt.Sprintf("%s: on the new groups %v", urls[i], pl.To))
+			early = append(early, i)
 		default:
 			p.onOld++
 			p.lines = append(p.lines, fmt.Sprintf("%s: on the groups %v, not moving", urls[i], pl.To))
@@ -226,6 +228,28 @@ func readProgress(ctx context.Context, client *http.Client, urls, to []string) (
 				// the key is granted twice.
 				return p, fmt.Errorf("groups-change: %s locks in groups %v, but the moving daemons move from %v: a moved key can be granted twice; give the moving daemons previous_master_groups equal to the other daemons' master_groups (the same names, in the same order)", urls[i], pl.To, from)
 			}
+		}
+	}
+	// A daemon that came onto the new groups before step 2's wait ended
+	// (its since_ms) may have come straight from the old groups, skipping
+	// step 1: its last grants there may stand until its start plus max
+	// TTL, so step 2 lasts at least that long. (Only step 2's end from the
+	// moving daemons, and a daemon that skipped step 1 was reported while
+	// that end lay ahead, then not: a moved key granted twice, with the
+	// tool saying step 3 — a black-box pass.) One that came onto them
+	// after step 2's end cannot be told from one that was moving before
+	// (docs/operations.md).
+	if !p.stepTwoDone.IsZero() {
+		base := p.stepTwoDone
+		for _, i := range early {
+			since := time.UnixMilli(placements[i].Placement.SinceMS)
+			if placements[i].Placement.SinceMS == 0 || !since.Before(base) {
+				continue
+			}
+			if end := since.Add(time.Duration(placements[i].LongestMaxTTLS) * time.Second); end.After(p.stepTwoDone) {
+				p.stepTwoDone = end
+			}
+			p.lines = append(p.lines, fmt.Sprintf("%s: on the new groups since %s, before step 2's wait ended (%s): it may have skipped step 1, so step 2 lasts until its grants there have ended", urls[i], since.UTC().Format(time.RFC3339), base.UTC().Format(time.RFC3339)))
 		}
 	}
 	// Daemons that lock in different groups without a moving daemon

@@ -122,6 +122,27 @@ func TestGroupsChangeRefusesDaemonsThatCanGrantTwice(t *testing.T) {
 	var early, earlyErr bytes.Buffer
 	err := groupsChange(context.Background(), []string{"--daemons", daemonTTL(since, 1000) + "," + daemon(nw)}, &early, &earlyErr)
 	require.ErrorContains(t, err, "while step 2's wait is not over", early.String())
+	// A daemon that skipped step 1: on the new groups since before step 2's
+	// wait (from the moving daemon) ended, straight from the old groups.
+	// Its old process's grants may stand until its start plus max TTL,
+	// after the moving daemon's wait: groups-change must keep saying so
+	// (it said step 3, exit 0, once the moving daemon's wait was over,
+	// and a moved key was granted twice: a black-box pass). The negative
+	// control: a daemon on the new groups since after that wait is step 3.
+	now := time.Now()
+	movingSince := func(at time.Time) string {
+		return `{"phase":"moving","from":["g0","g1"],"to":["g0","g1","g2"],"since_ms":` + strconv.FormatInt(at.UnixMilli(), 10) + `}`
+	}
+	newSince := func(at time.Time) string {
+		return `{"phase":"stable","to":["g0","g1","g2"],"since_ms":` + strconv.FormatInt(at.UnixMilli(), 10) + `}`
+	}
+	var skip, skipErr bytes.Buffer
+	err = groupsChange(context.Background(), []string{"--daemons", daemonTTL(movingSince(now.Add(-40*time.Second)), 30) + "," + daemonTTL(newSince(now.Add(-15*time.Second)), 30)}, &skip, &skipErr)
+	require.ErrorContains(t, err, "while step 2's wait is not over", skip.String())
+	assert.Contains(t, skip.String(), "it may have skipped step 1")
+	var after, afterErr bytes.Buffer
+	require.NoError(t, groupsChange(context.Background(), []string{"--daemons", daemonTTL(movingSince(now.Add(-40*time.Second)), 30) + "," + daemonTTL(newSince(now.Add(-5*time.Second)), 30)}, &after, &afterErr), "%s", after.String())
+	assert.Contains(t, after.String(), "step 3: 1 of 2 daemons on the new groups only")
 	// Arguments that name nothing sensible are refused by name (a helper's
 	// pass: each reported "step 1" and exited 0).
 	for _, bad := range []struct {
