@@ -278,7 +278,9 @@ func (a *answer) validUntil() time.Time {
 	return a.sentAt.Add(elapsed + time.Duration(*a.data.ValidityMS)*time.Millisecond)
 }
 
-// ttlSeconds is ttl on the wire: whole seconds, rounded up.
+// ttlSeconds is ttl on the wire: whole seconds, rounded up; below 1s is
+// refused (a sub-second lease would be a 1 s one the caller did not ask
+// for).
 func ttlSeconds(ttl time.Duration) (int64, error) {
 	if ttl < time.Second {
 		return 0, fmt.Errorf("%w: ttl %v is below the minimum of 1s", ErrInvalid, ttl)
@@ -537,7 +539,9 @@ func shorten(b []byte) string {
 }
 
 // Acquire takes the lock key for ttl (whole seconds on the wire, rounded
-// up; at least 1 s, so 0 is refused, and at most the daemon's max_ttl). With WithWait it
+// up: 1.5s is 2s; at least 1 s — a ttl below 1s, 0 included, is refused
+// with ErrInvalid before anything is sent — and at most the daemon's
+// max_ttl). With WithWait it
 // waits for a held lock; WithNamespace selects a sub-space; with WithKeys
 // (and key "") it takes a multi-key lock.
 //

@@ -179,6 +179,9 @@ func (w *wireAnswer) decode() (*Answer, error) {
 // lease. Errors are *Error: ErrNotOwner, ErrInvalid (also 413, an answer
 // above the daemon's cap), ErrUnavailable.
 func (c *Client) Complete(ctx context.Context, a *Attempt, answer Answer) error {
+	if a == nil {
+		return fmt.Errorf("%w: Complete of a nil Attempt", ErrInvalid)
+	}
 	r := idemRequest{Action: "idem_complete", Key: a.Key, Namespace: a.Namespace, Token: a.Token,
 		Answer: &wireAnswer{Status: answer.Status, Headers: answer.Headers, BodyBase64: base64.StdEncoding.EncodeToString(answer.Body)}}
 	_, err := c.idem(ctx, &r)
@@ -188,6 +191,9 @@ func (c *Client) Complete(ctx context.Context, a *Attempt, answer Answer) error 
 // Abort ends the attempt without an answer: the next Begin starts afresh.
 // For a failure that must not be retried, Complete with its answer instead.
 func (c *Client) Abort(ctx context.Context, a *Attempt) error {
+	if a == nil {
+		return fmt.Errorf("%w: Abort of a nil Attempt", ErrInvalid)
+	}
 	r := idemRequest{Action: "idem_abort", Key: a.Key, Namespace: a.Namespace, Token: a.Token}
 	_, err := c.idem(ctx, &r)
 	return err
@@ -195,6 +201,9 @@ func (c *Client) Abort(ctx context.Context, a *Attempt) error {
 
 // ExtendAttempt makes the attempt's lease last d more from now.
 func (c *Client) ExtendAttempt(ctx context.Context, a *Attempt, d time.Duration) error {
+	if a == nil {
+		return fmt.Errorf("%w: ExtendAttempt of a nil Attempt", ErrInvalid)
+	}
 	r := idemRequest{Action: "idem_extend", Key: a.Key, Namespace: a.Namespace, Token: a.Token}
 	WithLease(d)(&r)
 	sentAt := time.Now()

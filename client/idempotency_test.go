@@ -295,3 +295,15 @@ func TestMiddlewareHeadersAboveTheCapAreLeftOut(t *testing.T) {
 		})
 	}
 }
+
+// TestNilAttemptIsInvalid: Complete, Abort and ExtendAttempt of a nil
+// Attempt answer ErrInvalid, as every other bad argument does, instead of
+// panicking (a black-box pass: Abort(ctx, nil) panicked).
+func TestNilAttemptIsInvalid(t *testing.T) {
+	c, err := client.New("http://127.0.0.1:1", "key-0123456789abcdef")
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.ErrorIs(t, c.Complete(ctx, nil, client.Answer{Status: 200}), client.ErrInvalid)
+	require.ErrorIs(t, c.Abort(ctx, nil), client.ErrInvalid)
+	require.ErrorIs(t, c.ExtendAttempt(ctx, nil, time.Second), client.ErrInvalid)
+}

@@ -161,7 +161,8 @@ func (l *Lease) endLocked(err error) {
 	}
 }
 
-// Extend resets the lock's TTL to ttl (whole seconds, rounded up). On
+// Extend resets the lock's TTL to ttl (whole seconds, rounded up; below
+// 1s is refused with ErrInvalid, as Acquire's). On
 // success ValidUntil moves to the new validity (never earlier than it
 // was). A refused extend (ErrNotHeld) means the lock is lost: Done is
 // closed. Other errors leave the lease as it was; it is lost when its

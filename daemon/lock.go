@@ -470,13 +470,14 @@ func (s *Server) extend(ctx context.Context, w http.ResponseWriter, c *call, req
 // extendedTTL is an extend answer's ttl in seconds: how long the lock now
 // lasts — the ttl asked for, or less when a lock-delay capped the extend
 // at max_ttl minus the delay (granted, the Locker's Lease.TTL; 0 when it
-// does not tell), or the validity's whole seconds when more (an extend
-// never shortens a lock).
+// does not tell), or the validity in seconds rounded up when more (an
+// extend never shortens a lock; rounded up as status rounds its ttl, so
+// ttl is never below the time that was left: 3,507 ms left said 3).
 func extendedTTL(asked int64, granted time.Duration, validityMS int64) int64 {
 	if granted > 0 {
 		asked = min(asked, int64(granted/time.Second))
 	}
-	return max(asked, validityMS/1000)
+	return max(asked, (validityMS+999)/1000)
 }
 
 func (s *Server) status(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {

@@ -697,3 +697,25 @@ func TestTTLEatenByTheDriftAllowance(t *testing.T) {
 	r := ts.do(t, http.MethodPost, "/v1/lock", `{"action":"acquire","key":"ttl-eaten","ttl":2}`, map[string]string{"X-API-Key": testKeyAcme})
 	assert.Equal(t, true, okData(t, r)["acquired"])
 }
+
+// TestExtendedTTLNeverBelowTheTimeLeft: an extend answer's ttl is never
+// below the time the lock still has (its validity, rounded up as status
+// rounds): with 3,507 ms left an extend of 1 s said ttl 3 (a black-box
+// pass), a lock shown shorter than it is. A lock-delay's cap still caps
+// what was asked.
+func TestExtendedTTLNeverBelowTheTimeLeft(t *testing.T) {
+	for _, tc := range []struct {
+		asked      int64
+		granted    time.Duration
+		validityMS int64
+		want       int64
+	}{
+		{1, 0, 3507, 4},
+		{1, 0, 3000, 3},
+		{5, 0, 3507, 5},
+		{10, 8 * time.Second, 2000, 8},
+		{10, 8 * time.Second, 8400, 9},
+	} {
+		assert.Equal(t, tc.want, extendedTTL(tc.asked, tc.granted, tc.validityMS), "%+v", tc)
+	}
+}

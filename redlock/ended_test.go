@@ -117,6 +117,20 @@ func TestNothingIsSentAfterClose(t *testing.T) {
 	require.ErrorIs(t, err, ErrClosed)
 	assert.NotErrorIs(t, err, ErrQuorumUnavailable)
 	assert.Greater(t, longestPTTL(t, held.Key()), 5*time.Second, "the held lock stays (Close releases nothing)")
+	// The reads too (a black-box pass saw status, semaphore status and
+	// the listing answer a quorum failure as well, which a caller retries).
+	_, err = c.Status(ctx, held.Key())
+	require.ErrorIs(t, err, ErrClosed)
+	assert.NotErrorIs(t, err, ErrQuorumUnavailable)
+	_, err = c.StatusMulti(ctx, []string{held.Key(), key})
+	require.ErrorIs(t, err, ErrClosed)
+	assert.NotErrorIs(t, err, ErrQuorumUnavailable)
+	_, err = c.SemaphoreStatus(ctx, "sem:"+t.Name(), 2)
+	require.ErrorIs(t, err, ErrClosed)
+	assert.NotErrorIs(t, err, ErrQuorumUnavailable)
+	_, err = c.List(ctx, "", "", 10)
+	require.ErrorIs(t, err, ErrClosed)
+	assert.NotErrorIs(t, err, ErrQuorumUnavailable)
 }
 
 // TestKeepAliveStopsAtClose: a keep-alive's goroutine returns when its

@@ -192,7 +192,10 @@ func (c *Client) Masters() []MasterStatus {
 // QuorumAvailable reports whether enough masters are up and count (not
 // quarantined, not awaiting repair) for an acquire or an extend: at least
 // VotesNeeded, the quorum plus WithExtraVotes (with extra votes, a quorum
-// alone reported true while every acquire failed).
+// alone reported true while every acquire failed). It is the health
+// loop's view: a master that stopped answering counts as up until a probe
+// (every WithHealthInterval, default 1 s) or a lane's timeout says
+// otherwise, so it can lag the calls by that long.
 func (c *Client) QuorumAvailable() bool {
 	n := 0
 	for _, m := range c.masters {

@@ -92,6 +92,9 @@ func (c *Client) List(ctx context.Context, prefix, cursor string, count int) (Li
 	if count < 1 || count > MaxListCount {
 		return ListPage{}, fmt.Errorf("%w: count: %d is outside 1 to %d", ErrInvalid, count, MaxListCount)
 	}
+	if err := c.closedErr(); err != nil {
+		return ListPage{}, err
+	}
 	var cur listCursor
 	if cursor == "" {
 		var err error

@@ -281,6 +281,9 @@ func (c *Client) StatusMulti(ctx context.Context, keys []string) (MultiStatus, e
 	if err := c.checkMultiKeys(keys); err != nil {
 		return MultiStatus{}, err
 	}
+	if err := c.closedErr(); err != nil {
+		return MultiStatus{}, err
+	}
 	start := time.Now()
 	fans := make([]*fan, len(keys))
 	for i, k := range keys {

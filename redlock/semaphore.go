@@ -337,6 +337,9 @@ func (c *Client) SemaphoreStatus(ctx context.Context, name string, permits int) 
 	if err := checkSemaphore(name, permits); err != nil {
 		return SemaphoreStatus{}, err
 	}
+	if err := c.closedErr(); err != nil {
+		return SemaphoreStatus{}, err
+	}
 	sts := make([]Status, permits)
 	errs := make([]error, permits)
 	sem := make(chan struct{}, statusReaders)

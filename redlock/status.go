@@ -47,6 +47,11 @@ func (c *Client) Status(ctx context.Context, key string) (Status, error) {
 	if key == "" {
 		return Status{}, fmt.Errorf("%w: key must not be empty", ErrInvalid)
 	}
+	if err := c.closedErr(); err != nil {
+		// ErrClosed alone, as Acquire's: not a quorum error a caller
+		// would retry (a black-box pass saw both).
+		return Status{}, err
+	}
 	start := time.Now()
 	out, _ := c.fanout(script{s: c.sc.status, keys: c.voteKeys(key)}, start)
 	t := c.newStatusTally()
