@@ -356,6 +356,26 @@ func replaceLine(s, prefix, with string) string {
 // does not list fails every vote on such a master (it happened with MGET);
 // this catches it before a master does.
 func TestACLAllowsEveryScriptCommand(t *testing.T) {
+	used := scriptCommands(t)
+	require.Contains(t, used, "mget", "the scan found the scripts' commands")
+	for name, rules := range map[string]string{"the documented ACL line": readmeACLLine(t), "devACLRules": devACLRules} {
+		allowed := map[string]bool{}
+		for _, f := range strings.Fields(rules) {
+			if c, ok := strings.CutPrefix(f, "+"); ok {
+				allowed[strings.ToLower(c)] = true
+			}
+		}
+		for cmd, files := range used {
+			assert.True(t, allowed[cmd], "%s does not allow %s, which %v call", name, cmd, slices.Compact(slices.Sorted(slices.Values(files))))
+		}
+	}
+}
+
+// scriptCommands is every command a script of this repository calls
+// (redis.call / redis.pcall in any .lua file the product embeds), lower
+// case, with the files that call it.
+func scriptCommands(t *testing.T) map[string][]string {
+	t.Helper()
 	call := regexp.MustCompile(`redis\.p?call\('([A-Za-z]+)'`)
 	used := map[string][]string{}
 	for _, dir := range []string{"../../redlock/scripts", "../../redlock/idempotency/scripts", "../../daemon/limits/scripts"} {
@@ -371,18 +391,7 @@ func TestACLAllowsEveryScriptCommand(t *testing.T) {
 			}
 		}
 	}
-	require.Contains(t, used, "mget", "the scan found the scripts' commands")
-	for name, rules := range map[string]string{"the documented ACL line": readmeACLLine(t), "devACLRules": devACLRules} {
-		allowed := map[string]bool{}
-		for _, f := range strings.Fields(rules) {
-			if c, ok := strings.CutPrefix(f, "+"); ok {
-				allowed[strings.ToLower(c)] = true
-			}
-		}
-		for cmd, files := range used {
-			assert.True(t, allowed[cmd], "%s does not allow %s, which %v call", name, cmd, slices.Compact(slices.Sorted(slices.Values(files))))
-		}
-	}
+	return used
 }
 
 // TestTLSToPlainMastersRefusedAtStartup: master_tls against masters that
