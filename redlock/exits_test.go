@@ -212,6 +212,71 @@ func TestTwoDaemonsCreateOneDeployment(t *testing.T) {
 	}
 }
 
+// TestNewDeploymentHalfWrittenOnAQuorum: a Client that starts while
+// another is creating the deployment finds fresh markers on a quorum of
+// the masters (three of five) and none yet on the other two. It waits for
+// them (MasterWaiting, no loss, no repair; at most creationGrace, after
+// which TestMarkerRule's loss applies) and counts them once their markers
+// are written. It took them for masters that lost their data
+// while unwatched and repaired them, and the idempotency records then
+// left them out for the longest retention (7 days by default): 5 of 20
+// starts of two daemons at once in a black-box pass.
+func TestNewDeploymentHalfWrittenOnAQuorum(t *testing.T) {
+	ctx := context.Background()
+	marker := "marker:" + newKey(t)
+	fence := marker + ":fence"
+	opts := []Option{WithMarkerKey(marker), WithFenceKey(fence), WithHealthInterval(50 * time.Millisecond), WithPerMasterTimeout(500 * time.Millisecond), WithMaxTTL(time.Hour)}
+	creator, err := New(masterOptions(), opts...)
+	require.NoError(t, err)
+	require.NoError(t, creator.Close())
+	// Masters 3 and 4 "not written yet": their deployment keys are taken
+	// away, to be put back as the creator would write them.
+	rdbs := direct(t)
+	type saved struct {
+		key  string
+		dump string
+	}
+	var kept [5][]saved
+	for _, i := range []int{3, 4} {
+		keys, err := rdbs[i].Keys(ctx, marker+"*").Result()
+		require.NoError(t, err)
+		require.Contains(t, keys, marker)
+		for _, k := range keys {
+			d, err := rdbs[i].Dump(ctx, k).Result()
+			require.NoError(t, err)
+			kept[i] = append(kept[i], saved{k, d})
+			require.NoError(t, rdbs[i].Del(ctx, k).Err())
+		}
+	}
+	// A health timeout of 2 s: it waits up to 5 × 2 s (creationGrace) for
+	// the markers, far longer than this test takes to put them back.
+	c, err := New(masterOptions(), append(opts, WithHealthTimeout(2*time.Second))...)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	for range 3 {
+		c.probeAll()
+		c.afterProbes()
+	}
+	for _, i := range []int{3, 4} {
+		st := c.Masters()[i]
+		assert.Equal(t, MasterWaiting, st.State, "master %d: %s", i, st.QuarantineReason)
+		assert.Contains(t, st.QuarantineReason, "a new deployment is being created by another client (3 of 5")
+	}
+	assert.Zero(t, totalLosses(c), "no loss: %v", c.DataLosses())
+	for _, i := range []int{3, 4} {
+		assert.Zero(t, rdbs[i].Exists(ctx, marker, fence).Val(), "master %d: nothing of the deployment written while waiting", i)
+		for _, k := range kept[i] {
+			if rdbs[i].Exists(ctx, k.key).Val() == 1 {
+				continue // its own max TTL registration, written every probe
+			}
+			require.NoError(t, rdbs[i].Restore(ctx, k.key, 0, k.dump).Err())
+		}
+	}
+	until(t, 10*time.Second, func() bool { return allCounting(c) }, func() string { return fmt.Sprintf("%v %+v", states(c), c.Masters()[3]) })
+	assert.Zero(t, totalLosses(c), "no loss: %v", c.DataLosses())
+	assert.Zero(t, c.FenceRepairs(), "no repair")
+}
+
 func allCounting(c *Client) bool {
 	for _, st := range c.Masters() {
 		if !st.Counting {

@@ -90,6 +90,10 @@ func (c *Client) takeMarkerCensus() markerCensus {
 //     fencing counter is gone; a repair marker's quarantine is kept
 //     (firstSeenWithMarker). Both need a reading of its clock: until one,
 //     it is not seen;
+//   - without, while every marker found was written moments ago by a
+//     Client creating a brand-new deployment (newDeploymentWindow): it is
+//     being written; wait, for as long as a creation takes once a quorum
+//     has theirs (creationGrace), else up to the window;
 //   - without, while a quorum of the others have theirs: it lost its data
 //     while no redlockd was watching; quarantined, and repaired from that
 //     quorum (repairMaster);
@@ -118,12 +122,24 @@ func (c *Client) markerRule(m *master, n markerCensus) bool {
 		return false
 	case has:
 		return m.firstSeenWithMarker(n.withHorizon)
-	case n.withMarker >= c.quorum:
-		m.lostData(LossStateMissing, "marker key missing while a quorum of the other masters have theirs (lost its data while unwatched)")
-	case n.withMarker > 0 && n.allNew:
+	case n.withMarker > 0 && n.allNew && n.withMarker < c.quorum:
 		// The markers are being written.
 		m.waiting(fmt.Sprintf("a new deployment is being created by another client (%d of %d masters have its marker); counts once it has written them all, or %v after the first", n.withMarker, len(c.masters), newDeploymentWindow))
 		return false
+	case n.withMarker > 0 && n.allNew && !m.creationOver():
+		// A quorum has fresh markers: another Client is writing them,
+		// one master after another, or it has finished and this master
+		// lost its data since. Wait as long as a creation can take
+		// (creationGrace), then take it for a loss (the next case). A
+		// Client that saw three of five did not wait, took the other two
+		// for masters that lost their data and repaired them, and the
+		// idempotency records then left them out for the longest
+		// retention (7 days by default; a black-box pass: two daemons
+		// started at once, as the compose file does, 5 of 20 starts).
+		m.waiting(fmt.Sprintf("a new deployment is being created by another client (%d of %d masters have its marker); counts once it has written its marker here, or is taken for a master that lost its data %v after it was first seen without", n.withMarker, len(c.masters), m.creationGrace()))
+		return false
+	case n.withMarker >= c.quorum:
+		m.lostData(LossStateMissing, "marker key missing while a quorum of the other masters have theirs (lost its data while unwatched)")
 	case n.withMarker > 0:
 		m.lostData(LossStateMissing, fmt.Sprintf("marker key missing on %d of %d masters: a majority lost its data; it cannot be repaired from a quorum, run `redlockd repair-fences`", len(c.masters)-n.withMarker, len(c.masters)))
 		c.opts.logger.Error("a majority of masters lost their data: they vote again only after `redlockd repair-fences` raises their fencing counters", masterAttr(m))
@@ -144,6 +160,28 @@ func (m *master) waiting(reason string) {
 	m.st.mu.Lock()
 	m.st.quarantineReason = reason
 	m.st.mu.Unlock()
+}
+
+// creationGrace is how long a master seen without a marker, while a
+// quorum of the others have fresh ones, waits for its own before it is
+// taken for one that lost its data: as long as a Client creating the
+// deployment takes to write every master's, one after another, each
+// bounded by the health timeout.
+func (m *master) creationGrace() time.Duration {
+	return time.Duration(len(m.c.masters)) * m.c.opts.healthTimeout
+}
+
+// creationOver reports whether m, seen without a marker while a quorum of
+// the others have fresh ones, has waited creationGrace since it was first
+// seen so (that first time starts the wait).
+func (m *master) creationOver() bool {
+	m.st.mu.Lock()
+	defer m.st.mu.Unlock()
+	if m.st.creatingSince.IsZero() {
+		m.st.creatingSince = time.Now()
+		return false
+	}
+	return time.Since(m.st.creatingSince) >= m.creationGrace()
 }
 
 // newDeploymentWindow is how recent every marker must be for a partial set

@@ -321,9 +321,12 @@ type masterState struct {
 	// hold does (a black-box pass saw it replaced within a second, and a
 	// master shown "quarantined, 0 s left" that never came back).
 	clockHoldReason string
-	drifting        bool
-	clock           clockGuard
-	warnings        []string
+	// creatingSince: when the marker rule first saw it without a marker
+	// while a quorum of the others had fresh ones (creationOver).
+	creatingSince time.Time
+	drifting      bool
+	clock         clockGuard
+	warnings      []string
 }
 
 // counts reports whether the master's answers count towards a quorum now.
