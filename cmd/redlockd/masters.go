@@ -165,9 +165,7 @@ func checkMasterAccess(ctx context.Context, masters []*redis.Options, commandsOf
 				if p != "" {
 					cmdErrs[i] = fmt.Errorf("masters[%d] (%s): %s", i, mo.Addr, p)
 				}
-				if info, err := r.Info(cctx, "server").Result(); err == nil {
-					runIDs[i] = infoValue(info, "run_id")
-				}
+				runIDs[i] = r.InfoMap(cctx, "server").Item("Server", "run_id")
 			}
 		})
 	}
@@ -201,16 +199,6 @@ func checkMasterAccess(ctx context.Context, masters []*redis.Options, commandsOf
 		seen[id] = i
 	}
 	return warnings, errors.Join(all...)
-}
-
-// infoValue is the value of field in an INFO answer ("" when absent).
-func infoValue(info, field string) string {
-	for line := range strings.SplitSeq(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimRight(line, "\r"), field+":"); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 // isTimeout reports whether err is a deadline: a master that did not
