@@ -338,24 +338,17 @@ func (s *Server) waitsStopped() bool {
 func (s *Server) releaseAbandoned(c *call, keys []string, token string, release func(context.Context) (int, error)) {
 	ctx, cancel := context.WithTimeout(context.Background(), abandonedReleaseTimeout)
 	defer cancel()
-	member := func(k string) string {
+	members := make([]string, len(keys))
+	for i, k := range keys {
+		members[i] = token // a single-key lock's, or a permit's
 		if len(keys) > 1 {
-			return heldMember(token, k)
-		}
-		return token // a single-key lock's, or a permit's
-	}
-	for _, k := range keys {
-		c.limits.Releasing(k, member(k))
-	}
-	_, err := release(ctx)
-	ch, ok := releaseChange(err)
-	for _, k := range keys {
-		if ok {
-			c.limits.Changed(k, member(k), ch)
-		} else {
-			c.limits.ReleaseEnded(k, member(k))
+			members[i] = heldMember(token, k)
 		}
 	}
+	err := countedRelease(c, keys, members, func() error {
+		_, err := release(ctx)
+		return err
+	})
 	s.log.Info("lock granted to a caller that went away: released", zap.Strings("keys", keys), zap.Error(err))
 }
 
@@ -408,14 +401,11 @@ func (s *Server) acquireRefused(ctx context.Context, w http.ResponseWriter, c *c
 }
 
 func (s *Server) release(ctx context.Context, w http.ResponseWriter, c *call, req *lockRequest, rk string) {
-	c.limits.Releasing(rk, req.token)
-	_, err := s.locker.Release(ctx, rk, req.token)
+	err := countedRelease(c, []string{rk}, []string{req.token}, func() error {
+		_, err := s.locker.Release(ctx, rk, req.token)
+		return err
+	})
 	d := lockData{action: actRelease, key: req.key, outcome: outReleased}
-	if ch, ok := releaseChange(err); ok {
-		c.limits.Changed(rk, req.token, ch)
-	} else {
-		c.limits.ReleaseEnded(rk, req.token)
-	}
 	if err == nil {
 		d.ok = true
 		s.ok(w, c, resReleased, &d, "")
@@ -434,6 +424,29 @@ func (s *Server) release(ctx context.Context, w http.ResponseWriter, c *call, re
 // releaseChange is what a release that ended with err does to its
 // account's held-lock count: Released, NotHeld, or nothing (ok false) when
 // the masters did not answer.
+// countedRelease runs release and records it for the account's max_locks
+// (limits.Admission): each of keys, in the account's held set as
+// members[i], is marked as being released first (Releasing), so that a
+// sync round that ends before the release is recorded does not count it
+// out twice; then the release is recorded (Changed) when its error says
+// what became of the lock (releaseChange), and the mark is ended
+// (ReleaseEnded) when it does not.
+func countedRelease(c *call, keys, members []string, release func() error) error {
+	for i, k := range keys {
+		c.limits.Releasing(k, members[i])
+	}
+	err := release()
+	ch, ok := releaseChange(err)
+	for i, k := range keys {
+		if ok {
+			c.limits.Changed(k, members[i], ch)
+		} else {
+			c.limits.ReleaseEnded(k, members[i])
+		}
+	}
+	return err
+}
+
 func releaseChange(err error) (ch limits.Change, ok bool) {
 	switch {
 	case err == nil:

@@ -41,18 +41,14 @@ func (s *Server) serveSet(ctx context.Context, w http.ResponseWriter, c *call, r
 		s.acquireSet(ctx, w, c, req, rks, &d)
 	case actRelease:
 		d.outcome = outReleased
-		for _, rk := range rks {
-			c.limits.Releasing(rk, heldMember(req.token, rk))
+		members := make([]string, len(rks))
+		for i, rk := range rks {
+			members[i] = heldMember(req.token, rk)
 		}
-		_, err := s.locker.ReleaseMulti(ctx, rks, req.token)
-		ch, ok := releaseChange(err)
-		for _, rk := range rks {
-			if ok {
-				c.limits.Changed(rk, heldMember(req.token, rk), ch)
-			} else {
-				c.limits.ReleaseEnded(rk, heldMember(req.token, rk))
-			}
-		}
+		err := countedRelease(c, rks, members, func() error {
+			_, err := s.locker.ReleaseMulti(ctx, rks, req.token)
+			return err
+		})
 		switch {
 		case err == nil:
 			d.ok = true

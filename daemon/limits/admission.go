@@ -187,14 +187,7 @@ func (a *Admission) Changed(key, token string, c Change) {
 	if a.st == nil {
 		return
 	}
-	if c == NotHeld {
-		// The release's end: it found the lock gone (lockChanged counts
-		// nothing for it).
-		a.st.mu.Lock()
-		a.st.endRelease(lockID(key, token))
-		a.st.mu.Unlock()
-	}
-	a.st.lockChanged(key, token, c == Released)
+	a.st.lockChanged(key, token, c)
 }
 
 // QuotaNote is the seed API's note for an answer when the account's quota

@@ -384,7 +384,7 @@ type accountState struct {
 	released []string
 	// releasing counts the releases of each lock (lockID) that have
 	// started and not ended (Admission.Releasing, ended by lockChanged or
-	// releaseEnded); uncounted holds those of them that a round which
+	// Admission.ReleaseEnded); uncounted holds those of them that a round which
 	// carried a change of theirs found out of the masters' count (its best
 	// answer). The masters delete a lock's key before its Release returns
 	// and the release is recorded: a round that runs and ends in between
@@ -533,16 +533,19 @@ func (st *accountState) lockDone(key, token string) {
 	}
 }
 
-// lockChanged records a release (released true) or an extend of a lock.
+// lockChanged records a change of a lock: Released, Extended, or NotHeld
+// (a release that found it gone: counted as nothing, synced as an extend).
+// Released and NotHeld end the release's mark (endRelease).
 // A lock granted and released before its grant was synced never reaches
 // the masters' sets: both changes are dropped, which keeps short locks
 // from costing the masters anything more.
-func (st *accountState) lockChanged(key, token string, released bool) {
+func (st *accountState) lockChanged(key, token string, c Change) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	id := lockID(key, token)
+	released := c == Released
 	gone := released && st.uncounted[id]
-	if released {
+	if c != Extended {
 		st.endRelease(id)
 	}
 	if i, ok := st.pending[id]; ok && released {

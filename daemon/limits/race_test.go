@@ -39,7 +39,7 @@ func TestReleaseDuringRoundCountedOnce(t *testing.T) {
 			st.lockDone("lock:t", "tokT")
 			ops := st.takeOps(now, maxOpsPerCall)
 			assert.Len(t, ops, 2)
-			st.lockChanged("lock:t", "tokT", true) // T released during the round
+			st.lockChanged("lock:t", "tokT", Released) // T released during the round
 			r := &roundState{st: st, quotaOp: -1, heldCalls: []int{0}, ids: [][]string{{lockID("lock:a", "tokA"), lockID("lock:t", "tokT")}}, ops: ops}
 			replies := []masterReply{{ok: true, held: []int64{tc.held}, counted: [][]bool{{true, tc.countedT}}}}
 			l.quorum = 1
@@ -74,14 +74,14 @@ func TestReleaseDuringRoundOfABacklogChange(t *testing.T) {
 	ops := st.takeOps(now, maxOpsPerCall) // round 0 syncs both grants
 	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, ids: [][]string{{lockID("lock:tokA", "tokA"), lockID("lock:tokT", "tokT")}}, ops: ops},
 		[]masterReply{{ok: true, held: []int64{2}, counted: [][]bool{{true, true}}}}, true, []bool{true}, now)
-	st.lockChanged("lock:tokT", "tokT", false) // T extended
-	ops = st.takeOps(now, maxOpsPerCall)       // round 1: a master misses it, T's extend waits in its backlog
+	st.lockChanged("lock:tokT", "tokT", Extended) // T extended
+	ops = st.takeOps(now, maxOpsPerCall)          // round 1: a master misses it, T's extend waits in its backlog
 	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, ids: [][]string{{lockID("lock:tokT", "tokT")}}, ops: ops},
 		[]masterReply{{ok: true, held: []int64{2}, counted: [][]bool{{true}}}}, true, []bool{true}, now)
 
 	ops = st.takeOps(now.Add(-time.Hour), maxOpsPerCall) // round 2: nothing of its own (rechecks not due)
 	require.Empty(t, ops)
-	st.lockChanged("lock:tokT", "tokT", true) // T released while round 2 is out
+	st.lockChanged("lock:tokT", "tokT", Released) // T released while round 2 is out
 	// Round 2 counts from the master that missed round 1: it is sent T's
 	// extend from its backlog, after the release's DEL, and drops T.
 	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, ids: [][]string{{lockID("lock:tokT", "tokT")}}, ops: ops},
@@ -116,7 +116,7 @@ func TestSingleKeyReleaseOfASetKeyDuringRoundCountedOnce(t *testing.T) {
 	st.lockDone("lock:s1", "tokS lock:s1")
 	ops := st.takeOps(now, maxOpsPerCall)
 	require.Len(t, ops, 3)
-	st.lockChanged("lock:s1", "tokS", true) // one key of the set released alone, during the round
+	st.lockChanged("lock:s1", "tokS", Released) // one key of the set released alone, during the round
 	ids := [][]string{{lockID("lock:a", "tokA"), lockID("lock:s0", "tokS lock:s0"), lockID("lock:s1", "tokS lock:s1")}}
 	l.merge(&roundState{st: st, quotaOp: -1, heldCalls: []int{0}, ids: ids, ops: ops},
 		[]masterReply{{ok: true, held: []int64{2}, counted: [][]bool{{true, true, false}}}}, true, []bool{true}, now)
