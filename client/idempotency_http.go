@@ -283,7 +283,7 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 			first := err
 			for _, limit := range []int{rec.max, minDaemonAnswerBytes} {
 				smaller := rec.withoutBody(limit)
-				if answerSize(smaller.Headers, smaller.Body) >= answerSize(ans.Headers, ans.Body) {
+				if smaller.size() >= ans.size() {
 					continue // no smaller than the one refused
 				}
 				ans = smaller
@@ -488,7 +488,7 @@ func (r *recorder) withoutBody(limit int) Answer {
 	}
 	h[HeaderIdempotentBodyOmitted] = strconv.Itoa(r.size)
 	var left []string
-	for answerSize(h, nil) > limit {
+	for (Answer{Headers: h}).size() > limit {
 		big := ""
 		for k, v := range h {
 			if k == HeaderIdempotentBodyOmitted || k == HeaderIdempotentHeadersOmitted {
@@ -513,12 +513,12 @@ func (r *recorder) withoutBody(limit int) Answer {
 // daemon takes (docs/configuration.md).
 const minDaemonAnswerBytes = 1024
 
-// answerSize is an answer's size as the daemon counts it against its cap
-// (Answer.Size in redlock/idempotency): the body's bytes and every
-// header's name and value.
-func answerSize(headers map[string]string, body []byte) int {
-	n := len(body)
-	for k, v := range headers {
+// size is the answer's size as the daemon counts it against its cap
+// (Answer.Size in redlock/idempotency, which this package does not
+// import): the body's bytes and every header's name and value.
+func (a Answer) size() int {
+	n := len(a.Body)
+	for k, v := range a.Headers {
 		n += len(k) + len(v)
 	}
 	return n
