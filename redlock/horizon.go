@@ -2,13 +2,11 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"log/slog"
 )
 
@@ -56,38 +54,56 @@ type othersRead struct {
 }
 
 // readOthers reads the fencing counter, the lease horizon and the clock of
-// every counting master but m.
+// every counting master but m, each master's three in one atomic read
+// (horizon_read.lua).
+//
+// Each reading is judged as a probe's is (countersGrow, with the data-loss
+// guard on): a master whose lease horizon or fencing counter is below what
+// this Client read from it before lost its data since (a rollback), and is
+// neither counted nor read from — it is taken for a loss now, which a probe
+// would only see in the next round. Without this, a majority rolled back one
+// master at a time (DEBUG RELOAD of an old dump, a restore of older files)
+// was repaired master by master: the first one seen from a quorum that held
+// the two not yet seen, so the deployment reopened by itself, where a loss
+// beyond N − quorum must wait for `redlockd repair-fences` (found by a
+// black-box pass: 3 of 4 such rollbacks reopened;
+// TestRepairReadsSeeARollbackOfTheOthers). The master's TIME is read in the
+// same script before the two keys, so the values are at least as new as
+// the time they are judged at: a vote judged with a later time never makes
+// an older reading look like a fall.
 func (c *Client) readOthers(ctx context.Context, m *master) othersRead {
 	var r othersRead
+	keys := []string{c.opts.horizonKey}
+	if c.opts.fenceKey != "" {
+		keys = append(keys, c.opts.fenceKey)
+	}
 	for _, o := range c.masters {
 		if o == m || !o.counts() {
 			continue
 		}
+		seen := sighting{by: "a repair's read of the other masters", gen: o.st.inc.repairGen.Load()}
 		pipe := o.probe.Pipeline()
-		var counter *redis.StringCmd
-		if c.opts.fenceKey != "" {
-			counter = pipe.Get(ctx, c.opts.fenceKey)
-		}
-		horizon := pipe.Get(ctx, c.opts.horizonKey)
-		tm := pipe.Time(ctx)
+		state := pipe.Eval(ctx, horizonReadLua, keys)
 		registered := pipe.Eval(ctx, maxTTLLua, []string{c.opts.maxTTLKey}, 0, maxTTLCeilingMS)
 		_, _ = pipe.Exec(ctx)
 		received := time.Now()
-		h, err := horizon.Int64()
-		now, terr := tm.Result()
-		if err != nil || terr != nil {
+		hr, err := state.Slice()
+		if err != nil || len(hr) != 4 {
+			continue
+		}
+		sec, _ := hr[0].(int64)
+		usec, _ := hr[1].(int64)
+		h, _ := hr[2].(int64)
+		counter, _ := hr[3].(int64)
+		now := time.Unix(sec, usec*int64(time.Microsecond))
+		if h < 0 {
 			continue // a counting master keeps its horizon: missing is an error here
 		}
-		if counter != nil {
-			v, err := counter.Int64()
-			if errors.Is(err, redis.Nil) {
-				v, err = 0, nil
-			}
-			if err != nil {
-				continue
-			}
-			r.counter = max(r.counter, v)
+		if c.opts.dataLossGuard && c.opts.repairJudgesReads &&
+			!o.countersGrow(counterRead{horizon: h, raised: h, counter: counter}, now, seen) {
+			continue
 		}
+		r.counter = max(r.counter, counter) // -1 (missing) counts as none
 		r.answers++
 		if d, _, err := registryAnswer(registered); err == nil {
 			r.maxTTL = max(r.maxTTL, d)

@@ -65,6 +65,9 @@ type options struct {
 	// fenceAboveEveryAnswer: an acquire's fence is above every counter
 	// its answers carried, not only its yes votes' (fence.go)
 	fenceAboveEveryAnswer bool
+	// repairJudgesReads: a repair's reads of the other masters are judged
+	// for a rollback as a probe's are (horizon.go readOthers)
+	repairJudgesReads bool
 	// noRestore: Extend does not set the lock again where it is gone
 	// (restoreCopies), as before: guardswitch.ExtendRestores, for the
 	// negative controls.
@@ -101,6 +104,7 @@ func defaultOptions() options {
 
 		repairKeepsBaselines:  true,
 		fenceAboveEveryAnswer: true,
+		repairJudgesReads:     true,
 	}
 }
 
@@ -276,6 +280,8 @@ func withGuardOff(g guardswitch.Guard) Option {
 		return func(o *options) { o.noRestore = true }
 	case guardswitch.FenceAboveEveryAnswer:
 		return func(o *options) { o.fenceAboveEveryAnswer = false }
+	case guardswitch.RepairJudgesReads:
+		return func(o *options) { o.repairJudgesReads = false }
 	}
 	panic(fmt.Sprintf("redlock: unknown guard %d", int(g)))
 }

@@ -78,6 +78,13 @@ const (
 	// the masters it was placed on (its extends model ones that never
 	// reached the others); a liveness guard, not a safety one.
 	ExtendRestores
+	// RepairJudgesReads: a repair's reads of the other masters' lease
+	// horizons and fencing counters are checked against what the Client
+	// read from them before, as a probe's are. With it off, a master
+	// rolled back unseen counts in the quorum that repairs another, and a
+	// majority rolled back one master at a time reopens without
+	// `redlockd repair-fences`.
+	RepairJudgesReads
 )
 
 // String returns the guard's name, e.g. "quarantine".
@@ -109,6 +116,8 @@ func (g Guard) String() string {
 		return "repair keeps baselines"
 	case FenceAboveEveryAnswer:
 		return "fence above every answer"
+	case RepairJudgesReads:
+		return "repair judges its reads"
 	}
 	return "unknown guard"
 }
