@@ -147,3 +147,42 @@ func TestLockExecRefusesBadInput(t *testing.T) {
 	assert.Equal(t, exitCannotExec, ee.ExitCode())
 	assert.Contains(t, buf.String(), "permission denied")
 }
+
+// TestGuardianKillIsALoss: lock run tells a command stopped by its
+// guardian (the end of validity it was told passed before an extend
+// reached it: a loaded machine) from one killed by someone else, so that
+// the first exits 78 (lost, stopped) rather than 137. The real guardian
+// kills a real process group at the validity it was told; the control
+// kills the group itself while the guardian still watches.
+func TestGuardianKillIsALoss(t *testing.T) {
+	start := func(t *testing.T) (*guard, *exec.Cmd, chan error) {
+		guardian := exec.Command(binary, guardCommand)
+		r, w, err := os.Pipe()
+		require.NoError(t, err)
+		guardian.Stdin = r
+		require.NoError(t, guardian.Start())
+		r.Close()
+		g := &guard{cmd: guardian, w: w, exited: make(chan struct{})}
+		go func() { _ = guardian.Wait(); close(g.exited) }()
+		cmd := exec.Command("sleep", "1000")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); g.standDown() })
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		return g, cmd, exited
+	}
+	t.Run("the guardian's kill", func(t *testing.T) {
+		g, cmd, exited := start(t)
+		require.NoError(t, g.watch(cmd.Process.Pid, time.Now().Add(100*time.Millisecond)))
+		werr := <-exited
+		assert.True(t, guardianKilled(werr, g), "killed by its guardian: %v", werr)
+	})
+	t.Run("control: killed by someone else", func(t *testing.T) {
+		g, cmd, exited := start(t)
+		require.NoError(t, g.watch(cmd.Process.Pid, time.Now().Add(time.Hour)))
+		require.NoError(t, syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL))
+		werr := <-exited
+		assert.False(t, guardianKilled(werr, g), "the guardian still watches: %v", werr)
+	})
+}
