@@ -27,6 +27,8 @@ type chartCase struct {
 	// groups: master group name → number of masters.
 	groups []groupWant
 	tls    bool
+	// clientCA: the daemons require client certificates (tls.clientCA).
+	clientCA bool
 	// persistence: masters with appendonly yes, appendfsync always and a
 	// volume claim.
 	persistence bool
@@ -46,8 +48,10 @@ type groupWant struct {
 var cases = []chartCase{
 	{values: "default.yaml", groups: []groupWant{{"g0", 5}}},
 	{values: "groups2.yaml", groups: []groupWant{{"g0", 5}, {"g1", 3}}},
-	{values: "tls.yaml", groups: []groupWant{{"g0", 5}}, tls: true,
-		external: map[string][]string{"redlockd-tls": {"tls.crt", "tls.key", "ca.crt"}}},
+	{values: "tls.yaml", groups: []groupWant{{"g0", 5}}, tls: true, clientCA: true, monitoring: true,
+		external: map[string][]string{"redlockd-tls": {"tls.crt", "tls.key", "ca.crt"}, "redlockd-metrics-client": {"tls.crt", "tls.key"}}},
+	{values: "tls-server.yaml", groups: []groupWant{{"g0", 5}}, tls: true,
+		external: map[string][]string{"redlockd-tls": {"tls.crt", "tls.key"}}},
 	{values: "monitoring.yaml", groups: []groupWant{{"g0", 5}}, monitoring: true,
 		external: map[string][]string{"redlockd-auth": {"api-keys", "admin-token"}}},
 	{values: "persistence.yaml", groups: []groupWant{{"g0", 5}}, persistence: true},
@@ -141,18 +145,28 @@ func checkDaemon(t *testing.T, r *rendered, c chartCase) {
 	require.NotNil(t, d, "deployment %s", daemonName)
 	require.Len(t, d.Spec.Template.Spec.Containers, 1)
 	ctr := &d.Spec.Template.Spec.Containers[0]
-	require.NotNil(t, ctr.ReadinessProbe.HTTPGet)
-	require.Equal(t, "/readyz", ctr.ReadinessProbe.HTTPGet.Path)
-	require.NotNil(t, ctr.LivenessProbe.HTTPGet)
-	require.Equal(t, "/healthz", ctr.LivenessProbe.HTTPGet.Path)
 	checkProbe(t, "daemon readiness", ctr, ctr.ReadinessProbe)
 	checkProbe(t, "daemon liveness", ctr, ctr.LivenessProbe)
-	wantScheme := corev1.URISchemeHTTP
-	if c.tls {
-		wantScheme = corev1.URISchemeHTTPS
+	if c.clientCA {
+		// The kubelet has no client certificate: an HTTPS probe of a
+		// listener that requires one never passes (a black-box pass:
+		// pods never ready, restarted by the liveness probe).
+		require.Nil(t, ctr.ReadinessProbe.HTTPGet, "no HTTPS probe with client certificates required")
+		require.Nil(t, ctr.LivenessProbe.HTTPGet, "no HTTPS probe with client certificates required")
+		require.NotNil(t, ctr.ReadinessProbe.TCPSocket)
+		require.NotNil(t, ctr.LivenessProbe.TCPSocket)
+	} else {
+		require.NotNil(t, ctr.ReadinessProbe.HTTPGet)
+		require.Equal(t, "/readyz", ctr.ReadinessProbe.HTTPGet.Path)
+		require.NotNil(t, ctr.LivenessProbe.HTTPGet)
+		require.Equal(t, "/healthz", ctr.LivenessProbe.HTTPGet.Path)
+		wantScheme := corev1.URISchemeHTTP
+		if c.tls {
+			wantScheme = corev1.URISchemeHTTPS
+		}
+		require.Equal(t, wantScheme, ctr.ReadinessProbe.HTTPGet.Scheme)
+		require.Equal(t, wantScheme, ctr.LivenessProbe.HTTPGet.Scheme)
 	}
-	require.Equal(t, wantScheme, ctr.ReadinessProbe.HTTPGet.Scheme)
-	require.Equal(t, wantScheme, ctr.LivenessProbe.HTTPGet.Scheme)
 	require.False(t, ctr.Resources.Requests.Cpu().IsZero(), "daemon cpu request (the HPA needs it)")
 	require.False(t, ctr.Resources.Limits.Memory().IsZero(), "daemon memory limit")
 
@@ -480,6 +494,17 @@ func checkMonitoring(t *testing.T, r *rendered, c chartCase) {
 	ep := sm.Spec.Endpoints[0]
 	require.Equal(t, svc.Spec.Ports[0].Name, ep.Port)
 	require.Equal(t, "/metrics", ep.Path)
+	if c.tls {
+		require.NotNil(t, ep.TLSConfig)
+		require.Equal(t, daemonName+"-admin."+namespace+".svc", *ep.TLSConfig.ServerName)
+	}
+	if c.clientCA {
+		// Scrapes need a client certificate the daemons accept
+		// (metrics.serviceMonitor.tlsConfig).
+		require.NotNil(t, ep.TLSConfig.Cert.Secret, "a client certificate for the scrapes")
+		require.NotNil(t, ep.TLSConfig.KeySecret)
+		require.NotNil(t, ep.TLSConfig.CA.Secret)
+	}
 	require.NotNil(t, ep.Authorization)
 	require.NotNil(t, ep.Authorization.Credentials)
 	keys, ok := secretKeys(r, c, ep.Authorization.Credentials.Name)
