@@ -66,6 +66,10 @@ type GroupsHealth struct {
 	// key is then locked in both.
 	From, To []string
 	Since    time.Time
+	// OldUntilMS, while moving: until when daemons on From may still be
+	// locking (unix ms, by the placement registry; 0 none registered, -1
+	// not read from a quorum yet).
+	OldUntilMS int64
 }
 
 // GroupHealth is one master group's health.

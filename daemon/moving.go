@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/redlockd/redlockd/redlock"
@@ -23,6 +24,10 @@ type movingLocker struct {
 	from, to      []string
 	toPlace       *redlock.Placement // the current groups' (to) placement: LockGroup
 	since         time.Time
+	// oldUntil: until when daemons on the previous groups may still be
+	// locking, from the placement registry (placements.go): unix ms,
+	// 0 none registered, -1 not read from a quorum yet.
+	oldUntil atomic.Int64
 }
 
 // NewMovingLocker serves m. groups are every distinct group of the
@@ -39,6 +44,7 @@ func NewMovingLocker(m *redlock.Moving, groups []redlock.Group, from, to []strin
 		return nil, err
 	}
 	ml := &movingLocker{groupsLocker: gl, m: m, index: map[string]int{}, from: from, to: to, toPlace: toPlace, since: time.Now()}
+	ml.oldUntil.Store(-1)
 	for i, g := range groups {
 		ml.index[g.Name] = i
 	}
@@ -225,7 +231,24 @@ func (l *movingLocker) Status(ctx context.Context, key string) (redlock.Status, 
 func (l *movingLocker) Groups() *GroupsHealth {
 	gh := l.groupsLocker.Groups()
 	gh.From, gh.To, gh.Since = l.from, l.to, l.since
+	gh.OldUntilMS = l.oldUntil.Load()
 	return gh
+}
+
+// OldLayoutSeen records what the placement registry says of the daemons
+// on the previous groups (RunPlacementRegistry's seen). A reading from
+// fewer than a quorum says nothing, and the latest end read stands: the
+// registry's scores only grow.
+func (l *movingLocker) OldLayoutSeen(untilMS int64, ok bool) {
+	if !ok {
+		return
+	}
+	for {
+		cur := l.oldUntil.Load()
+		if untilMS <= cur || l.oldUntil.CompareAndSwap(cur, untilMS) {
+			return
+		}
+	}
 }
 
 // readyPlacement is /readyz's placement, with master_groups:
@@ -235,12 +258,15 @@ func (l *movingLocker) Groups() *GroupsHealth {
 // phase is "stable" (to: the groups; from absent; since_ms, when this
 // daemon started locking on them) or "moving" (this daemon locks a moved
 // key in its group of from and its group of to, since since_ms, when it
-// started so). `redlockd groups-change` reads it.
+// started so; old_until_ms, until when daemons on from may still be
+// locking by the placement registry, placements.go: 0 none registered,
+// -1 not read from a quorum yet). `redlockd groups-change` reads it.
 type readyPlacement struct {
-	Phase   string   `json:"phase"`
-	From    []string `json:"from,omitempty"`
-	To      []string `json:"to"`
-	SinceMS int64    `json:"since_ms,omitempty"`
+	Phase      string   `json:"phase"`
+	From       []string `json:"from,omitempty"`
+	To         []string `json:"to"`
+	SinceMS    int64    `json:"since_ms,omitempty"`
+	OldUntilMS *int64   `json:"old_until_ms,omitempty"`
 }
 
 // placementOf is /readyz's placement of gh.
@@ -252,5 +278,6 @@ func placementOf(gh *GroupsHealth) *readyPlacement {
 		}
 		return p
 	}
-	return &readyPlacement{Phase: "moving", From: gh.From, To: gh.To, SinceMS: gh.Since.UnixMilli()}
+	old := gh.OldUntilMS
+	return &readyPlacement{Phase: "moving", From: gh.From, To: gh.To, SinceMS: gh.Since.UnixMilli(), OldUntilMS: &old}
 }

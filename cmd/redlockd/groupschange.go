@@ -52,6 +52,11 @@ type placementBody struct {
 	From    []string `json:"from"`
 	To      []string `json:"to"`
 	SinceMS int64    `json:"since_ms"`
+	// OldUntilMS, of a moving daemon: until when daemons on its previous
+	// groups may still be locking, by the placement registry
+	// (daemon/placements.go); 0 none registered, -1 not read from a quorum
+	// yet; absent (nil) from a daemon without the registry.
+	OldUntilMS *int64 `json:"old_until_ms"`
 }
 
 // changeProgress is one report over every daemon.
@@ -59,7 +64,10 @@ type changeProgress struct {
 	moving, onNew, onOld int
 	// stepTwoDone: when step 2 ends (zero before every daemon moves).
 	stepTwoDone time.Time
-	lines       []string
+	// unread: a moving daemon has not read the placement registry from a
+	// quorum yet, so step 2's end is not known.
+	unread bool
+	lines  []string
 }
 
 func groupsChange(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -156,8 +164,10 @@ func groupsChange(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		case p.onNew > 0:
 			fmt.Fprintf(stdout, "step 3: %d of %d daemons on the new groups only\n", p.onNew, len(urls))
 		case now.Before(p.stepTwoDone):
-			fmt.Fprintf(stdout, "step 2: every daemon is moving; waiting %v more (max TTL after the last one moved, until %s)\n",
+			fmt.Fprintf(stdout, "step 2: every daemon is moving; waiting %v more (max TTL after the last one moved and the last daemon on the old groups stopped, until %s)\n",
 				p.stepTwoDone.Sub(now).Round(time.Second), p.stepTwoDone.UTC().Format(time.RFC3339))
+		case p.unread:
+			fmt.Fprintln(stdout, "step 2: every daemon is moving; waiting until they can tell when the last daemon on the old groups stopped")
 		default:
 			fmt.Fprintln(stdout, "step 2 done: every lock taken without previous_master_groups has ended; remove previous_master_groups from every daemon (step 3)")
 			return nil
@@ -214,6 +224,22 @@ func readProgress(ctx context.Context, client *http.Client, urls, to []string) (
 				p.stepTwoDone = end
 			}
 			p.lines = append(p.lines, fmt.Sprintf("%s: moving from %v to %v since %s (max TTL %d s)", urls[i], pl.From, pl.To, time.UnixMilli(pl.SinceMS).UTC().Format(time.RFC3339), d.LongestMaxTTLS))
+			// Daemons on the old groups may have served on after the
+			// moving ones started (a rolling update starts the new
+			// daemons first): step 2 lasts until their last possible
+			// grant, by the placement registry, plus the max TTL.
+			switch old := pl.OldUntilMS; {
+			case old == nil:
+			case *old < 0:
+				p.unread = true
+				p.lines = append(p.lines, fmt.Sprintf("%s: has not yet read from a quorum of its first group's masters until when daemons on %v may still be locking", urls[i], pl.From))
+			case *old > 0:
+				until := time.UnixMilli(*old)
+				if end := until.Add(time.Duration(d.LongestMaxTTLS) * time.Second); end.After(p.stepTwoDone) {
+					p.stepTwoDone = end
+				}
+				p.lines = append(p.lines, fmt.Sprintf("%s: daemons on %v may have been locking until %s (the placement registry)", urls[i], pl.From, until.UTC().Format(time.RFC3339)))
+			}
 		case to != nil && slices.Equal(pl.To, to):
 			p.onNew++
 			p.lines = append(p.lines, fmt.Sprintf("%s: on the new groups %v", urls[i], pl.To))

@@ -32,7 +32,7 @@ import (
 func TestChangingMasterGroups(t *testing.T) {
 	ch := newGroupChange(t, "chg", 2)
 	prefix, key := ch.prefix, ch.movedKey(t)
-	dOld := daemonURL(t, ch.common, func(c *config.Config) { c.Masters = ch.a })
+	dOld, stopOld := startDaemon(t, ch.common, func(c *config.Config) { c.Masters = ch.a })
 	dMoving, dNew := ch.moving(t), ch.onNew(t)
 	rk := lockRedisKey(prefix, "acme", key)
 	refusal := "" // why the last acquire was refused, for the failure messages
@@ -100,6 +100,9 @@ func TestChangingMasterGroups(t *testing.T) {
 	out := report("--daemons", dOld+","+dMoving)
 	require.Contains(t, out, "step 1: 1 of 2 daemons lock moved keys in both groups")
 	require.Contains(t, out, dMoving+": moving from [default] to [default g1]")
+	// Step 2 counts from the old daemon's end (the placement registry):
+	// it must stop first, as in the procedure.
+	require.NoError(t, stopOld())
 	out = report("--daemons", dMoving, "--wait", "--interval", "200ms")
 	require.Contains(t, out, "step 2 done")
 	t.Log(out)
@@ -137,6 +140,58 @@ func TestMovingDaemonWaits(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, env.Msg)
 	require.Equal(t, true, env.Data["acquired"], "a permit once the first expired: %s %v", env.Msg, env.Data)
 	require.Greater(t, time.Since(start), 500*time.Millisecond, "it waited for the permit")
+}
+
+// TestStepTwoWaitsForTheOldDaemons: a rolling update starts the moving
+// daemon first, and the old daemon serves on: it takes a moved key well
+// after the moving daemon started (past the moving daemon's start plus max
+// TTL, where groups-change used to end step 2), then stops. groups-change
+// must not say "step 2 done" until max TTL after the old daemon's last
+// possible grant, which the moving daemon reads from the placement
+// registry (old_until_ms in /readyz); by then the old lock has ended.
+// Found by a black-box pass: "step 2 done" a second after the old daemon
+// stopped, and a daemon on the new groups granted the key again.
+func TestStepTwoWaitsForTheOldDaemons(t *testing.T) {
+	const maxTTL = 3
+	ch := newGroupChange(t, "chr", maxTTL)
+	key := ch.movedKey(t)
+	dMoving := ch.moving(t)
+	movingSince := time.Now()
+	dOld, stopOld := startDaemon(t, ch.common, func(c *config.Config) { c.Masters = ch.a })
+	time.Sleep(time.Until(movingSince.Add(maxTTL*time.Second + 500*time.Millisecond)))
+	code, env, _ := post(t, lockURL(dOld), keyA, fmt.Sprintf(`{"key":%q,"ttl":%d}`, key, maxTTL))
+	require.Equal(t, http.StatusOK, code, env.Msg)
+	require.Equal(t, true, env.Data["acquired"], env.Msg)
+	require.NoError(t, stopOld())
+	stopped := time.Now()
+
+	readOld := func() int64 {
+		d, err := readPlacement(context.Background(), http.DefaultClient, dMoving)
+		require.NoError(t, err)
+		require.NotNil(t, d.Placement.OldUntilMS, "a moving daemon reports old_until_ms")
+		return *d.Placement.OldUntilMS
+	}
+	require.Eventually(t, func() bool { return readOld() >= stopped.UnixMilli() }, 5*time.Second, 50*time.Millisecond,
+		"the registry says the old daemon may have locked until after it stopped")
+	// The rule before the registry, from the moving daemon's start alone,
+	// would say step 2 is done now: that is the bug this test holds off.
+	require.True(t, time.Now().After(movingSince.Add(maxTTL*time.Second)))
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"groups-change", "--daemons", dMoving}, &out, &errOut), errOut.String())
+	assert.Contains(t, out.String(), "step 2: every daemon is moving; waiting")
+	assert.NotContains(t, out.String(), "step 2 done")
+
+	out.Reset()
+	require.NoError(t, run(context.Background(), []string{"groups-change", "--daemons", dMoving, "--wait", "--interval", "100ms"}, &out, &errOut), errOut.String())
+	require.Contains(t, out.String(), "step 2 done")
+	assert.False(t, time.Now().Before(stopped.Add(maxTTL*time.Second)), "step 2 ended max TTL after the old daemon's end, or later")
+	for i, addr := range ch.a {
+		r := redis.NewClient(&redis.Options{Addr: addr})
+		n, err := r.Exists(context.Background(), lockRedisKey(ch.prefix, "acme", key)).Result()
+		r.Close()
+		require.NoError(t, err)
+		assert.Zero(t, n, "master %d: the old daemon's lock has ended when step 2 is done", i)
+	}
 }
 
 // TestServeRefusesAMasterInTwoGroups: one Redis server listed in two

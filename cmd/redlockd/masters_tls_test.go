@@ -378,7 +378,7 @@ func scriptCommands(t *testing.T) map[string][]string {
 	t.Helper()
 	call := regexp.MustCompile(`redis\.p?call\('([A-Za-z]+)'`)
 	used := map[string][]string{}
-	for _, dir := range []string{"../../redlock/scripts", "../../redlock/idempotency/scripts", "../../daemon/limits/scripts"} {
+	for _, dir := range []string{"../../redlock/scripts", "../../redlock/idempotency/scripts", "../../daemon/limits/scripts", "../../daemon/scripts"} {
 		files, err := filepath.Glob(filepath.Join(dir, "*.lua"))
 		require.NoError(t, err)
 		require.NotEmpty(t, files, dir)

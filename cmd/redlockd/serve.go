@@ -131,6 +131,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		ln.Close()
 		return err
 	}
+	registerPlacement(ctx, cfg, groups[0].Client, daemonLocker)
 	// Idempotency records live on the first group too (one Client), behind
 	// its checks: placement spreads the lock keys, not the records.
 	return serveWith(ctx, cfg, log, ln, load, reg, metrics, masterCert, daemonLocker, limitMasters, clients[cfg.Groups()[0].Name])
@@ -225,6 +226,31 @@ func movingLocker(ctx context.Context, cfg config.Config, clients map[string]*re
 		}
 	}()
 	return daemon.NewMovingLocker(moving, groups, fromNames, toNames)
+}
+
+// registerPlacement registers this daemon's layout of master groups in the
+// placement registry on the first group's masters every health interval
+// until ctx ends (daemon/placements.go); a moving daemon also reads there
+// until when daemons on its previous groups may still be locking, for
+// /readyz and `redlockd groups-change`.
+func registerPlacement(ctx context.Context, cfg config.Config, first *redlock.Client, l daemon.MasterLocker) {
+	names := func(gs []config.MasterGroup) []string {
+		var out []string
+		for _, g := range gs {
+			out = append(out, g.Name)
+		}
+		return out
+	}
+	var from []string
+	if len(cfg.PreviousMasterGroups) > 0 {
+		from = names(cfg.PreviousMasterGroups)
+	}
+	layout, watch := daemon.PlacementLayout(from, names(cfg.Groups())), ""
+	var seen func(int64, bool)
+	if m, ok := l.(interface{ OldLayoutSeen(int64, bool) }); ok && from != nil {
+		watch, seen = daemon.PlacementLayout(nil, from), m.OldLayoutSeen
+	}
+	go daemon.RunPlacementRegistry(ctx, first, daemon.PlacementKey(cfg.KeyPrefix), layout, watch, time.Duration(cfg.HealthInterval), time.Now(), seen)
 }
 
 // newGroupClient is the redlock.Client over one master group, checked
