@@ -434,6 +434,14 @@ func checkDaemonConfig(t *testing.T, r *rendered, c chartCase) {
 		require.Empty(t, cfg.TLSCertFile)
 	}
 
+	// Every group by its values name, also a lone one: a change of groups
+	// names the groups before it (placement.previousGroups: [g0]), and a
+	// masters: list is the group "default" to the daemons (a black-box
+	// pass: groups-change refused the chart's own recipe for growing).
+	require.Empty(t, cfg.Masters, "master_groups, not masters")
+	for i, g := range cfg.MasterGroups {
+		require.Equal(t, c.groups[i].name, g.Name)
+	}
 	var prev []string
 	for _, g := range cfg.PreviousMasterGroups {
 		prev = append(prev, g.Name)
