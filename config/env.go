@@ -36,12 +36,14 @@ import (
 // REDLOCKD_ADMIN_TOKEN are never repeated. ApplyEnv does not validate; see Validate.
 func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	var errs []error
+	applied := map[string]bool{}
 	for i := range settings {
 		s := &settings[i]
 		val, ok := lookup(s.envName())
 		if !ok {
 			continue
 		}
+		applied[s.name] = true
 		if err := s.set(c, val); err != nil {
 			if s.secret {
 				errs = append(errs, fmt.Errorf("%s: %w", s.envName(), err))
@@ -50,7 +52,25 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 			}
 		}
 	}
+	c.overrideSecretPairs(applied)
 	return errors.Join(errs...)
+}
+
+// overrideSecretPairs makes a layer (the environment, the flags) that set
+// one of a secret and its file (master_password, master_password_file)
+// override the other from the layer below: REDLOCKD_MASTER_PASSWORD over a
+// file's master_password_file is an override, as for every other setting,
+// not "set both" (a black-box pass found it refused). Both set by one
+// layer stays an error (ReadSecretFiles).
+func (c *Config) overrideSecretPairs(applied map[string]bool) {
+	for _, sf := range secretFiles {
+		switch {
+		case applied[sf.name] && !applied[sf.fileName]:
+			*sf.file(c) = ""
+		case applied[sf.fileName] && !applied[sf.name]:
+			*sf.value(c) = ""
+		}
+	}
 }
 
 // clientVariables are the REDLOCKD_* variables that redlockd's client

@@ -52,17 +52,20 @@ func (c *Config) ApplyFlags(fs *flag.FlagSet) error {
 		return errors.New("config: ApplyFlags called before the flag set was parsed")
 	}
 	var errs []error
+	applied := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) {
 		v, ok := f.Value.(*flagValue)
 		if !ok || v.s == nil {
 			return
 		}
+		applied[v.s.name] = true
 		// Set already parsed the value once, so this fails only if the
 		// flag set was changed by hand.
 		if err := v.s.set(c, v.value); err != nil {
 			errs = append(errs, fmt.Errorf("--%s: %q: %w", f.Name, v.value, err))
 		}
 	})
+	c.overrideSecretPairs(applied)
 	return errors.Join(errs...)
 }
 

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/redlockd/redlockd/config"
 )
 
@@ -574,4 +577,44 @@ func TestUnknownEnv(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("UnknownEnv =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
+}
+
+// TestSecretOverridesItsFileFromBelow: the environment (or a flag) that
+// sets a secret or its *_file overrides the other one from the layer
+// below, as every setting overrides the file; set both in one layer and it
+// is still "not both". A black-box pass got "set master_password or
+// master_password_file, not both" for REDLOCKD_MASTER_PASSWORD over a
+// file's master_password_file.
+func TestSecretOverridesItsFileFromBelow(t *testing.T) {
+	dir := t.TempDir()
+	pwFile := filepath.Join(dir, "pw")
+	require.NoError(t, os.WriteFile(pwFile, []byte("from-the-file-0123456789\n"), 0o600))
+
+	t.Run("env password over the file's password_file", func(t *testing.T) {
+		path := writeFile(t, `
+masters: ["127.0.0.1:6379", "127.0.0.1:6380", "127.0.0.1:6381"]
+master_password_file: `+pwFile+`
+api_keys:
+  - name: shop
+    key: `+secretKey+`
+`)
+		got, err := config.Load(path, env(map[string]string{"REDLOCKD_MASTER_PASSWORD": secretPassword}), parsedFlags(t))
+		require.NoError(t, err)
+		assert.Equal(t, secretPassword, got.MasterPassword)
+		assert.Empty(t, got.MasterPasswordFile)
+	})
+	t.Run("env password_file over the file's password", func(t *testing.T) {
+		got, err := config.Load(writeFile(t, validYAML), env(map[string]string{"REDLOCKD_MASTER_PASSWORD_FILE": pwFile}), parsedFlags(t))
+		require.NoError(t, err)
+		assert.Equal(t, "from-the-file-0123456789", got.MasterPassword)
+	})
+	t.Run("flag password_file over the env's password", func(t *testing.T) {
+		got, err := config.Load(writeFile(t, validYAML), env(map[string]string{"REDLOCKD_MASTER_PASSWORD": secretPassword}), parsedFlags(t, "--master-password-file", pwFile))
+		require.NoError(t, err)
+		assert.Equal(t, "from-the-file-0123456789", got.MasterPassword)
+	})
+	t.Run("both in one layer", func(t *testing.T) {
+		_, err := config.Load(writeFile(t, validYAML), env(map[string]string{"REDLOCKD_MASTER_PASSWORD": secretPassword, "REDLOCKD_MASTER_PASSWORD_FILE": pwFile}), parsedFlags(t))
+		require.ErrorContains(t, err, "set master_password or master_password_file, not both")
+	})
 }

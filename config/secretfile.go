@@ -16,12 +16,12 @@ const maxSecretFileBytes = 4096
 type secretFile struct {
 	name, fileName string
 	value          func(c *Config) *string
-	file           func(c *Config) string
+	file           func(c *Config) *string
 }
 
 var secretFiles = []secretFile{
-	{"master_password", "master_password_file", func(c *Config) *string { return &c.MasterPassword }, func(c *Config) string { return c.MasterPasswordFile }},
-	{"admin_token", "admin_token_file", func(c *Config) *string { return &c.AdminToken }, func(c *Config) string { return c.AdminTokenFile }},
+	{"master_password", "master_password_file", func(c *Config) *string { return &c.MasterPassword }, func(c *Config) *string { return &c.MasterPasswordFile }},
+	{"admin_token", "admin_token_file", func(c *Config) *string { return &c.AdminToken }, func(c *Config) *string { return &c.AdminTokenFile }},
 }
 
 // ReadSecretFiles reads every *_file field that is set into its secret
@@ -35,7 +35,7 @@ var secretFiles = []secretFile{
 func (c *Config) ReadSecretFiles() error {
 	var errs []error
 	for _, sf := range secretFiles {
-		path := sf.file(c)
+		path := *sf.file(c)
 		if path == "" {
 			continue
 		}
