@@ -233,16 +233,30 @@ func (c *copies) addCopy(extra string, pttl int64) {
 }
 
 // chooses reports whether r replaces the copy chosen so far in its state:
-// the first copy, or one with a higher fence (add keeps the first of equal
-// fences).
+// the first copy, or one with a higher fence; of two COMPLETED copies with
+// one fence (one attempt), the one completed first. That attempt's first
+// Complete that returned nil wrote its answer on a quorum, so every quorum
+// read meets it; a second Complete with another answer is refused
+// (ErrAlreadyCompleted) where it meets the first, but writes its answer
+// where a copy was still IN_PROGRESS (a master that missed the first, back
+// from a restart), and reads then replayed whichever copy answered first
+// (a black-box pass: 9 of 12 replays one answer, 3 the other). Otherwise
+// add keeps the first of equal copies.
 func (c *copies) chooses(r *Record) bool {
 	switch r.State {
 	case StateCompleted:
-		return c.completed == nil || r.Fence > c.completed.Fence
+		return c.completed == nil || r.Fence > c.completed.Fence ||
+			r.Fence == c.completed.Fence && completedFirst(r, c.completed)
 	case StateInProgress:
 		return c.inProgress == nil || r.Fence > c.inProgress.Fence
 	}
 	return false
+}
+
+// completedFirst reports whether a was completed before b, both stamped
+// (a copy from before the stamp is never taken for the first).
+func completedFirst(a, b *Record) bool {
+	return !a.CompletedAt.IsZero() && !b.CompletedAt.IsZero() && a.CompletedAt.Before(b.CompletedAt)
 }
 
 func (c *copies) add(r Record) {

@@ -842,3 +842,61 @@ func TestListWithoutAQuorumFailsAtOnce(t *testing.T) {
 	require.ErrorAs(t, err, &qe)
 	assert.False(t, qe.ReturnKnown, "paused masters have no known return: %v", err)
 }
+
+// TestSecondAnswerNeverReplays: an attempt completed with answer X on a
+// quorum while masters 3 and 4 missed it (back from a restart of durable
+// masters, their copies still IN_PROGRESS); a second Complete of the same
+// token with answer Y is refused (ErrAlreadyCompleted, "the first answer
+// is kept") but writes Y where the copies were IN_PROGRESS, with X's
+// fence. Every replay must still be X: reads took whichever of the two
+// COMPLETED copies answered first (a black-box pass: 9 X and 3 Y of 12
+// replays; most Y with two of X's masters paused). Here X's masters answer
+// last, so a read without the tie-break on completion time replays Y.
+func TestSecondAnswerNeverReplays(t *testing.T) {
+	d := newDeployment(t)
+	s := d.store(t)
+	ctx := context.Background()
+	key := newKey(t)
+	req := BeginRequest{Key: key, Fingerprint: fp("pay"), Lease: 5 * time.Second, Retention: time.Hour}
+	a, err := s.Begin(ctx, req)
+	require.NoError(t, err)
+	require.Equal(t, Started, a.Outcome)
+	require.NoError(t, s.Complete(ctx, key, a.Token, &Answer{Status: 201, Body: []byte("X")}))
+	// Masters 3 and 4 as a restart from files written before the
+	// Complete left them: the attempt's IN_PROGRESS copy.
+	for _, i := range []int{3, 4} {
+		r := redis.NewClient(&redis.Options{Addr: servers[i].Addr()})
+		require.NoError(t, r.HSet(ctx, recordKey(key), "st", "IN_PROGRESS").Err())
+		require.NoError(t, r.HDel(ctx, recordKey(key), "ans", "tc", "asz", "ast").Err())
+		r.Close()
+	}
+	time.Sleep(5 * time.Millisecond) // the second Complete's stamp is later
+	err = s.Complete(ctx, key, a.Token, &Answer{Status: 201, Body: []byte("Y")})
+	require.ErrorIs(t, err, ErrAlreadyCompleted)
+	ys := 0
+	for _, i := range []int{3, 4} {
+		r := redis.NewClient(&redis.Options{Addr: servers[i].Addr()})
+		if r.HGet(ctx, recordKey(key), "st").Val() == "COMPLETED" {
+			ys++
+		}
+		r.Close()
+	}
+	require.Positive(t, ys, "the refused Complete wrote Y where the copy was IN_PROGRESS (what this test is about)")
+
+	for range 3 {
+		for _, i := range []int{0, 1, 2} {
+			require.NoError(t, servers[i].Pause())
+		}
+		go func() {
+			time.Sleep(150 * time.Millisecond)
+			for _, i := range []int{0, 1, 2} {
+				_ = servers[i].Resume()
+			}
+		}()
+		r, err := s.Begin(ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, Completed, r.Outcome)
+		assert.Equal(t, "X", string(r.Record.Answer.Body), "the first answer replays")
+		time.Sleep(200 * time.Millisecond) // resumed
+	}
+}
