@@ -70,6 +70,11 @@ type GroupsHealth struct {
 	// locking (unix ms, by the placement registry; 0 none registered, -1
 	// not read from a quorum yet).
 	OldUntilMS int64
+	// OthersUntilMS, while stable on groups: until when daemons on other
+	// groups (a stable layout but this one) may still be locking, by the
+	// placement registry (unix ms; 0 none registered, -1 not read from a
+	// quorum yet).
+	OthersUntilMS int64
 }
 
 // GroupHealth is one master group's health.

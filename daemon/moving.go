@@ -240,15 +240,7 @@ func (l *movingLocker) Groups() *GroupsHealth {
 // fewer than a quorum says nothing, and the latest end read stands: the
 // registry's scores only grow.
 func (l *movingLocker) OldLayoutSeen(untilMS int64, ok bool) {
-	if !ok {
-		return
-	}
-	for {
-		cur := l.oldUntil.Load()
-		if untilMS <= cur || l.oldUntil.CompareAndSwap(cur, untilMS) {
-			return
-		}
-	}
+	storeLater(&l.oldUntil, untilMS, ok)
 }
 
 // readyPlacement is /readyz's placement, with master_groups:
@@ -267,12 +259,16 @@ type readyPlacement struct {
 	To         []string `json:"to"`
 	SinceMS    int64    `json:"since_ms,omitempty"`
 	OldUntilMS *int64   `json:"old_until_ms,omitempty"`
+	// OthersUntilMS, stable: until when daemons on other groups may still
+	// be locking (the placement registry; 0 none, -1 not read yet).
+	OthersUntilMS *int64 `json:"others_until_ms,omitempty"`
 }
 
 // placementOf is /readyz's placement of gh.
 func placementOf(gh *GroupsHealth) *readyPlacement {
 	if gh.From == nil {
-		p := &readyPlacement{Phase: "stable", To: gh.To}
+		others := gh.OthersUntilMS
+		p := &readyPlacement{Phase: "stable", To: gh.To, OthersUntilMS: &others}
 		if !gh.Since.IsZero() {
 			p.SinceMS = gh.Since.UnixMilli()
 		}

@@ -70,8 +70,9 @@ func PlacementLayout(from, groups []string) string {
 
 // RunPlacementRegistry registers layout on c's masters every interval
 // until ctx ends (see the registry above). With watch (another layout's
-// member) it reads watch's score with each registration and hands it to
-// seen: the latest end of that layout's registrations (unix ms by the
+// member, or "*" for every stable layout but layout: a daemon on the new
+// groups asks whether daemons on other groups may still be locking) it
+// reads watch's score with each registration and hands it to seen: the latest end of that layout's registrations (unix ms by the
 // masters' clocks, 0 when none) with ok, or ok false when fewer than a
 // quorum of masters that kept their data since since answered.
 func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, watch string, interval time.Duration, since time.Time, seen func(untilMS int64, ok bool)) {

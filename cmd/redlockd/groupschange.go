@@ -57,6 +57,10 @@ type placementBody struct {
 	// (daemon/placements.go); 0 none registered, -1 not read from a quorum
 	// yet; absent (nil) from a daemon without the registry.
 	OldUntilMS *int64 `json:"old_until_ms"`
+	// OthersUntilMS, of a stable daemon on groups: until when daemons on
+	// other groups may still be locking, by the placement registry; 0
+	// none, -1 not read yet, nil from a daemon without it.
+	OthersUntilMS *int64 `json:"others_until_ms"`
 }
 
 // changeProgress is one report over every daemon.
@@ -67,7 +71,13 @@ type changeProgress struct {
 	// unread: a moving daemon has not read the placement registry from a
 	// quorum yet, so step 2's end is not known.
 	unread bool
-	lines  []string
+	// othersEnd: the latest end of a lock that daemons on other groups may
+	// have taken, by the registry as the daemons on the new groups read it
+	// (their others_until_ms + max TTL); othersUnread: one of them has not
+	// read it yet.
+	othersEnd    time.Time
+	othersUnread bool
+	lines        []string
 }
 
 func groupsChange(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -147,6 +157,14 @@ func groupsChange(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		}
 		now := time.Now()
 		switch {
+		case p.onNew == len(urls) && now.Before(p.othersEnd):
+			// Only daemons on the new groups were listed, and the
+			// placement registry says daemons on other groups may have
+			// locked recently: step 3 came before step 2's wait ended.
+			return fmt.Errorf("groups-change: every daemon listed is on the new groups, but daemons on other groups may have taken locks that stand until %s (%v more, by the placement registry): a moved key can be granted twice; step 3 started before step 2's wait ended",
+				p.othersEnd.UTC().Format(time.RFC3339), p.othersEnd.Sub(now).Round(time.Second))
+		case p.onNew == len(urls) && p.othersUnread:
+			fmt.Fprintln(stdout, "step 3: every daemon listed is on the new groups; waiting until they have read the placement registry from a quorum")
 		case p.onNew == len(urls):
 			fmt.Fprintf(stdout, "step 3 done: all %d daemons lock on the new groups only; the change is complete\n", len(urls))
 			return nil
@@ -244,6 +262,15 @@ func readProgress(ctx context.Context, client *http.Client, urls, to []string) (
 			p.onNew++
 			p.lines = append(p.lines, fmt.Sprintf("%s: on the new groups %v", urls[i], pl.To))
 			early = append(early, i)
+			switch o := pl.OthersUntilMS; {
+			case o == nil:
+			case *o < 0:
+				p.othersUnread = true
+			case *o > 0:
+				if end := time.UnixMilli(*o).Add(time.Duration(d.LongestMaxTTLS) * time.Second); end.After(p.othersEnd) {
+					p.othersEnd = end
+				}
+			}
 		default:
 			p.onOld++
 			p.lines = append(p.lines, fmt.Sprintf("%s: on the groups %v, not moving", urls[i], pl.To))

@@ -180,6 +180,18 @@ func TestStepTwoWaitsForTheOldDaemons(t *testing.T) {
 	require.NoError(t, run(context.Background(), []string{"groups-change", "--daemons", dMoving}, &out, &errOut), errOut.String())
 	assert.Contains(t, out.String(), "step 2: every daemon is moving; waiting")
 	assert.NotContains(t, out.String(), "step 2 done")
+	// A daemon started on the new groups now, and listed alone, is step 3
+	// before step 2's end: its registry reading says so, not "step 3 done"
+	// (a black-box pass got "the change is complete" here).
+	dNew := ch.onNew(t)
+	require.Eventually(t, func() bool {
+		d, err := readPlacement(context.Background(), http.DefaultClient, dNew)
+		return err == nil && d.Placement.OthersUntilMS != nil && *d.Placement.OthersUntilMS >= stopped.UnixMilli()
+	}, 5*time.Second, 50*time.Millisecond, "the new daemon reads the old daemon's registration")
+	out.Reset()
+	err := run(context.Background(), []string{"groups-change", "--daemons", dNew, "--to", "default,g1"}, &out, &errOut)
+	require.ErrorContains(t, err, "step 3 started before step 2's wait ended", out.String())
+	assert.NotContains(t, out.String(), "step 3 done")
 
 	out.Reset()
 	require.NoError(t, run(context.Background(), []string{"groups-change", "--daemons", dMoving, "--wait", "--interval", "100ms"}, &out, &errOut), errOut.String())
@@ -192,6 +204,41 @@ func TestStepTwoWaitsForTheOldDaemons(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, n, "master %d: the old daemon's lock has ended when step 2 is done", i)
 	}
+}
+
+// TestStepTwoWaitsForADrainingOldDaemon: an old daemon told to stop
+// (SIGTERM) serves on for its drain_delay, longer than a registration
+// lasts (2 s here), and grants a moved key late in the drain. Its
+// registrations must go on until it stops serving, so that step 2 ends max
+// TTL after that grant at the earliest (a black-box pass with a 25 s drain:
+// the registry ended 10 s into it, "step 2 done" came while the draining
+// daemons' locks stood, and a key was granted twice).
+func TestStepTwoWaitsForADrainingOldDaemon(t *testing.T) {
+	const maxTTL, drain = 3, 4 * time.Second
+	ch := newGroupChange(t, "chd", maxTTL)
+	key := ch.movedKey(t)
+	dMoving := ch.moving(t)
+	dOld, stopOld := startDaemon(t, ch.common, func(c *config.Config) {
+		c.Masters = ch.a
+		c.DrainDelay = config.Duration(drain)
+	})
+	stopped := make(chan error, 1)
+	go func() { stopped <- stopOld() }() // SIGTERM: the drain starts
+	time.Sleep(drain - 500*time.Millisecond)
+	code, env, _ := post(t, lockURL(dOld), keyA, fmt.Sprintf(`{"key":%q,"ttl":%d}`, key, maxTTL))
+	require.Equal(t, http.StatusOK, code, env.Msg)
+	require.Equal(t, true, env.Data["acquired"], "the draining daemon still serves: %s", env.Msg)
+	granted := time.Now()
+	require.NoError(t, <-stopped)
+
+	d, err := readPlacement(context.Background(), http.DefaultClient, dMoving)
+	require.NoError(t, err)
+	require.NotNil(t, d.Placement.OldUntilMS)
+	assert.GreaterOrEqual(t, *d.Placement.OldUntilMS, granted.UnixMilli(), "the registry covers the drain's last grant")
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"groups-change", "--daemons", dMoving, "--wait", "--interval", "100ms"}, &out, &errOut), errOut.String())
+	require.Contains(t, out.String(), "step 2 done")
+	assert.False(t, time.Now().Before(granted.Add(maxTTL*time.Second)), "step 2 ended max TTL after the drain's last grant, or later")
 }
 
 // TestServeRefusesAMasterInTwoGroups: one Redis server listed in two

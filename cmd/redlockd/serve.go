@@ -131,7 +131,14 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		ln.Close()
 		return err
 	}
-	registerPlacement(ctx, cfg, groups[0].Client, daemonLocker)
+	// The registrations go on through the drain (ctx ends at SIGTERM, when
+	// the drain starts, and the daemon serves on for drain_delay): they stop
+	// when serve returns, after the last request, before the Clients close
+	// (a black-box pass with a 25 s drain saw step 2 end while the draining
+	// daemons still granted).
+	regCtx, stopRegistry := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRegistry()
+	registerPlacement(regCtx, cfg, groups[0].Client, daemonLocker)
 	// Idempotency records live on the first group too (one Client), behind
 	// its checks: placement spreads the lock keys, not the records.
 	return serveWith(ctx, cfg, log, ln, load, reg, metrics, masterCert, daemonLocker, limitMasters, clients[cfg.Groups()[0].Name])
@@ -249,6 +256,10 @@ func registerPlacement(ctx context.Context, cfg config.Config, first *redlock.Cl
 	var seen func(int64, bool)
 	if m, ok := l.(interface{ OldLayoutSeen(int64, bool) }); ok && from != nil {
 		watch, seen = daemon.PlacementLayout(nil, from), m.OldLayoutSeen
+	} else if m, ok := l.(interface{ OtherLayoutsSeen(int64, bool) }); ok && from == nil {
+		// On groups, stable: groups-change asks whether daemons on other
+		// groups may still be locking (step 3 before step 2's end).
+		watch, seen = "*", m.OtherLayoutsSeen
 	}
 	go daemon.RunPlacementRegistry(ctx, first, daemon.PlacementKey(cfg.KeyPrefix), layout, watch, time.Duration(cfg.HealthInterval), time.Now(), seen)
 }
