@@ -65,15 +65,16 @@ func (d deployment) storeB(t testing.TB, opts ...Option) *Store {
 	return s
 }
 
-// client returns a redlock Client over the deployment, closed at cleanup.
-func (d deployment) client(t testing.TB) *redlock.Client {
+// client returns a redlock Client over the deployment, closed at cleanup;
+// opts come after the defaults.
+func (d deployment) client(t testing.TB, opts ...redlock.Option) *redlock.Client {
 	t.Helper()
 	masters := make([]*redis.Options, len(servers))
 	for i, s := range servers {
 		masters[i] = &redis.Options{Addr: s.Addr()}
 	}
-	c, err := redlock.New(masters, redlock.WithMarkerKey(d.marker), redlock.WithFenceKey(d.fence),
-		redlock.WithPerMasterTimeout(500*time.Millisecond), redlock.WithHealthInterval(100*time.Millisecond))
+	c, err := redlock.New(masters, append([]redlock.Option{redlock.WithMarkerKey(d.marker), redlock.WithFenceKey(d.fence),
+		redlock.WithPerMasterTimeout(500 * time.Millisecond), redlock.WithHealthInterval(100 * time.Millisecond)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	return c

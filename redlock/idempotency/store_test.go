@@ -739,7 +739,11 @@ func TestAbortOfATakeOverKeepsTheEarlierAttempt(t *testing.T) {
 // and slowed the lock calls.
 func TestListLeavesTheAnswersOnTheMasters(t *testing.T) {
 	d := newDeployment(t)
-	s := d.store(t, WithMaxAnswerBytes(1<<20))
+	// No health probe in the measured window: a probe round's INFO and
+	// CONFIG GET answers are about 20 KB a master, and under -race on two
+	// cores a listing can outlast a 100 ms health interval.
+	s, err := New(d.client(t, redlock.WithHealthInterval(30*time.Second)), WithMaxAnswerBytes(1<<20))
+	require.NoError(t, err)
 	ctx := context.Background()
 	prefix := newKey(t) + ":"
 	answer := &Answer{Status: 201, Headers: map[string]string{"Location": "/orders/7"}, Body: bytes.Repeat([]byte("x"), 48<<10)}
@@ -774,6 +778,9 @@ func TestListLeavesTheAnswersOnTheMasters(t *testing.T) {
 		}
 		return out
 	}
+	// The listing connections are dialled (each new connection reads the
+	// master's INFO) outside the measured window.
+	_ = list(prefix + "none")
 	before := netOut()
 	recs := list(prefix + "new")
 	after := netOut()
@@ -781,8 +788,11 @@ func TestListLeavesTheAnswersOnTheMasters(t *testing.T) {
 	require.Equal(t, StateCompleted, recs[0].Record.State)
 	require.Equal(t, 201, recs[0].Record.Answer.Status)
 	require.Equal(t, answer.Size(), recs[0].Record.AnswerBytes())
+	// A page of one record costs each master about 16 KB of its own (the
+	// quorum reads' replies and their batches' INFO readings, measured on
+	// this machine's Redis 7.0); the 48 KB answer is not among them.
 	for i := range rdbs {
-		assert.Less(t, after[i]-before[i], int64(16<<10), "master %d sent %d bytes for a page of one record", i, after[i]-before[i])
+		assert.Less(t, after[i]-before[i], int64(len(answer.Body))*2/3, "master %d sent %d bytes for a page of one record", i, after[i]-before[i])
 	}
 	old := list(prefix + "old")
 	require.Len(t, old, 1)
