@@ -134,7 +134,7 @@ func attemptParts(ctx context.Context, parts []groupPart, ttl time.Duration, opt
 		return fail(err)
 	}
 	if time.Until(ml.ValidUntil()) <= 0 {
-		return fail(fmt.Errorf("%w: validity ran out while the set was taken in %d groups", ErrNotObtained, len(ml.locks)))
+		return fail(validityRanOut("set", len(ml.locks)))
 	}
 	return ml, nil
 }

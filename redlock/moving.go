@@ -177,7 +177,9 @@ func (l *MovingLock) Extend(ctx context.Context, ttl time.Duration) error {
 // ctx) and returns that group's error, a *GroupError. Before it returns,
 // every group's fencing counter is raised to the reported fence (see
 // Moving); when that write-back reaches no quorum, or validity ran out
-// meanwhile, the lock is released and the error matches ErrNotObtained.
+// meanwhile, the lock is released and the error matches ErrNotObtained
+// and ErrQuorumUnavailable, as a Client's acquire whose fence write-back
+// failed or whose validity ran out does.
 func (m *Moving) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*MovingLock, error) {
 	ml := &MovingLock{groups: m.GroupsOf(key)}
 	fail := func(err error) (*MovingLock, error) {
@@ -221,7 +223,7 @@ func (m *Moving) Acquire(ctx context.Context, key string, ttl time.Duration, opt
 		return fail(err)
 	}
 	if time.Until(ml.ValidUntil()) <= 0 {
-		return fail(fmt.Errorf("%w: validity ran out while the lock was taken in %d groups", ErrNotObtained, len(ml.locks)))
+		return fail(validityRanOut("lock", len(ml.locks)))
 	}
 	return ml, nil
 }
@@ -300,10 +302,21 @@ func (m *Moving) Status(ctx context.Context, key string) (Status, error) {
 	return last, nil
 }
 
+// validityRanOut is the error of a lock (or multi-key set) taken in n
+// groups whose validity ended before the last group's part was taken and
+// its fences raised: the masters are too slow for the TTL, which a
+// Client's own acquire reports as ErrQuorumUnavailable too (acquire.go,
+// failure). With ErrNotObtained alone the daemon answered it as an
+// internal error, 500 (a -race run of the change of groups under load).
+func validityRanOut(what string, n int) error {
+	return fmt.Errorf("%w: %w: validity ran out while the %s was taken in %d groups", ErrNotObtained, ErrQuorumUnavailable, what, n)
+}
+
 // raiseFences writes ml.fence back to every group whose own lock's fence
 // is below it, on a quorum of that group's masters, so that the fence the
 // caller gets is above every earlier holder's in every group (see Moving).
-// Its error is a *GroupError matching ErrNotObtained.
+// Its error is a *GroupError matching ErrNotObtained and
+// ErrQuorumUnavailable.
 func (ml *MovingLock) raiseFences(ctx context.Context) error {
 	for i, lk := range ml.locks {
 		if lk.Fence() >= ml.fence {
@@ -313,8 +326,8 @@ func (ml *MovingLock) raiseFences(ctx context.Context) error {
 		c := g.Client
 		var res OutcomeError
 		if written := c.writeFence(ctx, lk.set(), lk.Token(), ml.fence, nil, c.quorum, true, &res); written < c.quorum {
-			return groupErr(g.Name, fmt.Errorf("%w: raising the fencing counter to %d reached %d of the %d masters needed: %w",
-				ErrNotObtained, ml.fence, written, c.quorum, errors.Join(res.Failures...)))
+			return groupErr(g.Name, fmt.Errorf("%w: %w: raising the fencing counter to %d reached %d of the %d masters needed: %w",
+				ErrNotObtained, ErrQuorumUnavailable, ml.fence, written, c.quorum, errors.Join(res.Failures...)))
 		}
 	}
 	return nil

@@ -342,3 +342,19 @@ func TestMovingKeyKeepsItsLockDelay(t *testing.T) {
 	assert.Positive(t, oe.Delayed, "refused for the delay: %v", err)
 	require.Less(t, time.Since(ended), time.Second, "within the delay")
 }
+
+// TestMovingFailuresAreQuorumUnavailable: a moving (or cross-group
+// multi-key) lock whose validity ran out while its last part was taken, or
+// whose fence raise reached no quorum, fails as a Client's own acquire
+// fails then: ErrNotObtained and ErrQuorumUnavailable (retry later), not a
+// bare ErrNotObtained, which the daemon answered as a 500 internal error
+// (a -race run of TestChangingMasterGroupsUnderLoad on a loaded machine: 2
+// failed calls). Both need a slow machine to happen; the errors are what
+// is checked.
+func TestMovingFailuresAreQuorumUnavailable(t *testing.T) {
+	for _, err := range []error{validityRanOut("lock", 2), validityRanOut("set", 3)} {
+		assert.ErrorIs(t, err, ErrNotObtained, "%v", err)
+		assert.ErrorIs(t, err, ErrQuorumUnavailable, "%v", err)
+		assert.NotErrorIs(t, err, ErrLockHeld, "%v", err)
+	}
+}
