@@ -73,10 +73,7 @@ type othersRead struct {
 // an older reading look like a fall.
 func (c *Client) readOthers(ctx context.Context, m *master) othersRead {
 	var r othersRead
-	keys := []string{c.opts.horizonKey}
-	if c.opts.fenceKey != "" {
-		keys = append(keys, c.opts.fenceKey)
-	}
+	keys := c.horizonReadKeys()
 	for _, o := range c.masters {
 		if o == m || !o.counts() {
 			continue
@@ -87,16 +84,8 @@ func (c *Client) readOthers(ctx context.Context, m *master) othersRead {
 		registered := pipe.Eval(ctx, maxTTLLua, []string{c.opts.maxTTLKey}, 0, maxTTLCeilingMS)
 		_, _ = pipe.Exec(ctx)
 		received := time.Now()
-		hr, err := state.Slice()
-		if err != nil || len(hr) != 4 {
-			continue
-		}
-		sec, _ := hr[0].(int64)
-		usec, _ := hr[1].(int64)
-		h, _ := hr[2].(int64)
-		counter, _ := hr[3].(int64)
-		now := time.Unix(sec, usec*int64(time.Microsecond))
-		if h < 0 {
+		now, h, counter, err := parseHorizonRead(state)
+		if err != nil || h < 0 {
 			continue // a counting master keeps its horizon: missing is an error here
 		}
 		if c.opts.dataLossGuard && c.opts.repairJudgesReads &&

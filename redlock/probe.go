@@ -109,11 +109,7 @@ func (m *master) readProbe(ctx context.Context) probeCmds {
 		p.cfg = pipe.ConfigGet(ctx, "*") // filtered below; one call instead of five
 	}
 	p.marker = pipe.Get(ctx, o.markerKey)
-	horizonKeys := []string{o.horizonKey}
-	if o.fenceKey != "" {
-		horizonKeys = append(horizonKeys, o.fenceKey)
-	}
-	p.horizon = pipe.Eval(ctx, horizonReadLua, horizonKeys)
+	p.horizon = pipe.Eval(ctx, horizonReadLua, m.c.horizonReadKeys())
 	if o.fenceKey != "" {
 		p.fence = pipe.Get(ctx, o.fenceKey)
 	}
@@ -194,6 +190,33 @@ func (m *master) observeInfo(info string, obs *probeObservation) {
 	}
 }
 
+// horizonReadKeys are horizon_read.lua's KEYS: the lease horizon, and the
+// fencing counter when fencing is on.
+func (c *Client) horizonReadKeys() []string {
+	if c.opts.fenceKey == "" {
+		return []string{c.opts.horizonKey}
+	}
+	return []string{c.opts.horizonKey, c.opts.fenceKey}
+}
+
+// parseHorizonRead decodes horizon_read.lua's answer: the master's time
+// of the read, the lease horizon and the fencing counter (-1 each when
+// missing, or not read: the counter without fencing; both -1 on an error).
+func parseHorizonRead(cmd *redis.Cmd) (at time.Time, horizon, counter int64, err error) {
+	hr, err := cmd.Slice()
+	if err == nil && len(hr) != 4 {
+		err = errBadReply
+	}
+	if err != nil {
+		return time.Time{}, -1, -1, err
+	}
+	sec, _ := hr[0].(int64)
+	usec, _ := hr[1].(int64)
+	horizon, _ = hr[2].(int64)
+	counter, _ = hr[3].(int64)
+	return time.Unix(sec, usec*int64(time.Microsecond)), horizon, counter, nil
+}
+
 // observeState records the deployment state the probe read: the marker,
 // the lease horizon with the master's time, and the fencing counter.
 func (m *master) observeState(p probeCmds, obs *probeObservation) {
@@ -205,17 +228,8 @@ func (m *master) observeState(p probeCmds, obs *probeObservation) {
 		m.st.markerValue = markerValue
 		m.st.mu.Unlock()
 	}
-	hr, horizonErr := p.horizon.Slice()
-	obs.horizonMS, obs.counter = -1, -1
-	if horizonErr == nil && len(hr) == 4 {
-		sec, _ := hr[0].(int64)
-		usec, _ := hr[1].(int64)
-		obs.horizonMS, _ = hr[2].(int64)
-		obs.counter, _ = hr[3].(int64)
-		obs.horizonAt = time.Unix(sec, usec*int64(time.Microsecond))
-	} else if horizonErr == nil {
-		horizonErr = errBadReply
-	}
+	var horizonErr error
+	obs.horizonAt, obs.horizonMS, obs.counter, horizonErr = parseHorizonRead(p.horizon)
 	obs.horizonRead = horizonErr == nil
 	m.st.mu.Lock()
 	m.st.hasHorizon = horizonErr == nil && obs.horizonMS >= 0
