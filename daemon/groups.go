@@ -36,9 +36,11 @@ type groupsLocker struct {
 	// start): /readyz's placement since_ms of a stable daemon, which
 	// `redlockd groups-change` compares with step 2's wait.
 	since time.Time
-	// othersUntil: until when daemons on other groups may still be
-	// locking, by the placement registry (placements.go); -1 unread.
-	othersUntil atomic.Int64
+	// registryUntil: what the placement registry (placements.go) says
+	// of the daemons on other groups — the previous groups' while moving,
+	// any other stable layout's while stable: until when they may still be
+	// locking (unix ms; 0 none registered, -1 not read from a quorum yet).
+	registryUntil atomic.Int64
 }
 
 // NewGroupsLocker serves the groups (at least one, names unique and
@@ -67,7 +69,7 @@ func newGroupsLocker(groups []redlock.Group) (*groupsLocker, error) {
 	if gl.place, err = redlock.NewPlacement(gl.names...); err != nil {
 		return nil, err
 	}
-	gl.othersUntil.Store(-1)
+	gl.registryUntil.Store(-1)
 	return gl, nil
 }
 
@@ -264,25 +266,20 @@ func (g *groupsLocker) ClockBounds() redlock.ClockBounds { return redlock.ClockB
 
 // Groups is each group's view, placed stably over all of them.
 func (g *groupsLocker) Groups() *GroupsHealth {
-	gh := &GroupsHealth{Groups: make([]GroupHealth, len(g.groups)), To: append([]string(nil), g.names...), Since: g.since, OthersUntilMS: g.othersUntil.Load()}
+	gh := &GroupsHealth{Groups: make([]GroupHealth, len(g.groups)), To: append([]string(nil), g.names...), Since: g.since, RegistryUntilMS: g.registryUntil.Load()}
 	for i, grp := range g.groups {
 		gh.Groups[i] = GroupHealth{Name: g.names[i], Health: grp, Ops: g.groupOps(i)}
 	}
 	return gh
 }
 
-// OtherLayoutsSeen records what the placement registry says of daemons on
-// other groups (RunPlacementRegistry's seen with watch "*"); a reading
-// from fewer than a quorum says nothing, and the latest end stands.
-func (g *groupsLocker) OtherLayoutsSeen(untilMS int64, ok bool) {
-	storeLater(&g.othersUntil, untilMS, ok)
-}
-
-// storeLater raises v to untilMS when ok.
-func storeLater(v *atomic.Int64, untilMS int64, ok bool) {
+// RegistrySeen records a reading of the placement registry
+// (RunPlacementRegistry's seen). A reading from fewer than a quorum says
+// nothing, and the latest end read stands: the registry's scores only grow.
+func (g *groupsLocker) RegistrySeen(untilMS int64, ok bool) {
 	for ok {
-		cur := v.Load()
-		if untilMS <= cur || v.CompareAndSwap(cur, untilMS) {
+		cur := g.registryUntil.Load()
+		if untilMS <= cur || g.registryUntil.CompareAndSwap(cur, untilMS) {
 			return
 		}
 	}

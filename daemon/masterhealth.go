@@ -66,15 +66,11 @@ type GroupsHealth struct {
 	// key is then locked in both.
 	From, To []string
 	Since    time.Time
-	// OldUntilMS, while moving: until when daemons on From may still be
-	// locking (unix ms, by the placement registry; 0 none registered, -1
-	// not read from a quorum yet).
-	OldUntilMS int64
-	// OthersUntilMS, while stable on groups: until when daemons on other
-	// groups (a stable layout but this one) may still be locking, by the
-	// placement registry (unix ms; 0 none registered, -1 not read from a
-	// quorum yet).
-	OthersUntilMS int64
+	// RegistryUntilMS: until when daemons on other groups may still be
+	// locking, by the placement registry (unix ms; 0 none registered, -1
+	// not read from a quorum yet): those on From while moving, those on
+	// any other stable layout while stable.
+	RegistryUntilMS int64
 }
 
 // GroupHealth is one master group's health.

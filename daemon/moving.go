@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
 	"github.com/redlockd/redlockd/redlock"
@@ -24,10 +23,6 @@ type movingLocker struct {
 	from, to      []string
 	toPlace       *redlock.Placement // the current groups' (to) placement: LockGroup
 	since         time.Time
-	// oldUntil: until when daemons on the previous groups may still be
-	// locking, from the placement registry (placements.go): unix ms,
-	// 0 none registered, -1 not read from a quorum yet.
-	oldUntil atomic.Int64
 }
 
 // NewMovingLocker serves m. groups are every distinct group of the
@@ -44,7 +39,6 @@ func NewMovingLocker(m *redlock.Moving, groups []redlock.Group, from, to []strin
 		return nil, err
 	}
 	ml := &movingLocker{groupsLocker: gl, m: m, index: map[string]int{}, from: from, to: to, toPlace: toPlace, since: time.Now()}
-	ml.oldUntil.Store(-1)
 	for i, g := range groups {
 		ml.index[g.Name] = i
 	}
@@ -231,16 +225,7 @@ func (l *movingLocker) Status(ctx context.Context, key string) (redlock.Status, 
 func (l *movingLocker) Groups() *GroupsHealth {
 	gh := l.groupsLocker.Groups()
 	gh.From, gh.To, gh.Since = l.from, l.to, l.since
-	gh.OldUntilMS = l.oldUntil.Load()
 	return gh
-}
-
-// OldLayoutSeen records what the placement registry says of the daemons
-// on the previous groups (RunPlacementRegistry's seen). A reading from
-// fewer than a quorum says nothing, and the latest end read stands: the
-// registry's scores only grow.
-func (l *movingLocker) OldLayoutSeen(untilMS int64, ok bool) {
-	storeLater(&l.oldUntil, untilMS, ok)
 }
 
 // readyPlacement is /readyz's placement, with master_groups:
@@ -267,13 +252,13 @@ type readyPlacement struct {
 // placementOf is /readyz's placement of gh.
 func placementOf(gh *GroupsHealth) *readyPlacement {
 	if gh.From == nil {
-		others := gh.OthersUntilMS
+		others := gh.RegistryUntilMS
 		p := &readyPlacement{Phase: "stable", To: gh.To, OthersUntilMS: &others}
 		if !gh.Since.IsZero() {
 			p.SinceMS = gh.Since.UnixMilli()
 		}
 		return p
 	}
-	old := gh.OldUntilMS
+	old := gh.RegistryUntilMS
 	return &readyPlacement{Phase: "moving", From: gh.From, To: gh.To, SinceMS: gh.Since.UnixMilli(), OldUntilMS: &old}
 }

@@ -254,12 +254,14 @@ func registerPlacement(ctx context.Context, cfg config.Config, first *redlock.Cl
 	}
 	layout, watch := daemon.PlacementLayout(from, names(cfg.Groups())), ""
 	var seen func(int64, bool)
-	if m, ok := l.(interface{ OldLayoutSeen(int64, bool) }); ok && from != nil {
-		watch, seen = daemon.PlacementLayout(nil, from), m.OldLayoutSeen
-	} else if m, ok := l.(interface{ OtherLayoutsSeen(int64, bool) }); ok && from == nil {
-		// On groups, stable: groups-change asks whether daemons on other
-		// groups may still be locking (step 3 before step 2's end).
-		watch, seen = "*", m.OtherLayoutsSeen
+	if m, ok := l.(interface{ RegistrySeen(int64, bool) }); ok {
+		// Moving: the daemons still on the previous groups (step 2's end).
+		// Stable on groups: daemons on any other groups (step 3 before
+		// step 2's end).
+		watch, seen = "*", m.RegistrySeen
+		if from != nil {
+			watch = daemon.PlacementLayout(nil, from)
+		}
 	}
 	go daemon.RunPlacementRegistry(ctx, first, daemon.PlacementKey(cfg.KeyPrefix), layout, watch, time.Duration(cfg.HealthInterval), time.Now(), seen)
 }
