@@ -3,7 +3,9 @@ package daemon
 import (
 	"context"
 	_ "embed"
+	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redlockd/redlockd/redlock"
@@ -68,35 +70,336 @@ func PlacementLayout(from, groups []string) string {
 	return "moving " + strings.Join(from, ",") + ">" + strings.Join(groups, ",")
 }
 
+// PlacementReading is one round of RunPlacementRegistry.
+type PlacementReading struct {
+	// UntilMS is the latest end of the watched layout's registrations
+	// (unix ms by the masters' clocks, 0 when none); OK is false when
+	// fewer than a quorum of masters that kept their data since the
+	// daemon started answered, and UntilMS then says nothing.
+	UntilMS int64
+	OK      bool
+	// Registered: with a gate, this daemon's layout was registered on such
+	// a quorum in this round, no other stable layout seen that may still
+	// hold a lock there (PlacementGate).
+	Registered bool
+	// Sent is when the round was sent (with the monotonic clock reading).
+	Sent time.Time
+	// Err says, when OK is false, which masters did not count: a
+	// *redlock.OutcomeError (Op "placement") matching
+	// redlock.ErrQuorumUnavailable.
+	Err error
+}
+
 // RunPlacementRegistry registers layout on c's masters every interval
 // until ctx ends (see the registry above). With watch (another layout's
 // member, or "*" for every stable layout but layout: a daemon on the new
 // groups asks whether daemons on other groups may still be locking) it
-// reads watch's score with each registration and hands it to seen: the latest end of that layout's registrations (unix ms by the
-// masters' clocks, 0 when none) with ok, or ok false when fewer than a
-// quorum of masters that kept their data since since answered.
-func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, watch string, interval time.Duration, since time.Time, seen func(untilMS int64, ok bool)) {
+// reads watch's score with each registration and hands the round to seen.
+// With gate (watch "*" only; nil: none), a master registers layout only
+// while no other stable layout's registration + gate's block is ahead of
+// its clock, each round goes to gate, and a check of gate can ask for the
+// next round at once (the layout gate, PlacementGate).
+func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, watch string, interval time.Duration, since time.Time, gate *PlacementGate, seen func(PlacementReading)) {
 	alive := placementAlive(interval).Milliseconds()
 	t := time.NewTicker(max(interval, 10*time.Millisecond))
 	defer t.Stop()
 	for {
-		until, trusted := int64(0), 0
+		r := PlacementReading{Sent: time.Now()}
+		trusted, registered := 0, 0
+		args := []any{layout, alive, watch}
+		if gate != nil && watch == "*" {
+			args = append(args, gate.block().Milliseconds())
+		}
+		var failures []error
+		// A master repaired since the daemon started may have lost a
+		// registration. With the gate, it counts again once a lost one has
+		// ended and the max TTL passed since: by then every daemon still
+		// locking has registered there again (a master repaired while this
+		// daemon runs would otherwise shut it until it restarts).
+		var forgotten time.Duration
+		if gate != nil && watch == "*" {
+			forgotten = time.Duration(alive)*time.Millisecond + gate.block()
+		}
 		rctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
-		_ = c.RunQuorumScript(rctx, placementScript, key, []any{layout, alive, watch}, func(a redlock.MasterAnswer) bool {
-			if a.Err == nil && a.Code == 1 && (a.KeptSince.IsZero() || a.KeptSince.Before(since)) {
+		_ = c.RunQuorumScript(rctx, placementScript, key, args, func(a redlock.MasterAnswer) bool {
+			switch {
+			case a.Err != nil:
+				failures = append(failures, a.Err)
+			case !a.KeptSince.IsZero() && !a.KeptSince.Before(since) && (forgotten == 0 || a.MasterTime.Before(a.KeptSince.Add(forgotten))):
+				failures = append(failures, &redlock.MasterError{Index: a.Index, Err: fmt.Errorf("%w: repaired at %s, since this daemon started: registrations may be lost there", redlock.ErrMasterQuarantined, a.KeptSince.UTC().Format(time.RFC3339))})
+			case a.Code == 1 || a.Code == 0 && len(args) > 3:
 				trusted++
-				until = max(until, a.Value)
+				r.UntilMS = max(r.UntilMS, a.Value)
+				if a.Code == 1 {
+					registered++
+				}
+			default:
+				failures = append(failures, &redlock.MasterError{Index: a.Index, Err: fmt.Errorf("unexpected placement registry answer %d", a.Code)})
 			}
 			return false // every master is heard: the latest registration wins
 		})
 		cancel()
+		r.OK = trusted >= c.Quorum()
+		r.Registered = registered >= c.Quorum()
+		if !r.OK {
+			r.Err = &redlock.OutcomeError{Op: "placement", Kind: redlock.ErrQuorumUnavailable, Quorum: c.Quorum(), Masters: c.MasterCount(), Votes: trusted, Failures: failures}
+		}
+		if gate != nil {
+			gate.Seen(r)
+		}
 		if seen != nil {
-			seen(until, trusted >= c.Quorum())
+			seen(r)
+		}
+		var kick chan struct{}
+		if gate != nil {
+			kick = gate.kick
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-kick:
 		}
 	}
+}
+
+// The layout gate.
+//
+// The registry alone tells; it did not stop. A black-box pass paused
+// (SIGSTOP) a daemon on the old groups during a change, ran the change to
+// its end without it, and resumed it: it granted moved keys on the old
+// groups while the daemons on the new groups granted them on the new ones,
+// the same keys to two holders (3 runs of 3), though the new daemons'
+// registrations were there for it to read. So a stable daemon (one layout,
+// no previous_master_groups) grants and extends only under a permit from
+// the registry:
+//
+//   - each round reads, on each master of the first group, the other
+//     stable layouts' scores first, and registers this daemon's layout
+//     there only if none of them + the max TTL is ahead of the master's
+//     clock (placements.lua, ARGV[4]): a master lets one stable layout
+//     lock at a time, the next one max TTL after the last registration
+//     of the one before ended;
+//   - a round registered on a quorum of masters that kept their data since
+//     the daemon started gives a permit until the round's send + the
+//     lease, half the registration's life (placementAlive): a daemon
+//     paused or cut off for longer holds none until a round registers
+//     again;
+//   - an acquire is refused (503) without a permit, and one that ends
+//     after its permit ended (an acquire that waited) is released and
+//     refused; an extend without a permit is refused.
+//
+// Claim: two daemons on different stable layouts that share the first
+// group never both hold a lock on one key granted or extended through them.
+// Any two rounds that registered did so on quorums of the first group's
+// masters, which share a master M that kept its data; on M the later
+// round read the earlier one's score S (its master time + alive) and
+// registered only when S + max TTL ≤ its own time. The earlier daemon
+// granted and extended under that round only before its send + lease
+// (its monotonic clock), that is at least alive − lease (≥ 1 s) before S
+// by M's clock, and each such lock ends max TTL after it at the latest:
+// before the later round ran, so before any grant under it. Moving
+// daemons (both layouts at once) are not gated: they are compatible with
+// both (redlock/moving.go). Not covered: layouts whose first groups differ
+// (the registries are on other masters), a master whose clock runs more
+// than alive − lease off the others', and a loss of the registry on
+// masters that a later daemon counts (the registry's own limits above).
+type PlacementGate struct {
+	lease time.Duration
+	// group is the first group's name for the refusals' errors ("" for a
+	// masters list: one group, no name).
+	group string
+	// block is how long another layout's lock may stand after its
+	// registration ended: the max TTL (placements.lua ARGV[4]).
+	block func() time.Duration
+	kick  chan struct{} // a check asks the registry for a round now
+	mu    sync.Mutex
+	// permit is when the last registered round's permit ends (monotonic);
+	// zero: none.
+	permit time.Time
+	// conflict: the last round a quorum answered did not register this
+	// layout (another stable layout may be locking); others is the latest
+	// registration end of the other stable layouts read (unix ms).
+	conflict bool
+	others   int64
+	// last is the send of the last round; lastOK whether a quorum
+	// answered it. done is closed at the end of each round.
+	last    time.Time
+	lastOK  bool
+	lastErr error
+	done    chan struct{}
+	once    sync.Once
+	read    chan struct{} // closed after the first round
+}
+
+// NewPlacementGate is the gate of a daemon registering every interval
+// (RunPlacementRegistry) on its first group (named group; "" for a masters
+// list), whose locks of another layout may stand block() after that
+// layout's registrations ended (the longest max TTL).
+func NewPlacementGate(interval time.Duration, group string, block func() time.Duration) *PlacementGate {
+	return &PlacementGate{lease: placementAlive(interval) / 2, group: group, block: block, kick: make(chan struct{}, 1),
+		done: make(chan struct{}), read: make(chan struct{})}
+}
+
+// Seen takes one round of the registry (RunPlacementRegistry's seen).
+func (g *PlacementGate) Seen(r PlacementReading) {
+	g.mu.Lock()
+	switch {
+	case r.Registered:
+		g.permit, g.conflict = r.Sent.Add(g.lease), false
+	case r.OK:
+		// A quorum answered and did not register this layout: another
+		// stable layout may be locking.
+		g.permit, g.conflict = time.Time{}, true
+	}
+	if r.OK {
+		g.others = r.UntilMS
+	}
+	g.last, g.lastOK, g.lastErr = r.Sent, r.OK, r.Err
+	close(g.done)
+	g.done = make(chan struct{})
+	g.mu.Unlock()
+	g.once.Do(func() { close(g.read) })
+}
+
+// verdict is the gate's answer from what it knows, when decided: nil to go
+// on (a permit), a refusal (another stable layout may be locking, or the
+// last round, sent after the permit ended, heard no quorum of the first
+// group: nothing shows that none is); not decided when a round sent after
+// the permit ended is needed.
+func (g *PlacementGate) verdict(now time.Time) (decided bool, err error) {
+	switch {
+	case now.Before(g.permit):
+		return true, nil
+	case g.conflict:
+		return true, &PlacementConflictError{OthersUntil: g.others, FreeAt: g.others + g.block().Milliseconds()}
+	case !g.lastOK && g.last.After(g.permit):
+		cause := g.lastErr
+		if cause != nil && g.group != "" {
+			cause = &redlock.GroupError{Group: g.group, Err: cause}
+		}
+		return true, &PlacementConflictError{Cause: cause}
+	}
+	return false, nil
+}
+
+// check returns nil when the daemon may grant or extend now (see
+// verdict), after the first round (waited for, within ctx), and a
+// *PlacementConflictError otherwise. A permit that ran out (a daemon
+// paused or cut off) asks for a round at once and waits for one sent
+// after it: the daemon learns what happened meanwhile before it grants.
+func (g *PlacementGate) check(ctx context.Context) error {
+	select {
+	case <-g.read:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	for range 3 {
+		g.mu.Lock()
+		decided, err := g.verdict(time.Now())
+		done := g.done
+		g.mu.Unlock()
+		if decided {
+			return err
+		}
+		select {
+		case g.kick <- struct{}{}:
+		default:
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	// Rounds that ended without a verdict were sent before the permit
+	// ended: fail closed.
+	return &PlacementConflictError{Cause: redlock.ErrQuorumUnavailable}
+}
+
+// PlacementConflictError is a grant or extend refused by the layout gate:
+// another stable layout of master groups registered until OthersUntil
+// (unix ms by the masters' clocks), and a lock it granted may stand until
+// FreeAt (that + the max TTL); or, with Cause, the registry heard no
+// quorum of the first group's masters since this daemon's permit ended
+// (Cause says which did not count: a *redlock.OutcomeError, in a
+// *redlock.GroupError naming the group when the daemon has groups). It
+// matches redlock.ErrQuorumUnavailable (503, retry later) and Cause.
+type PlacementConflictError struct {
+	OthersUntil, FreeAt int64
+	Cause               error
+}
+
+func (e *PlacementConflictError) Error() string {
+	if e.Cause != nil {
+		return "placement: the placement registry heard no quorum of the first group's masters since this daemon's permit ended, so it grants and extends nothing: " + e.Cause.Error()
+	}
+	return fmt.Sprintf("placement: daemons on other master groups registered until %s, and a lock they granted may stand until %s (max TTL later): this daemon grants and extends nothing until then; stop the daemons left on other groups (docs/operations.md, \"The layout gate\")",
+		time.UnixMilli(e.OthersUntil).UTC().Format(time.RFC3339Nano), time.UnixMilli(e.FreeAt).UTC().Format(time.RFC3339Nano))
+}
+
+func (e *PlacementConflictError) Unwrap() []error {
+	if e.Cause != nil {
+		return []error{redlock.ErrQuorumUnavailable, e.Cause}
+	}
+	return []error{redlock.ErrQuorumUnavailable}
+}
+
+// Gate returns l with its acquires and extends under g.
+func (g *PlacementGate) Gate(l MasterLocker) MasterLocker {
+	gl := gatedLocker{MasterLocker: l, gate: g}
+	if _, ok := l.(interface{ LockGroup(string) int }); ok {
+		return gatedGroupsLocker{gl}
+	}
+	return gl
+}
+
+type gatedLocker struct {
+	MasterLocker
+	gate *PlacementGate
+}
+
+// gatedGroupsLocker keeps the groups' LockGroup (admission.go).
+type gatedGroupsLocker struct{ gatedLocker }
+
+func (g gatedGroupsLocker) LockGroup(key string) int {
+	return g.MasterLocker.(interface{ LockGroup(string) int }).LockGroup(key)
+}
+
+func (g gatedLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
+	if err := g.gate.check(ctx); err != nil {
+		return Lease{}, err
+	}
+	l, err := g.MasterLocker.Acquire(ctx, req)
+	if err != nil {
+		return l, err
+	}
+	if err := g.gate.check(ctx); err != nil {
+		// The permit ended while the acquire waited: not granted.
+		rctx := context.WithoutCancel(ctx)
+		switch {
+		case req.Keys != nil:
+			_, _ = g.MasterLocker.ReleaseMulti(rctx, req.Keys, l.Token)
+		case req.Permits > 0:
+			_, _ = g.MasterLocker.Release(rctx, redlock.PermitKey(req.Key, l.Slot), l.Token)
+		default:
+			_, _ = g.MasterLocker.Release(rctx, req.Key, l.Token)
+		}
+		return Lease{}, err
+	}
+	return l, nil
+}
+
+func (g gatedLocker) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
+	if err := g.gate.check(ctx); err != nil {
+		return Lease{}, err
+	}
+	return g.MasterLocker.Extend(ctx, key, token, ttl)
+}
+
+func (g gatedLocker) ExtendMulti(ctx context.Context, keys []string, token string, ttl time.Duration) (Lease, error) {
+	if err := g.gate.check(ctx); err != nil {
+		return Lease{}, err
+	}
+	return g.MasterLocker.ExtendMulti(ctx, keys, token, ttl)
 }

@@ -221,12 +221,26 @@ func quorumReturn(err error, masters []redlock.MasterStatus, quorum int) (back t
 // outage's backoff.
 func (s *Server) quorumAnswer(err error, now time.Time) (string, time.Duration) {
 	retry := s.outage.backoff(now)
+	var pc *PlacementConflictError
+	gated := errors.As(err, &pc)
+	if gated && pc.Cause == nil {
+		// The layout gate: when the other layout's locks end is known.
+		if pc.FreeAt > 0 {
+			retry = min(max(time.UnixMilli(pc.FreeAt).Sub(now), time.Second), maxRetryAfter)
+		}
+		return pc.Error(), retry
+	}
 	health, prefix := s.health, ""
 	if name, h, ok := groupOf(s.health, err); ok {
 		// The key's own group: its masters, its quorum.
 		health, prefix = h, "master group "+name+": "
 	}
 	masters := health.Masters()
+	if gated {
+		// The layout gate, for want of the registry's quorum: which
+		// masters of the first group did not count.
+		prefix = "placement registry: " + prefix
+	}
 	msg := prefix + quorumMessage(err, masters)
 	if d, ok, sooner := quorumReturn(err, masters, health.Quorum()); ok && d > 0 {
 		d = max(d.Round(time.Second), time.Second)

@@ -31,7 +31,8 @@ List every daemon serving the masters (e.g. each pod's address): a daemon
 left out, still on the old groups, is the one that could grant a moved key
 twice. Without --wait it reports once; with --wait it reports every
 --interval until step 2 is done (or every daemon is on the new groups), and
-exits 0 then. Exit status 1: a daemon did not answer, or the daemons
+exits 0 then. Exit status 1: a daemon did not answer (with --wait too, at
+any report: list the daemons that serve, not one already stopped), or the daemons
 disagree on the groups: moving daemons with different groups, or daemons
 locking in different groups with none moving between them (old and new
 at once), which can grant a moved key twice. Flags:
@@ -161,7 +162,7 @@ func groupsChange(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			// Only daemons on the new groups were listed, and the
 			// placement registry says daemons on other groups may have
 			// locked recently: step 3 came before step 2's wait ended.
-			return fmt.Errorf("groups-change: every daemon listed is on the new groups, but daemons on other groups may have taken locks that stand until %s (%v more, by the placement registry): a moved key can be granted twice; step 3 started before step 2's wait ended",
+			return fmt.Errorf("groups-change: every daemon listed is on the new groups, but daemons on other groups may have taken locks that stand until %s (%v more, by the placement registry): the daemons on the new groups grant and extend nothing until then (503, the layout gate); step 3 started before step 2's wait ended",
 				p.othersEnd.UTC().Format(time.RFC3339), p.othersEnd.Sub(now).Round(time.Second))
 		case p.onNew == len(urls) && p.othersUnread:
 			fmt.Fprintln(stdout, "step 3: every daemon listed is on the new groups; waiting until they have read the placement registry from a quorum")

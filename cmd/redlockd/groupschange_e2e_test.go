@@ -9,6 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +36,7 @@ func TestChangingMasterGroups(t *testing.T) {
 	ch := newGroupChange(t, "chg", 2)
 	prefix, key := ch.prefix, ch.movedKey(t)
 	dOld, stopOld := startDaemon(t, ch.common, func(c *config.Config) { c.Masters = ch.a })
-	dMoving, dNew := ch.moving(t), ch.onNew(t)
+	dMoving := ch.moving(t)
 	rk := lockRedisKey(prefix, "acme", key)
 	refusal := "" // why the last acquire was refused, for the failure messages
 	acquire := func(base string) (bool, string, int64) {
@@ -78,17 +81,13 @@ func TestChangingMasterGroups(t *testing.T) {
 	}
 	ok, _, _ = acquire(dOld)
 	require.False(t, ok, "the old daemon sees the moving lock (group default)")
-	ok, _, _ = acquire(dNew)
-	require.False(t, ok, "the new daemon sees the moving lock (group g1)")
+	// A daemon on the new groups while the old one may still lock (step 2
+	// skipped) is refused, not a second holder: the layout gate.
+	dNew := ch.onNew(t)
+	code, env, _ := post(t, lockURL(dNew), keyA, fmt.Sprintf(`{"key":%q,"ttl":2}`, key))
+	require.Equal(t, http.StatusServiceUnavailable, code, "%v %s", env.Data, env.Msg)
+	require.Contains(t, env.Msg, "placement: daemons on other master groups registered until")
 	release(dMoving, tok)
-
-	// Moving and new run together: they share group g1.
-	ok, tok, newFence := acquire(dNew)
-	require.True(t, ok, "the key is free once the moving daemon's release answered: %s", refusal)
-	require.Greater(t, newFence, movingFence, "g1's fence starts above every fence the key had")
-	ok, _, _ = acquire(dMoving)
-	require.False(t, ok, "the moving daemon sees the new daemon's lock")
-	release(dNew, tok)
 
 	// groups-change follows the steps.
 	report := func(args ...string) string {
@@ -106,6 +105,19 @@ func TestChangingMasterGroups(t *testing.T) {
 	out = report("--daemons", dMoving, "--wait", "--interval", "200ms")
 	require.Contains(t, out, "step 2 done")
 	t.Log(out)
+
+	// Moving and new run together: they share group g1.
+	ok, tok, _ = acquire(dMoving)
+	require.True(t, ok, refusal)
+	ok, _, _ = acquire(dNew)
+	require.False(t, ok, "the new daemon sees the moving lock (group g1)")
+	release(dMoving, tok)
+	ok, tok, newFence := acquire(dNew)
+	require.True(t, ok, "the key is free once the moving daemon's release answered: %s", refusal)
+	require.Greater(t, newFence, movingFence, "g1's fence starts above every fence the key had")
+	ok, _, _ = acquire(dMoving)
+	require.False(t, ok, "the moving daemon sees the new daemon's lock")
+	release(dNew, tok)
 	out = report("--daemons", dMoving+","+dNew)
 	require.Contains(t, out, "step 3: 1 of 2 daemons on the new groups only")
 	out = report("--daemons", dNew, "--to", "default,g1")
@@ -204,6 +216,140 @@ func TestStepTwoWaitsForTheOldDaemons(t *testing.T) {
 		require.NoError(t, err)
 		assert.Zero(t, n, "master %d: the old daemon's lock has ended when step 2 is done", i)
 	}
+}
+
+// TestAStaleDaemonGrantsNothing: a daemon still on the old groups that
+// comes back after the change ended (a black-box pass paused one with
+// SIGSTOP through the change and resumed it; here one is started on the
+// old list, which the layout gate treats alike: it has no permit) must not
+// grant a moved key that a daemon on the new groups holds. It did, to two
+// holders with one fence, though the registry showed both daemons each
+// other (daemon/placements.go, "The layout gate"). The daemon on the new
+// groups keeps granting: the stale one never registers.
+func TestAStaleDaemonGrantsNothing(t *testing.T) {
+	const maxTTL = 3
+	ch := newGroupChange(t, "chs", maxTTL)
+	key := ch.movedKey(t)
+	dNew := ch.onNew(t)
+	code, env, _ := post(t, lockURL(dNew), keyA, fmt.Sprintf(`{"key":%q,"ttl":%d}`, key, maxTTL))
+	require.Equal(t, http.StatusOK, code, env.Msg)
+	require.Equal(t, true, env.Data["acquired"], env.Msg)
+
+	dOld := daemonURL(t, ch.common, func(c *config.Config) { c.Masters = ch.a })
+	code, env, hdr := post(t, lockURL(dOld), keyA, fmt.Sprintf(`{"key":%q,"ttl":%d}`, key, maxTTL))
+	assert.Equal(t, http.StatusServiceUnavailable, code, "a daemon on the old groups grants nothing while the new groups' daemons may hold locks: %v %s", env.Data, env.Msg)
+	assert.NotEqual(t, true, env.Data["acquired"], env.Msg)
+	assert.Contains(t, env.Msg, "daemons on other master groups registered until")
+	// Retry when the new daemons' registration (2 s at the least, renewed)
+	// and the max TTL after it could have ended: 4 to 5 s from now.
+	retry, err := strconv.Atoi(hdr.Get("Retry-After"))
+	require.NoError(t, err, hdr)
+	assert.True(t, retry >= 4 && retry <= 5, "Retry-After %d", retry)
+
+	// A few registry rounds later (the stale daemon tried and did not
+	// register), the new groups' daemon still grants: a key that did not
+	// move, and the moved key once released.
+	time.Sleep(1500 * time.Millisecond)
+	code, env, _ = post(t, lockURL(dNew), keyA, `{"key":"stays","ttl":3}`)
+	require.Equal(t, http.StatusOK, code, env.Msg)
+	assert.Equal(t, true, env.Data["acquired"], env.Msg)
+	code, env, _ = post(t, lockURL(dOld), keyA, `{"key":"stays-old","ttl":3}`)
+	assert.Equal(t, http.StatusServiceUnavailable, code, "the stale daemon stays shut: %s", env.Msg)
+}
+
+// TestOneGroupUnderTwoNamesIsOneLayout: a masters list (the group
+// "default") and a master_groups of one group by another name over the
+// same masters place every key on them alike, so the layout gate lets
+// them serve side by side (the chart renders one group under its name
+// where an earlier version wrote a masters list: a rolling upgrade runs
+// both).
+func TestOneGroupUnderTwoNamesIsOneLayout(t *testing.T) {
+	ch := newGroupChange(t, "cho", 3)
+	dList := daemonURL(t, ch.common, func(c *config.Config) { c.Masters = ch.a })
+	dNamed := daemonURL(t, ch.common, func(c *config.Config) {
+		c.Masters, c.MasterGroups = nil, []config.MasterGroup{{Name: "g0", Masters: ch.a}}
+	})
+	for range 3 { // across registry rounds, each daemon's registration read by the other
+		for _, d := range []string{dList, dNamed} {
+			code, env, _ := post(t, lockURL(d), keyA, `{"key":"k","ttl":3}`)
+			require.Equal(t, http.StatusOK, code, env.Msg)
+			require.Equal(t, true, env.Data["acquired"], env.Msg)
+			code, env, _ = post(t, lockURL(d), keyA, fmt.Sprintf(`{"key":"k","action":"release","token":%q}`, env.Data["token"]))
+			require.Equal(t, http.StatusOK, code, env.Msg)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestAPausedOldDaemonGrantsNothingWhenItResumes is the black-box pass's
+// case itself, with the real binary: a daemon on the old groups stopped
+// (SIGSTOP) for longer than its registration lives plus the max TTL, a
+// daemon on the new groups that takes a moved key meanwhile, and the old
+// one resumed (SIGCONT) and asked for the same key at once. Without the
+// layout gate it granted it on the old group, a second holder with a
+// fence of that group (3 runs of 3); its permit ran out in the pause, and
+// the round it asks for before it grants reads the new groups'
+// registration.
+func TestAPausedOldDaemonGrantsNothingWhenItResumes(t *testing.T) {
+	const maxTTL = 2
+	ch := newGroupChange(t, "chp", maxTTL)
+	key := ch.movedKey(t)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	var y strings.Builder
+	fmt.Fprintf(&y, "listen: %q\nkey_prefix: %q\nmax_ttl: %d\ndefault_ttl: %d\nhealth_interval: 50ms\nper_master_timeout: 500ms\ndrain_delay: 0s\nmasters:\n", addr, ch.prefix, maxTTL, maxTTL)
+	for _, m := range ch.a {
+		fmt.Fprintf(&y, "  - %q\n", m)
+	}
+	fmt.Fprintf(&y, "api_keys:\n  - name: acme\n    key: %q\n", keyA)
+	file := t.TempDir() + "/old.yaml"
+	require.NoError(t, os.WriteFile(file, []byte(y.String()), 0o600))
+	old := exec.Command(binary, "serve", "--config", file)
+	var logs bytes.Buffer
+	old.Stdout, old.Stderr = &logs, &logs
+	require.NoError(t, old.Start())
+	t.Cleanup(func() {
+		_ = old.Process.Signal(syscall.SIGCONT)
+		_ = old.Process.Kill()
+		_ = old.Wait()
+	})
+	dOld := "http://" + addr
+	require.Eventually(t, func() bool {
+		resp, err := httpClient.Get(dOld + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 15*time.Second, 50*time.Millisecond, "the old daemon is ready: %s", &logs)
+	code, env, _ := post(t, lockURL(dOld), keyA, `{"key":"warm","ttl":2}`)
+	require.Equal(t, http.StatusOK, code, env.Msg)
+	require.Equal(t, true, env.Data["acquired"], env.Msg)
+
+	require.NoError(t, old.Process.Signal(syscall.SIGSTOP))
+	// Its registration (2 s at the least) and the max TTL run out: a
+	// daemon on the new groups may start and grant.
+	time.Sleep(2*time.Second + maxTTL*time.Second + 500*time.Millisecond)
+	dNew := ch.onNew(t)
+	code, env, _ = post(t, lockURL(dNew), keyA, fmt.Sprintf(`{"key":%q,"ttl":%d}`, key, maxTTL))
+	require.Equal(t, http.StatusOK, code, env.Msg)
+	require.Equal(t, true, env.Data["acquired"], "the daemon on the new groups grants once the old one's registration and max TTL are over: %s", env.Msg)
+	token := env.Data["token"].(string)
+
+	require.NoError(t, old.Process.Signal(syscall.SIGCONT))
+	// Its masters count again within a few probes (their clocks are read
+	// anew after the pause); the new daemon's lock lasts 2 s, renewed.
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		code, env, _ = post(t, lockURL(dOld), keyA, fmt.Sprintf(`{"key":%q,"ttl":%d}`, key, maxTTL))
+		require.NotEqual(t, true, env.Data["acquired"], "the resumed old daemon granted the moved key a daemon on the new groups holds: %v", env.Data)
+		c, e, _ := post(t, lockURL(dNew), keyA, fmt.Sprintf(`{"key":%q,"action":"extend","token":%q,"ttl":%d}`, key, token, maxTTL))
+		require.Equal(t, http.StatusOK, c, e.Msg)
+	}
+	assert.Equal(t, http.StatusServiceUnavailable, code, env.Msg)
+	assert.Contains(t, env.Msg, "daemons on other master groups registered until")
 }
 
 // TestStepTwoWaitsForADrainingOldDaemon: an old daemon told to stop

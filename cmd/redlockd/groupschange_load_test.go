@@ -1,11 +1,12 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,14 +30,30 @@ type httpHold struct {
 // TestChangingMasterGroupsUnderLoad runs a change of master groups (one
 // group grows to two) through the HTTP API with 64 concurrent callers and
 // three daemons, one per phase, used as the change's steps allow: old and
-// moving, then moving alone for the max TTL, then moving and new. Every
-// grant is checked against every other of its key: no two overlap, and in
+// moving; then the old daemon stopped and moving alone until `redlockd
+// groups-change --wait` says step 2 is done (the old daemon's last
+// registration plus the max TTL); then moving and new. Every grant is
+// checked against every other of its key: no two overlap, and in
 // acquisition order the fences strictly increase; no call fails.
 func TestChangingMasterGroupsUnderLoad(t *testing.T) {
-	violations, grants, failed, last := changeUnderLoad(t, func(old, moving, nw string, load func(time.Duration, ...string)) {
-		load(1500*time.Millisecond, old, moving) // step 1
-		load(2200*time.Millisecond, moving)      // step 2: the max TTL (2 s) with moving daemons only
-		load(1500*time.Millisecond, moving, nw)  // step 3
+	violations, grants, failed, last := changeUnderLoad(t, func(d changeDaemons, load func(time.Duration, ...string)) {
+		load(1500*time.Millisecond, d.old, d.moving) // step 1
+		require.NoError(t, d.stopOld())
+		step2 := make(chan error, 1)
+		go func() {
+			var out, errOut bytes.Buffer
+			step2 <- run(context.Background(), []string{"groups-change", "--daemons", d.moving, "--wait", "--interval", "100ms"}, &out, &errOut)
+		}()
+		for done := false; !done; {
+			load(250*time.Millisecond, d.moving) // step 2: moving daemons only
+			select {
+			case err := <-step2:
+				require.NoError(t, err)
+				done = true
+			default:
+			}
+		}
+		load(1500*time.Millisecond, d.moving, d.nw) // step 3
 	})
 	require.Zero(t, failed, "failed calls, last: %v", last)
 	require.Empty(t, violations)
@@ -46,24 +63,31 @@ func TestChangingMasterGroupsUnderLoad(t *testing.T) {
 	t.Logf("grants checked: %v; 0 failed calls, 0 violations", grants)
 }
 
-// TestChangingMasterGroupsSkippedStepIsCaught is the negative control: an
-// old and a new daemon at once (step 2 skipped) grant moved keys twice,
-// and the same check says so.
-func TestChangingMasterGroupsSkippedStepIsCaught(t *testing.T) {
-	violations, _, _, _ := changeUnderLoad(t, func(old, _, nw string, load func(time.Duration, ...string)) {
-		load(1500*time.Millisecond, old, nw)
+// TestChangingMasterGroupsSkippedStepIsRefused: an old and a new daemon
+// at once (step 2 skipped) granted moved keys twice, which the same check
+// caught (the library's TestMovingCheckerSeesSkippedStep still shows the
+// check catching it). The new daemon now grants nothing while the old one
+// registers (the layout gate, daemon/placements.go): its calls fail with
+// 503, and no key has two holders.
+func TestChangingMasterGroupsSkippedStepIsRefused(t *testing.T) {
+	violations, grants, failed, last := changeUnderLoad(t, func(d changeDaemons, load func(time.Duration, ...string)) {
+		load(1500*time.Millisecond, d.old, d.nw)
 	})
-	twice := slices.IndexFunc(violations, func(v string) bool { return strings.Contains(v, ": two holders: ") })
-	require.GreaterOrEqual(t, twice, 0, "an old and a new daemon together must show two holders; saw %d other violations", len(violations))
-	t.Logf("%d violations, e.g. %s", len(violations), violations[twice])
+	require.Empty(t, violations)
+	require.Greater(t, grants["old"], 10, "grants through the old daemon")
+	require.Zero(t, grants["new"], "grants through the new daemon while the old one registers")
+	require.Positive(t, failed)
+	require.Contains(t, fmt.Sprint(last), "placement: daemons on other master groups registered until")
 }
 
-// changeUnderLoad starts the masters and one daemon per phase, runs plan,
-// whose load calls run 64 callers over eight keys through the daemons
-// given, and checks the grants: it returns the violations (two holders at
-// once, a fence not above the one before), the grants per daemon, and the
-// failed calls.
-func changeUnderLoad(t *testing.T, plan func(old, moving, nw string, load func(time.Duration, ...string))) ([]string, map[string]int, int64, any) {
+// changeDaemons are the daemons of changeUnderLoad, one per phase; stopOld
+// stops the old one (as SIGTERM does).
+type changeDaemons struct {
+	old, moving, nw string
+	stopOld         func() error
+}
+
+func changeUnderLoad(t *testing.T, plan func(d changeDaemons, load func(time.Duration, ...string))) ([]string, map[string]int, int64, any) {
 	srvs, err := redisproc.StartN(6, redisproc.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = redisproc.StopAll(srvs) })
@@ -72,7 +96,7 @@ func changeUnderLoad(t *testing.T, plan func(old, moving, nw string, load func(t
 	prefix := fmt.Sprintf("chgl%d:", prefixSeq.Add(1))
 	common := func(c *config.Config) { c.KeyPrefix, c.MaxTTL, c.DefaultTTL = prefix, 2, 1 }
 	newGroups := []config.MasterGroup{{Name: "default", Masters: a}, {Name: "g1", Masters: b}}
-	old := daemonURL(t, common, func(c *config.Config) { c.Masters = a })
+	old, stopOld := startDaemon(t, common, func(c *config.Config) { c.Masters = a })
 	moving := daemonURL(t, common, func(c *config.Config) {
 		c.Masters, c.MasterGroups = nil, newGroups
 		c.PreviousMasterGroups = []config.MasterGroup{{Name: "default", Masters: a}}
@@ -128,7 +152,7 @@ func changeUnderLoad(t *testing.T, plan func(old, moving, nw string, load func(t
 		}
 		wg.Wait()
 	}
-	plan(old, moving, nw, load)
+	plan(changeDaemons{old: old, moving: moving, nw: nw, stopOld: stopOld}, load)
 
 	byKey := map[string][]httpHold{}
 	perDaemon := map[string]int{}

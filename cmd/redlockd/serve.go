@@ -138,7 +138,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	// daemons still granted).
 	regCtx, stopRegistry := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRegistry()
-	registerPlacement(regCtx, cfg, groups[0].Client, daemonLocker)
+	daemonLocker = registerPlacement(regCtx, cfg, groups[0].Client, daemonLocker)
 	// Idempotency records live on the first group too (one Client), behind
 	// its checks: placement spreads the lock keys, not the records.
 	return serveWith(ctx, cfg, log, ln, load, reg, metrics, masterCert, daemonLocker, limitMasters, clients[cfg.Groups()[0].Name])
@@ -237,10 +237,12 @@ func movingLocker(ctx context.Context, cfg config.Config, clients map[string]*re
 
 // registerPlacement registers this daemon's layout of master groups in the
 // placement registry on the first group's masters every health interval
-// until ctx ends (daemon/placements.go); a moving daemon also reads there
-// until when daemons on its previous groups may still be locking, for
-// /readyz and `redlockd groups-change`.
-func registerPlacement(ctx context.Context, cfg config.Config, first *redlock.Client, l daemon.MasterLocker) {
+// until ctx ends (daemon/placements.go), and returns l as it serves: a
+// stable daemon's acquires and extends under the layout gate
+// (daemon.PlacementGate); a moving daemon also reads there until when
+// daemons on its previous groups may still be locking, for /readyz and
+// `redlockd groups-change`.
+func registerPlacement(ctx context.Context, cfg config.Config, first *redlock.Client, l daemon.MasterLocker) daemon.MasterLocker {
 	names := func(gs []config.MasterGroup) []string {
 		var out []string
 		for _, g := range gs {
@@ -252,18 +254,34 @@ func registerPlacement(ctx context.Context, cfg config.Config, first *redlock.Cl
 	if len(cfg.PreviousMasterGroups) > 0 {
 		from = names(cfg.PreviousMasterGroups)
 	}
-	layout, watch := daemon.PlacementLayout(from, names(cfg.Groups())), ""
-	var seen func(int64, bool)
-	if m, ok := l.(interface{ RegistrySeen(int64, bool) }); ok {
+	layout := daemon.PlacementLayout(from, names(cfg.Groups()))
+	interval := time.Duration(cfg.HealthInterval)
+	registry, _ := l.(interface{ RegistrySeen(int64, bool) })
+	if from != nil {
 		// Moving: the daemons still on the previous groups (step 2's end).
-		// Stable on groups: daemons on any other groups (step 3 before
-		// step 2's end).
-		watch, seen = "*", m.RegistrySeen
-		if from != nil {
-			watch = daemon.PlacementLayout(nil, from)
+		// Not gated: a moving daemon locks on both layouts.
+		var seen func(daemon.PlacementReading)
+		if registry != nil {
+			seen = func(r daemon.PlacementReading) { registry.RegistrySeen(r.UntilMS, r.OK) }
 		}
+		go daemon.RunPlacementRegistry(ctx, first, daemon.PlacementKey(cfg.KeyPrefix), layout, daemon.PlacementLayout(nil, from), interval, time.Now(), nil, seen)
+		return l
 	}
-	go daemon.RunPlacementRegistry(ctx, first, daemon.PlacementKey(cfg.KeyPrefix), layout, watch, time.Duration(cfg.HealthInterval), time.Now(), seen)
+	// Stable: daemons on any other groups (step 3 before step 2's end, and
+	// a daemon left on old groups), which the gate keeps from locking at
+	// the same time as this one.
+	maxTTL := time.Duration(cfg.MaxTTL) * time.Second
+	firstGroup := ""
+	if len(cfg.MasterGroups) > 0 {
+		firstGroup = cfg.MasterGroups[0].Name
+	}
+	gate := daemon.NewPlacementGate(interval, firstGroup, func() time.Duration { return max(maxTTL, first.LongestMaxTTL()) })
+	var seen func(daemon.PlacementReading)
+	if registry != nil {
+		seen = func(r daemon.PlacementReading) { registry.RegistrySeen(r.UntilMS, r.OK) }
+	}
+	go daemon.RunPlacementRegistry(ctx, first, daemon.PlacementKey(cfg.KeyPrefix), layout, "*", interval, time.Now(), gate, seen)
+	return gate.Gate(l)
 }
 
 // newGroupClient is the redlock.Client over one master group, checked
