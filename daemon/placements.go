@@ -112,21 +112,33 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 		}
 		var failures []error
 		// A master repaired since the daemon started may have lost a
-		// registration. With the gate, it counts again once a lost one has
-		// ended and the max TTL passed since: by then every daemon still
-		// locking has registered there again (a master repaired while this
-		// daemon runs would otherwise shut it until it restarts).
+		// registration. With the gate, a repaired master counts once a
+		// registration it may have lost has ended and the max TTL passed
+		// since, whenever the daemon started: by then every daemon still
+		// locking has registered there again (the rule without the gate,
+		// repaired before the start, would shut a daemon until it restarts
+		// when a master is repaired while it runs, and count one repaired
+		// just before its start that lost a registration still in force).
 		var forgotten time.Duration
 		if gate != nil && watch == "*" {
 			forgotten = time.Duration(alive)*time.Millisecond + gate.block()
+		}
+		untrusted := func(a redlock.MasterAnswer) bool {
+			if a.KeptSince.IsZero() {
+				return false
+			}
+			if forgotten > 0 {
+				return a.MasterTime.Before(a.KeptSince.Add(forgotten))
+			}
+			return !a.KeptSince.Before(since)
 		}
 		rctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
 		_ = c.RunQuorumScript(rctx, placementScript, key, args, func(a redlock.MasterAnswer) bool {
 			switch {
 			case a.Err != nil:
 				failures = append(failures, a.Err)
-			case !a.KeptSince.IsZero() && !a.KeptSince.Before(since) && (forgotten == 0 || a.MasterTime.Before(a.KeptSince.Add(forgotten))):
-				failures = append(failures, &redlock.MasterError{Index: a.Index, Err: fmt.Errorf("%w: repaired at %s, since this daemon started: registrations may be lost there", redlock.ErrMasterQuarantined, a.KeptSince.UTC().Format(time.RFC3339))})
+			case untrusted(a):
+				failures = append(failures, &redlock.MasterError{Index: a.Index, Err: fmt.Errorf("%w: repaired at %s: registrations may be lost there", redlock.ErrMasterQuarantined, a.KeptSince.UTC().Format(time.RFC3339))})
 			case a.Code == 1 || a.Code == 0 && len(args) > 3:
 				trusted++
 				r.UntilMS = max(r.UntilMS, a.Value)
