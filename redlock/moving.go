@@ -81,9 +81,22 @@ type Moving struct {
 // highest any of them has read (see Moving): each group's Client writes it
 // to its counting masters at its next health round. A moving locker calls
 // it every health interval for as long as it is moving.
-func (m *Moving) SyncFences() {
+func (m *Moving) SyncFences() { syncFences(m.from, m.to) }
+
+// SyncFences raises every group's fence floor to the highest fencing
+// counter read on any of them (probes and votes) and the highest floor,
+// as Moving.SyncFences does across a change: a daemon on these groups that
+// comes after daemons on fewer of them without the moving phase (step 1
+// skipped; the daemon's layout gate keeps it from granting until their
+// locks have ended) then gives a moved key a fence above every fence its
+// old group issued, once its probes have read that group's counters. The
+// daemon calls it every health interval. Fences of keys that stay only
+// jump upwards.
+func (g *Groups) SyncFences() { syncFences(g) }
+
+func syncFences(gss ...*Groups) {
 	var clients []*Client
-	for _, gs := range []*Groups{m.from, m.to} {
+	for _, gs := range gss {
 		for _, g := range gs.groups {
 			if !slices.Contains(clients, g.Client) {
 				clients = append(clients, g.Client)

@@ -126,6 +126,9 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		daemonLocker, err = movingLocker(ctx, cfg, clients, groups)
 	case len(cfg.MasterGroups) > 0:
 		daemonLocker, err = daemon.NewGroupsLocker(groups)
+		if err == nil && len(groups) > 1 {
+			err = syncGroupFences(ctx, cfg, groups)
+		}
 	}
 	if err != nil {
 		ln.Close()
@@ -192,6 +195,32 @@ func allMasters(cfg config.Config) []string {
 		out = append(out, g.Masters...)
 	}
 	return out
+}
+
+// syncGroupFences syncs the groups' fence floors every health interval
+// until ctx ends (redlock.Groups.SyncFences): a stable daemon that comes
+// after daemons on fewer groups without the moving phase gives moved keys
+// fences above their old group's once its layout gate lets it grant (a
+// black-box pass restarted daemons straight onto three groups from two:
+// the gate held them off, then moved keys' fences fell from 306 to 1).
+func syncGroupFences(ctx context.Context, cfg config.Config, groups []redlock.Group) error {
+	g, err := redlock.NewGroups(groups...)
+	if err != nil {
+		return err
+	}
+	go func() {
+		t := time.NewTicker(max(time.Duration(cfg.HealthInterval), 10*time.Millisecond))
+		defer t.Stop()
+		for {
+			g.SyncFences()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return nil
 }
 
 // movingLocker is the Locker of the moving phase: keys whose group changes
