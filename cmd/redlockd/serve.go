@@ -208,19 +208,22 @@ func syncGroupFences(ctx context.Context, cfg config.Config, groups []redlock.Gr
 	if err != nil {
 		return err
 	}
-	go func() {
-		t := time.NewTicker(max(time.Duration(cfg.HealthInterval), 10*time.Millisecond))
-		defer t.Stop()
-		for {
-			g.SyncFences()
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	go everyInterval(ctx, cfg, g.SyncFences)
 	return nil
+}
+
+// everyInterval runs f now and every health interval until ctx ends.
+func everyInterval(ctx context.Context, cfg config.Config, f func()) {
+	t := time.NewTicker(max(time.Duration(cfg.HealthInterval), 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		f()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // movingLocker is the Locker of the moving phase: keys whose group changes
@@ -249,18 +252,7 @@ func movingLocker(ctx context.Context, cfg config.Config, clients map[string]*re
 		return nil, err
 	}
 	moving := redlock.NewMoving(from, to)
-	go func() {
-		t := time.NewTicker(max(time.Duration(cfg.HealthInterval), 10*time.Millisecond))
-		defer t.Stop()
-		for {
-			moving.SyncFences()
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	go everyInterval(ctx, cfg, moving.SyncFences)
 	return daemon.NewMovingLocker(moving, groups, fromNames, toNames)
 }
 
