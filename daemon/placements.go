@@ -74,8 +74,10 @@ func PlacementLayout(from, groups []string) string {
 type PlacementReading struct {
 	// UntilMS is the latest end of the watched layout's registrations
 	// (unix ms by the masters' clocks, 0 when none); OK is false when
-	// fewer than a quorum of masters that kept their data since the
-	// daemon started answered, and UntilMS then says nothing.
+	// fewer than a quorum of trusted masters answered (kept their data
+	// since the daemon started; with a gate, kept it since a repair at
+	// least a registration's life + the max TTL ago), and UntilMS then
+	// says nothing.
 	UntilMS int64
 	OK      bool
 	// Registered: with a gate, this daemon's layout was registered on such
@@ -95,7 +97,7 @@ type PlacementReading struct {
 // member, or "*" for every stable layout but layout: a daemon on the new
 // groups asks whether daemons on other groups may still be locking) it
 // reads watch's score with each registration and hands the round to seen.
-// With gate (watch "*" only; nil: none), a master registers layout only
+// With gate (used with watch "*" only; nil: none), a master registers layout only
 // while no other stable layout's registration + gate's block is ahead of
 // its clock, each round goes to gate, and a check of gate can ask for the
 // next round at once (the layout gate, PlacementGate).
@@ -103,12 +105,22 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 	alive := placementAlive(interval).Milliseconds()
 	t := time.NewTicker(max(interval, 10*time.Millisecond))
 	defer t.Stop()
+	if watch != "*" {
+		gate = nil
+	}
+	var kick chan struct{}
+	if gate != nil {
+		kick = gate.kick
+	}
 	for {
 		r := PlacementReading{Sent: time.Now()}
 		trusted, registered := 0, 0
 		args := []any{layout, alive, watch}
-		if gate != nil && watch == "*" {
-			args = append(args, gate.block().Milliseconds())
+		var forgotten time.Duration
+		if gate != nil {
+			block := gate.block()
+			args = append(args, block.Milliseconds())
+			forgotten = time.Duration(alive)*time.Millisecond + block
 		}
 		var failures []error
 		// A master repaired since the daemon started may have lost a
@@ -119,10 +131,6 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 		// repaired before the start, would shut a daemon until it restarts
 		// when a master is repaired while it runs, and count one repaired
 		// just before its start that lost a registration still in force).
-		var forgotten time.Duration
-		if gate != nil && watch == "*" {
-			forgotten = time.Duration(alive)*time.Millisecond + gate.block()
-		}
 		untrusted := func(a redlock.MasterAnswer) bool {
 			if a.KeptSince.IsZero() {
 				return false
@@ -162,10 +170,6 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 		if seen != nil {
 			seen(r)
 		}
-		var kick chan struct{}
-		if gate != nil {
-			kick = gate.kick
-		}
 		select {
 		case <-ctx.Done():
 			return
@@ -192,9 +196,11 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 //     clock (placements.lua, ARGV[4]): a master lets one stable layout
 //     lock at a time, the next one max TTL after the last registration
 //     of the one before ended;
-//   - a round registered on a quorum of masters that kept their data since
-//     the daemon started gives a permit until the round's send + the
-//     lease, half the registration's life (placementAlive): a daemon
+//   - a round registered on a quorum of trusted masters (no repair within
+//     a registration's life + the max TTL: one that lost a registration
+//     counts again once it could no longer matter) gives a permit until
+//     the round's send + the lease, half the registration's life
+//     (placementAlive): a daemon
 //     paused or cut off for longer holds none until a round registers
 //     again;
 //   - an acquire is refused (503) without a permit, and one that ends
@@ -204,7 +210,8 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 // Claim: two daemons on different stable layouts that share the first
 // group never both hold a lock on one key granted or extended through them.
 // Any two rounds that registered did so on quorums of the first group's
-// masters, which share a master M that kept its data; on M the later
+// masters, which share a master M that kept the earlier one's
+// registration (or lost it too long ago to matter); on M the later
 // round read the earlier one's score S (its master time + alive) and
 // registered only when S + max TTL ≤ its own time. The earlier daemon
 // granted and extended under that round only before its send + lease

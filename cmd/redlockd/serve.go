@@ -277,14 +277,13 @@ func registerPlacement(ctx context.Context, cfg config.Config, first *redlock.Cl
 	}
 	layout := daemon.PlacementLayout(from, names(cfg.Groups()))
 	interval := time.Duration(cfg.HealthInterval)
-	registry, _ := l.(interface{ RegistrySeen(int64, bool) })
+	var seen func(daemon.PlacementReading)
+	if registry, ok := l.(interface{ RegistrySeen(int64, bool) }); ok {
+		seen = func(r daemon.PlacementReading) { registry.RegistrySeen(r.UntilMS, r.OK) }
+	}
 	if from != nil {
 		// Moving: the daemons still on the previous groups (step 2's end).
 		// Not gated: a moving daemon locks on both layouts.
-		var seen func(daemon.PlacementReading)
-		if registry != nil {
-			seen = func(r daemon.PlacementReading) { registry.RegistrySeen(r.UntilMS, r.OK) }
-		}
 		go daemon.RunPlacementRegistry(ctx, first, daemon.PlacementKey(cfg.KeyPrefix), layout, daemon.PlacementLayout(nil, from), interval, time.Now(), nil, seen)
 		return l
 	}
@@ -297,10 +296,6 @@ func registerPlacement(ctx context.Context, cfg config.Config, first *redlock.Cl
 		firstGroup = cfg.MasterGroups[0].Name
 	}
 	gate := daemon.NewPlacementGate(interval, firstGroup, func() time.Duration { return max(maxTTL, first.LongestMaxTTL()) })
-	var seen func(daemon.PlacementReading)
-	if registry != nil {
-		seen = func(r daemon.PlacementReading) { registry.RegistrySeen(r.UntilMS, r.OK) }
-	}
 	go daemon.RunPlacementRegistry(ctx, first, daemon.PlacementKey(cfg.KeyPrefix), layout, "*", interval, time.Now(), gate, seen)
 	return gate.Gate(l)
 }
