@@ -15,9 +15,12 @@ const noExpiryMS = int64(math.MaxInt64/time.Millisecond) / 2
 // Status is a majority read of one lock. The token is never revealed: the
 // masters return only a hash of the value.
 type Status struct {
-	// Held is true when a quorum of masters hold the same token: an acquire
+	// Held is true when a quorum of masters hold the same token, or (with
+	// the granted-lock check, granted.go) when any master that answered,
+	// counting or not, holds a token with its fence record: an acquire
 	// would be refused. False only when the answers establish that no
-	// token can be on a quorum (Client.Status returns an error otherwise).
+	// token can be on a quorum and no master shows a granted lock
+	// (Client.Status returns an error otherwise).
 	Held bool
 	// Holders is how many masters hold the most common token.
 	Holders int
@@ -25,7 +28,10 @@ type Status struct {
 	Answered int
 	// Validity is the conservative time left on a held lock: the quorum-th
 	// longest PTTL among the holders, minus the read's elapsed time and the
-	// drift allowance; 0 when not held or about to end.
+	// drift allowance; 0 when not held or about to end. A lock held on
+	// fewer than a quorum (Held from a granted lock's record alone: its
+	// key lost on other masters) has the longest PTTL among the masters
+	// that show it granted, as an acquire's retry_after, minus the same.
 	Validity time.Duration
 	// Fence is the holder's fencing token, the one its Acquire returned
 	// (fence.go says why it is the holder's and no other). 0 when not held,
@@ -43,6 +49,15 @@ type Status struct {
 // up a quorum. Otherwise it cannot tell, and returns an *OutcomeError
 // matching ErrQuorumUnavailable (with the holders and the failures): a
 // status never calls a held lock free.
+//
+// With the granted-lock check (the default with fencing), status judges as
+// an acquire does (granted.go): a lock whose key a quorum no longer holds
+// (lost silently on some masters) is held while any master that answers,
+// counting or not, shows the key held with its fence record; so status
+// waits for every master's answer (or failure) before it says free, and
+// says free only when no master's answer went unheard because ctx ended.
+// Without this, status answered free for a lock that every acquire
+// refused (TestStatusHeldOnFewerThanAQuorum).
 func (c *Client) Status(ctx context.Context, key string) (Status, error) {
 	if key == "" {
 		return Status{}, fmt.Errorf("%w: key must not be empty", ErrInvalid)
@@ -71,7 +86,15 @@ type statusTally struct {
 	// holds is the token hash each counting master holds ("" when it holds
 	// none or its answer does not count).
 	holds []string
-	res   OutcomeError
+	// granted is, per token hash, the longest PTTL (ms) among the masters
+	// that show it with its fence record (any master that answered,
+	// counting or not, intact or not), with the check on; grantedFence is
+	// that record's fence.
+	granted      map[string]int64
+	grantedFence map[string]int64
+	heard        int // answers and failures counted
+	unheard      int // masters not heard because ctx ended
+	res          OutcomeError
 }
 
 func (c *Client) newStatusTally() *statusTally {
@@ -84,11 +107,31 @@ func (c *Client) newStatusTally() *statusTally {
 	}
 }
 
+// checksGranted reports whether this status judges granted locks as an
+// acquire does (granted.go).
+func (t *statusTally) checksGranted() bool { return t.c.grantedCheck() }
+
 // add counts one master's answer and, with early, reports whether the
 // outcome is decided (a quorum holds one token, or a quorum holds none).
 func (t *statusTally) add(r reply, early bool) bool {
 	c := t.c
-	v, _, err := c.judgeVote(r)
+	t.heard++
+	if unheard(r.err) {
+		t.unheard++
+	}
+	v, parsed, err := c.judgeVote(r)
+	if parsed && (v.code == 1 || v.code == codeLost) && t.checksGranted() {
+		if hash, fence := splitFence(v.extra); fence > 0 {
+			// The holder's fence record: written only after a quorum
+			// voted, so a granted lock, whatever this master's standing
+			// (acquire.go reads acquire.lua's 'g' the same way).
+			if t.granted == nil {
+				t.granted, t.grantedFence = map[string]int64{}, map[string]int64{}
+			}
+			t.granted[hash] = max(t.granted[hash], expiryMS(v.value))
+			t.grantedFence[hash] = max(t.grantedFence[hash], fence)
+		}
+	}
 	if err != nil {
 		t.res.Failures = append(t.res.Failures, err)
 		return false
@@ -96,12 +139,12 @@ func (t *statusTally) add(r reply, early bool) bool {
 	t.st.Answered++
 	if v.code != 1 {
 		t.absent++
-		return early && t.absent >= c.quorum
+		// Free is decided early only without the check: with it, every
+		// master is heard first, as an acquire hears every master it
+		// did not win (one of them may show a granted lock).
+		return early && t.absent >= c.quorum && !t.checksGranted()
 	}
-	pttl := v.value
-	if pttl < 0 { // no expiry: never set by us, but count it as held for ever
-		pttl = noExpiryMS
-	}
+	pttl := expiryMS(v.value)
 	hash, fence := splitFence(v.extra)
 	t.holds[r.idx] = hash
 	t.pttls[hash] = append(t.pttls[hash], pttl)
@@ -126,9 +169,21 @@ func (t *statusTally) result(start time.Time) (Status, error) {
 		st.Fence = t.fences[t.best]
 		return st, nil
 	}
+	if hash, ms, ok := t.grantedLock(); ok {
+		// Fewer than a quorum hold it, but a master shows it granted:
+		// every acquire is refused while that copy lives (granted.go).
+		ttl := time.Duration(ms) * time.Millisecond
+		st.Held, st.Validity = true, max(ttl-time.Since(start)-c.drift(ttl), 0)
+		st.Fence = t.grantedFence[hash]
+		t.best = hash
+		return st, nil
+	}
 	unanswered := len(c.masters) - st.Answered
-	if st.Holders+unanswered < c.quorum || !c.opts.statusNeedsQuorum && st.Answered >= c.quorum {
-		return st, nil // no token can be on a quorum: free
+	free := st.Holders+unanswered < c.quorum || !c.opts.statusNeedsQuorum && st.Answered >= c.quorum
+	if free && (!t.checksGranted() || t.unheard == 0) {
+		// No token can be on a quorum, and (with the check) every master
+		// was heard or failed without showing a granted lock: free.
+		return st, nil
 	}
 	res := t.res
 	res.Kind = ErrQuorumUnavailable
@@ -136,6 +191,27 @@ func (t *statusTally) result(start time.Time) (Status, error) {
 	res.Refused = t.absent
 	sortFailures(res.Failures)
 	return st, &res
+}
+
+// grantedLock is the token hash a master showed granted (its fence
+// record) and the longest PTTL shown with it; the one with the longest
+// PTTL when several (at most one can be a valid lock).
+func (t *statusTally) grantedLock() (hash string, ms int64, ok bool) {
+	for h, p := range t.granted {
+		if !ok || p > ms || p == ms && h < hash {
+			hash, ms, ok = h, p, true
+		}
+	}
+	return hash, ms, ok
+}
+
+// expiryMS is a status answer's PTTL in ms, a key without expiry (PTTL -1:
+// never set by us) counted as held for ever.
+func expiryMS(pttl int64) int64 {
+	if pttl < 0 {
+		return noExpiryMS
+	}
+	return pttl
 }
 
 // splitFence splits the status script's extra, "<sha1 of the token>[

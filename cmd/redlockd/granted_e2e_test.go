@@ -24,7 +24,10 @@ import (
 // old time. Neither the daemon that holds L nor another one sharing the
 // masters grants L again while it stands: masters 0 and 1 answer that a
 // granted lock holds it (acquired:false, retry_after when L ends), and the refusal is
-// counted in redlock_grant_refusals_total. The library's
+// counted in redlock_grant_refusals_total. With L then lost on masters 3
+// and 4 as well (two masters left), acquires are still refused and status
+// answers held (it said free before TestStatusHeldOnFewerThanAQuorum's
+// fix). The library's
 // TestNoSecondHolderAfterASilentLoss has the negative controls.
 func TestNoSecondHolderOverHTTPAfterASilentLoss(t *testing.T) {
 	ctx := context.Background()
@@ -43,6 +46,7 @@ func TestNoSecondHolderOverHTTPAfterASilentLoss(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, env.Msg)
 	token, _ := env.Data["token"].(string)
 	require.NotEmpty(t, token)
+	fence := env.Data["fence"]
 
 	keys, err := rdbs[0].Keys(ctx, prefix+"lock:*L").Result()
 	require.NoError(t, err)
@@ -77,18 +81,31 @@ func TestNoSecondHolderOverHTTPAfterASilentLoss(t *testing.T) {
 		assert.Equal(t, false, env.Data["acquired"], "%s: %s", name, env.Msg)
 		assert.Greater(t, env.Data["retry_after"], float64(20), "%s: retry when L ends", name)
 	}
+	// The extend put L back on masters 3 and 4 (extend.lua restores a lost
+	// copy); lose them again: L lives on masters 0 and 1 only, fewer than
+	// a quorum, and their fence records show it granted. Acquires are
+	// still refused, and status agrees.
+	for _, i := range []int{3, 4} {
+		require.NoError(t, rdbs[i].Del(ctx, raw, record).Err())
+	}
+	for name, base := range map[string]string{"the holder's daemon": a, "another daemon": b} {
+		code, env, _ := post(t, lockURL(base), keyA, `{"key":"L","ttl":5}`)
+		assert.Equal(t, http.StatusOK, code, name)
+		assert.Equal(t, false, env.Data["acquired"], "%s: %s", name, env.Msg)
+		code, env, _ = post(t, lockURL(base), keyA, `{"action":"status","key":"L"}`)
+		assert.Equal(t, http.StatusOK, code, name)
+		assert.Equal(t, true, env.Data["held"], "%s: status of L on two masters: %s", name, env.Msg)
+		assert.Equal(t, fence, env.Data["fence"], "%s: L's fence", name)
+	}
 	require.Less(t, time.Since(extendedAt), 25*time.Second, "L stood all along")
-	for i := range 3 {
-		if i == victimMaster {
-			continue
-		}
+	for i := range 2 {
 		assert.Equal(t, token, rdbs[i].Get(ctx, raw).Val(), "master %d still holds L", i)
 	}
 	resp, err := httpClient.Get(a + "/metrics")
 	require.NoError(t, err)
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	assert.Contains(t, string(metrics), "redlock_grant_refusals_total 1")
+	assert.Contains(t, string(metrics), "redlock_grant_refusals_total 2")
 }
 
 const victimMaster = 2
