@@ -93,3 +93,57 @@ func TestPlacementGateAfterAPause(t *testing.T) {
 		})
 	}
 }
+
+// TestPlacementGateAwait: a waiting acquire's check (await) waits through
+// rounds without a quorum until one registers; with no round registering
+// it answers the refusal at the end of its wait, not before; a shutdown
+// (stop) ends it with the refusal; without a wait it answers at once.
+func TestPlacementGateAwait(t *testing.T) {
+	const interval = 100 * time.Millisecond
+	lease := placementAlive(interval) / 2
+	noQuorum := func() PlacementReading {
+		return PlacementReading{Sent: time.Now(), Err: &redlock.OutcomeError{Op: "placement", Kind: redlock.ErrQuorumUnavailable}}
+	}
+	refusing := func() *PlacementGate {
+		g := NewPlacementGate(interval, "", func() time.Duration { return time.Second })
+		g.Seen(PlacementReading{OK: true, Registered: true, Sent: time.Now().Add(-lease - time.Millisecond)})
+		g.Seen(noQuorum())
+		return g
+	}
+	ctx := context.Background()
+
+	t.Run("no wait: refused at once", func(t *testing.T) {
+		assert.ErrorIs(t, refusing().await(ctx, time.Time{}, nil), redlock.ErrQuorumUnavailable)
+	})
+	t.Run("a round registers within the wait", func(t *testing.T) {
+		g := refusing()
+		got := make(chan error, 1)
+		go func() { got <- g.await(ctx, time.Now().Add(time.Minute), nil) }()
+		for range 3 {
+			time.Sleep(20 * time.Millisecond)
+			g.Seen(noQuorum())
+		}
+		select {
+		case err := <-got:
+			t.Fatalf("answered while no round registered: %v", err)
+		default:
+		}
+		g.Seen(PlacementReading{OK: true, Registered: true, Sent: time.Now()})
+		assert.NoError(t, <-got)
+	})
+	t.Run("no round registers: refused when the wait ends", func(t *testing.T) {
+		g := refusing()
+		giveUp := time.Now().Add(300 * time.Millisecond)
+		err := g.await(ctx, giveUp, nil)
+		assert.ErrorIs(t, err, redlock.ErrQuorumUnavailable)
+		assert.False(t, time.Now().Before(giveUp), "answered before the wait ended")
+	})
+	t.Run("a shutdown ends the wait", func(t *testing.T) {
+		g := refusing()
+		stop := make(chan struct{})
+		got := make(chan error, 1)
+		go func() { got <- g.await(ctx, time.Now().Add(time.Minute), stop) }()
+		close(stop)
+		assert.ErrorIs(t, <-got, redlock.ErrQuorumUnavailable)
+	})
+}

@@ -385,15 +385,63 @@ func (g gatedGroupsLocker) LockGroup(key string) int {
 	return g.MasterLocker.(interface{ LockGroup(string) int }).LockGroup(key)
 }
 
+// await is check for an acquire that may wait until giveUp (the end of
+// its wait_ms; the zero time: one check): while the gate refuses, it waits
+// for the registry's next round and asks again, until a permit, giveUp,
+// stop (a shutdown) or ctx's end, and then answers the last refusal. A
+// waiting acquire keeps waiting while no quorum can vote (docs/api.md,
+// "Waiting"), the registry's quorum included: a black-box pass saw waits
+// answered 503 at once after about 7 s of an outage (the gate's first
+// refusal), though the masters came back within wait_ms.
+func (g *PlacementGate) await(ctx context.Context, giveUp time.Time, stop <-chan struct{}) error {
+	for {
+		g.mu.Lock()
+		done := g.done // the round after this check's verdict, at the latest
+		g.mu.Unlock()
+		err := g.check(ctx)
+		left := time.Until(giveUp)
+		if err == nil || ctx.Err() != nil || left <= 0 {
+			return err
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-done:
+			t.Stop()
+		case <-t.C:
+			return err
+		case <-stop:
+			t.Stop()
+			return err
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		}
+	}
+}
+
 func (g gatedLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, error) {
-	if err := g.gate.check(ctx); err != nil {
-		return Lease{}, err
+	var giveUp time.Time
+	if req.Wait > 0 {
+		giveUp = time.Now().Add(req.Wait)
 	}
-	l, err := g.MasterLocker.Acquire(ctx, req)
-	if err != nil {
-		return l, err
-	}
-	if err := g.gate.check(ctx); err != nil {
+	for {
+		if err := g.gate.await(ctx, giveUp, req.StopWaiting); err != nil {
+			return Lease{}, err
+		}
+		r := req
+		if req.Wait > 0 {
+			// What is left of the wait after the gate's: at least one
+			// attempt (Wait 0), as a wait that ends does.
+			r.Wait = max(time.Until(giveUp), 0)
+		}
+		l, err := g.MasterLocker.Acquire(ctx, r)
+		if err != nil {
+			return l, err
+		}
+		err = g.gate.check(ctx)
+		if err == nil {
+			return l, nil
+		}
 		// The permit ended while the acquire waited: not granted.
 		rctx := context.WithoutCancel(ctx)
 		switch {
@@ -404,9 +452,21 @@ func (g gatedLocker) Acquire(ctx context.Context, req AcquireRequest) (Lease, er
 		default:
 			_, _ = g.MasterLocker.Release(rctx, req.Key, l.Token)
 		}
-		return Lease{}, err
+		if req.Wait == 0 || !time.Now().Before(giveUp) || ctx.Err() != nil || stopped(req.StopWaiting) {
+			return Lease{}, err
+		}
+		// Within the wait: wait for a permit again, and try again.
 	}
-	return l, nil
+}
+
+// stopped reports whether stop (nil: never) is closed.
+func stopped(stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return false
+	}
 }
 
 func (g gatedLocker) Extend(ctx context.Context, key, token string, ttl time.Duration) (Lease, error) {
