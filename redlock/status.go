@@ -121,7 +121,7 @@ func (t *statusTally) add(r reply, early bool) bool {
 	}
 	v, parsed, err := c.judgeVote(r)
 	if parsed && (v.code == 1 || v.code == codeLost) && t.checksGranted() {
-		if hash, fence := splitFence(v.extra); fence > 0 {
+		if hash, fence, recorded := splitFence(v.extra); recorded {
 			// The holder's fence record: written only after a quorum
 			// voted, so a granted lock, whatever this master's standing
 			// (acquire.go reads acquire.lua's 'g' the same way).
@@ -145,7 +145,7 @@ func (t *statusTally) add(r reply, early bool) bool {
 		return early && t.absent >= c.quorum && !t.checksGranted()
 	}
 	pttl := expiryMS(v.value)
-	hash, fence := splitFence(v.extra)
+	hash, fence, _ := splitFence(v.extra)
 	t.holds[r.idx] = hash
 	t.pttls[hash] = append(t.pttls[hash], pttl)
 	if fence > 0 {
@@ -215,15 +215,19 @@ func expiryMS(pttl int64) int64 {
 }
 
 // splitFence splits the status script's extra, "<sha1 of the token>[
-// <fence>]", into the hash and the fence (0 when absent).
-func splitFence(extra string) (hash string, fence int64) {
+// <fence>]", into the hash and the fence (0 when absent), and whether the
+// master has the holder's fence record (recorded), whatever fence it
+// holds: an extend that put a lost copy back writes "0 <token>" where it
+// does not know the fence (extend.lua), and acquire.lua's 'g' reads any
+// record of the holder's token as a granted lock.
+func splitFence(extra string) (hash string, fence int64, recorded bool) {
 	hash, f, ok := strings.Cut(extra, " ")
 	if !ok {
-		return extra, 0
+		return extra, 0, false
 	}
 	fence, err := strconv.ParseInt(f, 10, 64)
 	if err != nil || fence < 0 {
-		return hash, 0
+		return hash, 0, true
 	}
-	return hash, fence
+	return hash, fence, true
 }

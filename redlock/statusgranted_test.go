@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,6 +41,15 @@ func TestStatusHeldOnFewerThanAQuorum(t *testing.T) {
 			f.do(t, 1, "DEL", key)
 			f.do(t, 2, "DEL", f.c.opts.markerKey)
 		}},
+		{"the keeper's record written by an extend that did not know the fence", func(t *testing.T, f *lossFixture, key string) {
+			// "0 <token>": what extend.lua writes where it puts a lost copy
+			// back for a Client that did not grant the lock (a second
+			// black-box pass: status ignored it while acquires refused).
+			f.do(t, 0, "DEL", key)
+			f.do(t, 1, "DEL", key)
+			tok := f.rdbs[2].Get(context.Background(), key).Val()
+			f.do(t, 2, "SET", f.c.fenceRecordKey(key), "0 "+tok, "KEEPTTL")
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newLossFixture(t, false)
@@ -54,7 +64,11 @@ func TestStatusHeldOnFewerThanAQuorum(t *testing.T) {
 				st, err := c.Status(ctx, key)
 				require.NoError(t, err, name)
 				assert.True(t, st.Held, "%s: status of a lock every acquire refuses", name)
-				assert.Equal(t, l.Fence(), st.Fence, "%s: the holder's fence", name)
+				if strings.HasPrefix(tc.name, "the keeper's record written") {
+					assert.Zero(t, st.Fence, "%s: a record without the fence", name)
+				} else {
+					assert.Equal(t, l.Fence(), st.Fence, "%s: the holder's fence", name)
+				}
 				assert.Greater(t, st.Validity, 20*time.Second, "%s: the copy's time left", name)
 				assert.LessOrEqual(t, st.Validity, 30*time.Second, name)
 			}
