@@ -147,3 +147,39 @@ func TestPlacementGateAwait(t *testing.T) {
 		assert.ErrorIs(t, <-got, redlock.ErrQuorumUnavailable)
 	})
 }
+
+// TestPlacementAdmit: a repaired master is admitted to the registry's
+// count when a quorum of the other masters count and none shows another
+// stable layout in force (answer 0); not when one does (it may be the only
+// one left holding a registration the repaired master lost), nor when
+// fewer than a quorum of the others count (three masters repaired: a
+// registration in force may be on none of the two left).
+func TestPlacementAdmit(t *testing.T) {
+	repaired := time.Now().Add(-time.Minute)
+	answers := func(codes []int64, freshOnes ...int) []redlock.MasterAnswer {
+		out := make([]redlock.MasterAnswer, len(codes))
+		for i, c := range codes {
+			out[i] = redlock.MasterAnswer{Index: i, Code: c}
+		}
+		for _, i := range freshOnes {
+			out[i].KeptSince = repaired
+		}
+		return out
+	}
+	run := func(as []redlock.MasterAnswer) map[int]time.Time {
+		admitted := map[int]time.Time{}
+		fresh := func(a redlock.MasterAnswer) bool {
+			return !a.KeptSince.IsZero() && !admitted[a.Index].Equal(a.KeptSince)
+		}
+		valid := func(a redlock.MasterAnswer) bool { return a.Err == nil && (a.Code == 0 || a.Code == 1) }
+		admit(as, fresh, valid, 3, admitted)
+		return admitted
+	}
+	assert.Equal(t, map[int]time.Time{0: repaired}, run(answers([]int64{1, 1, 1, 1, 1}, 0)), "four others count, none ahead")
+	assert.Equal(t, map[int]time.Time{0: repaired, 1: repaired}, run(answers([]int64{1, 1, 1, 1, 1}, 0, 1)), "three others count")
+	assert.Empty(t, run(answers([]int64{1, 1, 0, 1, 1}, 0)), "another layout in force on a master that counts")
+	assert.Empty(t, run(answers([]int64{1, 1, 1, 1, 1}, 0, 1, 2)), "two others count: fewer than a quorum")
+	failed := answers([]int64{1, 1, 1, 1, 1}, 0)
+	failed[3].Err, failed[4].Err = errors.New("timeout"), errors.New("timeout")
+	assert.Empty(t, run(failed), "two others answered")
+}

@@ -76,8 +76,8 @@ type PlacementReading struct {
 	// (unix ms by the masters' clocks, 0 when none); OK is false when
 	// fewer than a quorum of trusted masters answered (kept their data
 	// since the daemon started; with a gate, kept it since a repair at
-	// least a registration's life + the max TTL ago), and UntilMS then
-	// says nothing.
+	// least a registration's life + the max TTL ago, or admitted since
+	// their repair: admit), and UntilMS then says nothing.
 	UntilMS int64
 	OK      bool
 	// Registered: with a gate, this daemon's layout was registered on such
@@ -112,6 +112,9 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 	if gate != nil {
 		kick = gate.kick
 	}
+	// admitted: with the gate, each repaired master this daemon admitted,
+	// by the repair time it was admitted for (admit).
+	admitted := map[int]time.Time{}
 	for {
 		r := PlacementReading{Sent: time.Now()}
 		trusted, registered := 0, 0
@@ -130,24 +133,37 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 		// locking has registered there again (the rule without the gate,
 		// repaired before the start, would shut a daemon until it restarts
 		// when a master is repaired while it runs, and count one repaired
-		// just before its start that lost a registration still in force).
-		untrusted := func(a redlock.MasterAnswer) bool {
+		// just before its start that lost a registration still in force)
+		// — or sooner, once admitted (below).
+		fresh := func(a redlock.MasterAnswer) bool {
 			if a.KeptSince.IsZero() {
 				return false
 			}
 			if forgotten > 0 {
-				return a.MasterTime.Before(a.KeptSince.Add(forgotten))
+				return a.MasterTime.Before(a.KeptSince.Add(forgotten)) && !admitted[a.Index].Equal(a.KeptSince)
 			}
 			return !a.KeptSince.Before(since)
 		}
+		var answers []redlock.MasterAnswer
 		rctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
 		_ = c.RunQuorumScript(rctx, placementScript, key, args, func(a redlock.MasterAnswer) bool {
+			answers = append(answers, a)
+			return false // every master is heard: the latest registration wins
+		})
+		cancel()
+		valid := func(a redlock.MasterAnswer) bool {
+			return a.Err == nil && (a.Code == 1 || a.Code == 0 && len(args) > 3)
+		}
+		if gate != nil {
+			admit(answers, fresh, valid, c.Quorum(), admitted)
+		}
+		for _, a := range answers {
 			switch {
 			case a.Err != nil:
 				failures = append(failures, a.Err)
-			case untrusted(a):
+			case fresh(a):
 				failures = append(failures, &redlock.MasterError{Index: a.Index, Err: fmt.Errorf("%w: repaired at %s: registrations may be lost there", redlock.ErrMasterQuarantined, a.KeptSince.UTC().Format(time.RFC3339))})
-			case a.Code == 1 || a.Code == 0 && len(args) > 3:
+			case valid(a):
 				trusted++
 				r.UntilMS = max(r.UntilMS, a.Value)
 				if a.Code == 1 {
@@ -156,9 +172,7 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 			default:
 				failures = append(failures, &redlock.MasterError{Index: a.Index, Err: fmt.Errorf("unexpected placement registry answer %d", a.Code)})
 			}
-			return false // every master is heard: the latest registration wins
-		})
-		cancel()
+		}
 		r.OK = trusted >= c.Quorum()
 		r.Registered = registered >= c.Quorum()
 		if !r.OK {
@@ -198,7 +212,8 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 //     of the one before ended;
 //   - a round registered on a quorum of trusted masters (no repair within
 //     a registration's life + the max TTL: one that lost a registration
-//     counts again once it could no longer matter) gives a permit until
+//     counts again once it could no longer matter, or once admitted,
+//     admit) gives a permit until
 //     the round's send + the lease, half the registration's life
 //     (placementAlive): a daemon
 //     paused or cut off for longer holds none until a round registers
@@ -334,6 +349,51 @@ func (g *PlacementGate) check(ctx context.Context) error {
 	// Rounds that ended without a verdict were sent before the permit
 	// ended: fail closed.
 	return &PlacementConflictError{Cause: redlock.ErrQuorumUnavailable}
+}
+
+// admit admits, with the gate, the repaired masters of a round that
+// could not have lost a registration still in force (fresh: repaired
+// within a registration's life + the max TTL, and not yet admitted for
+// that repair): when a quorum of the other masters count (kept their data,
+// or were admitted) and none of them shows another stable layout's
+// registration + the max TTL ahead of its clock (every one registered
+// this round). A black-box pass restarted masters empty one at a time:
+// each was repaired and back on the lock path within seconds, but the
+// registry did not count it for a registration's life + the max TTL (a
+// day by default), so the third restart within that time stopped every
+// grant while /readyz showed five masters up.
+//
+// Why it is safe. Claim: a master that counts (kept, or admitted) holds
+// every registration in force that was written on it. Kept masters do;
+// let M be admitted at a round, and R a registration in force that M lost
+// (R was written before M's repair). R gave its daemon a permit, so it is
+// on a quorum Q of masters, and the masters that count in this round
+// other than M are a quorum too: the two share a master S, which holds R
+// (the claim, for the masters admitted earlier, by induction on
+// admissions), so S showed R in force (answered 0) and M was not
+// admitted. Registrations written on M after its repair are on M. So the
+// gate's claim (the layout gate, above) holds with admitted masters
+// counted as kept. Admissions are this daemon's own: another daemon, or
+// this one restarted, admits from its own rounds (a daemon started after
+// three or more masters were repaired within the time above waits it out).
+// Not covered, as for the registry as a whole: a registration lost
+// silently (no repair marker).
+func admit(answers []redlock.MasterAnswer, fresh, valid func(redlock.MasterAnswer) bool, quorum int, admitted map[int]time.Time) {
+	counting, ahead := 0, false
+	for _, a := range answers {
+		if valid(a) && !fresh(a) {
+			counting++
+			ahead = ahead || a.Code == 0
+		}
+	}
+	if counting < quorum || ahead {
+		return
+	}
+	for _, a := range answers {
+		if valid(a) && fresh(a) {
+			admitted[a.Index] = a.KeptSince
+		}
+	}
 }
 
 // PlacementConflictError is a grant or extend refused by the layout gate:
