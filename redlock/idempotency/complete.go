@@ -32,6 +32,23 @@ func (s *Store) Complete(ctx context.Context, key, token string, answer *Answer)
 		return err
 	}
 	enc := encodedAnswer{text: text, size: answer.Size(), status: answer.Status}
+	unlock, err := s.lockCompletes(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	// Under the lock, no other Complete of the record is between this
+	// read and the writes below: one that stored an answer on a quorum is
+	// met here, and this one writes nothing.
+	cp, err := s.read(ctx, key)
+	if err != nil {
+		return err
+	}
+	if c := cp.completed; c != nil && c.token == token {
+		if again, err := s.encodeAnswer(c.Answer); err != nil || again != text {
+			return fmt.Errorf("%w: the first answer is kept", ErrAlreadyCompleted)
+		}
+	}
 	// Round one: where the token's copy is. Round two, only when too few
 	// had one: fill in the masters that had none, from a copy of round one.
 	var own *Record
@@ -47,6 +64,34 @@ func (s *Store) Complete(ctx context.Context, key, token string, answer *Answer)
 	defer cancel()
 	_, _ = s.c.Release(rctx, leaseKey(key), token)
 	return nil
+}
+
+// completeLockTTL is the TTL of a record's complete lock (lockCompletes):
+// longer than a Complete's read and two write rounds, each bounded by the
+// per-master timeout; a Complete that waits for the lock waits at most
+// this (the lock of a daemon that died while completing runs out).
+const completeLockTTL = 5 * time.Second
+
+// lockCompletes takes the record's complete lock, "<key>:complete", a
+// Redlock lock, waiting for it within ctx and completeLockTTL, and returns
+// its release. Completes of one record run one at a time, so that every
+// master sees them in one order: two Completes of one attempt with
+// different answers, sent at once through two daemons, reached the masters
+// in different orders, each master kept the first it got, and reads then
+// replayed either answer, and both callers could be told 409 (a black-box
+// pass: 29 of 150 keys replayed two answers, every master up). Errors: the
+// lock's (one matching redlock.ErrQuorumUnavailable; redlock.ErrLockHeld
+// when another Complete held it throughout the wait).
+func (s *Store) lockCompletes(ctx context.Context, key string) (unlock func(), err error) {
+	l, err := s.c.Acquire(ctx, key+":complete", completeLockTTL, redlock.WithWait(completeLockTTL))
+	if err != nil {
+		return nil, fmt.Errorf("the record's complete lock: %w", err)
+	}
+	return func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = l.Release(rctx)
+	}, nil
 }
 
 // encodedAnswer is an answer as complete stores it: its JSON, and the

@@ -3,6 +3,8 @@ package idempotency
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -857,8 +859,10 @@ func TestListWithoutAQuorumFailsAtOnce(t *testing.T) {
 // quorum while masters 3 and 4 missed it (back from a restart of durable
 // masters, their copies still IN_PROGRESS); a second Complete of the same
 // token with answer Y is refused (ErrAlreadyCompleted, "the first answer
-// is kept") but writes Y where the copies were IN_PROGRESS, with X's
-// fence. Every replay must still be X: reads took whichever of the two
+// is kept") and, since the record's complete lock, writes nothing (it
+// wrote Y where the copies were IN_PROGRESS before; the test then puts
+// such Y copies there itself, with X's fence, as an older version left
+// them). Every replay must still be X: reads took whichever of the two
 // COMPLETED copies answered first (a black-box pass: 9 X and 3 Y of 12
 // replays; most Y with two of X's masters paused). Here X's masters answer
 // last, so a read without the tie-break on completion time replays Y.
@@ -883,15 +887,18 @@ func TestSecondAnswerNeverReplays(t *testing.T) {
 	time.Sleep(5 * time.Millisecond) // the second Complete's stamp is later
 	err = s.Complete(ctx, key, a.Token, &Answer{Status: 201, Body: []byte("Y")})
 	require.ErrorIs(t, err, ErrAlreadyCompleted)
-	ys := 0
+	// Since the record's complete lock and its read before the writes
+	// (lockCompletes), the refused Complete writes nothing: its read met X.
 	for _, i := range []int{3, 4} {
 		r := redis.NewClient(&redis.Options{Addr: servers[i].Addr()})
-		if r.HGet(ctx, recordKey(key), "st").Val() == "COMPLETED" {
-			ys++
-		}
+		assert.Equal(t, "IN_PROGRESS", r.HGet(ctx, recordKey(key), "st").Val(), "master %d", i)
+		// What a refused Complete of an earlier version left there, and
+		// what reads must still not replay: Y, stamped later.
+		y, err := json.Marshal(&Answer{Status: 201, Body: []byte("Y")})
+		require.NoError(t, err)
+		require.NoError(t, r.HSet(ctx, recordKey(key), "st", "COMPLETED", "ans", string(y), "tc", strconv.FormatInt(time.Now().UnixMilli(), 10)).Err())
 		r.Close()
 	}
-	require.Positive(t, ys, "the refused Complete wrote Y where the copy was IN_PROGRESS (what this test is about)")
 
 	for range 3 {
 		for _, i := range []int{0, 1, 2} {
@@ -910,3 +917,58 @@ func TestSecondAnswerNeverReplays(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // resumed
 	}
 }
+
+// TestConcurrentCompletesOneAnswer: two Completes of one attempt with
+// different answers, sent at once through two Stores (two daemons), every
+// master up: exactly one returns nil, the other ErrAlreadyCompleted, and
+// every master holds, and every read replays, the answer that returned
+// nil. A black-box pass saw the masters split between the two answers (29
+// of 150 keys replayed both, and both callers told 409 on 32): each master
+// kept the Complete that reached it first. Without the record's complete
+// lock (lockCompletes) this test finds such keys.
+func TestConcurrentCompletesOneAnswer(t *testing.T) {
+	d := newDeployment(t)
+	stores := []*Store{d.store(t), d.store(t)}
+	ctx := context.Background()
+	rdbs := make([]*redis.Client, len(servers))
+	for i, s := range servers {
+		rdbs[i] = redis.NewClient(&redis.Options{Addr: s.Addr()})
+		defer rdbs[i].Close()
+	}
+	for n := range 30 {
+		key := newKey(t)
+		req := BeginRequest{Key: key, Fingerprint: fp("pay"), Lease: 10 * time.Second, Retention: time.Hour}
+		a, err := stores[0].Begin(ctx, req)
+		require.NoError(t, err)
+		require.Equal(t, Started, a.Outcome)
+		answers := []*Answer{{Status: 201, Body: []byte("C1")}, {Status: 201, Body: []byte("C2")}}
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i := range 2 {
+			wg.Go(func() { errs[i] = stores[i].Complete(ctx, key, a.Token, answers[i]) })
+		}
+		wg.Wait()
+		won := -1
+		for i, err := range errs {
+			if err == nil {
+				require.Equal(t, -1, won, "key %d: both Completes answered nil", n)
+				won = i
+			} else {
+				require.ErrorIs(t, err, ErrAlreadyCompleted, "key %d", n)
+			}
+		}
+		require.NotEqual(t, -1, won, "key %d: both Completes refused (%v)", n, errs)
+		want := string(answers[won].Body)
+		for i, r := range rdbs {
+			raw := r.HGet(ctx, recordKey(key), "ans").Val()
+			assert.Contains(t, raw, fmt.Sprintf("%q", base64Of(want)), "key %d, master %d holds the answer that returned nil", n, i)
+		}
+		for _, s := range stores {
+			rec, err := s.Get(ctx, key)
+			require.NoError(t, err)
+			assert.Equal(t, want, string(rec.Answer.Body), "key %d: the read replays the answer that returned nil", n)
+		}
+	}
+}
+
+func base64Of(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
