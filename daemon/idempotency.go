@@ -298,6 +298,9 @@ func parseIdemRequest(body []byte, a idemAction, lim *lockBounds, st *idempotenc
 	if field, ok := notTextField(body); ok {
 		return idemRequest{}, bad("%s: must be valid UTF-8 (JSON text is; send bytes that are not text as body_base64)", field)
 	}
+	if berr := exactNames(body); berr != nil {
+		return idemRequest{}, berr
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()

@@ -266,6 +266,12 @@ func TestIdemBadInput(t *testing.T) {
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":"x"}`, 400, `field "answer" must be an object, got a string`},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"headers":[]}}`, 400, `field "answer.headers" must be an object, got an array`},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"headers":{"x-id":"1","X-Id":"2"}}}`, 400, `answer.headers: "X-Id" and "x-id" name the same header (names are case-insensitive); send it once`},
+		// Read as a strict reader reads them (a black-box pass: "Key" set
+		// the key, and of two "key" members the second named the record).
+		{`{"action":"idem_begin","key":"k","body":"x","Key":"other"}`, 400, `body: unknown field "Key": names are case-sensitive ("Key" is not "key")`},
+		{`{"action":"idem_begin","key":"k","key":"k2","body":"x"}`, 400, `body: field "key" appears more than once`},
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"Status":201}}`, 400, `body: unknown field "answer.Status": names are case-sensitive`},
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"body":"a","body":"b"}}`, 400, `body: field "answer.body" appears more than once`},
 		{`{"action":"idem_bogus","key":"k"}`, 400, `is not one of acquire, release, extend, status (and, where idempotency records are on, idem_begin, idem_complete, idem_abort, idem_get, idem_extend)`},
 		{`{"action":"idem_complete","key":"k","answer":{"status":200}}`, 400, "token: required for idem_complete"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `"}`, 400, "answer: required for idem_complete"},

@@ -186,3 +186,66 @@ func malformed(err error) *badRequest {
 	}
 	return bad("body: malformed JSON at byte %d: %s", se.ByteOffset, what)
 }
+
+// idemNames are the member names of an idempotency body, and of its
+// answer object; exactNames checks a body against them.
+var idemNames = map[string][]string{
+	"":       {"action", "key", "namespace", "fingerprint", "body", "body_base64", "lease", "retention", "token", "retryable", "answer"},
+	"answer": {"status", "headers", "body", "body_base64"},
+}
+
+// exactNames refuses what encoding/json reads loosely in an idempotency
+// body (parseIdemRequest), so that the daemon reads a body as a strict
+// reader does, as lock bodies are read (scanLockFields): a member name
+// that differs from a known one only in case (encoding/json matches names
+// case-insensitively: "Key" set the key) and a name given twice in one
+// object (encoding/json keeps the last: of two "key" members the second
+// named the record). A black-box pass sent both; a proxy or validator that
+// reads "key" would see another record than the daemon. Other errors
+// (syntax, unknown names, types) are left to the decoder's messages.
+func exactNames(body []byte) *badRequest {
+	d := jsontext.NewDecoder(bytes.NewReader(body), jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true))
+	return exactObject(d, "")
+}
+
+func exactObject(d *jsontext.Decoder, object string) *badRequest {
+	if d.PeekKind() != '{' {
+		return nil
+	}
+	if _, err := d.ReadToken(); err != nil {
+		return nil
+	}
+	known := idemNames[object]
+	seen := make(map[string]bool, len(known))
+	for d.PeekKind() != '}' {
+		tok, err := d.ReadToken()
+		if err != nil {
+			return nil
+		}
+		name := tok.String()
+		path := name
+		if object != "" {
+			path = object + "." + name
+		}
+		if !slices.Contains(known, name) {
+			if i := slices.IndexFunc(known, func(k string) bool { return strings.EqualFold(k, name) }); i >= 0 {
+				return bad("body: unknown field %s: names are case-sensitive (%q is not %q)", quoteShort(path), name, known[i])
+			}
+		}
+		if seen[name] {
+			return bad("body: field %q appears more than once", path)
+		}
+		seen[name] = true
+		if object == "" && name == "answer" && d.PeekKind() == '{' {
+			if berr := exactObject(d, name); berr != nil {
+				return berr
+			}
+			continue
+		}
+		if err := d.SkipValue(); err != nil {
+			return nil
+		}
+	}
+	_, _ = d.ReadToken() // the object's '}': the caller reads on after it
+	return nil
+}
