@@ -227,8 +227,15 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 		r2.ContentLength = int64(len(body))
 		// A proxy as next (httputil.ReverseProxy) removes every header the
 		// client named in Connection, as hop-by-hop: the client could take
-		// the fence and the take-over flag off the upstream's request.
-		keepEndToEnd(r2.Header, HeaderIdempotencyFence, HeaderIdempotencyTakeover)
+		// the fence and the take-over flag off the upstream's request, and
+		// the key and its namespace header that the upstream looks its
+		// earlier work up by (a black-box pass sent "Connection:
+		// Idempotency-Key, X-User-Id": the upstream got neither).
+		keep := []string{HeaderIdempotencyFence, HeaderIdempotencyTakeover, HeaderIdempotencyKey}
+		if o.Namespace == nil && o.NamespaceHeader != "" {
+			keep = append(keep, o.NamespaceHeader)
+		}
+		keepEndToEnd(r2.Header, keep...)
 		r2.Header.Set(HeaderIdempotencyFence, strconv.FormatInt(a.Fence, 10))
 		if a.Takeover {
 			r2.Header.Set(HeaderIdempotencyTakeover, "true")

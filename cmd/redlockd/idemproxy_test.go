@@ -138,6 +138,13 @@ func TestIdempotencyProxyBadFlags(t *testing.T) {
 // gatewayFor starts the gateway in front of h with the given lease.
 func gatewayFor(t *testing.T, h http.Handler, lease time.Duration) (*httptest.Server, *atomic.Int32) {
 	t.Helper()
+	return gatewayWith(t, h, idemProxySettings{lease: lease, retention: time.Hour})
+}
+
+// gatewayWith is gatewayFor with the gateway's settings (the upstream
+// filled in).
+func gatewayWith(t *testing.T, h http.Handler, set idemProxySettings) (*httptest.Server, *atomic.Int32) {
+	t.Helper()
 	base := daemonURL(t)
 	var seen atomic.Int32
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -149,7 +156,8 @@ func gatewayFor(t *testing.T, h http.Handler, lease time.Duration) (*httptest.Se
 	require.NoError(t, err)
 	c, err := client.New(base, keyA)
 	require.NoError(t, err)
-	gw := httptest.NewServer(newIdemProxy(idemProxySettings{upstream: u, lease: lease, retention: time.Hour}, c))
+	set.upstream = u
+	gw := httptest.NewServer(newIdemProxy(set, c))
 	t.Cleanup(gw.Close)
 	return gw, &seen
 }
@@ -236,18 +244,22 @@ func TestIdempotencyProxyUpstreamErrorIsTakeover(t *testing.T) {
 }
 
 // TestIdempotencyProxyConnectionCannotStripTheAttempt: a client that names
-// Idempotency-Fence and Idempotency-Takeover in its Connection header (so
-// that a proxy drops them as hop-by-hop) still gets both to the upstream:
-// the fence on every attempt, the take-over flag on the run after an
-// upstream 5xx. Found by a helper: the upstream saw no fence, and ran a
-// take-over without being told.
+// Idempotency-Fence, Idempotency-Takeover, Idempotency-Key and the
+// namespace header in its Connection header (so that a proxy drops them as
+// hop-by-hop) still gets them to the upstream: the fence on every
+// attempt, the take-over flag on the run after an upstream 5xx, the key
+// and namespace the upstream looks its earlier work up by. Found by
+// helpers: the upstream saw no fence, and ran a take-over without being
+// told; later, no key and no namespace.
 func TestIdempotencyProxyConnectionCannotStripTheAttempt(t *testing.T) {
 	var mu sync.Mutex
-	var fences, takeovers []string
-	gw, seen := gatewayFor(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var fences, takeovers, keys, users []string
+	gw, seen := gatewayWith(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		fences = append(fences, r.Header.Get(client.HeaderIdempotencyFence))
 		takeovers = append(takeovers, r.Header.Get(client.HeaderIdempotencyTakeover))
+		keys = append(keys, r.Header.Get(client.HeaderIdempotencyKey))
+		users = append(users, r.Header.Get("X-User-Id"))
 		n := len(fences)
 		mu.Unlock()
 		if n == 1 {
@@ -255,8 +267,8 @@ func TestIdempotencyProxyConnectionCannotStripTheAttempt(t *testing.T) {
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
-	}), time.Second)
-	strip := http.Header{"Connection": {"Idempotency-Fence, idempotency-takeover, X-Other"}}
+	}), idemProxySettings{lease: time.Second, retention: time.Hour, nsHeader: "X-User-Id"})
+	strip := http.Header{"Connection": {"Idempotency-Fence, idempotency-takeover, Idempotency-Key, x-user-id, X-Other"}, "X-User-Id": {"u1"}}
 	resp, _ := sendUntilDecided(t, gw, http.MethodPost, "/payments", "pay-conn", "x", strip)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	resp, _ = sendUntilDecided(t, gw, http.MethodPost, "/payments", "pay-conn", "x", strip)
@@ -266,6 +278,8 @@ func TestIdempotencyProxyConnectionCannotStripTheAttempt(t *testing.T) {
 	require.NotEmpty(t, fences[1])
 	require.NotEqual(t, fences[0], fences[1], "the take-over has a fence of its own")
 	require.Equal(t, []string{"", "true"}, takeovers, "the upstream is told the second run is a take-over")
+	require.Equal(t, []string{"pay-conn", "pay-conn"}, keys, "the key reached the upstream")
+	require.Equal(t, []string{"u1", "u1"}, users, "the namespace header reached the upstream")
 }
 
 // TestIdempotencyProxyMethodCase: "post" is a POST to the gateway as it is
