@@ -83,12 +83,28 @@ type readyBody struct {
 	// Placement is the placement phase, with master_groups only (see
 	// readyPlacement).
 	Placement *readyPlacement `json:"placement,omitempty"`
+	// Gate is the layout gate's state for a daemon under it (see
+	// readyGate); absent otherwise. It does not change ready.
+	Gate *readyGate `json:"gate,omitempty"`
 	// Idempotency is the records' own quorum (absent when the
 	// idempotency actions are off): a master repaired after a data loss
 	// counts for locks once repaired, for records only when the max
 	// retention has passed since (redlock/idempotency/safety.go). It does
 	// not change ready: locks work without it.
 	Idempotency *readyIdem `json:"idempotency,omitempty"`
+}
+
+// readyGate is /readyz's gate, for a daemon under the layout gate
+// (daemon/placements.go): granting is whether it grants and extends now
+// (a permit from the placement registry); refusal says why not (the 503's
+// message), "" while granting or before it is decided (a permit ran out
+// and the next round has not answered yet). A gate that refuses leaves
+// /readyz ready: the masters may be fine, and a rolling update must not
+// stall on it; acquires answer 503 meanwhile. A black-box pass found the
+// 503s' "see /readyz" pointing at a body that did not say why.
+type readyGate struct {
+	Granting bool   `json:"granting"`
+	Refusal  string `json:"refusal,omitempty"`
 }
 
 // readyIdem is /readyz's idempotency: needed and counting as in quorum,
@@ -284,6 +300,9 @@ func (s *Server) serveReadyz(w http.ResponseWriter, _ *http.Request) {
 	if gh != nil {
 		partial = readyGroups(&body, gh)
 		body.Placement = placementOf(gh)
+	}
+	if g, ok := s.locker.(interface{ Gate() *PlacementGate }); ok {
+		body.Gate = g.Gate().ready(time.Now())
 	}
 	if s.idem != nil {
 		rm := s.idem.store.RecordMasters(time.Now())

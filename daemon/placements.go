@@ -424,6 +424,18 @@ func (e *PlacementConflictError) Unwrap() []error {
 	return []error{redlock.ErrQuorumUnavailable}
 }
 
+// ready is g's state for /readyz at now.
+func (g *PlacementGate) ready(now time.Time) *readyGate {
+	g.mu.Lock()
+	decided, err := g.verdict(now)
+	g.mu.Unlock()
+	r := &readyGate{Granting: decided && err == nil}
+	if err != nil {
+		r.Refusal = err.Error()
+	}
+	return r
+}
+
 // Gate returns l with its acquires and extends under g.
 func (g *PlacementGate) Gate(l MasterLocker) MasterLocker {
 	gl := gatedLocker{MasterLocker: l, gate: g}
@@ -437,6 +449,9 @@ type gatedLocker struct {
 	MasterLocker
 	gate *PlacementGate
 }
+
+// Gate is the gate l is under (/readyz's gate).
+func (g gatedLocker) Gate() *PlacementGate { return g.gate }
 
 // gatedGroupsLocker keeps the groups' LockGroup (admission.go).
 type gatedGroupsLocker struct{ gatedLocker }

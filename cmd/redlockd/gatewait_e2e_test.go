@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,7 +22,23 @@ import (
 // milliseconds: the gate's refusal ended the wait. The same acquire
 // without wait_ms is still refused at once (the negative side).
 func TestWaitingAcquireOutlastsARegistryOutage(t *testing.T) {
-	url := lockURL(daemonURL(t))
+	base := daemonURL(t)
+	url := lockURL(base)
+	gate := func() (granting bool, refusal string) {
+		resp, err := httpClient.Get(base + "/readyz")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var body struct {
+			Gate *struct {
+				Granting bool   `json:"granting"`
+				Refusal  string `json:"refusal"`
+			} `json:"gate"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+		require.NotNil(t, body.Gate, "/readyz shows the gate of a daemon under it")
+		return body.Gate.Granting, body.Gate.Refusal
+	}
+	require.Eventually(t, func() bool { g, _ := gate(); return g }, 10*time.Second, 50*time.Millisecond, "/readyz: granting")
 	paused := []int{2, 3, 4}
 	for _, i := range paused {
 		require.NoError(t, servers[i].Pause())
@@ -42,6 +59,9 @@ func TestWaitingAcquireOutlastsARegistryOutage(t *testing.T) {
 		code, env, _ := post(t, url, keyA, `{"key":"gate-wait","ttl":10}`)
 		return code == http.StatusServiceUnavailable && strings.Contains(env.Msg, "placement")
 	}, 10*time.Second, 100*time.Millisecond, "the gate refuses once the permit ran out")
+	granting, refusal := gate()
+	assert.False(t, granting, "/readyz: not granting")
+	assert.Contains(t, refusal, "placement registry heard no quorum", "/readyz says why")
 
 	type answer struct {
 		env  envelope
