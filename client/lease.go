@@ -169,7 +169,9 @@ func (l *Lease) endLocked(err error) {
 // validity runs out unless a later extend succeeds.
 //
 // Errors: as Client.Extend; an error matching ErrLost or ErrReleased, with
-// no request sent, once Done is closed.
+// no request sent, once Done is closed, and also when Done was closed
+// while the extend was on its way and it succeeded: the lease stays ended
+// and the lock is released in the background.
 func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	if err := l.Err(); err != nil {
 		return err
@@ -180,6 +182,15 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
+	case err == nil && l.err != nil:
+		// The lease ended while the extend was on its way (the loss timer
+		// fired, or Release ran): Done stays closed, and a lease once lost
+		// is not held again. The extend did reach the masters, so the lock
+		// stands there for ttl more with nobody to use it: release it.
+		// A black-box pass saw Extend return nil on a lease whose Err was
+		// ErrLost, the lock then held on for its new TTL.
+		go l.releaseLeftover()
+		return fmt.Errorf("%w: the extend succeeded after the lease ended; the lock is being released", l.err)
 	case err == nil:
 		l.lastErr = nil
 		l.ttl = e.ttl
@@ -193,6 +204,15 @@ func (l *Lease) Extend(ctx context.Context, ttl time.Duration) error {
 		l.lastErr = err
 	}
 	return err
+}
+
+// releaseLeftover releases the lock of a lease that ended, in the
+// background (lostReleaseTimeout): what an extend that succeeded after the
+// end left on the masters.
+func (l *Lease) releaseLeftover() {
+	ctx, cancel := context.WithTimeout(context.Background(), lostReleaseTimeout)
+	defer cancel()
+	_ = l.c.Release(ctx, "", l.token, WithNamespace(l.ns), l.callOption())
 }
 
 // Release stops the keep-alive, closes Done (Err then matches ErrReleased
@@ -298,7 +318,8 @@ const lostReleaseTimeout = 2 * time.Second
 // context that is cancelled (cause: Lease.Err) the moment the lock is
 // lost. It releases the lock when fn returns, errs or panics (a panic is
 // re-raised after the release). The release runs on a context detached
-// from ctx, bounded by DefaultRequestTimeout (2 s for a lock already
+// from ctx, bounded by the client's request timeout (WithRequestTimeout,
+// default DefaultRequestTimeout; 2 s for a lock already
 // lost: that release only cleans up).
 //
 // It returns the acquire's error (fn not run), else fn's error; when fn

@@ -48,13 +48,14 @@ func masterAddrs() []string {
 
 // startDaemon runs the real `redlockd serve` over the five masters with a
 // key prefix of its own; it is stopped at cleanup.
-func startDaemon(t *testing.T) *testdaemon.Daemon {
+func startDaemon(t *testing.T, env ...string) *testdaemon.Daemon {
 	t.Helper()
 	d, err := testdaemon.Start(testdaemon.Options{
 		Binary:    binary,
 		Masters:   masterAddrs(),
 		KeyPrefix: fmt.Sprintf("client%d:", prefixSeq.Add(1)),
 		LogPath:   t.TempDir() + "/daemon.log",
+		Env:       env,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Stop() })
