@@ -4,6 +4,7 @@ import (
 	"context"
 	_ "embed"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -48,6 +49,72 @@ import (
 var placementRegistryScript string
 
 var placementScript = redlock.NewQuorumScript(placementRegistryScript)
+
+//go:embed scripts/fence_jump.lua
+var fenceJumpLua string
+
+var fenceJumpScript = redlock.NewQuorumScript(fenceJumpLua)
+
+// FenceJump is how far a daemon raises its groups' fencing counters above
+// the highest they hold when its layout gate first grants after another
+// stable layout locked (JumpFences): redlock.DefaultRepairMargin, the
+// margin a repair uses for the same reason.
+const FenceJump = redlock.DefaultRepairMargin
+
+// JumpFences raises the fencing counters of every client's masters to
+// margin above the highest a quorum of each holds now, and returns nil once
+// a quorum of each took it; key routes the calls (any key). The layout
+// gate runs it before the first grant after another stable layout
+// registered (SetFenceJump): that layout's daemons gave moved keys fences
+// from groups this daemon may not have (a new group), synced to its groups
+// only every health interval (redlock.Groups.SyncFences). A black-box pass
+// paused a daemon on the old groups through a change, let the new daemons
+// grant moved keys and stop, and resumed it: once its gate opened it gave
+// those keys fences already issued (1410, 1411) or lower (1412 then 1410),
+// from the old groups' counters, 3 runs of 3. The counters of this
+// daemon's groups were synced by the other layout's daemons up to their
+// last health round, so the fences they issued after it are at most the
+// grants of one health interval above them: margin must exceed that, as
+// for repair-fences (redlock.DefaultRepairMargin). Errors: one matching
+// redlock.ErrQuorumUnavailable when a quorum of some client's masters did
+// not answer.
+func JumpFences(ctx context.Context, clients []*redlock.Client, key string, margin int64) error {
+	var highest int64
+	round := func(c *redlock.Client, target string) error {
+		n := 0
+		var failures []error
+		err := c.RunQuorumScript(ctx, fenceJumpScript, key, []any{target}, func(a redlock.MasterAnswer) bool {
+			if a.Err != nil || a.Code != 1 {
+				if a.Err != nil {
+					failures = append(failures, a.Err)
+				}
+				return false
+			}
+			n++
+			highest = max(highest, a.Value)
+			return false // every master: the highest counter, or the write everywhere
+		})
+		if err != nil {
+			return err
+		}
+		if n < c.Quorum() {
+			return &redlock.OutcomeError{Op: "fence jump", Kind: redlock.ErrQuorumUnavailable, Quorum: c.Quorum(), Masters: c.MasterCount(), Votes: n, Failures: failures}
+		}
+		return nil
+	}
+	for _, c := range clients {
+		if err := round(c, ""); err != nil {
+			return err
+		}
+	}
+	target := strconv.FormatInt(highest+margin, 10)
+	for _, c := range clients {
+		if err := round(c, target); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // PlacementKey is the placement registry's Redis key under prefix (not
 // under "lock:", which lock listings scan).
@@ -115,6 +182,9 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 	// admitted: with the gate, each repaired master this daemon admitted,
 	// by the repair time it was admitted for (admit).
 	admitted := map[int]time.Time{}
+	// jumpedFor: the other stable layouts' latest registration (unix ms)
+	// the last fence jump was made for (SetFenceJump).
+	var jumpedFor int64
 	for {
 		r := PlacementReading{Sent: time.Now()}
 		trusted, registered := 0, 0
@@ -177,6 +247,19 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 		r.Registered = registered >= c.Quorum()
 		if !r.OK {
 			r.Err = &redlock.OutcomeError{Op: "placement", Kind: redlock.ErrQuorumUnavailable, Quorum: c.Quorum(), Masters: c.MasterCount(), Votes: trusted, Failures: failures}
+		}
+		if gate != nil && gate.jump != nil && r.Registered && r.UntilMS > jumpedFor {
+			// Another stable layout registered since the last jump (or
+			// before this daemon started): its fences first.
+			jctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
+			err := gate.jump(jctx)
+			cancel()
+			if err != nil {
+				r.OK, r.Registered = false, false
+				r.Err = fmt.Errorf("raising the fencing counters above another layout's: %w", err)
+			} else {
+				jumpedFor = r.UntilMS
+			}
 		}
 		if gate != nil {
 			gate.Seen(r)
@@ -264,7 +347,18 @@ type PlacementGate struct {
 	done    chan struct{}
 	once    sync.Once
 	read    chan struct{} // closed after the first round
+	// jump raises the fences before the first permit after another
+	// stable layout registered (SetFenceJump); nil: none.
+	jump func(context.Context) error
 }
+
+// SetFenceJump makes the registry run jump (JumpFences over the daemon's
+// groups) before a round that registered gives the first permit after
+// another stable layout's registration was seen (any registered within
+// the last day: the one it is newer than, once per such registration);
+// a round whose jump fails gives no permit. Call it before
+// RunPlacementRegistry starts.
+func (g *PlacementGate) SetFenceJump(jump func(context.Context) error) { g.jump = jump }
 
 // NewPlacementGate is the gate of a daemon registering every interval
 // (RunPlacementRegistry) on its first group (named group; "" for a masters

@@ -470,3 +470,56 @@ func (ch *groupChange) movedKey(t *testing.T) string {
 		}
 	}
 }
+
+// TestAnOldDaemonOpeningAfterAChangeFencesAbove: a daemon on the new
+// groups grants a moved key from its new group (g1) and stops; g1's
+// counter then stands above the old group's by grants the new daemons
+// made after their last fence sync (set here on g1's masters: 1000 more).
+// A daemon on the old groups that opens after them (its layout gate lets
+// it grant once their registration and the max TTL are over) must give
+// the key a fence above every fence g1 issued, though it never reads g1.
+// A black-box pass paused such a daemon through a change and resumed it:
+// it gave moved keys fences already issued (1410, 1411) or lower (1412
+// then 1410), 3 runs of 3. Without daemon.JumpFences it gives the old
+// group's counter + 1 here.
+func TestAnOldDaemonOpeningAfterAChangeFencesAbove(t *testing.T) {
+	const maxTTL = 2
+	ch := newGroupChange(t, "chf", maxTTL)
+	key := ch.movedKey(t)
+	ctx := context.Background()
+	dNew, stopNew := startDaemon(t, ch.common, func(c *config.Config) { c.Masters, c.MasterGroups = nil, ch.groups })
+	code, env, _ := post(t, lockURL(dNew), keyA, fmt.Sprintf(`{"key":%q,"ttl":%d}`, key, maxTTL))
+	require.Equal(t, http.StatusOK, code, env.Msg)
+	require.Equal(t, true, env.Data["acquired"], env.Msg)
+	newFence := int64(env.Data["fence"].(float64))
+	code, env, _ = post(t, lockURL(dNew), keyA, fmt.Sprintf(`{"key":%q,"action":"release","token":%q}`, key, env.Data["token"]))
+	require.Equal(t, http.StatusOK, code, env.Msg)
+	require.NoError(t, stopNew())
+
+	counter := ch.prefix + "fence"
+	var oldHighest int64
+	for _, addr := range ch.a {
+		r := redis.NewClient(&redis.Options{Addr: addr})
+		v, _ := r.Get(ctx, counter).Int64()
+		r.Close()
+		oldHighest = max(oldHighest, v)
+	}
+	issued := max(oldHighest, newFence) + 1000 // g1's grants after the last sync
+	for _, addr := range ch.b {
+		r := redis.NewClient(&redis.Options{Addr: addr})
+		require.NoError(t, r.Set(ctx, counter, issued, 0).Err())
+		r.Close()
+	}
+
+	dOld := daemonURL(t, ch.common, func(c *config.Config) { c.Masters = ch.a })
+	var fence int64
+	require.Eventually(t, func() bool {
+		code, env, _ := post(t, lockURL(dOld), keyA, fmt.Sprintf(`{"key":%q,"ttl":%d}`, key, maxTTL))
+		if code != http.StatusOK || env.Data["acquired"] != true {
+			return false
+		}
+		fence = int64(env.Data["fence"].(float64))
+		return true
+	}, 20*time.Second, 100*time.Millisecond, "the old daemon grants once the new one's registration and the max TTL are over")
+	assert.Greater(t, fence, issued, "the moved key's fence from the old group is above every fence its new group issued")
+}

@@ -141,7 +141,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 	// daemons still granted).
 	regCtx, stopRegistry := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRegistry()
-	daemonLocker = registerPlacement(regCtx, cfg, groups[0].Client, daemonLocker)
+	daemonLocker = registerPlacement(regCtx, cfg, groups, daemonLocker)
 	// Idempotency records live on the first group too (one Client), behind
 	// its checks: placement spreads the lock keys, not the records.
 	return serveWith(ctx, cfg, log, ln, load, reg, metrics, masterCert, daemonLocker, limitMasters, clients[cfg.Groups()[0].Name])
@@ -262,8 +262,10 @@ func movingLocker(ctx context.Context, cfg config.Config, clients map[string]*re
 // stable daemon's acquires and extends under the layout gate
 // (daemon.PlacementGate); a moving daemon also reads there until when
 // daemons on its previous groups may still be locking, for /readyz and
-// `redlockd groups-change`.
-func registerPlacement(ctx context.Context, cfg config.Config, first *redlock.Client, l daemon.MasterLocker) daemon.MasterLocker {
+// `redlockd groups-change`. groups are the daemon's groups, the first
+// first.
+func registerPlacement(ctx context.Context, cfg config.Config, groups []redlock.Group, l daemon.MasterLocker) daemon.MasterLocker {
+	first := groups[0].Client
 	names := func(gs []config.MasterGroup) []string {
 		var out []string
 		for _, g := range gs {
@@ -296,6 +298,16 @@ func registerPlacement(ctx context.Context, cfg config.Config, first *redlock.Cl
 		firstGroup = cfg.MasterGroups[0].Name
 	}
 	gate := daemon.NewPlacementGate(interval, firstGroup, func() time.Duration { return max(maxTTL, first.LongestMaxTTL()) })
+	// Before its first grant after another stable layout locked, every
+	// group's fences go above that layout's (daemon.JumpFences).
+	clients := make([]*redlock.Client, len(groups))
+	for i, g := range groups {
+		clients[i] = g.Client
+	}
+	key := daemon.PlacementKey(cfg.KeyPrefix)
+	gate.SetFenceJump(func(ctx context.Context) error {
+		return daemon.JumpFences(ctx, clients, key, daemon.FenceJump)
+	})
 	go daemon.RunPlacementRegistry(ctx, first, daemon.PlacementKey(cfg.KeyPrefix), layout, "*", interval, time.Now(), gate, seen)
 	return gate.Gate(l)
 }
