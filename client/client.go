@@ -764,9 +764,12 @@ func (c *Client) Release(ctx context.Context, key, token string, opts ...LockOpt
 
 // Status is a majority read of one lock key. The token is never revealed.
 type Status struct {
-	// Held is true when a quorum of masters hold the same token.
+	// Held is true when a quorum of masters hold the same token, or any
+	// master that answered holds a token with its fence record (a granted
+	// lock whose key was lost elsewhere: every acquire refuses it).
 	Held bool
-	// Validity is the holder's conservative remaining time; 0 when not held.
+	// Validity is the holder's conservative remaining time; 0 when not
+	// held, and for a semaphore (see NextFree).
 	Validity time.Duration
 	// ValidUntil is when that validity ends: validity_ms counted from
 	// before the request was sent plus the daemon's elapsed_ms, never later
