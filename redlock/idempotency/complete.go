@@ -69,7 +69,8 @@ func (s *Store) Complete(ctx context.Context, key, token string, answer *Answer)
 // completeLockTTL is the TTL of a record's complete lock (lockCompletes):
 // longer than a Complete's read and two write rounds, each bounded by the
 // per-master timeout; a Complete that waits for the lock waits at most
-// this (the lock of a daemon that died while completing runs out).
+// this and a second more (the lock of a daemon that died while completing
+// runs out within it).
 const completeLockTTL = 5 * time.Second
 
 // lockCompletes takes the record's complete lock, "<key>:complete", a
@@ -83,7 +84,9 @@ const completeLockTTL = 5 * time.Second
 // lock's (one matching redlock.ErrQuorumUnavailable; redlock.ErrLockHeld
 // when another Complete held it throughout the wait).
 func (s *Store) lockCompletes(ctx context.Context, key string) (unlock func(), err error) {
-	l, err := s.c.Acquire(ctx, key+":complete", completeLockTTL, redlock.WithWait(completeLockTTL))
+	// The wait outlasts the TTL: a lock left by a daemon that died while
+	// completing has run out before the wait ends.
+	l, err := s.c.Acquire(ctx, key+":complete", completeLockTTL, redlock.WithWait(completeLockTTL+time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("the record's complete lock: %w", err)
 	}
