@@ -972,3 +972,23 @@ func TestConcurrentCompletesOneAnswer(t *testing.T) {
 }
 
 func base64Of(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+// TestCompleteAfterADaemonDiedCompleting: the record's complete lock left
+// by a daemon that died while completing (taken here and never released)
+// delays the next Complete until it runs out, and no longer: the Complete
+// waits a second past the lock's TTL, and stores its answer.
+func TestCompleteAfterADaemonDiedCompleting(t *testing.T) {
+	d := newDeployment(t)
+	s := d.store(t)
+	ctx := context.Background()
+	key := newKey(t)
+	a, err := s.Begin(ctx, BeginRequest{Key: key, Fingerprint: fp("pay"), Lease: 30 * time.Second, Retention: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, Started, a.Outcome)
+	_, err = d.client(t).Acquire(ctx, key+":complete", completeLockTTL)
+	require.NoError(t, err, "the dead daemon's complete lock")
+	require.NoError(t, s.Complete(ctx, key, a.Token, &Answer{Status: 201, Body: []byte("X")}))
+	rec, err := s.Get(ctx, key)
+	require.NoError(t, err)
+	assert.Equal(t, "X", string(rec.Answer.Body))
+}
