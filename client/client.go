@@ -764,9 +764,10 @@ func (c *Client) Release(ctx context.Context, key, token string, opts ...LockOpt
 
 // Status is a majority read of one lock key. The token is never revealed.
 type Status struct {
-	// Held is true when a quorum of masters hold the same token, or any
-	// master that answered holds a token with its fence record (a granted
-	// lock whose key was lost elsewhere: every acquire refuses it).
+	// Held is true when a quorum of masters hold the same token, or, where
+	// no token can be on a quorum, any master that answered holds a token
+	// with its fence record (a granted lock whose key was lost elsewhere:
+	// every acquire refuses it).
 	Held bool
 	// Validity is the holder's conservative remaining time; 0 when not
 	// held, and for a semaphore (see NextFree).

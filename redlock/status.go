@@ -16,11 +16,11 @@ const noExpiryMS = int64(math.MaxInt64/time.Millisecond) / 2
 // masters return only a hash of the value.
 type Status struct {
 	// Held is true when a quorum of masters hold the same token, or (with
-	// the granted-lock check, granted.go) when any master that answered,
-	// counting or not, holds a token with its fence record: an acquire
-	// would be refused. False only when the answers establish that no
-	// token can be on a quorum and no master shows a granted lock
-	// (Client.Status returns an error otherwise).
+	// the granted-lock check, granted.go) when no token can be on a quorum
+	// but a master that answered, counting or not, holds a token with its
+	// fence record: an acquire would be refused. False only when the
+	// answers establish that no token can be on a quorum and no master
+	// shows a granted lock (Client.Status returns an error otherwise).
 	Held bool
 	// Holders is how many masters hold the most common token.
 	Holders int
@@ -50,12 +50,14 @@ type Status struct {
 // matching ErrQuorumUnavailable (with the holders and the failures): a
 // status never calls a held lock free.
 //
-// With the granted-lock check (the default with fencing), status judges as
-// an acquire does (granted.go): a lock whose key a quorum no longer holds
-// (lost silently on some masters) is held while any master that answers,
+// With the granted-lock check (the default with fencing), status never
+// says free where an acquire would refuse (granted.go): where the answers
+// would make it free, a lock whose key a quorum no longer holds (lost
+// silently on some masters) is held while any master that answers,
 // counting or not, shows the key held with its fence record; so status
 // waits for every master's answer (or failure) before it says free, and
 // says free only when no master's answer went unheard because ctx ended.
+// Where it cannot tell (masters down), it still returns the error above.
 // Without this, status answered free for a lock that every acquire
 // refused (TestStatusHeldOnFewerThanAQuorum).
 func (c *Client) Status(ctx context.Context, key string) (Status, error) {
@@ -169,21 +171,22 @@ func (t *statusTally) result(start time.Time) (Status, error) {
 		st.Fence = t.fences[t.best]
 		return st, nil
 	}
-	if hash, ms, ok := t.grantedLock(); ok {
-		// Fewer than a quorum hold it, but a master shows it granted:
-		// every acquire is refused while that copy lives (granted.go).
-		ttl := time.Duration(ms) * time.Millisecond
-		st.Held, st.Validity = true, max(ttl-time.Since(start)-c.drift(ttl), 0)
-		st.Fence = t.grantedFence[hash]
-		t.best = hash
-		return st, nil
-	}
 	unanswered := len(c.masters) - st.Answered
-	free := st.Holders+unanswered < c.quorum || !c.opts.statusNeedsQuorum && st.Answered >= c.quorum
-	if free && (!t.checksGranted() || t.unheard == 0) {
-		// No token can be on a quorum, and (with the check) every master
-		// was heard or failed without showing a granted lock: free.
-		return st, nil
+	if st.Holders+unanswered < c.quorum || !c.opts.statusNeedsQuorum && st.Answered >= c.quorum {
+		// No token can be on a quorum. Free, unless a master showed a
+		// granted lock (fewer than a quorum hold it, lost silently on the
+		// others: every acquire is refused while that copy lives,
+		// granted.go), or, with the check, a master went unheard.
+		if hash, ms, ok := t.grantedLock(); ok {
+			ttl := time.Duration(ms) * time.Millisecond
+			st.Held, st.Validity = true, max(ttl-time.Since(start)-c.drift(ttl), 0)
+			st.Fence = t.grantedFence[hash]
+			t.best = hash
+			return st, nil
+		}
+		if !t.checksGranted() || t.unheard == 0 {
+			return st, nil
+		}
 	}
 	res := t.res
 	res.Kind = ErrQuorumUnavailable
