@@ -319,14 +319,7 @@ func (s *Server) acquire(ctx context.Context, w http.ResponseWriter, c *call, re
 }
 
 // waitsStopped reports whether the waits were ended by a shutdown.
-func (s *Server) waitsStopped() bool {
-	select {
-	case <-s.stopWaits:
-		return true
-	default:
-		return false
-	}
-}
+func (s *Server) waitsStopped() bool { return stopped(s.stopWaits) }
 
 // releaseAbandoned releases a lock granted to a caller that went away
 // while it was being granted (a timeout, a cancelled wait, a client
