@@ -94,7 +94,6 @@ type statusTally struct {
 	// that record's fence.
 	granted      map[string]int64
 	grantedFence map[string]int64
-	heard        int // answers and failures counted
 	unheard      int // masters not heard because ctx ended
 	res          OutcomeError
 }
@@ -117,7 +116,6 @@ func (t *statusTally) checksGranted() bool { return t.c.grantedCheck() }
 // outcome is decided (a quorum holds one token, or a quorum holds none).
 func (t *statusTally) add(r reply, early bool) bool {
 	c := t.c
-	t.heard++
 	if unheard(r.err) {
 		t.unheard++
 	}
