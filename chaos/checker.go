@@ -39,6 +39,10 @@ import (
 //	   record can end on a master, (TTL + D)·(1 − drift factor) after the
 //	   acquire was invoked (or after its last successful extend was, with
 //	   the extend's TTL). A release invoked meanwhile ends the delay.
+//	I9 a status never calls a held lock free: no status call that answered
+//	   "free" ran wholly inside a grant's lease (as in I1) of its key. A
+//	   status that cannot tell must fail (503, ErrQuorumUnavailable), and
+//	   one that overlaps the lease's start or end is not judged.
 const (
 	I1 = "I1"
 	I2 = "I2"
@@ -48,6 +52,7 @@ const (
 	I6 = "I6"
 	I7 = "I7"
 	I8 = "I8"
+	I9 = "I9"
 )
 
 // StaleRejected is the observation a "pause the holder" control must make:
@@ -125,13 +130,13 @@ func (g groupScope) forKey(key string) (map[faultKey][]span, int) {
 	return g.spans[i], g.size[i]
 }
 
-// Check returns every violation of I1–I8 in h.
+// Check returns every violation of I1–I9 in h.
 func Check(h History, p CheckParams) []Violation {
 	if p.MaxPerInvariant == 0 {
 		p.MaxPerInvariant = 20
 	}
 	var out []Violation
-	for _, f := range []func(History, CheckParams) []Violation{checkI1, checkI2, checkResource, checkI3, checkI4, checkI5, checkI6, checkI7, checkI8} {
+	for _, f := range []func(History, CheckParams) []Violation{checkI1, checkI2, checkResource, checkI3, checkI4, checkI5, checkI6, checkI7, checkI8, checkI9} {
 		vs := f(h, p)
 		if len(vs) > p.MaxPerInvariant {
 			extra := len(vs) - p.MaxPerInvariant
@@ -577,6 +582,30 @@ func checkI8(h History, p CheckParams) []Violation {
 					Invariant: I8, Key: key, Ops: []int{g.ID, o.ID},
 					Detail: fmt.Sprintf("client %d (%s, fence %d) was granted %s at %s, inside the lock-delay of %v of client %d's lock (fence %d, lease over at %s; its delay record cannot end before %s; %s)",
 						o.Client, o.Via, o.Fence, key, fmtAt(o.Return), g.LockDelay, g.Client, g.Fence, fmtAt(leaseEnd), fmtAt(recordEnd), released),
+				})
+			}
+		}
+	}
+	return out
+}
+
+// checkI9 finds status calls that answered "free" while a grant's lease
+// of their key covered the whole call, from before it was invoked until
+// after it returned.
+func checkI9(h History, _ CheckParams) []Violation {
+	var out []Violation
+	ls := leases(h)
+	for i := range h.Ops {
+		op := &h.Ops[i]
+		if op.Kind != "status" || !op.OK || op.Held {
+			continue
+		}
+		for _, l := range ls[op.Key] {
+			if l.start <= op.Invoke && op.Return <= l.end {
+				out = append(out, Violation{
+					Invariant: I9, Key: op.Key, Ops: []int{l.op.ID, op.ID},
+					Detail: fmt.Sprintf("status of %s by client %d (%s) answered free over %s–%s, inside client %d's lease (%s, fence %d) from %s to %s",
+						op.Key, op.Client, op.Via, fmtAt(op.Invoke), fmtAt(op.Return), l.op.Client, l.op.Via, l.op.Fence, fmtAt(l.start), fmtAt(l.end)),
 				})
 			}
 		}

@@ -340,3 +340,35 @@ func TestCheckLockDelay(t *testing.T) {
 	held.LockDelay = 0
 	assert.Empty(t, check(held, early))
 }
+
+// TestCheckStatusCallsAHeldLockFree: I9 judges a status answer of "free"
+// against the leases of its key: inside one it is a violation; one that
+// began before the grant returned, ended after the lease (released or
+// out of validity), answered held, failed, or asked about another key is
+// not.
+func TestCheckStatusCallsAHeldLockFree(t *testing.T) {
+	ms := time.Millisecond
+	held := granted(1, 1, "k", 1, 0, 10*ms, 990*ms)
+	status := func(id int, key string, inv, ret time.Duration, ok, isHeld bool) Op {
+		return Op{ID: id, Client: 2, Via: "http/b", Kind: "status", Key: key, OK: ok, Held: isHeld, Invoke: inv, Return: ret, Bound: sec}
+	}
+	check := func(ops ...Op) map[string]int {
+		return Count(Check(History{Ops: ops, End: 3 * sec}, CheckParams{Masters: 5, FastSlack: 300 * ms}))
+	}
+	vs := Check(History{Ops: []Op{held, status(2, "k", 100*ms, 120*ms, true, false)}, End: 3 * sec}, CheckParams{Masters: 5, FastSlack: 300 * ms})
+	assert.Equal(t, map[string]int{I9: 1}, Count(vs), "free inside the lease")
+	if len(vs) == 0 {
+		return
+	}
+	assert.Equal(t, []int{1, 2}, vs[0].Ops)
+	assert.Empty(t, check(held, status(2, "k", 100*ms, 120*ms, true, true)), "held")
+	assert.Empty(t, check(held, status(2, "k", 100*ms, 120*ms, false, false)), "could not tell (503)")
+	assert.Empty(t, check(held, status(2, "other", 100*ms, 120*ms, true, false)), "another key")
+	assert.Empty(t, check(held, status(2, "k", 5*ms, 20*ms, true, false)), "began before the grant returned")
+	assert.Empty(t, check(held, status(2, "k", 980*ms, 1000*ms, true, false)), "ended after validity")
+	assert.Empty(t, check(held, release(3, 1, 1, "k", 400*ms), status(2, "k", 405*ms, 420*ms, true, false)), "after the release was sent")
+	// An extend moves the lease's end: free after the first validity
+	// but inside the extended one is a violation.
+	ext := Op{ID: 4, Client: 1, Via: "lib/a", Kind: "extend", Key: "k", Grant: 1, OK: true, TTL: sec, Invoke: 500 * ms, Return: 510 * ms, ValidUntil: 1490 * ms, Bound: sec}
+	assert.Equal(t, map[string]int{I9: 1}, check(held, ext, status(2, "k", 1000*ms, 1020*ms, true, false)), "inside the extended lease")
+}

@@ -672,6 +672,24 @@ func (d *Drill) Release(ctx context.Context, l locker, client int, key string, g
 	return err
 }
 
+// Status asks l whether the lock key is held and records the call (I9).
+// Like a release, it waits for every master's answer or its per-master
+// timeout.
+func (d *Drill) Status(ctx context.Context, l locker, client int, key string) (bool, error) {
+	op := Op{Client: client, Via: l.Name(), View: d.viewOf(l), Kind: "status", Key: key, Bound: l.PerMasterTimeout() + d.Cfg.Slack, PMT: l.PerMasterTimeout()}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), op.Bound+30*time.Second)
+	defer cancel()
+	op.Invoke = d.rec.Now()
+	held, err := l.Status(cctx, key)
+	op.Return = d.rec.Now()
+	op.OK, op.Held = err == nil, held
+	if err != nil {
+		op.Outcome, op.Err = outcomeOf(err), err.Error()
+	}
+	d.rec.Add(op)
+	return held, err
+}
+
 // Extend extends, through the library client of view v, the grant whose
 // acquire Op is id to ttl from now, records the call, and returns the
 // grant with its new validity.

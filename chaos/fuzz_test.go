@@ -292,6 +292,7 @@ var fuzzControlSeeds = map[string]uint64{
 	"nogranted-catchup":          20,   // episode 0: a rollback of one of A's masters to before A's hold, its fencing counter caught up by a peer
 	"nogranted-repairfences":     1792, // episode 0: a snapshot, an extend from 3s to 5s, SWAPDB back to the snapshot and repair-fences, before any client reads the master again
 	"noclockbounds":              58,   // episode 0: a 150 ms forward jump on one of A's masters, a contender at drift factor 0.1 with 1.75 s old clock readings
+	"nostatusquorum":             17,   // episode 0: A on masters 1-3, master 2 killed: four answer, two hold, status through view b's library client says free
 	"nofenceevery":               18,   // episode 0: A's fence on three masters only, DEBUG RELOAD NOSAVE of one of them unwatched, a contender whose votes needed are that master's and the two others'
 }
 

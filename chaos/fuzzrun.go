@@ -56,7 +56,8 @@ type FuzzControl struct {
 	// masking attack is a combination, the loss and what hides it.
 	Requires []string
 	// Finds is the invariant the control's finding violates: I1 (a second
-	// holder; ""), or I2 (a fence issued again, for a fence guard).
+	// holder; ""), I2 (a fence issued again, for a fence guard), or I9 (a
+	// status that called a held lock free).
 	Finds string
 }
 
@@ -167,6 +168,14 @@ func FuzzControls() []FuzzControl {
 		// again (I2), not a second holder: the lock had ended. The
 		// granted-lock check stays on: A's lock is released, so no fence
 		// record is left to refuse the contender.
+		// Status's quorum rule, with the granted records off too (they
+		// alone keep status from calling a held lock free where fewer
+		// than a quorum of its holders answer): one or two of A's
+		// masters killed, paused or cut off leave a quorum answering and
+		// fewer than a quorum holding, and status through the library
+		// says free while A holds (I9). Only those faults attribute: a
+		// lost key would let B in (I1), which is nogranted's.
+		{Name: "nostatusquorum", Guards: []guardswitch.Guard{guardswitch.StatusQuorum, g}, Catches: []string{"kill", "pause", "blackhole"}, Finds: I9},
 		{Name: "nofenceevery", Guards: []guardswitch.Guard{guardswitch.FenceAboveEveryAnswer}, Catches: []string{opRollbackFence}, Finds: I2},
 	}
 }
@@ -359,7 +368,7 @@ func RunFuzz(ctx context.Context, fc FuzzConfig) (_ *FuzzResult, err error) {
 	res.Result = r
 	res.Pairs = slices.Sorted(maps.Keys(fr.pairs))
 	for _, v := range r.Violations {
-		if v.Invariant != I1 && v.Invariant != I2 && v.Invariant != I7 {
+		if v.Invariant != I1 && v.Invariant != I2 && v.Invariant != I7 && v.Invariant != I9 {
 			continue
 		}
 		res.Found = append(res.Found, v)
@@ -476,7 +485,7 @@ func (fr *fuzzRunner) script(ctx context.Context, d *Drill) error {
 // on: any).
 func (fr *fuzzRunner) found(d *Drill) bool {
 	h := d.rec.History(d.res.Writes())
-	for _, v := range slices.Concat(checkI1(h, CheckParams{}), checkI2(h, CheckParams{}), checkI7(h, CheckParams{})) {
+	for _, v := range slices.Concat(checkI1(h, CheckParams{}), checkI2(h, CheckParams{}), checkI7(h, CheckParams{}), checkI9(h, CheckParams{})) {
 		e, ok := episodeOfKey(v.Key)
 		if fr.fc.Control == nil || ok && fr.fc.Control.Attributes(fr.res.EpisodeFaults[e]) {
 			d.Notef("a safety violation (%s) found: the run stops here", v.Detail)
@@ -484,6 +493,18 @@ func (fr *fuzzRunner) found(d *Drill) bool {
 		}
 	}
 	return false
+}
+
+// statusVia asks each locker in ls (nil ones skipped) for the status of
+// the episode's key while A's lease runs, recorded for I9.
+func (fr *fuzzRunner) statusVia(ctx context.Context, d *Drill, ep *episode, ls ...locker) {
+	for _, l := range ls {
+		if l == nil || !time.Now().Before(ep.a.g.validUntil) {
+			continue
+		}
+		held, err := d.Status(ctx, l, d.NewClientID(), ep.key)
+		d.Logf("e%d status through %s: held %v (err %v)", ep.n, l.Name(), held, err)
+	}
 }
 
 func (fr *fuzzRunner) runEpisode(ctx context.Context, d *Drill, dm direct, steps []FuzzStep) {
@@ -605,8 +626,11 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 		}
 		return nil
 	case opStatus:
+		// Judged by I9 (a status never calls a held lock free), through
+		// view b's library client and daemon.
 		s, err := d.Client(1).Status(ctx, lockKey)
 		d.rec.Note(fmt.Sprintf("e%d status of %s through view b: %+v (err %v)", ep.n, ep.key, s, err))
+		fr.statusVia(ctx, d, ep, d.Lib(1), d.HTTP(1))
 		return nil
 	case opCheck:
 		return d.Client(1).CheckMasters(ctx)
@@ -640,7 +664,14 @@ func (fr *fuzzRunner) step(ctx context.Context, d *Drill, dm direct, ep *episode
 			d.Logf("e%d: A's lease was over before B could contend", ep.n)
 			return nil
 		}
+		// Each contender's status of the key, judged by I9: it must not
+		// call A's lock free while A's lease runs. Beside B's tries, not
+		// before them: the controls' seeds time B's tries against A's
+		// lease, and after them A's lease is often over.
+		var asked sync.WaitGroup
+		asked.Go(func() { fr.statusVia(ctx, d, ep, ls...) })
 		first, err := contendVia(ctx, d, ep.key, d.Cfg.TTL, ep.a, ls...)
+		asked.Wait()
 		d.Logf("e%d contend: first try: %v", ep.n, first)
 		for _, l := range ls {
 			if ll, ok := l.(*libLocker); ok {

@@ -13,7 +13,7 @@ type Op struct {
 	Client int    `json:"client"`
 	Via    string `json:"via"` // "lib/a", "http/b": transport and view
 	View   int    `json:"view"`
-	Kind   string `json:"kind"` // "acquire", "release" or "extend"
+	Kind   string `json:"kind"` // "acquire", "release", "extend" or "status"
 	Key    string `json:"key"`
 	// Set: the keys of the multi-key lock this call took or released as
 	// one, recorded as one Op per key (multikey.go); nil for one key.
@@ -40,6 +40,8 @@ type Op struct {
 	Fence      int64         `json:"fence,omitempty"`
 	ValidUntil time.Duration `json:"valid_until_ns,omitempty"`
 	TTL        time.Duration `json:"ttl_ns,omitempty"`
+	// Held is a status call's answer (OK): the lock is held (I9).
+	Held bool `json:"held,omitempty"`
 	// Grant is, for a release or an extend, the ID of the acquire whose
 	// lock it releases or extends. An extend that succeeded carries the new
 	// ValidUntil.

@@ -28,6 +28,9 @@ type locker interface {
 	// multi-key lock (multikey.go).
 	AcquireMulti(ctx context.Context, keys []string, ttl, wait time.Duration) (grant, error)
 	ReleaseMulti(ctx context.Context, keys []string, token string) error
+	// Status asks whether the lock key is held (I9): held, or an error
+	// where the locker cannot tell (a lock only, not a permit).
+	Status(ctx context.Context, key string) (held bool, err error)
 	// PerMasterTimeout is what bounds one attempt.
 	PerMasterTimeout() time.Duration
 }
@@ -117,6 +120,7 @@ type lockRoute interface {
 	acquire(ctx context.Context, key string, ttl time.Duration, opts ...redlock.AcquireOption) (grant, error)
 	release(ctx context.Context, key, token string) error
 	extend(ctx context.Context, key, token string, ttl time.Duration) (validUntil time.Time, err error)
+	status(ctx context.Context, key string) (held bool, err error)
 }
 
 // lockAPI is what redlock.Client and redlock.Groups both offer.
@@ -124,6 +128,7 @@ type lockAPI interface {
 	Acquire(ctx context.Context, key string, ttl time.Duration, opts ...redlock.AcquireOption) (*redlock.Lock, error)
 	Release(ctx context.Context, key, token string) (int, error)
 	Extend(ctx context.Context, key, token string, ttl time.Duration) (*redlock.Lock, error)
+	Status(ctx context.Context, key string) (redlock.Status, error)
 }
 
 // plainRoute locks through one Client, or a Groups.
@@ -150,6 +155,11 @@ func (r plainRoute) extend(ctx context.Context, key, token string, ttl time.Dura
 	return lk.ValidUntil(), nil
 }
 
+func (r plainRoute) status(ctx context.Context, key string) (bool, error) {
+	st, err := r.api.Status(ctx, key)
+	return st.Held, err
+}
+
 // movingRoute locks through a redlock.Moving: a moved key in its old and
 // its new group.
 type movingRoute struct{ m *redlock.Moving }
@@ -173,6 +183,11 @@ func (r movingRoute) extend(ctx context.Context, key, token string, ttl time.Dur
 		return time.Time{}, err
 	}
 	return lk.ValidUntil(), nil
+}
+
+func (r movingRoute) status(ctx context.Context, key string) (bool, error) {
+	st, err := r.m.Status(ctx, key)
+	return st.Held, err
 }
 
 // clientPath is the path of one Client of every master (one group).
@@ -233,6 +248,10 @@ func (l *libLocker) Release(ctx context.Context, g grant) error {
 	return l.cur.Load().route.release(ctx, l.lockKey(g), g.token)
 }
 
+func (l *libLocker) Status(ctx context.Context, key string) (bool, error) {
+	return l.cur.Load().route.status(ctx, l.space.LockKey(key))
+}
+
 // lockKey is the Redis key of g's lock: its slot lock for a permit.
 func (l *libLocker) lockKey(g grant) string {
 	if g.permits > 0 {
@@ -263,6 +282,7 @@ type lockReply struct {
 		Acquired   bool   `json:"acquired"`
 		Released   bool   `json:"released"`
 		Extended   bool   `json:"extended"`
+		Held       bool   `json:"held"`
 		Token      string `json:"token"`
 		Fence      int64  `json:"fence"`
 		ValidityMS int64  `json:"validity_ms"`
@@ -347,4 +367,12 @@ func (l *httpLocker) Release(ctx context.Context, g grant) error {
 		return &lockError{outcome: "not-held", err: errors.New(r.Msg)}
 	}
 	return nil
+}
+
+func (l *httpLocker) Status(ctx context.Context, key string) (bool, error) {
+	_, r, err := l.call(ctx, map[string]any{"action": "status", "key": key})
+	if err != nil {
+		return false, err
+	}
+	return r.Data.Held, nil
 }

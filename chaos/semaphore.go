@@ -272,3 +272,7 @@ func (l *countingLocker) AcquireMulti(context.Context, []string, time.Duration, 
 func (l *countingLocker) ReleaseMulti(context.Context, []string, string) error {
 	return errors.New("the counting control takes permits, not multi-key locks")
 }
+
+func (l *countingLocker) Status(context.Context, string) (bool, error) {
+	return false, errors.New("the counting control takes permits, not locks")
+}
