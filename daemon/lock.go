@@ -43,9 +43,12 @@ const (
 	msgQuerySecret = "API keys and tokens must not be sent in the URL query string: send the API key in the X-API-Key header and the token in the JSON body"
 	msgPathSecret  = "API keys must not be sent in the URL: send the API key in the X-API-Key header"
 	msgTwoAPIKeys  = "send exactly one X-API-Key header"
-	msgAuthLimited = "too many requests without a valid API key from this address; retry after Retry-After with a valid key in the X-API-Key header"
-	msgTwoFramings = "a request must not have both Content-Length and Transfer-Encoding (RFC 9112 section 6.1); the connection is closed"
-	msgBodyTimeout = "body: not received within the read timeout"
+	// Content-Type is a singleton field (RFC 9110 section 8.3): with two,
+	// a proxy that checks the first and the daemon could disagree.
+	msgTwoContentTypes = "send at most one Content-Type header (application/json)"
+	msgAuthLimited     = "too many requests without a valid API key from this address; retry after Retry-After with a valid key in the X-API-Key header"
+	msgTwoFramings     = "a request must not have both Content-Length and Transfer-Encoding (RFC 9112 section 6.1); the connection is closed"
+	msgBodyTimeout     = "body: not received within the read timeout"
 )
 
 // call is what the log line and the metrics of one action API request need.
@@ -162,6 +165,10 @@ func (s *Server) guardRequest(w http.ResponseWriter, r *http.Request, c *call, s
 	}
 	c.account = entry.Account
 	c.limits = s.limits.Admission(entry.Account, entry.Limits, start)
+	if len(r.Header[hdrContentType]) > 1 {
+		s.fail(w, c, http.StatusBadRequest, resBadRequest, codeBadRequest, msgTwoContentTypes)
+		return nil
+	}
 	if ct := headerValue(r.Header, hdrContentType); ct != "" && !isJSONContentType(ct) {
 		msg := `Content-Type must be application/json (with curl: -H "Content-Type: application/json")`
 		if mt, params, err := mime.ParseMediaType(ct); err == nil && mt == "application/json" {

@@ -397,6 +397,39 @@ func TestAppendJSONString(t *testing.T) {
 
 // More than one X-API-Key is ambiguous: 400, whatever the values (even the
 // same valid key twice), never echoed, and no Locker call.
+// TestTwoContentTypeHeaders: two Content-Type headers are refused with
+// 400 whichever comes first (a black-box pass: JSON first acted, JSON
+// second got 415), and nothing reaches the masters.
+func TestTwoContentTypeHeaders(t *testing.T) {
+	f := newFakeLocker()
+	ts := newTestServer(t, f)
+	for _, cts := range [][]string{
+		{"application/json", "text/plain"},
+		{"text/plain", "application/json"},
+		{"application/json", "application/json"},
+	} {
+		req, err := http.NewRequest(http.MethodPost, ts.URL+"/v1/lock", strings.NewReader(`{"key":"two"}`))
+		require.NoError(t, err)
+		req.Header.Set("X-API-Key", testKeyAcme)
+		for _, ct := range cts {
+			req.Header.Add("Content-Type", ct)
+		}
+		resp, err := ts.client.Do(req)
+		require.NoError(t, err)
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%q: %s", cts, raw)
+		var env envelope
+		require.NoError(t, json.Unmarshal(raw, &env))
+		require.NotNil(t, env.Code)
+		assert.Equal(t, codeBadRequest, *env.Code)
+		assert.Equal(t, msgTwoContentTypes, env.Msg)
+	}
+	assert.Zero(t, f.calls.Load())
+	assert.Equal(t, true, okData(t, ts.lock(t, testKeyAcme, `{"key":"two"}`))["acquired"], "one header still works")
+}
+
 func TestTwoAPIKeyHeaders(t *testing.T) {
 	f := newFakeLocker()
 	ts := newTestServer(t, f)
