@@ -41,6 +41,13 @@ func decodeStrict(data []byte, c *Config) error {
 	var doc yaml.Node
 	var pre problems
 	if err := yaml.Unmarshal(data, &doc); err == nil && len(doc.Content) > 0 {
+		// A value whose explicit tag it does not match ("key: !!int
+		// abc") fails the decoder with the value quoted and no line or
+		// field: that value may be an API key or a password, and the
+		// error goes to the terminal, the log and a reload's answer.
+		if tagged := mistagged(doc.Content[0], ""); len(tagged) > 0 {
+			return tagged
+		}
 		pre = wholeNumbers(doc.Content[0], reflect.TypeOf(*c), "")
 	}
 	err := decodeDocument(data, c)
@@ -178,6 +185,40 @@ func lineOf(msg string) int {
 		return 0
 	}
 	return n
+}
+
+// mistagged reports every scalar under n (path names n in the file's
+// terms) with an explicit tag that its value does not match, by line and
+// field, never with the value.
+func mistagged(n *yaml.Node, path string) problems {
+	var out problems
+	switch n.Kind {
+	case yaml.ScalarNode:
+		if n.Style&yaml.TaggedStyle != 0 {
+			var v any
+			if err := n.Decode(&v); err != nil {
+				field := path
+				if field == "" {
+					field = "the document"
+				}
+				out = append(out, problem{n.Line, fmt.Sprintf("line %d: %s: the value is not a %s, as its tag says (the value is not shown: it may be a secret); drop the tag", n.Line, field, n.Tag)})
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			out = append(out, mistagged(n.Content[i], path)...)
+			out = append(out, mistagged(n.Content[i+1], join(path, n.Content[i].Value))...)
+		}
+	case yaml.SequenceNode:
+		for i, e := range n.Content {
+			out = append(out, mistagged(e, fmt.Sprintf("%s[%d]", path, i))...)
+		}
+	case yaml.DocumentNode:
+		for _, e := range n.Content {
+			out = append(out, mistagged(e, path)...)
+		}
+	}
+	return out
 }
 
 // wholeNumbers reports every integer setting in n (a mapping decoded into a

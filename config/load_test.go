@@ -618,3 +618,26 @@ api_keys:
 		require.ErrorContains(t, err, "set master_password or master_password_file, not both")
 	})
 }
+
+// TestMistaggedValueNamesTheFieldNotTheValue: a value whose explicit YAML
+// tag it does not match made the decoder say "cannot decode !!str
+// `<value>` as a !!int", with no field or line: for an API key, the admin
+// token or a master password, the secret went to the terminal, the log
+// and a reload's answer (a black-box pass). Now the error names the line
+// and the field and never the value; a tag the value matches still loads.
+func TestMistaggedValueNamesTheFieldNotTheValue(t *testing.T) {
+	const secret = "SUPERSECRETAPIKEY-9999"
+	for _, tc := range []struct{ yaml, want string }{
+		{"api_keys: [{name: t, key: !!int \"" + secret + "\"}]\n", "line 1: api_keys[0].key: the value is not a !!int"},
+		{"listen: \"127.0.0.1:7070\"\nadmin_token: !!float " + secret + "\n", "line 2: admin_token: the value is not a !!float"},
+		{"master_password: !!bool \"" + secret + "\"\n", "line 1: master_password: the value is not a !!bool"},
+	} {
+		_, err := config.LoadFile(writeFile(t, tc.yaml))
+		require.Error(t, err, tc.yaml)
+		assert.Contains(t, err.Error(), tc.want)
+		assert.NotContains(t, err.Error(), secret)
+	}
+	c, err := config.LoadFile(writeFile(t, "api_keys: [{name: t, key: !!str "+secret+"}]\nmax_ttl: !!int 600\n"))
+	require.NoError(t, err, "tags the values match")
+	assert.Equal(t, secret, c.APIKeys[0].Key)
+}
