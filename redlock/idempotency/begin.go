@@ -49,6 +49,28 @@ type BeginRequest struct {
 	// Retention is how long the record is kept: MinRetention to the
 	// Store's max retention, and at least twice Lease.
 	Retention time.Duration
+	// Budget, when its Set is set, counts the record's bytes on every
+	// master it is kept on against a budget shared by every record
+	// begun with the same Set (an account's), and with MaxBytes above 0
+	// refuses a new record that would take them past it.
+	Budget Budget
+}
+
+// Budget bounds the bytes a set of records (an account's) takes on each
+// master: the copy's fields and key (about 256 bytes plus twice the key)
+// and its answer once completed. Set is the Redis key of the budget's
+// sorted set (with Set+":sz" beside it); it must be a key that no record,
+// lease or lock uses. A Begin of a record that a master does not hold yet
+// is refused there when the budget's bytes plus the new copy's would pass
+// MaxBytes (0: counted only), and Begin returns a *BudgetError when too
+// many masters refused for a quorum to keep it. A Complete is never
+// refused (its attempt was admitted): its answer is counted, which may take
+// the budget past MaxBytes by the answers in flight. Copies count until
+// they end (Abort, or their retention); those a master fills in at
+// Complete, having missed the begin, are not counted there.
+type Budget struct {
+	Set      string
+	MaxBytes int64
 }
 
 // BeginResult is Begin's answer.
@@ -82,6 +104,10 @@ func (s *Store) checkBegin(b *BeginRequest) error {
 		return fmt.Errorf("%w: fingerprint: must be 64 lowercase hex characters (a SHA-256)", ErrInvalid)
 	case b.Retention < MinRetention || b.Retention > s.maxRetention:
 		return fmt.Errorf("%w: retention: %v is outside %v to %v", ErrInvalid, b.Retention, MinRetention, s.maxRetention)
+	case b.Budget.MaxBytes < 0:
+		return fmt.Errorf("%w: budget: %d bytes is below 0 (0: no cap)", ErrInvalid, b.Budget.MaxBytes)
+	case b.Budget.MaxBytes > 0 && b.Budget.Set == "":
+		return fmt.Errorf("%w: budget: a cap of %d bytes needs a set to count in", ErrInvalid, b.Budget.MaxBytes)
 	case b.Retention < 2*b.Lease:
 		// The record must outlive the lease by a lease at least: a retry
 		// after the lease then finds the attempt's copy and answers
@@ -173,11 +199,14 @@ func (s *Store) writeBegin(ctx context.Context, b *BeginRequest, lease *redlock.
 		attempts = read.inProgress.Attempts + 1
 	}
 	args := []any{"begin", lease.Token(), strconv.FormatInt(lease.Fence(), 10), b.Fingerprint,
-		strconv.FormatInt(attempts, 10), strconv.FormatInt(time.Now().UnixMilli(), 10), "", ms(b.Retention), ms(b.Lease), "0"}
+		strconv.FormatInt(attempts, 10), strconv.FormatInt(time.Now().UnixMilli(), 10), "", ms(b.Retention), ms(b.Lease), "0",
+		b.Budget.Set, strconv.FormatInt(b.Budget.MaxBytes, 10)}
 	var prior copies // the copies the writes replaced or were refused by
 	written := 0
 	var failures []error
 	var refused *Record // a counting copy that refused: COMPLETED or another fingerprint
+	full := 0           // masters whose budget refused the new copy
+	var fullFor time.Duration
 	err := s.c.RunQuorumScript(ctx, writeScript, recordKey(b.Key), args, func(a redlock.MasterAnswer) bool {
 		if !s.counts(a) {
 			failures = append(failures, s.notCounted(a))
@@ -200,6 +229,13 @@ func (s *Store) writeBegin(ctx context.Context, b *BeginRequest, lease *redlock.
 				refused = &p
 				return true
 			}
+		case 6:
+			wait := time.Duration(a.Value) * time.Millisecond
+			if full == 0 || wait < fullFor {
+				fullFor = wait
+			}
+			full++
+			failures = append(failures, fmt.Errorf("master %d: the budget is full", a.Index))
 		default:
 			failures = append(failures, fmt.Errorf("master %d: refused the begin write (code %d)", a.Index, a.Code))
 		}
@@ -207,6 +243,10 @@ func (s *Store) writeBegin(ctx context.Context, b *BeginRequest, lease *redlock.
 	})
 	if err == nil && refused == nil && written < s.c.Quorum() {
 		err = s.quorumError("begin", written, failures)
+		if full > 0 && written+full >= s.c.Quorum() {
+			// The budget, not the masters, kept a quorum from writing.
+			err = &BudgetError{MaxBytes: b.Budget.MaxBytes, RetryAfter: fullFor}
+		}
 	}
 	if err != nil || refused != nil {
 		s.undo(ctx, b.Key, lease)

@@ -51,7 +51,25 @@ var (
 	// with another answer; the first answer is kept and replayed (as
 	// Stripe replays the first result of a key).
 	ErrAlreadyCompleted = errors.New("idempotency: the attempt already completed with another answer; the first answer is kept")
+	// ErrBudgetFull: Begin of a new record whose budget (BeginRequest.Budget)
+	// is spent on enough masters that no quorum could keep it; the error is
+	// a *BudgetError, which says when the oldest record ends.
+	ErrBudgetFull = errors.New("idempotency: the records' budget is full")
 )
+
+// BudgetError is Begin refused for a full budget: RetryAfter is the
+// soonest the oldest record counted against it ends on a master that
+// refused (a begin may pass then, if that frees enough bytes).
+type BudgetError struct {
+	MaxBytes   int64
+	RetryAfter time.Duration
+}
+
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("%v: its records take up the budget of %d bytes on enough masters that no quorum can keep another; the oldest ends in %v", ErrBudgetFull, e.MaxBytes, e.RetryAfter.Round(time.Millisecond))
+}
+
+func (e *BudgetError) Unwrap() error { return ErrBudgetFull }
 
 // Store keeps idempotency records on a redlock.Client's masters. It is safe
 // for concurrent use; it does not own the Client.

@@ -18,7 +18,9 @@
 --          copy says the same)
 -- ARGV[11], ARGV[12] the answer's size (Answer.Size) and HTTP status
 --          (complete; absent from older clients: list_read.lua then
---          reads the answer itself)
+--          reads the answer itself); on begin: the account's record budget
+--          set (BeginRequest.Budget: '' or absent for none) and its cap in
+--          bytes (0: counted, not capped)
 -- Every reply's extra is the copy before the script (cjson of HGETALL, ''
 -- when none). Codes:
 --    1  written (begin: value = the attempt count written; abort: deleted;
@@ -32,10 +34,64 @@
 --       abort, extend)
 --    5  refused (complete): this attempt already completed here with
 --       another answer, which is kept
+--    6  refused (begin): a new record would take the account's records
+--       on this master past its budget (value = ms until its oldest
+--       record ends)
 --   -2  this master lost its data: nothing written
 if not intact then
   return reply(-2, 0)
 end
+-- The account's record budget: a sorted set S (record key -> when its
+-- copy here ends, unix ms by this master's clock) and a hash S..':sz'
+-- (record key -> the bytes counted for it, '#total' -> their sum). A copy
+-- names its S in its 'bud' field, so that complete, extend, abort and undo
+-- keep the count without being told. Copies that ended leave the count at
+-- the next begin of the account here (sweep: at most 64 a call; the rest
+-- at the next ones, so the count errs high, never low).
+local function sweep(S, H)
+  local gone = redis.call('ZRANGEBYSCORE', S, '-inf', nowms, 'LIMIT', 0, 64)
+  if #gone > 0 then
+    local sizes = redis.call('HMGET', H, unpack(gone))
+    local freed = 0
+    for i = 1, #gone do
+      freed = freed + tonumber(sizes[i] or '0')
+    end
+    redis.call('HDEL', H, unpack(gone))
+    redis.call('ZREM', S, unpack(gone))
+    redis.call('HINCRBY', H, '#total', -freed)
+  end
+end
+-- track counts size bytes for this record, its copy here ending at exp
+-- (size nil: as counted before); S and its hash last as long as their
+-- longest record.
+local function track(S, size, exp)
+  local H = S .. ':sz'
+  if size then
+    local old = tonumber(redis.call('HGET', H, KEYS[1]) or '0')
+    redis.call('HSET', H, KEYS[1], size)
+    redis.call('HINCRBY', H, '#total', size - old)
+  end
+  redis.call('ZADD', S, exp, KEYS[1])
+  local ttl = exp - nowms
+  if redis.call('PTTL', S) < ttl then
+    redis.call('PEXPIRE', S, ttl)
+  end
+  if redis.call('PTTL', H) < ttl then
+    redis.call('PEXPIRE', H, ttl)
+  end
+end
+local function untrack(S)
+  local H = S .. ':sz'
+  local old = redis.call('HGET', H, KEYS[1])
+  if old then
+    redis.call('HDEL', H, KEYS[1])
+    redis.call('HINCRBY', H, '#total', -tonumber(old))
+  end
+  redis.call('ZREM', S, KEYS[1])
+end
+-- What a copy costs beyond its answer: its fields and key (about 200
+-- bytes) and the budget's own entries.
+local base = 256 + 2 * #KEYS[1]
 local op, tok, fence = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local f = redis.call('HGETALL', KEYS[1])
 local prior = ''
@@ -62,6 +118,24 @@ if op == 'begin' then
   if pfence >= fence then
     return reply(0, 0, prior)
   end
+  local S = ARGV[11] or ''
+  if S ~= '' then
+    sweep(S, S .. ':sz')
+    local cap = tonumber(ARGV[12] or '0')
+    if cap > 0 and #f == 0 then
+      -- A new record on this master: within the account's budget, or
+      -- refused until its oldest record ends.
+      local total = math.max(tonumber(redis.call('HGET', S .. ':sz', '#total') or '0'), 0)
+      if total + base > cap then
+        local first = redis.call('ZRANGE', S, 0, 0, 'WITHSCORES')
+        local wait = 1000
+        if first[2] then
+          wait = math.max(tonumber(first[2]) - nowms, 1)
+        end
+        return reply(6, wait, prior)
+      end
+    end
+  end
   local att = math.max(tonumber(ARGV[5]), tonumber(p.att or '0') + 1)
   redis.call('DEL', KEYS[1])
   -- 'prev' keeps the copy replaced (an earlier attempt's IN_PROGRESS), for
@@ -70,6 +144,10 @@ if op == 'begin' then
   redis.call('HSET', KEYS[1], 'fp', ARGV[4], 'st', 'IN_PROGRESS', 'tok', tok, 'fence', ARGV[3],
     'att', att, 't0', ARGV[6], 'ret', ARGV[8], 'prev', prior)
   redis.call('PEXPIRE', KEYS[1], ARGV[8])
+  if S ~= '' then
+    redis.call('HSET', KEYS[1], 'bud', S)
+    track(S, base, nowms + tonumber(ARGV[8]))
+  end
   -- The record's lease is a lock granted with this master's vote or
   -- another's: the horizon bounds it too (redlock/horizon.go).
   raiseHorizon(tonumber(ARGV[9]))
@@ -108,6 +186,12 @@ if op == 'complete' then
     redis.call('HSET', KEYS[1], 'asz', ARGV[11], 'ast', ARGV[12])
   end
   redis.call('PEXPIRE', KEYS[1], ret)
+  -- A copy filled in here (none before) has no 'bud': the account's
+  -- budget is kept on the masters its begin reached, a quorum.
+  local bud = redis.call('HGET', KEYS[1], 'bud')
+  if bud and bud ~= '' then
+    track(bud, base + #ARGV[7], nowms + tonumber(ret))
+  end
   return reply(1, 0, prior)
 end
 if op == 'extend' then
@@ -127,6 +211,9 @@ if op == 'extend' then
   if pttl < want then
     redis.call('PEXPIRE', KEYS[1], want)
     pttl = want
+    if p.bud and p.bud ~= '' then
+      track(p.bud, nil, nowms + pttl)
+    end
   end
   return reply(1, pttl, prior)
 end
@@ -151,5 +238,10 @@ if p.prev and p.prev ~= '' then
   if pttl > 0 then
     redis.call('PEXPIRE', KEYS[1], pttl)
   end
+  if p.bud and p.bud ~= '' and pttl > 0 then
+    track(p.bud, base, nowms + pttl)
+  end
+elseif p.bud and p.bud ~= '' then
+  untrack(p.bud)
 end
 return reply(1, 0, prior)
