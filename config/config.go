@@ -237,7 +237,7 @@ func DefaultConfig() Config {
 		IdempotencyMaxAnswerBytes: defaultIdempotencyMaxAnswerBytes,
 		DrainDelay:                Duration(defaultDrainDelay),
 		ShutdownTimeout:           Duration(defaultShutdownTimeout),
-		AccountDefaults:           Limits{MaxLocks: intPtr(DefaultMaxLocks)},
+		AccountDefaults:           Limits{MaxLocks: intPtr(DefaultMaxLocks), MaxIdempotencyBytes: intPtr(DefaultMaxIdempotencyBytes)},
 		LimitsSyncInterval:        Duration(defaultLimitsSyncInterval),
 		LogFormat:                 defaultLogFormat,
 		LogLevel:                  defaultLogLevel,

@@ -478,8 +478,8 @@ func TestValidateFields(t *testing.T) {
 
 func TestAccountLimits(t *testing.T) {
 	c := validConfig()
-	if got := c.AccountLimits(c.APIKeys[0]); got != (config.AccountLimits{MaxLocks: config.DefaultMaxLocks}) {
-		t.Errorf("defaults: %+v, want only max_locks %d", got, config.DefaultMaxLocks)
+	if got := c.AccountLimits(c.APIKeys[0]); got != (config.AccountLimits{MaxLocks: config.DefaultMaxLocks, MaxIdempotencyBytes: config.DefaultMaxIdempotencyBytes}) {
+		t.Errorf("defaults: %+v, want only max_locks %d and max_idempotency_bytes %d", got, config.DefaultMaxLocks, config.DefaultMaxIdempotencyBytes)
 	}
 	c.AccountDefaults = config.Limits{
 		Quota: &config.Quota{Calls: 100, Per: config.Duration(time.Hour)}, Rate: ptr(2.5), MaxLocks: ptr(7),

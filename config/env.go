@@ -24,10 +24,12 @@ import (
 //	REDLOCKD_DRAIN_DELAY, REDLOCKD_SHUTDOWN_TIMEOUT,
 //	REDLOCKD_ACCOUNT_DEFAULTS_QUOTA ("100000/24h" or "unlimited"),
 //	REDLOCKD_ACCOUNT_DEFAULTS_RATE, REDLOCKD_ACCOUNT_DEFAULTS_BURST,
-//	REDLOCKD_ACCOUNT_DEFAULTS_MAX_LOCKS, REDLOCKD_ACCOUNT_DEFAULTS_LOCK_DELAY,
+//	REDLOCKD_ACCOUNT_DEFAULTS_MAX_LOCKS, REDLOCKD_ACCOUNT_DEFAULTS_MAX_IDEMPOTENCY_BYTES,
+//	REDLOCKD_ACCOUNT_DEFAULTS_LOCK_DELAY,
 //	REDLOCKD_LIMITS_SYNC_INTERVAL, REDLOCKD_LOG_FORMAT, REDLOCKD_LOG_LEVEL
 //
-// An account's own limits (quota, rate, burst, max_locks, lock_delay on
+// An account's own limits (quota, rate, burst, max_locks,
+// max_idempotency_bytes, lock_delay on
 // its api_keys entry) are set in the file only.
 //
 // REDLOCKD_MASTERS and REDLOCKD_API_KEYS replace the file's lists rather

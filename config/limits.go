@@ -30,6 +30,10 @@ type Limits struct {
 	// MaxLocks caps the locks the account holds at once, across every
 	// daemon of the deployment; 0 means no cap. 0 to 100000000.
 	MaxLocks *int `yaml:"max_locks,omitempty"`
+	// MaxIdempotencyBytes caps the bytes the account's idempotency records
+	// take on each master (their fields and key, and their answers once
+	// completed), across every daemon; 0 means no cap. 0 to 1 TiB.
+	MaxIdempotencyBytes *int `yaml:"max_idempotency_bytes,omitempty"`
 	// LockDelay is the lock-delay of the account's acquires that send no
 	// lock_delay_ms (an acquire that sends one, 0 included, keeps its
 	// own); 0 means none. 0 to 60s, whole milliseconds, and at most
@@ -59,6 +63,16 @@ const (
 	// maxmemory a deployment would run with, yet a runaway client stops
 	// there instead of filling the masters for every other account.
 	DefaultMaxLocks = 10_000
+
+	// DefaultMaxIdempotencyBytes is account_defaults.max_idempotency_bytes
+	// when nothing sets it: 256 MiB per master, about 4,000 records with
+	// answers at the default 64 KiB cap, or 200,000 with 1 KiB answers. An
+	// account whose records outgrow it (records a second × retention ×
+	// answer size) needs it raised; one that fills it gets 429
+	// records_budget_full on new records, and every other account keeps
+	// its locks.
+	DefaultMaxIdempotencyBytes = 256 << 20
+	maxMaxIdempotencyBytes     = 1 << 40
 
 	defaultLimitsSyncInterval = 100 * time.Millisecond
 	minLimitsSyncInterval     = 10 * time.Millisecond
@@ -134,6 +148,8 @@ type AccountLimits struct {
 	Rate       float64
 	Burst      int
 	MaxLocks   int
+	// MaxIdempotencyBytes is Limits.MaxIdempotencyBytes (0: no cap).
+	MaxIdempotencyBytes int64
 	// LockDelay is the default lock-delay (Limits.LockDelay).
 	LockDelay time.Duration
 }
@@ -165,6 +181,9 @@ func (c Config) AccountLimits(k APIKey) AccountLimits {
 	if src := pick(func(x Limits) bool { return x.MaxLocks != nil }); src.MaxLocks != nil {
 		l.MaxLocks = *src.MaxLocks
 	}
+	if src := pick(func(x Limits) bool { return x.MaxIdempotencyBytes != nil }); src.MaxIdempotencyBytes != nil {
+		l.MaxIdempotencyBytes = int64(*src.MaxIdempotencyBytes)
+	}
 	if src := pick(func(x Limits) bool { return x.LockDelay != nil }); src.LockDelay != nil {
 		l.LockDelay = time.Duration(*src.LockDelay)
 	}
@@ -190,6 +209,9 @@ func (v *validator) limits(field string, l Limits, maxTTL, defaultTTL int) {
 	}
 	if l.MaxLocks != nil {
 		v.integer(field+".max_locks", int64(*l.MaxLocks), 0, maxMaxLocks)
+	}
+	if l.MaxIdempotencyBytes != nil {
+		v.integer(field+".max_idempotency_bytes", int64(*l.MaxIdempotencyBytes), 0, maxMaxIdempotencyBytes)
 	}
 	if l.LockDelay != nil {
 		d := time.Duration(*l.LockDelay)

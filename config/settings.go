@@ -148,6 +148,8 @@ var settings = []setting{
 		func(c *Config) **int { return &c.AccountDefaults.Burst }),
 	optionalIntSetting("account_defaults.max_locks", "most locks one account holds at once across all daemons unless its api_keys entry sets it, a `number`; 0 for no cap",
 		func(c *Config) **int { return &c.AccountDefaults.MaxLocks }),
+	optionalIntSetting("account_defaults.max_idempotency_bytes", "most bytes one account's idempotency records take on each master across all daemons unless its api_keys entry sets it, a `number`; 0 for no cap",
+		func(c *Config) **int { return &c.AccountDefaults.MaxIdempotencyBytes }),
 	parsedSetting("account_defaults.lock_delay", "every account's lock-delay for acquires that send no lock_delay_ms, unless its api_keys entry sets one, a `duration` from 0 to 60s; 0 for none",
 		parseDuration,
 		func(c *Config, d Duration) { c.AccountDefaults.LockDelay = &d },

@@ -29,8 +29,8 @@ const (
 
 // history is a ring of historySamples samples, each with one masterSample
 // per master, all allocated by newHistory and reused: its memory is fixed
-// at historySamples × (192 + 40 × masters) bytes on 64-bit platforms
-// (338 KiB for five masters) however long the daemon runs. Sampling reads
+// at historySamples × (200 + 40 × masters) bytes on 64-bit platforms
+// (352 KiB for five masters) however long the daemon runs. Sampling reads
 // the MasterHealth's snapshot and the metrics' counters; the request path never
 // touches it.
 type history struct {

@@ -186,7 +186,7 @@ func TestHistoryBounded(t *testing.T) {
 	assert.Equal(t, t0.Add(time.Duration(historySamples+9)*time.Second).UnixMilli(), h.TMS[historySamples-1])
 	assert.Len(t, h.Masters[0].State, historySamples)
 	assert.Equal(t, 900, historySamples)
-	assert.EqualValues(t, 192, unsafe.Sizeof(sample{}))
+	assert.EqualValues(t, 200, unsafe.Sizeof(sample{}))
 	assert.EqualValues(t, 40, unsafe.Sizeof(masterSample{}))
 	assert.Len(t, s.history.samples, historySamples)
 	for i := range s.history.samples {

@@ -81,6 +81,23 @@ func idemKey(prefix, account, namespace, key string) string {
 	return b.String()
 }
 
+// idemBudgetKey is the Redis key of account's idempotency.Budget set
+// (with "<it>:sz" beside it):
+//
+//	prefix + "idem:" + enc(account) + ":budget"
+//
+// never a record's or a lease's: those have three encoded parts after
+// "idem:" (idemKey), and "budget" cannot start one (an encoded part starts
+// with a digit).
+func idemBudgetKey(prefix, account string) string {
+	var b strings.Builder
+	b.WriteString(prefix)
+	b.WriteString("idem:")
+	keyenc.WritePart(&b, account)
+	b.WriteString(":budget")
+	return b.String()
+}
+
 // idemBodyLimit is the largest idempotency body: an answer of the Store's
 // limit (body and headers) in its most escaped JSON, plus the other
 // fields. The Store then checks the decoded answer against its limit.

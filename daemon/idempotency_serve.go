@@ -284,7 +284,8 @@ func (s *Server) idemLeaseEnded(c *call, key, token string, err error) {
 // fingerprint is refused) from one quorum read; a begin that would take a
 // lease is refused 429 too_many_locks (refused true, answered here).
 func (s *Server) idemBeginLimited(ctx context.Context, w http.ResponseWriter, c *call, req *idemRequest, key string) (res idempotency.BeginResult, refused bool, err error) {
-	breq := idempotency.BeginRequest{Key: key, Fingerprint: req.fingerprint, Lease: req.lease, Retention: req.retention}
+	breq := idempotency.BeginRequest{Key: key, Fingerprint: req.fingerprint, Lease: req.lease, Retention: req.retention,
+		Budget: idempotency.Budget{Set: idemBudgetKey(s.prefix, c.account), MaxBytes: c.idemMaxBytes}}
 	r, ok := c.limits.Reserve(1)
 	if ok {
 		res, err = s.idem.store.Begin(ctx, breq)
@@ -319,6 +320,17 @@ func (s *Server) idemBeginLimited(ctx context.Context, w http.ResponseWriter, c 
 // idemFailed answers the errors of the Store.
 func (s *Server) idemFailed(ctx context.Context, w http.ResponseWriter, c *call, d *idemData, err error) {
 	switch {
+	case errors.As(err, new(*idempotency.BudgetError)):
+		var be *idempotency.BudgetError
+		errors.As(err, &be)
+		// Refused before anything was kept: not counted, as a 429 of the
+		// account's limits is not.
+		s.refund(c)
+		retry := min(max(be.RetryAfter, time.Second), maxRetryAfter)
+		w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
+		s.fail(w, c, http.StatusTooManyRequests, resRecordsBudgetFull, codeRecordsBudgetFull,
+			fmt.Sprintf("the account's idempotency records take up its max_idempotency_bytes (%d bytes per master): no new record until some end (the oldest in %v); retry after Retry-After, or raise the limit",
+				be.MaxBytes, be.RetryAfter.Round(time.Second)))
 	case errors.Is(err, idempotency.ErrAnswerTooLarge):
 		s.fail(w, c, http.StatusRequestEntityTooLarge, resTooLarge, codeTooLarge, "answer: "+errMsg(err))
 	case errors.Is(err, idempotency.ErrInvalid):

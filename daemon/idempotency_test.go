@@ -782,3 +782,58 @@ func TestIdemDefaultLeaseFitsMaxTTL(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, r.Status, r.Raw)
 	assert.Contains(t, r.Env.Msg, "lease: 11 is above the maximum of 10")
 }
+
+// TestIdemRecordsBudget: an account's idempotency records count against
+// its MaxIdempotencyBytes on the masters: once its completed records take
+// it up, an idem_begin of a new record is refused 429 records_budget_full
+// with Retry-After, writing no record and no lease, while a completed
+// record still replays and another account still locks. The negative
+// control: the same account without the cap writes every record (a
+// black-box pass filled the masters that way from an account held to two
+// locks, until every other account got 503 OOM).
+func TestIdemRecordsBudget(t *testing.T) {
+	body := base64.StdEncoding.EncodeToString(make([]byte, 4000))
+	fill := func(t *testing.T, maxBytes int64) (*testServer, *deployment, []string) {
+		d := newDeployment(t)
+		ts := d.idemServerWith(t, func(o *Options) {
+			for i := range o.APIKeys {
+				if o.APIKeys[i].Account == "acme" {
+					o.APIKeys[i].MaxIdempotencyBytes = maxBytes
+				}
+			}
+		})
+		var refused []string
+		for i := range 8 {
+			key := fmt.Sprintf("rec%d", i)
+			r := ts.idem(t, map[string]any{"action": "idem_begin", "key": key, "body": key, "lease": 30, "retention": 3600})
+			if r.Status == http.StatusTooManyRequests {
+				assert.Equal(t, "records_budget_full", r.code(), r.Raw)
+				assert.Contains(t, r.Env.Msg, "max_idempotency_bytes (20000 bytes per master)", r.Raw)
+				ra, err := strconv.Atoi(r.Header.Get("Retry-After"))
+				require.NoError(t, err, r.Raw)
+				assert.Equal(t, int(maxRetryAfter/time.Second), ra, "until the oldest record ends (an hour), at most maxRetryAfter")
+				assert.Regexp(t, `the oldest in (1h0m0s|59m[0-9]+s)`, r.Env.Msg, "an hour's retention, begun moments ago")
+				assert.Empty(t, keysOn(t, d.servers, d.prefix+"*"+key+"*"), "a refused begin writes no lease and no record")
+				refused = append(refused, key)
+				continue
+			}
+			require.Equal(t, http.StatusOK, r.Status, r.Raw)
+			res := r.idem(t)
+			require.Equal(t, "started", res.Outcome, r.Raw)
+			r = ts.idem(t, map[string]any{"action": "idem_complete", "key": key, "token": res.Token,
+				"answer": map[string]any{"status": 200, "body_base64": body}})
+			require.Equal(t, http.StatusOK, r.Status, r.Raw)
+		}
+		return ts, d, refused
+	}
+	ts, _, refused := fill(t, 20_000)
+	assert.NotEmpty(t, refused, "20 KB hold only a few records of 4 KB answers")
+	assert.Less(t, len(refused), 8, "the first records fit")
+	r := ts.idem(t, map[string]any{"action": "idem_begin", "key": "rec0", "body": "rec0", "lease": 30, "retention": 3600})
+	require.Equal(t, http.StatusOK, r.Status, r.Raw)
+	assert.Equal(t, "completed", r.idem(t).Outcome, "a kept record replays at the cap")
+	assert.Equal(t, true, okData(t, ts.lock(t, testKeyGlobex, `{"key":"other-account"}`))["acquired"], "another account still locks")
+
+	_, _, refused = fill(t, 0)
+	assert.Empty(t, refused, "negative control: no cap, every record written")
+}

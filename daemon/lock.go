@@ -75,6 +75,8 @@ type call struct {
 	// keysOfOne: the request sent keys with one key (lockRequest); its
 	// answer names it in keys too.
 	keysOfOne bool
+	// idemMaxBytes is the account's MaxIdempotencyBytes.
+	idemMaxBytes int64
 }
 
 // serveLock answers POST /v1/lock and POST /gateway/distlock. Checks run in
@@ -163,7 +165,7 @@ func (s *Server) guardRequest(w http.ResponseWriter, r *http.Request, c *call, s
 			"unknown API key: send a valid key in the X-API-Key header")
 		return nil
 	}
-	c.account = entry.Account
+	c.account, c.idemMaxBytes = entry.Account, entry.MaxIdempotencyBytes
 	c.limits = s.limits.Admission(entry.Account, entry.Limits, start)
 	if len(r.Header[hdrContentType]) > 1 {
 		s.fail(w, c, http.StatusBadRequest, resBadRequest, codeBadRequest, msgTwoContentTypes)

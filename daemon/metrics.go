@@ -49,6 +49,9 @@ const (
 	// mismatch, not the owner).
 	resIdemAnswered
 	resIdemConflict
+	// resRecordsBudgetFull: 429, an idem_begin of a new record refused
+	// for the account's max_idempotency_bytes.
+	resRecordsBudgetFull
 	numResults
 )
 
@@ -57,7 +60,7 @@ var resultNames = [numResults]string{
 	"held", "not_held", "bad_request", "unauthorized", "method_not_allowed",
 	"unsupported_media_type", "too_large", "quorum_unavailable", "cancelled", "internal",
 	"too_many_waiters", "timeout", "auth_limited", "quota_exhausted", "rate_limited", "too_many_locks",
-	"idempotency_answered", "idempotency_conflict",
+	"idempotency_answered", "idempotency_conflict", "records_budget_full",
 }
 
 func (r result) String() string { return resultNames[r] }
@@ -82,7 +85,7 @@ func plausible(a action, r result) bool {
 		return a == actAcquire
 	case resQuotaExhausted, resRateLimited:
 		return a != actUnknown
-	case resIdemAnswered, resIdemConflict:
+	case resIdemAnswered, resIdemConflict, resRecordsBudgetFull:
 		return a == actIdempotency
 	}
 	return true // bad_request, internal
@@ -103,7 +106,9 @@ func plausible(a action, r result) bool {
 //     (429), quorum_unavailable (503), cancelled (the client went away),
 //     internal (500), timeout (the body did not arrive within the read
 //     timeout; answered 400), auth_limited (429: too many failed
-//     authentications from the request's source).
+//     authentications from the request's source); for the idempotency
+//     actions idempotency_answered (200), idempotency_conflict (409, 422)
+//     and records_budget_full (429: max_idempotency_bytes).
 //   - redlockd_auth_failures_total{reason} counter: requests refused at
 //     authentication, by reason: missing_key and unknown_key (401),
 //     source_limited (429, the key not looked at), admin_token (401 on

@@ -34,6 +34,9 @@ const (
 	codeQuotaExhausted = "quota_exhausted"
 	codeRateLimited    = "rate_limited"
 	codeTooManyLocks   = "too_many_locks"
+	// codeRecordsBudgetFull: 429, an idem_begin of a new record while the
+	// account's idempotency records take up max_idempotency_bytes.
+	codeRecordsBudgetFull = "records_budget_full"
 	// codeTooManyListings: 429, too many listings (GET /admin/locks, GET /admin/idempotency) at once.
 	codeTooManyListings = "too_many_listings"
 	codeInternal        = "internal" // 500

@@ -42,6 +42,11 @@ type APIKey struct {
 	// (none) to redlock.MaxLockDelay, whole milliseconds. An acquire whose
 	// ttl + LockDelay is above MaxTTL is refused with a 400 naming both.
 	LockDelay time.Duration
+	// MaxIdempotencyBytes caps the bytes the account's idempotency records
+	// take on each master (idempotency.Budget): an idem_begin of a new
+	// record past it is refused with 429 records_budget_full. 0: no cap
+	// (still counted, so that a cap set by a reload finds them).
+	MaxIdempotencyBytes int64
 }
 
 // Defaults for Options fields left at their zero value.

@@ -241,7 +241,7 @@ func daemonKeys(cfg config.Config) []daemon.APIKey {
 		l := cfg.AccountLimits(k)
 		out[i] = daemon.APIKey{Account: k.Name, Hash: k.Hash(), Limits: limits.Limits{
 			QuotaCalls: l.QuotaCalls, QuotaWindow: l.QuotaPer, Rate: l.Rate, Burst: l.Burst, MaxLocks: l.MaxLocks,
-		}, LockDelay: l.LockDelay}
+		}, LockDelay: l.LockDelay, MaxIdempotencyBytes: l.MaxIdempotencyBytes}
 	}
 	return out
 }

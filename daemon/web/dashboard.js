@@ -17,7 +17,7 @@
     method_not_allowed: "#fbc02d", unsupported_media_type: "#ffab40", too_large: "#1a237e",
     too_many_waiters: "#4dd0e1", timeout: "#ff8a80", auth_limited: "#f06292",
     quota_exhausted: "#6a1b9a", rate_limited: "#ce93d8", too_many_locks: "#d500f9",
-    idempotency_answered: "#558b2f", idempotency_conflict: "#ff6f00" };
+    idempotency_answered: "#558b2f", idempotency_conflict: "#ff6f00", records_budget_full: "#827717" };
 
   let hist = null; // the history the page holds, columns as in /v1/history
   let ready = null; // the last /readyz body
