@@ -145,7 +145,7 @@ func (c *Client) attemptThenWait(ctx context.Context, cfg *acquireConfig, queue 
 		// fan-outs, most of them refused) only to jump the queue; join it
 		// instead. Until a head's attempt, the error is "held".
 		held := &OutcomeError{Op: "acquire", Kind: ErrLockHeld, Quorum: c.need, Masters: len(c.masters)}
-		return c.waitInQueue(ctx, queue, attempt, cfg, giveUp, held)
+		return c.waitInQueue(ctx, queue, attempt, cfg, giveUp, held, time.Now())
 	}
 	first := time.Now()
 	lock, err := attempt(ctx)
@@ -166,7 +166,7 @@ func (c *Client) attemptThenWait(ctx context.Context, cfg *acquireConfig, queue 
 		c.waits.watch(queue, watch)
 		defer c.waits.unwatch(queue, watch)
 	}
-	return c.waitInQueue(ctx, queue, attempt, cfg, giveUp, err)
+	return c.waitInQueue(ctx, queue, attempt, cfg, giveUp, err, first)
 }
 
 // contendedRetries is how many more attempts a one-shot acquire makes

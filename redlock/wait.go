@@ -104,7 +104,14 @@ type waitQueues struct {
 	// recent: per key a waiter here waits for (waitedFor), the releases
 	// of it heard; forgotten when no waiter waits for the key.
 	recent map[string]*keyReleases
+	// holderEnds: per queue, the holder's end as the latest refused
+	// attempt of its heads saw it (sawHolder); dropped with the queue.
+	holderEnds map[string]holderEnd
 }
+
+// holderEnd is when a refused attempt saw the holder's lock end (the
+// attempt's time plus its RetryAfter), and when that attempt was.
+type holderEnd struct{ seen, ends time.Time }
 
 // keyReleases is what a waited-for key keeps of its releases heard
 // (releaseMessage ids), oldest first, at most recentReleases each.
@@ -369,6 +376,7 @@ func (q *waitQueues) leave(key string, w *waiter, wonUntil time.Time) {
 	}
 	if len(ws) == 0 {
 		delete(q.byKey, key)
+		delete(q.holderEnds, key)
 		q.forget(key)
 		if sq := q.sems[key]; sq != nil {
 			delete(q.sems, key)
@@ -388,6 +396,68 @@ func (q *waitQueues) leave(key string, w *waiter, wonUntil time.Time) {
 			q.wakeIdleHead(key) // w was woken for a slot it left untaken
 		}
 	}
+}
+
+// heldRefusal returns err's *OutcomeError when it is a refusal by a
+// holder whose end it knows (ErrLockHeld with a RetryAfter), else nil.
+func heldRefusal(err error) *OutcomeError {
+	var oe *OutcomeError
+	if errors.As(err, &oe) && errors.Is(oe.Kind, ErrLockHeld) && oe.RetryAfter > 0 {
+		return oe
+	}
+	return nil
+}
+
+// sawHolder notes the holder's end that err, an attempt of a head of
+// key's queue made at at, saw: the queue's waiters that make no attempts
+// answer with it (asOfNow).
+func (q *waitQueues) sawHolder(key string, err error, at time.Time) {
+	oe := heldRefusal(err)
+	if oe == nil {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.byKey[key]) == 0 {
+		return // the queue is gone: nobody to answer
+	}
+	if h, ok := q.holderEnds[key]; ok && h.seen.After(at) {
+		return
+	}
+	if q.holderEnds == nil {
+		q.holderEnds = map[string]holderEnd{}
+	}
+	q.holderEnds[key] = holderEnd{seen: at, ends: at.Add(oe.RetryAfter)}
+}
+
+// asOfNow makes err, the refusal a waiter of key's queue saw at at, say
+// the holder's remaining time now (RetryAfter), from the latest attempt
+// of the queue that saw it: the waiter's own, or a head's since. A waiter
+// that is not a head makes no attempt after its first, and it answered
+// the RetryAfter of its arrival however long it had waited since: a
+// daemon's waiters, answered at the end of their wait_ms, said
+// retry_after 25 for a holder with 15 s left (a black-box pass). A
+// RetryAfter that has run out is 1 ms (the holder's lock is ending: its
+// key may outlive it by the drift allowance): still a known end.
+func (q *waitQueues) asOfNow(key string, err error, at time.Time) error {
+	var oe *OutcomeError
+	if !errors.As(err, &oe) || !errors.Is(oe.Kind, ErrLockHeld) {
+		return err
+	}
+	ends := time.Time{}
+	if oe.RetryAfter > 0 {
+		ends = at.Add(oe.RetryAfter)
+	}
+	q.mu.Lock()
+	if h, ok := q.holderEnds[key]; ok && (ends.IsZero() || h.seen.After(at)) {
+		ends = h.ends
+	}
+	q.mu.Unlock()
+	if !ends.IsZero() {
+		// The waiter's own error: nobody else holds it.
+		oe.RetryAfter = max(time.Until(ends), time.Millisecond)
+	}
+	return err
 }
 
 // takeDue returns and clears w's due (the zero time when none): set, w
@@ -687,13 +757,13 @@ func (c *Client) subDialer(i int, dial func(ctx context.Context, network, addr s
 	}
 }
 
-// waitInQueue is an acquire's wait after a first attempt failed with err
-// (attemptThenWait): it queues behind queue's earlier waiters and
+// waitInQueue is an acquire's wait after a first attempt, begun at seen,
+// failed with err (attemptThenWait): it queues behind queue's earlier waiters and
 // attempts when the lock is released, ends, or a fallback poll is due,
 // until giveUp. A key's queue is the key; a semaphore's waiters
 // (semaphore.go) share the queue permitQueue(name), woken by the release
 // of any of its permits; a multi-key lock's, multiQueue(keys).
-func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(context.Context) (*Lock, error), cfg *acquireConfig, giveUp time.Time, err error) (*Lock, error) {
+func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(context.Context) (*Lock, error), cfg *acquireConfig, giveUp time.Time, err error, seen time.Time) (*Lock, error) {
 	c.subscribe()
 	w := c.waits.join(key, cfg.permit)
 	var wonUntil time.Time // the won lock's end on the masters
@@ -707,10 +777,11 @@ func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(conte
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	<-timer.C
+	c.waits.sawHolder(key, err, seen)
 	for {
 		left := time.Until(giveUp)
 		if left <= 0 {
-			return nil, err
+			return nil, c.waits.asOfNow(key, err, seen)
 		}
 		sleep := min(pollFallback, left) // a waiter made a head unwoken polls
 		if c.waits.isHead(key, w) {
@@ -725,7 +796,7 @@ func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(conte
 		case <-ctx.Done():
 			return nil, errors.Join(ErrNotObtained, ctx.Err(), err)
 		case <-cfg.stop: // nil: never
-			return nil, err
+			return nil, c.waits.asOfNow(key, err, seen)
 		case <-c.closed:
 			// Not joined with the last attempt's refusal: a closed Client
 			// is not contention (ErrLockHeld).
@@ -745,8 +816,13 @@ func (c *Client) waitInQueue(ctx context.Context, key string, attempt func(conte
 		}
 		due = time.Time{}
 		var lock *Lock
+		tried := time.Now()
 		lock, err = attempt(ctx)
 		c.waits.endAttempt(key, w)
+		if err != nil {
+			seen = tried
+			c.waits.sawHolder(key, err, seen)
+		}
 		if err == nil {
 			// Its key lives on the masters until about start + TTL: the
 			// drift allowance past its validity. At ValidUntil itself
