@@ -136,7 +136,9 @@ on stdout (acquire's includes the token) and exit with:
        or unauthorized (401)
   69   unavailable: no quorum of masters (503) or the daemon unreachable
   70   an unexpected answer (500, not JSON)
-  75   busy: the lock is held by another owner (run: the command did not run)
+  75   busy: the lock is held by another owner (run: the command did not run);
+       run: also when the lock it obtained ended before the command could
+       start (run stopped or starved while the daemon granted it)
   76   not held: extend/release with a token that does not hold the lock;
        status of a lock nobody holds
   77   limited: an account limit (quota, rate, max_locks) or the waiter
@@ -744,6 +746,14 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 		return &exitError{code: exitCode(err), err: actionFailed(err, "lock run: acquire", "acquire")}
 	}
 	release := func() { releaseNow(l, stderr) }
+	if !leaseUsable(l) {
+		// Granted, but lock run read the answer too late to use it (it was
+		// stopped, or starved, while the daemon answered): the command
+		// never ran, so this is no loss (78) but a lock not obtained in
+		// time.
+		release()
+		return endedBeforeStart(f)
+	}
 
 	// The guardian stops the command if lock run itself is killed (guard.go).
 	g, err := startGuard(stderr)
@@ -761,7 +771,12 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 	// thread ends only with lock run.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	cmd, restoreTTY, err := startGated(argv, commandEnv(l, f), g, l.ValidUntil())
+	cmd, restoreTTY, err := startGated(argv, commandEnv(l, f), g, l.ValidUntil(), func() error {
+		if !leaseUsable(l) {
+			return endedBeforeStart(f)
+		}
+		return nil
+	})
 	if err != nil {
 		release()
 		return err
@@ -946,6 +961,22 @@ func guardianKilled(werr error, g *guard) bool {
 	}
 }
 
+// leaseUsable reports whether l may still be handed to a command: not
+// lost, and not yet at the point where it counts as lost (LossMargin
+// before its validity ends), which a lock granted after a wait reaches
+// before lock run reads the answer when lock run was stopped meanwhile.
+func leaseUsable(l *client.Lease) bool {
+	return l.Err() == nil && time.Now().Before(l.ValidUntil().Add(-client.LossMargin(l.TTL())))
+}
+
+// endedBeforeStart is lock run's exit when the lock it obtained ended, or
+// was about to, before the command was let through the start gate: the
+// command did not run (exit 75, as when the lock is held: not obtained in
+// time; not 78, which says a running command was stopped).
+func endedBeforeStart(f *lockFlags) error {
+	return &exitError{code: exitBusy, err: fmt.Errorf("lock run: the lock %v was granted, but its validity ended before the command could start (lock run stopped or starved while it was answered?); the command did not run", f.lockID())}
+}
+
 // acquireOrSignal acquires the lock unless one of sigs arrives first; then
 // it returns that signal (and the lease, if the acquire won the race).
 func acquireOrSignal(ctx context.Context, c *client.Client, f *lockFlags, opts []client.LockOption, sigs <-chan os.Signal) (*client.Lease, os.Signal, error) {
@@ -1045,9 +1076,10 @@ func commandEnv(l *client.Lease, f *lockFlags) []string {
 // validity, and only then opens the gate. Call it with the goroutine
 // locked to its thread (the parent-death signal follows the thread). On
 // success the command runs and restoreTTY gives the terminal back once it
-// has exited; on failure the command did not run, nothing of it is left,
-// and err is an *exitError.
-func startGated(argv, env []string, g *guard, validUntil time.Time) (cmd *exec.Cmd, restoreTTY func(), err error) {
+// has exited; on failure (usable, asked just before the gate opens, says
+// the lock can no longer be used, or another) the command did not run,
+// nothing of it is left, and err is an *exitError.
+func startGated(argv, env []string, g *guard, validUntil time.Time, usable func() error) (cmd *exec.Cmd, restoreTTY func(), err error) {
 	gateR, gateW, err := os.Pipe()
 	if err != nil {
 		return nil, nil, &exitError{code: exitCannotExec, err: fmt.Errorf("lock run: start gate: %w; the command did not run", err)}
@@ -1074,6 +1106,12 @@ func startGated(argv, env []string, g *guard, validUntil time.Time) (cmd *exec.C
 	}
 	if err := g.watch(cmd.Process.Pid, validUntil); err != nil {
 		return nil, nil, stop("the guardian is gone", err)
+	}
+	if err := usable(); err != nil {
+		// The lock ended while the command was being set up: the gate
+		// stays shut, and the command never runs.
+		_ = stop("", err)
+		return nil, nil, err
 	}
 	if err := openGate(gateW); err != nil {
 		return nil, nil, stop("opening the start gate", err)

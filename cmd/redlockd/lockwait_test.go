@@ -494,3 +494,40 @@ func TestLockRunReleasesThroughARestartedDaemon(t *testing.T) {
 	assert.NotContains(t, p.stderr.String(), "the lock ends with its TTL")
 	assert.False(t, held(t, base2, key), "released through the replacement")
 }
+
+// TestLockRunGrantExpiredWhileStopped: lock run --wait is stopped
+// (SIGSTOP) while it waits; the holder releases, the daemon grants the
+// lock to it, and that lock's validity ends before lock run runs again.
+// The command never runs, and lock run says so: exit 75 (the lock was
+// not obtained in time), not 78, which says a running command was
+// stopped (a black-box pass saw 78 and "the lock was lost while the
+// command ran" for a command the start gate had kept from running).
+func TestLockRunGrantExpiredWhileStopped(t *testing.T) {
+	base := daemonURL(t)
+	const key = "job:granted-while-stopped"
+	st, env, _ := post(t, lockURL(base), keyA, `{"action":"acquire","key":"`+key+`","ttl":60}`)
+	require.Equal(t, 200, st)
+	require.Equal(t, true, env.Data["acquired"])
+	token := env.Data["token"].(string)
+	ran := t.TempDir() + "/ran"
+	p := startLock(t, base, "run", "--key", key, "--ttl", "2s", "--wait", "25s", "--", "sh", "-c", "echo ran >> "+ran)
+	t.Cleanup(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) })
+	require.Eventually(t, func() bool { return inFlight(t, base) == 2 }, 10*time.Second, 10*time.Millisecond,
+		"lock run is not waiting")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
+	st, env, _ = post(t, lockURL(base), keyA, `{"action":"release","key":"`+key+`","token":"`+token+`"}`)
+	require.Equal(t, 200, st)
+	require.Equal(t, true, env.Data["released"])
+	// The waiter's grant, then its end, while lock run is stopped.
+	require.Eventually(t, func() bool { return held(t, base, key) }, 10*time.Second, 10*time.Millisecond, "not granted to the waiter")
+	require.Eventually(t, func() bool { return !held(t, base, key) }, 20*time.Second, 20*time.Millisecond, "the grant did not end")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
+	code := p.wait(t)
+	out := p.stderr.String()
+	assert.Equal(t, 75, code, "stderr: %s", out)
+	assert.Contains(t, out, "the command did not run")
+	assert.NotContains(t, out, "lost while the command ran")
+	assert.NotContains(t, out, "guardian")
+	assert.NoFileExists(t, ran)
+	assert.False(t, held(t, base, key))
+}
