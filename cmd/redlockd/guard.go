@@ -187,9 +187,15 @@ func lockGuard(stdin io.Reader, stderr io.Writer) error {
 	}
 }
 
-// killGroup sends SIGKILL to process group pgid and says why on stderr.
+// killGroup sends SIGKILL to process group pgid and says why on stderr:
+// only when the group was there to kill (a group already gone, ESRCH,
+// got no kill, and a message would blame lock run for nothing).
 func killGroup(pgid int, why string, stderr io.Writer) error {
-	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+	err := syscall.Kill(-pgid, syscall.SIGKILL)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("%s: killing process group %d: %w", guardCommand, pgid, err)
 	}
 	if why != "" {

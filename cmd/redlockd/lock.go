@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -89,7 +90,8 @@ SIGKILL follows at once), or as soon as the command itself exited; the
 reason is printed on stderr.
 When the command exits, whatever it left running in its process group is
 killed before the lock is released (after a loss that release only cleans
-up, and lock run waits at most 2 s for it). SIGINT, SIGTERM and the other
+up, and lock run waits at most 2 s for it; otherwise at most until the
+lock's validity ends, when nothing is left to release). SIGINT, SIGTERM and the other
 forwarded signals do not make lock run escalate: a command that ignores
 them keeps running and keeps the lock; kill lock run with SIGKILL (its
 guardian then kills the group) or signal the command's group. If lock run itself is killed (even
@@ -921,6 +923,14 @@ wait:
 	// Whatever the command started and left running in its group must
 	// not go on once the lock is released or lost.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	if g != nil {
+		// The group is gone: the guardian has nothing left to guard. Left
+		// up during the release, it killed the dead group at the end of
+		// validity and blamed a stopped or hung lock run, after a command
+		// that had exited 0 while the daemon was down (a black-box pass).
+		g.standDown()
+		g = nil
+	}
 	restoreTTY()
 	stopKeep()
 	release()
@@ -1024,16 +1034,28 @@ const lostReleaseTimeout = 2 * time.Second
 
 // releaseNow releases l on a context of its own; a failure is reported
 // unless the lock was already lost (then the release only cleans up, and
-// is given lostReleaseTimeout).
+// is given lostReleaseTimeout). A lock still held is given the request
+// timeout, but no longer than its validity: once that has ended there is
+// nothing left to release, and a release tried again while no daemon
+// listens (Client.Release) ran on for the whole 10 s.
 func releaseNow(l *client.Lease, stderr io.Writer) {
 	lost := l.Err() // before Release sets ErrReleased
-	timeout := client.DefaultRequestTimeout
-	if lost != nil {
-		timeout = lostReleaseTimeout
+	timeout := min(client.DefaultRequestTimeout, time.Until(l.ValidUntil()))
+	byValidity := timeout < client.DefaultRequestTimeout
+	if lost != nil || timeout <= 0 {
+		lost, timeout = cmp.Or(lost, client.ErrLost), lostReleaseTimeout
 	}
 	rctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if err := l.Release(rctx); err != nil && lost == nil {
+	err := l.Release(rctx)
+	deadline, _ := rctx.Deadline()
+	switch {
+	case err == nil || lost != nil:
+	case byValidity && time.Until(deadline) < time.Second/4:
+		// Given up at the end of validity (Client.Release stops retrying
+		// a redial ahead of its deadline).
+		fmt.Fprintf(stderr, "redlockd lock run: release: %s; the lock's validity has ended, so nothing is left to release\n", strings.TrimPrefix(cliText(err), "release: "))
+	default:
 		fmt.Fprintf(stderr, "redlockd lock run: release: %s (the lock ends with its TTL)\n", strings.TrimPrefix(cliText(err), "release: "))
 	}
 }

@@ -531,3 +531,33 @@ func TestLockRunGrantExpiredWhileStopped(t *testing.T) {
 	assert.NoFileExists(t, ran)
 	assert.False(t, held(t, base, key))
 }
+
+// TestLockRunExitsWhileTheDaemonIsDown: the daemon goes away while the
+// command runs, and the command then exits 0 before the lock counts as
+// lost. lock run exits 0; its release, refused while no daemon listens,
+// is tried only until the lock's validity ends (nothing is left to
+// release after that) and says so in one line; and the guardian, whose
+// group is gone, stands down instead of killing it again at the end of
+// validity and blaming a stopped or hung lock run. A black-box pass saw
+// exit 0 with "its guardian killed process group N" on stderr, and the
+// release tried for 10 s, well past the validity's end.
+func TestLockRunExitsWhileTheDaemonIsDown(t *testing.T) {
+	base, stop := startDaemon(t)
+	dir := t.TempDir()
+	p := startLock(t, base, "run", "--key", "job:daemon-down", "--ttl", "4s", "--",
+		"sh", "-c", `touch `+dir+`/started; while [ ! -e `+dir+`/go ]; do sleep 0.02; done`)
+	waitFile0(t, dir+"/started")
+	require.NoError(t, stop())
+	require.NoError(t, os.WriteFile(dir+"/go", nil, 0o600))
+	exited := time.Now()
+	code := p.wait(t)
+	took := time.Since(exited)
+	out := p.stderr.String()
+	assert.Equal(t, 0, code, "stderr: %s", out)
+	assert.NotContains(t, out, "guardian", "no guardian's kill of a group that had exited")
+	assert.Contains(t, out, "the lock's validity has ended, so nothing is left to release")
+	assert.Equal(t, 1, strings.Count(strings.TrimSpace(out), "\n")+1, "one line: %s", out)
+	// At most the 4 s TTL is left when the command exits; before, the
+	// release went on for 10 s. Generous for a loaded machine.
+	assert.Less(t, took, 8*time.Second, "lock run exited %v after its command", took)
+}
