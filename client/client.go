@@ -22,8 +22,25 @@ const (
 	// DefaultUserAgent is the User-Agent sent unless WithUserAgent says otherwise.
 	DefaultUserAgent = "redlockd-go-client/1"
 	// DefaultRequestTimeout bounds one request whose context has no earlier
-	// deadline, on top of the acquire's wait.
+	// deadline; a waiting acquire's is its wait plus WaitAnswerMargin.
 	DefaultRequestTimeout = 10 * time.Second
+	// WaitAnswerMargin is how long past its wait (WithWait) a waiting
+	// acquire's answer is awaited. The daemon answers a wait_ms acquire
+	// when the wait ends, after the attempt under way then: its votes,
+	// its fence record and, refused, its clean-up, each bounded by the
+	// daemon's per_master_timeout (50 ms by default), so within the wait
+	// plus about three per-master timeouts. A daemon that has not answered
+	// by then is hung or unreachable; the request timeout (10 s) on top
+	// of the wait held the caller that much longer. The smaller of this
+	// and WithRequestTimeout applies. A daemon whose per_master_timeout
+	// is above about 500 ms can answer later than this near the end of a
+	// wait: the acquire then fails with ErrUnavailable, and a lock granted
+	// in that moment is released by the daemon (its caller went away).
+	WaitAnswerMargin = 2 * time.Second
+	// StopAnswerTimeout is how long a stopped wait (WithStopWaiting)
+	// awaits the daemon's answer to the stop: a daemon answers it at
+	// once; one that does not is hung, and the request is abandoned.
+	StopAnswerTimeout = time.Second
 	// maxAnswerBytes bounds an answer body; the daemon's are under 2 KiB.
 	maxAnswerBytes = 1 << 20
 )
@@ -68,9 +85,10 @@ func WithUserAgent(ua string) Option { return func(c *Client) { c.ua = ua } }
 // WithRetry sets the retry policy for 503 answers. Default: no retry.
 func WithRetry(p RetryPolicy) Option { return func(c *Client) { c.retry = p } }
 
-// WithRequestTimeout bounds each attempt of a request, plus the acquire's
-// wait (WithWait), when the caller's context has no earlier deadline.
-// Default DefaultRequestTimeout (10 s); 0 or less means no bound.
+// WithRequestTimeout bounds each attempt of a request when the caller's
+// context has no earlier deadline; a waiting acquire's (WithWait) is its
+// wait plus the smaller of this and WaitAnswerMargin. Default
+// DefaultRequestTimeout (10 s); 0 or less means no bound (nor margin).
 func WithRequestTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
 // New returns a Client for the daemon at baseURL (scheme http or https,
@@ -138,11 +156,17 @@ func WithWait(d time.Duration) LockOption { return func(r *request) { r.wait = d
 // closed without losing a lock granted meanwhile: the request's
 // connection is half-closed (its write side), which the daemon takes as
 // the caller leaving — it stops the wait, or releases a lock it granted
-// just then (answered 499) — and the answer is still read. So Acquire
-// returns either the lock, granted before the daemon saw the stop (the
-// caller then owns it, and releases it), or an error (the daemon's 499,
-// matching ErrLockHeld: not obtained); never a lock held
-// on the masters that the caller cannot name. Cancelling ctx instead
+// just then (answered 499) — and the answer is still read, for at most
+// StopAnswerTimeout (1 s). So Acquire returns either the lock, granted
+// before the daemon saw the stop (the caller then owns it, and releases
+// it), or an error (the daemon's 499, matching ErrLockHeld: not
+// obtained); never a lock held on the masters that the caller cannot
+// name. A daemon that does not answer the stop within StopAnswerTimeout
+// (hung, stopped) is left: the request's connection is closed and
+// Acquire returns an error matching ErrUnavailable; a daemon that runs
+// again then sees its caller gone and ends the wait, or releases what it
+// grants (a grant it answered in that second and nobody read ends with
+// its TTL). Cancelling ctx instead
 // drops an answer in flight, and a lock granted in that moment stays held
 // until its TTL ends. A request that may be half-closed is not sent on a
 // connection that is reused after it. Ignored by the other calls.
@@ -378,8 +402,11 @@ func (c *Client) do(ctx context.Context, r *request) (*answer, error) {
 		if c.retry.MaxDelay > 0 {
 			delay = min(delay, c.retry.MaxDelay)
 		}
-		if sleep(ctx, nil, delay) != slept {
+		switch sleep(ctx, r.stop, delay) { // a nil stop (every call but a stoppable acquire) never ends it
+		case ctxEnded:
 			return nil, errors.Join(err, ctx.Err())
+		case stopped:
+			return nil, err
 		}
 	}
 }
@@ -419,12 +446,35 @@ func withCtxErr(e *Error, ctx context.Context) error {
 	return errors.Join(e, ctx.Err())
 }
 
+// requestTimeout bounds one attempt of r: the client's request timeout,
+// or for a waiting acquire its wait plus the smaller of that and
+// WaitAnswerMargin (the daemon answers within the wait plus its
+// per-master timeouts); 0: no bound.
+func (c *Client) requestTimeout(r *request) time.Duration {
+	switch {
+	case c.timeout <= 0:
+		return 0
+	case r.action == "acquire" && r.wait > 0:
+		return r.wait + min(c.timeout, WaitAnswerMargin)
+	}
+	return c.timeout
+}
+
 // once sends one attempt of r.
 func (c *Client) once(ctx context.Context, r *request, body []byte) (*answer, error) {
-	if c.timeout > 0 {
+	if d := c.requestTimeout(r); d > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, c.timeout+r.wait)
+		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
+	}
+	waitStops := r.action == "acquire" && r.stop != nil
+	var abandon context.CancelFunc // a stopped wait's request nobody answers
+	if waitStops {
+		if r.stopped() {
+			return nil, &Error{Kind: ErrUnavailable, Action: r.action, Msg: "stopped waiting before sending"}
+		}
+		ctx, abandon = context.WithCancel(ctx)
+		defer abandon()
 	}
 	hr, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
 	if err != nil {
@@ -433,18 +483,19 @@ func (c *Client) once(ctx context.Context, r *request, body []byte) (*answer, er
 	hr.Header.Set("Content-Type", "application/json")
 	hr.Header.Set("X-API-Key", c.apiKey)
 	hr.Header.Set("User-Agent", c.ua)
-	if r.action == "acquire" && r.stop != nil {
-		if r.stopped() {
-			return nil, &Error{Kind: ErrUnavailable, Action: r.action, Msg: "stopped waiting before sending"}
-		}
+	if waitStops {
 		done := make(chan struct{})
 		defer close(done)
-		hr = halfCloseOnStop(hr, r.stop, done)
+		hr = halfCloseOnStop(hr, r.stop, done, abandon)
 	}
 	sentAt := time.Now()
 	resp, err := c.hc.Do(hr)
 	if err != nil {
 		e := &Error{Kind: ErrUnavailable, Action: r.action, Msg: err.Error(), Err: err}
+		if waitStops && r.stopped() {
+			e.Msg = fmt.Sprintf("stopped waiting; the daemon did not answer within %v of the stop (a lock it granted in that moment is released by it once it runs again, or ends with its TTL): %v", StopAnswerTimeout, err)
+			return nil, e
+		}
 		if ctx.Err() != nil {
 			return nil, withCtxErr(e, ctx)
 		}
@@ -498,8 +549,12 @@ func (r *request) stopped() bool {
 // the daemon sees the caller leave and the answer can still be read. The
 // connection is not reused after it (hr.Close). A connection without
 // CloseWrite (neither TCP nor TLS) is closed whole: the caller then gets
-// an error, as with a cancelled context.
-func halfCloseOnStop(hr *http.Request, stop, done <-chan struct{}) *http.Request {
+// an error, as with a cancelled context. If no answer has come
+// StopAnswerTimeout after the stop (a hung daemon, or a connection not
+// even set up), abandon (which cancels hr's context) gives up on it: a
+// signal to lock run waited out the whole request timeout, 10 s past the
+// wait, against a daemon stopped with SIGSTOP.
+func halfCloseOnStop(hr *http.Request, stop, done <-chan struct{}, abandon context.CancelFunc) *http.Request {
 	conns := make(chan net.Conn, 1)
 	trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
 		select {
@@ -513,19 +568,30 @@ func halfCloseOnStop(hr *http.Request, stop, done <-chan struct{}) *http.Request
 		var conn net.Conn
 		select {
 		case conn = <-conns:
-		case <-done:
-			return
-		}
-		select {
+			select {
+			case <-stop:
+			case <-done:
+				return
+			}
 		case <-stop:
+			// Stopped before a connection was there: nothing to
+			// half-close; a connection that comes later gets the request
+			// and is abandoned below.
 		case <-done:
 			return
 		}
+		t := time.NewTimer(StopAnswerTimeout)
+		defer t.Stop()
 		if cw, ok := conn.(interface{ CloseWrite() error }); ok {
 			_ = cw.CloseWrite()
-			return
+		} else if conn != nil {
+			_ = conn.Close()
 		}
-		_ = conn.Close()
+		select {
+		case <-t.C:
+			abandon()
+		case <-done:
+		}
 	}()
 	return hr
 }

@@ -244,11 +244,11 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	switch sub {
 	case "run":
 		durationVar(fs, &f.ttl, "ttl", 0, "lock TTL, a `duration` in whole seconds (required), e.g. 5m; extended at about ttl/3")
-		durationVar(fs, &f.wait, "wait", 0, "wait up to this `duration` for a held lock (at most the daemon's max_wait), e.g. 30s")
+		durationVar(fs, &f.wait, "wait", 0, "wait up to this `duration` for a held lock (at most the daemon's max_wait), e.g. 30s; a daemon that has not answered 2s after it is given up on (exit 69)")
 		durationVar(fs, &f.grace, "grace", 10*time.Second, "after a loss, the `duration` between SIGTERM and SIGKILL, cut to the validity left")
 	case "acquire":
 		durationVar(fs, &f.ttl, "ttl", 30*time.Second, "lock TTL, a `duration` in whole seconds, e.g. 30s")
-		durationVar(fs, &f.wait, "wait", 0, "wait up to this `duration` for a held lock, e.g. 30s")
+		durationVar(fs, &f.wait, "wait", 0, "wait up to this `duration` for a held lock, e.g. 30s; a daemon that has not answered 2s after it is given up on (exit 69)")
 	case "extend":
 		durationVar(fs, &f.ttl, "ttl", 30*time.Second, "new TTL, a `duration` in whole seconds, e.g. 30s")
 	}
@@ -338,6 +338,9 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			if l != nil {
 				releaseNow(l, io.Discard)
 				return &exitError{code: 128 + int(sig.(syscall.Signal)), err: fmt.Errorf("lock acquire: %v while waiting; the lock granted in that moment was released", sig)}
+			}
+			if unanswered(err) {
+				return &exitError{code: 128 + int(sig.(syscall.Signal)), err: fmt.Errorf("lock acquire: %v while waiting; the daemon did not answer the stop (a lock it granted in that moment is released by it once it runs again, or ends with its TTL)", sig)}
 			}
 			return &exitError{code: 128 + int(sig.(syscall.Signal)), err: fmt.Errorf("lock acquire: %v while waiting; nothing is held", sig)}
 		}
@@ -729,6 +732,9 @@ func lockRun(ctx context.Context, c *client.Client, f *lockFlags, opts []client.
 		if l != nil {
 			releaseNow(l, stderr)
 		}
+		if unanswered(err) {
+			return &exitError{code: 128 + int(sig.(syscall.Signal)), err: fmt.Errorf("lock run: %v while waiting for the lock; the command did not run (the daemon did not answer the stop: a lock it granted in that moment is released by it once it runs again, or ends with its TTL)", sig)}
+		}
 		return &exitError{code: 128 + int(sig.(syscall.Signal)), err: fmt.Errorf("lock run: %v while waiting for the lock; the command did not run", sig)}
 	}
 	if err != nil {
@@ -971,6 +977,13 @@ func guardianKilled(werr error, g *guard) bool {
 	}
 }
 
+// unanswered reports whether err, of an acquire whose wait a signal
+// stopped, got no answer from the daemon: a grant, if any, is not known.
+func unanswered(err error) bool {
+	var ce *client.Error
+	return err != nil && errors.As(err, &ce) && ce.Status == 0 && errors.Is(err, client.ErrUnavailable)
+}
+
 // leaseUsable reports whether l may still be handed to a command: not
 // lost, and not yet at the point where it counts as lost (LossMargin
 // before its validity ends), which a lock granted after a wait reaches
@@ -1005,12 +1018,16 @@ func acquireOrSignal(ctx context.Context, c *client.Client, f *lockFlags, opts [
 		case s := <-sigs:
 			got <- s
 			close(stop)
-			// The daemon answers at once when the caller leaves; should
-			// it not, give up on the answer after one request timeout.
-			t := time.NewTimer(client.DefaultRequestTimeout)
+			// The daemon answers at once when the caller leaves; one that
+			// does not (hung, stopped) is given up on by the client
+			// within client.StopAnswerTimeout. This is the backstop, and a
+			// second signal gives up at once.
+			t := time.NewTimer(client.StopAnswerTimeout + time.Second)
 			defer t.Stop()
 			select {
 			case <-t.C:
+				cancel()
+			case <-sigs:
 				cancel()
 			case <-acquired:
 			}
