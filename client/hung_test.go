@@ -1,9 +1,12 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"testing"
 	"time"
@@ -29,6 +32,22 @@ func TestWaitingAcquireOnAHungDaemon(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, d.Pause())
 	t.Cleanup(func() { _ = d.Resume() })
+	// SIGSTOP is delivered asynchronously: wait until every thread of the
+	// daemon is stopped, or it may still answer.
+	require.Eventually(t, func() bool {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", d.PID()))
+		if err != nil {
+			return false
+		}
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", d.PID(), task.Name()))
+			i := bytes.LastIndexByte(b, ')')
+			if err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "the daemon did not stop")
 
 	const wait = 2 * time.Second
 	start := time.Now()

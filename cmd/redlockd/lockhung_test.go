@@ -5,7 +5,9 @@ package main
 // nobody answers).
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -41,6 +43,32 @@ func processDaemon(t *testing.T, key string) (*testdaemon.Daemon, string) {
 	return d, env.Data["token"].(string)
 }
 
+// pauseDaemon stops d (SIGSTOP) and waits until every thread of it is
+// stopped: the signal is delivered asynchronously, and a daemon that
+// still runs for a moment answers what the test means to go unanswered.
+func pauseDaemon(t *testing.T, d *testdaemon.Daemon) {
+	t.Helper()
+	require.NoError(t, d.Pause())
+	require.Eventually(t, func() bool {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", d.PID()))
+		if err != nil {
+			return false
+		}
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", d.PID(), task.Name()))
+			if err != nil {
+				return false
+			}
+			// "pid (comm) state ...": the state follows the last ')'.
+			i := bytes.LastIndexByte(b, ')')
+			if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "the daemon did not stop")
+}
+
 // TestLockWaitOnAHungDaemon: lock run --wait 2s and lock acquire --wait
 // 2s against a hung daemon give up within the wait plus the client's
 // margin for the daemon's answer (2 s), exit 69, and the command does not
@@ -48,7 +76,7 @@ func processDaemon(t *testing.T, key string) (*testdaemon.Daemon, string) {
 func TestLockWaitOnAHungDaemon(t *testing.T) {
 	const key = "job:hung-wait"
 	d, _ := processDaemon(t, key)
-	require.NoError(t, d.Pause())
+	pauseDaemon(t, d)
 	marker := filepath.Join(t.TempDir(), "ran")
 	for _, args := range [][]string{
 		{"run", "--key", key, "--ttl", "30s", "--wait", "2s", "--", "touch", marker},
@@ -88,7 +116,7 @@ func TestLockSignalWhileWaitingOnAHungDaemon(t *testing.T) {
 			p := startLock(t, d.URL, args...)
 			require.Eventually(t, func() bool { return inFlight(t, d.URL) == 2 }, 10*time.Second, 10*time.Millisecond,
 				"lock %s is not waiting", tc.sub)
-			require.NoError(t, d.Pause())
+			pauseDaemon(t, d)
 			sent := time.Now()
 			require.NoError(t, p.cmd.Process.Signal(tc.sig))
 			code := p.wait(t)
