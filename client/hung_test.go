@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockd/redlockd/client"
+	"github.com/redlockd/redlockd/internal/testdaemon"
 )
 
 // TestWaitingAcquireOnAHungDaemon: a waiting acquire sent to a daemon
@@ -30,24 +31,7 @@ func TestWaitingAcquireOnAHungDaemon(t *testing.T) {
 	ctx := context.Background()
 	held, err := c.Acquire(ctx, "hung:wait", time.Minute)
 	require.NoError(t, err)
-	require.NoError(t, d.Pause())
-	t.Cleanup(func() { _ = d.Resume() })
-	// SIGSTOP is delivered asynchronously: wait until every thread of the
-	// daemon is stopped, or it may still answer.
-	require.Eventually(t, func() bool {
-		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", d.PID()))
-		if err != nil {
-			return false
-		}
-		for _, task := range tasks {
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", d.PID(), task.Name()))
-			i := bytes.LastIndexByte(b, ')')
-			if err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
-				return false
-			}
-		}
-		return true
-	}, 10*time.Second, time.Millisecond, "the daemon did not stop")
+	pauseDaemon(t, d)
 
 	const wait = 2 * time.Second
 	start := time.Now()
@@ -83,4 +67,48 @@ func TestWaitingAcquireOnAHungDaemon(t *testing.T) {
 	st, err := c.Status(ctx, "hung:wait")
 	require.NoError(t, err)
 	assert.False(t, st.Held, "a lock is held that nobody can name")
+}
+
+// pauseDaemon stops d (SIGSTOP) until the test ends, and waits until every
+// thread of it is stopped: SIGSTOP is delivered asynchronously, and a
+// daemon not yet stopped may still answer.
+func pauseDaemon(t *testing.T, d *testdaemon.Daemon) {
+	t.Helper()
+	require.NoError(t, d.Pause())
+	t.Cleanup(func() { _ = d.Resume() })
+	require.Eventually(t, func() bool {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", d.PID()))
+		if err != nil {
+			return false
+		}
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", d.PID(), task.Name()))
+			i := bytes.LastIndexByte(b, ')')
+			if err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, time.Millisecond, "the daemon did not stop")
+}
+
+// TestWithLockReleaseEndsWithTheValidity: WithLock's release after fn
+// returned, against a daemon that stopped answering meanwhile, gives up
+// once the lock's validity has ended (at least lostReleaseTimeout after
+// fn), not a whole request timeout (10 s) later: past its validity the
+// lock holds nothing its release must give back, its key ends with its
+// TTL. Found beside lock run's twin (a black-box pass: the release
+// retried 10 s past the validity).
+func TestWithLockReleaseEndsWithTheValidity(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	var returned time.Time
+	err := c.WithLock(context.Background(), "hung:withlock", 3*time.Second, func(ctx context.Context, l *client.Lease) error {
+		pauseDaemon(t, d)
+		returned = time.Now()
+		return nil
+	})
+	took := time.Since(returned)
+	require.Error(t, err, "the release could not be answered")
+	assert.Less(t, took, 6*time.Second, "the release gave up %v after fn returned (its lock's validity was under 3 s)", took)
 }

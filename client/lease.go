@@ -319,8 +319,8 @@ const lostReleaseTimeout = 2 * time.Second
 // lost. It releases the lock when fn returns, errs or panics (a panic is
 // re-raised after the release). The release runs on a context detached
 // from ctx, bounded by the client's request timeout (WithRequestTimeout,
-// default DefaultRequestTimeout; 2 s for a lock already
-// lost: that release only cleans up).
+// default DefaultRequestTimeout) and by the lock's validity left, but at
+// least 2 s (2 s for a lock already lost: that release only cleans up).
 //
 // It returns the acquire's error (fn not run), else fn's error; when fn
 // returned nil, the loss (matching ErrLost) if the lock was lost while fn
@@ -344,6 +344,12 @@ func (c *Client) WithLock(ctx context.Context, key string, ttl time.Duration, fn
 	defer func() {
 		lost := l.Err() // before Release sets ErrReleased
 		timeout := DefaultRequestTimeout
+		if left := time.Until(l.ValidUntil()); left < timeout {
+			// Past its validity the lock holds nothing the release must
+			// give back (its key ends with its TTL): a daemon that stopped
+			// answering must not hold the caller longer than that.
+			timeout = max(left, lostReleaseTimeout)
+		}
 		if lost != nil {
 			// The release only cleans up what is left of a lost lock;
 			// its usual cause, a daemon that stopped answering, must not
