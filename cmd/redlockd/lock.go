@@ -140,7 +140,8 @@ on stdout (acquire's includes the token) and exit with:
   70   an unexpected answer (500, not JSON)
   75   busy: the lock is held by another owner (run: the command did not run);
        run: also when the lock it obtained ended before the command could
-       start (run stopped or starved while the daemon granted it)
+       start (run stopped or starved while the daemon granted it);
+       acquire: when it ended before it could be printed (nothing held)
   76   not held: extend/release with a token that does not hold the lock;
        status of a lock nobody holds
   77   limited: an account limit (quota, rate, max_locks) or the waiter
@@ -346,6 +347,14 @@ func lockCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		if err != nil {
 			return lockFailed(stdout, "acquire", id, err)
+		}
+		if !time.Now().Before(l.ValidUntil()) {
+			// Granted after a wait, but lock acquire was stopped or
+			// starved past the lock's validity before it read the
+			// answer: a script given it would work under a lock it no
+			// longer holds. Not obtained in time (75), as lock run's.
+			releaseNow(l, io.Discard)
+			return &exitError{code: exitBusy, err: fmt.Errorf("lock acquire: the lock %v was granted, but its validity ended before it could be handed over (lock acquire stopped or starved while it was answered?); nothing is held", id)}
 		}
 		return printData(stdout, "acquire", id, "acquired", true, leaseFields(l, true))
 	case "extend":

@@ -532,6 +532,37 @@ func TestLockRunGrantExpiredWhileStopped(t *testing.T) {
 	assert.False(t, held(t, base, key))
 }
 
+// TestLockAcquireGrantExpiredWhileStopped: lock acquire's twin of
+// TestLockRunGrantExpiredWhileStopped. Stopped while it waits, past the
+// end of the lock it was granted meanwhile, it printed that lock (exit 0,
+// validity_ms 0) to a script that would then work under a lock it does not
+// hold (helper-103 noticed it); now it exits 75, prints no token, and the
+// key is free.
+func TestLockAcquireGrantExpiredWhileStopped(t *testing.T) {
+	base := daemonURL(t)
+	const key = "job:acquire-granted-while-stopped"
+	st, env, _ := post(t, lockURL(base), keyA, `{"action":"acquire","key":"`+key+`","ttl":60}`)
+	require.Equal(t, 200, st)
+	require.Equal(t, true, env.Data["acquired"])
+	token := env.Data["token"].(string)
+	p := startLock(t, base, "acquire", "--key", key, "--ttl", "2s", "--wait", "25s")
+	t.Cleanup(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) })
+	require.Eventually(t, func() bool { return inFlight(t, base) == 2 }, 10*time.Second, 10*time.Millisecond,
+		"lock acquire is not waiting")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
+	st, env, _ = post(t, lockURL(base), keyA, `{"action":"release","key":"`+key+`","token":"`+token+`"}`)
+	require.Equal(t, 200, st)
+	require.Equal(t, true, env.Data["released"])
+	require.Eventually(t, func() bool { return held(t, base, key) }, 10*time.Second, 10*time.Millisecond, "not granted to the waiter")
+	require.Eventually(t, func() bool { return !held(t, base, key) }, 20*time.Second, 20*time.Millisecond, "the grant did not end")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
+	code := p.wait(t)
+	assert.Equal(t, 75, code, "stdout: %s stderr: %s", p.stdout.String(), p.stderr.String())
+	assert.NotContains(t, p.stdout.String(), `"token"`, "no lock printed")
+	assert.Contains(t, p.stderr.String(), "its validity ended before it could be handed over")
+	assert.False(t, held(t, base, key))
+}
+
 // TestLockRunExitsWhileTheDaemonIsDown: the daemon goes away while the
 // command runs, and the command then exits 0 before the lock counts as
 // lost. lock run exits 0; its release, refused while no daemon listens,
