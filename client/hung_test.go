@@ -1,12 +1,9 @@
 package client_test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"regexp"
 	"testing"
 	"time"
@@ -69,27 +66,12 @@ func TestWaitingAcquireOnAHungDaemon(t *testing.T) {
 	assert.False(t, st.Held, "a lock is held that nobody can name")
 }
 
-// pauseDaemon stops d (SIGSTOP) until the test ends, and waits until every
-// thread of it is stopped: SIGSTOP is delivered asynchronously, and a
-// daemon not yet stopped may still answer.
+// pauseDaemon stops d (SIGSTOP) until the test ends; Pause returns once
+// every thread of it is stopped.
 func pauseDaemon(t *testing.T, d *testdaemon.Daemon) {
 	t.Helper()
 	require.NoError(t, d.Pause())
 	t.Cleanup(func() { _ = d.Resume() })
-	require.Eventually(t, func() bool {
-		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", d.PID()))
-		if err != nil {
-			return false
-		}
-		for _, task := range tasks {
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", d.PID(), task.Name()))
-			i := bytes.LastIndexByte(b, ')')
-			if err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
-				return false
-			}
-		}
-		return true
-	}, 10*time.Second, time.Millisecond, "the daemon did not stop")
 }
 
 // TestWithLockReleaseEndsWithTheValidity: WithLock's release after fn

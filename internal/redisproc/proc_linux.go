@@ -73,12 +73,14 @@ func forkLoop(reqs <-chan func()) {
 	}
 }
 
-// waitStopped waits until the kernel reports pid as stopped, so that Pause
-// returns only when the process can no longer answer.
-func waitStopped(pid int, timeout time.Duration) error {
+// WaitStopped waits until the kernel reports every thread of pid as
+// stopped, so that a pause (SIGSTOP, delivered asynchronously) counts only
+// once the process can no longer answer: a Go daemon's other threads may
+// run on for a moment after its main one stopped.
+func WaitStopped(pid int, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		state, err := procState(pid)
+		state, err := threadsState(pid)
 		if err != nil {
 			return err
 		}
@@ -86,10 +88,36 @@ func waitStopped(pid int, timeout time.Duration) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("pid %d not stopped %v after SIGSTOP (state %q)", pid, timeout, state)
+			return fmt.Errorf("pid %d not stopped %v after SIGSTOP (a thread in state %q)", pid, timeout, state)
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// waitStopped is WaitStopped (Pause).
+func waitStopped(pid int, timeout time.Duration) error { return WaitStopped(pid, timeout) }
+
+// threadsState returns 'T' when every thread of pid is stopped, else the
+// state letter of one that is not.
+func threadsState(pid int) (byte, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			continue // the thread exited
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return 0, fmt.Errorf("unexpected /proc/%d/task/%s/stat: %q", pid, task.Name(), b)
+		}
+		if s := b[i+2]; s != 'T' && s != 't' {
+			return s, nil
+		}
+	}
+	return 'T', nil
 }
 
 // procState returns the state letter from /proc/<pid>/stat (R, S, T, Z, ...).

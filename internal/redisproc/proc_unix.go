@@ -23,5 +23,8 @@ func startCmd(cmd *exec.Cmd) (release func(), err error) {
 // delivered before the target next runs, which is close enough.
 func waitStopped(int, time.Duration) error { return nil }
 
+// WaitStopped is a no-op here (see waitStopped).
+func WaitStopped(int, time.Duration) error { return nil }
+
 // procState needs /proc; tests use it on Linux only.
 func procState(int) (byte, error) { return 0, errors.New("redisproc: no /proc") }

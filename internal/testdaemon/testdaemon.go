@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redlockd/redlockd/internal/redisproc"
 )
 
 // APIKey is the key of account "test" in every daemon started here.
@@ -183,8 +185,16 @@ func (d *Daemon) Kill() error {
 	return nil
 }
 
-// Pause stops the daemon with SIGSTOP; Resume continues it.
-func (d *Daemon) Pause() error { return d.cmd.Process.Signal(syscall.SIGSTOP) }
+// Pause stops the daemon with SIGSTOP and returns once every thread of it
+// is stopped (redisproc.WaitStopped): the signal is delivered
+// asynchronously, and a daemon that runs on for a moment answers what a
+// test meant to go unanswered. Resume continues it.
+func (d *Daemon) Pause() error {
+	if err := d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	return redisproc.WaitStopped(d.cmd.Process.Pid, 10*time.Second)
+}
 
 // Resume continues a paused daemon with SIGCONT.
 func (d *Daemon) Resume() error { return d.cmd.Process.Signal(syscall.SIGCONT) }
