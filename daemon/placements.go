@@ -194,6 +194,12 @@ type PlacementReading struct {
 	// *redlock.OutcomeError (Op "placement") matching
 	// redlock.ErrQuorumUnavailable.
 	Err error
+	// Back, when OK is false and it is known, is how long after Sent a
+	// quorum counts for the registry again: the masters that count now
+	// and the repaired ones, each once a registration it may have lost
+	// and the max TTL after it have run out (by its own clock); 0: not
+	// known (too few of them answered).
+	Back time.Duration
 }
 
 // RunPlacementRegistry registers layout on c's masters every interval
@@ -251,6 +257,9 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 			}
 			return !a.KeptSince.Before(since)
 		}
+		// back: when each answering master counts for the registry, from
+		// now (0: counts now), for PlacementReading.Back.
+		var back []time.Duration
 		var answers []redlock.MasterAnswer
 		rctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
 		_ = c.RunQuorumScript(rctx, placementScript, key, args, func(a redlock.MasterAnswer) bool {
@@ -270,7 +279,11 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 				failures = append(failures, a.Err)
 			case fresh(a):
 				failures = append(failures, &redlock.MasterError{Index: a.Index, Err: fmt.Errorf("%w: repaired at %s: registrations may be lost there", redlock.ErrMasterQuarantined, a.KeptSince.UTC().Format(time.RFC3339))})
+				if forgotten > 0 && valid(a) {
+					back = append(back, a.KeptSince.Add(forgotten).Sub(a.MasterTime))
+				}
 			case valid(a):
+				back = append(back, 0)
 				trusted++
 				r.UntilMS = max(r.UntilMS, a.Value)
 				if a.Code == 1 {
@@ -284,6 +297,14 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 		r.Registered = registered >= c.Quorum()
 		if !r.OK {
 			r.Err = &redlock.OutcomeError{Op: "placement", Kind: redlock.ErrQuorumUnavailable, Quorum: c.Quorum(), Masters: c.MasterCount(), Votes: trusted, Failures: failures}
+			if len(back) >= c.Quorum() {
+				// Repaired masters alone keep the quorum from counting: it
+				// is back once the quorum-th of them is (a black-box pass
+				// saw Retry-After count down to the quarantines' end, then
+				// jump to the outage's backoff for ten health intervals).
+				slices.Sort(back)
+				r.Back = max(back[c.Quorum()-1], time.Millisecond)
+			}
 		}
 		if gate != nil && gate.jump != nil && r.Registered && r.UntilMS > jumpedFor {
 			// Another stable layout registered since the last jump (or
@@ -378,12 +399,13 @@ type PlacementGate struct {
 	others   int64
 	// last is the send of the last round; lastOK whether a quorum
 	// answered it. done is closed at the end of each round.
-	last    time.Time
-	lastOK  bool
-	lastErr error
-	done    chan struct{}
-	once    sync.Once
-	read    chan struct{} // closed after the first round
+	last     time.Time
+	lastOK   bool
+	lastErr  error
+	lastBack time.Duration
+	done     chan struct{}
+	once     sync.Once
+	read     chan struct{} // closed after the first round
 	// jump raises the fences before the first permit after another
 	// stable layout registered (SetFenceJump); nil: none.
 	jump func(context.Context) error
@@ -420,7 +442,7 @@ func (g *PlacementGate) Seen(r PlacementReading) {
 	if r.OK {
 		g.others = r.UntilMS
 	}
-	g.last, g.lastOK, g.lastErr = r.Sent, r.OK, r.Err
+	g.last, g.lastOK, g.lastErr, g.lastBack = r.Sent, r.OK, r.Err, r.Back
 	close(g.done)
 	g.done = make(chan struct{})
 	g.mu.Unlock()
@@ -443,7 +465,11 @@ func (g *PlacementGate) verdict(now time.Time) (decided bool, err error) {
 		if cause != nil && g.group != "" {
 			cause = &redlock.GroupError{Group: g.group, Err: cause}
 		}
-		return true, &PlacementConflictError{Cause: cause}
+		pc := &PlacementConflictError{Cause: cause, Alive: 2 * g.lease}
+		if g.lastBack > 0 {
+			pc.BackAt = g.last.Add(g.lastBack)
+		}
+		return true, pc
 	}
 	return false, nil
 }
@@ -538,6 +564,12 @@ func admit(answers []redlock.MasterAnswer, fresh, valid func(redlock.MasterAnswe
 type PlacementConflictError struct {
 	OthersUntil, FreeAt int64
 	Cause               error
+	// BackAt, with Cause, is when the registry counts a quorum again,
+	// when that is known (PlacementReading.Back); zero otherwise. Alive
+	// is a registration's life: a repaired master counts for the registry
+	// that long after its quarantine (a registration it may have lost).
+	BackAt time.Time
+	Alive  time.Duration
 }
 
 func (e *PlacementConflictError) Error() string {

@@ -242,7 +242,35 @@ func (s *Server) quorumAnswer(err error, now time.Time) (string, time.Duration) 
 		prefix = "placement registry: " + prefix
 	}
 	msg := prefix + quorumMessage(err, masters)
-	if d, ok, sooner := quorumReturn(err, masters, health.Quorum()); ok && d > 0 {
+	if gated && !pc.BackAt.IsZero() {
+		// Repaired masters count for the registry a registration's life
+		// after their quarantine: the registry's own return, not the
+		// quarantines' (quorumReturn would say none, or too soon).
+		d := max(time.Until(pc.BackAt).Round(time.Second), time.Second)
+		retry = min(d, maxRetryAfter)
+		return msg + fmt.Sprintf("; the registry counts a quorum again in %v, once a registration the repaired masters may have lost and the max TTL after it have run out; retry in %d s", d, retry/time.Second), retry
+	}
+	d, ok, sooner := quorumReturn(err, masters, health.Quorum())
+	if gated && !ok {
+		// The masters the registry did not count because they were
+		// repaired count for the lock path already: when a quorum does,
+		// the registry counts them within a registration's life.
+		counting := 0
+		for i := range masters {
+			if masters[i].Counting && masters[i].State == redlock.MasterUp {
+				counting++
+			}
+		}
+		if counting >= health.Quorum() {
+			d, ok, sooner = 0, true, 0
+		}
+	}
+	if gated && ok {
+		// The registry counts a repaired master a registration's life
+		// after its quarantine: the quarantines' end is not the gate's.
+		d += pc.Alive
+	}
+	if ok && d > 0 {
 		d = max(d.Round(time.Second), time.Second)
 		if sooner > 0 {
 			retry = min(retry, d, maxRetryAfter)

@@ -487,15 +487,37 @@ func TestQuorumUnavailable(t *testing.T) {
 	require.GreaterOrEqual(t, target, int64(1_000_000))
 	require.Greater(t, target, before)
 
+	// Once the quarantines have ended the placement registry still waits
+	// a registration's life (2 s here) for the repaired masters: its 503s
+	// say when it counts again. A black-box pass saw Retry-After count
+	// down to the quarantines' end and then jump to the outage's backoff
+	// ("no time is known") until the gate opened.
+	var last string
+	if !assert.Eventually(t, func() bool {
+		_, last = readyz()
+		return strings.Count(last, `"quarantine_left_s":0`) == 5 && strings.Contains(last, `"counting":5,`)
+	}, 10*time.Second, 20*time.Millisecond, "the repaired masters' quarantines end") {
+		t.Fatalf("/readyz: %s", last)
+	}
 	var fence int64
+	var refusals []string
 	require.Eventually(t, func() bool {
-		st, env, _ := post(t, url, keyA, acquire)
+		st, env, hdr := post(t, url, keyA, acquire)
+		if st == 503 {
+			refusals = append(refusals, env.Msg+" (Retry-After "+hdr.Get("Retry-After")+")")
+		}
 		if st != 200 || env.Data["acquired"] != true {
 			return false
 		}
 		fence = int64(env.Data["fence"].(float64))
 		return true
-	}, 10*time.Second, 50*time.Millisecond, "serving again once the repaired masters' quarantine ends")
+	}, 10*time.Second, 50*time.Millisecond, "serving again once the repaired masters count for the registry")
+	assert.NotEmpty(t, refusals, "the registry waits a registration's life past the quarantines")
+	for _, r := range refusals {
+		assert.NotContains(t, r, "no time is known", "a refusal after the quarantines says when the registry is back")
+		assert.Regexp(t, `(the registry counts a quorum again in|a quorum is expected back in) [0-9.]+s`, r)
+		assert.Regexp(t, `Retry-After [1-3]\)$`, r)
+	}
 	assert.Greater(t, fence, target, "fences continue above the repair target")
 	code, _ = readyz()
 	assert.Equal(t, 200, code)
