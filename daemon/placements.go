@@ -273,12 +273,22 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 		if gate != nil {
 			admit(answers, fresh, valid, c.Quorum(), admitted)
 		}
+		var addrs []redlock.MasterStatus
+		addrOf := func(i int) string { // for the refusals' messages, read once a round at most
+			if addrs == nil {
+				addrs = c.Masters()
+			}
+			if i < len(addrs) {
+				return addrs[i].Addr
+			}
+			return ""
+		}
 		for _, a := range answers {
 			switch {
 			case a.Err != nil:
 				failures = append(failures, a.Err)
 			case fresh(a):
-				failures = append(failures, &redlock.MasterError{Index: a.Index, Err: fmt.Errorf("%w: repaired at %s: registrations may be lost there", redlock.ErrMasterQuarantined, a.KeptSince.UTC().Format(time.RFC3339))})
+				failures = append(failures, &redlock.MasterError{Index: a.Index, Addr: addrOf(a.Index), Err: fmt.Errorf("%w: repaired at %s: registrations may be lost there", redlock.ErrMasterQuarantined, a.KeptSince.UTC().Format(time.RFC3339))})
 				if forgotten > 0 && valid(a) {
 					back = append(back, a.KeptSince.Add(forgotten).Sub(a.MasterTime))
 				}
@@ -290,7 +300,7 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 					registered++
 				}
 			default:
-				failures = append(failures, &redlock.MasterError{Index: a.Index, Err: fmt.Errorf("unexpected placement registry answer %d", a.Code)})
+				failures = append(failures, &redlock.MasterError{Index: a.Index, Addr: addrOf(a.Index), Err: fmt.Errorf("unexpected placement registry answer %d", a.Code)})
 			}
 		}
 		r.OK = trusted >= c.Quorum()
