@@ -42,34 +42,38 @@ if not intact then
   return reply(-2, 0)
 end
 -- The account's record budget: a sorted set S (record key -> when its
--- copy here ends, unix ms by this master's clock) and a hash S..':sz'
--- (record key -> the bytes counted for it, '#total' -> their sum). A copy
--- names its S in its 'bud' field, so that complete, extend, abort and undo
--- keep the count without being told. Copies that ended leave the count at
--- the next begin of the account here (sweep: at most 64 a call; the rest
--- at the next ones, so the count errs high, never low).
+-- copy here ends, unix ms by this master's clock) and a sorted set
+-- S..':sz' (record key -> the bytes counted for it, '#total' -> their
+-- sum), sorted sets both so that the budget needs no command the lock
+-- scripts do not already call (the ACL the docs give, the startup check).
+-- A copy names its S in its 'bud' field, so that complete, extend, abort
+-- and undo keep the count without being told. Copies that ended leave the
+-- count at the next begin of the account here (sweep: at most 64 a call;
+-- the rest at the next ones, so the count errs high, never low).
+local function total(H)
+  return tonumber(redis.call('ZSCORE', H, '#total') or '0')
+end
 local function sweep(S, H)
-  local gone = redis.call('ZRANGEBYSCORE', S, '-inf', nowms, 'LIMIT', 0, 64)
+  local gone = redis.call('ZRANGE', S, '-inf', nowms, 'BYSCORE', 'LIMIT', 0, 64)
   if #gone > 0 then
-    local sizes = redis.call('HMGET', H, unpack(gone))
     local freed = 0
     for i = 1, #gone do
-      freed = freed + tonumber(sizes[i] or '0')
+      freed = freed + tonumber(redis.call('ZSCORE', H, gone[i]) or '0')
     end
-    redis.call('HDEL', H, unpack(gone))
+    redis.call('ZREM', H, unpack(gone))
     redis.call('ZREM', S, unpack(gone))
-    redis.call('HINCRBY', H, '#total', -freed)
+    redis.call('ZADD', H, total(H) - freed, '#total')
   end
 end
 -- track counts size bytes for this record, its copy here ending at exp
--- (size nil: as counted before); S and its hash last as long as their
+-- (size nil: as counted before); S and its sizes last as long as their
 -- longest record.
 local function track(S, size, exp)
   local H = S .. ':sz'
   if size then
-    local old = tonumber(redis.call('HGET', H, KEYS[1]) or '0')
-    redis.call('HSET', H, KEYS[1], size)
-    redis.call('HINCRBY', H, '#total', size - old)
+    local old = tonumber(redis.call('ZSCORE', H, KEYS[1]) or '0')
+    local t = total(H)
+    redis.call('ZADD', H, size, KEYS[1], t + size - old, '#total')
   end
   redis.call('ZADD', S, exp, KEYS[1])
   local ttl = exp - nowms
@@ -82,10 +86,11 @@ local function track(S, size, exp)
 end
 local function untrack(S)
   local H = S .. ':sz'
-  local old = redis.call('HGET', H, KEYS[1])
+  local old = redis.call('ZSCORE', H, KEYS[1])
   if old then
-    redis.call('HDEL', H, KEYS[1])
-    redis.call('HINCRBY', H, '#total', -tonumber(old))
+    local t = total(H)
+    redis.call('ZREM', H, KEYS[1])
+    redis.call('ZADD', H, t - tonumber(old), '#total')
   end
   redis.call('ZREM', S, KEYS[1])
 end
@@ -125,8 +130,7 @@ if op == 'begin' then
     if cap > 0 and #f == 0 then
       -- A new record on this master: within the account's budget, or
       -- refused until its oldest record ends.
-      local total = math.max(tonumber(redis.call('HGET', S .. ':sz', '#total') or '0'), 0)
-      if total + base > cap then
+      if math.max(total(S .. ':sz'), 0) + base > cap then
         local first = redis.call('ZRANGE', S, 0, 0, 'WITHSCORES')
         local wait = 1000
         if first[2] then
