@@ -2,11 +2,8 @@ package daemon
 
 import (
 	"context"
-	"crypto/sha256"
 	_ "embed"
-	"encoding/hex"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -132,46 +129,12 @@ func placementAlive(interval time.Duration) time.Duration {
 }
 
 // PlacementLayout is the registry's member for a daemon on groups (their
-// names, in order) whose masters have the fingerprint fp
-// (MastersFingerprint): "stable <names> @<fp>"; moving from the groups
-// from when from is not nil: "moving <from>><names>".
-//
-// The fingerprint: two daemons whose groups have the same names but other
-// masters (a masters list of three against one of five, a master replaced
-// by another address, in a rolling restart that changes them) are two
-// layouts, which the gate keeps from locking at once; before, they were
-// one (a black-box pass: 20–34 pairs of 500 acquires, one through each
-// daemon, both granted with the same fence). A member without one (a
-// daemon of an earlier version) matches any fingerprint of its names, as
-// before.
-func PlacementLayout(from, groups []string, fp string) string {
+// names, in order), moving from the groups from when from is not nil.
+func PlacementLayout(from, groups []string) string {
 	if from == nil {
-		return "stable " + strings.Join(groups, ",") + " @" + fp
+		return "stable " + strings.Join(groups, ",")
 	}
 	return "moving " + strings.Join(from, ",") + ">" + strings.Join(groups, ",")
-}
-
-// MastersFingerprint is a short hash of the masters of each group, in
-// group order, each group's addresses sorted and lowercased: the same
-// masters listed in another order give the same fingerprint, a master
-// added, removed or replaced another. Every daemon must list each master
-// by the same address (a host name on one and its IP on another are two
-// layouts: the gate then keeps one of them closed, docs/operations.md).
-func MastersFingerprint(groups [][]string) string {
-	h := sha256.New()
-	for _, ms := range groups {
-		sorted := make([]string, len(ms))
-		for i, m := range ms {
-			sorted[i] = strings.ToLower(strings.TrimSpace(m))
-		}
-		slices.Sort(sorted)
-		for _, m := range sorted {
-			h.Write([]byte(m))
-			h.Write([]byte{0})
-		}
-		h.Write([]byte{1})
-	}
-	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // PlacementReading is one round of RunPlacementRegistry.
@@ -586,7 +549,7 @@ func (e *PlacementConflictError) Error() string {
 	if e.Cause != nil {
 		return "placement: the placement registry heard no quorum of the first group's masters since this daemon's permit ended, so it grants and extends nothing: " + e.Cause.Error()
 	}
-	return fmt.Sprintf("placement: daemons on other master groups, or on other masters (another masters list), registered until %s, and a lock they granted may stand until %s (max TTL later): this daemon grants and extends nothing until then; stop the daemons left on other groups or masters (docs/operations.md, \"The layout gate\")",
+	return fmt.Sprintf("placement: daemons on other master groups registered until %s, and a lock they granted may stand until %s (max TTL later): this daemon grants and extends nothing until then; stop the daemons left on other groups (docs/operations.md, \"The layout gate\")",
 		time.UnixMilli(e.OthersUntil).UTC().Format(time.RFC3339Nano), time.UnixMilli(e.FreeAt).UTC().Format(time.RFC3339Nano))
 }
 

@@ -86,7 +86,7 @@ func TestChangingMasterGroups(t *testing.T) {
 	dNew := ch.onNew(t)
 	code, env, _ := post(t, lockURL(dNew), keyA, fmt.Sprintf(`{"key":%q,"ttl":2}`, key))
 	require.Equal(t, http.StatusServiceUnavailable, code, "%v %s", env.Data, env.Msg)
-	require.Contains(t, env.Msg, "placement: daemons on other master groups, or on other masters (another masters list), registered until")
+	require.Contains(t, env.Msg, "placement: daemons on other master groups registered until")
 	release(dMoving, tok)
 
 	// groups-change follows the steps.
@@ -239,7 +239,7 @@ func TestAStaleDaemonGrantsNothing(t *testing.T) {
 	code, env, hdr := post(t, lockURL(dOld), keyA, fmt.Sprintf(`{"key":%q,"ttl":%d}`, key, maxTTL))
 	assert.Equal(t, http.StatusServiceUnavailable, code, "a daemon on the old groups grants nothing while the new groups' daemons may hold locks: %v %s", env.Data, env.Msg)
 	assert.NotEqual(t, true, env.Data["acquired"], env.Msg)
-	assert.Contains(t, env.Msg, "daemons on other master groups, or on other masters (another masters list), registered until")
+	assert.Contains(t, env.Msg, "daemons on other master groups registered until")
 	// Retry when the new daemons' registration (2 s at the least, renewed)
 	// and the max TTL after it could have ended: 4 to 5 s from now.
 	retry, err := strconv.Atoi(hdr.Get("Retry-After"))
@@ -349,7 +349,7 @@ func TestAPausedOldDaemonGrantsNothingWhenItResumes(t *testing.T) {
 		require.Equal(t, http.StatusOK, c, e.Msg)
 	}
 	assert.Equal(t, http.StatusServiceUnavailable, code, env.Msg)
-	assert.Contains(t, env.Msg, "daemons on other master groups, or on other masters (another masters list), registered until")
+	assert.Contains(t, env.Msg, "daemons on other master groups registered until")
 }
 
 // TestStepTwoWaitsForADrainingOldDaemon: an old daemon told to stop

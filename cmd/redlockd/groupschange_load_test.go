@@ -86,7 +86,7 @@ func TestChangingMasterGroupsSkippedStepIsRefused(t *testing.T) {
 	require.Greater(t, grants["old"], 10, "grants through the old daemon")
 	require.Greater(t, grants["new"], 10, "grants through the new daemon once the old one's locks ended")
 	require.Positive(t, failed)
-	require.Contains(t, fmt.Sprint(last), "placement: daemons on other master groups, or on other masters (another masters list), registered until")
+	require.Contains(t, fmt.Sprint(last), "placement: daemons on other master groups registered until")
 }
 
 // changeDaemons are the daemons of changeUnderLoad, one per phase; stopOld

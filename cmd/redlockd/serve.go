@@ -273,18 +273,11 @@ func registerPlacement(ctx context.Context, cfg config.Config, groups []redlock.
 		}
 		return out
 	}
-	fingerprint := func(gs []config.MasterGroup) string {
-		var ms [][]string
-		for _, g := range gs {
-			ms = append(ms, g.Masters)
-		}
-		return daemon.MastersFingerprint(ms)
-	}
 	var from []string
 	if len(cfg.PreviousMasterGroups) > 0 {
 		from = names(cfg.PreviousMasterGroups)
 	}
-	layout := daemon.PlacementLayout(from, names(cfg.Groups()), fingerprint(cfg.Groups()))
+	layout := daemon.PlacementLayout(from, names(cfg.Groups()))
 	interval := time.Duration(cfg.HealthInterval)
 	var seen func(daemon.PlacementReading)
 	if registry, ok := l.(interface{ RegistrySeen(int64, bool) }); ok {
@@ -293,7 +286,7 @@ func registerPlacement(ctx context.Context, cfg config.Config, groups []redlock.
 	if from != nil {
 		// Moving: the daemons still on the previous groups (step 2's end).
 		// Not gated: a moving daemon locks on both layouts.
-		go daemon.RunPlacementRegistry(ctx, first, daemon.PlacementKey(cfg.KeyPrefix), layout, daemon.PlacementLayout(nil, from, fingerprint(cfg.PreviousMasterGroups)), interval, time.Now(), nil, seen)
+		go daemon.RunPlacementRegistry(ctx, first, daemon.PlacementKey(cfg.KeyPrefix), layout, daemon.PlacementLayout(nil, from), interval, time.Now(), nil, seen)
 		return l
 	}
 	// Stable: daemons on any other groups (step 3 before step 2's end, and
