@@ -505,23 +505,8 @@ func TestLockRunReleasesThroughARestartedDaemon(t *testing.T) {
 func TestLockRunGrantExpiredWhileStopped(t *testing.T) {
 	base := daemonURL(t)
 	const key = "job:granted-while-stopped"
-	st, env, _ := post(t, lockURL(base), keyA, `{"action":"acquire","key":"`+key+`","ttl":60}`)
-	require.Equal(t, 200, st)
-	require.Equal(t, true, env.Data["acquired"])
-	token := env.Data["token"].(string)
 	ran := t.TempDir() + "/ran"
-	p := startLock(t, base, "run", "--key", key, "--ttl", "2s", "--wait", "25s", "--", "sh", "-c", "echo ran >> "+ran)
-	t.Cleanup(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) })
-	require.Eventually(t, func() bool { return inFlight(t, base) == 2 }, 10*time.Second, 10*time.Millisecond,
-		"lock run is not waiting")
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
-	st, env, _ = post(t, lockURL(base), keyA, `{"action":"release","key":"`+key+`","token":"`+token+`"}`)
-	require.Equal(t, 200, st)
-	require.Equal(t, true, env.Data["released"])
-	// The waiter's grant, then its end, while lock run is stopped.
-	require.Eventually(t, func() bool { return held(t, base, key) }, 10*time.Second, 10*time.Millisecond, "not granted to the waiter")
-	require.Eventually(t, func() bool { return !held(t, base, key) }, 20*time.Second, 20*time.Millisecond, "the grant did not end")
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
+	p := grantExpiresWhileStopped(t, base, key, "run", "--key", key, "--ttl", "2s", "--wait", "25s", "--", "sh", "-c", "echo ran >> "+ran)
 	code := p.wait(t)
 	out := p.stderr.String()
 	assert.Equal(t, 75, code, "stderr: %s", out)
@@ -530,6 +515,31 @@ func TestLockRunGrantExpiredWhileStopped(t *testing.T) {
 	assert.NotContains(t, out, "guardian")
 	assert.NoFileExists(t, ran)
 	assert.False(t, held(t, base, key))
+}
+
+// grantExpiresWhileStopped holds key with another token, starts `lock
+// args` waiting for it, stops that process (SIGSTOP), releases the key so
+// that the waiter is granted it, waits until that grant has ended too, and
+// continues the process (SIGCONT); the caller waits for it.
+func grantExpiresWhileStopped(t *testing.T, base, key string, args ...string) *lockProc {
+	t.Helper()
+	st, env, _ := post(t, lockURL(base), keyA, `{"action":"acquire","key":"`+key+`","ttl":60}`)
+	require.Equal(t, 200, st)
+	require.Equal(t, true, env.Data["acquired"])
+	token := env.Data["token"].(string)
+	p := startLock(t, base, args...)
+	t.Cleanup(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) })
+	require.Eventually(t, func() bool { return inFlight(t, base) == 2 }, 10*time.Second, 10*time.Millisecond,
+		"lock %s is not waiting", args[0])
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
+	st, env, _ = post(t, lockURL(base), keyA, `{"action":"release","key":"`+key+`","token":"`+token+`"}`)
+	require.Equal(t, 200, st)
+	require.Equal(t, true, env.Data["released"])
+	// The waiter's grant, then its end, while the process is stopped.
+	require.Eventually(t, func() bool { return held(t, base, key) }, 10*time.Second, 10*time.Millisecond, "not granted to the waiter")
+	require.Eventually(t, func() bool { return !held(t, base, key) }, 20*time.Second, 20*time.Millisecond, "the grant did not end")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
+	return p
 }
 
 // TestLockAcquireGrantExpiredWhileStopped: lock acquire's twin of
@@ -541,21 +551,7 @@ func TestLockRunGrantExpiredWhileStopped(t *testing.T) {
 func TestLockAcquireGrantExpiredWhileStopped(t *testing.T) {
 	base := daemonURL(t)
 	const key = "job:acquire-granted-while-stopped"
-	st, env, _ := post(t, lockURL(base), keyA, `{"action":"acquire","key":"`+key+`","ttl":60}`)
-	require.Equal(t, 200, st)
-	require.Equal(t, true, env.Data["acquired"])
-	token := env.Data["token"].(string)
-	p := startLock(t, base, "acquire", "--key", key, "--ttl", "2s", "--wait", "25s")
-	t.Cleanup(func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) })
-	require.Eventually(t, func() bool { return inFlight(t, base) == 2 }, 10*time.Second, 10*time.Millisecond,
-		"lock acquire is not waiting")
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
-	st, env, _ = post(t, lockURL(base), keyA, `{"action":"release","key":"`+key+`","token":"`+token+`"}`)
-	require.Equal(t, 200, st)
-	require.Equal(t, true, env.Data["released"])
-	require.Eventually(t, func() bool { return held(t, base, key) }, 10*time.Second, 10*time.Millisecond, "not granted to the waiter")
-	require.Eventually(t, func() bool { return !held(t, base, key) }, 20*time.Second, 20*time.Millisecond, "the grant did not end")
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGCONT))
+	p := grantExpiresWhileStopped(t, base, key, "acquire", "--key", key, "--ttl", "2s", "--wait", "25s")
 	code := p.wait(t)
 	assert.Equal(t, 75, code, "stdout: %s stderr: %s", p.stdout.String(), p.stderr.String())
 	assert.NotContains(t, p.stdout.String(), `"token"`, "no lock printed")
