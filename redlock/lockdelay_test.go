@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -471,4 +472,56 @@ func (f *lossFixture) expiredEverywhere(t *testing.T, keys ...string) {
 		}
 		return true
 	}, 5*time.Second, 10*time.Millisecond, "%v expired everywhere", keys)
+}
+
+// TestLateReleaseWakesDelayWaiters: a waiter refused by the delay of a
+// lock that expired is woken by the holder's late release, which ends the
+// delay (release.lua, release_multi.lua), not by its next poll: with
+// polling off and the delay longer than the wait, only the notification
+// can get it the lock before its wait runs out. Negative control: before
+// the late release published, the waiter slept to the end of its wait
+// (15 s) and got the lock only at its last try.
+func TestLateReleaseWakesDelayWaiters(t *testing.T) {
+	defer func(d time.Duration) { pollFallback = d }(pollFallback)
+	pollFallback = time.Hour
+	const ttl, delay, wait = 300 * time.Millisecond, time.Minute, 15 * time.Second
+	for _, multi := range []bool{false, true} {
+		t.Run(map[bool]string{false: "one key", true: "multi-key"}[multi], func(t *testing.T) {
+			// One Client holds and waits: the release channel is per marker.
+			c := newClient(t, WithMaxLockDelay(MaxLockDelay))
+			ctx := context.Background()
+			keys := multiKeys(t, 2)
+			acquire := func(ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+				if multi {
+					return c.AcquireMulti(ctx, keys, ttl, opts...)
+				}
+				return c.Acquire(ctx, keys[0], ttl, opts...)
+			}
+			first, err := acquire(ttl, WithLockDelay(delay))
+			require.NoError(t, err)
+			time.Sleep(ttl + 100*time.Millisecond) // the holder is paused past its TTL
+			_, err = acquire(time.Second, WithRetry(NoRetry()))
+			require.ErrorIs(t, err, ErrLockHeld, "in the delay")
+
+			got := make(chan error, 1)
+			var granted time.Time
+			var wg sync.WaitGroup
+			defer wg.Wait() // before pollFallback is restored
+			wg.Go(func() {
+				l, err := acquire(time.Second, WithWait(wait))
+				granted = time.Now()
+				if err == nil {
+					err = l.Release(ctx)
+				}
+				got <- err
+			})
+			time.Sleep(200 * time.Millisecond) // the waiter was refused and sleeps
+			released := time.Now()
+			require.ErrorIs(t, first.Release(ctx), ErrNotHeld, "the lock itself had expired")
+			require.NoError(t, <-got)
+			// Not a speed bound: unwoken, the waiter tries again only when
+			// its wait runs out, 15 s after it began.
+			assert.Less(t, granted.Sub(released), wait/2, "woken by the late release, not by the end of its wait")
+		})
+	}
 }

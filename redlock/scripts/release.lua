@@ -10,8 +10,9 @@
 -- failed acquire's clean-up notifies too, redlock/acquire.go cleanup),
 -- ARGV[3] the release's id (with ARGV[2]; 16 characters, from the token:
 -- redlock/wait.go releaseID)
--- Publishes the id, then the key: every master that deletes the lock
--- publishes the same message, and a waiter tells the copies of one
+-- Publishes the id, then the key, when it deletes the lock or, after the
+-- lock expired, its delay record: every master that does so publishes the
+-- same message, and a waiter tells the copies of one
 -- release from a new one (redlock/wait.go releaseMessage).
 -- Returns 1 deleted, 0 absent (expired or released), -1 held by another token.
 -- pcall: a key of another type under the lock's name (a hash the user keeps
@@ -40,6 +41,11 @@ if KEYS[3] and redis.call('GET', KEYS[3]) == ARGV[1] then
     redis.call('DEL', KEYS[2], KEYS[3])
   else
     redis.call('DEL', KEYS[3])
+  end
+  -- The key is free from now on: the waiters its delay refused are told,
+  -- as after a release in time.
+  if ARGV[2] then
+    redis.call('PUBLISH', ARGV[2], ARGV[3] .. KEYS[1])
   end
 end
 return 0

@@ -34,6 +34,10 @@ for i = 1, #KEYS, stride do
     else
       redis.call('DEL', KEYS[i + 2])
     end
+    -- The key is free from now on: its waiters are told (release.lua).
+    if ARGV[3] then
+      redis.call('PUBLISH', ARGV[3], ARGV[4] .. KEYS[i])
+    end
   end
 end
 if deleted > 0 then
