@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sync/singleflight"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -61,6 +63,11 @@ type Client struct {
 
 	waits    waitQueues
 	attempts atomic.Int64 // acquire attempts (fan-outs), for tests
+	// slotsReads shares one semaphore slots read among the attempts that
+	// need it at once (grantedSlots); slotsReadsMade counts the reads
+	// sent, for tests.
+	slotsReads     singleflight.Group
+	slotsReadsMade atomic.Int64
 	// grantRefusals: acquires refused over a granted lock (granted.go).
 	grantRefusals atomic.Int64
 	// contendedRetries: attempts a one-shot acquire made again after a

@@ -268,11 +268,34 @@ type slotSkip struct {
 // that does not answer, or answers something unreadable, counts for no
 // slot. No read (an all-zero result) for one permit, without
 // the granted-lock check, or with a context already ended.
+//
+// Shared: attempts at the same semaphore that need the read while one is
+// on its way take its answer (one read in flight per name and permits per
+// Client, singleflight) instead of sending their own. Each read costs
+// every master work in proportion to permits (about 2,000 keys at
+// MaxPermits), and callers polling a full semaphore each sent one: a
+// black-box pass had 16 callers of one account, polling a full semaphore
+// of 1,000 permits ten times a second, starve every other key's votes of
+// their per-master timeout. An answer taken from a read that began
+// before this attempt's refusal is at most one read older than its own
+// would be: like any read, it may miss a release since, and then costs a
+// refusal that a waiter's release notification (or the caller's retry)
+// ends; it never grants.
 func (c *Client) grantedSlots(ctx context.Context, name string, permits int) []slotSkip {
-	skip := make([]slotSkip, permits)
 	if permits < 2 || !c.grantedCheck() || ctx.Err() != nil {
-		return skip
+		return make([]slotSkip, permits)
 	}
+	v, _, _ := c.slotsReads.Do(strconv.Itoa(permits)+" "+name, func() (any, error) {
+		return c.readSlots(ctx, name, permits), nil
+	})
+	return v.([]slotSkip)
+}
+
+// readSlots is grantedSlots' read: one slots_read.lua per master. The
+// answer is shared (grantedSlots) and read-only.
+func (c *Client) readSlots(ctx context.Context, name string, permits int) []slotSkip {
+	c.slotsReadsMade.Add(1)
+	skip := make([]slotSkip, permits)
 	keys := make([]string, 0, 2*permits)
 	for slot := range permits {
 		k := PermitKey(name, slot)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -131,4 +132,34 @@ func TestSemaphoreReadSkipsOnlyUnwinnableGrants(t *testing.T) {
 	require.True(t, errors.As(err, &oe))
 	assert.Equal(t, int64(3), c.attempts.Load()-before, "Acquires: slot 0 (first), the split slot and the half-lost one, not slot 3")
 	assert.True(t, oe.Contended, "the split slot's refusal is contended")
+}
+
+// TestSemaphoreReadsShared: attempts at a full semaphore that need the
+// slots read at the same moment share one read (grantedSlots) instead of
+// each sending its own, which costs every master work in proportion to
+// the permits. Negative control: without the sharing, eight attempts sent
+// eight reads.
+func TestSemaphoreReadsShared(t *testing.T) {
+	const permits, callers = 200, 8
+	name := newKey(t)
+	c := newClient(t)
+	takeAllPermits(t, c, name, permits)
+	before := c.slotsReadsMade.Load()
+	start := make(chan struct{})
+	skips := make([][]slotSkip, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			<-start
+			skips[i] = c.grantedSlots(context.Background(), name, permits)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, skip := range skips {
+		for slot, s := range skip {
+			require.Equal(t, len(servers), s.holders, "caller %d, slot %d: granted on every master, skipped", i, slot)
+		}
+	}
+	assert.Less(t, c.slotsReadsMade.Load()-before, int64(callers), "reads sent for %d attempts at once", callers)
 }
