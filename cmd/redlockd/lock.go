@@ -143,7 +143,8 @@ on stdout (acquire's includes the token) and exit with:
        start (run stopped or starved while the daemon granted it);
        acquire: when it ended before it could be printed (nothing held)
   76   not held: extend/release with a token that does not hold the lock;
-       status of a lock nobody holds
+       status of a lock nobody holds, or with --permits of a semaphore
+       with a permit free ("taken" says how many are taken)
   77   limited: an account limit (quota, rate, max_locks) or the waiter
        cap refused the call (429); retry later (a 429 for too many failed
        authentications exits 64, as the 401s before it)
