@@ -309,7 +309,7 @@ func (m *master) runID() string {
 // marker is a parsed deployment marker:
 //
 //	redlockd <unix ms> [<nonce>]                                                       first written
-//	repaired <unix ms> [<nonce> <until unix ms> <run_id> [ev=<n>] [operator|kept]]     written by a repair
+//	repaired <unix ms> [<nonce> <until unix ms> <run_id> [ev=<n>] [since=<unix ms>] [operator|kept]]     written by a repair
 //
 // All times by the master's own clock. ev= is the master's INFO
 // evicted_keys when the repair wrote the marker: the eviction baseline of
@@ -319,10 +319,21 @@ func (m *master) runID() string {
 // RepairFences' markers on masters it found intact: the repair ended no
 // loss there, so the data written before it (idempotency records, which
 // outlive any lock) is still there (MasterAnswer.KeptSince stays zero).
+// since= is on RepairFences' markers on masters it found intact but that
+// an earlier repair had brought back from a loss (repair.lua will not say
+// "kept" over that): the master has kept its data since that earlier
+// repair, whose time (or its own since=) it carries, and the run ends no
+// loss. Stamping such a marker's own time as the loss's end made every
+// run of repair-fences on a deployment that had ever lost a master's data
+// shut every gated daemon out of the placement registry for a
+// registration's life + the max TTL (a black-box pass: 62–65 s at max_ttl
+// 60 s, a day at the default), and take the records kept there since the
+// earlier repair for lost.
 type marker struct {
 	repaired   bool
 	at         time.Time
 	until      time.Time // zero when absent
+	since      time.Time // zero when absent
 	runID      string
 	evicted    int64 // -1 when absent
 	byOperator bool
@@ -332,6 +343,19 @@ type marker struct {
 // lostBefore reports whether mk says its master lost data before mk.at:
 // a repair marker of a master that was not found intact.
 func (mk marker) lostBefore() bool { return mk.repaired && !mk.kept }
+
+// keptSince is MasterAnswer.KeptSince for mk: zero when mk says its master
+// has kept its data since the deployment began there; otherwise when the
+// last loss ended: its since= when it has one, else its own time.
+func (mk marker) keptSince() time.Time {
+	switch {
+	case !mk.lostBefore():
+		return time.Time{}
+	case !mk.since.IsZero():
+		return mk.since
+	}
+	return mk.at
+}
 
 func parseMarker(v string) (marker, bool) {
 	f := strings.Fields(v)
@@ -349,6 +373,7 @@ func parseMarker(v string) (marker, bool) {
 	// The optional fields after the run_id; a marker with any other is
 	// not read as a repair of this version's (no run_id: never adopted).
 	evicted, byOperator, kept := int64(-1), false, false
+	var since time.Time
 	for _, x := range f[5:] {
 		if n, ok := strings.CutPrefix(x, "ev="); ok {
 			v, err := strconv.ParseInt(n, 10, 64)
@@ -356,6 +381,12 @@ func parseMarker(v string) (marker, bool) {
 				return mk, true
 			}
 			evicted = v
+		} else if n, ok := strings.CutPrefix(x, "since="); ok {
+			v, err := strconv.ParseInt(n, 10, 64)
+			if err != nil || v <= 0 || v > ms {
+				return mk, true
+			}
+			since = time.UnixMilli(v)
 		} else if x == "operator" && !kept {
 			byOperator = true
 		} else if x == "kept" && !byOperator {
@@ -367,7 +398,7 @@ func parseMarker(v string) (marker, bool) {
 	if u, err := strconv.ParseInt(f[3], 10, 64); err == nil {
 		mk.until = time.UnixMilli(u)
 	}
-	mk.runID, mk.evicted, mk.byOperator, mk.kept = f[4], evicted, byOperator, kept
+	mk.runID, mk.evicted, mk.byOperator, mk.kept, mk.since = f[4], evicted, byOperator, kept, since
 	return mk, true
 }
 

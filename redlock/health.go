@@ -151,8 +151,8 @@ func (c *Client) Masters() []MasterStatus {
 		}
 		st.QuarantineLeft = m.quarantineLeft()
 		if exp := m.st.inc.expectedMarker.Load(); exp != nil {
-			if mk, ok := parseMarker(*exp); ok && mk.lostBefore() {
-				st.KeptSince = mk.at
+			if mk, ok := parseMarker(*exp); ok {
+				st.KeptSince = mk.keptSince()
 			}
 		}
 		m.st.mu.Lock()

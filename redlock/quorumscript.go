@@ -140,8 +140,8 @@ func (c *Client) judgeAnswer(r reply) MasterAnswer {
 	// written when the deployment began on it, never by a repair; and a
 	// repair marker "kept" (RepairFences on a master it found intact)
 	// ended no loss.
-	if mk, ok := parseMarker(v.marker); ok && mk.lostBefore() {
-		a.KeptSince = mk.at
+	if mk, ok := parseMarker(v.marker); ok {
+		a.KeptSince = mk.keptSince()
 	}
 	return a
 }

@@ -1329,3 +1329,74 @@ func TestRestoredFromSnapshotMadeDurableAfterItsStart(t *testing.T) {
 	assert.Contains(t, res.Masters[3].Lost, "data older than its restart", "master 3")
 	assert.Contains(t, res.Masters[4].Lost, "data older than its restart", "master 4")
 }
+
+// TestKeptRepairKeepsTheEarlierLossEnd: repair-fences on a deployment
+// whose master 0 lost its data once and was repaired by a Client (a plain
+// repair marker at T0), everything intact since: the run writes master 0
+// a plain marker (never "kept" over a loss) that carries since=T0, so a
+// Client started afterwards knows master 0 kept its data since T0 — the
+// end of the only loss — not since the run (MasterAnswer.KeptSince, which
+// the placement registry's gate and the idempotency records go by); the
+// others stay "kept". Negative control: the marker stamped the run as
+// the loss's end, and every gated daemon took the registrations there for
+// lost, shut out for a registration's life + the max TTL (a black-box
+// pass: every run of repair-fences on a deployment that had once
+// repaired each master, 62–65 s at max_ttl 60 s).
+func TestKeptRepairKeepsTheEarlierLossEnd(t *testing.T) {
+	ctx := context.Background()
+	c, opts := brandNewClient(t, WithHealthInterval(time.Hour), WithMaxTTL(time.Second))
+	round := func() {
+		c.probeAll()
+		c.afterProbes()
+	}
+	rdbs := direct(t)
+	lock, err := c.Acquire(ctx, newKey(t), time.Second)
+	require.NoError(t, err)
+	require.NoError(t, lock.Release(ctx))
+	// Master 0 rolls back (its lease horizon below what a probe read); the
+	// Client repairs it from the others.
+	round()
+	v, err := rdbs[0].Get(ctx, c.opts.horizonKey).Int64()
+	require.NoError(t, err)
+	require.NoError(t, rdbs[0].Set(ctx, c.opts.horizonKey, v-500, 0).Err())
+	round()
+	earlier, ok := parseMarker(rdbs[0].Get(ctx, c.opts.markerKey).Val())
+	require.True(t, ok && earlier.lostBefore(), "the Client repaired master 0")
+	require.Eventually(t, func() bool { round(); return c.Masters()[0].Counting }, 10*time.Second, 10*time.Millisecond)
+	// Counters even, as the health loop makes them: none lags.
+	for _, r := range rdbs {
+		require.NoError(t, r.Set(ctx, c.opts.fenceKey, DefaultRepairMargin, 0).Err())
+	}
+
+	time.Sleep(50 * time.Millisecond) // the run's time differs from T0
+	res, err := RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: c.opts.markerKey, FenceKey: c.opts.fenceKey, MaxTTL: time.Second})
+	require.NoError(t, err)
+	for i, mr := range res.Masters {
+		require.Empty(t, mr.Lost, "repair-fences found master %d intact", i)
+	}
+	mk, ok := parseMarker(rdbs[0].Get(ctx, c.opts.markerKey).Val())
+	require.True(t, ok && mk.repaired && mk.lostBefore(), "never kept over a loss")
+	require.True(t, mk.at.After(earlier.at), "a new marker")
+	assert.Equal(t, earlier.at, mk.since, "since= is the earlier repair's time")
+
+	later := sameDeployment(t, opts...)
+	require.Eventually(t, func() bool { return later.QuorumAvailable() }, 10*time.Second, 10*time.Millisecond)
+	for i, st := range later.Masters() {
+		if i == 0 {
+			assert.Equal(t, earlier.at, st.KeptSince, "master 0 kept its data since the earlier repair")
+		} else {
+			assert.True(t, st.KeptSince.IsZero(), "master %d: %v", i, st.KeptSince)
+		}
+	}
+	// The running Client adopts the run's marker and keeps counting master
+	// 0: the run ended no loss.
+	round()
+	assert.True(t, c.Masters()[0].Counting, "%v", c.Masters()[0])
+
+	// A second run carries the same since=.
+	_, err = RepairFences(ctx, masterOptions(), RepairOptions{MarkerKey: c.opts.markerKey, FenceKey: c.opts.fenceKey, MaxTTL: time.Second})
+	require.NoError(t, err)
+	mk2, ok := parseMarker(rdbs[0].Get(ctx, c.opts.markerKey).Val())
+	require.True(t, ok)
+	assert.Equal(t, earlier.at, mk2.since, "kept from the marker found")
+}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -23,7 +25,8 @@ import (
 // third such restart within max_ttl, with /readyz showing five masters up;
 // without admit this test's last acquire is refused the same way.
 func TestRollingMasterRestartsKeepTheGateOpen(t *testing.T) {
-	base := daemonURL(t, func(c *config.Config) { c.MaxTTL = 600 })
+	var cfg config.Config
+	base := daemonURL(t, func(c *config.Config) { c.MaxTTL = 600; cfg = *c })
 	url := lockURL(base)
 	// master is master i as /readyz shows it: its run_id and whether it
 	// counts.
@@ -77,5 +80,22 @@ func TestRollingMasterRestartsKeepTheGateOpen(t *testing.T) {
 		}, 10*time.Second, 100*time.Millisecond) {
 			t.Fatalf("after restart %d no acquire was granted; the last answer: %s", n+1, last.Msg)
 		}
+	}
+
+	// Then `redlockd repair-fences`, every master intact: masters 0–2 get
+	// plain markers that carry since= (their loss ended at their earlier
+	// repair), the others "kept"; the run ends no loss, and the gate stays
+	// open through the registry rounds after it (40 of them, at the 50 ms
+	// health interval). A black-box pass had every later run of
+	// repair-fences stamp the repaired masters' loss as ending at the run:
+	// the registry took their registrations for lost, and every acquire was
+	// answered 503 for a registration's life + the max TTL.
+	time.Sleep(500 * time.Millisecond) // the health loop evens the fencing counters: none lags
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(context.Background(), []string{"repair-fences", "--config", writeConfig(t, cfg)}, &out, &errOut), errOut.String())
+	require.NotContains(t, out.String(), "lost its data", "every master intact:\n%s", out.String())
+	for n, end := 10, time.Now().Add(2*time.Second); time.Now().Before(end); n++ {
+		code, env := cycle(n)
+		require.Equal(t, http.StatusOK, code, "after repair-fences: %s", env.Msg)
 	}
 }

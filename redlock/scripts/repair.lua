@@ -1,7 +1,7 @@
 -- Bring a master that lost its data back into the deployment: raise its
 -- fencing counter and lease horizon (max-assign), then write the repair
 -- marker "repaired <unix ms> <nonce> <until unix ms> <run_id> ev=<evicted
--- keys>[ operator]", all by this master's own clock. Every Client keeps the master's votes out
+-- keys>[ since=<unix ms>][ operator]", all by this master's own clock. Every Client keeps the master's votes out
 -- until <until>; the run_id ties the marker to this server, so a copy of
 -- another master's data (REPLICAOF) is never taken for a repair. "operator"
 -- marks `redlockd repair-fences`' repairs of masters that lost their data,
@@ -48,12 +48,16 @@ end
 local untl = ms + tonumber(ARGV[4])
 local by = ARGV[6] or ''
 local old = redis.call('GET', KEYS[1])
+local since
 if by == 'kept' and old and string.sub(old, 1, 9) == 'repaired ' and not string.find(' ' .. old .. ' ', ' kept ', 1, true) then
   -- An earlier repair ended a loss here: a repair that finds the master
   -- intact now must not say it kept its data (the records written before
-  -- that loss are gone). A plain repair marker keeps the records out from
-  -- now, the safe side.
+  -- that loss are gone), nor that a loss ended now (registrations and
+  -- records written since that repair are here): since= carries when the
+  -- earlier loss ended (its own since=, or its time), what the marker
+  -- found said (redlock/dataloss.go, marker).
   by = ''
+  since = string.match(old, ' since=(%d+)') or string.match(old, '^repaired (%d+)')
 end
 if old then
   local u = string.match(old, '^repaired %d+ %S+ (%d+)')
@@ -68,6 +72,7 @@ end
 -- baseline, so evictions between this repair and its adoption are seen.
 local ev = string.match(redis.call('INFO', 'stats'), 'evicted_keys:(%d+)') or '0'
 local v = 'repaired ' .. string.format('%d', ms) .. ' ' .. ARGV[3] .. ' ' .. string.format('%d', untl) .. ' ' .. ARGV[5] .. ' ev=' .. ev
+if since then v = v .. ' since=' .. since end
 if by == 'operator' or by == 'kept' then v = v .. ' ' .. by end
 redis.call('SET', KEYS[1], v)
 local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') or ''
