@@ -63,11 +63,6 @@ type Client struct {
 
 	waits    waitQueues
 	attempts atomic.Int64 // acquire attempts (fan-outs), for tests
-	// slotsReads shares one semaphore slots read among the attempts that
-	// need it at once (grantedSlots); slotsReadsMade counts the reads
-	// sent, for tests.
-	slotsReads     singleflight.Group
-	slotsReadsMade atomic.Int64
 	// grantRefusals: acquires refused over a granted lock (granted.go).
 	grantRefusals atomic.Int64
 	// contendedRetries: attempts a one-shot acquire made again after a
@@ -94,6 +89,12 @@ type Client struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 	wg        sync.WaitGroup
+
+	// slotsReads shares one semaphore slots read among the attempts that
+	// need it at once (grantedSlots); slotsReadsMade counts the reads
+	// sent, for tests.
+	slotsReads     singleflight.Group
+	slotsReadsMade atomic.Int64
 }
 
 // New returns a Client over the given masters: independent Redis servers,
