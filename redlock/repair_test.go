@@ -1060,16 +1060,23 @@ func TestKeptRepairEndsALossTheClientSaw(t *testing.T) {
 	}
 }
 
+// handDrivenClient is a Client of a brand-new deployment (max TTL 1 s)
+// whose health loop runs only when the test calls round.
+func handDrivenClient(t *testing.T) (c *Client, opts []Option, round func()) {
+	t.Helper()
+	c, opts = brandNewClient(t, WithHealthInterval(time.Hour), WithMaxTTL(time.Second))
+	return c, opts, func() {
+		c.probeAll()
+		c.afterProbes()
+	}
+}
+
 func keptRepairEndsALoss(t *testing.T, earlier bool) {
 	ctx := context.Background()
 	// The health loop is driven by hand (round): the three rollbacks must
 	// be seen in one probe round, or the Client repairs the first one it
 	// sees itself, from a quorum of the others.
-	c, opts := brandNewClient(t, WithHealthInterval(time.Hour), WithMaxTTL(time.Second))
-	round := func() {
-		c.probeAll()
-		c.afterProbes()
-	}
+	c, opts, round := handDrivenClient(t)
 	rdbs := direct(t)
 	// rollBack takes the lease horizon of masters on back half a second
 	// below its value now, once a probe read that value: an older copy's.
@@ -1344,11 +1351,7 @@ func TestRestoredFromSnapshotMadeDurableAfterItsStart(t *testing.T) {
 // repaired each master, 62–65 s at max_ttl 60 s).
 func TestKeptRepairKeepsTheEarlierLossEnd(t *testing.T) {
 	ctx := context.Background()
-	c, opts := brandNewClient(t, WithHealthInterval(time.Hour), WithMaxTTL(time.Second))
-	round := func() {
-		c.probeAll()
-		c.afterProbes()
-	}
+	c, opts, round := handDrivenClient(t)
 	rdbs := direct(t)
 	lock, err := c.Acquire(ctx, newKey(t), time.Second)
 	require.NoError(t, err)
