@@ -285,10 +285,18 @@ func (c *Client) grantedSlots(ctx context.Context, name string, permits int) []s
 	if permits < 2 || !c.grantedCheck() || ctx.Err() != nil {
 		return make([]slotSkip, permits)
 	}
-	v, _, _ := c.slotsReads.Do(strconv.Itoa(permits)+" "+name, func() (any, error) {
+	// DoChan: an attempt whose context ends first stops waiting for a read
+	// another attempt started (no read: every slot is tried, and the
+	// Acquires see the context's end).
+	ch := c.slotsReads.DoChan(strconv.Itoa(permits)+" "+name, func() (any, error) {
 		return c.readSlots(ctx, name, permits), nil
 	})
-	return v.([]slotSkip)
+	select {
+	case r := <-ch:
+		return r.Val.([]slotSkip)
+	case <-ctx.Done():
+		return make([]slotSkip, permits)
+	}
 }
 
 // readSlots is grantedSlots' read: one slots_read.lua per master. The
