@@ -67,6 +67,16 @@ func (c *Config) validatePreviousGroups(v *validator) {
 		now, was := gs[0].Name, c.PreviousMasterGroups[0].Name
 		v.add("master_groups[0].name", "%q is not the first of previous_master_groups (%q): idempotency records and the accounts' quotas and rates live on the first group, so the first group stays first through a change of groups", now, was)
 	}
+	// The same groups, in the same order, on both sides: a change that
+	// changes nothing. Taken, such a daemon ran as moving, which the layout
+	// gate does not hold (it locks on both layouts), and it granted keys
+	// beside the daemons of a later layout (a black-box pass: 41 overlapping
+	// grants, a fence handed out twice).
+	if slices.EqualFunc(c.Groups(), c.PreviousMasterGroups, func(a, b MasterGroup) bool {
+		return a.Name == b.Name && slices.Equal(a.Masters, b.Masters)
+	}) {
+		v.add("previous_master_groups", "the same groups as master_groups, in the same order: a change of groups changes them; without one, leave previous_master_groups out")
+	}
 	cur := map[string]MasterGroup{}
 	addrs := map[string]string{}
 	for _, g := range c.Groups() {

@@ -96,6 +96,15 @@ previous_master_groups: [{name: default, masters: ` + a + `}]`,
 		"a duplicate previous name names the previous list": {`master_groups: [{name: default, masters: ` + a + `}]
 previous_master_groups: [{name: default, masters: ` + a + `}, {name: default, masters: ` + b + `}]`,
 			`previous_master_groups[1].name: "default" duplicates previous_master_groups[0].name`},
+		// A black-box pass: taken, such a daemon ran as moving, which the
+		// layout gate does not hold, and granted keys beside the daemons
+		// of a later layout.
+		"the same groups on both sides": {`master_groups: [{name: default, masters: ` + a + `}, {name: g1, masters: ` + b + `}]
+previous_master_groups: [{name: default, masters: ` + a + `}, {name: g1, masters: ` + b + `}]`,
+			`previous_master_groups: the same groups as master_groups, in the same order`},
+		"one group, masters on both sides": {`masters: ` + a + `
+previous_master_groups: [{name: default, masters: ` + a + `}]`,
+			`previous_master_groups: the same groups as master_groups`},
 		"an even previous group": {`masters: ` + a + `
 previous_master_groups: [{name: old, masters: ["127.0.0.1:7201", "127.0.0.1:7202"]}]`,
 			`previous_master_groups[0].masters: 2 given, need an odd number ≥ 3`},
