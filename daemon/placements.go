@@ -62,7 +62,7 @@ var fenceJumpScript = redlock.NewQuorumScript(fenceJumpLua)
 // margin a repair uses for the same reason.
 const FenceJump = redlock.DefaultRepairMargin
 
-// JumpFences raises the fencing counters of every client's masters to
+// JumpFences raises the fencing counters of every group's masters to
 // margin above the highest a quorum of each holds now, and returns nil once
 // a quorum of each took it; key routes the calls (any key). The layout
 // gate runs it before the first grant after another stable layout
@@ -77,9 +77,10 @@ const FenceJump = redlock.DefaultRepairMargin
 // last health round, so the fences they issued after it are at most the
 // grants of one health interval above them: margin must exceed that, as
 // for repair-fences (redlock.DefaultRepairMargin). Errors: one matching
-// redlock.ErrQuorumUnavailable when a quorum of some client's masters did
-// not answer.
-func JumpFences(ctx context.Context, clients []*redlock.Client, key string, margin int64) error {
+// redlock.ErrQuorumUnavailable when a quorum of some group's masters did
+// not answer, naming that group ("master group g2: …"; a black-box pass
+// read a message that named only the first group, whose quorum was there).
+func JumpFences(ctx context.Context, groups []redlock.Group, key string, margin int64) error {
 	var highest int64
 	round := func(c *redlock.Client, target string) error {
 		n := 0
@@ -103,15 +104,15 @@ func JumpFences(ctx context.Context, clients []*redlock.Client, key string, marg
 		}
 		return nil
 	}
-	for _, c := range clients {
-		if err := round(c, ""); err != nil {
-			return err
+	for _, g := range groups {
+		if err := round(g.Client, ""); err != nil {
+			return fmt.Errorf("master group %s: %w", g.Name, err)
 		}
 	}
 	target := strconv.FormatInt(highest+margin, 10)
-	for _, c := range clients {
-		if err := round(c, target); err != nil {
-			return err
+	for _, g := range groups {
+		if err := round(g.Client, target); err != nil {
+			return fmt.Errorf("master group %s: %w", g.Name, err)
 		}
 	}
 	return nil

@@ -300,13 +300,9 @@ func registerPlacement(ctx context.Context, cfg config.Config, groups []redlock.
 	gate := daemon.NewPlacementGate(interval, firstGroup, func() time.Duration { return max(maxTTL, first.LongestMaxTTL()) })
 	// Before its first grant after another stable layout locked, every
 	// group's fences go above that layout's (daemon.JumpFences).
-	clients := make([]*redlock.Client, len(groups))
-	for i, g := range groups {
-		clients[i] = g.Client
-	}
 	key := daemon.PlacementKey(cfg.KeyPrefix)
 	gate.SetFenceJump(func(ctx context.Context) error {
-		return daemon.JumpFences(ctx, clients, key, daemon.FenceJump)
+		return daemon.JumpFences(ctx, groups, key, daemon.FenceJump)
 	})
 	go daemon.RunPlacementRegistry(ctx, first, daemon.PlacementKey(cfg.KeyPrefix), layout, "*", interval, time.Now(), gate, seen)
 	return gate.Gate(l)
