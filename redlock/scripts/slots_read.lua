@@ -18,9 +18,8 @@ for i = 1, #KEYS, 2 do
   local pttl, g = -2, 0
   if holder then
     pttl = -1
-    -- f ends in " <holder>": compared in place (no substring made).
     local sp = f and string.find(f, ' ', 1, true)
-    if sp and #f - sp == #holder and string.find(f, holder, sp + 1, true) == sp + 1 then
+    if sp and string.sub(f, sp + 1) == holder then
       g = 1
       pttl = redis.call('PTTL', KEYS[i])
     end
