@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -191,16 +190,6 @@ func TestPlacementAdmit(t *testing.T) {
 // the 503 (its quorum was there) while the new group g2 was paused.
 func TestJumpFencesNamesTheGroupWithoutAQuorum(t *testing.T) {
 	d := newDeployment(t)
-	client := func(addrs []string, opts ...redlock.Option) *redlock.Client {
-		masters := make([]*redis.Options, len(addrs))
-		for i, a := range addrs {
-			masters[i] = &redis.Options{Addr: a}
-		}
-		c, err := redlock.New(masters, append([]redlock.Option{redlock.WithFenceKey(d.prefix + "fence"), redlock.WithMarkerKey(d.prefix + "marker"), redlock.WithPerMasterTimeout(500 * time.Millisecond)}, opts...)...)
-		require.NoError(t, err)
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
 	var up []string
 	for _, s := range d.servers {
 		up = append(up, s.Addr())
@@ -208,7 +197,7 @@ func TestJumpFencesNamesTheGroupWithoutAQuorum(t *testing.T) {
 	// Five addresses nothing listens on (ports below 1024 that no test
 	// binds): every call is refused.
 	down := []string{"127.0.0.1:9", "127.0.0.1:13", "127.0.0.1:17", "127.0.0.1:19", "127.0.0.1:37"}
-	groups := []redlock.Group{{Name: "g0", Client: client(up)}, {Name: "g2", Client: client(down)}}
+	groups := []redlock.Group{{Name: "g0", Client: d.clientOn(t, up)}, {Name: "g2", Client: d.clientOn(t, down)}}
 	err := JumpFences(context.Background(), groups, d.prefix+"jump", 10)
 	require.ErrorIs(t, err, redlock.ErrQuorumUnavailable)
 	assert.Contains(t, err.Error(), "master group g2: ")

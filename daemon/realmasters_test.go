@@ -79,16 +79,27 @@ func newDeployment(t *testing.T) *deployment {
 // tests under -race can meet.
 func (d *deployment) locker(t *testing.T) MasterLocker {
 	t.Helper()
-	masters := make([]*redis.Options, len(d.servers))
+	addrs := make([]string, len(d.servers))
 	for i, s := range d.servers {
-		masters[i] = &redis.Options{Addr: s.Addr()}
+		addrs[i] = s.Addr()
+	}
+	return NewRedlockLocker(d.clientOn(t, addrs))
+}
+
+// clientOn is locker's redlock Client, over the masters at addrs (the
+// deployment's keys; other addresses stand for another group).
+func (d *deployment) clientOn(t *testing.T, addrs []string) *redlock.Client {
+	t.Helper()
+	masters := make([]*redis.Options, len(addrs))
+	for i, a := range addrs {
+		masters[i] = &redis.Options{Addr: a}
 	}
 	c, err := redlock.New(masters,
 		redlock.WithFenceKey(d.prefix+"fence"), redlock.WithMarkerKey(d.prefix+"marker"),
 		redlock.WithPerMasterTimeout(500*time.Millisecond), redlock.WithMaxLockDelay(redlock.MaxLockDelay))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
-	return NewRedlockLocker(c)
+	return c
 }
 
 // server starts a daemon over the deployment (a Server with a redlock
