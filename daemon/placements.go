@@ -58,14 +58,14 @@ var fenceJumpScript = redlock.NewQuorumScript(fenceJumpLua)
 
 // FenceJump is how far a daemon raises its groups' fencing counters above
 // the highest they hold when its layout gate first grants after another
-// stable layout locked (JumpFences): redlock.DefaultRepairMargin, the
+// layout it may not lock beside locked (JumpFences): redlock.DefaultRepairMargin, the
 // margin a repair uses for the same reason.
 const FenceJump = redlock.DefaultRepairMargin
 
 // JumpFences raises the fencing counters of every group's masters to
 // margin above the highest a quorum of each holds now, and returns nil once
 // a quorum of each took it; key routes the calls (any key). The layout
-// gate runs it before the first grant after another stable layout
+// gate runs it before the first grant after a layout it may not lock beside
 // registered (SetFenceJump): that layout's daemons gave moved keys fences
 // from groups this daemon may not have (a new group), synced to its groups
 // only every health interval (redlock.Groups.SyncFences). A black-box pass
@@ -141,17 +141,18 @@ func PlacementLayout(from, groups []string) string {
 
 // PlacementReading is one round of RunPlacementRegistry.
 type PlacementReading struct {
-	// UntilMS is the latest end of the watched layout's registrations
-	// (unix ms by the masters' clocks, 0 when none); OK is false when
-	// fewer than a quorum of trusted masters answered (kept their data
-	// since the daemon started; with a gate, kept it since a repair at
-	// least a registration's life + the max TTL ago, or admitted since
-	// their repair: admit), and UntilMS then says nothing.
-	UntilMS int64
-	OK      bool
-	// Registered: with a gate, this daemon's layout was registered on such
-	// a quorum in this round, no other stable layout seen that may still
-	// hold a lock there (PlacementGate).
+	// UntilMS is the latest end of the registrations of the layouts that
+	// may not lock beside this daemon's (unix ms by the masters' clocks, 0
+	// when none), WatchUntilMS that of the watched layout's; OK is false
+	// when fewer than a quorum of trusted masters answered (kept their
+	// data since a repair at least a registration's life + the max TTL
+	// ago, or admitted since their repair: admit), and both then say
+	// nothing.
+	UntilMS, WatchUntilMS int64
+	OK                    bool
+	// Registered: this daemon's layout was registered on such a quorum in
+	// this round, no layout it may not lock beside seen that may still hold
+	// a lock there (PlacementGate).
 	Registered bool
 	// Sent is when the round was sent (with the monotonic clock reading).
 	Sent time.Time
@@ -168,59 +169,42 @@ type PlacementReading struct {
 }
 
 // RunPlacementRegistry registers layout on c's masters every interval
-// until ctx ends (see the registry above). With watch (another layout's
-// member, or "*" for every stable layout but layout: a daemon on the new
-// groups asks whether daemons on other groups may still be locking) it
-// reads watch's score with each registration and hands the round to seen.
-// With gate (used with watch "*" only; nil: none), a master registers layout only
-// while no other stable layout's registration + gate's block is ahead of
-// its clock, each round goes to gate, and a check of gate can ask for the
-// next round at once (the layout gate, PlacementGate).
-func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, watch string, interval time.Duration, since time.Time, gate *PlacementGate, seen func(PlacementReading)) {
+// until ctx ends (see the registry above), under gate (the layout gate,
+// PlacementGate): a master registers layout only while no layout that may
+// not lock beside it has a registration + gate's block ahead of its clock,
+// each round goes to gate and then to seen (nil: none), and a check of
+// gate can ask for the next round at once. With watch (another layout's
+// member; "" none) each round also reads watch's score: a moving daemon
+// reads its previous groups' (step 2's end, PlacementReading.WatchUntilMS).
+func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, watch string, interval time.Duration, gate *PlacementGate, seen func(PlacementReading)) {
 	alive := placementAlive(interval).Milliseconds()
 	t := time.NewTicker(max(interval, 10*time.Millisecond))
 	defer t.Stop()
-	if watch != "*" {
-		gate = nil
-	}
-	var kick chan struct{}
-	if gate != nil {
-		kick = gate.kick
-	}
-	// admitted: with the gate, each repaired master this daemon admitted,
+	kick := gate.kick
+	// admitted: each repaired master this daemon admitted,
 	// by the repair time it was admitted for (admit).
 	admitted := map[int]time.Time{}
-	// jumpedFor: the other stable layouts' latest registration (unix ms)
-	// the last fence jump was made for (SetFenceJump).
+	// jumpedFor: the latest registration (unix ms) of the layouts that may
+	// not lock beside this one that the last fence jump was made for
+	// (SetFenceJump).
 	var jumpedFor int64
 	for {
 		r := PlacementReading{Sent: time.Now()}
 		trusted, registered := 0, 0
-		args := []any{layout, alive, watch}
-		var forgotten time.Duration
-		if gate != nil {
-			block := gate.block()
-			args = append(args, block.Milliseconds())
-			forgotten = time.Duration(alive)*time.Millisecond + block
-		}
+		block := gate.block()
+		args := []any{layout, alive, block.Milliseconds(), watch}
+		forgotten := time.Duration(alive)*time.Millisecond + block
 		var failures []error
-		// A master repaired since the daemon started may have lost a
-		// registration. With the gate, a repaired master counts once a
-		// registration it may have lost has ended and the max TTL passed
+		// A repaired master may have lost a registration. It counts once
+		// a registration it may have lost has ended and the max TTL passed
 		// since, whenever the daemon started: by then every daemon still
-		// locking has registered there again (the rule without the gate,
-		// repaired before the start, would shut a daemon until it restarts
-		// when a master is repaired while it runs, and count one repaired
-		// just before its start that lost a registration still in force)
-		// — or sooner, once admitted (below).
+		// locking has registered there again (a rule by the daemon's start,
+		// repaired before it, would shut a daemon until it restarts when a
+		// master is repaired while it runs, and count one repaired just
+		// before its start that lost a registration still in force) — or
+		// sooner, once admitted (below).
 		fresh := func(a redlock.MasterAnswer) bool {
-			if a.KeptSince.IsZero() {
-				return false
-			}
-			if forgotten > 0 {
-				return a.MasterTime.Before(a.KeptSince.Add(forgotten)) && !admitted[a.Index].Equal(a.KeptSince)
-			}
-			return !a.KeptSince.Before(since)
+			return !a.KeptSince.IsZero() && a.MasterTime.Before(a.KeptSince.Add(forgotten)) && !admitted[a.Index].Equal(a.KeptSince)
 		}
 		// back: when each answering master counts for the registry, from
 		// now (0: counts now), for PlacementReading.Back.
@@ -233,11 +217,9 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 		})
 		cancel()
 		valid := func(a redlock.MasterAnswer) bool {
-			return a.Err == nil && (a.Code == 1 || a.Code == 0 && len(args) > 3)
+			return a.Err == nil && (a.Code == 1 || a.Code == 0)
 		}
-		if gate != nil {
-			admit(answers, fresh, valid, c.Quorum(), admitted)
-		}
+		admit(answers, fresh, valid, c.Quorum(), admitted)
 		var addrs []redlock.MasterStatus
 		addrOf := func(i int) string { // for the refusals' messages, read once a round at most
 			if addrs == nil {
@@ -254,13 +236,19 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 				failures = append(failures, a.Err)
 			case fresh(a):
 				failures = append(failures, &redlock.MasterError{Index: a.Index, Addr: addrOf(a.Index), Err: fmt.Errorf("%w: repaired at %s: registrations may be lost there", redlock.ErrMasterQuarantined, a.KeptSince.UTC().Format(time.RFC3339))})
-				if forgotten > 0 && valid(a) {
+				if valid(a) {
 					back = append(back, a.KeptSince.Add(forgotten).Sub(a.MasterTime))
 				}
 			case valid(a):
+				watched, err := strconv.ParseFloat(a.Extra, 64)
+				if err != nil {
+					failures = append(failures, &redlock.MasterError{Index: a.Index, Addr: addrOf(a.Index), Err: fmt.Errorf("unexpected placement registry score %q", a.Extra)})
+					continue
+				}
 				back = append(back, 0)
 				trusted++
 				r.UntilMS = max(r.UntilMS, a.Value)
+				r.WatchUntilMS = max(r.WatchUntilMS, int64(watched))
 				if a.Code == 1 {
 					registered++
 				}
@@ -281,9 +269,10 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 				r.Back = max(back[c.Quorum()-1], time.Millisecond)
 			}
 		}
-		if gate != nil && gate.jump != nil && r.Registered && r.UntilMS > jumpedFor {
-			// Another stable layout registered since the last jump (or
-			// before this daemon started): its fences first.
+		if gate.jump != nil && r.Registered && r.UntilMS > jumpedFor {
+			// A layout that may not lock beside this one registered since
+			// the last jump (or before this daemon started): its fences
+			// first.
 			jctx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
 			err := gate.jump(jctx)
 			cancel()
@@ -294,9 +283,7 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 				jumpedFor = r.UntilMS
 			}
 		}
-		if gate != nil {
-			gate.Seen(r)
-		}
+		gate.Seen(r)
 		if seen != nil {
 			seen(r)
 		}
@@ -316,16 +303,21 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 // its end without it, and resumed it: it granted moved keys on the old
 // groups while the daemons on the new groups granted them on the new ones,
 // the same keys to two holders (3 runs of 3), though the new daemons'
-// registrations were there for it to read. So a stable daemon (one layout,
-// no previous_master_groups) grants and extends only under a permit from
-// the registry:
+// registrations were there for it to read. So every daemon grants and
+// extends only under a permit from the registry:
 //
-//   - each round reads, on each master of the first group, the other
-//     stable layouts' scores first, and registers this daemon's layout
-//     there only if none of them + the max TTL is ahead of the master's
-//     clock (placements.lua, ARGV[4]): a master lets one stable layout
-//     lock at a time, the next one max TTL after the last registration
-//     of the one before ended;
+//   - two layouts may lock side by side when they share a list of groups
+//     that both lock every key in: a stable layout locks in its groups, a
+//     moving one in its previous groups and in its current ones, all or
+//     nothing (redlock/moving.go), so the old layout and the moving one
+//     share the old groups, the moving one and the new one the new groups;
+//     two lists of one group are one (placements.lua, shares);
+//   - each round reads, on each master of the first group, the scores of
+//     the layouts that may not lock beside this daemon's first, and
+//     registers this daemon's layout there only if none of them + the max
+//     TTL is ahead of the master's clock (placements.lua, ARGV[3]): a
+//     master lets a layout lock only max TTL after the last registration
+//     of every layout it may not lock beside ended;
 //   - a round registered on a quorum of trusted masters (no repair within
 //     a registration's life + the max TTL: one that lost a registration
 //     counts again once it could no longer matter, or once admitted,
@@ -338,8 +330,9 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 //     after its permit ended (an acquire that waited) is released and
 //     refused; an extend without a permit is refused.
 //
-// Claim: two daemons on different stable layouts that share the first
-// group never both hold a lock on one key granted or extended through them.
+// Claim: two daemons on layouts that may not lock side by side and share
+// the first group never both hold a lock on one key granted or extended
+// through them.
 // Any two rounds that registered did so on quorums of the first group's
 // masters, which share a master M that kept the earlier one's
 // registration (or lost it too long ago to matter); on M the later
@@ -348,9 +341,14 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 // granted and extended under that round only before its send + lease
 // (its monotonic clock), that is at least alive − lease (≥ 1 s) before S
 // by M's clock, and each such lock ends max TTL after it at the latest:
-// before the later round ran, so before any grant under it. Moving
-// daemons (both layouts at once) are not gated: they are compatible with
-// both (redlock/moving.go). Not covered: layouts whose first groups differ
+// before the later round ran, so before any grant under it. The argument is
+// about one pair at a time, so it needs no order among layouts: a moving
+// daemon that outlives its change (paused through it, left running, or
+// started later with the step-1 config) is held off by the later change's
+// daemons as a stale stable one is (a black-box pass resumed a daemon
+// moving g0,g1 > g0,g1,g2 after a second change to g0,g2: ungated, it
+// granted keys those daemons held, fences going back, 4 runs of 4). Not
+// covered: layouts whose first groups differ
 // (the registries are on other masters), a master whose clock runs more
 // than alive − lease off the others', and a loss of the registry on
 // masters that a later daemon counts (the registry's own limits above).
@@ -368,8 +366,8 @@ type PlacementGate struct {
 	// zero: none.
 	permit time.Time
 	// conflict: the last round a quorum answered did not register this
-	// layout (another stable layout may be locking); others is the latest
-	// registration end of the other stable layouts read (unix ms).
+	// layout (a layout it may not lock beside may be locking); others is the latest
+	// registration end of those layouts read (unix ms).
 	conflict bool
 	others   int64
 	// last is the send of the last round; lastOK whether a quorum
@@ -382,13 +380,13 @@ type PlacementGate struct {
 	once     sync.Once
 	read     chan struct{} // closed after the first round
 	// jump raises the fences before the first permit after another
-	// stable layout registered (SetFenceJump); nil: none.
+	// layout it may not lock beside registered (SetFenceJump); nil: none.
 	jump func(context.Context) error
 }
 
 // SetFenceJump makes the registry run jump (JumpFences over the daemon's
 // groups) before a round that registered gives the first permit after
-// another stable layout's registration was seen (any registered within
+// the registration of a layout it may not lock beside was seen (any registered within
 // the last day: the one it is newer than, once per such registration);
 // a round whose jump fails gives no permit. Call it before
 // RunPlacementRegistry starts.
@@ -410,8 +408,8 @@ func (g *PlacementGate) Seen(r PlacementReading) {
 	case r.Registered:
 		g.permit, g.conflict = r.Sent.Add(g.lease), false
 	case r.OK:
-		// A quorum answered and did not register this layout: another
-		// stable layout may be locking.
+		// A quorum answered and did not register this layout: a layout
+		// it may not lock beside may be locking.
 		g.permit, g.conflict = time.Time{}, true
 	}
 	if r.OK {
@@ -425,7 +423,7 @@ func (g *PlacementGate) Seen(r PlacementReading) {
 }
 
 // verdict is the gate's answer from what it knows, when decided: nil to go
-// on (a permit), a refusal (another stable layout may be locking, or the
+// on (a permit), a refusal (a layout it may not lock beside may be locking, or the
 // last round, sent after the permit ended, heard no quorum of the first
 // group: nothing shows that none is); not decided when a round sent after
 // the permit ended is needed.
@@ -487,9 +485,9 @@ func (g *PlacementGate) check(ctx context.Context) error {
 // could not have lost a registration still in force (fresh: repaired
 // within a registration's life + the max TTL, and not yet admitted for
 // that repair): when a quorum of the other masters count (kept their data,
-// or were admitted) and none of them shows another stable layout's
-// registration + the max TTL ahead of its clock (every one registered
-// this round). A black-box pass restarted masters empty one at a time:
+// or were admitted) and none of them shows the registration of a layout
+// the daemon's may not lock beside + the max TTL ahead of its clock (every
+// one registered this round). A black-box pass restarted masters empty one at a time:
 // each was repaired and back on the lock path within seconds, but the
 // registry did not count it for a registration's life + the max TTL (a
 // day by default), so the third restart within that time stopped every
@@ -529,8 +527,8 @@ func admit(answers []redlock.MasterAnswer, fresh, valid func(redlock.MasterAnswe
 }
 
 // PlacementConflictError is a grant or extend refused by the layout gate:
-// another stable layout of master groups registered until OthersUntil
-// (unix ms by the masters' clocks), and a lock it granted may stand until
+// a layout of master groups the daemon's may not lock beside registered
+// until OthersUntil (unix ms by the masters' clocks), and a lock it granted may stand until
 // FreeAt (that + the max TTL); or, with Cause, the registry heard no
 // quorum of the first group's masters since this daemon's permit ended
 // (Cause says which did not count: a *redlock.OutcomeError, in a

@@ -523,3 +523,140 @@ func TestAnOldDaemonOpeningAfterAChangeFencesAbove(t *testing.T) {
 	}, 20*time.Second, 100*time.Millisecond, "the old daemon grants once the new one's registration and the max TTL are over")
 	assert.Greater(t, fence, issued, "the moved key's fence from the old group is above every fence its new group issued")
 }
+
+// TestAMovingDaemonOutlivingItsChangeGrantsNothing: a daemon moving
+// default > default,g1 that outlives its change (here started with the
+// step-1 config after a second change went to default,g2; a black-box
+// pass paused one through it and resumed it) shares no groups with the
+// daemons on default,g2: a key they place in g2 it locks in default only.
+// Ungated, it granted such a key that a daemon on default,g2 held (a
+// second holder; the pass: 20–42 keys, fences going back, 4 runs of 4).
+// The layout gate holds it off as a stale stable daemon is held off, and
+// the other way round a daemon on default,g2 is held off while the moving
+// one may hold locks. A daemon moving default > default,g2 shares default
+// with it and locks beside it.
+func TestAMovingDaemonOutlivingItsChangeGrantsNothing(t *testing.T) {
+	const maxTTL = 3
+	srvs, err := redisproc.StartN(9, redisproc.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = redisproc.StopAll(srvs) })
+	addrs := func(s []*redisproc.Server) []string {
+		var out []string
+		for _, x := range s {
+			out = append(out, x.Addr())
+		}
+		return out
+	}
+	g := func(name string, s []*redisproc.Server) config.MasterGroup {
+		return config.MasterGroup{Name: name, Masters: addrs(s)}
+	}
+	def, g1, g2 := g("default", srvs[:3]), g("g1", srvs[3:6]), g("g2", srvs[6:])
+	common := func(prefix string) func(*config.Config) {
+		return func(c *config.Config) { c.KeyPrefix, c.MaxTTL, c.DefaultTTL, c.Masters = prefix, maxTTL, 2, nil }
+	}
+	onGroups := func(prefix string, previous []config.MasterGroup, groups ...config.MasterGroup) string {
+		return daemonURL(t, common(prefix), func(c *config.Config) { c.MasterGroups, c.PreviousMasterGroups = groups, previous })
+	}
+	// key: an acme key that default,g2 places in g2 and default,g1 in
+	// default: the moving daemon locks it in default only.
+	key := func(prefix string) string {
+		p2, err := redlock.NewPlacement("default", "g2")
+		require.NoError(t, err)
+		p1, err := redlock.NewPlacement("default", "g1")
+		require.NoError(t, err)
+		for i := 0; ; i++ {
+			k := fmt.Sprintf("k%d", i)
+			if rk := lockRedisKey(prefix, "acme", k); p2.Group(rk) == 1 && p1.Group(rk) == 0 {
+				return k
+			}
+		}
+	}
+	acquire := func(base, k string) (int, envelope, http.Header) {
+		t.Helper()
+		return post(t, lockURL(base), keyA, fmt.Sprintf(`{"key":%q,"ttl":%d}`, k, maxTTL))
+	}
+	moving := []config.MasterGroup{def}
+
+	t.Run("started after a later change", func(t *testing.T) {
+		prefix := fmt.Sprintf("chm%d:", prefixSeq.Add(1))
+		k := key(prefix)
+		dLater, stopLater := startDaemon(t, common(prefix), func(c *config.Config) { c.MasterGroups = []config.MasterGroup{def, g2} })
+		code, env, _ := acquire(dLater, k)
+		require.Equal(t, http.StatusOK, code, env.Msg)
+		require.Equal(t, true, env.Data["acquired"], env.Msg)
+		laterFence := int64(env.Data["fence"].(float64))
+
+		dMoving := onGroups(prefix, moving, def, g1)
+		code, env, hdr := acquire(dMoving, k)
+		assert.Equal(t, http.StatusServiceUnavailable, code, "a daemon moving default > default,g1 grants nothing while daemons on default,g2 may hold locks: %v %s", env.Data, env.Msg)
+		assert.NotEqual(t, true, env.Data["acquired"], "a second holder of %s", k)
+		assert.Contains(t, env.Msg, "daemons on other master groups registered until")
+		assert.NotEmpty(t, hdr.Get("Retry-After"))
+		// A few registry rounds later (the moving daemon never
+		// registered), the later daemon still grants.
+		time.Sleep(1500 * time.Millisecond)
+		code, env, _ = acquire(dLater, "stays")
+		require.Equal(t, http.StatusOK, code, env.Msg)
+		assert.Equal(t, true, env.Data["acquired"], env.Msg)
+		code, env, _ = acquire(dMoving, "stays-moving")
+		assert.Equal(t, http.StatusServiceUnavailable, code, "the moving daemon stays shut: %s", env.Msg)
+
+		// Once the later daemon stopped and its registration and the max
+		// TTL ran out, the moving daemon grants the key, with a fence above
+		// every fence g2 issued (daemon.JumpFences; it never reads g2).
+		// g2's counter stands above default's by the grants the later
+		// daemons made after their last fence sync (set here: 1000 more).
+		require.NoError(t, stopLater())
+		ctx := context.Background()
+		counter := prefix + "fence"
+		issued := laterFence
+		for _, addr := range def.Masters {
+			r := redis.NewClient(&redis.Options{Addr: addr})
+			v, _ := r.Get(ctx, counter).Int64()
+			r.Close()
+			issued = max(issued, v)
+		}
+		issued += 1000
+		for _, addr := range g2.Masters {
+			r := redis.NewClient(&redis.Options{Addr: addr})
+			require.NoError(t, r.Set(ctx, counter, issued, 0).Err())
+			r.Close()
+		}
+		var fence int64
+		require.Eventually(t, func() bool {
+			code, env, _ := acquire(dMoving, k)
+			if code != http.StatusOK || env.Data["acquired"] != true {
+				return false
+			}
+			fence = int64(env.Data["fence"].(float64))
+			return true
+		}, 20*time.Second, 100*time.Millisecond, "the moving daemon grants once the later daemon's registration and the max TTL are over")
+		assert.Greater(t, fence, issued, "the key's fence goes on above every fence the later layout issued")
+	})
+
+	t.Run("a later change while it runs", func(t *testing.T) {
+		prefix := fmt.Sprintf("chm%d:", prefixSeq.Add(1))
+		k := key(prefix)
+		dMoving := onGroups(prefix, moving, def, g1)
+		code, env, _ := acquire(dMoving, k)
+		require.Equal(t, http.StatusOK, code, env.Msg)
+		require.Equal(t, true, env.Data["acquired"], env.Msg)
+		// Moving from default too: both lock every key in default.
+		dOtherMove := onGroups(prefix, moving, def, g2)
+		code, env, _ = acquire(dOtherMove, "beside")
+		require.Equal(t, http.StatusOK, code, env.Msg)
+		require.Equal(t, true, env.Data["acquired"], "a daemon moving default > default,g2 shares default with it: %s", env.Msg)
+		code, env, _ = acquire(dOtherMove, k)
+		require.Equal(t, http.StatusOK, code, env.Msg)
+		require.NotEqual(t, true, env.Data["acquired"], "it sees the first moving daemon's lock in default")
+
+		dLater := onGroups(prefix, nil, def, g2)
+		code, env, _ = acquire(dLater, k)
+		assert.Equal(t, http.StatusServiceUnavailable, code, "a daemon on default,g2 grants nothing while the daemon moving to default,g1 may hold locks: %v %s", env.Data, env.Msg)
+		assert.NotEqual(t, true, env.Data["acquired"], "a second holder of %s", k)
+		// The moving daemon keeps granting beside the compatible one.
+		code, env, _ = acquire(dMoving, "stays")
+		require.Equal(t, http.StatusOK, code, env.Msg)
+		assert.Equal(t, true, env.Data["acquired"], env.Msg)
+	})
+}

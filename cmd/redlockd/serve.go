@@ -258,12 +258,14 @@ func movingLocker(ctx context.Context, cfg config.Config, clients map[string]*re
 
 // registerPlacement registers this daemon's layout of master groups in the
 // placement registry on the first group's masters every health interval
-// until ctx ends (daemon/placements.go), and returns l as it serves: a
-// stable daemon's acquires and extends under the layout gate
-// (daemon.PlacementGate); a moving daemon also reads there until when
-// daemons on its previous groups may still be locking, for /readyz and
-// `redlockd groups-change`. groups are the daemon's groups, the first
-// first.
+// until ctx ends (daemon/placements.go), and returns l under the layout
+// gate (daemon.PlacementGate): it grants and extends only while no daemon
+// on a layout that may not lock beside its own may hold a lock — for a
+// stable daemon, any other groups; for a moving one, groups that are
+// neither its previous nor its current ones. A moving daemon also reads
+// there until when daemons on its previous groups may still be locking,
+// for /readyz and `redlockd groups-change`. groups are the daemon's groups,
+// the first first (a moving daemon's previous ones after its current ones).
 func registerPlacement(ctx context.Context, cfg config.Config, groups []redlock.Group, l daemon.MasterLocker) daemon.MasterLocker {
 	first := groups[0].Client
 	names := func(gs []config.MasterGroup) []string {
@@ -279,32 +281,43 @@ func registerPlacement(ctx context.Context, cfg config.Config, groups []redlock.
 	}
 	layout := daemon.PlacementLayout(from, names(cfg.Groups()))
 	interval := time.Duration(cfg.HealthInterval)
+	// watch: a moving daemon's previous groups, whose daemons' end is step
+	// 2's (old_until_ms); a stable daemon reports until when the layouts it
+	// may not lock beside were registered (others_until_ms).
+	watch := ""
+	if from != nil {
+		watch = daemon.PlacementLayout(nil, from)
+	}
 	var seen func(daemon.PlacementReading)
 	if registry, ok := l.(interface{ RegistrySeen(int64, bool) }); ok {
-		seen = func(r daemon.PlacementReading) { registry.RegistrySeen(r.UntilMS, r.OK) }
+		seen = func(r daemon.PlacementReading) {
+			if from != nil {
+				registry.RegistrySeen(r.WatchUntilMS, r.OK)
+			} else {
+				registry.RegistrySeen(r.UntilMS, r.OK)
+			}
+		}
 	}
-	if from != nil {
-		// Moving: the daemons still on the previous groups (step 2's end).
-		// Not gated: a moving daemon locks on both layouts.
-		go daemon.RunPlacementRegistry(ctx, first, daemon.PlacementKey(cfg.KeyPrefix), layout, daemon.PlacementLayout(nil, from), interval, time.Now(), nil, seen)
-		return l
-	}
-	// Stable: daemons on any other groups (step 3 before step 2's end, and
-	// a daemon left on old groups), which the gate keeps from locking at
-	// the same time as this one.
+	// The gate keeps this daemon from locking at the same time as daemons
+	// it shares no groups with: for a stable daemon, daemons on other
+	// groups (step 3 before step 2's end, a daemon left on old groups); for
+	// a moving one, daemons of a later change (a moving daemon that
+	// outlived its change: a black-box pass resumed one after a second
+	// change and it granted keys the later daemons held).
 	maxTTL := time.Duration(cfg.MaxTTL) * time.Second
 	firstGroup := ""
 	if len(cfg.MasterGroups) > 0 {
 		firstGroup = cfg.MasterGroups[0].Name
 	}
 	gate := daemon.NewPlacementGate(interval, firstGroup, func() time.Duration { return max(maxTTL, first.LongestMaxTTL()) })
-	// Before its first grant after another stable layout locked, every
-	// group's fences go above that layout's (daemon.JumpFences).
+	// Before its first grant after such a layout locked, every group's
+	// fences go above that layout's (daemon.JumpFences): a moving daemon's
+	// previous groups too.
 	key := daemon.PlacementKey(cfg.KeyPrefix)
 	gate.SetFenceJump(func(ctx context.Context) error {
 		return daemon.JumpFences(ctx, groups, key, daemon.FenceJump)
 	})
-	go daemon.RunPlacementRegistry(ctx, first, daemon.PlacementKey(cfg.KeyPrefix), layout, "*", interval, time.Now(), gate, seen)
+	go daemon.RunPlacementRegistry(ctx, first, key, layout, watch, interval, gate, seen)
 	return gate.Gate(l)
 }
 
