@@ -51,6 +51,61 @@ var placementRegistryScript string
 
 var placementScript = redlock.NewQuorumScript(placementRegistryScript)
 
+//go:embed scripts/placements_admit.lua
+var placementAdmitLua string
+
+var placementAdmitScript = redlock.NewQuorumScript(placementAdmitLua)
+
+// registryExtra is what a master's answer to placements.lua says after its
+// code and value: the watched layout's score (0: none) and this daemon's
+// layout's admissions there (admit).
+type registryExtra struct {
+	watched    int64
+	admissions []registryAdmission
+}
+
+// registryAdmission is one admission of a repaired master: repaired is
+// the repair's time (MasterAnswer.KeptSince, unix ms), block the max TTL
+// the admitting daemon's round used (ms).
+type registryAdmission struct{ repaired, block int64 }
+
+// recordedAdmission reports whether a's master was admitted for its current
+// repair (a.KeptSince) by a daemon on this daemon's layout whose max TTL
+// was at least block (this daemon before a restart, admit): the admission's
+// claim then holds for this daemon too.
+func recordedAdmission(a redlock.MasterAnswer, block time.Duration) bool {
+	x, _ := parseRegistryExtra(a.Extra)
+	for _, ad := range x.admissions {
+		if ad.repaired == a.KeptSince.UnixMilli() && ad.block >= block.Milliseconds() {
+			return true
+		}
+	}
+	return false
+}
+
+// parseRegistryExtra parses "<watched> [<repaired>:<block> ...]".
+func parseRegistryExtra(s string) (registryExtra, bool) {
+	f := strings.Fields(s)
+	if len(f) == 0 {
+		return registryExtra{}, false
+	}
+	w, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return registryExtra{}, false
+	}
+	x := registryExtra{watched: int64(w)}
+	for _, a := range f[1:] {
+		k, b, ok := strings.Cut(a, ":")
+		rk, err1 := strconv.ParseInt(k, 10, 64)
+		rb, err2 := strconv.ParseInt(b, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return registryExtra{}, false
+		}
+		x.admissions = append(x.admissions, registryAdmission{rk, rb})
+	}
+	return x, true
+}
+
 //go:embed scripts/fence_jump.lua
 var fenceJumpLua string
 
@@ -204,7 +259,10 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 		// before its start that lost a registration still in force) — or
 		// sooner, once admitted (below).
 		fresh := func(a redlock.MasterAnswer) bool {
-			return !a.KeptSince.IsZero() && a.MasterTime.Before(a.KeptSince.Add(forgotten)) && !admitted[a.Index].Equal(a.KeptSince)
+			if a.KeptSince.IsZero() || !a.MasterTime.Before(a.KeptSince.Add(forgotten)) || admitted[a.Index].Equal(a.KeptSince) {
+				return false
+			}
+			return !recordedAdmission(a, block)
 		}
 		// back: when each answering master counts for the registry, from
 		// now (0: counts now), for PlacementReading.Back.
@@ -217,9 +275,22 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 		})
 		cancel()
 		valid := func(a redlock.MasterAnswer) bool {
-			return a.Err == nil && (a.Code == 1 || a.Code == 0)
+			_, ok := parseRegistryExtra(a.Extra)
+			return a.Err == nil && (a.Code == 1 || a.Code == 0) && ok
 		}
-		admit(answers, fresh, valid, c.Quorum(), admitted)
+		for _, a := range admit(answers, fresh, valid, c.Quorum(), admitted) {
+			// Recorded on the master, so that a daemon on this layout
+			// started later (a restart) counts it too instead of waiting
+			// until the repair + a registration's life + the max TTL (a
+			// black-box pass restarted a daemon after three masters were
+			// restarted empty one at a time: 503 for the max TTL while
+			// /readyz said ready). Best effort: without the record a later
+			// daemon admits from its own rounds, or waits.
+			member := fmt.Sprintf("admitted %d %d %s", a.KeptSince.UnixMilli(), block.Milliseconds(), layout)
+			actx, cancel := context.WithTimeout(ctx, max(interval, time.Second))
+			_, _ = c.RunQuorumScriptOn(actx, placementAdmitScript, a.Index, key, []any{member, a.KeptSince.Add(forgotten).UnixMilli()})
+			cancel()
+		}
 		var addrs []redlock.MasterStatus
 		addrOf := func(i int) string { // for the refusals' messages, read once a round at most
 			if addrs == nil {
@@ -240,20 +311,16 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 					back = append(back, a.KeptSince.Add(forgotten).Sub(a.MasterTime))
 				}
 			case valid(a):
-				watched, err := strconv.ParseFloat(a.Extra, 64)
-				if err != nil {
-					failures = append(failures, &redlock.MasterError{Index: a.Index, Addr: addrOf(a.Index), Err: fmt.Errorf("unexpected placement registry score %q", a.Extra)})
-					continue
-				}
+				x, _ := parseRegistryExtra(a.Extra)
 				back = append(back, 0)
 				trusted++
 				r.UntilMS = max(r.UntilMS, a.Value)
-				r.WatchUntilMS = max(r.WatchUntilMS, int64(watched))
+				r.WatchUntilMS = max(r.WatchUntilMS, x.watched)
 				if a.Code == 1 {
 					registered++
 				}
 			default:
-				failures = append(failures, &redlock.MasterError{Index: a.Index, Addr: addrOf(a.Index), Err: fmt.Errorf("unexpected placement registry answer %d", a.Code)})
+				failures = append(failures, &redlock.MasterError{Index: a.Index, Addr: addrOf(a.Index), Err: fmt.Errorf("unexpected placement registry answer %d %q", a.Code, a.Extra)})
 			}
 		}
 		r.OK = trusted >= c.Quorum()
@@ -503,12 +570,27 @@ func (g *PlacementGate) check(ctx context.Context) error {
 // admissions), so S showed R in force (answered 0) and M was not
 // admitted. Registrations written on M after its repair are on M. So the
 // gate's claim (the layout gate, above) holds with admitted masters
-// counted as kept. Admissions are this daemon's own: another daemon, or
-// this one restarted, admits from its own rounds (a daemon started after
-// three or more masters were repaired within the time above waits it out).
-// Not covered, as for the registry as a whole: a registration lost
-// silently (no repair marker).
-func admit(answers []redlock.MasterAnswer, fresh, valid func(redlock.MasterAnswer) bool, quorum int, admitted map[int]time.Time) {
+// counted as kept.
+//
+// Admissions are recorded on the admitted master (placements_admit.lua:
+// the layout, the repair's time and the round's max TTL), and a daemon on
+// the same layout whose max TTL is no longer counts a master admitted for
+// its current repair (fresh, in RunPlacementRegistry): a restarted daemon
+// would otherwise wait the time above out after three or more masters were
+// repaired one at a time (a black-box pass: 503 for the max TTL after a
+// rolling restart of the masters and a restart of the daemon, /readyz
+// ready). Why that is safe: the claim above is about the registrations in
+// force that a daemon on the admitting layout must see — those of layouts
+// it may not lock beside, in force by its max TTL — and they are the same
+// for every daemon on that layout, and fewer for one with a shorter max
+// TTL; a later repair of the master changes its repair time, which no
+// record then matches. A master that loses the record counts as before.
+// A daemon on another layout admits from its own rounds. Not covered, as
+// for the registry as a whole: a registration lost silently (no repair
+// marker), and so a record.
+//
+// admit returns the masters admitted in this round.
+func admit(answers []redlock.MasterAnswer, fresh, valid func(redlock.MasterAnswer) bool, quorum int, admitted map[int]time.Time) (now []redlock.MasterAnswer) {
 	counting, ahead := 0, false
 	for _, a := range answers {
 		if valid(a) && !fresh(a) {
@@ -517,13 +599,15 @@ func admit(answers []redlock.MasterAnswer, fresh, valid func(redlock.MasterAnswe
 		}
 	}
 	if counting < quorum || ahead {
-		return
+		return nil
 	}
 	for _, a := range answers {
 		if valid(a) && fresh(a) {
 			admitted[a.Index] = a.KeptSince
+			now = append(now, a)
 		}
 	}
+	return now
 }
 
 // PlacementConflictError is a grant or extend refused by the layout gate:

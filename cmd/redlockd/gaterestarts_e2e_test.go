@@ -26,7 +26,7 @@ import (
 // without admit this test's last acquire is refused the same way.
 func TestRollingMasterRestartsKeepTheGateOpen(t *testing.T) {
 	var cfg config.Config
-	base := daemonURL(t, func(c *config.Config) { c.MaxTTL = 600; cfg = *c })
+	base, stop := startDaemon(t, func(c *config.Config) { c.MaxTTL = 600; cfg = *c })
 	url := lockURL(base)
 	// master is master i as /readyz shows it: its run_id and whether it
 	// counts.
@@ -97,5 +97,23 @@ func TestRollingMasterRestartsKeepTheGateOpen(t *testing.T) {
 	for n, end := 10, time.Now().Add(2*time.Second); time.Now().Before(end); n++ {
 		code, env := cycle(n)
 		require.Equal(t, http.StatusOK, code, "after repair-fences: %s", env.Msg)
+	}
+
+	// Then the daemon restarts (an upgrade, a reschedule): the new one
+	// counts the masters the old one admitted (their admissions are on
+	// them), not waiting a registration's life + the max TTL after the
+	// last repair. A black-box pass restarted a daemon after such a
+	// rolling restart of the masters: every acquire 503 "placement
+	// registry: … 3 not counted" for the max TTL, /readyz ready.
+	require.NoError(t, stop())
+	base = daemonURL(t, func(c *config.Config) { c.MaxTTL, c.KeyPrefix = 600, cfg.KeyPrefix })
+	url = lockURL(base)
+	var last envelope
+	if !assert.Eventually(t, func() bool {
+		code, env := cycle(100)
+		last = env
+		return code == http.StatusOK
+	}, 10*time.Second, 100*time.Millisecond) {
+		t.Fatalf("the restarted daemon granted nothing; the last answer: %s", last.Msg)
 	}
 }

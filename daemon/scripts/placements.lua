@@ -12,11 +12,14 @@
 -- gate"),
 -- ARGV[4] a layout whose score to read too ('' none: a moving daemon reads
 -- its previous groups', step 2's end).
+-- Members "admitted <K> <b> <layout>" are admissions (placements_admit.lua),
+-- not layouts.
 -- Returns reply(1, the highest score of the layouts that may not lock
--- beside this one or 0, ARGV[4]'s score or 0) having registered,
--- reply(0, that highest, ARGV[4]'s score) when one of them may still hold
--- locks (nothing written), or reply(-2, 0) without writing on a master that
--- lost its data.
+-- beside this one or 0, extra) having registered, reply(0, that highest,
+-- extra) when one of them may still hold locks (nothing written), or
+-- reply(-2, 0) without writing on a master that lost its data; extra is
+-- ARGV[4]'s score or 0, then "<K>:<b>" for each admission of ARGV[1] here,
+-- separated by spaces.
 if not intact then
   return reply(-2, 0)
 end
@@ -60,16 +63,29 @@ end
 -- Read before registering: a daemon that may not lock writes nothing.
 local mine = covers(ARGV[1])
 local best = 0
+local admissions = {}
 local r = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 for i = 1, #r, 2 do
-  local sc = tonumber(r[i + 1])
-  if sc > best and r[i] ~= ARGV[1] and not shares(mine, covers(r[i])) then
-    best = sc
+  local m = r[i]
+  if string.sub(m, 1, 9) == 'admitted ' then
+    local s1 = string.find(m, ' ', 10, true)
+    local s2 = s1 and string.find(m, ' ', s1 + 1, true)
+    if s2 and string.sub(m, s2 + 1) == ARGV[1] then
+      admissions[#admissions + 1] = string.sub(m, 10, s1 - 1) .. ':' .. string.sub(m, s1 + 1, s2 - 1)
+    end
+  else
+    local sc = tonumber(r[i + 1])
+    if sc > best and m ~= ARGV[1] and not shares(mine, covers(m)) then
+      best = sc
+    end
   end
 end
 local watched = '0'
 if ARGV[4] ~= '' then
   watched = redis.call('ZSCORE', KEYS[1], ARGV[4]) or '0'
+end
+if #admissions > 0 then
+  watched = watched .. ' ' .. table.concat(admissions, ' ')
 end
 if best > 0 and best + tonumber(ARGV[3]) > nowms then
   return reply(0, best, watched)
