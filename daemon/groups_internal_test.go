@@ -16,6 +16,8 @@ func TestNotHeldMsgOfAChangeExtend(t *testing.T) {
 	err := fmt.Errorf("group b: %w", &redlock.ChangeExtendError{Group: "b", Err: redlock.ErrNotHeld})
 	assert.Contains(t, notHeldMsg(err), "taken before the change of master groups")
 	assert.Equal(t, msgNotHeld, notHeldMsg(redlock.ErrNotHeld))
+	prev := fmt.Errorf("group a: %w", &redlock.ChangeExtendError{Group: "a", Err: redlock.ErrNotHeld, Previous: true})
+	assert.Contains(t, notHeldMsg(prev), "taken through a daemon on the new master groups cannot be extended through a daemon in the moving phase")
 }
 
 // TestInvalidArgumentOfAGroup: a listing's bad cursor through master

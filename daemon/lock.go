@@ -576,6 +576,9 @@ func notHeldMsg(err error) string {
 		return msgWrongToken
 	}
 	var ce *redlock.ChangeExtendError
+	if errors.As(err, &ce) && ce.Previous {
+		return "lock not held in its previous master group: a lock taken through a daemon on the new master groups cannot be extended through a daemon in the moving phase (extend it through a daemon on the new groups; the new group's copy now ends with the TTL asked); otherwise it expired or was already released"
+	}
 	if errors.As(err, &ce) {
 		return "lock not held in its new master group: a lock taken before the change of master groups cannot be extended during the change and ends with its TTL (acquire it again); otherwise it expired or was already released"
 	}

@@ -279,8 +279,8 @@ func (m *Moving) Extend(ctx context.Context, key, token string, ttl time.Duratio
 	for i, g := range groups {
 		lk, err := g.Client.Extend(ctx, key, token, ttl)
 		if err != nil {
-			if i == 0 && len(groups) == 2 && errors.Is(err, ErrNotHeld) {
-				err = &ChangeExtendError{Group: g.Name, Err: err}
+			if len(groups) == 2 && errors.Is(err, ErrNotHeld) {
+				err = &ChangeExtendError{Group: g.Name, Err: err, Previous: i == 1}
 			}
 			return nil, groupErr(g.Name, err)
 		}
@@ -350,13 +350,22 @@ func (ml *MovingLock) raiseFences(ctx context.Context) error {
 // (ErrNotHeld there): either the lock was taken before the change of
 // master groups (it holds only the old group) and cannot be kept alive
 // into the new placement, and ends with its TTL; or it expired or was
-// released. It matches the new group's error.
+// released. With Previous, the old group refused it after the new group
+// extended it: a lock taken through the new Groups alone (phase new),
+// which a moving locker cannot extend — an old locker that starts max TTL
+// after the new ones stopped would not see the lengthened copy — and whose
+// new group's copy ends with the TTL just given; or it expired or was
+// released. It matches the refusing group's error.
 type ChangeExtendError struct {
-	Group string // the new group
-	Err   error
+	Group    string // the group that refused
+	Err      error
+	Previous bool // Group is the key's previous group
 }
 
 func (e *ChangeExtendError) Error() string {
+	if e.Previous {
+		return fmt.Sprintf("%v (not in its previous group %s: a lock taken on the new master groups alone cannot be extended by a moving locker; extend it through the new groups; or it expired or was released)", e.Err, e.Group)
+	}
 	return fmt.Sprintf("%v (not in its new group %s: a lock taken before the change of master groups cannot be extended during it, and ends with its TTL; or it expired or was released)", e.Err, e.Group)
 }
 

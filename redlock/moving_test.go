@@ -320,6 +320,27 @@ func TestMovingExtendMultiOfAnOldSet(t *testing.T) {
 	assert.LessOrEqual(t, st.Validity, time.Second, "its old copies were not lengthened")
 }
 
+// TestMovingExtendOfANewLock: a moved key locked through the new Groups
+// alone (phase new) is refused by a moving extend, its old group lacking
+// it, and the error says so (Previous) rather than that the lock expired:
+// a black-box pass read "lock not held: it expired or was already
+// released" for locks taken through a daemon on the new groups 5–573 ms
+// earlier and extended through a moving one.
+func TestMovingExtendOfANewLock(t *testing.T) {
+	cg := newChangeGroups(t)
+	ctx := context.Background()
+	key := keysOn(cg.new.Placement(), 1, 1, "test:moving-new")[0] // moves from a to b
+	lk, err := cg.new.Acquire(ctx, key, time.Second)
+	require.NoError(t, err)
+	_, err = cg.moving.Extend(ctx, key, lk.Token(), 2*time.Second)
+	var ce *ChangeExtendError
+	require.ErrorAs(t, err, &ce)
+	require.ErrorIs(t, err, ErrNotHeld)
+	assert.True(t, ce.Previous, "%v", err)
+	assert.Equal(t, "a", ce.Group)
+	assert.Contains(t, err.Error(), "a lock taken on the new master groups alone cannot be extended by a moving locker")
+}
+
 // TestMovingKeyKeepsItsLockDelay: a lock with a lock-delay taken by a
 // moving locker on a key that moves ends without a release; a locker on the
 // new groups is refused for the delay: the moving locker wrote the delay
