@@ -782,3 +782,75 @@ func TestMarkedDownVoteIsReportedDown(t *testing.T) {
 	assert.NotErrorIs(t, me, ErrMasterQuarantined)
 	assert.Empty(t, rdbs[3].Get(ctx, key).Val(), "its vote was cleaned up")
 }
+
+// TestRecordOnEveryMasterHoldingTheLock: a lock L granted with four votes
+// (a stale key held the fifth master) stores its fence record on every
+// master its vote reached, the late voters too, not only on the quorum
+// whose votes came first. Then L's key and record are deleted on two
+// masters (N − quorum), the fifth master is freed, and one master left
+// with L's record is paused: a contender has three votes, and the one
+// master left that answers holds L. Before, the write-back went to the
+// first quorum of voters alone and that master could hold L's key bare: it
+// answered "held" without the record, the paused one did not answer in
+// time, and the contender was granted L while it stood (a black-box pass:
+// two masters' lock keys deleted every 0.3 s under load, two holders in 2
+// of 5 runs). It must see the record there and be refused.
+func TestRecordOnEveryMasterHoldingTheLock(t *testing.T) {
+	f := newLossFixture(t, false)
+	ctx := context.Background()
+	c := f.c
+	_, err := c.Acquire(ctx, "long:"+t.Name(), 300*time.Second) // holds every horizon
+	require.NoError(t, err)
+	key := "L:" + t.Name()
+	require.NoError(t, f.rdbs[4].Set(ctx, key, "stale", time.Minute).Err())
+	first, err := c.Acquire(ctx, key, 30*time.Second, WithRetry(NoRetry()))
+	require.NoError(t, err)
+	record := c.fenceRecordKey(key)
+	var holders, withRecord, bare []int
+	require.Eventually(t, func() bool {
+		holders, withRecord, bare = nil, nil, nil
+		for i := range 4 {
+			if f.rdbs[i].Get(ctx, key).Val() != first.Token() {
+				continue
+			}
+			holders = append(holders, i)
+			if strings.HasSuffix(f.rdbs[i].Get(ctx, record).Val(), " "+first.Token()) {
+				withRecord = append(withRecord, i)
+			} else {
+				bare = append(bare, i)
+			}
+		}
+		return len(holders) == 4 && len(withRecord) >= c.quorum
+	}, 5*time.Second, 10*time.Millisecond, "L's votes on masters 0-3, its record on a quorum of them")
+	assert.Empty(t, bare, "every master L's vote reached holds its record")
+	// paused keeps L's record; left answers, bare when one is; the other
+	// two lose L's key and record.
+	left := holders[3]
+	if len(bare) > 0 {
+		left = bare[0]
+	}
+	paused := -1
+	var lose []int
+	for _, i := range holders {
+		switch {
+		case i == left:
+		case paused < 0 && slices.Contains(withRecord, i):
+			paused = i
+		default:
+			lose = append(lose, i)
+		}
+	}
+	require.Len(t, lose, 2)
+	for _, i := range lose {
+		require.NoError(t, f.rdbs[i].Del(ctx, key, record).Err())
+	}
+	require.NoError(t, f.rdbs[4].Del(ctx, key).Err())
+	c.probeAll() // the clocks read now: the votes count
+	require.NoError(t, f.servers[paused].Pause())
+	t.Cleanup(func() { _ = f.servers[paused].Resume() })
+
+	second, err := c.Acquire(ctx, key, 5*time.Second, WithRetry(NoRetry()))
+	require.True(t, time.Now().Before(first.ValidUntil()), "L is still valid")
+	require.Nil(t, second, "no second holder while L is valid (master %d holds L, %d is paused, %v lost it)", left, paused, lose)
+	require.ErrorIs(t, err, ErrLockHeld, "refused as held: master %d shows L's record", left)
+}

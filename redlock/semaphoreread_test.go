@@ -103,10 +103,11 @@ func TestSemaphoreReadSkipsOnlyUnwinnableGrants(t *testing.T) {
 		}
 	})
 	// Slot 2: granted, but its key lost on three masters, kept on two that
-	// hold its fence record. The write-back goes to the masters whose votes
-	// made the quorum (acquireTally.writeBack), so a late voter holds the
-	// key without a record; which masters those are is up to the
-	// scheduler. Keeping the key on two record-less masters only would be a
+	// hold its fence record. The write-back goes to the masters that voted
+	// or had not answered when the quorum was reached
+	// (acquireTally.startEarlyWriteBack), so a master whose vote failed
+	// first and landed later holds the key without a record; which masters
+	// those are is up to the scheduler. Keeping the key on two record-less masters only would be a
 	// loss of the record on N − quorum + 1 masters, past what the check
 	// claims (granted.go), and the grant would be right to go through.
 	half := PermitKey(name, 2)

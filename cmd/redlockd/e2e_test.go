@@ -483,7 +483,8 @@ func TestQuorumUnavailable(t *testing.T) {
 		}
 	}
 	// The fence before the loss may have lived only on the three lost
-	// masters (late voters get no write-back); the margin covers it.
+	// masters (a master that missed the vote gets no write-back); the
+	// margin covers it.
 	require.GreaterOrEqual(t, target, int64(1_000_000))
 	require.Greater(t, target, before)
 
