@@ -35,7 +35,8 @@ func TestRecordedAdmission(t *testing.T) {
 		{"malformed number", answer("0 1796630554220:6e5", repaired), block, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			assert.Equal(t, c.want, recordedAdmission(c.a, c.block))
+			x, _ := parseRegistryExtra(c.a.Extra)
+			assert.Equal(t, c.want, x.admittedFor(c.a.KeptSince, c.block))
 		})
 	}
 	x, ok := parseRegistryExtra("1796630560000.0 1:2")

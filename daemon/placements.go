@@ -69,14 +69,13 @@ type registryExtra struct {
 // the admitting daemon's round used (ms).
 type registryAdmission struct{ repaired, block int64 }
 
-// recordedAdmission reports whether a's master was admitted for its current
-// repair (a.KeptSince) by a daemon on this daemon's layout whose max TTL
-// was at least block (this daemon before a restart, admit): the admission's
-// claim then holds for this daemon too.
-func recordedAdmission(a redlock.MasterAnswer, block time.Duration) bool {
-	x, _ := parseRegistryExtra(a.Extra)
+// admittedFor reports whether x's master was admitted for its repair at
+// repaired (MasterAnswer.KeptSince) by a daemon on this daemon's layout
+// whose max TTL was at least block (this daemon before a restart, admit):
+// the admission's claim then holds for this daemon too.
+func (x registryExtra) admittedFor(repaired time.Time, block time.Duration) bool {
 	for _, ad := range x.admissions {
-		if ad.repaired == a.KeptSince.UnixMilli() && ad.block >= block.Milliseconds() {
+		if ad.repaired == repaired.UnixMilli() && ad.block >= block.Milliseconds() {
 			return true
 		}
 	}
@@ -239,6 +238,7 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 	// admitted: each repaired master this daemon admitted,
 	// by the repair time it was admitted for (admit).
 	admitted := map[int]time.Time{}
+	extras := map[int]registryExtra{}
 	// jumpedFor: the latest registration (unix ms) of the layouts that may
 	// not lock beside this one that the last fence jump was made for
 	// (SetFenceJump).
@@ -262,7 +262,7 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 			if a.KeptSince.IsZero() || !a.MasterTime.Before(a.KeptSince.Add(forgotten)) || admitted[a.Index].Equal(a.KeptSince) {
 				return false
 			}
-			return !recordedAdmission(a, block)
+			return !extras[a.Index].admittedFor(a.KeptSince, block)
 		}
 		// back: when each answering master counts for the registry, from
 		// now (0: counts now), for PlacementReading.Back.
@@ -274,9 +274,17 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 			return false // every master is heard: the latest registration wins
 		})
 		cancel()
+		// extras: each answer's extra, parsed once, for the answers that
+		// count as the registry's (valid).
+		clear(extras)
+		for _, a := range answers {
+			if x, ok := parseRegistryExtra(a.Extra); ok && a.Err == nil && (a.Code == 1 || a.Code == 0) {
+				extras[a.Index] = x
+			}
+		}
 		valid := func(a redlock.MasterAnswer) bool {
-			_, ok := parseRegistryExtra(a.Extra)
-			return a.Err == nil && (a.Code == 1 || a.Code == 0) && ok
+			_, ok := extras[a.Index]
+			return ok
 		}
 		for _, a := range admit(answers, fresh, valid, c.Quorum(), admitted) {
 			// Recorded on the master, so that a daemon on this layout
@@ -311,11 +319,10 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 					back = append(back, a.KeptSince.Add(forgotten).Sub(a.MasterTime))
 				}
 			case valid(a):
-				x, _ := parseRegistryExtra(a.Extra)
 				back = append(back, 0)
 				trusted++
 				r.UntilMS = max(r.UntilMS, a.Value)
-				r.WatchUntilMS = max(r.WatchUntilMS, x.watched)
+				r.WatchUntilMS = max(r.WatchUntilMS, extras[a.Index].watched)
 				if a.Code == 1 {
 					registered++
 				}

@@ -466,7 +466,7 @@ func (t *acquireTally) startEarlyWriteBack() {
 	t.earlyFence = fence
 	t.earlyVoted = slices.Clone(t.voted)
 	for i := range t.earlyVoted {
-		if t.heardBits&masterBit(i) == 0 && i < 64 && t.maybeHeld[i] {
+		if i < 64 && t.heardBits&masterBit(i) == 0 && t.maybeHeld[i] {
 			t.earlyVoted[i] = true
 		}
 	}

@@ -80,17 +80,17 @@ for i = 1, #r, 2 do
     end
   end
 end
-local watched = '0'
+local extra = '0'
 if ARGV[4] ~= '' then
-  watched = redis.call('ZSCORE', KEYS[1], ARGV[4]) or '0'
+  extra = redis.call('ZSCORE', KEYS[1], ARGV[4]) or '0'
 end
 if #admissions > 0 then
-  watched = watched .. ' ' .. table.concat(admissions, ' ')
+  extra = extra .. ' ' .. table.concat(admissions, ' ')
 end
 if best > 0 and best + tonumber(ARGV[3]) > nowms then
-  return reply(0, best, watched)
+  return reply(0, best, extra)
 end
 redis.call('ZADD', KEYS[1], 'GT', string.format('%d', nowms + alive), ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%d', nowms - 86400000))
 redis.call('PEXPIRE', KEYS[1], 172800000)
-return reply(1, best, watched)
+return reply(1, best, extra)
