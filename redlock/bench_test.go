@@ -56,7 +56,8 @@ func BenchmarkSafetyModes(b *testing.B) {
 // benchCycles runs b.N acquire+release cycles at concurrency conc on a
 // Client with opts, and reports cycles/s and the p50/p99 acquire latency.
 func benchCycles(b *testing.B, conc int, opts ...Option) {
-	c, err := New(masterOptions(), opts...)
+	var batches batchCounter
+	c, err := New(masterOptions(), append(slices.Clone(opts), WithObserver(&batches))...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -67,6 +68,8 @@ func benchCycles(b *testing.B, conc int, opts ...Option) {
 	var failed atomic.Int64
 	cpu0, self0 := readMastersCPU(b), selfCPU()
 	b.ResetTimer()
+	batches.pipelines.Store(0)
+	batches.calls.Store(0)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range conc {
@@ -101,8 +104,26 @@ func benchCycles(b *testing.B, conc int, opts ...Option) {
 		// Grants that wrote their fence back twice (acquire.go writeBack):
 		// one more round trip each.
 		b.ReportMetric(float64(c.FenceRewrites())/float64(b.N), "fence-rewrites/cycle")
+		// Pipelines per cycle summed over the masters, and calls per
+		// pipeline: how well the lanes batch (fewer, larger pipelines cost
+		// the masters and this process fewer syscalls).
+		if p := batches.pipelines.Load(); p > 0 {
+			b.ReportMetric(float64(p)/float64(b.N), "pipelines/cycle")
+			b.ReportMetric(float64(batches.calls.Load())/float64(p), "calls/pipeline")
+		}
 	}
 }
+
+// batchCounter is an Observer that counts pipelined round trips and the
+// commands they carried.
+type batchCounter struct{ pipelines, calls atomic.Int64 }
+
+func (o *batchCounter) ObserveBatch(_ int, size int, _ time.Duration, _ error) {
+	o.pipelines.Add(1)
+	o.calls.Add(int64(size))
+}
+
+func (o *batchCounter) ObserveProbe(int, bool, time.Duration) {}
 
 // mastersCPU is the CPU the five test masters spent, summed: process is
 // INFO cpu used_cpu_user + used_cpu_sys (the scripts, the network I/O and
