@@ -151,6 +151,49 @@ func TestExpiredLeaseTakeOver(t *testing.T) {
 	require.Equal(t, []byte("second"), got.Record.Answer.Body)
 }
 
+// TestTakeOverKeepsTheLongerRetention: a take-over whose retention is
+// shorter than the attempt's it takes over keeps the record as long as
+// that attempt was granted. A black-box pass: attempt 1 (retention 60 s)
+// died, a take-over with retention 2 s died too, and 3.5 s later a Begin
+// answered a blind Started inside attempt 1's retention (and through the
+// gateway the upstream ran a third time without Idempotency-Takeover).
+func TestTakeOverKeepsTheLongerRetention(t *testing.T) {
+	d := newDeployment(t)
+	s := d.store(t)
+	ctx := context.Background()
+	key := newKey(t)
+	first, err := s.Begin(ctx, BeginRequest{Key: key, Fingerprint: fp("x"), Lease: 300 * time.Millisecond, Retention: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, Started, first.Outcome)
+	time.Sleep(time.Until(first.ValidUntil))
+
+	short := BeginRequest{Key: key, Fingerprint: fp("x"), Lease: 500 * time.Millisecond, Retention: time.Second}
+	var second BeginResult
+	require.Eventually(t, func() bool {
+		second, err = s.Begin(ctx, short)
+		require.NoError(t, err)
+		return second.Outcome != InProgress
+	}, 2*time.Second, 20*time.Millisecond)
+	require.Equal(t, ExpiredInProgress, second.Outcome, "%+v", second)
+	for i := range servers {
+		r := redis.NewClient(&redis.Options{Addr: servers[i].Addr()})
+		left, err := r.PTTL(ctx, recordKey(key)).Result()
+		ret := r.HGet(ctx, recordKey(key), "ret").Val()
+		r.Close()
+		require.NoError(t, err)
+		assert.Greater(t, left, 50*time.Minute, "master %d keeps attempt 1's retention", i)
+		assert.Equal(t, "3600000", ret, "master %d: a complete keeps the longer retention too", i)
+	}
+
+	// Past the take-over's own retention, the record still says an
+	// attempt may have done the work.
+	time.Sleep(time.Until(second.ValidUntil) + 1500*time.Millisecond)
+	third, err := s.Begin(ctx, short)
+	require.NoError(t, err)
+	require.Equal(t, ExpiredInProgress, third.Outcome, "%+v", third)
+	require.Equal(t, second.Fence, third.PreviousFence)
+}
+
 // TestAbortLetsARetryStart: after Abort the next Begin starts afresh.
 func TestAbortLetsARetryStart(t *testing.T) {
 	d := newDeployment(t)

@@ -141,16 +141,27 @@ if op == 'begin' then
     end
   end
   local att = math.max(tonumber(ARGV[5]), tonumber(p.att or '0') + 1)
+  -- A take-over never shortens the record (as extend never does): it keeps
+  -- the longest retention an attempt was granted ('ret', counted again
+  -- from a complete) and the copy's time left here, whichever is longer
+  -- than its own. Shortened, a take-over with a short retention ended the
+  -- record inside the earlier attempt's retention, and the next begin was
+  -- a blind Started for work that attempt may have done.
+  local ret = math.max(tonumber(ARGV[8]), tonumber(p.ret or '0'))
+  local left = ret
+  if #f > 0 then
+    left = math.max(left, redis.call('PTTL', KEYS[1]))
+  end
   redis.call('DEL', KEYS[1])
   -- 'prev' keeps the copy replaced (an earlier attempt's IN_PROGRESS), for
   -- an undo: a begin that fails must not erase the evidence of an earlier
   -- attempt that may have done its work.
   redis.call('HSET', KEYS[1], 'fp', ARGV[4], 'st', 'IN_PROGRESS', 'tok', tok, 'fence', ARGV[3],
-    'att', att, 't0', ARGV[6], 'ret', ARGV[8], 'prev', prior)
-  redis.call('PEXPIRE', KEYS[1], ARGV[8])
+    'att', att, 't0', ARGV[6], 'ret', string.format('%d', ret), 'prev', prior)
+  redis.call('PEXPIRE', KEYS[1], left)
   if S ~= '' then
     redis.call('HSET', KEYS[1], 'bud', S)
-    track(S, base, nowms + tonumber(ARGV[8]))
+    track(S, base, nowms + left)
   end
   -- The record's lease is a lock granted with this master's vote or
   -- another's: the horizon bounds it too (redlock/horizon.go).
