@@ -241,7 +241,7 @@ func (c *Client) Idempotent(ctx context.Context, key, fingerprint string, fn fun
 	lease := leaseOf(opts)
 	work, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stop := c.keepAttempt(work, cancel, a, lease)
+	stop := c.keepAttempt(work, func(error) { cancel() }, a, lease)
 	abort := func() error {
 		actx, acancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer acancel()
@@ -276,9 +276,10 @@ func (c *Client) Idempotent(ctx context.Context, key, fingerprint string, fn fun
 
 // keepAttempt extends a's lease by lease at half its length until stop is
 // called or ctx ends (stop waits for the extender to end; calling it
-// again is a no-op); an extension
-// answered ErrNotOwner cancels the work through cancel.
-func (c *Client) keepAttempt(ctx context.Context, cancel context.CancelFunc, a *Attempt, lease time.Duration) (stop func()) {
+// again is a no-op); an extension answered ErrNotOwner (the lease ended
+// or the attempt was taken over) is passed to lost, once, and ends the
+// extending.
+func (c *Client) keepAttempt(ctx context.Context, lost func(error), a *Attempt, lease time.Duration) (stop func()) {
 	done := make(chan struct{})
 	exited := make(chan struct{})
 	go func() {
@@ -293,7 +294,7 @@ func (c *Client) keepAttempt(ctx context.Context, cancel context.CancelFunc, a *
 				return
 			case <-t.C:
 				if err := c.ExtendAttempt(ctx, a, lease); errors.Is(err, ErrNotOwner) {
-					cancel()
+					lost(err)
 					return
 				}
 			}

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -84,6 +85,24 @@ type MiddlewareOptions struct {
 	// error (or a dropped connection) says nothing about what the upstream
 	// did.
 	AbortOn5xx bool
+	// RunPastLostLease keeps next's context alive when the attempt's lease
+	// is lost (an extension answered that the attempt no longer holds it:
+	// the lease ended, with a quorum of masters or the daemon out of reach
+	// for longer than it, or a take-over began). By default (false) that
+	// context is cancelled, so an in-process handler can stop. A proxy sets
+	// it: cancelling the upstream call does not undo what the upstream
+	// does, it only loses the answer, which is then neither stored nor
+	// passed on. Either way the loss is reported (op "lease"), and the
+	// answer is stored only if no take-over began (a Complete after the
+	// lease ends is refused only once another attempt has begun).
+	RunPastLostLease bool
+	// MaxHeldAnswerBytes bounds the answer body held back until the answer
+	// is stored: an answer of next with a status below 500 reaches the
+	// client only after Complete (so a client never has an answer that
+	// its retry would not replay), held in memory up to this many bytes.
+	// A larger body is passed on as it comes, before it is stored
+	// (reported, op "answer-sent-before-store"). Default 32 MiB.
+	MaxHeldAnswerBytes int
 	// OnError is told of every Complete or Abort that failed (op
 	// "complete", "abort", or "panic" for a handler that panicked), with
 	// the client's key (never the token). The answer was then not stored:
@@ -143,6 +162,9 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 	}
 	if o.MaxAnswerBytes <= 0 {
 		o.MaxAnswerBytes = 64 << 10
+	}
+	if o.MaxHeldAnswerBytes <= 0 {
+		o.MaxHeldAnswerBytes = 32 << 20
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Methods are compared as the upstream frameworks do (Django, Flask,
@@ -242,14 +264,19 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 		} else {
 			r2.Header.Del(HeaderIdempotencyTakeover)
 		}
-		rec := &recorder{ResponseWriter: w, max: o.MaxAnswerBytes}
+		rec := &recorder{ResponseWriter: w, max: o.MaxAnswerBytes, holdMax: o.MaxHeldAnswerBytes}
 		// The work does not end with the client's connection: once next
 		// starts, its answer is what a retry must get, so it runs to the
 		// end and is stored even when nobody reads it. It ends early only
-		// when the attempt is taken over.
+		// when the lease is lost, unless RunPastLostLease.
 		work, cancel := context.WithCancel(context.WithoutCancel(r2.Context()))
 		defer cancel()
-		stop := c.keepAttempt(work, cancel, a, leaseOf(opts))
+		stop := c.keepAttempt(work, func(err error) {
+			o.report("lease", a, fmt.Errorf("the attempt's lease was lost (not extended in time, or taken over); %s: %w", map[bool]string{true: "the work goes on, and its answer is stored only if no take-over began", false: "the work's context is cancelled"}[o.RunPastLostLease], err))
+			if !o.RunPastLostLease {
+				cancel()
+			}
+		}, a, leaseOf(opts))
 		ran := false
 		defer func() {
 			stop()
@@ -263,6 +290,12 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 		next.ServeHTTP(rec, r2.WithContext(work))
 		ran = true
 		stop()
+		// Sent once the answer is stored (or could not be): every return
+		// below.
+		defer rec.release()
+		if rec.passedEarly {
+			o.report("answer-sent-before-store", a, fmt.Errorf("the answer's body is above %d bytes (MaxHeldAnswerBytes): it was passed on as it came, before it was stored", rec.holdMax))
+		}
 		ctx, cancel2 := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
 		defer cancel2()
 		if rec.status >= 500 {
@@ -402,16 +435,24 @@ func replay(w http.ResponseWriter, a *Answer) {
 	_, _ = w.Write(a.Body)
 }
 
-// recorder passes a response through and keeps its status, the replayed
-// headers and up to max bytes of body.
+// recorder keeps a response's status, the replayed headers and up to max
+// bytes of body, and holds an answer below 500 back from the client until
+// release (up to holdMax bytes of body; a larger one is passed on as it
+// comes). An answer of 500 or more is never stored: it is passed through.
 type recorder struct {
 	http.ResponseWriter
-	status    int
-	max       int
-	body      bytes.Buffer
-	overflow  bool
-	headers   map[string]string
-	wroteHead bool
+	status  int
+	max     int
+	body    bytes.Buffer
+	holdMax int
+	holding bool         // the answer is held back until release
+	held    bytes.Buffer // the body held back
+	// passedEarly: the body went past holdMax, and the answer was passed
+	// on before it was stored.
+	passedEarly bool
+	overflow    bool
+	headers     map[string]string
+	wroteHead   bool
 	// headerBytes is the replayed headers' names and values, counted
 	// against max as the daemon counts them (Answer.Size).
 	headerBytes int
@@ -421,6 +462,12 @@ type recorder struct {
 
 func (r *recorder) WriteHeader(code int) {
 	if r.wroteHead {
+		return
+	}
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		// An informational answer (103 Early Hints, which a proxy passes
+		// on) comes before the final one: passed on, not the answer.
+		r.ResponseWriter.WriteHeader(code)
 		return
 	}
 	r.wroteHead, r.status = true, code
@@ -439,6 +486,10 @@ func (r *recorder) WriteHeader(code int) {
 			r.headerBytes += len(k) + len(v)
 		}
 	}
+	if code < http.StatusInternalServerError {
+		r.holding = true
+		return
+	}
 	r.ResponseWriter.WriteHeader(code)
 }
 
@@ -455,14 +506,48 @@ func (r *recorder) Write(b []byte) (int, error) {
 			r.body.Write(b)
 		}
 	}
-	if !r.clientGone {
-		if _, err := r.ResponseWriter.Write(b); err != nil {
-			// The client went away: the answer is still recorded to the
-			// end and stored, for the retry.
-			r.clientGone = true
+	if r.holding {
+		if r.held.Len()+len(b) <= r.holdMax {
+			r.held.Write(b)
+			return len(b), nil
 		}
+		// Too large to hold: passed on from here, before it is stored.
+		r.passedEarly = true
+		r.release()
 	}
+	r.pass(b)
 	return len(b), nil
+}
+
+// pass writes b to the client, unless it went away: the answer is still
+// recorded to the end and stored, for the retry.
+func (r *recorder) pass(b []byte) {
+	if r.clientGone {
+		return
+	}
+	if _, err := r.ResponseWriter.Write(b); err != nil {
+		r.clientGone = true
+	}
+}
+
+// release sends the answer held back: its status, headers and body.
+func (r *recorder) release() {
+	if !r.holding {
+		return
+	}
+	r.holding = false
+	r.ResponseWriter.WriteHeader(r.status)
+	r.pass(r.held.Bytes())
+	r.held = bytes.Buffer{}
+}
+
+// Flush passes a flush on only once nothing is held back: a proxy's
+// flush (httputil.ReverseProxy flushes streamed answers) would otherwise
+// send the answer before it is stored.
+func (r *recorder) Flush() {
+	if !r.holding {
+		_ = http.NewResponseController(r.ResponseWriter).Flush()
+	}
 }
 
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }

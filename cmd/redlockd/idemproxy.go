@@ -169,11 +169,20 @@ func newIdemProxy(s idemProxySettings, c *client.Client) http.Handler {
 			return false
 		},
 		Options: []client.IdemOption{client.WithLease(s.lease)},
+		// Cancelling the upstream call when the lease is lost would not
+		// undo the upstream's work, only lose its answer (an empty 502,
+		// then a take-over): the call goes on, and its answer is stored
+		// if no take-over began, and passed on either way.
+		RunPastLostLease: true,
 		// An upstream 5xx, or the proxy's own 502, says nothing about
 		// what the upstream did: never a blind re-run (AbortOn5xx false).
 		OnError: func(op, key string, err error) {
 			if op == "complete-without-body" {
 				log.Printf("idempotency-proxy: the answer of key %q is above the daemon's answer limit: stored without its body, so its replays carry Idempotent-Body-Omitted: %v", key, err)
+				return
+			}
+			if op == "lease" {
+				log.Printf("idempotency-proxy: key %q: %v", key, err)
 				return
 			}
 			if op == "begin" {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockd/redlockd/client"
@@ -550,4 +552,99 @@ func TestIdempotencyProxyNamesItsOwnFailures(t *testing.T) {
 	require.Len(t, reported, 26)
 	require.Equal(t, "begin k3", reported[0])
 	require.Equal(t, "begin k1", reported[25])
+}
+
+// slowedDaemon is a front of the daemon at base that holds every lock
+// request whose body holds action for delay before passing it on.
+func slowedDaemon(t *testing.T, base, action string, delay time.Duration) *httptest.Server {
+	t.Helper()
+	target, err := url.Parse(base)
+	require.NoError(t, err)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if bytes.Contains(b, []byte(`"action":"`+action+`"`)) {
+			time.Sleep(delay)
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		r.ContentLength = int64(len(b))
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	return front
+}
+
+// TestIdempotencyProxyStoresBeforeItAnswers: the client gets the answer
+// only once it is stored, whatever its size. A black-box pass: an answer
+// above about 4 KB (net/http's buffer) reached the client before its
+// store; with the gateway killed then, the record stayed IN_PROGRESS and
+// the retry ran the upstream again, whose answer replays from then on,
+// not the one the client had.
+func TestIdempotencyProxyStoresBeforeItAnswers(t *testing.T) {
+	base := daemonURL(t)
+	front := slowedDaemon(t, base, "idem_complete", time.Second)
+	for _, size := range []int{10, 100 << 10} {
+		body := strings.Repeat("a", size)
+		upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, body)
+		}))
+		u, err := url.Parse(upstream.URL)
+		require.NoError(t, err)
+		c, err := client.New(front.URL, keyA)
+		require.NoError(t, err)
+		gw := httptest.NewServer(newIdemProxy(idemProxySettings{upstream: u, lease: 30 * time.Second, retention: time.Hour}, c))
+		key := fmt.Sprintf("store-first-%d-%d", size, time.Now().UnixNano())
+		req, err := http.NewRequest(http.MethodPost, gw.URL+"/orders", strings.NewReader("x"))
+		require.NoError(t, err)
+		req.Header.Set(client.HeaderIdempotencyKey, key)
+		resp, err := gw.Client().Do(req)
+		require.NoError(t, err)
+		// The answer's head has arrived: the record is stored by now.
+		_, env, _ := post(t, lockURL(base), keyA, `{"action":"idem_get","key":"`+key+`"}`)
+		assert.Equal(t, "COMPLETED", env.Data["state"], "%d-byte answer: the record when the client got it", size)
+		got, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusCreated, resp.StatusCode)
+		require.Len(t, got, size)
+		gw.Close()
+		upstream.Close()
+	}
+}
+
+// TestIdempotencyProxyKeepsTheUpstreamCallPastALostLease: the upstream
+// call goes on when the attempt's lease is lost (its extends reach the
+// daemon only after it ended), and its answer is passed on and stored. A
+// black-box pass: the gateway cancelled the call and answered an empty 502
+// the moment the lease was lost, and the retry ran the upstream again.
+func TestIdempotencyProxyKeepsTheUpstreamCallPastALostLease(t *testing.T) {
+	base := daemonURL(t)
+	front := slowedDaemon(t, base, "idem_extend", 1500*time.Millisecond)
+	var seen atomic.Int32
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Add(1)
+		time.Sleep(3 * time.Second)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "done")
+	}))
+	defer upstream.Close()
+	u, err := url.Parse(upstream.URL)
+	require.NoError(t, err)
+	c, err := client.New(front.URL, keyA)
+	require.NoError(t, err)
+	gw := httptest.NewServer(newIdemProxy(idemProxySettings{upstream: u, lease: time.Second, retention: time.Hour}, c))
+	defer gw.Close()
+	key := fmt.Sprintf("lost-lease-%d", time.Now().UnixNano())
+	resp, body := postUntilDecided(t, gw, "/orders", key, "x")
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
+	require.Equal(t, "done", string(body))
+	again, body := postUntilDecided(t, gw, "/orders", key, "x")
+	require.Equal(t, http.StatusCreated, again.StatusCode, "%s", body)
+	require.Equal(t, "true", again.Header.Get(client.HeaderIdempotentReplayed))
+	require.EqualValues(t, 1, seen.Load(), "the upstream ran once")
 }
