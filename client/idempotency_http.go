@@ -104,7 +104,10 @@ type MiddlewareOptions struct {
 	// (reported, op "answer-sent-before-store"). Default 32 MiB.
 	MaxHeldAnswerBytes int
 	// OnError is told of every Complete or Abort that failed (op
-	// "complete", "abort", or "panic" for a handler that panicked), with
+	// "complete", "abort", "panic" for a handler that panicked, or
+	// "answer-cut-off" for one that ended its answer with
+	// http.ErrAbortHandler, as httputil.ReverseProxy does when the
+	// upstream's answer breaks off), with
 	// the client's key (never the token). The answer was then not stored:
 	// the attempt stays IN_PROGRESS until its lease ends and a retry is a
 	// take-over; except op "complete-without-body": the answer was too
@@ -283,8 +286,17 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 			if !ran {
 				// next panicked: it may have done its work, so the
 				// attempt is left IN_PROGRESS (never aborted): a retry
-				// after the lease is a take-over.
-				o.report("panic", a, errors.New("the handler panicked; the attempt is left to its lease"))
+				// after the lease is a take-over. The panic goes on (to
+				// net/http, which drops the connection).
+				v := recover()
+				if v == http.ErrAbortHandler {
+					// How httputil.ReverseProxy ends an answer it could not
+					// copy to the end (the upstream cut it off): not a bug.
+					o.report("answer-cut-off", a, errors.New("the answer was cut off before its end (the upstream's connection broke); it is not stored, and the attempt is left to its lease"))
+				} else {
+					o.report("panic", a, fmt.Errorf("the handler panicked (%v); the attempt is left to its lease", v))
+				}
+				panic(v)
 			}
 		}()
 		next.ServeHTTP(rec, r2.WithContext(work))

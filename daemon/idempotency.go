@@ -116,7 +116,12 @@ func idemActionOf(body []byte) (idemAction, bool) {
 	var head struct {
 		Action string `json:"action"`
 	}
-	if err := json.Unmarshal(body, &head); err != nil {
+	// The first JSON value only: data after it is refused by the action's
+	// own parser, which names it (parseIdemRequest), instead of sending
+	// the body to the lock requests' parser, which named a field of the
+	// action as unknown (a black-box pass: `{"action":"idem_begin",…,"body":"x"} {}`
+	// answered `unknown field "body"`).
+	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&head); err != nil {
 		if !isDepthErr(err) {
 			return 0, false
 		}
@@ -326,8 +331,8 @@ func parseIdemRequest(body []byte, a idemAction, lim *lockBounds, st *idempotenc
 		// "request body", not "body": body is one of the fields.
 		return idemRequest{}, bad("request body: %s; the fields of %s are action, key, namespace%s", jsonErr(err), a, prefixEach(", ", idemFields[a]))
 	}
-	if dec.More() {
-		return idemRequest{}, bad("request body: unexpected data after the JSON object")
+	if after := bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n"); len(after) > 0 {
+		return idemRequest{}, bad("request body: unexpected data after the JSON object at byte %d", len(body)-len(after))
 	}
 	req := idemRequest{action: a, retryable: true}
 	if berr := b.onlyFieldsOf(a); berr != nil {
@@ -570,8 +575,11 @@ func answerOf(in *idemAnswerIn) (*idempotency.Answer, *badRequest) {
 	}
 	names := make(map[string]string, len(in.Headers))
 	for k, v := range in.Headers {
-		if k == "" || strings.ContainsAny(k, " :\r\n\t") || strings.ContainsAny(v, "\r\n") {
-			return nil, bad("answer.headers: %s is not a valid header name and value", quoteShort(k))
+		if k == "" || strings.ContainsAny(k, " :\r\n\t") {
+			return nil, bad("answer.headers: %s is not a valid header name (empty, or with a space, colon, tab, CR or LF)", quoteShort(k))
+		}
+		if strings.ContainsAny(v, "\r\n") {
+			return nil, bad("answer.headers: the value of %s holds a CR or LF, which no header value may", quoteShort(k))
 		}
 		// Header names are case-insensitive: two spellings of one name
 		// would replay as one, and which value is unknowable.

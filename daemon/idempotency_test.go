@@ -266,6 +266,10 @@ func TestIdemBadInput(t *testing.T) {
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":"x"}`, 400, `field "answer" must be an object, got a string`},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"headers":[]}}`, 400, `field "answer.headers" must be an object, got an array`},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"headers":{"x-id":"1","X-Id":"2"}}}`, 400, `answer.headers: "X-Id" and "x-id" name the same header (names are case-insensitive); send it once`},
+		// Which part is wrong is named (a black-box pass got "not a valid
+		// header name and value" for a value with a CR LF).
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"headers":{"X-A":"1\r\nX-B: 2"}}}`, 400, `answer.headers: the value of "X-A" holds a CR or LF`},
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"headers":{"X A":"1"}}}`, 400, `answer.headers: "X A" is not a valid header name`},
 		// Read as a strict reader reads them (a black-box pass: "Key" set
 		// the key, and of two "key" members the second named the record).
 		{`{"action":"idem_begin","key":"k","body":"x","Key":"other"}`, 400, `body: unknown field "Key": names are case-sensitive ("Key" is not "key")`},
@@ -284,6 +288,11 @@ func TestIdemBadInput(t *testing.T) {
 		{`{"action":"idem_abort","key":"k","token":"` + tok + `","answer":{"status":500}}`, 400, "answer: only with retryable false"},
 		{`{"action":"idem_begin","key":"k","body":"x","token":"` + tok + `"}`, 400, "token: not a field of idem_begin, which reads action, key, namespace, fingerprint, body, body_base64, lease, retention"},
 		{`{"action":"idem_get","key":"k","lease":30}`, 400, "lease: not a field of idem_get, which reads action, key, namespace"},
+		// Data after the object is named as such for every action, not as
+		// a lock request's unknown field.
+		{`{"action":"idem_begin","key":"t1","body":"x"} {}`, 400, "unexpected data after the JSON object at byte"},
+		{`{"action":"idem_extend","key":"t1","token":"` + tok + `","lease":5}{}`, 400, "unexpected data after the JSON object at byte"},
+		{`{"action":"idem_complete","key":"t1","token":"` + tok + `","answer":{"status":200}} x`, 400, "unexpected data after the JSON object at byte"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","lease":30,"answer":{"status":200}}`, 400, "lease: not a field of idem_complete"},
 		{`{"action":"idem_extend","key":"k","token":"` + tok + `","retryable":false}`, 400, "retryable: not a field of idem_extend"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"body":"` + strings.Repeat("x", 1001) + `"}}`, 413, "1001 bytes (body and headers) is above the limit of 1000 bytes"},

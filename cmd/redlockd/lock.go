@@ -454,6 +454,10 @@ func (f *lockFlags) check(sub string, nargs int) error {
 		return fmt.Errorf("--ttl: %v must be a whole number of seconds, at least 1s", f.ttl)
 	case f.wait < 0:
 		return fmt.Errorf("--wait: %v is negative", f.wait)
+	case f.wait%time.Millisecond != 0:
+		// wait_ms counts whole milliseconds: 999us would be sent as no
+		// wait at all, 1500us as 1ms.
+		return fmt.Errorf("--wait: %v must be whole milliseconds, e.g. 30s or 1500ms", f.wait)
 	case f.grace < 0:
 		return fmt.Errorf("--grace: %v is negative", f.grace)
 	case f.lockDelay < 0 || f.lockDelay > time.Minute || f.lockDelay%time.Millisecond != 0:

@@ -58,6 +58,9 @@ func TestLockErrorsNameTheProgramOnce(t *testing.T) {
 		{base, []string{"extend", "--key", "job:errs:free", "--token", token}, 76, "redlockd: lock extend: lock not held"},
 		// usage
 		{base, []string{"acquire", "--key", "k", "--ttl", "1500ms"}, 64, "redlockd: lock acquire: --ttl: 1.5s must be a whole number of seconds"},
+		// wait_ms counts whole milliseconds: 999us was sent as no wait.
+		{base, []string{"acquire", "--key", "k", "--wait", "999us"}, 64, "redlockd: lock acquire: --wait: 999µs must be whole milliseconds"},
+		{base, []string{"run", "--key", "k", "--ttl", "5s", "--wait", "1500us", "--", "true"}, 64, "redlockd: lock run: --wait: 1.5ms must be whole milliseconds"},
 	} {
 		code, _, errOut := runLock(t, tc.base, tc.args...)
 		assert.Equal(t, tc.code, code, "%v: %s", tc.args, errOut)

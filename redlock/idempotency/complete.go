@@ -46,7 +46,7 @@ func (s *Store) Complete(ctx context.Context, key, token string, answer *Answer)
 	}
 	if c := cp.completed; c != nil && c.token == token {
 		if again, err := s.encodeAnswer(c.Answer); err != nil || again != text {
-			return fmt.Errorf("%w: the first answer is kept", ErrAlreadyCompleted)
+			return ErrAlreadyCompleted // its text says the first answer is kept
 		}
 	}
 	// Round one: where the token's copy is. Round two, only when too few
