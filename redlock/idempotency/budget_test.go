@@ -2,12 +2,15 @@ package idempotency
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/redlockd/redlockd/redlock"
 )
 
 // budgetTotals reads each master's count of a budget's bytes.
@@ -95,7 +98,12 @@ func TestBudgetBoundsAnAccountsRecords(t *testing.T) {
 	require.Eventually(t, func() bool {
 		res, err := begin(fourth, capped, time.Hour)
 		if err != nil {
-			require.ErrorIs(t, err, ErrBudgetFull)
+			if !errors.Is(err, ErrBudgetFull) {
+				// Only a master that did not count this round (a race
+				// build on a loaded machine quarantined three whose clock
+				// reading was not precise enough) is waited out.
+				require.ErrorIs(t, err, redlock.ErrQuorumUnavailable)
+			}
 			return false
 		}
 		require.Equal(t, Started, res.Outcome)
