@@ -154,14 +154,14 @@ func (c *Client) startListing(prefix string) (listCursor, error) {
 	cur := listCursor{prefix: prefixSum(prefix)}
 	res := OutcomeError{Op: "list", Quorum: c.quorum, Masters: len(c.masters)}
 	for i, m := range c.masters {
-		switch {
-		case len(cur.masters) == c.quorum:
-		case m.counts():
+		if len(cur.masters) == c.quorum {
+			break
+		}
+		// One reading of its state: counted, or why not.
+		if err := m.notCounting(); err != nil {
+			res.Failures = append(res.Failures, &MasterError{Index: i, Addr: m.addr, Err: err})
+		} else {
 			cur.masters = append(cur.masters, i)
-		case !m.up.Load():
-			res.Failures = append(res.Failures, &MasterError{Index: i, Addr: m.addr, Err: ErrMasterDown})
-		default:
-			res.Failures = append(res.Failures, &MasterError{Index: i, Addr: m.addr, Err: ErrMasterQuarantined})
 		}
 	}
 	if len(cur.masters) < c.quorum {
@@ -272,8 +272,10 @@ func (c *Client) scanStep(ctx context.Context, idx int, scan uint64, prefix stri
 		}
 		return 0, nil, &res
 	}
-	if !m.counts() {
-		return fail(&MasterError{Index: idx, Addr: m.addr, Err: ErrMasterQuarantined})
+	if err := m.notCounting(); err != nil {
+		// ErrMasterDown for a master marked down (a black-box pass read
+		// "quarantined" for a paused one), ErrMasterQuarantined otherwise.
+		return fail(&MasterError{Index: idx, Addr: m.addr, Err: err})
 	}
 	marker := c.opts.markerKey
 	only := make([]bool, len(c.masters))

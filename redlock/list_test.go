@@ -208,6 +208,12 @@ func TestListMasterDown(t *testing.T) {
 		withMasters(t, "kill", 0) // the first scanned master
 		_, err = c.List(context.Background(), base, p.Cursor, 10)
 		require.ErrorIs(t, err, ErrQuorumUnavailable)
+		// Once it is marked down, the error says so, not "quarantined"
+		// (which says a master answered and was not counted).
+		require.Eventually(t, func() bool { return c.Masters()[0].State == MasterDown }, 10*time.Second, 20*time.Millisecond)
+		_, err = c.List(context.Background(), base, p.Cursor, 10)
+		require.ErrorIs(t, err, ErrMasterDown)
+		require.NotErrorIs(t, err, ErrMasterQuarantined)
 	})
 }
 
