@@ -124,7 +124,7 @@ func (c *Client) markerRule(m *master, n markerCensus) bool {
 		return m.firstSeenWithMarker(n.withHorizon)
 	case n.withMarker > 0 && n.allNew && n.withMarker < c.quorum:
 		// The markers are being written.
-		m.waiting(fmt.Sprintf("a new deployment is being created by another client (%d of %d masters have its marker); counts once it has written them all, or %v after the first", n.withMarker, len(c.masters), newDeploymentWindow))
+		m.waiting(fmt.Sprintf("a new deployment is being created by another client (%d of %d masters have its marker); counts once it has written them all; if they are still fewer than a quorum %v after the first, a majority is taken to have lost its data (repairing: redlockd repair-fences)", n.withMarker, len(c.masters), newDeploymentWindow))
 		return false
 	case n.withMarker > 0 && n.allNew && !m.creationOver():
 		// A quorum has fresh markers: another Client is writing them,
