@@ -460,8 +460,23 @@ func (c *Client) requestTimeout(r *request) time.Duration {
 	return c.timeout
 }
 
+// transportErr is a transport failure of a request sent on a context
+// derived from caller's: err itself while caller ended (its error then
+// matches), else err's text without its chain, so that the client's own
+// contexts (the request timeout, a stopped wait's abandon) do not make
+// the error match context.Canceled or context.DeadlineExceeded for a
+// caller whose context is live (a black-box pass: a stopped wait matched
+// context.Canceled with ctx.Err() nil).
+func transportErr(caller context.Context, err error) error {
+	if caller.Err() == nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		return errors.New(err.Error())
+	}
+	return err
+}
+
 // once sends one attempt of r.
 func (c *Client) once(ctx context.Context, r *request, body []byte) (*answer, error) {
+	caller := ctx
 	if d := c.requestTimeout(r); d > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, d)
@@ -491,22 +506,22 @@ func (c *Client) once(ctx context.Context, r *request, body []byte) (*answer, er
 	sentAt := time.Now()
 	resp, err := c.hc.Do(hr)
 	if err != nil {
-		e := &Error{Kind: ErrUnavailable, Action: r.action, Msg: err.Error(), Err: err}
+		e := &Error{Kind: ErrUnavailable, Action: r.action, Msg: err.Error(), Err: transportErr(caller, err)}
 		if waitStops && r.stopped() {
 			e.Msg = fmt.Sprintf("stopped waiting; the daemon did not answer within %v of the stop (a lock it granted in that moment is released by it once it runs again, or ends with its TTL): %v", StopAnswerTimeout, err)
 			return nil, e
 		}
-		if ctx.Err() != nil {
-			return nil, withCtxErr(e, ctx)
+		if caller.Err() != nil {
+			return nil, withCtxErr(e, caller)
 		}
 		return nil, e
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		e := &Error{Kind: ErrUnavailable, Action: r.action, Status: resp.StatusCode, Msg: "reading the answer: " + err.Error(), Err: err}
-		if ctx.Err() != nil {
-			return nil, withCtxErr(e, ctx)
+		e := &Error{Kind: ErrUnavailable, Action: r.action, Status: resp.StatusCode, Msg: "reading the answer: " + err.Error(), Err: transportErr(caller, err)}
+		if caller.Err() != nil {
+			return nil, withCtxErr(e, caller)
 		}
 		return nil, e
 	}

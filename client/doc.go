@@ -34,6 +34,9 @@
 // Every error from the API is an *Error matching one of ErrLockHeld,
 // ErrNotHeld, ErrUnavailable, ErrUnauthorized or ErrInvalid with errors.Is
 // (or none of them for an unexpected answer such as a 500). A cancelled or
-// expired context is joined in, so errors.Is(err, context.Canceled) works.
-// Transport failures (connection refused, reset) match ErrUnavailable.
+// expired context of the caller is joined in, so errors.Is(err,
+// context.Canceled) works; the client's own request timeout and a stopped
+// wait (WithStopWaiting) are not the caller's context, and match neither
+// context.Canceled nor context.DeadlineExceeded. Transport failures
+// (connection refused, reset, the request timeout) match ErrUnavailable.
 package client

@@ -37,6 +37,10 @@ func TestWaitingAcquireOnAHungDaemon(t *testing.T) {
 	require.ErrorIs(t, err, client.ErrUnavailable)
 	assert.Less(t, took, wait+client.WaitAnswerMargin+3*time.Second, "took %v", took)
 	assert.GreaterOrEqual(t, took, wait, "gave up before the wait ended")
+	// The client's own timeout, not the caller's context: no context
+	// error to match (ctx has no deadline).
+	assert.NotErrorIs(t, err, context.DeadlineExceeded)
+	assert.NotErrorIs(t, err, context.Canceled)
 
 	stop := make(chan struct{})
 	time.AfterFunc(time.Second, func() { close(stop) })
@@ -46,6 +50,10 @@ func TestWaitingAcquireOnAHungDaemon(t *testing.T) {
 	require.ErrorIs(t, err, client.ErrUnavailable)
 	assert.Contains(t, err.Error(), "did not answer within 1s of the stop")
 	assert.Less(t, took, time.Second+client.StopAnswerTimeout+3*time.Second, "took %v", took)
+	// A stopped wait is not a cancelled context: ctx is live (a black-box
+	// pass: the abandoned request's context.Canceled matched).
+	assert.NotErrorIs(t, err, context.Canceled, "%v", err)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded)
 
 	require.NoError(t, d.Resume())
 	// Resumed, the daemon sees both callers gone and ends their waits.
