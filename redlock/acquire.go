@@ -31,14 +31,21 @@ func WithStopWaiting(stop <-chan struct{}) AcquireOption {
 	return func(a *acquireConfig) { a.stop = stop }
 }
 
-// WithWait lets Acquire retry, with the Client's jittered retry strategy,
-// for up to d before giving up. Default 0: one attempt.
+// WithWait lets Acquire wait for up to d for a held lock before giving up
+// (default 0: one attempt). A held lock is attempted again when it is
+// released or its TTL ends (wait.go), not at the retry strategy's pace;
+// the strategy paces the attempts only while no quorum of masters can
+// vote. The wait ends when d, the context or WithStopWaiting ends it: a
+// strategy that makes no retry at all (NoRetry, LinearBackoff(0)) means
+// no wait, but a strategy's later stop (LimitRetry's n) does not end one.
 func WithWait(d time.Duration) AcquireOption {
 	return func(a *acquireConfig) { a.wait = d }
 }
 
 // WithRetry overrides the Client's retry strategy for this call. Retries
-// still stop when the wait budget (WithWait) or the context ends.
+// still stop when the wait budget (WithWait) or the context ends; within a
+// wait the strategy paces only the attempts made while no quorum can vote
+// (WithWait).
 func WithRetry(s RetryStrategy) AcquireOption {
 	return func(a *acquireConfig) { a.retry = s }
 }

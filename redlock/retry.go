@@ -8,6 +8,9 @@ import (
 // RetryStrategy says how long to wait before the next acquire attempt.
 // NextBackoff returns 0 (or less) to stop retrying. A strategy is used by one Acquire
 // call at a time; Acquire also stops when its wait budget or context ends.
+// With WithWait, a lock held by another owner is attempted again at its
+// release or TTL end rather than at the strategy's pace, and only d, the
+// context or WithStopWaiting end the wait (see WithWait).
 type RetryStrategy interface {
 	NextBackoff() time.Duration
 }
@@ -65,7 +68,8 @@ func (l *limitRetry) NextBackoff() time.Duration {
 	return l.s.NextBackoff()
 }
 
-// LimitRetry stops s after n retries.
+// LimitRetry stops s after n retries (it does not shorten a WithWait wait:
+// see WithWait).
 func LimitRetry(s RetryStrategy, n int) RetryStrategy { return &limitRetry{s: s, left: n} }
 
 // jitter returns a duration uniformly drawn from [d/2, d].

@@ -416,3 +416,28 @@ func pubsubGoroutines() int {
 	}
 	return count
 }
+
+// TestWaitIsBoundedByItsBudgetNotTheStrategy: a held lock is waited for
+// until WithWait's budget ends, whatever a limited strategy says (it
+// paces only attempts with no quorum); a strategy that makes no retry at
+// all means no wait. A black-box pass read WithWait's doc ("retry, with
+// the Client's jittered retry strategy") as LimitRetry bounding the wait.
+func TestWaitIsBoundedByItsBudgetNotTheStrategy(t *testing.T) {
+	c := newClient(t)
+	ctx := context.Background()
+	key := newKey(t)
+	held, err := c.Acquire(ctx, key, time.Minute)
+	require.NoError(t, err)
+	defer held.Release(ctx) //nolint:errcheck
+
+	const budget = 700 * time.Millisecond
+	start := time.Now()
+	_, err = c.Acquire(ctx, key, time.Minute, WithWait(budget), WithRetry(LimitRetry(LinearBackoff(10*time.Millisecond), 3)))
+	require.ErrorIs(t, err, ErrLockHeld)
+	assert.GreaterOrEqual(t, time.Since(start), budget, "LimitRetry ended the wait")
+
+	start = time.Now()
+	_, err = c.Acquire(ctx, key, time.Minute, WithWait(10*time.Second), WithRetry(NoRetry()))
+	require.ErrorIs(t, err, ErrLockHeld)
+	assert.Less(t, time.Since(start), 5*time.Second, "NoRetry waited")
+}
