@@ -219,7 +219,8 @@ func (c *Client) ExtendAttempt(ctx context.Context, a *Attempt, d time.Duration)
 // (replayed, fn not called). fn gets the attempt: pass its Fence to the
 // store, and when Takeover is set, look for the earlier attempt's work
 // first. While fn runs, the lease is extended at half its length; fn's
-// context ends if an extension fails with ErrNotOwner. When fn returns an
+// context ends if an extension fails with ErrNotOwner, or fails at all
+// once the lease's validity is over. When fn returns an
 // error, the attempt is aborted (a later call runs fn again) and the error
 // returned; to store a failure instead, return it as an Answer (a 4xx).
 // When fn panics, the attempt is aborted too and the panic goes on (as
@@ -277,8 +278,8 @@ func (c *Client) Idempotent(ctx context.Context, key, fingerprint string, fn fun
 // keepAttempt extends a's lease by lease at half its length until stop is
 // called or ctx ends (stop waits for the extender to end; calling it
 // again is a no-op); an extension answered ErrNotOwner (the lease ended
-// or the attempt was taken over) is passed to lost, once, and ends the
-// extending.
+// or the attempt was taken over), or one that failed once the lease's
+// validity was over, is passed to lost, once, and ends the extending.
 func (c *Client) keepAttempt(ctx context.Context, lost func(error), a *Attempt, lease time.Duration) (stop func()) {
 	done := make(chan struct{})
 	exited := make(chan struct{})
@@ -293,8 +294,16 @@ func (c *Client) keepAttempt(ctx context.Context, lost func(error), a *Attempt, 
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if err := c.ExtendAttempt(ctx, a, lease); errors.Is(err, ErrNotOwner) {
+				err := c.ExtendAttempt(ctx, a, lease)
+				switch {
+				case errors.Is(err, ErrNotOwner):
 					lost(err)
+					return
+				case err != nil && !time.Now().Before(a.ValidUntil):
+					// Not extended in time (the daemon or a quorum of
+					// masters out of reach): the lease is over, whether or
+					// not the daemon can say so yet.
+					lost(fmt.Errorf("not extended before the lease's validity ended: %w", err))
 					return
 				}
 			}
@@ -354,6 +363,7 @@ func (c *Client) idem(ctx context.Context, r *idemRequest) (*idemData, error) {
 }
 
 func (c *Client) idemOnce(ctx context.Context, action string, body []byte) (*idemData, error) {
+	caller := ctx
 	if c.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.timeout)
@@ -368,16 +378,18 @@ func (c *Client) idemOnce(ctx context.Context, action string, body []byte) (*ide
 	hr.Header.Set("User-Agent", c.ua)
 	resp, err := c.hc.Do(hr)
 	if err != nil {
-		e := &Error{Kind: ErrUnavailable, Action: action, Msg: err.Error(), Err: err}
-		if ctx.Err() != nil {
-			return nil, errors.Join(e, ctx.Err())
+		// The request timeout is the client's, not the caller's: only the
+		// caller's own context error matches (transportErr).
+		e := &Error{Kind: ErrUnavailable, Action: action, Msg: err.Error(), Err: transportErr(caller, err)}
+		if caller.Err() != nil {
+			return nil, withCtxErr(e, caller)
 		}
 		return nil, e
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes))
 	if err != nil {
-		return nil, &Error{Kind: ErrUnavailable, Action: action, Status: resp.StatusCode, Msg: "reading the answer: " + err.Error(), Err: err}
+		return nil, &Error{Kind: ErrUnavailable, Action: action, Status: resp.StatusCode, Msg: "reading the answer: " + err.Error(), Err: transportErr(caller, err)}
 	}
 	var env idemEnvelope
 	if err := json.Unmarshal(raw, &env); err != nil {

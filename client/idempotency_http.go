@@ -99,15 +99,20 @@ type MiddlewareOptions struct {
 	// MaxHeldAnswerBytes bounds the answer body held back until the answer
 	// is stored: an answer of next with a status below 500 reaches the
 	// client only after Complete (so a client never has an answer that
-	// its retry would not replay), held in memory up to this many bytes.
-	// A larger body is passed on as it comes, before it is stored
-	// (reported, op "answer-sent-before-store"). Default 32 MiB.
+	// its retry would not replay), held in memory up to this many bytes
+	// (a held answer costs about twice its body; answers held at once add
+	// up, with no bound across them). A body declared larger (its
+	// Content-Length), or that grows past it, is passed on as it comes,
+	// before it is stored (reported, op "answer-sent-before-store"; it is
+	// then stored as usual). Default 8 MiB.
 	MaxHeldAnswerBytes int
 	// OnError is told of every Complete or Abort that failed (op
 	// "complete", "abort", "panic" for a handler that panicked, or
 	// "answer-cut-off" for one that ended its answer with
 	// http.ErrAbortHandler, as httputil.ReverseProxy does when the
-	// upstream's answer breaks off), with
+	// upstream's answer breaks off), and, where the answer is still
+	// stored as usual, of a lost lease (op "lease") and of an answer passed
+	// on before its store (op "answer-sent-before-store"), with
 	// the client's key (never the token). The answer was then not stored:
 	// the attempt stays IN_PROGRESS until its lease ends and a retry is a
 	// take-over; except op "complete-without-body": the answer was too
@@ -167,7 +172,7 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 		o.MaxAnswerBytes = 64 << 10
 	}
 	if o.MaxHeldAnswerBytes <= 0 {
-		o.MaxHeldAnswerBytes = 32 << 20
+		o.MaxHeldAnswerBytes = 8 << 20
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Methods are compared as the upstream frameworks do (Django, Flask,
@@ -323,7 +328,28 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 			return
 		}
 		ans := rec.answer()
-		err = c.Complete(ctx, a, ans)
+		// A Complete that got no answer (the daemon restarting: its
+		// connection refused) is sent again until ctx ends: the same
+		// answer again is a retry the daemon accepts, and a client must
+		// not get an answer that a retry would not replay (a black-box
+		// pass: a daemon killed and restarted within the lease lost the
+		// answer, and the upstream ran again as a take-over).
+		complete := func(ans Answer) error {
+			for {
+				err := c.Complete(ctx, a, ans)
+				if err == nil || !noAnswer(err) || ctx.Err() != nil {
+					return err
+				}
+				t := time.NewTimer(200 * time.Millisecond)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return err
+				case <-t.C:
+				}
+			}
+		}
+		err = complete(ans)
 		if errors.Is(err, ErrInvalid) {
 			// Refused for its size (the daemon counts the headers too,
 			// and its cap, idempotency_max_answer_bytes, may be below
@@ -339,7 +365,7 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 					continue // no smaller than the one refused
 				}
 				ans = smaller
-				if err = c.Complete(ctx, a, ans); !errors.Is(err, ErrInvalid) {
+				if err = complete(ans); !errors.Is(err, ErrInvalid) {
 					break
 				}
 			}
@@ -499,8 +525,19 @@ func (r *recorder) WriteHeader(code int) {
 		}
 	}
 	if code < http.StatusInternalServerError {
-		r.holding = true
-		return
+		n, err := strconv.ParseInt(r.Header().Get("Content-Length"), 10, 64)
+		switch {
+		case err == nil && n > int64(r.holdMax):
+			// Declared too large to hold: passed on from the start.
+			r.passedEarly = true
+		case err == nil:
+			r.held.Grow(int(n))
+			r.holding = true
+			return
+		default:
+			r.holding = true
+			return
+		}
 	}
 	r.ResponseWriter.WriteHeader(code)
 }

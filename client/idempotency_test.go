@@ -3,11 +3,14 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/redlockd/redlockd/client"
+	"github.com/redlockd/redlockd/internal/testdaemon"
 )
 
 // TestIdempotentRunsOnce: overlapping and later calls of one key run fn
@@ -306,4 +310,198 @@ func TestNilAttemptIsInvalid(t *testing.T) {
 	require.ErrorIs(t, c.Complete(ctx, nil, client.Answer{Status: 200}), client.ErrInvalid)
 	require.ErrorIs(t, c.Abort(ctx, nil), client.ErrInvalid)
 	require.ErrorIs(t, c.ExtendAttempt(ctx, nil, time.Second), client.ErrInvalid)
+}
+
+// daemonFront is a proxy in front of the daemon at base that asks do, for
+// each idempotency request, what to do with it: "" passes it on, "drop"
+// closes the connection without an answer, "503" answers 503.
+func daemonFront(t *testing.T, base string, do func(action string) string) string {
+	t.Helper()
+	target, err := url.Parse(base)
+	require.NoError(t, err)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, err := io.ReadAll(r.Body)
+		require.NoError(t, err)
+		var head struct {
+			Action string `json:"action"`
+		}
+		_ = json.Unmarshal(b, &head)
+		switch do(head.Action) {
+		case "drop":
+			conn, _, err := http.NewResponseController(w).Hijack()
+			require.NoError(t, err)
+			_ = conn.Close()
+			return
+		case "503":
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"ret":"error","code":"quorum_unavailable","data":{},"msg":"test front","remain_quota":-1}`)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(b))
+		r.ContentLength = int64(len(b))
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	return front.URL
+}
+
+// clientOf is newClient for a daemon (or a front of one) at url.
+func clientOf(t *testing.T, url string) *client.Client {
+	t.Helper()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	c, err := client.New(url, testdaemon.APIKey, client.WithHTTPClient(&http.Client{Transport: tr}))
+	require.NoError(t, err)
+	return c
+}
+
+// postKeyed sends a keyed POST to srv and returns the answer and body.
+func postKeyed(t *testing.T, srv *httptest.Server, key string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader("x"))
+	require.NoError(t, err)
+	req.Header.Set(client.HeaderIdempotencyKey, key)
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, b
+}
+
+// TestMiddlewareRetriesACompleteThatGotNoAnswer: a Complete that got no
+// answer (the daemon restarting) is sent again, and the client gets the
+// answer only once it is stored. A black-box pass: a daemon killed and
+// restarted within the lease refused the Complete's connection, the
+// answer went out unstored, and the upstream ran again as a take-over.
+func TestMiddlewareRetriesACompleteThatGotNoAnswer(t *testing.T) {
+	d := startDaemon(t)
+	var completes atomic.Int32
+	front := daemonFront(t, d.URL, func(action string) string {
+		if action == "idem_complete" && completes.Add(1) == 1 {
+			return "drop"
+		}
+		return ""
+	})
+	c := clientOf(t, front)
+	var ops []string
+	var mu sync.Mutex
+	var runs atomic.Int32
+	srv := httptest.NewServer(client.Middleware(c, client.MiddlewareOptions{OnError: func(op, _ string, _ error) {
+		mu.Lock()
+		ops = append(ops, op)
+		mu.Unlock()
+	}}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, "done")
+	})))
+	defer srv.Close()
+	resp, body := postKeyed(t, srv, "complete-no-answer")
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	require.Equal(t, "done", string(body))
+	again, body := postKeyed(t, srv, "complete-no-answer")
+	require.Equal(t, http.StatusCreated, again.StatusCode)
+	require.Equal(t, "done", string(body))
+	require.Equal(t, "true", again.Header.Get(client.HeaderIdempotentReplayed))
+	require.EqualValues(t, 1, runs.Load())
+	require.GreaterOrEqual(t, completes.Load(), int32(2), "the Complete was sent again")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Empty(t, ops)
+}
+
+// TestMiddlewarePassesOnAnAnswerDeclaredTooLargeToHold: an answer whose
+// Content-Length is above MaxHeldAnswerBytes is passed on from its first
+// byte (a black-box pass: the first 32 MiB of a trickled 40 MB answer were
+// held first), and still stored.
+func TestMiddlewarePassesOnAnAnswerDeclaredTooLargeToHold(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	proceed := make(chan struct{})
+	var ops []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(client.Middleware(c, client.MiddlewareOptions{MaxHeldAnswerBytes: 1000, OnError: func(op, _ string, _ error) {
+		mu.Lock()
+		ops = append(ops, op)
+		mu.Unlock()
+	}}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "3000")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, strings.Repeat("a", 1000))
+		_ = http.NewResponseController(w).Flush()
+		<-proceed
+		_, _ = io.WriteString(w, strings.Repeat("b", 2000))
+	})))
+	defer srv.Close()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader("x"))
+	require.NoError(t, err)
+	req.Header.Set(client.HeaderIdempotencyKey, "declared-large")
+	type result struct {
+		resp *http.Response
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() {
+		resp, err := srv.Client().Do(req)
+		got <- result{resp, err}
+	}()
+	var r result
+	select {
+	case r = <-got:
+	case <-time.After(10 * time.Second):
+		close(proceed)
+		t.Fatal("the answer's head was held back: its Content-Length says it is too large to hold")
+	}
+	close(proceed)
+	require.NoError(t, r.err)
+	body, err := io.ReadAll(r.resp.Body)
+	r.resp.Body.Close()
+	require.NoError(t, err)
+	require.Len(t, body, 3000)
+	again, replayed := postKeyed(t, srv, "declared-large")
+	require.Equal(t, http.StatusCreated, again.StatusCode)
+	require.Equal(t, body, replayed)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"answer-sent-before-store"}, ops)
+}
+
+// TestMiddlewareReportsALeaseLostToFailedExtends: extends that fail (here
+// 503, as with a quorum of masters paused) until the lease's validity is
+// over lose the lease: it is reported (op "lease") and, by default, the
+// handler's context ends. A black-box pass: masters paused past the lease
+// lost it with nothing logged.
+func TestMiddlewareReportsALeaseLostToFailedExtends(t *testing.T) {
+	d := startDaemon(t)
+	front := daemonFront(t, d.URL, func(action string) string {
+		if action == "idem_extend" {
+			return "503"
+		}
+		return ""
+	})
+	c := clientOf(t, front)
+	var ops []string
+	var mu sync.Mutex
+	var cancelled atomic.Bool
+	srv := httptest.NewServer(client.Middleware(c, client.MiddlewareOptions{Options: []client.IdemOption{client.WithLease(time.Second)}, OnError: func(op, _ string, _ error) {
+		mu.Lock()
+		ops = append(ops, op)
+		mu.Unlock()
+	}}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+			cancelled.Store(true)
+		case <-time.After(8 * time.Second):
+		}
+		w.WriteHeader(http.StatusCreated)
+	})))
+	defer srv.Close()
+	postKeyed(t, srv, "lease-lost")
+	assert.True(t, cancelled.Load(), "the handler's context did not end with the lease")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Contains(t, ops, "lease")
 }

@@ -177,19 +177,22 @@ func newIdemProxy(s idemProxySettings, c *client.Client) http.Handler {
 		// An upstream 5xx, or the proxy's own 502, says nothing about
 		// what the upstream did: never a blind re-run (AbortOn5xx false).
 		OnError: func(op, key string, err error) {
-			if op == "complete-without-body" {
+			switch {
+			case op == "complete-without-body":
 				log.Printf("idempotency-proxy: the answer of key %q is above the daemon's answer limit: stored without its body, so its replays carry Idempotent-Body-Omitted: %v", key, err)
-				return
-			}
-			if op == "lease" {
+			case op == "lease" || op == "answer-sent-before-store":
+				// The answer is still stored as usual: said by the
+				// "complete" line below if it is not.
 				log.Printf("idempotency-proxy: key %q: %v", key, err)
-				return
-			}
-			if op == "begin" {
+			case op == "begin":
 				log.Printf("idempotency-proxy: begin of key %q refused for this gateway's own reason (its API key, its account's limits, its settings, or redlockd unreachable); the request was not forwarded: %v", key, err)
-				return
+			case op == "answer-cut-off":
+				log.Printf("idempotency-proxy: key %q: %v; a retry after the lease is a take-over", key, err)
+			case op == "complete" && errors.Is(err, client.ErrNotOwner):
+				log.Printf("idempotency-proxy: complete of key %q refused: another attempt took the key over (after this one's lease was lost), and its answer is the record's; this answer went to this client only: %v", key, err)
+			default:
+				log.Printf("idempotency-proxy: %s of key %q failed, the answer is not stored; a retry after the lease is a take-over: %v", op, key, err)
 			}
-			log.Printf("idempotency-proxy: %s of key %q failed, the answer is not stored; a retry after the lease is a take-over: %v", op, key, err)
 		},
 	}
 	o.NamespaceHeader = s.nsHeader
