@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -357,6 +358,24 @@ func clientOf(t *testing.T, url string) *client.Client {
 	return c
 }
 
+// opLog records the ops a MiddlewareOptions.OnError is told of.
+type opLog struct {
+	mu  sync.Mutex
+	ops []string
+}
+
+func (l *opLog) record(op, _ string, _ error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ops = append(l.ops, op)
+}
+
+func (l *opLog) list() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.ops)
+}
+
 // postKeyed sends a keyed POST to srv and returns the answer and body.
 func postKeyed(t *testing.T, srv *httptest.Server, key string) (*http.Response, []byte) {
 	t.Helper()
@@ -386,14 +405,9 @@ func TestMiddlewareRetriesACompleteThatGotNoAnswer(t *testing.T) {
 		return ""
 	})
 	c := clientOf(t, front)
-	var ops []string
-	var mu sync.Mutex
+	var ops opLog
 	var runs atomic.Int32
-	srv := httptest.NewServer(client.Middleware(c, client.MiddlewareOptions{OnError: func(op, _ string, _ error) {
-		mu.Lock()
-		ops = append(ops, op)
-		mu.Unlock()
-	}}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(client.Middleware(c, client.MiddlewareOptions{OnError: ops.record}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, "done")
@@ -408,9 +422,7 @@ func TestMiddlewareRetriesACompleteThatGotNoAnswer(t *testing.T) {
 	require.Equal(t, "true", again.Header.Get(client.HeaderIdempotentReplayed))
 	require.EqualValues(t, 1, runs.Load())
 	require.GreaterOrEqual(t, completes.Load(), int32(2), "the Complete was sent again")
-	mu.Lock()
-	defer mu.Unlock()
-	require.Empty(t, ops)
+	require.Empty(t, ops.list())
 }
 
 // TestMiddlewarePassesOnAnAnswerDeclaredTooLargeToHold: an answer whose
@@ -421,13 +433,8 @@ func TestMiddlewarePassesOnAnAnswerDeclaredTooLargeToHold(t *testing.T) {
 	d := startDaemon(t)
 	c := newClient(t, d)
 	proceed := make(chan struct{})
-	var ops []string
-	var mu sync.Mutex
-	srv := httptest.NewServer(client.Middleware(c, client.MiddlewareOptions{MaxHeldAnswerBytes: 1000, OnError: func(op, _ string, _ error) {
-		mu.Lock()
-		ops = append(ops, op)
-		mu.Unlock()
-	}}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var ops opLog
+	srv := httptest.NewServer(client.Middleware(c, client.MiddlewareOptions{MaxHeldAnswerBytes: 1000, OnError: ops.record}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "3000")
 		w.WriteHeader(http.StatusCreated)
 		_, _ = io.WriteString(w, strings.Repeat("a", 1000))
@@ -464,9 +471,7 @@ func TestMiddlewarePassesOnAnAnswerDeclaredTooLargeToHold(t *testing.T) {
 	again, replayed := postKeyed(t, srv, "declared-large")
 	require.Equal(t, http.StatusCreated, again.StatusCode)
 	require.Equal(t, body, replayed)
-	mu.Lock()
-	defer mu.Unlock()
-	require.Equal(t, []string{"answer-sent-before-store"}, ops)
+	require.Equal(t, []string{"answer-sent-before-store"}, ops.list())
 }
 
 // TestMiddlewareReportsALeaseLostToFailedExtends: extends that fail (here
@@ -483,14 +488,9 @@ func TestMiddlewareReportsALeaseLostToFailedExtends(t *testing.T) {
 		return ""
 	})
 	c := clientOf(t, front)
-	var ops []string
-	var mu sync.Mutex
+	var ops opLog
 	var cancelled atomic.Bool
-	srv := httptest.NewServer(client.Middleware(c, client.MiddlewareOptions{Options: []client.IdemOption{client.WithLease(time.Second)}, OnError: func(op, _ string, _ error) {
-		mu.Lock()
-		ops = append(ops, op)
-		mu.Unlock()
-	}}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewServer(client.Middleware(c, client.MiddlewareOptions{Options: []client.IdemOption{client.WithLease(time.Second)}, OnError: ops.record}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			cancelled.Store(true)
@@ -501,7 +501,5 @@ func TestMiddlewareReportsALeaseLostToFailedExtends(t *testing.T) {
 	defer srv.Close()
 	postKeyed(t, srv, "lease-lost")
 	assert.True(t, cancelled.Load(), "the handler's context did not end with the lease")
-	mu.Lock()
-	defer mu.Unlock()
-	require.Contains(t, ops, "lease")
+	require.Contains(t, ops.list(), "lease")
 }
