@@ -46,6 +46,15 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 			continue
 		}
 		applied[s.name] = true
+		if val == "" && protects[s.name] {
+			// Set but empty would turn the protection off (the admin
+			// listener open to anyone, HTTPS served as plain HTTP),
+			// silently: refused, as a YAML setting with no value is (a
+			// black-box pass: REDLOCKD_ADMIN_TOKEN_FILE= served /admin/*
+			// with no credential).
+			errs = append(errs, fmt.Errorf("%s: set but empty, which would turn %s off; unset the variable to keep the configured value", s.envName(), s.name))
+			continue
+		}
 		if err := s.set(c, val); err != nil {
 			if s.secret {
 				errs = append(errs, fmt.Errorf("%s: %w", s.envName(), err))
@@ -56,6 +65,17 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 	}
 	c.overrideSecretPairs(applied)
 	return errors.Join(errs...)
+}
+
+// protects are the settings that turn on a protection (TLS, the admin
+// token, the masters' credentials, the API keys): an empty REDLOCKD_*
+// variable for one is refused rather than read as "none".
+var protects = map[string]bool{
+	"tls_cert_file": true, "tls_key_file": true, "tls_client_ca_file": true,
+	"admin_token": true, "admin_token_file": true,
+	"master_password": true, "master_password_file": true,
+	"master_tls_ca_file": true, "master_tls_cert_file": true, "master_tls_key_file": true,
+	"api_keys": true,
 }
 
 // overrideSecretPairs makes a layer (the environment, the flags) that set

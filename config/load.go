@@ -293,7 +293,13 @@ func shapeProblem(v *yaml.Node, t reflect.Type, path string) *problem {
 	case single && v.Kind == yaml.ScalarNode && v.Tag == "!!null":
 		msg = "has no value; give one, or remove the line to keep the default"
 	case t.Kind() == reflect.Slice && v.Kind == yaml.ScalarNode && v.Tag != "!!null":
-		msg = fmt.Sprintf("must be a list (e.g. [%s]), not one value", v.Value)
+		if strings.HasPrefix(path, "api_keys") {
+			// Never the value: it is a key (a black-box pass saw one in
+			// full in the error, the reload's answer and its log line).
+			msg = "must be a list of {name, key} entries, not one value"
+		} else {
+			msg = fmt.Sprintf("must be a list (e.g. [%s]), not one value", v.Value)
+		}
 	case t == durationType && v.Kind == yaml.ScalarNode && strings.HasPrefix(strings.TrimSpace(v.Value), "-"):
 		msg = fmt.Sprintf("%q: must not be negative", v.Value)
 	default:

@@ -130,6 +130,10 @@ func TestLoadFile(t *testing.T) {
 		}},
 		{"syntax error", "listen: [\n", nil, []string{"line 1: did not find expected node content"}},
 		{"not a mapping", "- a\n", nil, []string{"line 1: cannot unmarshal !!seq into the settings (a mapping of field: value)"}},
+		// Never the value: it is a key.
+		{"api keys as one value", "api_keys: \"" + secretKey + "\"\n", nil, []string{
+			"line 1: api_keys: must be a list of {name, key} entries, not one value",
+		}},
 		{"api key of the wrong shape", "api_keys:\n  - name: shop\n    key: [" + secretKey + "]\n", nil, []string{
 			"line 3: api_keys[0].key: must be one value, not a list",
 		}},
@@ -303,7 +307,21 @@ func TestApplyEnv(t *testing.T) {
 		{"a key may contain a colon", map[string]string{"REDLOCKD_API_KEYS": "shop:" + secretKey + ":x"}, func(c *config.Config) {
 			c.APIKeys = []config.APIKey{{Name: "shop", Key: secretKey + ":x"}}
 		}, nil},
-		{"empty counts as set", map[string]string{"REDLOCKD_MASTER_PASSWORD": "", "REDLOCKD_MASTERS": ""}, func(c *config.Config) {}, nil},
+		{"empty counts as set", map[string]string{"REDLOCKD_MASTER_USERNAME": "", "REDLOCKD_MASTERS": ""}, func(c *config.Config) {}, nil},
+		// Empty, a protection's variable would turn it off silently (a
+		// black-box pass: REDLOCKD_ADMIN_TOKEN_FILE= opened /admin/* to
+		// anyone, REDLOCKD_TLS_CERT_FILE= served plain HTTP).
+		{"an empty protection is refused", map[string]string{
+			"REDLOCKD_ADMIN_TOKEN_FILE": "",
+			"REDLOCKD_TLS_CERT_FILE":    "",
+			"REDLOCKD_MASTER_PASSWORD":  "",
+			"REDLOCKD_API_KEYS":         "",
+		}, nil, []string{
+			"REDLOCKD_TLS_CERT_FILE: set but empty, which would turn tls_cert_file off; unset the variable to keep the configured value",
+			"REDLOCKD_ADMIN_TOKEN_FILE: set but empty, which would turn admin_token_file off; unset the variable to keep the configured value",
+			"REDLOCKD_MASTER_PASSWORD: set but empty, which would turn master_password off; unset the variable to keep the configured value",
+			"REDLOCKD_API_KEYS: set but empty, which would turn api_keys off; unset the variable to keep the configured value",
+		}},
 		{"bad values, each named, all reported", map[string]string{
 			"REDLOCKD_MAX_TTL":            "1d",
 			"REDLOCKD_PER_MASTER_TIMEOUT": "50",
