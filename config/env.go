@@ -68,14 +68,15 @@ func (c *Config) ApplyEnv(lookup func(string) (string, bool)) error {
 }
 
 // protects are the settings that turn on a protection (TLS, the admin
-// token, the masters' credentials, the API keys): an empty REDLOCKD_*
+// token, the masters' credentials): an empty REDLOCKD_*
 // variable for one is refused rather than read as "none".
 var protects = map[string]bool{
 	"tls_cert_file": true, "tls_key_file": true, "tls_client_ca_file": true,
 	"admin_token": true, "admin_token_file": true,
 	"master_password": true, "master_password_file": true,
 	"master_tls_ca_file": true, "master_tls_cert_file": true, "master_tls_key_file": true,
-	"api_keys": true,
+	// Not api_keys: empty, it leaves no key, which serve refuses by
+	// itself, and commands that need none (repair-fences) take it.
 }
 
 // overrideSecretPairs makes a layer (the environment, the flags) that set

@@ -315,12 +315,10 @@ func TestApplyEnv(t *testing.T) {
 			"REDLOCKD_ADMIN_TOKEN_FILE": "",
 			"REDLOCKD_TLS_CERT_FILE":    "",
 			"REDLOCKD_MASTER_PASSWORD":  "",
-			"REDLOCKD_API_KEYS":         "",
 		}, nil, []string{
 			"REDLOCKD_TLS_CERT_FILE: set but empty, which would turn tls_cert_file off; unset the variable to keep the configured value",
 			"REDLOCKD_ADMIN_TOKEN_FILE: set but empty, which would turn admin_token_file off; unset the variable to keep the configured value",
 			"REDLOCKD_MASTER_PASSWORD: set but empty, which would turn master_password off; unset the variable to keep the configured value",
-			"REDLOCKD_API_KEYS: set but empty, which would turn api_keys off; unset the variable to keep the configured value",
 		}},
 		{"bad values, each named, all reported", map[string]string{
 			"REDLOCKD_MAX_TTL":            "1d",
