@@ -280,10 +280,12 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 		work, cancel := context.WithCancel(context.WithoutCancel(r2.Context()))
 		defer cancel()
 		stop := c.keepAttempt(work, func(err error) {
-			o.report("lease", a, fmt.Errorf("the attempt's lease was lost (not extended in time, or taken over); %s: %w", map[bool]string{true: "the work goes on, and its answer is stored only if no take-over began", false: "the work's context is cancelled"}[o.RunPastLostLease], err))
-			if !o.RunPastLostLease {
-				cancel()
+			if o.RunPastLostLease {
+				o.report("lease", a, fmt.Errorf("the attempt's lease was lost (not extended in time, or taken over); the work goes on, and its answer is stored only if no take-over began: %w", err))
+				return
 			}
+			o.report("lease", a, fmt.Errorf("the attempt's lease was lost (not extended in time, or taken over); the work's context is cancelled: %w", err))
+			cancel()
 		}, a, leaseOf(opts))
 		ran := false
 		defer func() {
@@ -337,15 +339,8 @@ func Middleware(c *Client, o MiddlewareOptions, next http.Handler) http.Handler 
 		complete := func(ans Answer) error {
 			for {
 				err := c.Complete(ctx, a, ans)
-				if err == nil || !noAnswer(err) || ctx.Err() != nil {
+				if err == nil || !noAnswer(err) || sleep(ctx, nil, 200*time.Millisecond) != slept {
 					return err
-				}
-				t := time.NewTimer(200 * time.Millisecond)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return err
-				case <-t.C:
 				}
 			}
 		}
