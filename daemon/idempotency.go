@@ -331,8 +331,8 @@ func parseIdemRequest(body []byte, a idemAction, lim *lockBounds, st *idempotenc
 		// "request body", not "body": body is one of the fields.
 		return idemRequest{}, bad("request body: %s; the fields of %s are action, key, namespace%s", jsonErr(err), a, prefixEach(", ", idemFields[a]))
 	}
-	if after := bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n"); len(after) > 0 {
-		return idemRequest{}, bad("request body: unexpected data after the JSON object at byte %d", len(body)-len(after))
+	if at, ok := dataAfter(body, int(dec.InputOffset())); ok {
+		return idemRequest{}, bad("request body: unexpected data after the JSON object at byte %d", at)
 	}
 	req := idemRequest{action: a, retryable: true}
 	if berr := b.onlyFieldsOf(a); berr != nil {

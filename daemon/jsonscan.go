@@ -86,11 +86,17 @@ func scanObject(body []byte, field func(name string, v jsonValue) (nested bool, 
 	if _, err := d.ReadToken(); err != nil { // '}', or the syntax error PeekKind saw
 		return malformed(err)
 	}
-	end := int(d.InputOffset())
-	if after := bytes.TrimLeft(body[end:], " \t\r\n"); len(after) > 0 {
-		return bad("body: unexpected data after the JSON object at byte %d", len(body)-len(after))
+	if at, ok := dataAfter(body, int(d.InputOffset())); ok {
+		return bad("body: unexpected data after the JSON object at byte %d", at)
 	}
 	return nil
+}
+
+// dataAfter reports where body holds more than JSON whitespace after its
+// first value, which ends at end: the byte offset of that data.
+func dataAfter(body []byte, end int) (at int, ok bool) {
+	after := bytes.TrimLeft(body[end:], " \t\r\n")
+	return len(body) - len(after), len(after) > 0
 }
 
 // decoders are reused: a jsontext.Decoder keeps its buffers across Reset.
