@@ -172,16 +172,22 @@ func (m *master) adoptRepair(value string, mk marker, now time.Time) {
 		m.st.inc.replID = "" // the next probe's is the baseline
 		m.st.mu.Unlock()
 	}
-	m.expectMarker(&value)
 	ends := m.st.conds.has(condRepairPending) && covers && m.repairFollowsLoss(mk)
 	why := m.c.repairReason(mk)
 	left := max(m.c.repairEnd(mk).Sub(now), 0)
 	m.notedOperatorRepair(mk, now)
-	// The repair's quarantine is set before the pending repair ends
-	// (obsRepairAdopted): in between, a vote judged on another goroutine
-	// would find the master counting, with the loss's own quarantine
-	// possibly run out long ago (a review found the master "up" at the
-	// adoption's log line).
+	// The repair's quarantine is set before the marker is published
+	// (expectMarker) and before the pending repair ends
+	// (obsRepairAdopted). Once the marker is the expected one, a vote
+	// that reads it on another goroutine passes the marker check; had
+	// this Client seen no loss there (another daemon repaired a FLUSHALL
+	// before this one looked), nothing else keeps that vote out, and a
+	// quarantine set after the publication left a window in which a
+	// master with locks it lost still valid counted (a review found the
+	// window; TestAdoptedMarkerIsPublishedQuarantined). Likewise after a
+	// pending repair: in between, the master counted with the loss's own
+	// quarantine possibly run out long ago (a review found the master
+	// "up" at the adoption's log line).
 	switch {
 	case ends && !m.st.conds.has(condHorizonPending):
 		// The repair this Client was waiting for: its <until> (the lease
@@ -194,6 +200,7 @@ func (m *master) adoptRepair(value string, mk marker, now time.Time) {
 	case left > 0:
 		m.judge(observation{kind: obsQuarantine, reason: why, hold: left + m.c.clockAllowance()})
 	}
+	m.expectMarker(&value)
 	if ends {
 		m.judge(observation{kind: obsRepairAdopted, ends: true})
 	}

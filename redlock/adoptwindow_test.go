@@ -1,0 +1,69 @@
+package redlock
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestAdoptedMarkerIsPublishedQuarantined: adopting another daemon's
+// repair marker on a master where this Client saw no loss (the other
+// daemon repaired a FLUSHALL before this one looked) publishes the marker
+// as the expected one only once the repair's quarantine is set. A vote
+// that reads the marker passes the marker check as soon as it is the
+// expected one, and nothing else keeps it out: with the quarantine set
+// after the publication, another goroutine found the master counting with
+// the repair's marker in place, while locks it lost were still valid (a
+// review; without the fix this test sees it within a few hundred
+// adoptions). Each round resets the master to an older marker and no
+// quarantine, then adopts a new repair marker while a second goroutine
+// watches for the new marker published on a counting master.
+func TestAdoptedMarkerIsPublishedQuarantined(t *testing.T) {
+	c := newClient(t, WithHealthInterval(time.Hour))
+	warmUp(c)
+	m := c.masters[4]
+	require.True(t, m.counts(), "master 4 counts before the test")
+	old := *m.st.inc.expectedMarker.Load()
+
+	var (
+		current    atomic.Pointer[string] // the round's marker value
+		stop       atomic.Bool
+		violations atomic.Int64
+		wg         sync.WaitGroup
+	)
+	wg.Go(func() {
+		for !stop.Load() {
+			want := current.Load()
+			e := m.st.inc.expectedMarker.Load()
+			if want == nil || e == nil || *e != *want {
+				continue
+			}
+			if m.counts() && m.st.inc.expectedMarker.Load() == e {
+				violations.Add(1)
+			}
+		}
+	})
+	const rounds = 3000
+	for i := range rounds {
+		// Back to the state before a repair: the old marker, no
+		// quarantine. The marker goes first: the watcher discards what
+		// it read across the change.
+		m.st.inc.expectedMarker.Store(&old)
+		m.st.excludedUntil.Store(0)
+		now := time.Now()
+		value := fmt.Sprintf("repaired %d %016x %d %s", now.UnixMilli(), i, now.Add(5*time.Second).UnixMilli(), m.runID())
+		mk, ok := parseMarker(value)
+		require.True(t, ok)
+		current.Store(&value)
+		m.adoptRepair(value, mk, now)
+		require.False(t, m.counts(), "round %d: quarantined after the adoption", i)
+	}
+	stop.Store(true)
+	wg.Wait()
+	assert.Zero(t, violations.Load(), "the adopted repair's marker was seen published on a counting master")
+}
