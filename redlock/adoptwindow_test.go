@@ -67,3 +67,51 @@ func TestAdoptedMarkerIsPublishedQuarantined(t *testing.T) {
 	wg.Wait()
 	assert.Zero(t, violations.Load(), "the adopted repair's marker was seen published on a counting master")
 }
+
+// TestRestartIsPublishedWithItsLoss: a master seen with a new run_id (a
+// restart without durable persistence) is never shown counting as the new
+// process. /readyz showed the new run_id with the master counting for the
+// milliseconds between the run_id's store and the loss's judgment, and a
+// test that waited for "new run_id, counting" went on while the master was
+// still in its quarantine (CI: TestRollingMasterRestartsKeepTheGateOpen).
+// Each round resets the master to counting under its last run_id, then
+// observes a new one while a second goroutine reads Masters.
+func TestRestartIsPublishedWithItsLoss(t *testing.T) {
+	c := newClient(t, WithHealthInterval(time.Hour))
+	warmUp(c)
+	m := c.masters[4]
+	require.True(t, m.counts(), "master 4 counts before the test")
+
+	var (
+		current    atomic.Pointer[string] // the round's new run_id
+		stop       atomic.Bool
+		violations atomic.Int64
+		wg         sync.WaitGroup
+	)
+	wg.Go(func() {
+		for !stop.Load() {
+			cur := current.Load()
+			if cur == nil {
+				continue
+			}
+			s := c.Masters()[4]
+			if s.RunID == *cur && s.Counting && current.Load() == cur {
+				violations.Add(1)
+			}
+		}
+	})
+	const rounds = 2000
+	for i := range rounds {
+		id := fmt.Sprintf("%040x", i+1)
+		// The watcher looks for the new run_id from here on; what it
+		// read under the last one is discarded.
+		current.Store(&id)
+		m.st.conds.clear(condRepairPending)
+		m.st.excludedUntil.Store(0)
+		m.observeRunID(id, "a test")
+		require.False(t, m.counts(), "round %d: the restart is a loss", i)
+	}
+	stop.Store(true)
+	wg.Wait()
+	assert.Zero(t, violations.Load(), "a master was shown counting as the process with its new run_id")
+}

@@ -141,6 +141,12 @@ func (c *Client) Masters() []MasterStatus {
 	out := make([]MasterStatus, len(c.masters))
 	now := time.Now()
 	for i, m := range c.masters {
+		// The run_id is read before the verdict: a master seen with a new
+		// run_id is judged restarted by then (judgeRestart stores both
+		// at once), never shown counting as the new process.
+		m.st.mu.Lock()
+		runID := m.st.inc.runID
+		m.st.mu.Unlock()
 		state, why := m.verdict()
 		st := MasterStatus{Index: i, Addr: m.addr, Up: state != MasterDown, Counting: state == MasterUp, State: state, Latency: time.Duration(m.latencyNS.Load())}
 		if t := m.checkedAt.Load(); t != 0 {
@@ -156,7 +162,7 @@ func (c *Client) Masters() []MasterStatus {
 			}
 		}
 		m.st.mu.Lock()
-		st.RunID, st.Uptime, st.Durable = m.st.inc.runID, m.st.uptime, m.st.durable
+		st.RunID, st.Uptime, st.Durable = runID, m.st.uptime, m.st.durable
 		st.Drifting = m.st.drifting
 		st.ClockOffset, st.DriftRatio = m.st.clock.offset, m.st.clock.rate
 		st.Warnings = append([]string(nil), m.st.warnings...)

@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -18,7 +19,8 @@ import (
 //
 //	condition          its votes…                  set by                          cleared by
 //	condProbed         (counts once set)           obsMarkerRuleMet (marker.go)    — (a Client's lifetime)
-//	condRepairPending  MasterRepairing             obsDataLoss (dataloss.go)       obsRepaired (horizon.go repairMaster),
+//	condRepairPending  MasterRepairing             obsDataLoss (dataloss.go),      obsRepaired (horizon.go repairMaster),
+//	                                               obsRestarted (probe.go)
 //	                                                                               obsRepairAdopted (dataloss.go adoptRepair)
 //	condHorizonPending quarantined for max TTL     obsClockFault (clock.go),       obsRepaired: the lease horizon read
 //	                   until its horizon is read   obsClockAgrees after a hold     sets the quarantine
@@ -116,6 +118,10 @@ const (
 	// obsServerApart: the probe round found its run_id on no earlier
 	// configured master.
 	obsServerApart
+	// obsRestarted: a probe or a new connection (reason names which)
+	// read the master's run_id, runID: a different one from the last
+	// means the master restarted.
+	obsRestarted
 )
 
 // observation is one finding about a master, for judge.
@@ -128,6 +134,7 @@ type observation struct {
 	counter int64          // obsRepaired: the fencing counter written
 	ends    bool           // obsRepairAdopted: the marker was written after the pending loss
 	replace bool           // obsQuarantine: the hold replaces a longer one in force
+	runID   string         // obsRestarted
 }
 
 // judge moves m's state on o and reports whether it changed: the only
@@ -138,6 +145,8 @@ func (m *master) judge(o observation) bool {
 		return !m.st.conds.set(condProbed)
 	case obsDataLoss:
 		return m.judgeLoss(o)
+	case obsRestarted:
+		return m.judgeRestart(o)
 	case obsRepaired:
 		m.setQuarantine(o.reason, o.hold)
 		m.st.repairWarned.Store(false)
@@ -213,12 +222,60 @@ func (m *master) judgeLoss(o observation) bool {
 		return false // read before the last repair, or this loss is already being handled
 	}
 	m.st.mu.Lock()
-	m.st.inc.lossRunID = "" // set by the callers whose loss is a restart
+	m.st.inc.lossRunID = "" // set by judgeRestart, whose loss is a restart
 	m.st.mu.Unlock()
+	m.lossFollows(o.why, o.reason)
+	return true
+}
+
+// lossFollows is what follows a loss once its pending repair is set
+// (judgeLoss, judgeRestart): the loss's time, its count, the quarantine
+// for max TTL until the repair, and a health round to repair it.
+func (m *master) lossFollows(why DataLossReason, reason string) {
 	m.st.lostAt.Store(m.c.sinceEpoch())
-	m.c.countLoss(o.why)
-	m.quarantine(o.reason, m.c.lossTTL())
+	m.c.countLoss(why)
+	m.quarantine(reason, m.c.lossTTL())
 	m.c.kickHealth()
+}
+
+// judgeRestart is judge on obsRestarted. The new run_id is stored with
+// what the restart means, under lossMu and the state's mutex: the pending
+// repair of a master that lost its keys (a reader of Masters that sees
+// the new run_id sees it not counting: /readyz showed a restarted master
+// with its new run_id counting for the milliseconds before the loss was
+// judged, and a test that waited for exactly that went on while the master
+// was still in its quarantine), or a durable master's statistics baseline
+// reset (a vote on the new process judged before the reset would take its
+// statistics, started again from zero, for a rollback). A pending loss
+// is noted as followed by the new process (lossRunID: a repair marker
+// naming it was written after the loss, repairFollowsLoss).
+func (m *master) judgeRestart(o observation) bool {
+	m.st.inc.lossMu.Lock()
+	m.st.mu.Lock()
+	prev, durable := m.st.inc.runID, m.st.durable
+	m.st.inc.runID = o.runID
+	restarted := prev != "" && prev != o.runID
+	lost := restarted && !durable && m.c.opts.quarantine
+	first := lost && !m.st.conds.set(condRepairPending)
+	if restarted && m.st.conds.has(condRepairPending) {
+		m.st.inc.lossRunID = o.runID
+	}
+	if restarted && durable {
+		m.statsRestarted()
+	}
+	m.st.mu.Unlock()
+	m.st.inc.lossMu.Unlock()
+	if !restarted {
+		return false
+	}
+	m.c.opts.logger.Warn("master restarted", masterAttr(m), slog.String("seen_by", o.reason))
+	reason := fmt.Sprintf("restarted without durable persistence (run_id changed, seen by %s)", o.reason)
+	switch {
+	case !durable && !m.c.opts.quarantine:
+		m.c.opts.logger.Warn("master lost its data; not quarantined or repaired (quarantine disabled)", masterAttr(m), slog.String("reason", reason))
+	case first:
+		m.lossFollows(LossRestart, reason)
+	}
 	return true
 }
 

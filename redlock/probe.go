@@ -409,25 +409,13 @@ func parseInfoFields(s string, names ...string) map[string]string {
 }
 
 // observeRunID notes the master's run_id, seen by a probe or on a new
-// connection. A changed run_id means the master restarted; unless it
+// connection (via). A changed run_id means the master restarted; unless it
 // persists every write (appendfsync always), it lost its keys. A durable
 // one kept them, but not its INFO stats: they start again from zero in
-// the new process (statsRestarted).
+// the new process (statsRestarted). judge (obsRestarted) publishes the new
+// run_id and what the restart means at once.
 func (m *master) observeRunID(id, via string) {
-	m.st.mu.Lock()
-	prev, durable := m.st.inc.runID, m.st.durable
-	m.st.inc.runID = id
-	m.st.mu.Unlock()
-	if prev == "" || prev == id {
-		return
-	}
-	m.c.opts.logger.Warn("master restarted", masterAttr(m), slog.String("seen_by", via))
-	if durable {
-		m.statsRestarted()
-	} else {
-		m.lostData(LossRestart, fmt.Sprintf("restarted without durable persistence (run_id changed, seen by %s)", via))
-	}
-	m.lossAfterStartOf(id)
+	m.judge(observation{kind: obsRestarted, runID: id, reason: via})
 }
 
 // onConnect runs on every new lane connection before any command: it loads
