@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -114,4 +115,48 @@ func TestRestartIsPublishedWithItsLoss(t *testing.T) {
 	stop.Store(true)
 	wg.Wait()
 	assert.Zero(t, violations.Load(), "a master was shown counting as the process with its new run_id")
+}
+
+// TestVoteCarryingTheAdoptedMarkerCounts: a vote sent before a probe
+// adopted a repair marker, but that read that marker (it ran after the
+// repair's write), counts: `redlockd repair-fences` writes a "kept" marker
+// on every master it finds intact, and every acquire in flight as the
+// probes adopted them was refused on those masters (CI: three of five
+// refused, 503 just after the run). A vote that read the marker before it
+// is still refused: it may have run before the repair's write.
+func TestVoteCarryingTheAdoptedMarkerCounts(t *testing.T) {
+	ctx := context.Background()
+	slow := quietDeployment(t)
+	m := slow.masters[4]
+	r := direct(t)[4]
+	key := newKey(t)
+	warmUp(slow)
+	vote := func() (voteReply, reply) {
+		calls := []*call{{script: slow.sc.status, keys: slow.voteKeys(key), deadline: time.Now().Add(time.Minute).UnixNano(), idx: 4}}
+		fans := answeredBy(calls)
+		m.lanes[0].exec(calls)
+		rep := answerOf(t, fans[0], 4)
+		require.NoError(t, rep.err)
+		v, ok := parseVote(rep.val)
+		require.True(t, ok, "%v", rep.val)
+		return v, rep
+	}
+	before, beforeRep := vote() // reads the marker the repair replaces
+
+	// What repair-fences writes on a master it found intact.
+	now, err := r.Time(ctx).Result()
+	require.NoError(t, err)
+	value := fmt.Sprintf("repaired %d 0123456789abcdef %d %s ev=0 kept", now.UnixMilli(), now.UnixMilli(), m.runID())
+	require.NoError(t, r.Set(ctx, slow.opts.markerKey, value, 0).Err())
+	after, afterRep := vote()
+	require.Equal(t, value, after.marker)
+
+	// A probe adopts it before the votes are judged.
+	gen := m.st.inc.repairGen.Load()
+	require.True(t, m.markerMatches(value, now, &sighting{by: "a probe", gen: gen}))
+	require.Greater(t, m.st.inc.repairGen.Load(), gen, "a new repair generation")
+	require.True(t, m.counts(), "a kept marker ends no loss: no quarantine")
+
+	assert.NoError(t, m.checkVote(after, afterRep), "the vote read the adopted marker")
+	assert.ErrorIs(t, m.checkVote(before, beforeRep), ErrMasterQuarantined, "control: the vote read the marker before the repair")
 }

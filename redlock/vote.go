@@ -131,19 +131,27 @@ func (c *Client) judgeVote(r reply) (v voteReply, parsed bool, err error) {
 func (m *master) checkVote(v voteReply, r reply) error {
 	o := &m.c.opts
 	if o.dataLossGuard {
-		if m.st.inc.expectedMarker.Load() == nil {
+		gen, exp := m.st.inc.repairGen.Load(), m.st.inc.expectedMarker.Load()
+		if exp == nil {
 			// Not through the marker rule yet (first probe round, or a
 			// brand-new deployment's marker not written): it does not vote.
 			return ErrMasterQuarantined
 		}
-		if r.gen != m.st.inc.repairGen.Load() || v.time.UnixMilli() < m.st.inc.repairedAt.Load() {
+		if r.gen != gen && v.marker != *exp || v.time.UnixMilli() < m.st.inc.repairedAt.Load() {
 			// Sent before the master's last repair (or its marker was
-			// first known): it may have run before the repair's write and
-			// says nothing about now. The generation decides where the
-			// clocks cannot: a vote in the repair's own millisecond.
+			// first known) and not carrying that repair's marker: it may
+			// have run before the repair's write and says nothing about
+			// now. The generation decides where the clocks cannot: a vote
+			// in the repair's own millisecond. A vote that read the
+			// repair's own marker (each carries a nonce) ran after that
+			// write, however early it was sent, and is judged in the
+			// repair's generation: refusing it made every acquire in
+			// flight as a probe adopted `redlockd repair-fences`' markers
+			// fail on the masters it had found intact (CI: three of five
+			// refused, 503 right after the run).
 			return ErrMasterQuarantined
 		}
-		seen := sighting{by: "a vote", gen: r.gen}
+		seen := sighting{by: "a vote", gen: gen}
 		if v.code == codeLost {
 			m.lostDataSeen(r.gen, LossStateMissing, "data lost without restart: marker, lease horizon or fencing counter missing (seen by a vote)")
 			return ErrMasterDataLost
