@@ -88,6 +88,13 @@ func (f *flagValue) IsBoolFlag() bool { return f.s != nil && f.s.boolean }
 // Set checks s by applying it to a scratch Config, so that a bad value
 // fails in fs.Parse with the flag package's usual message.
 func (f *flagValue) Set(s string) error {
+	if s == "" && protects[f.s.name] {
+		// As an empty REDLOCKD_* variable (ApplyEnv): given empty, the
+		// flag would turn the file's protection off without a word (a
+		// black-box pass: --admin-token-file= served /admin/reload to
+		// anyone, --tls-client-ca-file= dropped client certificates).
+		return fmt.Errorf("empty, which would turn %s off; leave the flag out to keep the configured value", f.s.name)
+	}
 	var scratch Config
 	if err := f.s.set(&scratch, s); err != nil {
 		return err

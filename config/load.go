@@ -273,7 +273,8 @@ func wholeNumbers(n *yaml.Node, t reflect.Type, path string) problems {
 // meant a value, and for the safety settings (max_ttl, drift_factor,
 // per_master_timeout, extra_votes) silently taking the default instead
 // is the wrong way to fail. An empty list or block keeps its default, as
-// when the line is absent; an empty string ("") is a value.
+// when the line is absent; an empty string ("") is a value, except for a
+// setting that turns a protection on (protects).
 func shapeProblem(v *yaml.Node, t reflect.Type, path string) *problem {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
@@ -292,6 +293,13 @@ func shapeProblem(v *yaml.Node, t reflect.Type, path string) *problem {
 		msg = "must be one value, not a mapping"
 	case single && v.Kind == yaml.ScalarNode && v.Tag == "!!null":
 		msg = "has no value; give one, or remove the line to keep the default"
+	case protects[path] && v.Kind == yaml.ScalarNode && v.Tag == "!!str" && v.Value == "":
+		// An empty string for a setting that turns a protection on reads
+		// as "none": a template that rendered nothing, or a value meant
+		// to be filled in, served plain HTTP or an open admin listener
+		// without a word (a black-box pass), as an empty variable or flag
+		// would.
+		msg = fmt.Sprintf("is empty, which leaves %s off; give a value, or remove the line if it is meant to be off", path)
 	case t.Kind() == reflect.Slice && v.Kind == yaml.ScalarNode && v.Tag != "!!null":
 		if strings.HasPrefix(path, "api_keys") {
 			// Never the value: it is a key (a black-box pass saw one in

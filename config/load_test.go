@@ -75,7 +75,13 @@ func TestLoadFile(t *testing.T) {
 			c.Masters = []string{"a:1", "b:2", "c:3"}
 		}, nil},
 		{"empty block or list keeps the default", "masters:\naccount_defaults:\n", func(c *config.Config) {}, nil},
-		{"empty string is a value", "tls_cert_file: ''\n", func(c *config.Config) {}, nil},
+		{"empty string is a value", "master_tls_server_name: ''\n", func(c *config.Config) {}, nil},
+		{"an empty protection is refused", "tls_cert_file: ''\ntls_key_file: \"\"\nadmin_token: ''\ntls_client_ca_file: ''\n", nil, []string{
+			"line 1: tls_cert_file: is empty, which leaves tls_cert_file off; give a value, or remove the line if it is meant to be off",
+			"line 2: tls_key_file: is empty, which leaves tls_key_file off; give a value, or remove the line if it is meant to be off",
+			"line 3: admin_token: is empty, which leaves admin_token off; give a value, or remove the line if it is meant to be off",
+			"line 4: tls_client_ca_file: is empty, which leaves tls_client_ca_file off; give a value, or remove the line if it is meant to be off",
+		}},
 		{"empty value is refused", "listen:\nmax_ttl: ~\ndrift_factor: null\nper_master_timeout:\n", nil, []string{
 			"line 1: listen: has no value; give one, or remove the line to keep the default",
 			"line 2: max_ttl: has no value; give one, or remove the line to keep the default",
@@ -402,6 +408,10 @@ func TestFlagErrors(t *testing.T) {
 		{"--max-ttl=1h", `invalid value "1h" for flag -max-ttl: want a whole number`},
 		{"--drift-factor=x", `invalid value "x" for flag -drift-factor: want a number such as 0.01`},
 		{"--api-keys=shop:" + secretKey, "flag provided but not defined: -api-keys"},
+		// Empty, a flag would turn the file's protection off.
+		{"--admin-token-file=", `invalid value "" for flag -admin-token-file: empty, which would turn admin_token_file off; leave the flag out to keep the configured value`},
+		{"--tls-client-ca-file=", `invalid value "" for flag -tls-client-ca-file: empty, which would turn tls_client_ca_file off; leave the flag out to keep the configured value`},
+		{"--master-password-file=", `invalid value "" for flag -master-password-file: empty, which would turn master_password_file off; leave the flag out to keep the configured value`},
 	}
 	for _, tt := range tests {
 		fs := flag.NewFlagSet("redlockd", flag.ContinueOnError)
