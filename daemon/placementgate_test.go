@@ -19,7 +19,7 @@ import (
 // round a check waits for it.
 func TestPlacementGatePermit(t *testing.T) {
 	const interval = 100 * time.Millisecond
-	g := NewPlacementGate(interval, "", func() time.Duration { return time.Second })
+	g := NewPlacementGate(interval, "", time.Second, func() time.Duration { return time.Second })
 	lease := placementAlive(interval) / 2
 	require.Equal(t, time.Second, lease, "half of the 2 s a registration lives at the least")
 
@@ -65,7 +65,7 @@ func TestPlacementGateAfterAPause(t *testing.T) {
 		{"no quorum of the first group", PlacementReading{Err: &redlock.OutcomeError{Op: "placement", Kind: redlock.ErrQuorumUnavailable}}, redlock.ErrQuorumUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := NewPlacementGate(interval, "", func() time.Duration { return time.Second })
+			g := NewPlacementGate(interval, "", time.Second, func() time.Duration { return time.Second })
 			g.Seen(PlacementReading{OK: true, Registered: true, Sent: time.Now().Add(-lease - time.Millisecond)})
 			got := make(chan error, 1)
 			go func() { got <- g.check(context.Background()) }()
@@ -105,7 +105,7 @@ func TestPlacementGateAwait(t *testing.T) {
 		return PlacementReading{Sent: time.Now(), Err: &redlock.OutcomeError{Op: "placement", Kind: redlock.ErrQuorumUnavailable}}
 	}
 	refusing := func() *PlacementGate {
-		g := NewPlacementGate(interval, "", func() time.Duration { return time.Second })
+		g := NewPlacementGate(interval, "", time.Second, func() time.Duration { return time.Second })
 		g.Seen(PlacementReading{OK: true, Registered: true, Sent: time.Now().Add(-lease - time.Millisecond)})
 		g.Seen(noQuorum())
 		return g

@@ -60,7 +60,13 @@ var placementAdmitScript = redlock.NewQuorumScript(placementAdmitLua)
 // code and value: the watched layout's score (0: none) and this daemon's
 // layout's admissions there (admit).
 type registryExtra struct {
-	watched    int64
+	watched int64
+	// free: until when a lock granted by a layout that may not lock
+	// beside this daemon's may stand (unix ms by the master's clock; 0
+	// none): each such registration's end + the max TTL its daemons
+	// recorded with it (the longest registered for a daemon that recorded
+	// none).
+	free       int64
 	admissions []registryAdmission
 }
 
@@ -82,18 +88,22 @@ func (x registryExtra) admittedFor(repaired time.Time, block time.Duration) bool
 	return false
 }
 
-// parseRegistryExtra parses "<watched> [<repaired>:<block> ...]".
+// parseRegistryExtra parses "<watched> <free> [<repaired>:<block> ...]".
 func parseRegistryExtra(s string) (registryExtra, bool) {
 	f := strings.Fields(s)
-	if len(f) == 0 {
+	if len(f) < 2 {
 		return registryExtra{}, false
 	}
 	w, err := strconv.ParseFloat(f[0], 64)
 	if err != nil {
 		return registryExtra{}, false
 	}
-	x := registryExtra{watched: int64(w)}
-	for _, a := range f[1:] {
+	free, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return registryExtra{}, false
+	}
+	x := registryExtra{watched: int64(w), free: free}
+	for _, a := range f[2:] {
 		k, b, ok := strings.Cut(a, ":")
 		rk, err1 := strconv.ParseInt(k, 10, 64)
 		rb, err2 := strconv.ParseInt(b, 10, 64)
@@ -203,7 +213,11 @@ type PlacementReading struct {
 	// ago, or admitted since their repair: admit), and both then say
 	// nothing.
 	UntilMS, WatchUntilMS int64
-	OK                    bool
+	// FreeMS is until when a lock granted by those layouts may stand:
+	// each registration's end + the max TTL its daemons recorded with it
+	// (placements.lua), read as UntilMS is.
+	FreeMS int64
+	OK     bool
 	// Registered: this daemon's layout was registered on such a quorum in
 	// this round, no layout it may not lock beside seen that may still hold
 	// a lock there (PlacementGate).
@@ -247,7 +261,7 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 		r := PlacementReading{Sent: time.Now()}
 		trusted, registered := 0, 0
 		block := gate.block()
-		args := []any{layout, alive, block.Milliseconds(), watch}
+		args := []any{layout, alive, block.Milliseconds(), watch, gate.maxTTL.Milliseconds()}
 		forgotten := time.Duration(alive)*time.Millisecond + block
 		var failures []error
 		// A repaired master may have lost a registration. It counts once
@@ -323,6 +337,7 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 				trusted++
 				r.UntilMS = max(r.UntilMS, a.Value)
 				r.WatchUntilMS = max(r.WatchUntilMS, extras[a.Index].watched)
+				r.FreeMS = max(r.FreeMS, extras[a.Index].free)
 				if a.Code == 1 {
 					registered++
 				}
@@ -389,9 +404,15 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 //   - each round reads, on each master of the first group, the scores of
 //     the layouts that may not lock beside this daemon's first, and
 //     registers this daemon's layout there only if none of them + the max
-//     TTL is ahead of the master's clock (placements.lua, ARGV[3]): a
-//     master lets a layout lock only max TTL after the last registration
-//     of every layout it may not lock beside ended;
+//     TTL its daemons recorded with it is ahead of the master's clock
+//     (placements.lua; the longest max TTL registered, ARGV[3], for a
+//     registration that recorded none): a master lets a layout lock only
+//     once every lock of every layout it may not lock beside may have
+//     ended. Each registration records its daemon's own max TTL, which
+//     bounds every lock it grants or extends (redlock.WithMaxTTL): with
+//     the longest registered instead, one replica started with a day's
+//     max TTL shut every daemon whose layout differed from one stopped a
+//     minute before, for a day (a black-box pass);
 //   - a round registered on a quorum of trusted masters (no repair within
 //     a registration's life + the max TTL: one that lost a registration
 //     counts again once it could no longer matter, or once admitted,
@@ -410,12 +431,17 @@ func RunPlacementRegistry(ctx context.Context, c *redlock.Client, key, layout, w
 // Any two rounds that registered did so on quorums of the first group's
 // masters, which share a master M that kept the earlier one's
 // registration (or lost it too long ago to matter); on M the later
-// round read the earlier one's score S (its master time + alive) and
-// registered only when S + max TTL ≤ its own time. The earlier daemon
-// granted and extended under that round only before its send + lease
-// (its monotonic clock), that is at least alive − lease (≥ 1 s) before S
-// by M's clock, and each such lock ends max TTL after it at the latest:
-// before the later round ran, so before any grant under it. The argument is
+// round read the earlier one's score S (its master time + alive) with the
+// max TTL b the earlier daemon recorded (or a longer one) and registered
+// only when S + b ≤ its own time. The earlier daemon granted and extended
+// under that round only before its send + lease (its monotonic clock),
+// that is at least alive − lease (≥ 1 s) before S by M's clock, and each
+// such lock ends b after it at the latest: before the later round ran, so
+// before any grant under it. A registration that records no b (a daemon of
+// the version before) is taken with the longest max TTL registered, which
+// includes that daemon's, and a daemon that raises such a registration of
+// its own layout keeps it first as a bound of that length, so that it
+// still holds once the layout's score is raised. The argument is
 // about one pair at a time, so it needs no order among layouts: a moving
 // daemon that outlives its change (paused through it, left running, or
 // started later with the step-1 config) is held off by the later change's
@@ -431,11 +457,17 @@ type PlacementGate struct {
 	// group is the first group's name for the refusals' errors ("" for a
 	// masters list: one group, no name).
 	group string
-	// block is how long another layout's lock may stand after its
-	// registration ended: the max TTL (placements.lua ARGV[4]).
+	// block is the longest max TTL registered on the masters
+	// (placements.lua ARGV[3]): how long a lock of a daemon that recorded
+	// no max TTL with its registration may stand after it ended, and how
+	// long a repaired master may have lost a registration that matters.
 	block func() time.Duration
-	kick  chan struct{} // a check asks the registry for a round now
-	mu    sync.Mutex
+	// maxTTL is this daemon's own max TTL, recorded with its
+	// registrations (ARGV[5]): how long a lock it granted may stand after
+	// its registration ended.
+	maxTTL time.Duration
+	kick   chan struct{} // a check asks the registry for a round now
+	mu     sync.Mutex
 	// permit is when the last registered round's permit ends (monotonic);
 	// zero: none.
 	permit time.Time
@@ -444,6 +476,9 @@ type PlacementGate struct {
 	// registration end of those layouts read (unix ms).
 	conflict bool
 	others   int64
+	// free: until when a lock of those layouts may stand (unix ms;
+	// PlacementReading.FreeMS).
+	free int64
 	// last is the send of the last round; lastOK whether a quorum
 	// answered it. done is closed at the end of each round.
 	last     time.Time
@@ -468,10 +503,13 @@ func (g *PlacementGate) SetFenceJump(jump func(context.Context) error) { g.jump 
 
 // NewPlacementGate is the gate of a daemon registering every interval
 // (RunPlacementRegistry) on its first group (named group; "" for a masters
-// list), whose locks of another layout may stand block() after that
-// layout's registrations ended (the longest max TTL).
-func NewPlacementGate(interval time.Duration, group string, block func() time.Duration) *PlacementGate {
-	return &PlacementGate{lease: placementAlive(interval) / 2, group: group, block: block, kick: make(chan struct{}, 1),
+// list) whose own max TTL is maxTTL: its registrations record it, and the
+// daemons of other layouts are held off until its registration's end +
+// maxTTL. block() is the longest max TTL registered on the masters: the
+// bound for a registration that recorded none (a daemon of an earlier
+// version), and for the registrations a repaired master may have lost.
+func NewPlacementGate(interval time.Duration, group string, maxTTL time.Duration, block func() time.Duration) *PlacementGate {
+	return &PlacementGate{lease: placementAlive(interval) / 2, group: group, maxTTL: maxTTL, block: block, kick: make(chan struct{}, 1),
 		done: make(chan struct{}), read: make(chan struct{})}
 }
 
@@ -487,7 +525,7 @@ func (g *PlacementGate) Seen(r PlacementReading) {
 		g.permit, g.conflict = time.Time{}, true
 	}
 	if r.OK {
-		g.others = r.UntilMS
+		g.others, g.free = r.UntilMS, r.FreeMS
 	}
 	g.last, g.lastOK, g.lastErr, g.lastBack = r.Sent, r.OK, r.Err, r.Back
 	close(g.done)
@@ -506,7 +544,7 @@ func (g *PlacementGate) verdict(now time.Time) (decided bool, err error) {
 	case now.Before(g.permit):
 		return true, nil
 	case g.conflict:
-		return true, &PlacementConflictError{OthersUntil: g.others, FreeAt: g.others + g.block().Milliseconds()}
+		return true, &PlacementConflictError{OthersUntil: g.others, FreeAt: g.free}
 	case !g.lastOK && g.last.After(g.permit):
 		cause := g.lastErr
 		if cause != nil && g.group != "" {
@@ -620,7 +658,7 @@ func admit(answers []redlock.MasterAnswer, fresh, valid func(redlock.MasterAnswe
 // PlacementConflictError is a grant or extend refused by the layout gate:
 // a layout of master groups the daemon's may not lock beside registered
 // until OthersUntil (unix ms by the masters' clocks), and a lock it granted may stand until
-// FreeAt (that + the max TTL); or, with Cause, the registry heard no
+// FreeAt (that + the max TTL its daemons recorded); or, with Cause, the registry heard no
 // quorum of the first group's masters since this daemon's permit ended
 // (Cause says which did not count: a *redlock.OutcomeError, in a
 // *redlock.GroupError naming the group when the daemon has groups). It
@@ -640,7 +678,7 @@ func (e *PlacementConflictError) Error() string {
 	if e.Cause != nil {
 		return "placement: the placement registry heard no quorum of the first group's masters since this daemon's permit ended, so it grants and extends nothing: " + e.Cause.Error()
 	}
-	return fmt.Sprintf("placement: daemons on other master groups registered until %s, and a lock they granted may stand until %s (max TTL later): this daemon grants and extends nothing until then; stop the daemons left on other groups (docs/operations.md, \"The layout gate\")",
+	return fmt.Sprintf("placement: daemons on other master groups registered until %s, and a lock they granted may stand until %s (their max TTL later): this daemon grants and extends nothing until then; stop the daemons left on other groups (docs/operations.md, \"The layout gate\")",
 		time.UnixMilli(e.OthersUntil).UTC().Format(time.RFC3339Nano), time.UnixMilli(e.FreeAt).UTC().Format(time.RFC3339Nano))
 }
 

@@ -660,3 +660,90 @@ func TestAMovingDaemonOutlivingItsChangeGrantsNothing(t *testing.T) {
 		assert.Equal(t, true, env.Data["acquired"], env.Msg)
 	})
 }
+
+// TestALongerMaxTTLOnOneLayoutHoldsOffNoOther: the layout gate holds a
+// daemon off another layout's locks for that layout's daemons' own max TTL
+// after their registration ended, not for the longest max TTL any client
+// registered on the masters. A black-box pass stopped a daemon on [g0]
+// (max_ttl 15), let daemons on [g0, g1] open after its 15 s, then started
+// one more replica on [g0, g1] with the default max_ttl (a day): every
+// daemon on [g0, g1], the running ones too, answered 503 "a lock they
+// granted may stand until" a day later, blaming the stopped [g0] daemon,
+// and stayed shut after the replica stopped. A registration that records no
+// max TTL (a daemon of the version before) is still held to the longest
+// one registered, and a daemon that registers over such a registration of
+// its own layout keeps it as a bound first.
+func TestALongerMaxTTLOnOneLayoutHoldsOffNoOther(t *testing.T) {
+	const maxTTL = 2
+	ch := newGroupChange(t, "chl", maxTTL)
+	old, stop := startDaemon(t, ch.common, func(c *config.Config) { c.Masters = ch.a })
+	code, env, _ := post(t, lockURL(old), keyA, `{"key":"k","ttl":1}`)
+	require.Equal(t, http.StatusOK, code, env.Msg)
+	require.NoError(t, stop())
+
+	dNew := ch.onNew(t)
+	grants := func(d string) (bool, string) {
+		code, env, _ := post(t, lockURL(d), keyA, fmt.Sprintf(`{"key":"k-%d","ttl":1}`, time.Now().UnixNano()))
+		return code == http.StatusOK && env.Data["acquired"] == true, env.Msg
+	}
+	var last string
+	require.Eventually(t, func() bool { ok, msg := grants(dNew); last = msg; return ok }, 20*time.Second, 100*time.Millisecond,
+		"the daemon on [default, g1] opens once the old daemon's registration and its max TTL ended: %s", func() string { return last })
+
+	// One more replica on [default, g1] with a day's max TTL: across
+	// registry rounds (each now reads a day registered on the masters)
+	// both daemons on the layout keep granting.
+	dLong := daemonURL(t, ch.common, func(c *config.Config) { c.Masters, c.MasterGroups, c.MaxTTL = nil, ch.groups, 86400 })
+	for range 15 {
+		for _, d := range []string{dNew, dLong} {
+			ok, msg := grants(d)
+			require.True(t, ok, "a daemon on [default, g1]: %s", msg)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	ctx := context.Background()
+	key := ch.prefix + "placements"
+	own := "stable default,g1"
+	for _, a := range ch.a {
+		r := redis.NewClient(&redis.Options{Addr: a})
+		t.Cleanup(func() { _ = r.Close() })
+		members, err := r.ZRange(ctx, key, 0, -1).Result()
+		require.NoError(t, err)
+		assert.Contains(t, members, "admitted max_ttl 2000 of stable default", "the old daemon's registrations record its max TTL (%s)", a)
+		assert.Contains(t, members, "admitted max_ttl 86400000 of "+own, a)
+		// A registration of the layout by a daemon that records no max
+		// TTL, a minute ahead, above every bound of it: the next daemon
+		// to register the layout keeps it as a bound of the longest max
+		// TTL registered (a day) before raising the layout's score.
+		require.NoError(t, r.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().Add(time.Minute).UnixMilli()), Member: own}).Err())
+	}
+	require.Eventually(t, func() bool {
+		for _, a := range ch.a {
+			r := redis.NewClient(&redis.Options{Addr: a})
+			_, err := r.ZScore(ctx, key, "admitted max_ttl 86400000 of "+own).Result()
+			sc, err2 := r.ZScore(ctx, key, own).Result()
+			kept, err3 := r.ZScore(ctx, key, "admitted max_ttl 86400000 of "+own).Result()
+			_ = r.Close()
+			if err != nil || err2 != nil || err3 != nil || kept < sc {
+				return false
+			}
+		}
+		return true
+	}, 5*time.Second, 50*time.Millisecond, "the earlier registration kept as a bound")
+
+	// Control: a registration of [default] that records no max TTL (a
+	// daemon of the version before) holds the daemons on [default, g1]
+	// off for the longest max TTL registered: a day.
+	for _, a := range ch.a {
+		r := redis.NewClient(&redis.Options{Addr: a})
+		require.NoError(t, r.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().Add(500 * time.Millisecond).UnixMilli()), Member: "stable default"}).Err())
+		_ = r.Close()
+	}
+	require.Eventually(t, func() bool { ok, msg := grants(dNew); last = msg; return !ok }, 5*time.Second, 50*time.Millisecond, "held off by a registration with no recorded max TTL")
+	_, after, found := strings.Cut(last, "a lock they granted may stand until ")
+	require.True(t, found, last)
+	until, err := time.Parse(time.RFC3339Nano, strings.Fields(after)[0])
+	require.NoError(t, err, last)
+	assert.Greater(t, time.Until(until), 23*time.Hour, "the longest max TTL registered, a day: %s", last)
+}

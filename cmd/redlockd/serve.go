@@ -309,7 +309,7 @@ func registerPlacement(ctx context.Context, cfg config.Config, groups []redlock.
 	if len(cfg.MasterGroups) > 0 {
 		firstGroup = cfg.MasterGroups[0].Name
 	}
-	gate := daemon.NewPlacementGate(interval, firstGroup, func() time.Duration { return max(maxTTL, first.LongestMaxTTL()) })
+	gate := daemon.NewPlacementGate(interval, firstGroup, maxTTL, func() time.Duration { return max(maxTTL, first.LongestMaxTTL()) })
 	// Before its first grant after such a layout locked, every group's
 	// fences go above that layout's (daemon.JumpFences): a moving daemon's
 	// previous groups too.
