@@ -257,10 +257,28 @@ func wholeNumbers(n *yaml.Node, t reflect.Type, path string) problems {
 				errs = append(errs, problem{e.Line, fmt.Sprintf("line %d: %s: an empty item; give its value, or remove it", e.Line, item)})
 				continue
 			}
+			if et := t.Elem(); et.Kind() == reflect.Struct && e.Kind == yaml.ScalarNode {
+				// One value where an entry goes ("- acme:s3cret" in
+				// api_keys): the decoder's complaint quotes the start of
+				// the value, which may be a key (a black-box pass saw
+				// "acme:Zq..." in the error), and came three times for a
+				// master_groups entry. Never the value.
+				what := "a mapping of " + strings.Join(yamlFields(et), ", ")
+				if d, ok := yamlTypes[et.String()]; ok {
+					what = d.what
+				}
+				errs = append(errs, problem{e.Line, fmt.Sprintf("line %d: %s: one value where %s goes", e.Line, item, what)})
+				continue
+			}
 			errs = append(errs, wholeNumbers(e, t.Elem(), item)...)
 		}
 	case isInteger(t.Kind()) && n.Kind == yaml.ScalarNode && n.Tag != "!!int" && n.Tag != "!!null":
 		errs = append(errs, problem{n.Line, fmt.Sprintf("line %d: %s: %q is not a whole number", n.Line, path, n.Value)})
+	case t.Kind() == reflect.Bool && n.Kind == yaml.ScalarNode && n.Tag != "!!bool" && n.Tag != "!!null":
+		// Not quoted: a value that is no boolean may be a secret written
+		// on the wrong line (the decoder quoted "Zq9Secr..." for a
+		// password given as master_tls).
+		errs = append(errs, problem{n.Line, fmt.Sprintf("line %d: %s: must be true or false", n.Line, path)})
 	}
 	return errs
 }

@@ -76,6 +76,11 @@ func TestLoadFile(t *testing.T) {
 		}, nil},
 		{"empty block or list keeps the default", "masters:\naccount_defaults:\n", func(c *config.Config) {}, nil},
 		{"empty string is a value", "master_tls_server_name: ''\n", func(c *config.Config) {}, nil},
+		{"an entry given as one value", "api_keys:\n  - \"shop:" + secretKey + "\"\nmaster_groups:\n  - g0\nmaster_tls: " + secretKey + "\n", nil, []string{
+			"line 2: api_keys[0]: one value where an api_keys entry (a mapping with name and key or key_sha256) goes",
+			"line 4: master_groups[0]: one value where a master_groups entry (a mapping with name and masters) goes",
+			"line 5: master_tls: must be true or false",
+		}},
 		{"an empty protection is refused", "tls_cert_file: ''\ntls_key_file: \"\"\nadmin_token: ''\ntls_client_ca_file: ''\n", nil, []string{
 			"line 1: tls_cert_file: is empty, which leaves tls_cert_file off; give a value, or remove the line if it is meant to be off",
 			"line 2: tls_key_file: is empty, which leaves tls_key_file off; give a value, or remove the line if it is meant to be off",
@@ -107,7 +112,7 @@ func TestLoadFile(t *testing.T) {
 			`line 1: unknown field "MAX_TTL"; did you mean "max_ttl"?`,
 		}},
 		{"a list where a mapping belongs", "api_keys:\n  - x\n", nil, []string{
-			"line 2: cannot unmarshal !!str `x` into an api_keys entry (a mapping with name and key or key_sha256)",
+			"line 2: api_keys[0]: one value where an api_keys entry (a mapping with name and key or key_sha256) goes",
 		}},
 		{"duplicate field", "max_ttl: 60\nmax_ttl: 90\n", nil, []string{
 			`line 2: mapping key "max_ttl" already defined at line 1`,
