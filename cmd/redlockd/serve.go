@@ -366,7 +366,11 @@ func serveWith(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		srvTLS, err = daemon.NewServerTLS(daemon.TLSFiles{CertFile: cfg.TLSCertFile, KeyFile: cfg.TLSKeyFile, ClientCAFile: cfg.TLSClientCAFile})
 		if err != nil {
 			ln.Close()
-			return fmt.Errorf("tls_cert_file, tls_key_file, tls_client_ca_file: %w", err)
+			fields := "tls_cert_file, tls_key_file"
+			if cfg.TLSClientCAFile != "" {
+				fields += ", tls_client_ca_file"
+			}
+			return fmt.Errorf("%s: %w", fields, err)
 		}
 		subject, notAfter := srvTLS.Certificate()
 		log.Info("serving HTTPS", zap.String("certificate", subject), zap.Time("not_after", notAfter), zap.Bool("client_certificates_required", cfg.TLSClientCAFile != ""))

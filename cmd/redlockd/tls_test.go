@@ -195,6 +195,8 @@ func TestTLSCertificateOutOfValidityRefused(t *testing.T) {
 	require.Error(t, err, "started with an expired certificate: %s", out)
 	require.NoError(t, ctx.Err(), "started with an expired certificate: %s", out)
 	assert.Contains(t, string(out), "TLS certificate "+server.CertFile+": expired at "+expiredAt.Format(time.RFC3339))
+	assert.Contains(t, string(out), "redlockd: tls_cert_file, tls_key_file: daemon: TLS certificate", "the settings given, and only those")
+	assert.NotContains(t, string(out), "tls_client_ca_file", "no client CA is set: the error does not name it (a black-box pass)")
 	assert.NotContains(t, string(out), "redlockd serving", "a daemon that exits at its checks never said it serves")
 
 	_, err = ca.Issue("server", "127.0.0.1")
