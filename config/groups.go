@@ -132,7 +132,11 @@ func (c *Config) validateMasterGroups(v *validator) {
 				continue
 			}
 			if other, dup := addrs[id]; dup {
-				v.add(mf, "%q duplicates %s: a master belongs to one group", m, other)
+				why := "a master belongs to one group"
+				if strings.HasPrefix(other, field+".") {
+					why = "list each master once" // twice in one group
+				}
+				v.add(mf, "%q duplicates %s: %s", m, other, why)
 				continue
 			}
 			addrs[id] = mf

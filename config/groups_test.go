@@ -50,6 +50,8 @@ master_groups: [{name: g0, masters: ["127.0.0.1:7101", "127.0.0.1:7102", "127.0.
 			`master_groups[1].masters: 2 given, need an odd number ≥ 3`},
 		"shared master": {`master_groups: [{name: g0, masters: ` + three + `}, {name: g1, masters: ["127.0.0.1:7101", "127.0.0.1:7002", "127.0.0.1:7103"]}]`,
 			`master_groups[1].masters[1]: "127.0.0.1:7002" duplicates master_groups[0].masters[1]: a master belongs to one group`},
+		"a master twice in one group": {`master_groups: [{name: g0, masters: ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7001"]}]`,
+			`master_groups[0].masters[2]: "127.0.0.1:7001" duplicates master_groups[0].masters[0]: list each master once`},
 		"duplicate name": {`master_groups: [{name: g0, masters: ` + three + `}, {name: g0, masters: ["127.0.0.1:7101", "127.0.0.1:7102", "127.0.0.1:7103"]}]`,
 			`master_groups[1].name: "g0" duplicates master_groups[0].name`},
 		"bad name": {`master_groups: [{name: "G 0", masters: ` + three + `}]`,

@@ -50,7 +50,7 @@ func TestMasterCommandsCheckedAtStartup(t *testing.T) {
 	first := "masters[0] (" + m.servers[0].Addr() + "): "
 
 	setUser()
-	warnings, err := checkMasterAccess(ctx, opts, prefix)
+	warnings, err := checkMasterAccess(ctx, opts, nil, prefix)
 	require.NoError(t, err, "the documented line")
 	assert.Empty(t, warnings)
 
@@ -74,7 +74,7 @@ func TestMasterCommandsCheckedAtStartup(t *testing.T) {
 	} {
 		t.Run(strings.Join(tc.rules, " "), func(t *testing.T) {
 			setUser(tc.rules...)
-			_, err := checkMasterAccess(ctx, opts, prefix)
+			_, err := checkMasterAccess(ctx, opts, nil, prefix)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), first+"the ACL user may not")
 			assert.Contains(t, err.Error(), tc.want)
@@ -86,7 +86,7 @@ func TestMasterCommandsCheckedAtStartup(t *testing.T) {
 
 	t.Run("SCAN is a warning", func(t *testing.T) {
 		setUser("-scan")
-		warnings, err := checkMasterAccess(ctx, opts, prefix)
+		warnings, err := checkMasterAccess(ctx, opts, nil, prefix)
 		require.NoError(t, err)
 		require.Len(t, warnings, 1)
 		assert.Contains(t, warnings[0], first+"the ACL user may not run SCAN")
@@ -126,7 +126,7 @@ func TestMasterWithoutACommandNamedAtStartup(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, old.Stop()) })
 	opts := []*redis.Options{{Addr: servers[0].Addr()}, {Addr: old.Addr()}, {Addr: servers[2].Addr()}}
-	_, err = checkMasterAccess(context.Background(), opts, "redlock:")
+	_, err = checkMasterAccess(context.Background(), opts, nil, "redlock:")
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "masters[1] ("+old.Addr()+"): it does not know PEXPIRETIME (")
 	assert.Contains(t, err.Error(), "redlockd needs Redis 7.0 or later")

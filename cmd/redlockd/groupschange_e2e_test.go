@@ -411,7 +411,7 @@ master_groups:
 	out, err := exec.CommandContext(ctx, binary, "serve", "--config", path, "--listen", "127.0.0.1:0").CombinedOutput()
 	require.Error(t, err, "started with one server in two groups: %s", out)
 	require.NoError(t, ctx.Err(), "%s", out)
-	assert.Contains(t, string(out), "two masters are the same server: masters[0] ("+srvs[0].Addr()+") and masters[3] (localhost:"+port+") have run_id")
+	assert.Contains(t, string(out), "two masters are the same server: group g0's masters[0] ("+srvs[0].Addr()+") and group g1's masters[0] (localhost:"+port+") have run_id")
 	// Refused before any Client wrote to the masters: a refused daemon's
 	// max TTL registration (24 h by default) bounded every later loss
 	// quarantine on them for a day (a black-box pass).

@@ -114,7 +114,10 @@ const masterCheckTimeout = 2 * time.Second
 // asked to run every command the daemon runs there (commandProblem): a
 // refusal is an error naming the commands, keys or channel, and one of an
 // optional command a warning, returned.
-func checkMasterAccess(ctx context.Context, masters []*redis.Options, commandsOf string) (warnings []string, err error) {
+//
+// names, when not nil, names each master as the config does ("group g1's
+// masters[0]"); otherwise each is "masters[i]".
+func checkMasterAccess(ctx context.Context, masters []*redis.Options, names []string, commandsOf string) (warnings []string, err error) {
 	errs := make([]error, len(masters))
 	cmdErrs := make([]error, len(masters))
 	warns := make([][]string, len(masters))
@@ -193,7 +196,13 @@ func checkMasterAccess(ctx context.Context, masters []*redis.Options, commandsOf
 			continue
 		}
 		if j, dup := seen[id]; dup {
-			all = append(all, fmt.Errorf("%w: masters[%d] (%s) and masters[%d] (%s) have run_id %s: list each master once, in one group", redlock.ErrSameServer, j, masters[j].Addr, i, masters[i].Addr, id[:min(8, len(id))]))
+			name := func(k int) string {
+				if k < len(names) {
+					return names[k]
+				}
+				return fmt.Sprintf("masters[%d]", k)
+			}
+			all = append(all, fmt.Errorf("%w: %s (%s) and %s (%s) have run_id %s: list each master once, in one group", redlock.ErrSameServer, name(j), masters[j].Addr, name(i), masters[i].Addr, id[:min(8, len(id))]))
 			continue
 		}
 		seen[id] = i

@@ -116,7 +116,7 @@ func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return fmt.Errorf("repair-fences: %w", err)
 	}
-	if _, err := checkMasterAccess(ctx, masters, ""); err != nil {
+	if _, err := checkMasterAccess(ctx, masters, nil, ""); err != nil {
 		return fmt.Errorf("repair-fences: nothing written: %w", err)
 	}
 	opts := redlock.RepairOptions{

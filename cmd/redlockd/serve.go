@@ -86,7 +86,7 @@ func runDaemon(ctx context.Context, cfg config.Config, log *zap.Logger, ln net.L
 		ln.Close()
 		return err
 	}
-	warnings, err := checkMasterAccess(ctx, masters, cfg.KeyPrefix)
+	warnings, err := checkMasterAccess(ctx, masters, masterNames(cfg), cfg.KeyPrefix)
 	if err != nil {
 		ln.Close()
 		return err
@@ -183,6 +183,23 @@ func distinctGroups(cfg config.Config) []config.MasterGroup {
 	for _, p := range cfg.PreviousMasterGroups {
 		if !slices.ContainsFunc(out, func(g config.MasterGroup) bool { return g.Name == p.Name }) {
 			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// masterNames names each master of allMasters as the config does: "group
+// g1's masters[0]" with master_groups, "masters[0]" for a masters list (a
+// black-box pass read "masters[7]", which no master_groups config has).
+func masterNames(cfg config.Config) []string {
+	var out []string
+	for _, g := range distinctGroups(cfg) {
+		for i := range g.Masters {
+			if len(cfg.MasterGroups) == 0 && len(cfg.PreviousMasterGroups) == 0 {
+				out = append(out, fmt.Sprintf("masters[%d]", i))
+			} else {
+				out = append(out, fmt.Sprintf("group %s's masters[%d]", g.Name, i))
+			}
 		}
 	}
 	return out
