@@ -227,7 +227,19 @@ func (m *master) notedOperatorRepair(mk marker, now time.Time) {
 		m.st.inc.operatorRepairAt.Store(0)
 		return
 	}
-	m.st.inc.operatorRepairAt.Store(max(m.c.sinceEpoch()-int64(now.Sub(mk.at)), 1))
+	// Before this Client's epoch when the repair came before it started
+	// (negative): a floor at the epoch (it was max(…, 1)) took a daemon
+	// started after the repair for one that saw it at its start, and a
+	// longer max TTL registered later kept the masters out that long
+	// after the daemon's start, not after the repair (a black-box pass: a
+	// daemon restarted 70 s after a repair-fences run refused everything
+	// for 51 s when a client with max_ttl 60 started, while the daemons
+	// that ran through the repair granted).
+	at := m.c.sinceEpoch() - int64(now.Sub(mk.at))
+	if at == 0 {
+		at = -1 // 0 is "none"
+	}
+	m.st.inc.operatorRepairAt.Store(at)
 }
 
 // longerMaxTTLSeen extends the quarantine of every master repaired by an

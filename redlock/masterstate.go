@@ -557,8 +557,8 @@ type incarnation struct {
 	repairedAt atomic.Int64
 	// operatorRepairAt: when the operator's repair marker it carries was
 	// written, in ns since the Client's epoch (monotonic, converted from
-	// the master's clock); 0 when its marker is not one
-	// (notedOperatorRepair).
+	// the master's clock; negative for a repair before the Client
+	// started); 0 when its marker is not one (notedOperatorRepair).
 	operatorRepairAt atomic.Int64
 	// countersSeen: the highest lease horizon and command count read
 	// from it.

@@ -1403,3 +1403,38 @@ func TestKeptRepairKeepsTheEarlierLossEnd(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, earlier.at, mk2.since, "kept from the marker found")
 }
+
+// TestLongerMaxTTLAfterAnOperatorRepairCountsFromTheRepair: a Client
+// started after an operator's repair (repair-fences) that then sees a
+// longer max TTL registered keeps the repaired master out that long after
+// the repair, not after its own start. It took the repair for one at its
+// start (a floor at its epoch): a black-box pass restarted a daemon 70 s
+// after a repair-fences run, started a client with max_ttl 60, and the
+// restarted daemon refused everything for 51 s (its start + 60 s) while
+// the daemons that ran through the repair granted.
+func TestLongerMaxTTLAfterAnOperatorRepairCountsFromTheRepair(t *testing.T) {
+	c := newClient(t, WithHealthInterval(time.Hour), WithMaxTTL(time.Second))
+	warmUp(c)
+	m := c.masters[4]
+	require.True(t, m.counts())
+	operatorRepair := func(ago time.Duration) {
+		now := time.Now()
+		at := now.Add(-ago)
+		v := fmt.Sprintf("repaired %d 0123456789abcdef %d %s operator", at.UnixMilli(), at.Add(time.Second).UnixMilli(), m.runID())
+		mk, ok := parseMarker(v)
+		require.True(t, ok, v)
+		require.True(t, mk.byOperator)
+		m.st.excludedUntil.Store(0)
+		m.notedOperatorRepair(mk, now)
+	}
+
+	operatorRepair(50 * time.Second)
+	c.longerMaxTTLSeen(time.Minute)
+	left := m.quarantineLeft()
+	assert.Greater(t, left, 9*time.Second, "the repair + 60 s: about 10 s from now")
+	assert.Less(t, left, 11*time.Second, "the repair + 60 s, not this Client's start + 60 s")
+
+	operatorRepair(70 * time.Second)
+	c.longerMaxTTLSeen(time.Minute)
+	assert.True(t, m.counts(), "a repair 70 s ago is past 60 s: nothing to wait for")
+}
