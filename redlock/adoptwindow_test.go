@@ -131,16 +131,7 @@ func TestVoteCarryingTheAdoptedMarkerCounts(t *testing.T) {
 	r := direct(t)[4]
 	key := newKey(t)
 	warmUp(slow)
-	vote := func() (voteReply, reply) {
-		calls := []*call{{script: slow.sc.status, keys: slow.voteKeys(key), deadline: time.Now().Add(time.Minute).UnixNano(), idx: 4}}
-		fans := answeredBy(calls)
-		m.lanes[0].exec(calls)
-		rep := answerOf(t, fans[0], 4)
-		require.NoError(t, rep.err)
-		v, ok := parseVote(rep.val)
-		require.True(t, ok, "%v", rep.val)
-		return v, rep
-	}
+	vote := func() (voteReply, reply) { return statusVote(t, slow, 4, key) }
 	before, beforeRep := vote() // reads the marker the repair replaces
 
 	// What repair-fences writes on a master it found intact.

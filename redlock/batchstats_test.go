@@ -374,15 +374,24 @@ func TestStatusVoteReadUnderOOM(t *testing.T) {
 	require.NoError(t, r.ConfigSet(ctx, "maxmemory", "1").Err())
 	t.Cleanup(func() { r.ConfigSet(ctx, "maxmemory", "0") })
 	require.ErrorContains(t, r.Set(ctx, key+":x", "x", time.Second).Err(), "OOM", "negative control: the master is out of memory")
-	calls := []*call{{script: slow.sc.status, keys: slow.voteKeys(key), deadline: time.Now().Add(time.Minute).UnixNano(), idx: 4}}
-	fans := answeredBy(calls)
-	m.lanes[0].exec(calls)
-	rep := answerOf(t, fans[0], 4)
-	require.NoError(t, rep.err)
+	v, rep := statusVote(t, slow, 4, key)
 	assert.True(t, rep.stats.ok, "the batch reading runs under OOM")
-	v, ok := parseVote(rep.val)
-	require.True(t, ok)
 	assert.NoError(t, m.checkVote(v, rep))
+}
+
+// statusVote sends one status vote for key to master idx of c straight
+// through its first lane, and returns its parsed answer and the reply
+// (not judged).
+func statusVote(t *testing.T, c *Client, idx int, key string) (voteReply, reply) {
+	t.Helper()
+	calls := []*call{{script: c.sc.status, keys: c.voteKeys(key), deadline: time.Now().Add(time.Minute).UnixNano(), idx: int32(idx)}}
+	fans := answeredBy(calls)
+	c.masters[idx].lanes[0].exec(calls)
+	rep := answerOf(t, fans[0], idx)
+	require.NoError(t, rep.err)
+	v, ok := parseVote(rep.val)
+	require.True(t, ok, "%v", rep.val)
+	return v, rep
 }
 
 // answeredBy gives each of calls, sent to one master straight through its
