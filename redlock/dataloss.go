@@ -98,11 +98,14 @@ type sighting struct {
 // baselines that go with it are stored. Readings sent before it are judged
 // stale (lostDataSeen): they may have run before that write and show the
 // state it replaced, which is not a new loss.
+//
+// Both change under lossMu: a reader that takes it (checkVote, for a vote
+// sent in an earlier generation) gets a generation and its own marker.
 func (m *master) expectMarker(value *string) {
 	m.st.inc.lossMu.Lock()
 	m.st.inc.repairGen.Add(1)
-	m.st.inc.lossMu.Unlock()
 	m.st.inc.expectedMarker.Store(value)
+	m.st.inc.lossMu.Unlock()
 }
 
 // markerMatches checks the marker a vote or probe read on m (value, at the

@@ -137,6 +137,16 @@ func (m *master) checkVote(v voteReply, r reply) error {
 			// brand-new deployment's marker not written): it does not vote.
 			return ErrMasterQuarantined
 		}
+		if r.gen != gen {
+			// The generation and its marker as one pair (expectMarker
+			// changes both under lossMu): read apart, a generation just
+			// begun could come with the marker it replaces, and a vote
+			// that read that older marker would pass for one of the
+			// new generation.
+			m.st.inc.lossMu.Lock()
+			gen, exp = m.st.inc.repairGen.Load(), m.st.inc.expectedMarker.Load()
+			m.st.inc.lossMu.Unlock()
+		}
 		if r.gen != gen && v.marker != *exp || v.time.UnixMilli() < m.st.inc.repairedAt.Load() {
 			// Sent before the master's last repair (or its marker was
 			// first known) and not carrying that repair's marker: it may
