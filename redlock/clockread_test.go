@@ -51,11 +51,20 @@ func newTimeDropper(t *testing.T, upstream string) *timeDropper {
 					if err != nil {
 						return
 					}
-					if p.on.Load() && bytes.EqualFold(buf[:n], []byte("*1\r\n$4\r\ntime\r\n")) {
-						p.hit.Add(1)
+					data := buf[:n]
+					if p.on.Load() {
+						// Every TIME command in the read, not only a read
+						// that is one: under load a read can carry more
+						// than one command, and the probe's TIME went
+						// through (a run beside the Docker drills).
+						var dropped int64
+						data, dropped = dropTimeCommands(data)
+						p.hit.Add(dropped)
+					}
+					if len(data) == 0 {
 						continue
 					}
-					if _, err := up.Write(buf[:n]); err != nil {
+					if _, err := up.Write(data); err != nil {
 						return
 					}
 				}
@@ -66,6 +75,26 @@ func newTimeDropper(t *testing.T, upstream string) *timeDropper {
 }
 
 func (p *timeDropper) addr() string { return p.ln.Addr().String() }
+
+// timeCommand is TIME as go-redis sends it, in lower case.
+var timeCommand = []byte("*1\r\n$4\r\ntime\r\n")
+
+// dropTimeCommands returns b without its TIME commands (in any case), and
+// how many it dropped.
+func dropTimeCommands(b []byte) ([]byte, int64) {
+	lower := bytes.ToLower(b)
+	var out []byte
+	var n int64
+	for {
+		i := bytes.Index(lower, timeCommand)
+		if i < 0 {
+			return append(out, b...), n
+		}
+		out = append(out, b[:i]...)
+		b, lower = b[i+len(timeCommand):], lower[i+len(timeCommand):]
+		n++
+	}
+}
 
 // TestRepairMarkerQuarantineWhenTheFirstClockReadFails: master 0 restarts
 // empty while a 20s lock stands on masters 0, 1 and 2; the running Client
