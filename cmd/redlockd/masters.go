@@ -190,18 +190,18 @@ func checkMasterAccess(ctx context.Context, masters []*redis.Options, names []st
 	// TTL on every master: a daemon refused then left its max TTL (24 h by
 	// default) bounding every later loss quarantine on those masters for
 	// that long (a black-box pass).
+	name := func(k int) string {
+		if k < len(names) {
+			return names[k]
+		}
+		return fmt.Sprintf("masters[%d]", k)
+	}
 	seen := map[string]int{}
 	for i, id := range runIDs {
 		if id == "" {
 			continue
 		}
 		if j, dup := seen[id]; dup {
-			name := func(k int) string {
-				if k < len(names) {
-					return names[k]
-				}
-				return fmt.Sprintf("masters[%d]", k)
-			}
 			all = append(all, fmt.Errorf("%w: %s (%s) and %s (%s) have run_id %s: list each master once, in one group", redlock.ErrSameServer, name(j), masters[j].Addr, name(i), masters[i].Addr, id[:min(8, len(id))]))
 			continue
 		}
