@@ -163,7 +163,7 @@ func (m *master) checkVote(v voteReply, r reply) error {
 		}
 		seen := sighting{by: "a vote", gen: gen}
 		if v.code == codeLost {
-			m.lostDataSeen(r.gen, LossStateMissing, "data lost without restart: marker, lease horizon or fencing counter missing (seen by a vote)")
+			m.lostDataSeen(seen.gen, LossStateMissing, "data lost without restart: marker, lease horizon or fencing counter missing (seen by a vote)")
 			return ErrMasterDataLost
 		}
 		if !m.markerMatches(v.marker, v.time, &seen) {
