@@ -440,6 +440,10 @@ func (f *lockFlags) check(sub string, nargs int) error {
 		return errors.New("--url or REDLOCKD_URL: required (e.g. http://127.0.0.1:7070)")
 	case f.apiKey == "":
 		return errors.New("--api-key or REDLOCKD_API_KEY: required")
+	case f.key == "" && f.set["key"]:
+		// Given but empty (--key "" from an unset shell variable): not
+		// "required", which reads as if the flag were missing.
+		return errors.New("--key: must not be empty")
 	case f.key == "" && f.keys == nil:
 		return errors.New("--key or --keys: required")
 	case f.key != "" && f.keys != nil:

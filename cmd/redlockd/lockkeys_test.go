@@ -147,6 +147,7 @@ func TestLockKeysBadFlags(t *testing.T) {
 		{[]string{"acquire", "--keys", "a,,b"}, "key 2 of 3 is empty"},
 		{[]string{"acquire", "--keys", "a,b,a"}, `"a" is given twice (keys 1 and 3)`},
 		{[]string{"status"}, "--key or --keys: required"},
+		{[]string{"run", "--key", "", "--ttl", "5s", "--", "true"}, "--key: must not be empty"},
 		{[]string{"acquire", "--keys", strings.Join(many, ",")}, "keys: 65 keys is above the maximum of 64"},
 	} {
 		code, out, errOut := runLock(t, base, c.args...)
