@@ -110,6 +110,69 @@ func TestReloadKeepsQuotaCount(t *testing.T) {
 	assert.EqualValues(t, 15, quotaCounted(t, servers[:]), "calls on the masters")
 }
 
+// A reload that changes the quota window's length carries the calls of
+// the window in progress into the new window's bucket on the masters,
+// other daemons' calls included (here those of the process before a
+// restart): a daemon started after it, a replica or this one restarted,
+// goes on from them. Found by a black-box pass: only the reloading
+// daemon's own calls went to the new bucket, and 30 calls made before an
+// earlier restart were handed out again after the next one.
+func TestReloadCarriesOtherDaemonsCallsIntoANewWindow(t *testing.T) {
+	servers := limitMasters(t)
+	lim := limits.Limits{QuotaCalls: 20, QuotaWindow: time.Hour}
+	awayFromWindowEnd(t, lim.QuotaWindow)
+	awayFromWindowEnd(t, 2*time.Hour)
+	// An interval far longer than the test: only the first and the last
+	// round of each daemon run.
+	a := startLimitDaemon(t, servers, lim, 10*time.Second)
+	for i := range 6 {
+		okRemain(t, a.lock(t, statusBody(fmt.Sprintf("a%d", i))), int64(19-i))
+	}
+	a.stop()
+
+	b := startLimitDaemon(t, servers, lim, 10*time.Second)
+	okRemain(t, b.lock(t, statusBody("b0")), 13)
+	lim.QuotaWindow = 2 * time.Hour
+	reloadAcme(t, b, lim)
+	okRemain(t, b.lock(t, statusBody("b1")), 12)
+	b.stop()
+
+	c := startLimitDaemon(t, servers, lim, 10*time.Second)
+	okRemain(t, c.lock(t, statusBody("c0")), 11)
+}
+
+// Two live daemons that both reload to a new window length each carry
+// the other's calls under the other's id, and each its own under its own:
+// the fields are max-merged, so a daemon started afterwards counts every
+// call once, not twice.
+func TestReloadOfTwoDaemonsCountsEachCallOnce(t *testing.T) {
+	servers := limitMasters(t)
+	lim := limits.Limits{QuotaCalls: 20, QuotaWindow: time.Hour}
+	awayFromWindowEnd(t, lim.QuotaWindow)
+	awayFromWindowEnd(t, 2*time.Hour)
+	x := startLimitDaemon(t, servers, lim, limitsInterval)
+	y := startLimitDaemon(t, servers, lim, limitsInterval)
+	for i := range 3 {
+		require.Equal(t, http.StatusOK, x.lock(t, statusBody(fmt.Sprintf("x%d", i))).Status)
+		require.Equal(t, http.StatusOK, y.lock(t, statusBody(fmt.Sprintf("y%d", i))).Status)
+	}
+	// Each has read the other's calls before it reloads.
+	for _, d := range []*limitDaemon{x, y} {
+		require.Eventually(t, func() bool {
+			return strings.Contains(scrape(t, d), `redlockd_quota_remaining{account="acme"} 14`+"\n")
+		}, 10*time.Second, 10*time.Millisecond)
+	}
+	lim.QuotaWindow = 2 * time.Hour
+	reloadAcme(t, x, lim)
+	reloadAcme(t, y, lim)
+	okRemain(t, x.lock(t, statusBody("x3")), 13)
+	x.stop()
+	y.stop()
+
+	z := startLimitDaemon(t, servers, lim, 10*time.Second)
+	okRemain(t, z.lock(t, statusBody("z0")), 12)
+}
+
 // A rate bucket is not refilled by a reload: with a rate so low that it
 // does not refill during the test, the burst spent stays spent when the
 // rate and burst go up or down, another limit changes, or the account is

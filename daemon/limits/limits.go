@@ -306,6 +306,20 @@ func (st *accountState) setLimits(lim Limits, now time.Time) {
 	if old.QuotaCalls > 0 && lim.QuotaCalls > 0 && old.QuotaWindow != lim.QuotaWindow {
 		st.rollWindow(now)
 		st.window = windowStart(now, lim.QuotaWindow)
+		// The other daemons' calls of the window in progress go to the
+		// new window's bucket too, each under its daemon's own field
+		// (carried): kept only here, a restart of this daemon or a
+		// replica started after the reload would read the new bucket
+		// without them and hand them out again. A daemon still alive
+		// raises its field there to its own count when it reloads (its
+		// own calls go with it), never above: the fields are max-merged,
+		// so nothing counts twice.
+		st.carried = st.carried[:0]
+		for id, v := range st.others {
+			if v > 0 {
+				st.carried = append(st.carried, carriedCount{id: id, n: v})
+			}
+		}
 	}
 	st.lim = lim
 	if lim.Rate > 0 {
@@ -350,6 +364,10 @@ type accountState struct {
 	ownSynced int64            // own as a quorum of masters acknowledged it
 	others    map[string]int64 // other daemons' calls, the largest value read
 	othersSum int64
+	// carried: the other daemons' calls a reload that changed the window's
+	// length brought into the window in progress (setLimits); written
+	// under their ids to its bucket with every sync until it ends.
+	carried []carriedCount
 	// Rate: the bucket, and the calls per second for the shared counter.
 	tokens    float64
 	refilled  time.Time
@@ -482,6 +500,7 @@ func (st *accountState) rollWindow(now time.Time) {
 	if w := windowStart(now, st.lim.QuotaWindow); w != st.window {
 		st.window, st.own, st.othersSum = w, 0, 0
 		clear(st.others)
+		st.carried = st.carried[:0]
 	}
 }
 
@@ -780,7 +799,7 @@ func (l *Limiter) prepare(r *roundState, st *accountState, now, cutoff time.Time
 		r.window, r.own = st.window, st.own
 		end := time.UnixMilli(st.window).Add(st.lim.QuotaWindow)
 		r.quotaOp = len(*counts)
-		*counts = append(*counts, countOp{key: st.quotaKey(st.lim.QuotaWindow, st.window), own: st.own, ttlMS: end.Sub(now).Milliseconds() + 60_000})
+		*counts = append(*counts, countOp{key: st.quotaKey(st.lim.QuotaWindow, st.window), own: st.own, ttlMS: end.Sub(now).Milliseconds() + 60_000, carried: slices.Clone(st.carried)})
 	}
 	if st.lim.Rate > 0 {
 		sec := now.Unix()

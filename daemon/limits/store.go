@@ -117,6 +117,15 @@ type countOp struct {
 	key   string
 	own   int64
 	ttlMS int64
+	// carried: other daemons' counts, max-assigned under their ids
+	// (accountState.carried).
+	carried []carriedCount
+}
+
+// carriedCount is one other daemon's count in a bucket.
+type carriedCount struct {
+	id string
+	n  int64
 }
 
 // heldCall syncs one account's held-lock set on one master.
@@ -188,7 +197,11 @@ func pipeSync(ctx context.Context, c *redis.Client, id string, counts []countOp,
 	pipe := c.Pipeline()
 	countCmds := make([]*redis.Cmd, len(counts))
 	for i, op := range counts {
-		countCmds[i] = countSyncScript.EvalSha(ctx, pipe, []string{op.key}, id, op.own, op.ttlMS)
+		args := []any{id, op.own, op.ttlMS}
+		for _, c := range op.carried {
+			args = append(args, c.id, c.n)
+		}
+		countCmds[i] = countSyncScript.EvalSha(ctx, pipe, []string{op.key}, args...)
 	}
 	heldCmds := make([]*redis.Cmd, len(held))
 	for i, h := range held {
