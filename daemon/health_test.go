@@ -264,6 +264,7 @@ func TestMetrics(t *testing.T) {
 		`redlock_master_warnings{master="127.0.0.1:1379"} 0`,
 		`redlock_quorum_available 1`,
 		`redlock_quorum_counting 3`,
+		`redlock_quorum_writable 3`,
 		`redlock_quorum_needed 3`,
 		`redlock_fence_repairs_total 2`,
 		`redlock_quarantines_total 3`,
@@ -287,6 +288,15 @@ func TestMetrics(t *testing.T) {
 	r = ts.do(t, http.MethodGet, "/metrics", "", nil)
 	assert.Contains(t, r.Raw, "redlock_quorum_available 0")
 	assert.Contains(t, r.Raw, "redlock_quorum_counting 2")
+	assert.Contains(t, r.Raw, "redlock_quorum_writable 2")
+	// A counting master that refuses writes (OOM) cannot vote for an
+	// acquire: counting stays, writable drops, and the margin rule and
+	// alerts (writable − needed) see it (a black-box pass: the margin said
+	// 2 with two masters refusing writes, 0 left in truth).
+	f.setStatus(4, func(st *redlock.MasterStatus) { st.RefusingWrites = true })
+	r = ts.do(t, http.MethodGet, "/metrics", "", nil)
+	assert.Contains(t, r.Raw, "redlock_quorum_counting 2")
+	assert.Contains(t, r.Raw, "redlock_quorum_writable 1")
 	assert.Contains(t, r.Raw, "# HELP redlock_master_rtt_seconds")
 	assert.NotContains(t, r.Raw, `master="99"`)
 }
@@ -311,7 +321,7 @@ func TestLockerCollectorPedantic(t *testing.T) {
 	for _, n := range []string{"redlock_master_up", "redlock_master_state", "redlock_master_counts", "redlock_master_quarantined",
 		"redlock_master_quarantine_remaining_seconds", "redlock_master_drifting", "redlock_master_clock_offset_seconds",
 		"redlock_master_clock_drift_ratio", "redlock_master_warnings", "redlock_quorum_available",
-		"redlock_quorum_counting", "redlock_quorum_needed", "redlock_fence_repairs_total", "redlock_quarantines_total", "redlock_contended_retries_total"} {
+		"redlock_quorum_counting", "redlock_quorum_writable", "redlock_quorum_needed", "redlock_fence_repairs_total", "redlock_quarantines_total", "redlock_contended_retries_total"} {
 		assert.True(t, names[n], n)
 	}
 }

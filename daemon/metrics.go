@@ -158,6 +158,10 @@ func plausible(a action, r result) bool {
 //   - redlock_quorum_available gauge, 1 when at least a quorum of masters
 //     counts and accepts writes (GET /readyz is 503 otherwise).
 //   - redlock_quorum_counting gauge, how many masters' votes count.
+//   - redlock_quorum_writable gauge, how many of those accept writes (not
+//     refusing for OOM): the masters that can vote for an acquire or an
+//     extend. The margin to watch is writable − needed
+//     (instance:redlock_quorum:margin).
 //   - redlock_quorum_needed gauge, the quorum (N/2+1 of all masters).
 //   - redlock_fence_repairs_total counter, fencing counters of masters that
 //     lost their data repaired from a quorum.
@@ -226,16 +230,16 @@ var masterStates = []redlock.MasterState{
 // healthDescs describe the scrape-time metrics read from the
 // MasterHealth.
 type healthDescs struct {
-	up, counts, quarantined, quarantineLeft, drifting *prometheus.Desc
-	refusingWrites, writeRefusals                     *prometheus.Desc
-	state                                             *prometheus.Desc
-	clockOffset, driftRatio, warnings                 *prometheus.Desc
-	quorumAvailable, quorumCounting, quorumNeeded     *prometheus.Desc
-	fenceRepairs, quarantines, dataLoss               *prometheus.Desc
-	grantRefusals, contendedRetries                   *prometheus.Desc
+	up, counts, quarantined, quarantineLeft, drifting             *prometheus.Desc
+	refusingWrites, writeRefusals                                 *prometheus.Desc
+	state                                                         *prometheus.Desc
+	clockOffset, driftRatio, warnings                             *prometheus.Desc
+	quorumAvailable, quorumCounting, quorumNeeded, quorumWritable *prometheus.Desc
+	fenceRepairs, quarantines, dataLoss                           *prometheus.Desc
+	grantRefusals, contendedRetries                               *prometheus.Desc
 	// Per master group, with master_groups only (groups.go).
-	groupAvailable, groupCounting, groupNeeded *prometheus.Desc
-	groupMasters, groupOps                     *prometheus.Desc
+	groupAvailable, groupCounting, groupNeeded, groupWritable *prometheus.Desc
+	groupMasters, groupOps                                    *prometheus.Desc
 }
 
 func newHealthDescs() healthDescs {
@@ -252,7 +256,8 @@ func newHealthDescs() healthDescs {
 		clockOffset:      prometheus.NewDesc("redlock_master_clock_offset_seconds", "The master's wall clock minus ours at the last probe.", master, nil),
 		driftRatio:       prometheus.NewDesc("redlock_master_clock_drift_ratio", "Rate of change of the master's clock offset (0.01 = 10ms per second).", master, nil),
 		warnings:         prometheus.NewDesc("redlock_master_warnings", "Configuration warnings about the master (see GET /readyz for the text).", master, nil),
-		quorumAvailable:  prometheus.NewDesc("redlock_quorum_available", "1 when at least a quorum of masters counts (up, not quarantined).", nil, nil),
+		quorumAvailable:  prometheus.NewDesc("redlock_quorum_available", "1 when at least a quorum of masters counts (up, not quarantined) and accepts writes.", nil, nil),
+		quorumWritable:   prometheus.NewDesc("redlock_quorum_writable", "Masters whose votes count now and that accept writes (not refusing for OOM): those that can vote for an acquire.", nil, nil),
 		quorumCounting:   prometheus.NewDesc("redlock_quorum_counting", "Masters whose votes count now.", nil, nil),
 		quorumNeeded:     prometheus.NewDesc("redlock_quorum_needed", "Masters that must agree: N/2+1.", nil, nil),
 		fenceRepairs:     prometheus.NewDesc("redlock_fence_repairs_total", "Fencing counters of masters that lost their data, repaired from a quorum.", nil, nil),
@@ -262,6 +267,7 @@ func newHealthDescs() healthDescs {
 		dataLoss:         prometheus.NewDesc("redlock_master_data_loss_total", "Times a master was found to have lost lock state, by how.", []string{"reason"}, nil),
 		groupAvailable:   prometheus.NewDesc("redlock_group_quorum_available", "With master_groups: 1 when at least a quorum of the group's masters counts and accepts writes.", []string{"group"}, nil),
 		groupCounting:    prometheus.NewDesc("redlock_group_quorum_counting", "With master_groups: the group's masters whose votes count now.", []string{"group"}, nil),
+		groupWritable:    prometheus.NewDesc("redlock_group_quorum_writable", "With master_groups: the group's masters whose votes count now and that accept writes (not refusing for OOM).", []string{"group"}, nil),
 		groupNeeded:      prometheus.NewDesc("redlock_group_quorum_needed", "With master_groups: the group's masters that must agree, N/2+1 of the group.", []string{"group"}, nil),
 		groupMasters:     prometheus.NewDesc("redlock_group_masters", "With master_groups: the group's masters in each state.", []string{"group", "state"}, nil),
 		groupOps:         prometheus.NewDesc("redlock_group_operations_total", "With master_groups: calls this daemon sent to the group, by operation (acquire, release, extend, status).", []string{"group", "operation"}, nil),
@@ -470,9 +476,9 @@ func (c healthCollector) Describe(ch chan<- *prometheus.Desc) {
 		d.up, d.state, d.counts, d.quarantined, d.quarantineLeft, d.drifting,
 		d.refusingWrites, d.writeRefusals,
 		d.clockOffset, d.driftRatio, d.warnings,
-		d.quorumAvailable, d.quorumCounting, d.quorumNeeded,
+		d.quorumAvailable, d.quorumCounting, d.quorumNeeded, d.quorumWritable,
 		d.fenceRepairs, d.quarantines, d.dataLoss, d.grantRefusals, d.contendedRetries,
-		d.groupAvailable, d.groupCounting, d.groupNeeded, d.groupMasters, d.groupOps,
+		d.groupAvailable, d.groupCounting, d.groupNeeded, d.groupWritable, d.groupMasters, d.groupOps,
 	} {
 		ch <- desc
 	}
@@ -526,6 +532,7 @@ func (c healthCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(d.quorumAvailable, b2f(available))
 	gauge(d.quorumCounting, float64(counting))
+	gauge(d.quorumWritable, float64(writableN))
 	gauge(d.quorumNeeded, float64(needed))
 	counters := box.h.Counters()
 	ch <- prometheus.MustNewConstMetric(d.fenceRepairs, prometheus.CounterValue, float64(counters.FenceRepairs))
@@ -548,6 +555,7 @@ func (c healthCollector) collectGroups(ch chan<- prometheus.Metric, gh *GroupsHe
 		all = all && q.Available
 		ch <- prometheus.MustNewConstMetric(d.groupAvailable, prometheus.GaugeValue, b2f(q.Available), grp.Name)
 		ch <- prometheus.MustNewConstMetric(d.groupCounting, prometheus.GaugeValue, float64(q.Counting), grp.Name)
+		ch <- prometheus.MustNewConstMetric(d.groupWritable, prometheus.GaugeValue, float64(q.Writable), grp.Name)
 		ch <- prometheus.MustNewConstMetric(d.groupNeeded, prometheus.GaugeValue, float64(q.Needed), grp.Name)
 		states := map[redlock.MasterState]int{}
 		for _, s := range masterStates {

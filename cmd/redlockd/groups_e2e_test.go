@@ -147,6 +147,7 @@ func TestMasterGroupsOverHTTP(t *testing.T) {
 	m := metricsText(t, d1)
 	require.Contains(t, m, `redlock_group_quorum_available{group="a"} 1`)
 	require.Contains(t, m, `redlock_group_quorum_needed{group="b"} 2`)
+	require.Contains(t, m, `redlock_group_quorum_writable{group="b"} 3`)
 	require.Contains(t, m, fmt.Sprintf(`redlock_group_operations_total{group="b",operation="acquire"} %d`, len(byGroup[1])))
 	require.Contains(t, m, "redlock_quorum_available 1")
 

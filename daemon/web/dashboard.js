@@ -312,14 +312,15 @@
     const now = Date.now(), ops = {};
     const body = document.querySelector("#groups tbody");
     body.replaceChildren(...r.groups.map(function (g) {
-      const q = g.quorum, margin = q.counting - q.needed;
+      const q = g.quorum, writable = q.writable === undefined ? q.counting : q.writable, margin = writable - q.needed;
       const total = Object.keys(g.ops || {}).reduce(function (s, k) { return s + g.ops[k]; }, 0);
       ops[g.name] = total;
       const tr = el("tr");
       tr.setAttribute("data-group", g.name);
       tr.append(el("td", "", g.name));
       tr.append(el("td", margin < 0 ? "bad" : margin === 0 ? "warn" : "",
-        q.counting + " of " + q.masters + " counting, " + q.needed + " needed — " +
+        q.counting + " of " + q.masters + " counting, " + q.needed + " needed" +
+        (writable < q.counting ? " (" + (q.counting - writable) + " refusing writes, OOM)" : "") + " — " +
         (margin < 0 ? "no quorum: its keys cannot be locked" : margin === 0 ? "margin 0" : "can lose " + margin + " more")));
       const states = {};
       g.masters.forEach(function (m) { states[m.state] = (states[m.state] || 0) + 1; });
