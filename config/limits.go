@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -92,6 +94,25 @@ func (q *Quota) UnmarshalYAML(n *yaml.Node) error {
 		return &yaml.TypeError{Errors: []string{
 			fmt.Sprintf(`line %d: quota: want {calls: 100000, per: 24h} or "unlimited"`, n.Line),
 		}}
+	}
+	// n.Decode does not carry the file decoder's KnownFields: an unknown
+	// field here ("pre: 2h" for per) was dropped, and the quota then
+	// refused for a per of 0s, naming the wrong field (a black-box pass).
+	if n.Kind == yaml.MappingNode {
+		names := yamlFields(reflect.TypeFor[Quota]())
+		var errs []string
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if k := n.Content[i]; !slices.Contains(names, k.Value) {
+				msg := fmt.Sprintf(`line %d: quota: unknown field %q`, k.Line, k.Value)
+				if near := nearest(k.Value, names); near != "" {
+					msg += `; did you mean "` + near + `"?`
+				}
+				errs = append(errs, msg+"; a quota has calls and per")
+			}
+		}
+		if errs != nil {
+			return &yaml.TypeError{Errors: errs}
+		}
 	}
 	type plain Quota
 	var p plain

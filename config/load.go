@@ -229,8 +229,11 @@ func wholeNumbers(n *yaml.Node, t reflect.Type, path string) problems {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if reflect.PointerTo(t).Implements(yamlUnmarshaler) || t.Implements(yamlUnmarshaler) {
-		return nil // decodes itself (durations), with its own errors
+	if (reflect.PointerTo(t).Implements(yamlUnmarshaler) || t.Implements(yamlUnmarshaler)) && (t.Kind() != reflect.Struct || n.Kind != yaml.MappingNode) {
+		// Decodes itself (durations, "unlimited"), with its own errors.
+		// A struct given as a mapping (a quota's {calls, per}) is walked
+		// as one: its integers are as truncated as any other's.
+		return nil
 	}
 	var errs problems
 	switch {
@@ -358,7 +361,17 @@ func isInteger(k reflect.Kind) bool {
 func fieldByYAMLName(t reflect.Type, name string) (reflect.StructField, bool) {
 	for i := range t.NumField() {
 		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		if tag == "" && f.Anonymous && f.Type.Kind() == reflect.Struct && slices.Contains(strings.Split(opts, ","), "inline") {
+			// An inline struct's fields are the mapping's own (an
+			// api_keys entry's limits): without this, "max_locks: 12.9"
+			// there was truncated to 12 without a word, while the same
+			// line in account_defaults was refused (a black-box pass).
+			if g, ok := fieldByYAMLName(f.Type, name); ok {
+				return g, true
+			}
+			continue
+		}
 		if tag == name {
 			return f, true
 		}

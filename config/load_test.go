@@ -136,6 +136,24 @@ func TestLoadFile(t *testing.T) {
 			`line 2: max_ttl: "600" is not a whole number`,
 			`line 4: account_defaults.max_locks: "2.9" is not a whole number`,
 		}},
+		// An api_keys entry's limits are inline: they were truncated
+		// without a word while account_defaults refused the same lines;
+		// a quota's {calls, per} decodes itself and dropped unknown
+		// fields ("pre: 2h" was then refused as a per of 0s) (a
+		// black-box pass).
+		{"fractions in an api_keys entry's limits", "api_keys:\n  - name: shop\n    max_locks: 12.9\n    burst: 20.7\n    quota: {calls: 60.5, per: 1h}\n    max_idempotency_bytes: 1000.5\n", nil, []string{
+			`line 3: api_keys[0].max_locks: "12.9" is not a whole number`,
+			`line 4: api_keys[0].burst: "20.7" is not a whole number`,
+			`line 5: api_keys[0].quota.calls: "60.5" is not a whole number`,
+			`line 6: api_keys[0].max_idempotency_bytes: "1000.5" is not a whole number`,
+		}},
+		{"unknown fields in a quota", "api_keys:\n  - name: shop\n    quota: {calls: 60, pre: 2h}\naccount_defaults:\n  quota: {calls: 60, per: 1h, bogus: true}\n", nil, []string{
+			`line 3: quota: unknown field "pre"; a quota has calls and per`,
+			`line 5: quota: unknown field "bogus"; a quota has calls and per`,
+		}},
+		{"unknown field of an api_keys entry's limits", "api_keys:\n  - name: shop\n    max_lock: 3\n", nil, []string{
+			`line 3: unknown field "max_lock"; did you mean "max_locks"?`,
+		}},
 		{"second document", "listen: ':1'\n---\nlisten: ':2'\n", nil, []string{
 			"line 2: a second YAML document; the file must hold one",
 		}},

@@ -3,6 +3,7 @@ package config
 import (
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -38,7 +39,11 @@ var yamlTypes = map[string]struct {
 func yamlFields(t reflect.Type) []string {
 	var names []string
 	for f := range t.Fields() {
-		if name, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); name != "" && name != "-" {
+		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+		switch {
+		case name == "" && f.Anonymous && f.Type.Kind() == reflect.Struct && slices.Contains(strings.Split(opts, ","), "inline"):
+			names = append(names, yamlFields(f.Type)...) // an api_keys entry's limits
+		case name != "" && name != "-":
 			names = append(names, name)
 		}
 	}
