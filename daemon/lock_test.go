@@ -668,9 +668,29 @@ func TestQuorumMessage(t *testing.T) {
 		failures:  []error{me(0, redlock.ErrMasterDown), me(1, redlock.ErrMasterDown), me(2, redlock.ErrMasterQuarantined)},
 		masters:   []redlock.MasterStatus{down, down, quarantined(time.Minute), up, up},
 		msg:       "cannot tell whether the lock is held: 1 master(s) hold it, 1 answered it is free, 3 could not answer or do not count (3 of 5 needed either way)",
-		back:      time.Minute,
+		// Two more answers are needed to decide, and only one master has
+		// a known return: the down ones are needed, so no time is known
+		// (a minute from now the three answering could split again).
+	}, {
+		name:      "status split with a quorum counting: decidable when a quarantine ends",
+		op:        "status",
+		votes:     1,
+		refused:   2,
+		failures:  []error{me(3, redlock.ErrMasterQuarantined), me(4, redlock.ErrMasterQuarantined)},
+		masters:   []redlock.MasterStatus{up, up, up, quarantined(39 * time.Second), quarantined(40 * time.Second)},
+		msg:       "cannot tell whether the lock is held: 1 master(s) hold it, 2 answered it is free, 2 could not answer or do not count (3 of 5 needed either way)",
+		back:      39 * time.Second,
 		backKnown: true,
-		sooner:    2,
+	}, {
+		name:      "status split: two more answers needed, at the second quarantine's end (the down master cannot decide it alone)",
+		op:        "status",
+		votes:     1,
+		refused:   1,
+		failures:  []error{me(2, redlock.ErrMasterQuarantined), me(3, redlock.ErrMasterQuarantined), me(4, redlock.ErrMasterDown)},
+		masters:   []redlock.MasterStatus{up, up, quarantined(10 * time.Second), quarantined(20 * time.Second), down},
+		msg:       "cannot tell whether the lock is held: 1 master(s) hold it, 1 answered it is free, 3 could not answer or do not count (3 of 5 needed either way)",
+		back:      20 * time.Second,
+		backKnown: true,
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			op := cmp.Or(tc.op, "acquire")

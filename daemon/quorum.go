@@ -178,6 +178,9 @@ func quorumReturn(err error, masters []redlock.MasterStatus, quorum int) (back t
 		return 0, false, 0 // no fencing token left: no return to promise
 	}
 	t := tallyQuorum(oe, masters)
+	if oe.Op == "status" {
+		return statusReturn(oe, t, masters, quorum)
+	}
 	var ends []time.Duration
 	for i := range masters {
 		st := &masters[i]
@@ -207,6 +210,61 @@ func quorumReturn(err error, masters []redlock.MasterStatus, quorum int) (back t
 			now++
 		}
 		if unknown := len(masters) - len(ends); now+unknown >= quorum {
+			sooner = unknown
+		}
+	}
+	return back, true, sooner
+}
+
+// statusReturn is quorumReturn for a status, which decides with a quorum
+// of answers on one side (held, or free), not with a quorum of masters
+// counting: three counting masters that split one held, two free cannot
+// tell. It can decide once quorum − max(held, free) more masters answer,
+// and not before; which side they answer is not known, so the time is the
+// earliest a decision can come: when that many of the masters that did
+// not answer count again, their quarantines over. A master with no known
+// return (down, timed out, repairing, waiting) may come back sooner
+// (sooner, as for a vote); when the masters with a known return are too
+// few without such masters, no time is known. Found by a black-box pass:
+// with a quorum counting but split, the answer said no return was known
+// while the two quarantined masters that could decide had theirs.
+func statusReturn(oe *redlock.OutcomeError, t *quorumTally, masters []redlock.MasterStatus, quorum int) (back time.Duration, known bool, sooner int) {
+	need := quorum - max(oe.Votes, oe.Refused)
+	if need <= 0 {
+		return 0, true, 0
+	}
+	var ends []time.Duration
+	unknown, ready := 0, 0
+	for i := range masters {
+		st := &masters[i]
+		f, failed := t.failed[i]
+		quarantineEnd := st.State == redlock.MasterQuarantined && st.QuarantineLeft > 0
+		switch {
+		case quarantineEnd && (!failed || failureFate(f) == fateExcluded):
+			ends = append(ends, st.QuarantineLeft)
+		case failed:
+			unknown++
+		case st.Counting && st.State == redlock.MasterUp:
+			ready++ // answered, or can answer now
+		default:
+			unknown++
+		}
+	}
+	// The counting masters beyond those that answered can answer now.
+	for range max(ready-oe.Votes-oe.Refused, 0) {
+		ends = append(ends, 0)
+	}
+	if len(ends) < need {
+		return 0, false, 0
+	}
+	slices.Sort(ends)
+	back = ends[need-1]
+	if back > 0 && unknown > 0 {
+		now := 0
+		for now < len(ends) && ends[now] == 0 {
+			now++
+		}
+		if now+unknown >= need {
 			sooner = unknown
 		}
 	}
