@@ -661,13 +661,13 @@ func TestQuorumMessage(t *testing.T) {
 		masters:  []redlock.MasterStatus{up, up, up, up, up},
 		msg:      "a quorum of Redis masters voted (3 of 5, 3 needed), but no fencing token is left: the fencing counter has reached the largest fence, 9007199254740991 (set by hand near it?); every acquire is refused",
 	}, {
-		name:      "status",
-		op:        "status",
-		votes:     1,
-		refused:   1,
-		failures:  []error{me(0, redlock.ErrMasterDown), me(1, redlock.ErrMasterDown), me(2, redlock.ErrMasterQuarantined)},
-		masters:   []redlock.MasterStatus{down, down, quarantined(time.Minute), up, up},
-		msg:       "cannot tell whether the lock is held: 1 master(s) hold it, 1 answered it is free, 3 could not answer or do not count (3 of 5 needed either way)",
+		name:     "status",
+		op:       "status",
+		votes:    1,
+		refused:  1,
+		failures: []error{me(0, redlock.ErrMasterDown), me(1, redlock.ErrMasterDown), me(2, redlock.ErrMasterQuarantined)},
+		masters:  []redlock.MasterStatus{down, down, quarantined(time.Minute), up, up},
+		msg:      "cannot tell whether the lock is held: 1 master(s) hold it, 1 answered it is free, 3 could not answer or do not count (3 of 5 needed either way)",
 		// Two more answers are needed to decide, and only one master has
 		// a known return: the down ones are needed, so no time is known
 		// (a minute from now the three answering could split again).
