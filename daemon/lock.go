@@ -417,7 +417,7 @@ func (s *Server) release(ctx context.Context, w http.ResponseWriter, c *call, re
 		return
 	}
 	if errors.Is(err, redlock.ErrNotHeld) {
-		s.ok(w, c, resNotReleased, &d, notHeldMsg(err))
+		s.ok(w, c, resNotReleased, &d, notHeldSlotMsg(req, err))
 		return
 	}
 	s.internal(w, c, err)
@@ -476,7 +476,7 @@ func (s *Server) extend(ctx context.Context, w http.ResponseWriter, c *call, req
 		return
 	}
 	if errors.Is(err, redlock.ErrNotHeld) {
-		s.ok(w, c, resNotExtended, &d, notHeldMsg(err))
+		s.ok(w, c, resNotExtended, &d, notHeldSlotMsg(req, err))
 		return
 	}
 	s.internal(w, c, err)
@@ -583,6 +583,18 @@ func notHeldMsg(err error) string {
 		return "lock not held in its new master group: a lock taken before the change of master groups cannot be extended during the change and ends with its TTL (acquire it again); otherwise it expired or was already released"
 	}
 	return msgNotHeld
+}
+
+// notHeldSlotMsg is notHeldMsg for a request that may name a semaphore
+// permit's slot: a slot the token does not hold may be the wrong slot, not
+// an ended permit (a black-box pass took "it expired or was already
+// released" for a permit it still held, under slot 0, released as slot 1).
+func notHeldSlotMsg(req *lockRequest, err error) string {
+	msg := notHeldMsg(err)
+	if req.hasSlot && msg == msgNotHeld {
+		return "permit not held at slot " + strconv.FormatInt(req.slot, 10) + ": it expired or was already released, or this token holds another slot (send the slot its acquire answered)"
+	}
+	return msg
 }
 
 // notHeldSetMsg is notHeldMsg for a multi-key request: one key the token

@@ -65,6 +65,12 @@ func TestSemaphoreAcrossDaemons(t *testing.T) {
 	assert.Equal(t, false, rel["released"])
 	rel = okData(t, b.lock(t, testKeyAcme, `{"action":"release","key":"export:merchant_5","token":"`+tok1+`","slot":`+slot1+`}`))
 	assert.Equal(t, true, rel["released"], rel)
+	// A slot the token does not hold, free: the answer names the slot and
+	// that the token may hold another (a black-box pass read "expired or
+	// already released" for a permit it held under another slot).
+	r = b.lock(t, testKeyAcme, `{"action":"release","key":"export:merchant_5","token":"`+tok1+`","slot":`+slot1+`}`)
+	assert.Equal(t, false, okData(t, r)["released"])
+	assert.Equal(t, "permit not held at slot "+slot1+": it expired or was already released, or this token holds another slot (send the slot its acquire answered)", r.Env.Msg)
 
 	st = okData(t, a.lock(t, testKeyAcme, `{"action":"status","key":"export:merchant_5","permits":2}`))
 	assert.Equal(t, false, st["held"])
