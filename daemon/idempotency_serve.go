@@ -359,7 +359,7 @@ func (s *Server) idemQuorumFailed(ctx context.Context, w http.ResponseWriter, c 
 		return false
 	}
 	c.err = err
-	msg := fmt.Sprintf("idempotency records: no quorum of masters counting for records (%d of %d needed; %d did it, %d not counted: %v)",
+	msg := fmt.Sprintf("idempotency records: no quorum of masters counting for records (%d of %d needed; %d wrote or read the record, %d not counted: %v)",
 		qe.Quorum, qe.Masters, qe.Done, len(qe.Failures), errors.Join(qe.Failures...))
 	retry := s.outage.backoff(time.Now())
 	// Masters that failed otherwise (down, paused, too slow) may come back

@@ -253,7 +253,7 @@ type QuorumError struct {
 }
 
 func (e *QuorumError) Error() string {
-	return fmt.Sprintf("idempotency: %s: %d of %d needed masters did it (%d masters, %d not counted): %v",
+	return fmt.Sprintf("idempotency: %s: %d of %d needed masters wrote or read the record (%d masters, %d not counted): %v",
 		e.Op, e.Done, e.Quorum, e.Masters, len(e.Failures), errors.Join(e.Failures...))
 }
 
