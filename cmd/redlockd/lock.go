@@ -664,7 +664,14 @@ func cliWrap(err error, prefix string) error {
 // already starts with the action's name: "lock acquire: HTTP 503 …", not
 // "lock acquire: acquire: HTTP 503 …".
 func actionFailed(err error, prefix, action string) error {
-	return &cliError{msg: prefix + ": " + strings.TrimPrefix(cliText(err), action+": "), err: err}
+	msg := prefix + ": " + strings.TrimPrefix(cliText(err), action+": ")
+	var ce *client.Error
+	if errors.As(err, &ce) && ce.Status == http.StatusNotFound {
+		// The lock API answers no 404: the URL is not the daemon's API
+		// (an admin listener, a wrong path), a black-box pass found.
+		msg += " (no redlockd lock API at this URL: check --url or REDLOCKD_URL)"
+	}
+	return &cliError{msg: msg, err: err}
 }
 
 // cliText is err's text for the command line: without the clientPrefix of

@@ -168,6 +168,7 @@ func TestLockRunExitCodes(t *testing.T) {
 	code, _, errOut = runLock(t, base+"/wrong/prefix", "run", "--key", "k", "--ttl", "30s", "--", "touch", marker)
 	assert.Equal(t, 70, code, errOut)
 	assert.Contains(t, errOut, "HTTP 404")
+	assert.Contains(t, errOut, "no redlockd lock API at this URL: check --url or REDLOCKD_URL")
 	assert.NoFileExists(t, marker)
 
 	// The command cannot be run: 127 and 126, and the lock is released.
