@@ -171,6 +171,27 @@ func TestLockHelpFlags(t *testing.T) {
 	assert.Contains(t, help.String(), "-ttl")
 }
 
+// TestRepairFencesDryRunOnIntactMasters: a dry run on masters that all
+// kept their data flags none, and says so rather than "masters that lost
+// their data would stay out" (a black-box pass read that as a finding).
+func TestRepairFencesDryRunOnIntactMasters(t *testing.T) {
+	ctx := context.Background()
+	prefix := "repairintact:" + t.Name() + ":"
+	masters := make([]string, len(servers))
+	now := time.Now()
+	for i, s := range servers {
+		masters[i] = s.Addr()
+		r := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+		require.NoError(t, r.MSet(ctx, prefix+"marker", fmt.Sprintf("redlockd %d", now.UnixMilli()), prefix+"marker:horizon", "0", prefix+"fence", "10").Err())
+		require.NoError(t, r.Close())
+	}
+	var out, errOut bytes.Buffer
+	require.NoError(t, run(ctx, []string{"repair-fences", "--masters", strings.Join(masters, ","), "--key-prefix", prefix, "--max-ttl", "60", "--dry-run"}, &out, &errOut), errOut.String())
+	assert.Contains(t, out.String(), "no master read here lost its data, so none is quarantined by this repair; a master a running daemon holds out as repairing (GET /readyz) would stay out for 1m0s after the repair")
+	assert.NotContains(t, out.String(), "masters that lost their data")
+	assert.NotContains(t, out.String(), "would be quarantined")
+}
+
 // TestRepairFencesMaxTTL: without --max-ttl (nor a config file or
 // REDLOCKD_MAX_TTL), repair-fences takes the longest max TTL the clients
 // registered on the masters, and says so; a second run with a shorter one

@@ -164,7 +164,13 @@ func repairFences(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	} else {
 		fmt.Fprintf(stdout, "repaired: every answering master's fencing counter is ≥ %d and carries the repair marker\n", res.Target)
 	}
-	printStayOut(stdout, opts.MaxTTL, res.RegisteredMaxTTL, *dryRun)
+	lost := 0
+	for _, m := range res.Masters {
+		if m.Answered && m.Lost != "" {
+			lost++
+		}
+	}
+	printStayOut(stdout, opts.MaxTTL, res.RegisteredMaxTTL, lost, *dryRun)
 	for _, m := range res.Masters {
 		if m.Stay > max(opts.MaxTTL, res.RegisteredMaxTTL)+time.Second {
 			fmt.Fprintf(stdout, "master %d (%s) stays out %v after this repair: an earlier repair's quarantine ends later, and a repair never shortens one\n", m.Index, m.Addr, m.Stay.Round(time.Second))
@@ -183,7 +189,11 @@ func flagGiven(fs *flag.FlagSet, name string) bool {
 // printStayOut says how long the masters that lost their data stay out
 // after the repair: locks they lost may be valid until the longest max TTL
 // of any client has passed.
-func printStayOut(w io.Writer, maxTTL, registered time.Duration, dry bool) {
+// lost is how many masters the run found lost (or that may have): with
+// none, the stay is said of the masters a running daemon already holds out
+// as repairing (a black-box pass read "masters that lost their data would
+// stay out" on a healthy deployment as a finding of this run).
+func printStayOut(w io.Writer, maxTTL, registered time.Duration, lost int, dry bool) {
 	verb := "stay"
 	if dry {
 		verb = "would stay"
@@ -192,8 +202,12 @@ func printStayOut(w io.Writer, maxTTL, registered time.Duration, dry bool) {
 	if registered > 0 {
 		registeredText = registered.String()
 	}
-	fmt.Fprintf(w, "masters that lost their data %s out for %v after the repair: the longer of max_ttl %v and the longest max TTL registered on the masters (%s); each running daemon keeps them out at least its own max_ttl after the repair\n",
-		verb, max(maxTTL, registered), maxTTL, registeredText)
+	who := "masters that lost their data"
+	if lost == 0 {
+		who = "no master read here lost its data, so none is quarantined by this repair; a master a running daemon holds out as repairing (GET /readyz)"
+	}
+	fmt.Fprintf(w, "%s %s out for %v after the repair: the longer of max_ttl %v and the longest max TTL registered on the masters (%s); each running daemon keeps them out at least its own max_ttl after the repair\n",
+		who, verb, max(maxTTL, registered), maxTTL, registeredText)
 }
 
 func printRepair(w io.Writer, res *redlock.RepairResult, dry bool) {
