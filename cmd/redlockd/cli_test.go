@@ -171,20 +171,30 @@ func TestLockHelpFlags(t *testing.T) {
 	assert.Contains(t, help.String(), "-ttl")
 }
 
+// seedDeployment writes an intact deployment's marker, lease horizon and
+// fencing counter (10) under prefix on every test master, then calls more
+// with a client of master i, and returns the masters' addresses.
+func seedDeployment(t *testing.T, prefix string, more func(r *redis.Client, i int)) []string {
+	t.Helper()
+	masters := make([]string, len(servers))
+	now := time.Now()
+	for i, s := range servers {
+		masters[i] = s.Addr()
+		r := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+		require.NoError(t, r.MSet(context.Background(), prefix+"marker", fmt.Sprintf("redlockd %d", now.UnixMilli()), prefix+"marker:horizon", "0", prefix+"fence", "10").Err())
+		more(r, i)
+		require.NoError(t, r.Close())
+	}
+	return masters
+}
+
 // TestRepairFencesDryRunOnIntactMasters: a dry run on masters that all
 // kept their data flags none, and says so rather than "masters that lost
 // their data would stay out" (a black-box pass read that as a finding).
 func TestRepairFencesDryRunOnIntactMasters(t *testing.T) {
 	ctx := context.Background()
 	prefix := "repairintact:" + t.Name() + ":"
-	masters := make([]string, len(servers))
-	now := time.Now()
-	for i, s := range servers {
-		masters[i] = s.Addr()
-		r := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-		require.NoError(t, r.MSet(ctx, prefix+"marker", fmt.Sprintf("redlockd %d", now.UnixMilli()), prefix+"marker:horizon", "0", prefix+"fence", "10").Err())
-		require.NoError(t, r.Close())
-	}
+	masters := seedDeployment(t, prefix, func(*redis.Client, int) {})
 	var out, errOut bytes.Buffer
 	require.NoError(t, run(ctx, []string{"repair-fences", "--masters", strings.Join(masters, ","), "--key-prefix", prefix, "--max-ttl", "60", "--dry-run"}, &out, &errOut), errOut.String())
 	assert.Contains(t, out.String(), "no master read here lost its data, so none is quarantined by this repair; a master a running daemon holds out as repairing (GET /readyz) would stay out for 1m0s after the repair")
@@ -201,19 +211,14 @@ func TestRepairFencesDryRunOnIntactMasters(t *testing.T) {
 func TestRepairFencesMaxTTL(t *testing.T) {
 	ctx := context.Background()
 	prefix := "repairttl:" + t.Name() + ":"
-	masters := make([]string, len(servers))
 	now := time.Now()
-	for i, s := range servers {
-		masters[i] = s.Addr()
-		r := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-		require.NoError(t, r.MSet(ctx, prefix+"marker", fmt.Sprintf("redlockd %d", now.UnixMilli()), prefix+"marker:horizon", "0", prefix+"fence", "10").Err())
+	masters := seedDeployment(t, prefix, func(r *redis.Client, i int) {
 		// A client with max TTL 7 s registered until a minute from now.
 		require.NoError(t, r.ZAdd(ctx, prefix+"marker:max_ttl", redis.Z{Score: float64(now.Add(time.Minute).UnixMilli()), Member: "7000"}).Err())
 		if i == 4 {
 			require.NoError(t, r.Del(ctx, prefix+"marker").Err()) // master 4 lost its data
 		}
-		require.NoError(t, r.Close())
-	}
+	})
 	var out, errOut bytes.Buffer
 	require.NoError(t, run(ctx, []string{"repair-fences", "--masters", strings.Join(masters, ","), "--key-prefix", prefix}, &out, &errOut), errOut.String())
 	assert.Contains(t, out.String(), "max TTL: 7s, the longest the clients registered on the masters (--max-ttl not given)")
