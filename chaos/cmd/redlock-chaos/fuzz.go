@@ -64,8 +64,10 @@ func fuzzCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	redis.SetLogger(quietRedis{})
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return err
+	if !*printOnly { // --print writes nothing
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return err
+		}
 	}
 	if *runs == 0 && *total < *duration {
 		return fmt.Errorf("fuzz: --runs 0 needs a --total of at least --duration (%v)", *duration)
@@ -138,7 +140,10 @@ func fuzzCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 				return werr
 			}
 			fmt.Fprint(stdout, "shrunk "+small.String())
-			fmt.Fprintf(stdout, "reproduction: %s (a Go test for chaos/), %s (redlock-chaos fuzz --replay)\n", path, filepath.Join(dir, "shrunk.json"))
+			// The schedule does not carry the control: the replay line
+			// names it (replayed without, every guard is on and a
+			// control's finding is not there: a black-box pass).
+			fmt.Fprintf(stdout, "reproduction: %s (a Go test for chaos/), or: %s\n", path, replayLine(filepath.Join(dir, "shrunk.json"), ctl))
 		}
 		if ctl == nil {
 			return fmt.Errorf("fuzz: seed %d found a safety violation with every guard on", sched.Seed)
@@ -147,9 +152,32 @@ func fuzzCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return nil
 	}
 	if ctl != nil && !*printOnly {
-		return fmt.Errorf("fuzz: negative control %s: no safety violation found", ctl.Name)
+		return controlMissed(ctl, agg.found)
 	}
 	return nil
+}
+
+// replayLine is the command that replays a shrunk schedule: with the
+// control's flag, which the schedule does not carry (replayed without it,
+// every guard is on and a control's finding is not there: a black-box
+// pass).
+func replayLine(path string, ctl *chaos.FuzzControl) string {
+	line := "redlock-chaos fuzz --replay " + path
+	if ctl != nil {
+		line += " --control " + ctl.Name
+	}
+	return line
+}
+
+// controlMissed is the error of a control run that did not show its bug;
+// found is how many violations it found in episodes its guards are not
+// about (the summary says so): not "none found" then (a black-box pass
+// read the two lines as contradicting each other).
+func controlMissed(ctl *chaos.FuzzControl, found int) error {
+	if found > 0 {
+		return fmt.Errorf("fuzz: negative control %s: %d safety violation(s) found, none in an episode its guards are about: the control did not show its bug", ctl.Name, found)
+	}
+	return fmt.Errorf("fuzz: negative control %s: no safety violation found", ctl.Name)
 }
 
 func controlNames() string {
@@ -174,6 +202,7 @@ func writeJSON(path string, v any) error {
 // aggregate sums the runs of one invocation for its closing line.
 type aggregate struct {
 	runs, episodes, faults int
+	found                  int // violations found, credited to the control or not
 	pairs                  map[string]bool
 }
 
@@ -181,6 +210,7 @@ func (a *aggregate) add(r *chaos.FuzzResult) {
 	a.runs++
 	a.episodes += r.Episodes
 	a.faults += r.Faults
+	a.found += len(r.Found)
 	for _, p := range r.Pairs {
 		a.pairs[p] = true
 	}
