@@ -100,7 +100,8 @@ const MinTTL = 10 * time.Millisecond
 // the Client's own (the
 // marker, lease horizon and fencing counter keys, and fence records
 // "<fence key>:…").
-func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+func (c *Client) Acquire(ctx context.Context, key string, ttl time.Duration, opts ...AcquireOption) (_ *Lock, err error) {
+	defer func() { err = notObtained(err) }()
 	if key == "" {
 		return nil, fmt.Errorf("%w: key must not be empty", ErrInvalid)
 	}
@@ -258,6 +259,10 @@ func (c *Client) acquireOnce(ctx context.Context, key string, ttl, lockDelay tim
 // a multi-key lock (multikey.go): the same votes, grant rules, fence
 // write-back and clean-up, with the set's scripts.
 func (c *Client) acquireSet(ctx context.Context, set *lockSet, token string, ttl, lockDelay time.Duration) (*Lock, error) {
+	if !c.beginAcquire() {
+		return nil, errors.Join(ErrNotObtained, ErrClosed)
+	}
+	defer c.endAcquire()
 	if err := c.closedErr(); err != nil {
 		return nil, errors.Join(ErrNotObtained, err)
 	}

@@ -88,6 +88,11 @@ type Client struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 	wg        sync.WaitGroup
+	// closing: Close has begun; no acquire attempt starts after it.
+	// acquiring: acquire attempts under way (acquireSet), which Close
+	// waits for before it closes the lanes (beginAcquire).
+	closing   atomic.Bool
+	acquiring atomic.Int64
 
 	// slotsReads shares one semaphore slots read among the attempts that
 	// need it at once (grantedSlots); slotsReadsMade counts the reads
@@ -289,8 +294,12 @@ func (o *options) validate() error {
 }
 
 // Close stops the health loop and the lanes (queued commands fail with
-// ErrClosed) and closes every connection. It does not release held locks,
-// but first waits, at most the per-master timeout, for releases already
+// ErrClosed) and closes every connection. It does not release held locks.
+// First it stops new acquire attempts (they fail with ErrClosed, and
+// ErrNotObtained) and waits, at most four per-master timeouts, for the
+// attempts under way to end — granted, or refused with the keys they set
+// released (Acquire, step 5) — so that an acquire failed by Close leaves no
+// key behind; then, at most the per-master timeout, for releases already
 // on their way (flushReleases). It also waits for a health round already
 // under way to end (each of its steps bounded by the health timeout); a
 // waiter's subscription to a paused master is cut, not waited for
@@ -298,6 +307,8 @@ func (o *options) validate() error {
 func (c *Client) Close() error {
 	var errs []error
 	c.closeOnce.Do(func() {
+		c.closing.Store(true)
+		c.awaitAcquires()
 		c.flushReleases()
 		close(c.closed)
 		// Closing the connections first unblocks a lane stuck on a paused
@@ -729,6 +740,34 @@ func masterAttr(m *master) slog.Attr { return slog.String("master", m.addr) }
 // timeout, return with deletes still on their way; closing the
 // connections under it would leave the key there until its TTL (and the
 // granted-lock check would refuse the key until then).
+// beginAcquire counts an acquire attempt under way, unless Close has
+// begun (false: the attempt must not start); each true ends with
+// endAcquire. Close sets closing before it reads the count, and an
+// attempt counts itself before it reads closing, so either Close waits
+// for the attempt or the attempt sees Close (found by a black-box pass:
+// an attempt whose clean-up release met the closed lanes left its key on
+// a quorum for its whole TTL, with no token to release it).
+func (c *Client) beginAcquire() bool {
+	c.acquiring.Add(1)
+	if c.closing.Load() {
+		c.acquiring.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (c *Client) endAcquire() { c.acquiring.Add(-1) }
+
+// awaitAcquires waits for the acquire attempts under way, at most four
+// per-master timeouts: an attempt's votes, its fence write-back (and
+// rewrite) and its clean-up release are each bounded by one.
+func (c *Client) awaitAcquires() {
+	deadline := time.Now().Add(4*c.opts.perMasterTimeout + 50*time.Millisecond)
+	for c.acquiring.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func (c *Client) flushReleases() {
 	deadline := time.Now().Add(c.opts.perMasterTimeout)
 	for c.releasesPending() && time.Now().Before(deadline) {
