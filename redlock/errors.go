@@ -161,3 +161,22 @@ func (c *Client) ttlError(ttl time.Duration) error {
 	fixed := drift - time.Duration(float64(ttl)*f) // 2 ms + the clock allowance
 	return &TTLError{TTL: ttl, Allowance: drift, Min: time.Duration(float64(fixed)/(1-f)) + time.Millisecond}
 }
+
+// notObtained makes err, an Acquire's (AcquireMulti's, AcquirePermit's)
+// failure, match ErrNotObtained as every failed acquire does, keeping its
+// text and what it wraps: a bad argument's error matched ErrInvalid only
+// (a black-box pass, against "every failure matches ErrNotObtained").
+func notObtained(err error) error {
+	if err == nil || errors.Is(err, ErrNotObtained) {
+		return err
+	}
+	return acquireFailed{err}
+}
+
+// acquireFailed is an acquire's error that matches ErrNotObtained besides
+// what err matches.
+type acquireFailed struct{ err error }
+
+func (e acquireFailed) Error() string        { return e.err.Error() }
+func (e acquireFailed) Unwrap() error        { return e.err }
+func (e acquireFailed) Is(target error) bool { return target == ErrNotObtained }

@@ -186,7 +186,8 @@ func (c *Client) checkMultiKeys(keys []string) error {
 //
 // Errors: as Acquire. ErrLockHeld when any key of the set is held (or in
 // its lock-delay); ErrInvalid for bad keys or a Client without fencing.
-func (c *Client) AcquireMulti(ctx context.Context, keys []string, ttl time.Duration, opts ...AcquireOption) (*Lock, error) {
+func (c *Client) AcquireMulti(ctx context.Context, keys []string, ttl time.Duration, opts ...AcquireOption) (_ *Lock, err error) {
+	defer func() { err = notObtained(err) }()
 	if err := c.checkMultiKeys(keys); err != nil {
 		return nil, err
 	}

@@ -111,6 +111,19 @@ func TestInvalidArguments(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalid)
 	assert.ErrorContains(t, err, "name is")
 	assert.False(t, onAnyMaster(t, long), "nothing written")
+	// A failed acquire matches ErrNotObtained whatever the cause, bad
+	// arguments included (they matched ErrInvalid only: a black-box pass),
+	// with the argument's message as it was.
+	_, err = c.Acquire(ctx, "", time.Second)
+	assert.ErrorIs(t, err, ErrNotObtained)
+	assert.EqualError(t, err, "redlock: invalid argument: key must not be empty")
+	_, err = c.AcquireMulti(ctx, []string{newKey(t), long}, time.Second)
+	assert.ErrorIs(t, err, ErrNotObtained)
+	_, err = c.AcquirePermit(ctx, "", 2, time.Second)
+	assert.ErrorIs(t, err, ErrNotObtained)
+	_, err = c.Acquire(ctx, "k", 10*time.Millisecond, WithLockDelay(-time.Second))
+	assert.ErrorIs(t, err, ErrNotObtained)
+	assert.ErrorIs(t, err, ErrInvalid)
 	atLimit := newKey(t) + ":"
 	atLimit += strings.Repeat("k", MaxKeyBytes-len(atLimit))
 	l, err := c.Acquire(ctx, atLimit, time.Second)

@@ -142,7 +142,8 @@ type Permit struct {
 // Errors: as Acquire; ErrInvalid also for permits outside 1 to MaxPermits.
 // Any error but ErrLockHeld on a slot ends the attempt (ErrQuorumUnavailable
 // on one slot says the masters cannot vote now).
-func (c *Client) AcquirePermit(ctx context.Context, name string, permits int, ttl time.Duration, opts ...AcquireOption) (*Permit, error) {
+func (c *Client) AcquirePermit(ctx context.Context, name string, permits int, ttl time.Duration, opts ...AcquireOption) (_ *Permit, err error) {
+	defer func() { err = notObtained(err) }()
 	if err := checkSemaphore(name, permits); err != nil {
 		return nil, err
 	}
