@@ -309,7 +309,18 @@ func ttlSeconds(ttl time.Duration) (int64, error) {
 	if ttl < time.Second {
 		return 0, fmt.Errorf("%w: ttl %v is below the minimum of 1s", ErrInvalid, ttl)
 	}
-	return int64((ttl + time.Second - 1) / time.Second), nil
+	return ceilSeconds(ttl), nil
+}
+
+// ceilSeconds is d in whole seconds, rounded up, for d ≥ 0; it does not
+// overflow near the largest Duration (d + 1s − 1 did: a black-box pass sent
+// ttl -9223372035 for math.MaxInt64).
+func ceilSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	}
+	return s
 }
 
 // checkKeys refuses, without a request, what the wire cannot say: a

@@ -79,13 +79,13 @@ func WithIdemNamespace(ns string) IdemOption { return func(r *idemRequest) { r.N
 // WithLease sets the processing lease, whole seconds rounded up. Default:
 // the daemon's (30 s).
 func WithLease(d time.Duration) IdemOption {
-	return func(r *idemRequest) { r.Lease = int64((d + time.Second - 1) / time.Second) }
+	return func(r *idemRequest) { r.Lease = ceilSeconds(d) }
 }
 
 // WithRetention sets how long the record is kept, whole seconds rounded
 // up, at most 7 days. Default: the daemon's (24 h).
 func WithRetention(d time.Duration) IdemOption {
-	return func(r *idemRequest) { r.Retention = int64((d + time.Second - 1) / time.Second) }
+	return func(r *idemRequest) { r.Retention = ceilSeconds(d) }
 }
 
 // Fingerprint is the canonical fingerprint of a request body: the

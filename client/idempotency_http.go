@@ -406,7 +406,7 @@ func refuse(w http.ResponseWriter, err error) (ours bool) {
 		// may retry when the daemon says, not every second.
 		secs := int64(1)
 		if e.RetryAfter > 0 {
-			secs = int64((e.RetryAfter + time.Second - 1) / time.Second)
+			secs = ceilSeconds(e.RetryAfter)
 		}
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		http.Error(w, "idempotency records unavailable: this service's redlockd account is past its limits ("+e.Code+"); retry later", http.StatusServiceUnavailable)
@@ -417,7 +417,7 @@ func refuse(w http.ResponseWriter, err error) (ours bool) {
 		// hint is capped at maxInProgressRetryAfter.
 		secs := int64(1)
 		if e != nil && e.RetryAfter > 0 {
-			secs = min(int64((e.RetryAfter+time.Second-1)/time.Second), maxInProgressRetryAfter)
+			secs = min(ceilSeconds(e.RetryAfter), maxInProgressRetryAfter)
 		}
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		http.Error(w, "a request with this Idempotency-Key is being processed; retry later", http.StatusConflict)
@@ -447,7 +447,7 @@ func refuse(w http.ResponseWriter, err error) (ours bool) {
 		// come back each second for as long as the records were out.
 		secs := int64(1)
 		if e != nil && e.RetryAfter > 0 {
-			secs = int64((e.RetryAfter + time.Second - 1) / time.Second)
+			secs = ceilSeconds(e.RetryAfter)
 		}
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 		http.Error(w, "idempotency records unavailable; retry later", http.StatusServiceUnavailable)

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -24,5 +25,25 @@ func TestRefuseKeepsTheDaemonsRetryAfter(t *testing.T) {
 		assert.True(t, ours)
 		assert.Equal(t, http.StatusServiceUnavailable, w.Code)
 		assert.Equal(t, tc.want, w.Header().Get("Retry-After"), "daemon's Retry-After %v", tc.retryAfter)
+	}
+}
+
+// ttlSeconds rounds up to whole seconds without overflowing near the
+// largest Duration (a black-box pass: math.MaxInt64 went out as ttl
+// -9223372035).
+func TestTTLSecondsRoundsUpWithoutOverflow(t *testing.T) {
+	for _, c := range []struct {
+		ttl  time.Duration
+		want int64
+	}{
+		{time.Second, 1},
+		{1500 * time.Millisecond, 2},
+		{time.Minute, 60},
+		{math.MaxInt64, math.MaxInt64/int64(time.Second) + 1},
+	} {
+		got, err := ttlSeconds(c.ttl)
+		if err != nil || got != c.want {
+			t.Errorf("ttlSeconds(%v) = %d, %v; want %d", c.ttl, got, err, c.want)
+		}
 	}
 }
