@@ -379,6 +379,22 @@ func TestWithLockCancelsOnLoss(t *testing.T) {
 	require.ErrorIs(t, err, client.ErrLost, "a loss is reported even when fn returns nil")
 }
 
+// TestWithLockJoinsTheLossToFnsCancellation: fn returning its context's
+// error, as most code does, after a loss: the loss is joined, so that
+// errors.Is(err, ErrLost) says why (it was context.Canceled alone, with
+// the caller's context never cancelled: a black-box pass).
+func TestWithLockJoinsTheLossToFnsCancellation(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	err := c.WithLock(context.Background(), "withlock:lossctx", 3*time.Second, func(ctx context.Context, l *client.Lease) error {
+		pauseMasters(t, 3, d)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorIs(t, err, client.ErrLost, "the loss is why fn's context ended")
+}
+
 // TestWithLockLostOnAHungDaemon: the daemon stops answering (SIGSTOP)
 // while fn runs. The lock is lost; WithLock's release then only cleans up
 // and gives up after lostReleaseTimeout (2 s), not the request timeout

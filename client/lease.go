@@ -322,9 +322,10 @@ const lostReleaseTimeout = 2 * time.Second
 // default DefaultRequestTimeout) and by the lock's validity left, but at
 // least 2 s (2 s for a lock already lost: that release only cleans up).
 //
-// It returns the acquire's error (fn not run), else fn's error; when fn
-// returned nil, the loss (matching ErrLost) if the lock was lost while fn
-// ran, else the release's error.
+// It returns the acquire's error (fn not run), else fn's error (joined
+// with the loss, matching ErrLost, when the lock was lost and fn returned
+// its context's cancellation); when fn returned nil, the loss (matching
+// ErrLost) if the lock was lost while fn ran, else the release's error.
 func (c *Client) WithLock(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, l *Lease) error, opts ...LockOption) (err error) {
 	l, err := c.Acquire(ctx, key, ttl, opts...)
 	if err != nil {
@@ -361,13 +362,17 @@ func (c *Client) WithLock(ctx context.Context, key string, ttl time.Duration, fn
 		rcancel()
 		cancel(nil)
 		<-watched
-		if err == nil {
-			switch {
-			case lost != nil:
-				err = lost
-			case rerr != nil:
-				err = rerr
-			}
+		switch {
+		case err == nil && lost != nil:
+			err = lost
+		case err == nil && rerr != nil:
+			err = rerr
+		case lost != nil && errors.Is(err, context.Canceled) && ctx.Err() == nil:
+			// fn returned its context's error, which the loss caused:
+			// the loss is joined, so that errors.Is(err, ErrLost) says
+			// why (a black-box pass got context.Canceled alone, with the
+			// caller's context never cancelled).
+			err = errors.Join(err, lost)
 		}
 	}()
 	return fn(wctx, l)
