@@ -197,7 +197,7 @@ func TestRepairFencesDryRunOnIntactMasters(t *testing.T) {
 	masters := seedDeployment(t, prefix, func(*redis.Client, int) {})
 	var out, errOut bytes.Buffer
 	require.NoError(t, run(ctx, []string{"repair-fences", "--masters", strings.Join(masters, ","), "--key-prefix", prefix, "--max-ttl", "60", "--dry-run"}, &out, &errOut), errOut.String())
-	assert.Contains(t, out.String(), "no master read here lost its data, so none is quarantined by this repair; a master a running daemon holds out as repairing (GET /readyz) would stay out for 1m0s after the repair")
+	assert.Contains(t, out.String(), "every master read here kept its data, so this repair quarantines none; masters a running daemon holds out as repairing (GET /readyz) would stay out for 1m0s after the repair")
 	assert.NotContains(t, out.String(), "masters that lost their data")
 	assert.NotContains(t, out.String(), "would be quarantined")
 }

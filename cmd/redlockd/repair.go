@@ -204,7 +204,7 @@ func printStayOut(w io.Writer, maxTTL, registered time.Duration, lost int, dry b
 	}
 	who := "masters that lost their data"
 	if lost == 0 {
-		who = "no master read here lost its data, so none is quarantined by this repair; a master a running daemon holds out as repairing (GET /readyz)"
+		who = "every master read here kept its data, so this repair quarantines none; masters a running daemon holds out as repairing (GET /readyz)"
 	}
 	fmt.Fprintf(w, "%s %s out for %v after the repair: the longer of max_ttl %v and the longest max TTL registered on the masters (%s); each running daemon keeps them out at least its own max_ttl after the repair\n",
 		who, verb, max(maxTTL, registered), maxTTL, registeredText)
