@@ -41,6 +41,13 @@ type groupsLocker struct {
 	// any other stable layout's while stable: until when they may still be
 	// locking (unix ms; 0 none registered, -1 not read from a quorum yet).
 	registryUntil atomic.Int64
+	// registryRead: when the last reading from a quorum was sent (unix ms;
+	// 0 none yet). A reading sent before registryUntil saw those
+	// registrations live, and a later one may be renewed: groups-change
+	// ends step 2 only on a reading sent after it (a test under load saw
+	// step 2 called done on a reading one renewal old, and the daemons on
+	// the new groups answer 503 until the renewal's end + the max TTL).
+	registryRead atomic.Int64
 }
 
 // NewGroupsLocker serves the groups (at least one, names unique and
@@ -266,7 +273,7 @@ func (g *groupsLocker) ClockBounds() redlock.ClockBounds { return redlock.ClockB
 
 // Groups is each group's view, placed stably over all of them.
 func (g *groupsLocker) Groups() *GroupsHealth {
-	gh := &GroupsHealth{Groups: make([]GroupHealth, len(g.groups)), To: append([]string(nil), g.names...), Since: g.since, RegistryUntilMS: g.registryUntil.Load()}
+	gh := &GroupsHealth{Groups: make([]GroupHealth, len(g.groups)), To: append([]string(nil), g.names...), Since: g.since, RegistryUntilMS: g.registryUntil.Load(), RegistryReadMS: g.registryRead.Load()}
 	for i, grp := range g.groups {
 		gh.Groups[i] = GroupHealth{Name: g.names[i], Health: grp, Ops: g.groupOps(i)}
 	}
@@ -276,10 +283,20 @@ func (g *groupsLocker) Groups() *GroupsHealth {
 // RegistrySeen records a reading of the placement registry
 // (RunPlacementRegistry's seen). A reading from fewer than a quorum says
 // nothing, and the latest end read stands: the registry's scores only grow.
-func (g *groupsLocker) RegistrySeen(untilMS int64, ok bool) {
-	for ok {
+// readMS is when the reading was sent (unix ms, this daemon's clock).
+func (g *groupsLocker) RegistrySeen(untilMS, readMS int64, ok bool) {
+	if !ok {
+		return
+	}
+	for {
 		cur := g.registryUntil.Load()
 		if untilMS <= cur || g.registryUntil.CompareAndSwap(cur, untilMS) {
+			break
+		}
+	}
+	for {
+		cur := g.registryRead.Load()
+		if readMS <= cur || g.registryRead.CompareAndSwap(cur, readMS) {
 			return
 		}
 	}

@@ -71,6 +71,11 @@ type GroupsHealth struct {
 	// not read from a quorum yet): those on From while moving, those on
 	// any other stable layout while stable.
 	RegistryUntilMS int64
+	// RegistryReadMS: when the last reading of the registry from a quorum
+	// was sent (unix ms, this daemon's clock; 0 none yet). When it is not
+	// after RegistryUntilMS, those registrations were live when read, and
+	// may have been renewed since.
+	RegistryReadMS int64
 }
 
 // GroupHealth is one master group's health.

@@ -247,18 +247,23 @@ type readyPlacement struct {
 	// OthersUntilMS, stable: until when daemons on other groups may still
 	// be locking (the placement registry; 0 none, -1 not read yet).
 	OthersUntilMS *int64 `json:"others_until_ms,omitempty"`
+	// RegistryReadMS: when this daemon last read the registry from a
+	// quorum (unix ms, its own clock; 0 not yet): an old_until_ms (or
+	// others_until_ms) not before it was a registration live when read,
+	// which its daemon may have renewed since.
+	RegistryReadMS *int64 `json:"registry_read_ms,omitempty"`
 }
 
 // placementOf is /readyz's placement of gh.
 func placementOf(gh *GroupsHealth) *readyPlacement {
 	if gh.From == nil {
-		others := gh.RegistryUntilMS
-		p := &readyPlacement{Phase: "stable", To: gh.To, OthersUntilMS: &others}
+		others, read := gh.RegistryUntilMS, gh.RegistryReadMS
+		p := &readyPlacement{Phase: "stable", To: gh.To, OthersUntilMS: &others, RegistryReadMS: &read}
 		if !gh.Since.IsZero() {
 			p.SinceMS = gh.Since.UnixMilli()
 		}
 		return p
 	}
-	old := gh.RegistryUntilMS
-	return &readyPlacement{Phase: "moving", From: gh.From, To: gh.To, SinceMS: gh.Since.UnixMilli(), OldUntilMS: &old}
+	old, read := gh.RegistryUntilMS, gh.RegistryReadMS
+	return &readyPlacement{Phase: "moving", From: gh.From, To: gh.To, SinceMS: gh.Since.UnixMilli(), OldUntilMS: &old, RegistryReadMS: &read}
 }

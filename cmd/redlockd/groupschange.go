@@ -58,6 +58,11 @@ type placementBody struct {
 	// (daemon/placements.go); 0 none registered, -1 not read from a quorum
 	// yet; absent (nil) from a daemon without the registry.
 	OldUntilMS *int64 `json:"old_until_ms"`
+	// RegistryReadMS: when the daemon last read the registry from a
+	// quorum (its clock, unix ms); an old_until_ms not before it was a
+	// registration live when read, which may have been renewed since.
+	// Absent (nil) from a daemon without it.
+	RegistryReadMS *int64 `json:"registry_read_ms"`
 	// OthersUntilMS, of a stable daemon on groups: until when daemons on
 	// other groups may still be locking, by the placement registry; 0
 	// none, -1 not read yet, nil from a daemon without it.
@@ -70,7 +75,9 @@ type changeProgress struct {
 	// stepTwoDone: when step 2 ends (zero before every daemon moves).
 	stepTwoDone time.Time
 	// unread: a moving daemon has not read the placement registry from a
-	// quorum yet, so step 2's end is not known.
+	// quorum yet, or read it while the old daemons were still registered
+	// (a later renewal may end later): either way step 2's end is not
+	// known.
 	unread bool
 	// othersEnd: the latest end of a lock that daemons on other groups may
 	// have taken, by the registry as the daemons on the new groups read it
@@ -258,6 +265,15 @@ func readProgress(ctx context.Context, client *http.Client, urls, to []string) (
 					p.stepTwoDone = end
 				}
 				p.lines = append(p.lines, fmt.Sprintf("%s: daemons on %v may have been locking until %s (the placement registry)", urls[i], pl.From, until.UTC().Format(time.RFC3339)))
+				if read := pl.RegistryReadMS; read != nil && *read <= *old {
+					// Read while that registration was live: its daemon
+					// may have renewed it since, so that end is not yet
+					// the last (a test under load had step 2 called
+					// done one renewal early, and the daemons on the new
+					// groups then answered 503 until its end).
+					p.unread = true
+					p.lines = append(p.lines, fmt.Sprintf("%s: read the registry at %s, while daemons on %v were still registered: waiting for a reading after their registration ends", urls[i], time.UnixMilli(*read).UTC().Format(time.RFC3339Nano), pl.From))
+				}
 			}
 		case to != nil && slices.Equal(pl.To, to):
 			p.onNew++

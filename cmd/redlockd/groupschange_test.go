@@ -199,3 +199,30 @@ func TestGroupsChangeOverMutualTLS(t *testing.T) {
 	require.NoError(t, groupsChange(context.Background(), []string{"--daemons", srv.URL, "--tls-ca", ca.CertFile}, &out, &errOut))
 	assert.Contains(t, out.String(), "on the groups [default], not moving")
 }
+
+// TestGroupsChangeWaitsForARegistryReadingAfterTheOldEnd: a moving
+// daemon's old_until_ms read while that registration was live
+// (registry_read_ms not after it) may have been renewed since: step 2 is
+// not done on it, however long ago it ended, until a reading after it
+// (a test under load had step 2 called done one renewal early, and the
+// daemons on the new groups answered 503 until the renewal's end + the
+// max TTL).
+func TestGroupsChangeWaitsForARegistryReadingAfterTheOldEnd(t *testing.T) {
+	since := time.Now().Add(-time.Minute).UnixMilli()
+	oldUntil := time.Now().Add(-30 * time.Second).UnixMilli()
+	moving := func(readMS int64) string {
+		body := `{"ready":true,"quorum":{"needed":2},"longest_max_ttl_s":2,"placement":{"phase":"moving","from":["g0"],"to":["g0","g1"],"since_ms":` +
+			strconv.FormatInt(since, 10) + `,"old_until_ms":` + strconv.FormatInt(oldUntil, 10) + `,"registry_read_ms":` + strconv.FormatInt(readMS, 10) + `}}`
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write([]byte(body)) }))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	var out, errOut bytes.Buffer
+	require.NoError(t, groupsChange(context.Background(), []string{"--daemons", moving(oldUntil - 100)}, &out, &errOut))
+	assert.Contains(t, out.String(), "while daemons on [g0] were still registered: waiting for a reading after their registration ends")
+	assert.Contains(t, out.String(), "step 2: every daemon is moving; waiting until they can tell")
+	assert.NotContains(t, out.String(), "step 2 done")
+	out.Reset()
+	require.NoError(t, groupsChange(context.Background(), []string{"--daemons", moving(oldUntil + 100)}, &out, &errOut))
+	assert.Contains(t, out.String(), "step 2 done")
+}

@@ -306,12 +306,12 @@ func registerPlacement(ctx context.Context, cfg config.Config, groups []redlock.
 		watch = daemon.PlacementLayout(nil, from)
 	}
 	var seen func(daemon.PlacementReading)
-	if registry, ok := l.(interface{ RegistrySeen(int64, bool) }); ok {
+	if registry, ok := l.(interface{ RegistrySeen(int64, int64, bool) }); ok {
 		seen = func(r daemon.PlacementReading) {
 			if from != nil {
-				registry.RegistrySeen(r.WatchUntilMS, r.OK)
+				registry.RegistrySeen(r.WatchUntilMS, r.Sent.UnixMilli(), r.OK)
 			} else {
-				registry.RegistrySeen(r.UntilMS, r.OK)
+				registry.RegistrySeen(r.UntilMS, r.Sent.UnixMilli(), r.OK)
 			}
 		}
 	}
