@@ -192,7 +192,10 @@ func WithObserver(obs Observer) Option {
 // WithLogger sets the logger for master state changes (up, down,
 // quarantined, repaired, misconfigured). Records name the master in the
 // attribute "master" (host:port) and errors in "error". nil, and the
-// default, discard every record.
+// default, discard every record. go-redis's own log (failed dials to a
+// master that is down, printed to stderr) is process-wide and not the
+// Client's: set it with redis.SetLogger (redlockd serve sends it to its
+// log; a black-box pass took those lines for this logger's).
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l == nil {
