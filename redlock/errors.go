@@ -109,15 +109,20 @@ func (e *OutcomeError) Error() string {
 	s := fmt.Sprintf("%v: %s got %d of %d votes (quorum %d)", e.Kind, e.Op, e.Votes, e.Masters, e.Quorum)
 	// Only a master's error counts as a master that failed; the others
 	// (no validity left, no fence left) are the outcome's own reasons.
+	// A master that failed twice (its vote, then the fence write-back)
+	// counts once: "7 master(s) failed" of 5 read as nonsense (a
+	// black-box pass); each of its errors is still listed.
 	var masters, reasons []error
+	failed := map[int]bool{}
 	for _, f := range e.Failures {
-		if _, ok := errors.AsType[*MasterError](f); ok {
+		if me, ok := errors.AsType[*MasterError](f); ok {
 			masters = append(masters, f)
+			failed[me.Index] = true
 		} else {
 			reasons = append(reasons, f)
 		}
 	}
-	if n := len(masters); n > 0 {
+	if n := len(failed); n > 0 {
 		s += fmt.Sprintf(", %d master(s) failed: %v", n, errors.Join(masters...))
 	}
 	for _, r := range reasons {
