@@ -734,12 +734,6 @@ func (c *Client) writtenDeadline(f *fan, answered []bool) time.Time {
 // masterAttr names a master in log records.
 func masterAttr(m *master) slog.Attr { return slog.String("master", m.addr) }
 
-// flushReleases waits, at most the per-master timeout, until no lane of a
-// master that is up has a release queued or a pipeline in flight. A Release
-// whose ctx ended, and a failed attempt's clean-up past the per-master
-// timeout, return with deletes still on their way; closing the
-// connections under it would leave the key there until its TTL (and the
-// granted-lock check would refuse the key until then).
 // beginAcquire counts an acquire attempt under way, unless Close has
 // begun (false: the attempt must not start); each true ends with
 // endAcquire. Close sets closing before it reads the count, and an
@@ -768,6 +762,12 @@ func (c *Client) awaitAcquires() {
 	}
 }
 
+// flushReleases waits, at most the per-master timeout, until no lane of a
+// master that is up has a release queued or a pipeline in flight. A Release
+// whose ctx ended, and a failed attempt's clean-up past the per-master
+// timeout, return with deletes still on their way; closing the
+// connections under it would leave the key there until its TTL (and the
+// granted-lock check would refuse the key until then).
 func (c *Client) flushReleases() {
 	deadline := time.Now().Add(c.opts.perMasterTimeout)
 	for c.releasesPending() && time.Now().Before(deadline) {
