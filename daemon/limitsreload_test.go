@@ -141,6 +141,40 @@ func TestReloadCarriesOtherDaemonsCallsIntoANewWindow(t *testing.T) {
 	okRemain(t, c.lock(t, statusBody("c0")), 11)
 }
 
+// A quota a reload removed and a later reload sets again with another
+// per keeps the calls counted before the removal in the window in
+// progress, as with the same per (operations.md: "those before the quota
+// was removed"); calls made with no quota are not counted. With another
+// per they were dropped, as a window gone by.
+func TestQuotaSetAgainWithAnotherPerKeepsItsCalls(t *testing.T) {
+	servers := limitMasters(t)
+	lim := limits.Limits{QuotaCalls: 10, QuotaWindow: time.Hour, MaxLocks: 100}
+	awayFromWindowEnd(t, lim.QuotaWindow)
+	// A per whose window starts elsewhere than the hour's now: where the
+	// two start together (the first hour of a 2 h window), a window's
+	// start does not tell them apart, and the check would pass without
+	// the fix.
+	per := time.Duration(0)
+	for _, p := range []time.Duration{2 * time.Hour, 3 * time.Hour, 5 * time.Hour, 7 * time.Hour} {
+		if now := time.Now(); windowStart(now, p) != windowStart(now, time.Hour) {
+			per = p
+			break
+		}
+	}
+	require.NotZero(t, per, "a per of 2, 3, 5 or 7 hours whose window starts before this hour")
+	awayFromWindowEnd(t, per)
+	d := startLimitDaemon(t, servers, lim, time.Hour)
+	for i := range 4 {
+		okRemain(t, d.lock(t, statusBody(fmt.Sprintf("q%d", i))), int64(9-i))
+	}
+	lim.QuotaCalls, lim.QuotaWindow = 0, 0 // no quota; max_locks keeps the account's state
+	reloadAcme(t, d, lim)
+	okRemain(t, d.lock(t, statusBody("free")), -1)
+	lim.QuotaCalls, lim.QuotaWindow = 10, per
+	reloadAcme(t, d, lim)
+	okRemain(t, d.lock(t, statusBody("again")), 5)
+}
+
 // Two live daemons that both reload to a new window length each carry
 // the other's calls under the other's id, and each its own under its own:
 // the fields are max-merged, so a daemon started afterwards counts every

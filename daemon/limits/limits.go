@@ -278,6 +278,9 @@ func (l *Limiter) SetAccounts(accounts []Account) {
 func (l *Limiter) newState(account string, lim Limits, now time.Time) *accountState {
 	st := &accountState{name: account, lim: lim, hadRate: lim.Rate > 0, others: map[string]int64{}, seen: map[int64]map[string]int64{}, ownSec: map[int64]int64{}}
 	st.tokens, st.refilled = float64(lim.Burst), now
+	if lim.QuotaCalls > 0 {
+		st.windowLen = lim.QuotaWindow
+	}
 	st.quotaKey = func(window time.Duration, start int64) string { return quotaKey(l.prefix, account, window, start) }
 	st.heldKey = heldKey(l.prefix, account)
 	st.metrics = l.metrics.accountMetrics(account)
@@ -303,8 +306,16 @@ func (st *accountState) setLimits(lim Limits, now time.Time) {
 		st.tokens, st.refilled = float64(lim.Burst), now
 	}
 	st.hadRate = st.hadRate || lim.Rate > 0
-	if old.QuotaCalls > 0 && lim.QuotaCalls > 0 && old.QuotaWindow != lim.QuotaWindow {
-		st.rollWindow(now)
+	// The window's length the counts were kept under: the old quota's, or,
+	// for a quota set again after a reload removed it, the one it had
+	// then (its counts stay: "those before the quota was removed"; with
+	// another per they were dropped as a window gone by).
+	kept := old.QuotaWindow
+	if old.QuotaCalls <= 0 {
+		kept = st.windowLen
+	}
+	if kept > 0 && lim.QuotaCalls > 0 && kept != lim.QuotaWindow {
+		st.rollWindowOf(kept, now)
 		st.window = windowStart(now, lim.QuotaWindow)
 		// The other daemons' calls of the window in progress go to the
 		// new window's bucket too, each under its daemon's own field
@@ -322,6 +333,9 @@ func (st *accountState) setLimits(lim Limits, now time.Time) {
 		}
 	}
 	st.lim = lim
+	if lim.QuotaCalls > 0 {
+		st.windowLen = lim.QuotaWindow
+	}
 	if lim.Rate > 0 {
 		st.tokens = min(st.tokens, float64(lim.Burst))
 	}
@@ -360,6 +374,7 @@ type accountState struct {
 	lim Limits // replaced by a reload (setLimits)
 	// Quota: the current window and the calls in it.
 	window    int64            // start, Unix ms
+	windowLen time.Duration    // the length window was started with (kept while a reload removes the quota)
 	own       int64            // this daemon's calls
 	ownSynced int64            // own as a quorum of masters acknowledged it
 	others    map[string]int64 // other daemons' calls, the largest value read
@@ -496,8 +511,12 @@ func windowStart(now time.Time, w time.Duration) int64 {
 	return ms - ms%wm
 }
 
-func (st *accountState) rollWindow(now time.Time) {
-	if w := windowStart(now, st.lim.QuotaWindow); w != st.window {
+func (st *accountState) rollWindow(now time.Time) { st.rollWindowOf(st.lim.QuotaWindow, now) }
+
+// rollWindowOf starts the window of length w that now is in, with no
+// calls, unless it is the one in progress.
+func (st *accountState) rollWindowOf(w time.Duration, now time.Time) {
+	if w := windowStart(now, w); w != st.window {
 		st.window, st.own, st.othersSum = w, 0, 0
 		clear(st.others)
 		st.carried = st.carried[:0]
