@@ -362,7 +362,7 @@ func fieldByYAMLName(t reflect.Type, name string) (reflect.StructField, bool) {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		tag, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-		if tag == "" && f.Anonymous && f.Type.Kind() == reflect.Struct && slices.Contains(strings.Split(opts, ","), "inline") {
+		if isInline(f, tag, opts) {
 			// An inline struct's fields are the mapping's own (an
 			// api_keys entry's limits): without this, "max_locks: 12.9"
 			// there was truncated to 12 without a word, while the same

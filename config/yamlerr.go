@@ -41,7 +41,7 @@ func yamlFields(t reflect.Type) []string {
 	for f := range t.Fields() {
 		name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 		switch {
-		case name == "" && f.Anonymous && f.Type.Kind() == reflect.Struct && slices.Contains(strings.Split(opts, ","), "inline"):
+		case isInline(f, name, opts):
 			names = append(names, yamlFields(f.Type)...) // an api_keys entry's limits
 		case name != "" && name != "-":
 			names = append(names, name)
@@ -98,4 +98,11 @@ func editDistance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(b)]
+}
+
+// isInline reports whether f, whose yaml tag is name,opts, is a struct
+// inlined in its parent's mapping (`yaml:",inline"`: an api_keys entry's
+// limits), so that its fields are the parent's own.
+func isInline(f reflect.StructField, name, opts string) bool {
+	return name == "" && f.Anonymous && f.Type.Kind() == reflect.Struct && slices.Contains(strings.Split(opts, ","), "inline")
 }
