@@ -306,15 +306,11 @@ func (st *accountState) setLimits(lim Limits, now time.Time) {
 		st.tokens, st.refilled = float64(lim.Burst), now
 	}
 	st.hadRate = st.hadRate || lim.Rate > 0
-	// The window's length the counts were kept under: the old quota's, or,
-	// for a quota set again after a reload removed it, the one it had
-	// then (its counts stay: "those before the quota was removed"; with
-	// another per they were dropped as a window gone by).
-	kept := old.QuotaWindow
-	if old.QuotaCalls <= 0 {
-		kept = st.windowLen
-	}
-	if kept > 0 && lim.QuotaCalls > 0 && kept != lim.QuotaWindow {
+	// kept: the window's length the counts were kept under, the old
+	// quota's, or, for a quota set again after a reload removed it, the
+	// one it had then (its counts stay: "those before the quota was
+	// removed"; with another per they were dropped as a window gone by).
+	if kept := st.windowLen; kept > 0 && lim.QuotaCalls > 0 && kept != lim.QuotaWindow {
 		st.rollWindowOf(kept, now)
 		st.window = windowStart(now, lim.QuotaWindow)
 		// The other daemons' calls of the window in progress go to the
