@@ -285,18 +285,17 @@ func (g *groupsLocker) Groups() *GroupsHealth {
 // nothing, and the latest end read stands: the registry's scores only grow.
 // readMS is when the reading was sent (unix ms, this daemon's clock).
 func (g *groupsLocker) RegistrySeen(untilMS, readMS int64, ok bool) {
-	if !ok {
-		return
+	if ok {
+		raiseTo(&g.registryUntil, untilMS)
+		raiseTo(&g.registryRead, readMS)
 	}
+}
+
+// raiseTo sets a to v unless it already holds as much.
+func raiseTo(a *atomic.Int64, v int64) {
 	for {
-		cur := g.registryUntil.Load()
-		if untilMS <= cur || g.registryUntil.CompareAndSwap(cur, untilMS) {
-			break
-		}
-	}
-	for {
-		cur := g.registryRead.Load()
-		if readMS <= cur || g.registryRead.CompareAndSwap(cur, readMS) {
+		cur := a.Load()
+		if v <= cur || a.CompareAndSwap(cur, v) {
 			return
 		}
 	}
