@@ -600,11 +600,15 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"no groups":    {"masterGroups: []", "masterGroups: at least one group is needed"},
 		"no keys":      {"auth: {apiKeys: [], adminToken: admin-token-0123456789}", "auth.apiKeys: at least one"},
 		"short token":  {"auth: {apiKeys: [{name: a, key: 0123456789abcdef}], adminToken: short}", "auth.adminToken: at least 16 bytes"},
-		"tls secret":   {"tls: {enabled: true}", "tls.secretName"},
-		"one daemon":   {"autoscaling: {minReplicas: 1}", "autoscaling.minReplicas: at least 2"},
-		"affinity":     {"redis: {antiAffinity: maybe}", `redis.antiAffinity: "maybe" must be hard or soft`},
-		"rollout":      {"redis: {updateStrategy: Parallel}", `redis.updateStrategy: "Parallel" must be OnDelete or RollingUpdate`},
-		"previous":     {"placement: {previousGroups: [g9]}", `placement.previousGroups[0]: "g9" is not a group of masterGroups`},
+		// The daemon refuses these (config: admin_token), so the pods
+		// crash-looped where the install should have failed (a black-box pass).
+		"non-ASCII token": {"auth: {apiKeys: [{name: a, key: 0123456789abcdef}], adminToken: ééééééééé}", "auth.adminToken: only printable ASCII"},
+		"spaced token":    {"auth: {apiKeys: [{name: a, key: 0123456789abcdef}], adminToken: ' admin-token-0123456789'}", "auth.adminToken: only printable ASCII"},
+		"tls secret":      {"tls: {enabled: true}", "tls.secretName"},
+		"one daemon":      {"autoscaling: {minReplicas: 1}", "autoscaling.minReplicas: at least 2"},
+		"affinity":        {"redis: {antiAffinity: maybe}", `redis.antiAffinity: "maybe" must be hard or soft`},
+		"rollout":         {"redis: {updateStrategy: Parallel}", `redis.updateStrategy: "Parallel" must be OnDelete or RollingUpdate`},
+		"previous":        {"placement: {previousGroups: [g9]}", `placement.previousGroups[0]: "g9" is not a group of masterGroups`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			base := "auth: {apiKeys: [{name: shop, key: 0123456789abcdef0123456789abcdef}], adminToken: admin-token-0123456789}\n"
