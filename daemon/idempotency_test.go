@@ -276,6 +276,8 @@ func TestIdemBadInput(t *testing.T) {
 		{`{"action":"idem_begin","key":"k","key":"k2","body":"x"}`, 400, `body: field "key" appears more than once`},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"Status":201}}`, 400, `body: unknown field "answer.Status": names are case-sensitive`},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"body":"a","body":"b"}}`, 400, `body: field "answer.body" appears more than once`},
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"headers":{"X":"a","X":"b"}}}`, 400, `body: field "answer.headers.X" appears more than once`},
+		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"headers":{"H0":"v","H1":"v","H0":"v"}}}`, 400, `body: field "answer.headers.H0" appears more than once`},
 		{`{"action":"idem_bogus","key":"k"}`, 400, `is not one of acquire, release, extend, status (and, where idempotency records are on, idem_begin, idem_complete, idem_abort, idem_get, idem_extend)`},
 		{`{"action":"idem_complete","key":"k","answer":{"status":200}}`, 400, "token: required for idem_complete"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `"}`, 400, "answer: required for idem_complete"},

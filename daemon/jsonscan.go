@@ -193,11 +193,16 @@ func malformed(err error) *badRequest {
 	return bad("body: malformed JSON at byte %d: %s", se.ByteOffset, what)
 }
 
-// idemNames are the member names of an idempotency body, and of its
-// answer object; exactNames checks a body against them.
+// idemNames are the member names of an idempotency body and of the objects
+// in it, by path; exactNames checks a body against them (nil: any names,
+// each once).
 var idemNames = map[string][]string{
 	"":       {"action", "key", "namespace", "fingerprint", "body", "body_base64", "lease", "retention", "token", "retryable", "answer"},
 	"answer": {"status", "headers", "body", "body_base64"},
+	// Any header name; each once, as every other member (a black-box pass
+	// stored {"X":"a","X":"b"} as "X: b", and 40 copies of one name passed
+	// the 16-header limit as one).
+	"answer.headers": nil,
 }
 
 // exactNames refuses what encoding/json reads loosely in an idempotency
@@ -242,8 +247,8 @@ func exactObject(d *jsontext.Decoder, object string) *badRequest {
 			return bad("body: field %q appears more than once", path)
 		}
 		seen[name] = true
-		if object == "" && name == "answer" && d.PeekKind() == '{' {
-			if berr := exactObject(d, name); berr != nil {
+		if _, nested := idemNames[path]; nested && path != "" && d.PeekKind() == '{' {
+			if berr := exactObject(d, path); berr != nil {
 				return berr
 			}
 			continue
