@@ -419,6 +419,11 @@ func (req *idemRequest) outcome(b *idemRequestBody) *badRequest {
 			return bad("token: required for %s; send the %d lowercase hex characters idem_begin returned", req.action, tokenLen)
 		}
 		if !isToken(*b.Token) {
+			if len(*b.Token) == tokenLen {
+				// The length is right: say what is wrong (a black-box
+				// pass read "…32 characters…, got 32 characters").
+				return bad("token: must be the %d lowercase hex characters idem_begin returned; it has a character that is not lowercase hex (0-9, a-f)", tokenLen)
+			}
 			return bad("token: must be the %d lowercase hex characters idem_begin returned, got %d characters", tokenLen, len(*b.Token))
 		}
 		req.token = *b.Token

@@ -263,6 +263,7 @@ func TestIdemBadInput(t *testing.T) {
 		{`{"action":"idem_begin","key":"k","body":"x","lease":50000}`, 400, "lease: 50000 seconds needs a retention of at least twice it (100000 seconds), above the default retention of 86400 seconds"},
 		{`{"action":"idem_begin","key":"k","body":"x","colour":"red"}`, 400, `request body: unknown field "colour"; the fields of idem_begin are action, key, namespace, fingerprint, body, body_base64, lease, retention`},
 		{`{"action":"idem_complete","key":"k","token":"xyz","answer":{"status":200}}`, 400, "token: must be the 32 lowercase hex characters idem_begin returned, got 3 characters"},
+		{`{"action":"idem_complete","key":"k","token":"wrongtoken0123456789abcdefabcdef","answer":{"status":200}}`, 400, "token: must be the 32 lowercase hex characters idem_begin returned; it has a character that is not lowercase hex (0-9, a-f)"},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":"x"}`, 400, `field "answer" must be an object, got a string`},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"headers":[]}}`, 400, `field "answer.headers" must be an object, got an array`},
 		{`{"action":"idem_complete","key":"k","token":"` + tok + `","answer":{"status":200,"headers":{"x-id":"1","X-Id":"2"}}}`, 400, `answer.headers: "X-Id" and "x-id" name the same header (names are case-insensitive); send it once`},

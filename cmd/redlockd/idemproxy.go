@@ -182,8 +182,9 @@ func newIdemProxy(s idemProxySettings, c *client.Client) http.Handler {
 				log.Printf("idempotency-proxy: the answer of key %q is above the daemon's answer limit: stored without its body, so its replays carry Idempotent-Body-Omitted: %v", key, err)
 			case op == "lease" || op == "answer-sent-before-store":
 				// The answer is still stored as usual: said by the
-				// "complete" line below if it is not.
-				log.Printf("idempotency-proxy: key %q: %v", key, err)
+				// "complete" line below if it is not. The op is named,
+				// as docs/idempotency.md quotes it for alerts on the log.
+				log.Printf("idempotency-proxy: key %q (%s): %v", key, op, err)
 			case op == "begin":
 				log.Printf("idempotency-proxy: begin of key %q refused for this gateway's own reason (its API key, its account's limits, its settings, or redlockd unreachable); the request was not forwarded: %v", key, err)
 			case op == "answer-cut-off":
