@@ -462,6 +462,11 @@ func replay(w http.ResponseWriter, a *Answer) {
 	for k, v := range a.Headers {
 		h.Set(k, v)
 	}
+	if _, ok := a.Headers["Content-Type"]; !ok {
+		// Stored without one: replayed without one, not with the type
+		// net/http would sniff from the body.
+		h["Content-Type"] = nil
+	}
 	h.Set(HeaderIdempotentReplayed, "true")
 	h.Set("Content-Length", strconv.Itoa(len(a.Body)))
 	w.WriteHeader(a.Status)

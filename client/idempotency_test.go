@@ -236,6 +236,41 @@ func TestMiddlewareReplaysEveryLineOfAListHeader(t *testing.T) {
 	require.EqualValues(t, 1, runs.Load())
 }
 
+// TestMiddlewareReplayAddsNoContentType: an answer the handler wrote
+// without a Content-Type (and kept net/http from sniffing one) is replayed
+// without one; net/http sniffed "text/plain; charset=utf-8" for the replay
+// (a black-box pass, through the gateway).
+func TestMiddlewareReplayAddsNoContentType(t *testing.T) {
+	d := startDaemon(t)
+	c := newClient(t, d)
+	var runs atomic.Int32
+	h := client.Middleware(c, client.MiddlewareOptions{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header()["Content-Type"] = nil
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("created"))
+	}))
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	post := func() *http.Response {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader("q"))
+		require.NoError(t, err)
+		req.Header.Set(client.HeaderIdempotencyKey, "no-type-1")
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	first := post()
+	require.Equal(t, http.StatusCreated, first.StatusCode)
+	require.NotContains(t, first.Header, "Content-Type")
+	again := post()
+	require.Equal(t, "true", again.Header.Get(client.HeaderIdempotentReplayed))
+	require.NotContains(t, again.Header, "Content-Type")
+	require.EqualValues(t, 1, runs.Load())
+}
+
 // TestMiddlewareHeadersAboveTheCapAreLeftOut: an answer whose kept
 // headers alone are above the cap (a 70 KB Link) is stored without its
 // body and without the headers that do not fit, named in

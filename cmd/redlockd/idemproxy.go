@@ -205,6 +205,12 @@ func newIdemProxy(s idemProxySettings, c *client.Client) http.Handler {
 		// Only the gateway says which attempt a request is.
 		r.Header.Del(client.HeaderIdempotencyFence)
 		r.Header.Del(client.HeaderIdempotencyTakeover)
+		// The upstream's Content-Type or none: a nil value stops net/http
+		// from sniffing one for a body written without it, which the
+		// gateway then passed on (a black-box pass: an upstream 500
+		// without one reached the client as text/plain). The proxy adds
+		// the upstream's value to it; the gateway's own answers set theirs.
+		w.Header()["Content-Type"] = nil
 		mw.ServeHTTP(w, r)
 	})
 }

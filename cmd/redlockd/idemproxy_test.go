@@ -353,6 +353,46 @@ func TestIdempotencyProxyStoresAnswersUpToTheCap(t *testing.T) {
 	require.EqualValues(t, 2, seen.Load())
 }
 
+// TestIdempotencyProxyAddsNoContentType: an answer the upstream sent
+// without a Content-Type reaches the client without one, first and
+// replayed, and so does a 5xx passed through (a black-box pass: net/http
+// sniffed "text/plain; charset=utf-8" for each).
+func TestIdempotencyProxyAddsNoContentType(t *testing.T) {
+	gw, seen := gatewayFor(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = nil // the upstream's server sniffs none either
+		if r.URL.Path == "/fail" {
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte("upstream failed"))
+			return
+		}
+		if r.URL.Path == "/typed" {
+			w.Header().Set("Content-Type", "application/json")
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte("created"))
+	}), 30*time.Second)
+	first, b1 := postUntilDecided(t, gw, "/orders", "ct-1", "x")
+	require.Equal(t, http.StatusCreated, first.StatusCode)
+	require.Equal(t, "created", string(b1))
+	require.NotContains(t, first.Header, "Content-Type", "first answer")
+	again, _ := postUntilDecided(t, gw, "/orders", "ct-1", "x")
+	require.Equal(t, "true", again.Header.Get(client.HeaderIdempotentReplayed))
+	require.NotContains(t, again.Header, "Content-Type", "replay")
+	require.EqualValues(t, 1, seen.Load())
+
+	failed, b := postUntilDecided(t, gw, "/fail", "ct-2", "x")
+	require.Equal(t, http.StatusInternalServerError, failed.StatusCode)
+	require.Equal(t, "upstream failed", string(b))
+	require.NotContains(t, failed.Header, "Content-Type", "5xx passed through")
+
+	// The upstream's own type still goes through, first and replayed.
+	typed, _ := postUntilDecided(t, gw, "/typed", "ct-3", "x")
+	require.Equal(t, "application/json", typed.Header.Get("Content-Type"))
+	again, _ = postUntilDecided(t, gw, "/typed", "ct-3", "x")
+	require.Equal(t, "application/json", again.Header.Get("Content-Type"))
+	require.Equal(t, []string{"application/json"}, again.Header.Values("Content-Type"))
+}
+
 // TestIdempotencyProxyRequireMatchesSegments: --require "POST /orders"
 // covers /orders and /orders/42 however spelt (//orders, /x/../orders),
 // not /ordersX.
