@@ -462,9 +462,11 @@ func replay(w http.ResponseWriter, a *Answer) {
 	for k, v := range a.Headers {
 		h.Set(k, v)
 	}
-	if _, ok := a.Headers["Content-Type"]; !ok {
+	if h.Get("Content-Type") == "" {
 		// Stored without one: replayed without one, not with the type
-		// net/http would sniff from the body.
+		// net/http would sniff from the body. Read from h, where Set
+		// put it under its canonical name: a record stored over HTTP
+		// may name it "content-type".
 		h["Content-Type"] = nil
 	}
 	h.Set(HeaderIdempotentReplayed, "true")
