@@ -278,9 +278,7 @@ func (l *Limiter) SetAccounts(accounts []Account) {
 func (l *Limiter) newState(account string, lim Limits, now time.Time) *accountState {
 	st := &accountState{name: account, lim: lim, hadRate: lim.Rate > 0, others: map[string]int64{}, seen: map[int64]map[string]int64{}, ownSec: map[int64]int64{}}
 	st.tokens, st.refilled = float64(lim.Burst), now
-	if lim.QuotaCalls > 0 {
-		st.windowLen = lim.QuotaWindow
-	}
+	st.keepWindowLen(lim)
 	st.quotaKey = func(window time.Duration, start int64) string { return quotaKey(l.prefix, account, window, start) }
 	st.heldKey = heldKey(l.prefix, account)
 	st.metrics = l.metrics.accountMetrics(account)
@@ -329,9 +327,7 @@ func (st *accountState) setLimits(lim Limits, now time.Time) {
 		}
 	}
 	st.lim = lim
-	if lim.QuotaCalls > 0 {
-		st.windowLen = lim.QuotaWindow
-	}
+	st.keepWindowLen(lim)
 	if lim.Rate > 0 {
 		st.tokens = min(st.tokens, float64(lim.Burst))
 	}
@@ -507,13 +503,21 @@ func windowStart(now time.Time, w time.Duration) int64 {
 	return ms - ms%wm
 }
 
+// keepWindowLen records lim's quota window as the length the counts are
+// kept under; a lim without a quota leaves the last one (setLimits).
+func (st *accountState) keepWindowLen(lim Limits) {
+	if lim.QuotaCalls > 0 {
+		st.windowLen = lim.QuotaWindow
+	}
+}
+
 func (st *accountState) rollWindow(now time.Time) { st.rollWindowOf(st.lim.QuotaWindow, now) }
 
 // rollWindowOf starts the window of length w that now is in, with no
 // calls, unless it is the one in progress.
 func (st *accountState) rollWindowOf(w time.Duration, now time.Time) {
-	if w := windowStart(now, w); w != st.window {
-		st.window, st.own, st.othersSum = w, 0, 0
+	if start := windowStart(now, w); start != st.window {
+		st.window, st.own, st.othersSum = start, 0, 0
 		clear(st.others)
 		st.carried = st.carried[:0]
 	}
